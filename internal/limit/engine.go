@@ -1,0 +1,389 @@
+package limit
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxKeys is the key cap of an Engine whose config leaves it zero:
+// about 70 MB of token-bucket state.
+const DefaultMaxKeys = 1 << 20
+
+// EngineConfig configures an Engine. The zero value is usable.
+type EngineConfig struct {
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two. 0 means 16 per CPU, at least 64.
+	Shards int
+	// MaxKeys caps the keys tracked at once, so that a flood of distinct
+	// client ids cannot exhaust memory. At the cap, inserting a key first
+	// drops an expired one, else evicts the key nearest to expiry among a
+	// few sampled (an approximation of Redis's volatile-ttl policy). 0 means
+	// DefaultMaxKeys.
+	MaxKeys int
+}
+
+func (c *EngineConfig) validate() {
+	if c.Shards <= 0 {
+		c.Shards = max(64, 16*runtime.GOMAXPROCS(0))
+	}
+	c.Shards = 1 << bits.Len(uint(c.Shards-1))
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+}
+
+// Engine is the in-process store of limiter states: the embedded default of
+// sluice dev and the fallback when Redis is down. It is safe for concurrent
+// use; a decision locks only the shards of its keys.
+//
+// Keys are stored as 64-bit hashes (seeded per Engine), so memory per key
+// does not grow with key length; two keys collide with probability about
+// n²/2⁶⁵ for n keys (3·10⁻⁸ at a million), and a collision merges their
+// counters. The algorithm is mixed into the hash, so a rule that changes
+// algorithm starts from a fresh state.
+type Engine struct {
+	shards   []shard
+	shift    uint
+	seed     maphash.Seed
+	perShard int
+
+	evictions   atomic.Uint64
+	expirations atomic.Uint64
+}
+
+// slot is one key's fixed-size state. It holds no pointers, so the garbage
+// collector never scans the slab.
+type slot struct {
+	h    uint64
+	exp  int64 // µs; from then on the state equals a fresh one
+	t    int64
+	x, y float64
+}
+
+type shard struct {
+	mu    sync.Mutex
+	index map[uint64]int32 // hash → position in slots
+	slots []slot           // dense: removal moves the last slot into the hole
+	ext   map[uint64][]int64
+	buf   []int64 // scratch for Eval's variable-size state
+	rng   uint64
+	_     [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// NewEngine returns an Engine configured by cfg.
+func NewEngine(cfg EngineConfig) *Engine {
+	cfg.validate()
+	e := &Engine{
+		shards:   make([]shard, cfg.Shards),
+		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
+		seed:     maphash.MakeSeed(),
+		perShard: max(1, cfg.MaxKeys/cfg.Shards),
+	}
+	for i := range e.shards {
+		e.shards[i] = shard{index: make(map[uint64]int32), ext: make(map[uint64][]int64), rng: uint64(i)*0x9E3779B97F4A7C15 | 1}
+	}
+	return e
+}
+
+func (e *Engine) hash(key string, l *Limiter) uint64 {
+	return maphash.String(e.seed, key) ^ uint64(l.alg)*0x9E3779B97F4A7C15
+}
+
+func (e *Engine) shardNum(h uint64) int {
+	if e.shift == 64 { // a single shard
+		return 0
+	}
+	return int(h >> e.shift)
+}
+
+func (e *Engine) shardOf(h uint64) *shard { return &e.shards[e.shardNum(h)] }
+
+// Allow evaluates one request for key under l and stores the new state when
+// it is admitted. See Limiter.Eval for the meaning of the answer.
+func (e *Engine) Allow(key string, l *Limiter, a Args) Result {
+	h := e.hash(key, l)
+	sh := e.shardOf(h)
+	var s State
+	var r Result
+	sh.mu.Lock()
+	i, found := sh.index[h]
+	sh.load(&s, i, found, h, a.Now, l)
+	if l.Step(&s, a, sh.buf, &r) {
+		exp := ExpiresAt(a.Now, r.ResetAfter)
+		if found && !l.usesExt() { // the common case, inline
+			sh.slots[i] = slot{h: h, exp: exp, t: s.T, x: s.X, y: s.Y}
+		} else {
+			e.store(sh, h, i, found, &s, exp, l, a.Now)
+		}
+	}
+	sh.mu.Unlock()
+	return r
+}
+
+// Release ends a Concurrency lease on key.
+func (e *Engine) Release(key string, l *Limiter, now, lease int64) {
+	h := e.hash(key, l)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, found := sh.index[h]
+	if !found {
+		return
+	}
+	var s State
+	sh.load(&s, i, found, h, now, l)
+	ns := l.Release(s, now, lease, sh.buf)
+	_, r := l.Eval(ns, Args{Now: now, Lease: lease}, nil) // peek for the expiry
+	e.store(sh, h, i, found, &ns, ExpiresAt(now, r.ResetAfter), l, now)
+}
+
+// Request is one rule's part of a multi-rule decision.
+type Request struct {
+	Key     string
+	Limiter *Limiter
+	Cost    int64
+	Lease   int64
+	// Shadow requests are evaluated and answered but never reject the
+	// decision; they consume only when they and the decision are admitted.
+	Shadow bool
+}
+
+// AllowAll evaluates reqs at now as one all-or-nothing decision and writes
+// one Result per request into res (len(res) ≥ len(reqs)). It returns
+// whether the decision is admitted: when any non-shadow request is rejected,
+// nothing is consumed. Requests naming the same key see each other's effect
+// in order.
+func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
+	ps := make([]pending, len(reqs))
+	order := make([]int, 0, len(reqs)) // shard numbers, locked in ascending order
+	for k := range reqs {
+		ps[k].h = e.hash(reqs[k].Key, reqs[k].Limiter)
+		order = append(order, e.shardNum(ps[k].h))
+	}
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, n := range order {
+		e.shards[n].mu.Lock()
+	}
+	defer func() {
+		for _, n := range order {
+			e.shards[n].mu.Unlock()
+		}
+	}()
+
+	allowed := true
+	for k, rq := range reqs {
+		p := &ps[k]
+		sh := e.shardOf(p.h)
+		i, found := sh.index[p.h]
+		var s State
+		sh.load(&s, i, found, p.h, now, rq.Limiter)
+		if j := lastCommit(ps[:k], p.h); j >= 0 { // an earlier request on this key
+			s = ps[j].s
+		}
+		var buf []int64
+		if rq.Limiter.usesExt() {
+			buf = make([]int64, 0, len(s.Ext)+3)
+		}
+		p.s, res[k] = rq.Limiter.Eval(s, Args{Now: now, Cost: rq.Cost, Lease: rq.Lease}, buf)
+		p.commit = res[k].Allowed && rq.Cost > 0
+		if !res[k].Allowed && !rq.Shadow {
+			allowed = false
+		}
+	}
+	if !allowed {
+		return false
+	}
+	for k, rq := range reqs {
+		p := &ps[k]
+		if !p.commit || lastCommit(ps, p.h) != k { // store only a key's last state
+			continue
+		}
+		sh := e.shardOf(p.h)
+		i, found := sh.index[p.h] // an earlier store may have moved slots
+		e.store(sh, p.h, i, found, &p.s, ExpiresAt(now, res[k].ResetAfter), rq.Limiter, now)
+	}
+	return true
+}
+
+// pending is one request's evaluation inside AllowAll, before commit.
+type pending struct {
+	h      uint64
+	s      State
+	commit bool
+}
+
+// lastCommit returns the index of the last entry of ps that commits h, or -1.
+func lastCommit(ps []pending, h uint64) int {
+	for j := len(ps) - 1; j >= 0; j-- {
+		if ps[j].h == h && ps[j].commit {
+			return j
+		}
+	}
+	return -1
+}
+
+// load sets s to the stored state of h; it leaves s as the zero (fresh)
+// State when h is absent or expired at now.
+func (sh *shard) load(s *State, i int32, found bool, h uint64, now int64, l *Limiter) {
+	if !found {
+		return
+	}
+	sl := &sh.slots[i]
+	if sl.exp <= now {
+		return
+	}
+	s.T, s.X, s.Y = sl.t, sl.x, sl.y
+	if l.usesExt() {
+		s.Ext = sh.ext[h]
+	}
+}
+
+// store writes s for h with expiry exp, inserting (and evicting at the cap)
+// when h is new.
+func (e *Engine) store(sh *shard, h uint64, i int32, found bool, s *State, exp int64, l *Limiter, now int64) {
+	if !found {
+		if len(sh.slots) >= e.perShard {
+			e.evictOne(sh, now)
+		}
+		i = int32(len(sh.slots))
+		sh.slots = append(sh.slots, slot{h: h})
+		sh.index[h] = i
+	}
+	sh.slots[i] = slot{h: h, exp: exp, t: s.T, x: s.X, y: s.Y}
+	if l.usesExt() {
+		old := sh.ext[h]
+		sh.ext[h] = s.Ext
+		// s.Ext may alias sh.buf; the replaced state's array becomes the
+		// scratch space, so steady-state evaluation does not allocate.
+		sh.buf = old[:0]
+	}
+}
+
+// evictOne removes one key from a full shard: an expired one among a few
+// sampled if any, else the sampled key nearest to expiry.
+func (e *Engine) evictOne(sh *shard, now int64) {
+	const samples = 5
+	victim := -1
+	for range samples {
+		sh.rng ^= sh.rng << 13
+		sh.rng ^= sh.rng >> 7
+		sh.rng ^= sh.rng << 17
+		j := int(sh.rng % uint64(len(sh.slots)))
+		if victim < 0 || sh.slots[j].exp < sh.slots[victim].exp {
+			victim = j
+		}
+	}
+	if sh.slots[victim].exp <= now {
+		e.expirations.Add(1)
+	} else {
+		e.evictions.Add(1)
+	}
+	sh.remove(victim)
+}
+
+func (sh *shard) remove(j int) {
+	h := sh.slots[j].h
+	last := len(sh.slots) - 1
+	if j != last {
+		sh.slots[j] = sh.slots[last]
+		sh.index[sh.slots[j].h] = int32(j)
+	}
+	sh.slots = sh.slots[:last]
+	delete(sh.index, h)
+	delete(sh.ext, h)
+}
+
+// Sweep removes every key expired at now and returns how many it removed.
+// Run it periodically; the engine never reads the clock itself.
+func (e *Engine) Sweep(now int64) int {
+	n := 0
+	for k := range e.shards {
+		sh := &e.shards[k]
+		sh.mu.Lock()
+		for j := 0; j < len(sh.slots); {
+			if sh.slots[j].exp <= now {
+				sh.remove(j) // moves the last slot into j: look at j again
+				n++
+			} else {
+				j++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	e.expirations.Add(uint64(n))
+	return n
+}
+
+// RunSweeper calls Sweep every interval with the time from now until stop
+// is closed. now is usually time.Now.
+func (e *Engine) RunSweeper(stop <-chan struct{}, interval time.Duration, now func() time.Time) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			e.Sweep(now().UnixMicro())
+		}
+	}
+}
+
+// Stats are counters of an Engine, exported as metrics.
+type Stats struct {
+	Keys        int    // keys tracked now
+	Evictions   uint64 // live keys dropped at the memory cap
+	Expirations uint64 // expired keys removed
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	st := Stats{Evictions: e.evictions.Load(), Expirations: e.expirations.Load()}
+	for k := range e.shards {
+		sh := &e.shards[k]
+		sh.mu.Lock()
+		st.Keys += len(sh.slots)
+		sh.mu.Unlock()
+	}
+	return st
+}
+
+// Deciding returns the index of the request whose answer speaks for the
+// decision: when it was rejected, the rejecting non-shadow request that
+// asks the caller to wait longest; when admitted, the non-shadow request
+// with the least remaining (the most restrictive). It returns -1 when every
+// request is a shadow one.
+func Deciding(reqs []Request, res []Result, allowed bool) int {
+	best := -1
+	for k := range reqs {
+		if reqs[k].Shadow {
+			continue
+		}
+		r := &res[k]
+		switch {
+		case !allowed && r.Allowed:
+			continue
+		case best < 0:
+			best = k
+		case !allowed && waitsLonger(*r, res[best]):
+			best = k
+		case allowed && (r.Remaining < res[best].Remaining ||
+			r.Remaining == res[best].Remaining && r.Limit < res[best].Limit):
+			best = k
+		}
+	}
+	return best
+}
+
+func waitsLonger(a, b Result) bool {
+	if a.RetryAfter == Never || b.RetryAfter == Never {
+		return a.RetryAfter == Never && b.RetryAfter != Never
+	}
+	return a.RetryAfter > b.RetryAfter
+}

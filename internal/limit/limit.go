@@ -1,0 +1,221 @@
+// Package limit implements Sluice's rate limiting algorithms as pure
+// functions of (state, now, cost, parameters), and the in-process engine
+// that keeps limiter states in memory.
+//
+// Time is an int64 count of microseconds since the Unix epoch, the
+// resolution of Redis TIME. Arithmetic is int64 or float64 in a fixed order
+// so that the Lua scripts of package redisengine, run on the same inputs,
+// give the same answers: every value stays below 2^53, and no product is
+// fused into another operation (explicit float64 conversions prevent it).
+package limit
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Never is the RetryAfter of a request that can never be admitted, such as
+// one whose cost exceeds the limiter's capacity or is negative.
+const Never time.Duration = -1
+
+// Result is the answer for one rule.
+type Result struct {
+	Allowed bool
+	// Limit is the capacity the answer is measured against: the burst of
+	// bucket algorithms, the queue size of LeakyBucket, the limit otherwise.
+	Limit int64
+	// Remaining is how many more cost units would be admitted now.
+	Remaining int64
+	// ResetAfter is how long until the limiter is back to full capacity if
+	// nothing else is admitted.
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejection, how long until the same request would
+	// be admitted if nothing else is; Never if it cannot be. 0 when allowed.
+	RetryAfter time.Duration
+	// Delay is, for an admitted LeakyBucket request, how long the caller
+	// must wait before proceeding.
+	Delay time.Duration
+}
+
+// State is the stored state of one key. Its meaning depends on the
+// algorithm; the zero State is a fresh limiter for every algorithm.
+type State struct {
+	T   int64   // a time in µs: last refill, window start or next free time
+	X   float64 // tokens, a count, or a theoretical arrival time in µs
+	Y   float64 // the previous window's count, or stored permits
+	Ext []int64 // variable-size state: logs, sub-buckets, leases
+}
+
+// Args are the inputs of one evaluation besides the state.
+type Args struct {
+	Now  int64 // µs since the Unix epoch
+	Cost int64
+	// Lease identifies a Concurrency lease; ignored by other algorithms.
+	Lease int64
+}
+
+// Limiter is a rule's parameters compiled for evaluation. Build it with
+// Compile; it is immutable and safe for concurrent use.
+type Limiter struct {
+	alg      policy.Algorithm
+	limit    int64
+	capacity int64   // largest admissible cost
+	shown    int64   // what Result.Limit reports
+	window   int64   // µs
+	interval float64 // µs per unit: window / limit
+	perUS    float64 // 1 / interval: multiplying is cheaper than dividing
+	tau      float64 // meters: the debt bound in µs
+	gran     int64   // µs per sub-bucket
+	buckets  int     // sub-buckets per window
+	leaseTTL int64   // µs
+	warm     *warmUp // nil unless the token bucket warms up
+}
+
+// Compile returns the Limiter for p. p must be valid (see
+// policy.Params.Validate); Compile returns the validation error otherwise.
+func Compile(p policy.Params) (*Limiter, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		alg:      p.Algorithm,
+		limit:    p.Limit,
+		capacity: p.Capacity(),
+		window:   p.Window.Microseconds(),
+		leaseTTL: p.LeaseTTL.Microseconds(),
+	}
+	if l.window > 0 {
+		l.interval = float64(l.window) / float64(l.limit)
+		l.perUS = 1 / l.interval
+	}
+	l.tau = float64(l.capacity) * l.interval
+	l.shown = l.capacity
+	switch p.Algorithm {
+	case policy.LeakyBucket:
+		// The last unit of a request must start within maxDelay.
+		l.tau = float64(p.MaxDelay.Microseconds()) + l.interval
+		l.capacity = floorNonNeg(l.tau * slack / l.interval)
+		l.shown = l.capacity
+	case policy.SlidingBuckets:
+		l.gran = p.Granularity.Microseconds()
+		l.buckets = int(l.window / l.gran)
+	case policy.TokenBucket:
+		if p.WarmUp > 0 {
+			l.warm = newWarmUp(l.interval, float64(p.WarmUp.Microseconds()), p.ColdFactor)
+			// Any cost a cold bucket admits at once stays admissible
+			// (after waiting) in every state; larger ones are refused.
+			l.capacity = l.warm.capacity(p.Capacity())
+		}
+	}
+	return l, nil
+}
+
+// MustCompile is Compile for parameters known to be valid; it panics
+// otherwise. For tests and built-in defaults.
+func MustCompile(p policy.Params) *Limiter {
+	l, err := Compile(p)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// Algorithm returns the algorithm l evaluates.
+func (l *Limiter) Algorithm() policy.Algorithm { return l.alg }
+
+// Capacity returns the largest cost a single request can have and be admitted.
+func (l *Limiter) Capacity() int64 { return l.capacity }
+
+// usesExt reports whether the algorithm keeps variable-size state.
+func (l *Limiter) usesExt() bool {
+	return l.alg == policy.SlidingLog || l.alg == policy.SlidingBuckets || l.alg == policy.Concurrency
+}
+
+// Eval evaluates one request against state s and returns the state to store
+// and the answer. A rejected request, a zero cost or an invalid cost returns
+// s unchanged: nothing is consumed. A negative cost, or one above Capacity,
+// is rejected with RetryAfter Never. Time going backwards never admits
+// more: a clock behind the latest time the state has seen is taken as that
+// time, so no time passes until it catches up.
+//
+// buf is scratch space for the new variable-size state (it may be nil); the
+// returned State's Ext may alias it, and never aliases s.Ext.
+func (l *Limiter) Eval(s State, a Args, buf []int64) (State, Result) {
+	var r Result
+	ns := s
+	if l.Step(&ns, a, buf, &r) {
+		return ns, r
+	}
+	return s, r
+}
+
+// Step is Eval in place, for stores that keep states themselves: it writes
+// the answer into r and, when it returns true (an admitted request with a
+// positive cost), the new state into s. Otherwise s is left as it was.
+func (l *Limiter) Step(s *State, a Args, buf []int64, r *Result) bool {
+	if a.Cost <= 0 || a.Cost > l.capacity {
+		peek, invalid := *s, a.Cost != 0
+		a.Cost = 0
+		l.step(&peek, a, buf, r)
+		if invalid {
+			r.Allowed, r.RetryAfter, r.Delay = false, Never, 0
+		}
+		return false
+	}
+	l.step(s, a, buf, r) // algorithms write s only when they admit
+	return r.Allowed
+}
+
+func (l *Limiter) step(s *State, a Args, buf []int64, r *Result) {
+	switch l.alg {
+	case policy.TokenBucket:
+		if l.warm != nil {
+			l.warmingBucket(s, a, r)
+			return
+		}
+		l.meter(s, a, r)
+	case policy.GCRA, policy.LeakyBucket:
+		l.meter(s, a, r)
+	case policy.FixedWindow:
+		l.fixedWindow(s, a, r)
+	case policy.SlidingWindow:
+		l.slidingWindow(s, a, r)
+	case policy.SlidingBuckets:
+		l.slidingBuckets(s, a, buf, r)
+	case policy.SlidingLog:
+		l.slidingLog(s, a, buf, r)
+	case policy.Concurrency:
+		l.acquire(s, a, buf, r)
+	default:
+		panic("limit: unknown algorithm " + l.alg.String()) // Compile admits only known ones
+	}
+}
+
+// micros converts a non-negative float64 count of microseconds, rounded up,
+// to a Duration.
+func micros(us float64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	t := int64(us) // truncation is floor for positive numbers, and cheaper
+	if float64(t) < us {
+		t++
+	}
+	return time.Duration(t) * time.Microsecond
+}
+
+// floorNonNeg returns floor(x) as an int64, or 0 for negative x.
+func floorNonNeg(x float64) int64 {
+	if x <= 0 {
+		return 0
+	}
+	return int64(x)
+}
+
+// ExpiresAt returns the time (µs) from which a key evaluated at now with
+// an answer whose ResetAfter is reset is equivalent to a fresh one and may
+// be forgotten.
+func ExpiresAt(now int64, reset time.Duration) int64 {
+	return now + int64(reset/time.Microsecond)
+}

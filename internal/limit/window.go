@@ -1,0 +1,169 @@
+package limit
+
+import "time"
+
+// Window algorithms align windows on the Unix epoch, so that every decider
+// and Redis agree on where a window starts. State: T = last time seen (µs);
+// the window T falls in follows from it.
+
+// windowStart returns the start of the window of width w holding t (t ≥ 0).
+func windowStart(t, w int64) int64 { return t - t%w }
+
+// fixedWindow: X = units admitted in the window holding T.
+func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
+	now := effectiveNow(s.T, a.Now)
+	ws := windowStart(now, l.window)
+	var count float64
+	if s.T >= ws {
+		count = s.X
+	}
+	*r = Result{Limit: l.shown}
+	end := time.Duration(ws+l.window-now) * time.Microsecond
+	if count+float64(a.Cost) <= float64(l.limit) {
+		r.Allowed = true
+		count += float64(a.Cost)
+		*s = State{T: now, X: count}
+	} else {
+		r.RetryAfter = end
+	}
+	r.Remaining = l.limit - int64(count)
+	if count > 0 {
+		r.ResetAfter = end
+	}
+}
+
+// slidingWindow estimates the count in the sliding window as the current
+// fixed window's count plus the previous one's weighted by the share of it
+// the sliding window still covers. X = count of the window holding T,
+// Y = count of the window before it.
+func (l *Limiter) slidingWindow(s *State, a Args, r *Result) {
+	now := effectiveNow(s.T, a.Now)
+	w := l.window
+	ws := windowStart(now, w)
+	var cur, prev float64
+	switch windowStart(s.T, w) {
+	case ws:
+		cur, prev = s.X, s.Y
+	case ws - w:
+		prev = s.X
+	}
+	fw := float64(w)
+	weight := float64(w-(now-ws)) / fw
+	est := float64(prev*weight) + cur
+	cost := float64(a.Cost)
+	limit := float64(l.limit)
+	*r = Result{Limit: l.shown}
+	if est+cost <= limit*slack {
+		r.Allowed = true
+		cur += cost
+		est += cost
+		*s = State{T: now, X: cur, Y: prev}
+	} else {
+		// Wait until the estimate has dropped to limit-cost: within this
+		// window as prev's weight shrinks, or else in the next one, where
+		// cur becomes the weighted previous window.
+		need := limit - cost
+		var at float64 // µs after ws
+		if cur <= need {
+			at = fw - float64((need-cur)*fw)/prev
+		} else {
+			at = fw + max(fw-float64(need*fw)/cur, 0)
+		}
+		r.RetryAfter = micros(float64(ws-now) + at)
+	}
+	r.Remaining = floorNonNeg(limit*slack - est)
+	switch {
+	case cur > 0:
+		r.ResetAfter = time.Duration(ws+2*w-now) * time.Microsecond
+	case prev > 0:
+		r.ResetAfter = time.Duration(ws+w-now) * time.Microsecond
+	}
+}
+
+// slidingBuckets divides the window into l.buckets sub-buckets of l.gran µs
+// and counts the last l.buckets of them, the current one included. Ext is a
+// ring of counts indexed by sub-bucket number modulo l.buckets; the newest
+// sub-bucket is the one holding T.
+func (l *Limiter) slidingBuckets(s *State, a Args, buf []int64, r *Result) {
+	now := effectiveNow(s.T, a.Now)
+	n := int64(l.buckets)
+	b, last := now/l.gran, s.T/l.gran
+	ring := buf[:0]
+	if len(s.Ext) == l.buckets && b-last < n {
+		ring = append(ring, s.Ext...)
+		for j := last + 1; j <= b; j++ {
+			ring[j%n] = 0
+		}
+	} else {
+		ring = append(ring, make([]int64, l.buckets)...)
+	}
+	var sum int64
+	for _, c := range ring {
+		sum += c
+	}
+	*r = Result{Limit: l.shown}
+	if sum+a.Cost <= l.limit {
+		r.Allowed = true
+		ring[b%n] += a.Cost
+		sum += a.Cost
+		*s = State{T: now, Ext: ring}
+	} else {
+		// Sub-bucket j leaves the window at (j+n)·gran.
+		freed := int64(0)
+		for j := max(b-n+1, 0); j <= b; j++ {
+			freed += ring[j%n]
+			if sum-freed+a.Cost <= l.limit {
+				r.RetryAfter = time.Duration((j+n)*l.gran-now) * time.Microsecond
+				break
+			}
+		}
+	}
+	r.Remaining = l.limit - sum
+	for j := b; j > b-n && j >= 0; j-- {
+		if ring[j%n] > 0 {
+			r.ResetAfter = time.Duration((j+n)*l.gran-now) * time.Microsecond
+			break
+		}
+	}
+}
+
+// slidingLog counts exactly the units admitted in (now−window, now]. Ext
+// holds (time, cost) pairs in time order; pairs that left the window are
+// dropped on the next admission.
+func (l *Limiter) slidingLog(s *State, a Args, buf []int64, r *Result) {
+	now := effectiveNow(s.T, a.Now)
+	log := s.Ext
+	for len(log) >= 2 && log[0] <= now-l.window {
+		log = log[2:]
+	}
+	var sum int64
+	for i := 1; i < len(log); i += 2 {
+		sum += log[i]
+	}
+	*r = Result{Limit: l.shown}
+	if sum+a.Cost <= l.limit {
+		r.Allowed = true
+		sum += a.Cost
+		out := append(buf[:0], log...)
+		if n := len(out); n >= 2 && out[n-2] == now {
+			out[n-1] += a.Cost
+		} else {
+			out = append(out, now, a.Cost)
+		}
+		log = out
+		*s = State{T: now, Ext: out}
+	} else {
+		freed := int64(0)
+		for i := 0; i < len(log); i += 2 {
+			freed += log[i+1]
+			if sum-freed+a.Cost <= l.limit {
+				r.RetryAfter = time.Duration(log[i]+l.window-now) * time.Microsecond
+				break
+			}
+		}
+	}
+	r.Remaining = l.limit - sum
+	if n := len(log); n >= 2 {
+		r.ResetAfter = time.Duration(log[n-2]+l.window-now) * time.Microsecond
+	}
+}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code classifies an Error. Transports map a Code to their own status once
+// (Connect code, HTTP status); nothing else inspects error text.
+type Code uint8
+
+// The error codes of the domain.
+const (
+	CodeUnknown Code = iota
+	CodeInvalid
+	CodeNotFound
+	CodeConflict
+	CodeUnauthenticated
+	CodePermissionDenied
+	CodeUnavailable
+	CodeResourceExhausted
+)
+
+var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted"}
+
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", c)
+}
+
+// FieldError names one invalid field of an input, with a path such as
+// "rules[2].match[0].key", and says what is wrong with it.
+type FieldError struct {
+	Field       string
+	Description string
+}
+
+// Error is the one coded error type of the core. Message is safe to show to
+// the caller; Fields lists field-level problems for CodeInvalid.
+type Error struct {
+	Code    Code
+	Message string
+	Fields  []FieldError
+}
+
+func (e *Error) Error() string {
+	if len(e.Fields) == 0 {
+		return e.Message
+	}
+	var b strings.Builder
+	b.WriteString(e.Message)
+	b.WriteString(": ")
+	for i, f := range e.Fields {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.Field)
+		b.WriteString(": ")
+		b.WriteString(f.Description)
+	}
+	return b.String()
+}
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, policy.ErrNotFound) holds for any not-found error.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Code == e.Code && t.Message == "" && len(t.Fields) == 0
+}
+
+// Sentinels for errors.Is; they match any *Error of their code.
+var (
+	ErrInvalid           = &Error{Code: CodeInvalid}
+	ErrNotFound          = &Error{Code: CodeNotFound}
+	ErrConflict          = &Error{Code: CodeConflict}
+	ErrUnauthenticated   = &Error{Code: CodeUnauthenticated}
+	ErrPermissionDenied  = &Error{Code: CodePermissionDenied}
+	ErrUnavailable       = &Error{Code: CodeUnavailable}
+	ErrResourceExhausted = &Error{Code: CodeResourceExhausted}
+)
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or
+// CodeUnknown (an internal error whose text must not reach clients).
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeUnknown
+}
+
+// fieldErrors collects field-level problems during validation.
+type fieldErrors struct {
+	prefix string
+	list   *[]FieldError
+}
+
+func newFieldErrors() fieldErrors { return fieldErrors{list: new([]FieldError)} }
+
+// at returns a collector whose fields are nested under name.
+func (fe fieldErrors) at(name string) fieldErrors {
+	if fe.prefix != "" {
+		name = fe.prefix + "." + name
+	}
+	return fieldErrors{prefix: name, list: fe.list}
+}
+
+// index returns a collector for element i of the list field name.
+func (fe fieldErrors) index(name string, i int) fieldErrors {
+	return fe.at(fmt.Sprintf("%s[%d]", name, i))
+}
+
+func (fe fieldErrors) add(field, format string, args ...any) {
+	if fe.prefix != "" {
+		field = fe.prefix + "." + field
+	}
+	*fe.list = append(*fe.list, FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// err returns an *Error with CodeInvalid listing the collected fields, or nil.
+func (fe fieldErrors) err(what string) error {
+	if len(*fe.list) == 0 {
+		return nil
+	}
+	return &Error{Code: CodeInvalid, Message: "invalid " + what, Fields: *fe.list}
+}

@@ -1,0 +1,249 @@
+// Package policy holds Sluice's domain: tenants, tiers, rules, overrides, keys
+// and config snapshots, their validation, descriptor matching and the
+// construction of counter keys. It imports only the standard library.
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a rule counts. The zero value is invalid.
+type Algorithm uint8
+
+// The algorithms a rule can use. Their semantics are documented in
+// docs/algorithms.md and implemented by package limit.
+const (
+	AlgorithmUnspecified Algorithm = iota
+	// TokenBucket refills Limit tokens per Window up to Burst; an optional
+	// WarmUp makes a cold (long idle) bucket start slower, as Guava's
+	// SmoothWarmingUp.
+	TokenBucket
+	// GCRA is the generic cell rate algorithm (a leaky bucket as a meter)
+	// with redis-cell semantics: Limit per Window, Burst at once.
+	GCRA
+	// LeakyBucket is a leaky bucket as a queue: requests drain at Limit per
+	// Window and wait up to MaxDelay instead of being rejected.
+	LeakyBucket
+	// FixedWindow counts per window aligned on the Unix epoch.
+	FixedWindow
+	// SlidingLog keeps the time of every admitted request: exact, O(Limit)
+	// memory per key.
+	SlidingLog
+	// SlidingWindow weights the previous fixed window by how much of it
+	// still overlaps the sliding window.
+	SlidingWindow
+	// SlidingBuckets divides the window into sub-buckets of Granularity.
+	SlidingBuckets
+	// Concurrency limits leases in flight; each lease expires after LeaseTTL
+	// unless released.
+	Concurrency
+	algorithmCount
+)
+
+var algorithmNames = [...]string{"unspecified", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window", "sliding_buckets", "concurrency"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", a)
+}
+
+// ParseAlgorithm returns the algorithm named s (as printed by String).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for i := 1; i < len(algorithmNames); i++ {
+		if algorithmNames[i] == s {
+			return Algorithm(i), nil
+		}
+	}
+	return AlgorithmUnspecified, Errorf(CodeInvalid, "unknown algorithm %q", s)
+}
+
+// FailureMode says what a rule answers when its shared counter store (Redis)
+// cannot be reached in time.
+type FailureMode uint8
+
+// Failure modes. The zero value is FailOpen.
+const (
+	FailOpen   FailureMode = iota // allow
+	FailClosed                    // reject
+	FailLocal                     // enforce with the in-process engine at a share of the limit
+)
+
+var failureModeNames = [...]string{"open", "closed", "local"}
+
+func (m FailureMode) String() string {
+	if int(m) < len(failureModeNames) {
+		return failureModeNames[m]
+	}
+	return fmt.Sprintf("failure_mode(%d)", m)
+}
+
+// ParseFailureMode returns the failure mode named s; "" is FailOpen.
+func ParseFailureMode(s string) (FailureMode, error) {
+	if s == "" {
+		return FailOpen, nil
+	}
+	for i, n := range failureModeNames {
+		if n == s {
+			return FailureMode(i), nil
+		}
+	}
+	return FailOpen, Errorf(CodeInvalid, "unknown failure mode %q", s)
+}
+
+// Params are a rule's algorithm and its parameters. Which fields apply
+// depends on Algorithm; Validate rejects the ones that do not.
+type Params struct {
+	Algorithm Algorithm
+	// Limit is the number of cost units per Window (the rate Limit/Window
+	// for bucket algorithms), or the units in flight for Concurrency.
+	Limit int64
+	// Window is the period of Limit. Resolution is one microsecond.
+	Window time.Duration
+	// Burst is the bucket capacity of TokenBucket and GCRA; 0 means Limit.
+	Burst int64
+	// WarmUp (TokenBucket only) is how long a cold bucket takes to reach
+	// the stable rate; 0 disables warm-up.
+	WarmUp time.Duration
+	// ColdFactor (TokenBucket with WarmUp) is how many times slower a cold
+	// bucket admits than the stable rate; 0 means 3, Guava's default.
+	ColdFactor float64
+	// MaxDelay (LeakyBucket only) bounds how long a request may wait in
+	// the queue.
+	MaxDelay time.Duration
+	// Granularity (SlidingBuckets only) is the sub-bucket width; Window
+	// must be a multiple of it.
+	Granularity time.Duration
+	// LeaseTTL (Concurrency only) is how long a lease lives unless released.
+	LeaseTTL time.Duration
+}
+
+// Bounds on parameters. They keep every state small and every value exact
+// in the float64 arithmetic shared by the Go and Lua implementations.
+const (
+	MaxLimit          = 1_000_000_000
+	MaxLogLimit       = 10_000 // SlidingLog and Concurrency keep one entry per unit
+	MinWindow         = time.Millisecond
+	MaxWindow         = 366 * 24 * time.Hour
+	MaxBuckets        = 1024
+	MaxColdFactor     = 100
+	MaxLeaseTTL       = 24 * time.Hour
+	MaxMatchers       = 16
+	MaxKeyBy          = 8
+	MaxNameLen        = 100
+	MaxDescriptorKey  = 64
+	MaxDescriptorVal  = 256
+	MaxDescriptors    = 32
+	MaxRulesPerTier   = 1000
+	MaxOverrides      = 100_000
+	DefaultColdFactor = 3
+)
+
+// Capacity returns the largest cost one request can have and still be
+// admitted: Burst (or Limit) for bucket algorithms, Limit otherwise.
+func (p Params) Capacity() int64 {
+	switch p.Algorithm {
+	case TokenBucket, GCRA:
+		if p.Burst > 0 {
+			return p.Burst
+		}
+	}
+	return p.Limit
+}
+
+// Validate returns an *Error with CodeInvalid and one FieldError per
+// problem, or nil.
+func (p Params) Validate() error {
+	fe := newFieldErrors()
+	p.validate(fe)
+	return fe.err("limit parameters")
+}
+
+func (p Params) validate(fe fieldErrors) {
+	if p.Algorithm == AlgorithmUnspecified || p.Algorithm >= algorithmCount {
+		fe.add("algorithm", "must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency")
+		return
+	}
+	maxLimit := int64(MaxLimit)
+	if p.Algorithm == SlidingLog || p.Algorithm == Concurrency {
+		maxLimit = MaxLogLimit
+	}
+	if p.Limit < 1 || p.Limit > maxLimit {
+		fe.add("limit", "must be between 1 and %d for %s", maxLimit, p.Algorithm)
+	}
+	if p.Algorithm != Concurrency {
+		checkDuration(fe, "window", p.Window, MinWindow, MaxWindow)
+	} else if p.Window != 0 {
+		fe.add("window", "does not apply to concurrency")
+	}
+	switch p.Algorithm {
+	case TokenBucket, GCRA:
+		if p.Burst < 0 || p.Burst > MaxLimit {
+			fe.add("burst", "must be between 0 (the limit) and %d", MaxLimit)
+		}
+	default:
+		if p.Burst != 0 {
+			fe.add("burst", "applies only to token_bucket and gcra")
+		}
+	}
+	if p.Algorithm == TokenBucket {
+		if p.WarmUp != 0 {
+			checkDuration(fe, "warm_up", p.WarmUp, time.Microsecond, MaxWindow)
+		}
+		if p.ColdFactor != 0 && !(p.ColdFactor > 1 && p.ColdFactor <= MaxColdFactor) {
+			fe.add("cold_factor", "must be above 1 and at most %d (0 means %d)", MaxColdFactor, DefaultColdFactor)
+		}
+		if p.ColdFactor != 0 && p.WarmUp == 0 {
+			fe.add("cold_factor", "applies only with warm_up")
+		}
+		cold := p.ColdFactor
+		if cold == 0 {
+			cold = DefaultColdFactor
+		}
+		if p.WarmUp != 0 && float64(p.Capacity()) < cold {
+			// A cold bucket's first permit costs cold_factor intervals; a
+			// smaller burst could never admit anything while cold.
+			fe.add("burst", "must be at least cold_factor (%g) with warm_up", cold)
+		}
+	} else {
+		if p.WarmUp != 0 {
+			fe.add("warm_up", "applies only to token_bucket")
+		}
+		if p.ColdFactor != 0 {
+			fe.add("cold_factor", "applies only to token_bucket")
+		}
+	}
+	if p.Algorithm == LeakyBucket {
+		checkDuration(fe, "max_delay", p.MaxDelay, 0, MaxWindow)
+	} else if p.MaxDelay != 0 {
+		fe.add("max_delay", "applies only to leaky_bucket")
+	}
+	if p.Algorithm == SlidingBuckets {
+		switch {
+		case p.Granularity < time.Microsecond || p.Granularity%time.Microsecond != 0:
+			fe.add("granularity", "must be a positive whole number of microseconds")
+		case p.Window%p.Granularity != 0:
+			fe.add("granularity", "must divide the window exactly")
+		case p.Window/p.Granularity < 2 || p.Window/p.Granularity > MaxBuckets:
+			fe.add("granularity", "must give between 2 and %d sub-buckets per window", MaxBuckets)
+		}
+	} else if p.Granularity != 0 {
+		fe.add("granularity", "applies only to sliding_buckets")
+	}
+	if p.Algorithm == Concurrency {
+		checkDuration(fe, "lease_ttl", p.LeaseTTL, time.Millisecond, MaxLeaseTTL)
+	} else if p.LeaseTTL != 0 {
+		fe.add("lease_ttl", "applies only to concurrency")
+	}
+}
+
+func checkDuration(fe fieldErrors, field string, d, lo, hi time.Duration) {
+	switch {
+	case d < lo || d > hi:
+		fe.add(field, "must be between %s and %s", lo, hi)
+	case d%time.Microsecond != 0:
+		fe.add(field, "must be a whole number of microseconds")
+	}
+}

@@ -1,0 +1,180 @@
+package policy
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// Descriptor is one key/value pair describing a request, such as
+// client_id=abc, route=/login or method=POST.
+type Descriptor struct {
+	Key   string
+	Value string
+}
+
+// Descriptors is a request's descriptor list. Lists are short, so lookups
+// are linear; the first entry with a key wins.
+type Descriptors []Descriptor
+
+// Get returns the value of key and whether it is present.
+func (d Descriptors) Get(key string) (string, bool) {
+	for i := range d {
+		if d[i].Key == key {
+			return d[i].Value, true
+		}
+	}
+	return "", false
+}
+
+// Validate checks a request's descriptors against the size limits.
+func (d Descriptors) Validate() error {
+	fe := newFieldErrors()
+	if len(d) > MaxDescriptors {
+		fe.add("descriptors", "at most %d descriptors", MaxDescriptors)
+	}
+	for i := range d {
+		validateDescriptorKey(fe.index("descriptors", i), "key", d[i].Key)
+		if len(d[i].Value) > MaxDescriptorVal {
+			fe.index("descriptors", i).add("value", "at most %d bytes", MaxDescriptorVal)
+		}
+	}
+	return fe.err("descriptors")
+}
+
+// AnyValue as a Match value matches any value of a present descriptor.
+const AnyValue = "*"
+
+// Match is one condition of a rule: the request has descriptor Key, with
+// value Value, or with any value when Value is AnyValue.
+type Match struct {
+	Key   string
+	Value string
+}
+
+// Rule is one limit of a tier. The zero value is invalid; see Validate.
+type Rule struct {
+	// ID identifies the rule across config versions; counters are keyed by
+	// it, so renaming a rule keeps its counters.
+	ID   string
+	Name string
+	// Match lists conditions that must all hold; empty matches every request.
+	Match []Match
+	// KeyBy lists the descriptors whose values partition the counter; empty
+	// means one counter for the whole tenant. A missing descriptor counts
+	// under the empty value, so omitting an identifier never escapes a limit.
+	KeyBy []string
+	Params
+	// Shadow rules are evaluated and reported but never reject.
+	Shadow      bool
+	FailureMode FailureMode
+	Enabled     bool
+}
+
+// Matches reports whether every condition of r's Match holds for d.
+func (r *Rule) Matches(d Descriptors) bool {
+	for _, m := range r.Match {
+		v, ok := d.Get(m.Key)
+		if !ok || (m.Value != AnyValue && m.Value != v) {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate returns an *Error with CodeInvalid listing every invalid field, or nil.
+func (r *Rule) Validate() error {
+	fe := newFieldErrors()
+	r.validate(fe)
+	return fe.err("rule")
+}
+
+func (r *Rule) validate(fe fieldErrors) {
+	validateName(fe, "name", r.Name)
+	if len(r.ID) > MaxNameLen {
+		fe.add("id", "at most %d bytes", MaxNameLen)
+	}
+	if len(r.Match) > MaxMatchers {
+		fe.add("match", "at most %d conditions", MaxMatchers)
+	}
+	seen := make(map[string]bool, len(r.Match))
+	for i, m := range r.Match {
+		mf := fe.index("match", i)
+		validateDescriptorKey(mf, "key", m.Key)
+		if seen[m.Key] {
+			mf.add("key", "%q appears twice", m.Key)
+		}
+		seen[m.Key] = true
+		if m.Value == "" {
+			mf.add("value", "must not be empty (use %q for any value)", AnyValue)
+		} else if len(m.Value) > MaxDescriptorVal || !utf8.ValidString(m.Value) {
+			mf.add("value", "must be valid UTF-8 of at most %d bytes", MaxDescriptorVal)
+		}
+	}
+	if len(r.KeyBy) > MaxKeyBy {
+		fe.add("key_by", "at most %d descriptors", MaxKeyBy)
+	}
+	seen = make(map[string]bool, len(r.KeyBy))
+	for i, k := range r.KeyBy {
+		validateDescriptorKey(fe, "key_by["+strconv.Itoa(i)+"]", k)
+		if seen[k] {
+			fe.add("key_by["+strconv.Itoa(i)+"]", "%q appears twice", k)
+		}
+		seen[k] = true
+	}
+	r.Params.validate(fe)
+	if r.FailureMode > FailLocal {
+		fe.add("failure_mode", "must be open, closed or local")
+	}
+}
+
+func validateName(fe fieldErrors, field, s string) {
+	switch {
+	case s == "":
+		fe.add(field, "must not be empty")
+	case len(s) > MaxNameLen:
+		fe.add(field, "at most %d bytes", MaxNameLen)
+	case !utf8.ValidString(s):
+		fe.add(field, "must be valid UTF-8")
+	}
+}
+
+// validateDescriptorKey accepts 1 to MaxDescriptorKey bytes of
+// [A-Za-z0-9_.-], the characters Envoy descriptor keys use in practice.
+func validateDescriptorKey(fe fieldErrors, field, k string) {
+	if k == "" || len(k) > MaxDescriptorKey {
+		fe.add(field, "must be 1 to %d characters", MaxDescriptorKey)
+		return
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			fe.add(field, "may contain only letters, digits, '_', '-' and '.'")
+			return
+		}
+	}
+}
+
+// AppendCounterKey appends the counter key of rule r for tenant and the
+// request descriptors d to dst and returns the extended slice.
+//
+// It is the one place keys are built. The form is
+//
+//	{<tenant>|<len>:<value>|...}<rule id>
+//
+// The braces make a Redis Cluster hash tag of the tenant and the key-by
+// values, so rules partitioned by the same values share a slot. Values are
+// length-prefixed, so no two value lists give the same key whatever bytes
+// they contain.
+func AppendCounterKey(dst []byte, tenant string, r *Rule, d Descriptors) []byte {
+	dst = append(dst, '{')
+	dst = append(dst, tenant...)
+	for _, k := range r.KeyBy {
+		v, _ := d.Get(k)
+		dst = append(dst, '|')
+		dst = strconv.AppendInt(dst, int64(len(v)), 10)
+		dst = append(dst, ':')
+		dst = append(dst, v...)
+	}
+	dst = append(dst, '}')
+	return append(dst, r.ID...)
+}
