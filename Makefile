@@ -1,0 +1,46 @@
+# Sluice. `make help` lists the targets.
+
+GO       ?= go
+TOOL     := $(GO) tool -modfile=tools/go.mod
+GOFILES   = $(shell git ls-files '*.go' | grep -v '^internal/gen/')
+FUZZTIME ?= 30s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: dev
+dev: ## run Sluice on this machine, with embedded defaults where no service is configured
+	$(GO) run ./cmd/sluice dev
+
+.PHONY: test
+test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka
+	$(GO) test -race -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOL) staticcheck ./...
+
+.PHONY: generate
+generate: ## regenerate protobuf and Connect code into internal/gen
+	$(TOOL) buf lint
+	$(TOOL) buf generate
+
+.PHONY: generate-check
+generate-check: generate ## fail when the committed generated code is not what `make generate` produces
+	@git diff --exit-code -- internal/gen || (echo "internal/gen is stale: run make generate and commit"; exit 1)
+	@untracked=$$(git ls-files --others --exclude-standard internal/gen); \
+	  if [ -n "$$untracked" ]; then echo "untracked generated files: $$untracked"; exit 1; fi
+
+.PHONY: bench
+bench: ## run the benchmarks (figures go to docs/benchmarks.md)
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz '^FuzzAlgorithms$$' -fuzztime $(FUZZTIME) ./internal/limit/
+	$(GO) test -run '^$$' -fuzz '^FuzzRuleValidate$$' -fuzztime $(FUZZTIME) ./internal/policy/

@@ -1,0 +1,65 @@
+// Package kafkatest runs an in-process Kafka-protocol broker (kfake) per
+// test, so tests talk Kafka over real sockets without an installed broker.
+package kafkatest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Broker is a kfake cluster owned by one test.
+type Broker struct {
+	*kfake.Cluster
+	opts []kfake.Opt
+}
+
+// Addrs returns the brokers' host:port addresses, for kafka-go's Brokers.
+func (b *Broker) Addrs() []string { return b.ListenAddrs() }
+
+// Start runs a one-broker kfake cluster with topics created (with
+// partitions partitions each), closed when the test ends. Extra options,
+// such as kfake.DataDir for a broker that survives restarts, are passed on.
+func Start(t testing.TB, partitions int32, topics []string, opts ...kfake.Opt) *Broker {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...)}, opts...)
+	b := &Broker{opts: opts}
+	b.start(t, opts)
+	return b
+}
+
+func (b *Broker) start(t testing.TB, opts []kfake.Opt) {
+	t.Helper()
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("kafkatest: start kfake: %v", err)
+	}
+	b.Cluster = c
+	t.Cleanup(c.Close)
+}
+
+// Restart closes the broker and starts it again on the same port, as a
+// broker restart would; with kfake.DataDir its data survives.
+func (b *Broker) Restart(t testing.TB) {
+	t.Helper()
+	var port int
+	if _, err := fmt.Sscanf(b.ListenAddrs()[0][strings.LastIndexByte(b.ListenAddrs()[0], ':')+1:], "%d", &port); err != nil {
+		t.Fatalf("kafkatest: broker address %q: %v", b.ListenAddrs()[0], err)
+	}
+	b.Close()
+	b.start(t, append(b.opts, kfake.Ports(port)))
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// Topic returns a topic (or group) name unique to this test run of t.
+func Topic(t testing.TB) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return fmt.Sprintf("%.80s-%s", unsafeChars.ReplaceAllString(t.Name(), "-"), hex.EncodeToString(r[:]))
+}

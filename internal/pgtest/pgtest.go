@@ -1,0 +1,183 @@
+// Package pgtest gives each test its own migrated PostgreSQL schema, or a
+// transaction rolled back when the test ends, on a real server:
+// SLUICE_TEST_DATABASE_URL, else the local server on the default port, else
+// a container when a Docker engine answers. Tests isolated this way run in
+// parallel.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/containertest"
+	"github.com/sluicehq/sluice/internal/pgstore"
+)
+
+// DefaultURL is the local server tests use when SLUICE_TEST_DATABASE_URL is unset.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+var (
+	baseOnce sync.Once
+	base     string
+	baseErr  error
+)
+
+// BaseURL returns the URL of the server tests use, starting a container
+// when neither the configured nor the local server answers and Docker does.
+func BaseURL(t testing.TB) string {
+	t.Helper()
+	baseOnce.Do(func() {
+		base = os.Getenv("SLUICE_TEST_DATABASE_URL")
+		if base == "" {
+			base = DefaultURL
+		}
+		if baseErr = ping(base); baseErr == nil {
+			return
+		}
+		if u, _, err := containertest.Postgres(context.Background()); err == nil {
+			base, baseErr = u, nil // the container lives as long as the test process
+		}
+	})
+	if baseErr != nil {
+		t.Fatalf("pgtest: PostgreSQL unreachable at %s (%v): start it, or set SLUICE_TEST_DATABASE_URL", base, baseErr)
+	}
+	return base
+}
+
+func ping(u string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	return c.Close(ctx)
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// schemaName returns a unique schema name that says which test made it.
+func schemaName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	return fmt.Sprintf("t_%.40s_%s", name, hex.EncodeToString(b[:]))
+}
+
+// withSearchPath returns u with its connections' search_path set to schema.
+func withSearchPath(u, schema string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: bad database URL: %v", err))
+	}
+	q := p.Query()
+	q.Set("search_path", schema)
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+// Schema creates a schema migrated to the latest version and returns a URL
+// whose connections use it. The schema is dropped when the test ends.
+func Schema(t testing.TB) string {
+	t.Helper()
+	b := BaseURL(t)
+	schema := schemaName(t)
+	exec(t, b, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	t.Cleanup(func() { exec(t, b, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
+	u := withSearchPath(b, schema)
+	if err := pgstore.Migrate(u); err != nil {
+		t.Fatalf("pgtest: migrate %s: %v", schema, err)
+	}
+	return u
+}
+
+// Pool returns a pool on a fresh migrated schema (see Schema), closed when
+// the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), Schema(t))
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *pgxpool.Pool
+	sharedName string
+	sharedErr  error
+)
+
+// Tx returns a transaction on a migrated schema shared by the process's
+// tests; it is rolled back when the test ends, so nothing a test writes is
+// seen by another. Packages using Tx call Main from TestMain to drop the
+// shared schema at exit.
+func Tx(t testing.TB) pgx.Tx {
+	t.Helper()
+	b := BaseURL(t)
+	sharedOnce.Do(func() {
+		var r [4]byte
+		_, _ = rand.Read(r[:])
+		sharedName = "pgtest_shared_" + hex.EncodeToString(r[:])
+		if sharedErr = execErr(b, "CREATE SCHEMA "+sharedName); sharedErr != nil {
+			return
+		}
+		u := withSearchPath(b, sharedName)
+		if sharedErr = pgstore.Migrate(u); sharedErr != nil {
+			return
+		}
+		shared, sharedErr = pgxpool.New(context.Background(), u)
+	})
+	if sharedErr != nil {
+		t.Fatalf("pgtest: shared schema: %v", sharedErr)
+	}
+	tx, err := shared.Begin(context.Background())
+	if err != nil {
+		t.Fatalf("pgtest: begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// Main runs the package's tests, then drops the schema shared by Tx.
+func Main(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+		_ = execErr(base, "DROP SCHEMA "+sharedName+" CASCADE")
+	}
+	os.Exit(code)
+}
+
+func exec(t testing.TB, u, sql string) {
+	t.Helper()
+	if err := execErr(u, sql); err != nil {
+		t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+func execErr(u, sql string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, sql)
+	return err
+}

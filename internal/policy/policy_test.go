@@ -1,0 +1,222 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func validRule() Rule {
+	return Rule{
+		ID: "r1", Name: "login attempts",
+		Match:   []Match{{Key: "route", Value: "/login"}, {Key: "method", Value: "POST"}},
+		KeyBy:   []string{"client_id"},
+		Params:  Params{Algorithm: TokenBucket, Limit: 10, Window: time.Minute},
+		Enabled: true,
+	}
+}
+
+// fields returns the field paths of err's details.
+func fields(err error) []string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	var out []string
+	for _, f := range e.Fields {
+		out = append(out, f.Field)
+	}
+	return out
+}
+
+func TestRuleValidateReportsEachField(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mutate func(*Rule)
+		want   []string
+	}{
+		{"valid", func(*Rule) {}, nil},
+		{"no name", func(r *Rule) { r.Name = "" }, []string{"name"}},
+		{"no algorithm", func(r *Rule) { r.Algorithm = 0 }, []string{"algorithm"}},
+		{"zero limit", func(r *Rule) { r.Limit = 0 }, []string{"limit"}},
+		{"huge limit", func(r *Rule) { r.Limit = MaxLimit + 1 }, []string{"limit"}},
+		{"tiny window", func(r *Rule) { r.Window = time.Microsecond }, []string{"window"}},
+		{"sub-microsecond window", func(r *Rule) { r.Window = time.Second + 1 }, []string{"window"}},
+		{"window too long", func(r *Rule) { r.Window = MaxWindow + time.Second }, []string{"window"}},
+		{"negative burst", func(r *Rule) { r.Burst = -1 }, []string{"burst"}},
+		{"bad match key", func(r *Rule) { r.Match[1].Key = "bad key!" }, []string{"match[1].key"}},
+		{"empty match value", func(r *Rule) { r.Match[0].Value = "" }, []string{"match[0].value"}},
+		{"duplicate match", func(r *Rule) { r.Match[1].Key = "route" }, []string{"match[1].key"}},
+		{"duplicate key_by", func(r *Rule) { r.KeyBy = []string{"ip", "ip"} }, []string{"key_by[1]"}},
+		{"max_delay on a bucket", func(r *Rule) { r.MaxDelay = time.Second }, []string{"max_delay"}},
+		{"several at once", func(r *Rule) { r.Name, r.Limit, r.Granularity = "", -5, time.Second },
+			[]string{"name", "limit", "granularity"}},
+		{"warm-up burst below cold factor", func(r *Rule) { r.WarmUp, r.Burst = time.Second, 2 }, []string{"burst"}},
+		{"cold factor without warm-up", func(r *Rule) { r.ColdFactor = 2 }, []string{"cold_factor"}},
+		{"bad failure mode", func(r *Rule) { r.FailureMode = 9 }, []string{"failure_mode"}},
+		{"sliding log too large", func(r *Rule) { r.Algorithm, r.Limit = SlidingLog, MaxLogLimit+1 }, []string{"limit"}},
+		{"buckets not dividing", func(r *Rule) {
+			r.Algorithm, r.Granularity = SlidingBuckets, 7*time.Second
+		}, []string{"granularity"}},
+		{"concurrency with a window", func(r *Rule) { r.Algorithm, r.LeaseTTL = Concurrency, time.Second }, []string{"window"}},
+		{"concurrency without ttl", func(r *Rule) { r.Algorithm, r.Window = Concurrency, 0 }, []string{"lease_ttl"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := validRule()
+			r.Match = slices.Clone(r.Match)
+			tt.mutate(&r)
+			err := r.Validate()
+			if got := fields(err); !slices.Equal(got, tt.want) {
+				t.Fatalf("fields %v, want %v (err: %v)", got, tt.want, err)
+			}
+			if tt.want != nil && (!errors.Is(err, ErrInvalid) || ErrorCode(err) != CodeInvalid) {
+				t.Fatalf("error %v is not CodeInvalid", err)
+			}
+		})
+	}
+}
+
+func TestTierValidateNestsRuleFields(t *testing.T) {
+	t.Parallel()
+	a, b := validRule(), validRule()
+	b.Limit = 0
+	tier := Tier{Name: "Free Tier", Rules: []Rule{a, b}}
+	got := fields(tier.Validate())
+	want := []string{"name", "rules[1].limit", "rules[1].name"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fields %v, want %v", got, want)
+	}
+}
+
+func TestOverrideValidate(t *testing.T) {
+	t.Parallel()
+	good := &Params{Algorithm: FixedWindow, Limit: 100, Window: time.Minute}
+	tests := []struct {
+		o    Override
+		want []string
+	}{
+		{Override{Identifier: "vip-*", Tier: "pro"}, nil},
+		{Override{Identifier: "client-9", RuleID: "r1", Params: good}, nil},
+		{Override{Identifier: "a*b", Tier: "pro"}, []string{"identifier"}},
+		{Override{Identifier: "x"}, []string{"tier"}},
+		{Override{Identifier: "x", Tier: "pro", RuleID: "r1"}, []string{"tier"}},
+		{Override{Identifier: "x", RuleID: "r1"}, []string{"params"}},
+		{Override{Identifier: "x", RuleID: "r1", Params: &Params{Algorithm: FixedWindow}}, []string{"params.limit", "params.window"}},
+	}
+	for i, tt := range tests {
+		if got := fields(tt.o.Validate()); !slices.Equal(got, tt.want) {
+			t.Errorf("case %d: fields %v, want %v", i, got, tt.want)
+		}
+	}
+}
+
+func TestOverrideApplies(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	prefix := Override{Identifier: "vip-*"}
+	exact := Override{Identifier: "vip-1", ExpiresAt: now.Add(time.Hour)}
+	switch {
+	case !prefix.Applies("vip-42", now), prefix.Applies("vi", now):
+		t.Fatal("prefix match")
+	case !exact.Applies("vip-1", now), exact.Applies("vip-10", now):
+		t.Fatal("exact match")
+	case exact.Applies("vip-1", now.Add(time.Hour)):
+		t.Fatal("an expired override still applies")
+	}
+}
+
+func TestRuleMatches(t *testing.T) {
+	t.Parallel()
+	r := validRule()
+	r.Match = append(r.Match, Match{Key: "client_id", Value: AnyValue})
+	d := Descriptors{{"route", "/login"}, {"method", "POST"}, {"client_id", "c1"}}
+	if !r.Matches(d) {
+		t.Fatal("all conditions hold")
+	}
+	if r.Matches(d[:2]) {
+		t.Fatal("matched without the client_id descriptor")
+	}
+	if r.Matches(Descriptors{{"route", "/login"}, {"method", "GET"}, {"client_id", "c1"}}) {
+		t.Fatal("matched another method")
+	}
+	if !(&Rule{}).Matches(nil) {
+		t.Fatal("an empty match must match everything")
+	}
+}
+
+func TestCounterKeyIsInjective(t *testing.T) {
+	t.Parallel()
+	r := &Rule{ID: "r1", KeyBy: []string{"a", "b"}}
+	k1 := AppendCounterKey(nil, "t1", r, Descriptors{{"a", "x|1:y"}, {"b", ""}})
+	k2 := AppendCounterKey(nil, "t1", r, Descriptors{{"a", "x"}, {"b", "y"}})
+	k3 := AppendCounterKey(nil, "t1", r, Descriptors{{"a", "x"}})
+	if bytes.Equal(k1, k2) || bytes.Equal(k2, k3) || bytes.Equal(k1, k3) {
+		t.Fatalf("keys collide: %q %q %q", k1, k2, k3)
+	}
+	if got := string(k2); got != "{t1|1:x|1:y}r1" {
+		t.Fatalf("key %q", got)
+	}
+	// A missing key-by descriptor counts under the empty value: omitting an
+	// identifier does not escape the limit.
+	if got := string(k3); got != "{t1|1:x|0:}r1" {
+		t.Fatalf("key %q", got)
+	}
+}
+
+func TestDescriptorsValidate(t *testing.T) {
+	t.Parallel()
+	long := string(make([]byte, MaxDescriptorVal+1))
+	got := fields(Descriptors{{"ok", "v"}, {"", "v"}, {"k", long}}.Validate())
+	if want := []string{"descriptors[1].key", "descriptors[2].value"}; !slices.Equal(got, want) {
+		t.Fatalf("fields %v, want %v", got, want)
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	t.Parallel()
+	for a := TokenBucket; a < algorithmCount; a++ {
+		if got, err := ParseAlgorithm(a.String()); err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
+		}
+	}
+	if _, err := ParseAlgorithm("unspecified"); ErrorCode(err) != CodeInvalid {
+		t.Errorf("unspecified parsed: %v", err)
+	}
+	for m := FailOpen; m <= FailLocal; m++ {
+		if got, err := ParseFailureMode(m.String()); err != nil || got != m {
+			t.Errorf("ParseFailureMode(%q) = %v, %v", m, got, err)
+		}
+	}
+}
+
+// FuzzRuleValidate: validation never panics, and whatever it accepts is
+// within the bounds every engine relies on.
+func FuzzRuleValidate(f *testing.F) {
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0)
+	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5)
+	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64) {
+		r := Rule{ID: id, Name: name, Match: []Match{{mk, mv}}, KeyBy: []string{kb},
+			Params: Params{Algorithm: Algorithm(alg), Limit: limit, Window: time.Duration(window), Burst: burst,
+				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold}}
+		err := r.Validate()
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeInvalid || len(e.Fields) == 0 {
+				t.Fatalf("invalid rule without field details: %v", err)
+			}
+			return
+		}
+		p := r.Params
+		if p.Limit < 1 || p.Limit > MaxLimit || p.Capacity() < 1 || p.Capacity() > MaxLimit {
+			t.Fatalf("accepted out-of-bounds limits: %+v", p)
+		}
+		if p.Algorithm != Concurrency && (p.Window < MinWindow || p.Window > MaxWindow || p.Window%time.Microsecond != 0) {
+			t.Fatalf("accepted window %v", p.Window)
+		}
+	})
+}

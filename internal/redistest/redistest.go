@@ -1,0 +1,280 @@
+// Package redistest gives tests real Redis: the shared server with a unique
+// key prefix per test (cleaned with SCAN and UNLINK, never FLUSHDB), a
+// throwaway server a test may stop and restart, and a throwaway 3-master
+// Redis Cluster, both started from the redis-server binary on free loopback
+// ports.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/containertest"
+)
+
+// DefaultAddr is the shared server tests use when SLUICE_TEST_REDIS_ADDR is unset.
+const DefaultAddr = "127.0.0.1:6379"
+
+var (
+	addrOnce sync.Once
+	addr     string
+	addrErr  error
+)
+
+// Addr returns the shared server's address: SLUICE_TEST_REDIS_ADDR, else
+// the local default, else a container when a Docker engine answers.
+func Addr(t testing.TB) string {
+	t.Helper()
+	addrOnce.Do(func() {
+		addr = os.Getenv("SLUICE_TEST_REDIS_ADDR")
+		if addr == "" {
+			addr = DefaultAddr
+		}
+		if addrErr = ping(addr); addrErr == nil {
+			return
+		}
+		if a, _, err := containertest.Redis(context.Background()); err == nil {
+			addr, addrErr = a, nil
+		}
+	})
+	if addrErr != nil {
+		t.Fatalf("redistest: Redis unreachable at %s (%v): start it, or set SLUICE_TEST_REDIS_ADDR", addr, addrErr)
+	}
+	return addr
+}
+
+func ping(a string) error {
+	c := redis.NewClient(&redis.Options{Addr: a, DialTimeout: 2 * time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_]+`)
+
+// Prefix returns a key prefix unique to this test run of t, such as
+// "test:TestFoo:1a2b3c4d:". The braces of hash tags are not used, so keys
+// under one prefix may still spread over a cluster's slots.
+func Prefix(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("test:%.40s:%s:", unsafeChars.ReplaceAllString(t.Name(), "_"), hex.EncodeToString(b[:]))
+}
+
+// Client returns a client of the shared server and a prefix for this test's
+// keys; every key under the prefix is deleted when the test ends.
+func Client(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: Addr(t)})
+	prefix := Prefix(t)
+	t.Cleanup(func() {
+		if err := DeleteKeys(context.Background(), c, prefix); err != nil {
+			t.Errorf("redistest: cleaning %s*: %v", prefix, err)
+		}
+		c.Close()
+	})
+	return c, prefix
+}
+
+// DeleteKeys removes every key starting with prefix, on each master of a
+// cluster, with SCAN and UNLINK.
+func DeleteKeys(ctx context.Context, c redis.UniversalClient, prefix string) error {
+	pattern := escapeGlob(prefix) + "*"
+	del := func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, pattern, 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		for len(keys) > 0 {
+			batch := keys[:min(len(keys), 500)]
+			keys = keys[len(batch):]
+			for _, k := range batch { // one key per call: a cluster refuses cross-slot UNLINK
+				if err := n.Unlink(ctx, k).Err(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, del)
+	}
+	if n, ok := c.(*redis.Client); ok {
+		return del(ctx, n)
+	}
+	return fmt.Errorf("redistest: unsupported client %T", c)
+}
+
+func escapeGlob(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`, `]`, `\]`)
+	return r.Replace(s)
+}
+
+// Server is a redis-server process owned by one test.
+type Server struct {
+	Addr string
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// StartServer starts a throwaway redis-server on a free port; it is killed
+// when the test ends. The test may Stop and Start it.
+func StartServer(t testing.TB, extraArgs ...string) *Server {
+	t.Helper()
+	port := freePort(t, false)
+	s := &Server{port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(), args: extraArgs}
+	s.Start(t)
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+// Start starts the stopped server again on the same port and waits until it
+// answers.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	args := append([]string{
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
+	}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: start redis-server (is it installed?): %v", err)
+	}
+	if err := waitFor(func() error { return ping(s.Addr) }); err != nil {
+		s.kill()
+		t.Fatalf("redistest: redis-server on %s never answered: %v", s.Addr, err)
+	}
+}
+
+// Stop kills the server at once, as a crash or an outage would.
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.kill()
+}
+
+func (s *Server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Cluster is a throwaway Redis Cluster of three masters and no replicas.
+type Cluster struct {
+	Addrs   []string
+	Servers []*Server
+}
+
+// StartCluster starts three cluster-enabled redis-servers, splits the 16384
+// slots between them, joins them and waits until the cluster is ok. The
+// servers are killed when the test ends.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	for range 3 {
+		port := freePort(t, true)
+		s := &Server{port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(),
+			args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
+		s.Start(t)
+		t.Cleanup(func() { s.kill() })
+		c.Servers = append(c.Servers, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	ctx := context.Background()
+	for i, s := range c.Servers {
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		lo, hi := i*16384/3, (i+1)*16384/3-1
+		err := n.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+		if err == nil && i > 0 {
+			err = n.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Servers[0].port)).Err()
+		}
+		n.Close()
+		if err != nil {
+			t.Fatalf("redistest: cluster setup on %s: %v", s.Addr, err)
+		}
+	}
+	err := waitFor(func() error {
+		for _, s := range c.Servers {
+			n := redis.NewClient(&redis.Options{Addr: s.Addr})
+			info, err := n.ClusterInfo(ctx).Result()
+			n.Close()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+				return fmt.Errorf("%s not ready: %.60s", s.Addr, info)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("redistest: cluster never became ok: %v", err)
+	}
+	return c
+}
+
+// Client returns a cluster client, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// waitFor polls f until it succeeds or 15 seconds pass.
+func waitFor(f func() error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort returns a loopback port nothing listens on; with bus, port+10000
+// (a cluster node's bus port) is free too.
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("redistest: free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !bus {
+			return port
+		}
+		if port+10000 > 65535 {
+			continue
+		}
+		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
+			l2.Close()
+			return port
+		}
+	}
+	t.Fatal("redistest: no free port pair")
+	return 0
+}
