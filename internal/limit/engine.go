@@ -1,8 +1,8 @@
 package limit
 
 import (
-	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -49,7 +49,7 @@ func (c *EngineConfig) validate() {
 type Engine struct {
 	shards   []shard
 	shift    uint
-	seed     maphash.Seed
+	seed     uint64
 	perShard int
 
 	evictions   atomic.Uint64
@@ -81,7 +81,7 @@ func NewEngine(cfg EngineConfig) *Engine {
 	e := &Engine{
 		shards:   make([]shard, cfg.Shards),
 		shift:    uint(64 - bits.TrailingZeros(uint(cfg.Shards))),
-		seed:     maphash.MakeSeed(),
+		seed:     rand.Uint64(),
 		perShard: max(1, cfg.MaxKeys/cfg.Shards),
 	}
 	for i := range e.shards {
@@ -91,15 +91,12 @@ func NewEngine(cfg EngineConfig) *Engine {
 }
 
 func (e *Engine) hash(key string, l *Limiter) uint64 {
-	return maphash.String(e.seed, key) ^ uint64(l.alg)*0x9E3779B97F4A7C15
+	return hashString(e.seed, key) ^ uint64(l.alg)*0x9E3779B97F4A7C15
 }
 
-func (e *Engine) shardNum(h uint64) int {
-	if e.shift == 64 { // a single shard
-		return 0
-	}
-	return int(h >> e.shift)
-}
+// shardNum takes the top bits of h; with one shard the shift is 64, which
+// Go defines to give 0.
+func (e *Engine) shardNum(h uint64) int { return int(h >> e.shift) }
 
 func (e *Engine) shardOf(h uint64) *shard { return &e.shards[e.shardNum(h)] }
 
@@ -190,6 +187,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 		if rq.Limiter.usesExt() {
 			buf = make([]int64, 0, len(s.Ext)+3)
 		}
+		p.before = s
 		p.s, res[k] = rq.Limiter.Eval(s, Args{Now: now, Cost: rq.Cost, Lease: rq.Lease}, buf)
 		p.commit = res[k].Allowed && rq.Cost > 0
 		if !res[k].Allowed && !rq.Shadow {
@@ -197,6 +195,13 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 		}
 	}
 	if !allowed {
+		// Nothing was consumed: rules that would have admitted answer with
+		// their untouched state, so their remaining is not understated.
+		for k, rq := range reqs {
+			if res[k].Allowed {
+				_, res[k] = rq.Limiter.Eval(ps[k].before, Args{Now: now, Lease: rq.Lease}, nil)
+			}
+		}
 		return false
 	}
 	for k, rq := range reqs {
@@ -213,9 +218,9 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 
 // pending is one request's evaluation inside AllowAll, before commit.
 type pending struct {
-	h      uint64
-	s      State
-	commit bool
+	h         uint64
+	before, s State
+	commit    bool
 }
 
 // lastCommit returns the index of the last entry of ps that commits h, or -1.

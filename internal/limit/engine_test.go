@@ -54,6 +54,9 @@ func TestEngineAllOrNothing(t *testing.T) {
 	if e.AllowAll(both, t0, res) || !res[0].Allowed || res[1].Allowed {
 		t.Fatalf("third decision: global should reject alone: %+v", res)
 	}
+	if res[0].Remaining != 3 {
+		t.Fatalf("per-client reports %d remaining on a rejected decision, want 3 (nothing consumed)", res[0].Remaining)
+	}
 	if k := Deciding(both, res, false); k != 1 {
 		t.Fatalf("deciding rule %d, want the rejecting one", k)
 	}

@@ -70,6 +70,7 @@ type Limiter struct {
 	buckets  int     // sub-buckets per window
 	leaseTTL int64   // µs
 	warm     *warmUp // nil unless the token bucket warms up
+	ext      bool    // keeps variable-size state (State.Ext)
 }
 
 // Compile returns the Limiter for p. p must be valid (see
@@ -90,6 +91,7 @@ func Compile(p policy.Params) (*Limiter, error) {
 		l.perUS = 1 / l.interval
 	}
 	l.tau = float64(l.capacity) * l.interval
+	l.ext = p.Algorithm == policy.SlidingLog || p.Algorithm == policy.SlidingBuckets || p.Algorithm == policy.Concurrency
 	l.shown = l.capacity
 	switch p.Algorithm {
 	case policy.LeakyBucket:
@@ -128,9 +130,7 @@ func (l *Limiter) Algorithm() policy.Algorithm { return l.alg }
 func (l *Limiter) Capacity() int64 { return l.capacity }
 
 // usesExt reports whether the algorithm keeps variable-size state.
-func (l *Limiter) usesExt() bool {
-	return l.alg == policy.SlidingLog || l.alg == policy.SlidingBuckets || l.alg == policy.Concurrency
-}
+func (l *Limiter) usesExt() bool { return l.ext }
 
 // Eval evaluates one request against state s and returns the state to store
 // and the answer. A rejected request, a zero cost or an invalid cost returns
@@ -163,7 +163,11 @@ func (l *Limiter) Step(s *State, a Args, buf []int64, r *Result) bool {
 		}
 		return false
 	}
-	l.step(s, a, buf, r) // algorithms write s only when they admit
+	if l.alg <= policy.LeakyBucket && l.warm == nil { // the meters, inline
+		l.meter(s, a, r)
+	} else {
+		l.step(s, a, buf, r) // algorithms write s only when they admit
+	}
 	return r.Allowed
 }
 

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startDev runs `sluice dev` in-process on a free port and returns the
+// banner's lines once it has printed them.
+func startDev(t *testing.T) (banner string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "-addr", "127.0.0.1:0"}, pw, io.Discard, func(string) string { return "" })
+		pw.Close()
+	}()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		var b strings.Builder
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
+				lines <- b.String()
+			}
+		}
+		close(lines)
+	}()
+	select {
+	case banner = <-lines:
+	case err := <-done:
+		t.Fatalf("sluice dev exited early: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("sluice dev printed no banner")
+	}
+	t.Cleanup(cancel)
+	return banner, func() error { cancel(); return <-done }
+}
+
+func TestDevPrintsAWorkingCurlLineAndRejectsEventually(t *testing.T) {
+	banner, stop := startDev(t)
+	curl := regexp.MustCompile(`(?m)^\s+try\s+(curl .*)$`).FindStringSubmatch(banner)
+	if curl == nil {
+		t.Fatalf("no curl line in the banner:\n%s", banner)
+	}
+	if _, err := exec.LookPath("curl"); err == nil {
+		out, err := exec.Command("sh", "-c", curl[1]).Output()
+		var dec struct{ Allowed bool }
+		if err != nil || json.Unmarshal(out, &dec) != nil || !dec.Allowed {
+			t.Fatalf("the printed curl line: %q, %v", out, err)
+		}
+	}
+	api := regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(banner)[1]
+	key := regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner)[1]
+	rejected := false
+	for i := 0; i < 20 && !rejected; i++ {
+		req, _ := http.NewRequest("POST", api+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"bob"}}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case 200:
+		case 429:
+			rejected = resp.Header.Get("Retry-After") != ""
+		default:
+			t.Fatalf("check %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if !rejected {
+		t.Fatal("20 checks against a limit of 10 per minute were never rejected")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stopping sluice dev: %v", err)
+	}
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	var stderr strings.Builder
+	err := run(context.Background(), []string{"frobnicate"}, io.Discard, &stderr, func(string) string { return "" })
+	if err != errUsage || !strings.Contains(stderr.String(), "unknown command") {
+		t.Fatalf("err %v, stderr %q", err, stderr.String())
+	}
+}

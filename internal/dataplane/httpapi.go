@@ -1,0 +1,311 @@
+// Package dataplane serves decisions: the HTTP check APIs, and the
+// authentication of check keys.
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// DefaultMaxBodyBytes bounds a check request's body.
+const DefaultMaxBodyBytes = 64 << 10
+
+// AuthenticateFunc returns the config of the tenant whose check key r
+// carries, or a policy error with CodeUnauthenticated.
+type AuthenticateFunc func(r *http.Request) (*decide.Config, error)
+
+// HTTPConfig configures the HTTP check API.
+type HTTPConfig struct {
+	Decider      *decide.Decider
+	Authenticate AuthenticateFunc
+	MaxBodyBytes int64        // 0 means DefaultMaxBodyBytes
+	Logger       *slog.Logger // nil means slog.Default()
+}
+
+// NewHTTPHandler returns the handler of POST /v1/check and the
+// seed-compatible POST /shouldAllowRequest.
+func NewHTTPHandler(cfg HTTPConfig) http.Handler {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &httpAPI{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", h.check)
+	mux.HandleFunc("POST /shouldAllowRequest", h.shouldAllow)
+	return mux
+}
+
+type httpAPI struct{ cfg HTTPConfig }
+
+// checkBody is the JSON of POST /v1/check.
+type checkBody struct {
+	Tier        string            `json:"tier"`
+	Descriptors map[string]string `json:"descriptors"`
+	Cost        int64             `json:"cost"`
+}
+
+// RuleJSON is one rule's answer in a check response.
+type RuleJSON struct {
+	Rule         string `json:"rule"`
+	Allowed      bool   `json:"allowed"`
+	Shadow       bool   `json:"shadow,omitempty"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"` // absent when never admissible
+	DelayMS      int64  `json:"delay_ms,omitempty"`
+}
+
+// CheckJSON is the body of a check response when the request is allowed.
+type CheckJSON struct {
+	Allowed       bool       `json:"allowed"`
+	Rules         []RuleJSON `json:"rules"`
+	ConfigVersion int64      `json:"config_version"`
+}
+
+func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
+	var body checkBody
+	c, ok := h.begin(w, r, &body)
+	if !ok {
+		return
+	}
+	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: descriptorsOf(body.Descriptors)}
+	h.decide(w, r.Context(), c, req, false)
+}
+
+// shouldAllowBody is the seed API's request. The timestamp is accepted for
+// compatibility and not trusted: time comes from the decider's store.
+type shouldAllowBody struct {
+	ClientID  string `json:"clientId"`
+	Timestamp any    `json:"timestamp"`
+}
+
+func (h *httpAPI) shouldAllow(w http.ResponseWriter, r *http.Request) {
+	var body shouldAllowBody
+	c, ok := h.begin(w, r, &body)
+	if !ok {
+		return
+	}
+	if body.ClientID == "" {
+		h.fail(w, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+			Fields: []policy.FieldError{{Field: "clientId", Description: "required"}}})
+		return
+	}
+	req := decide.Request{Descriptors: policy.Descriptors{{Key: policy.DefaultIdentifierKey, Value: body.ClientID}}}
+	h.decide(w, r.Context(), c, req, true)
+}
+
+func (h *httpAPI) decide(w http.ResponseWriter, ctx context.Context, c *decide.Config, req decide.Request, seed bool) {
+	dec, err := h.cfg.Decider.Decide(ctx, c, req)
+	if err != nil {
+		h.fail(w, err)
+		return
+	}
+	SetHeaders(w.Header(), dec)
+	status := http.StatusOK
+	if !dec.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	switch {
+	case seed:
+		writeJSON(w, status, "application/json", map[string]bool{"allowed": dec.Allowed})
+	case dec.Allowed:
+		writeJSON(w, status, "application/json", CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version})
+	default:
+		writeJSON(w, status, "application/problem+json", rejectedProblem(dec))
+	}
+}
+
+// begin authenticates r and decodes its body into v; on failure it has
+// answered and returns false.
+func (h *httpAPI) begin(w http.ResponseWriter, r *http.Request, v any) (*decide.Config, bool) {
+	c, err := h.cfg.Authenticate(r)
+	if err != nil {
+		h.fail(w, err)
+		return nil, false
+	}
+	return c, h.decodeJSON(w, r, v)
+}
+
+// decodeJSON reads one JSON object of at most MaxBodyBytes; unknown fields
+// and trailing data are errors.
+func (h *httpAPI) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeProblem(w, http.StatusRequestEntityTooLarge, "Request too large",
+			fmt.Sprintf("the body exceeds %d bytes", h.cfg.MaxBodyBytes), nil)
+		return false
+	}
+	writeProblem(w, http.StatusBadRequest, "Malformed request", "the body is not a valid check: "+err.Error(), nil)
+	return false
+}
+
+// fail answers err: policy errors with their status and details, anything
+// else as an internal error whose text is logged, never sent.
+func (h *httpAPI) fail(w http.ResponseWriter, err error) {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		h.cfg.Logger.Error("check failed", "err", err)
+		writeProblem(w, http.StatusInternalServerError, "Internal error", "the decision could not be made", nil)
+		return
+	}
+	status := HTTPStatus(pe.Code)
+	writeProblem(w, status, http.StatusText(status), pe.Message, pe.Fields)
+}
+
+// HTTPStatus maps a policy error code to an HTTP status, in one place.
+func HTTPStatus(c policy.Code) int {
+	switch c {
+	case policy.CodeInvalid:
+		return http.StatusBadRequest
+	case policy.CodeNotFound:
+		return http.StatusNotFound
+	case policy.CodeConflict:
+		return http.StatusConflict
+	case policy.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case policy.CodePermissionDenied:
+		return http.StatusForbidden
+	case policy.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case policy.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+func descriptorsOf(m map[string]string) policy.Descriptors {
+	d := make(policy.Descriptors, 0, len(m))
+	for k, v := range m {
+		d = append(d, policy.Descriptor{Key: k, Value: v})
+	}
+	slices.SortFunc(d, func(a, b policy.Descriptor) int { return strings.Compare(a.Key, b.Key) })
+	return d
+}
+
+func rulesJSON(dec decide.Decision) []RuleJSON {
+	out := make([]RuleJSON, len(dec.Rules))
+	for i, r := range dec.Rules {
+		out[i] = RuleJSON{Rule: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow, Limit: r.Limit,
+			Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay)}
+		if !r.Allowed && r.RetryAfter != limit.Never {
+			ms := ceilMS(r.RetryAfter)
+			out[i].RetryAfterMS = &ms
+		}
+	}
+	return out
+}
+
+// problem is an RFC 9457 problem details body.
+type problem struct {
+	Type             string              `json:"type"`
+	Title            string              `json:"title"`
+	Status           int                 `json:"status"`
+	Detail           string              `json:"detail"`
+	Errors           []policy.FieldError `json:"errors,omitempty"`
+	ViolatedPolicies []string            `json:"violated_policies,omitempty"`
+	Rules            []RuleJSON          `json:"rules,omitempty"`
+	ConfigVersion    int64               `json:"config_version,omitempty"`
+}
+
+func rejectedProblem(dec decide.Decision) problem {
+	p := problem{Type: "https://sluice.dev/problems/rate-limited", Title: "Too Many Requests",
+		Status: http.StatusTooManyRequests, Rules: rulesJSON(dec), ConfigVersion: dec.Version}
+	for _, r := range dec.Rules {
+		if !r.Allowed && !r.Rule.Shadow {
+			p.ViolatedPolicies = append(p.ViolatedPolicies, r.Rule.Name)
+		}
+	}
+	p.Detail = "rejected by " + strings.Join(p.ViolatedPolicies, ", ")
+	return p
+}
+
+func writeProblem(w http.ResponseWriter, status int, title, detail string, fields []policy.FieldError) {
+	writeJSON(w, status, "application/problem+json", problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Errors: fields})
+}
+
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// SetHeaders sets the rate limit headers of dec: RateLimit-Policy and
+// RateLimit (IETF draft, one item per rule), and X-RateLimit-Limit,
+// -Remaining and -Reset and, on a rejection, Retry-After, of the deciding
+// rule: the one that denied, not one that passed.
+func SetHeaders(h http.Header, dec decide.Decision) {
+	if len(dec.Rules) == 0 {
+		return
+	}
+	var pol, cur []string
+	for _, r := range dec.Rules {
+		name := sfString(r.Rule.Name)
+		item := name + ";q=" + strconv.FormatInt(r.Limit, 10)
+		if r.Rule.Window > 0 {
+			item += ";w=" + strconv.FormatInt(ceilSeconds(r.Rule.Window), 10)
+		}
+		pol = append(pol, item)
+		cur = append(cur, name+";r="+strconv.FormatInt(r.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(r.ResetAfter), 10))
+	}
+	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
+	h.Set("RateLimit", strings.Join(cur, ", "))
+	if dec.Deciding < 0 {
+		return
+	}
+	d := dec.Rules[dec.Deciding]
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
+	if !dec.Allowed && d.RetryAfter != limit.Never {
+		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+	}
+}
+
+// sfString quotes s as a structured-field string (RFC 8941): printable
+// ASCII, with '"' and '\' escaped; other bytes become '?'.
+func sfString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+func ceilMS(d time.Duration) int64      { return int64((d + time.Millisecond - 1) / time.Millisecond) }

@@ -1,0 +1,151 @@
+package dataplane
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+type fixedClock struct{ t time.Time }
+
+func (c *fixedClock) now() time.Time { return c.t }
+
+// newServer serves a tenant whose free tier allows 3 per minute per client
+// and 2 per minute on /login, and returns its check key.
+func newServer(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	snap := &policy.Snapshot{
+		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
+			{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
+			{ID: "r2", Name: "login", KeyBy: []string{"client_id"}, Enabled: true, Match: []policy.Match{{Key: "route", Value: "/login"}},
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
+		}}},
+	}
+	c, err := decide.Compile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fixedClock{t: time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC)}
+	keys := NewKeys()
+	secret, _ := policy.NewKeySecret(policy.KeyCheck)
+	keys.Set(policy.HashKey(secret), c)
+	h := NewHTTPHandler(HTTPConfig{
+		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now),
+		Authenticate: keys.Authenticate,
+		MaxBodyBytes: 1024,
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, secret
+}
+
+func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: body %q is not JSON: %v", path, raw, err)
+	}
+	return resp, m
+}
+
+func TestCheckUntilRejected(t *testing.T) {
+	t.Parallel()
+	srv, key := newServer(t)
+	body := `{"descriptors":{"client_id":"alice","route":"/login"}}`
+	for i := range 2 {
+		resp, m := post(t, srv, "/v1/check", key, body)
+		if resp.StatusCode != 200 || m["allowed"] != true {
+			t.Fatalf("check %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+	resp, m := post(t, srv, "/v1/check", key, body)
+	if resp.StatusCode != 429 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("third login: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if v := m["violated_policies"].([]any); len(v) != 1 || v[0] != "login" {
+		t.Fatalf("violated policies %v, want [login]", v)
+	}
+	// Headers of the rule that denied (login: 2, 0 left), not of per-client (3, 1 left).
+	h := resp.Header
+	want := map[string]string{
+		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "45", "Retry-After": "45",
+		"RateLimit-Policy": `"per-client";q=3;w=60, "login";q=2;w=60`,
+		"RateLimit":        `"per-client";r=1;t=45, "login";r=0;t=45`,
+	}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s: %q, want %q", k, got, v)
+		}
+	}
+}
+
+func TestShouldAllowRequest(t *testing.T) {
+	t.Parallel()
+	srv, key := newServer(t)
+	var answers []bool
+	for range 4 {
+		_, m := post(t, srv, "/shouldAllowRequest", key, `{"clientId":"bob","timestamp":1700000000}`)
+		answers = append(answers, m["allowed"].(bool))
+	}
+	if want := []bool{true, true, true, false}; !slices.Equal(answers, want) {
+		t.Fatalf("answers %v, want %v", answers, want)
+	}
+}
+
+func TestCheckRefusesBadRequests(t *testing.T) {
+	t.Parallel()
+	srv, key := newServer(t)
+	tests := []struct {
+		name, key, body string
+		status          int
+		field           string
+	}{
+		{"no key", "", `{}`, 401, ""},
+		{"unknown key", "sk_check_nope", `{}`, 401, ""},
+		{"malformed JSON", key, `{"descriptors":`, 400, ""},
+		{"unknown field", key, `{"tenant":"other"}`, 400, ""},
+		{"trailing data", key, `{} {}`, 400, ""},
+		{"too large", key, `{"descriptors":{"client_id":"` + strings.Repeat("x", 2000) + `"}}`, 413, ""},
+		{"negative cost", key, `{"cost":-2}`, 400, "cost"},
+		{"unknown tier", key, `{"tier":"gold"}`, 400, "tier"},
+		{"bad descriptor", key, `{"descriptors":{"no spaces":"x"}}`, 400, "descriptors[0].key"},
+	}
+	for _, tt := range tests {
+		resp, m := post(t, srv, "/v1/check", tt.key, tt.body)
+		if resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s, want %d problem+json", tt.name, resp.StatusCode, resp.Header.Get("Content-Type"), tt.status)
+			continue
+		}
+		if tt.field != "" {
+			errs, _ := m["errors"].([]any)
+			if len(errs) != 1 || errs[0].(map[string]any)["Field"] != tt.field {
+				t.Errorf("%s: errors %v, want one on %s", tt.name, m["errors"], tt.field)
+			}
+		}
+	}
+	resp, _ := post(t, srv, "/shouldAllowRequest", key, `{"timestamp":1}`)
+	if resp.StatusCode != 400 {
+		t.Errorf("shouldAllowRequest without clientId: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,113 @@
+// Package decide is the decision path: it selects a tenant's rules for a
+// request, applies overrides, builds counter keys, asks an engine for an
+// all-or-nothing answer and composes the decision.
+package decide
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Config is one tenant's snapshot compiled for deciding. It is immutable:
+// deciders swap whole Configs atomically when a new version arrives.
+type Config struct {
+	Tenant  policy.Tenant
+	Version int64
+	tiers   map[string][]compiledRule
+	exact   map[overrideKey][]*compiledOverride
+	prefix  []*compiledOverride // longest identifier first
+	idKeys  []string            // descriptor keys overrides match on
+}
+
+type compiledRule struct {
+	policy.Rule
+	limiter *limit.Limiter
+}
+
+type compiledOverride struct {
+	policy.Override
+	limiter *limit.Limiter // with RuleID
+}
+
+type overrideKey struct{ descriptor, identifier string }
+
+// Compile validates the whole snapshot and compiles it. On any invalid part
+// it returns an error and no Config, so a decider keeps its previous one.
+func Compile(s *policy.Snapshot) (*Config, error) {
+	if err := s.Tenant.Validate(); err != nil {
+		return nil, fmt.Errorf("decide: tenant %s: %w", s.Tenant.Slug, err)
+	}
+	c := &Config{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)),
+		exact: make(map[overrideKey][]*compiledOverride)}
+	for i := range s.Tiers {
+		t := &s.Tiers[i]
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("decide: tier %s: %w", t.Name, err)
+		}
+		rules := make([]compiledRule, 0, len(t.Rules))
+		for _, r := range t.Rules {
+			if !r.Enabled {
+				continue
+			}
+			l, err := limit.Compile(r.Params)
+			if err != nil {
+				return nil, fmt.Errorf("decide: rule %s: %w", r.Name, err)
+			}
+			rules = append(rules, compiledRule{Rule: r, limiter: l})
+		}
+		c.tiers[t.Name] = rules
+	}
+	seen := map[string]bool{}
+	for i := range s.Overrides {
+		o := &compiledOverride{Override: s.Overrides[i]}
+		if err := o.Validate(); err != nil {
+			return nil, fmt.Errorf("decide: override %s: %w", o.Identifier, err)
+		}
+		if o.Params != nil {
+			l, err := limit.Compile(*o.Params)
+			if err != nil {
+				return nil, fmt.Errorf("decide: override %s: %w", o.Identifier, err)
+			}
+			o.limiter = l
+		}
+		if !seen[o.IdentifierKey()] {
+			seen[o.IdentifierKey()] = true
+			c.idKeys = append(c.idKeys, o.IdentifierKey())
+		}
+		if strings.HasSuffix(o.Identifier, "*") {
+			c.prefix = append(c.prefix, o)
+		} else {
+			k := overrideKey{o.IdentifierKey(), o.Identifier}
+			c.exact[k] = append(c.exact[k], o)
+		}
+	}
+	sort.SliceStable(c.prefix, func(i, j int) bool { return len(c.prefix[i].Identifier) > len(c.prefix[j].Identifier) })
+	return c, nil
+}
+
+// overrides returns the overrides applying to a request at now: exact
+// matches first, then prefix matches from the longest.
+func (c *Config) overrides(d policy.Descriptors, now time.Time, dst []*compiledOverride) []*compiledOverride {
+	for _, k := range c.idKeys {
+		id, ok := d.Get(k)
+		if !ok {
+			continue
+		}
+		for _, o := range c.exact[overrideKey{k, id}] {
+			if o.Applies(id, now) {
+				dst = append(dst, o)
+			}
+		}
+		for _, o := range c.prefix {
+			if o.IdentifierKey() == k && o.Applies(id, now) {
+				dst = append(dst, o)
+			}
+		}
+	}
+	return dst
+}

@@ -1,0 +1,185 @@
+package decide
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// clock is a test clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func snapshot() *policy.Snapshot {
+	perClient := policy.Rule{ID: "r-client", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}
+	login := policy.Rule{ID: "r-login", Name: "login", Match: []policy.Match{{Key: "route", Value: "/login"}},
+		KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Minute}}
+	shadow := policy.Rule{ID: "r-shadow", Name: "shadow-global", Shadow: true, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}}
+	disabled := policy.Rule{ID: "r-off", Name: "off", Enabled: false,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Minute}}
+	pro := policy.Rule{ID: "r-pro", Name: "pro-per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Minute}}
+	return &policy.Snapshot{
+		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"},
+		Version: 7,
+		Tiers: []policy.Tier{
+			{Name: "free", Rules: []policy.Rule{perClient, login, shadow, disabled}},
+			{Name: "pro", Rules: []policy.Rule{pro}},
+		},
+		Overrides: []policy.Override{
+			{Identifier: "vip-*", Tier: "pro"},
+			{Identifier: "partner-1", RuleID: "r-client", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}},
+			{Identifier: "expired", Tier: "pro", ExpiresAt: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
+		},
+	}
+}
+
+func newDecider(t *testing.T) (*Decider, *Config) {
+	t.Helper()
+	c, err := Compile(snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	return New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now), c
+}
+
+func check(client string, extra ...policy.Descriptor) Request {
+	return Request{Descriptors: append(policy.Descriptors{{Key: "client_id", Value: client}}, extra...)}
+}
+
+// admitted counts admitted decisions out of n identical requests.
+func admitted(t *testing.T, d *Decider, c *Config, req Request, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec.Allowed {
+			ok++
+		}
+	}
+	return ok
+}
+
+func TestDecidePerClientAndMatch(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	if n := admitted(t, d, c, check("alice"), 5); n != 3 {
+		t.Fatalf("alice admitted %d of 5, want 3", n)
+	}
+	if n := admitted(t, d, c, check("bob", policy.Descriptor{Key: "route", Value: "/login"}), 3); n != 1 {
+		t.Fatalf("bob on /login admitted %d of 3, want 1 (the login rule)", n)
+	}
+}
+
+func TestDecideShadowRuleReportsButNeverRejects(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	for i, client := range []string{"a", "b", "c"} {
+		dec, err := d.Decide(context.Background(), c, check(client))
+		if err != nil || !dec.Allowed {
+			t.Fatalf("client %s: %+v, %v", client, dec, err)
+		}
+		var shadow *RuleResult
+		for k := range dec.Rules {
+			if dec.Rules[k].Rule.Shadow {
+				shadow = &dec.Rules[k]
+			}
+		}
+		if shadow == nil || shadow.Allowed != (i < 2) {
+			t.Fatalf("decision %d: shadow result %+v, want would-block from the third", i, shadow)
+		}
+		if dec.Rules[dec.Deciding].Rule.Shadow {
+			t.Fatalf("a shadow rule decided: %+v", dec)
+		}
+	}
+}
+
+func TestDecideOverrides(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	if n := admitted(t, d, c, check("vip-9"), 10); n != 10 {
+		t.Fatalf("vip-9 (moved to pro) admitted %d of 10", n)
+	}
+	if n := admitted(t, d, c, check("partner-1"), 7); n != 5 {
+		t.Fatalf("partner-1 (limit replaced by 5) admitted %d of 7", n)
+	}
+	if n := admitted(t, d, c, check("expired"), 5); n != 3 {
+		t.Fatalf("an expired override still applies: %d of 5", n)
+	}
+	req := check("vip-9")
+	req.Tier = "free" // an explicit tier wins over the override's
+	if n := admitted(t, d, c, req, 5); n != 3 {
+		t.Fatalf("explicit tier: %d of 5", n)
+	}
+}
+
+func TestDecideAnswersTheDenyingRule(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	req := check("carol", policy.Descriptor{Key: "route", Value: "/login"})
+	if _, err := d.Decide(context.Background(), c, req); err != nil {
+		t.Fatal(err)
+	}
+	dec, err := d.Decide(context.Background(), c, req)
+	if err != nil || dec.Allowed {
+		t.Fatalf("second login: %+v, %v", dec, err)
+	}
+	if got := dec.Rules[dec.Deciding].Rule.Name; got != "login" || dec.Version != 7 {
+		t.Fatalf("deciding rule %q at version %d, want login at 7", got, dec.Version)
+	}
+	// The rejected decision consumed nothing from per-client: 2 remain.
+	dec, _ = d.Decide(context.Background(), c, check("carol"))
+	if r := dec.Rules[0]; r.Rule.Name != "per-client" || r.Remaining != 1 {
+		t.Fatalf("per-client after a rejected decision: %+v", r)
+	}
+}
+
+func TestDecideRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	tests := []struct {
+		req   Request
+		field string
+	}{
+		{Request{Cost: -1}, "cost"},
+		{Request{Tier: "gold"}, "tier"},
+		{Request{Descriptors: policy.Descriptors{{Key: "bad key", Value: "x"}}}, "descriptors[0].key"},
+	}
+	for _, tt := range tests {
+		_, err := d.Decide(context.Background(), c, tt.req)
+		var e *policy.Error
+		if !errors.As(err, &e) || e.Code != policy.CodeInvalid || len(e.Fields) != 1 || e.Fields[0].Field != tt.field {
+			t.Errorf("%+v: %v, want a field error on %s", tt.req, err, tt.field)
+		}
+	}
+	s := snapshot()
+	s.Tenant.Status = policy.TenantSuspended
+	sc, err := Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decide(context.Background(), sc, check("a")); !errors.Is(err, policy.ErrPermissionDenied) {
+		t.Fatalf("suspended tenant: %v", err)
+	}
+}
+
+func TestCompileRefusesAnInvalidSnapshot(t *testing.T) {
+	t.Parallel()
+	s := snapshot()
+	s.Tiers[0].Rules[0].Limit = 0
+	if _, err := Compile(s); policy.ErrorCode(err) != policy.CodeInvalid {
+		t.Fatalf("invalid rule compiled: %v", err)
+	}
+}
