@@ -41,9 +41,9 @@ func (c *EngineConfig) validate() {
 // sluice dev and the fallback when Redis is down. It is safe for concurrent
 // use; a decision locks only the shards of its keys.
 //
-// Keys are stored as 64-bit hashes (seeded per Engine), so memory per key
+// Keys are stored as 63-bit hashes (seeded per Engine), so memory per key
 // does not grow with key length; two keys collide with probability about
-// n²/2⁶⁵ for n keys (3·10⁻⁸ at a million), and a collision merges their
+// n²/2⁶⁴ for n keys (6·10⁻⁸ at a million), and a collision merges their
 // counters. The algorithm is mixed into the hash, so a rule that changes
 // algorithm starts from a fresh state.
 type Engine struct {
@@ -57,7 +57,7 @@ type Engine struct {
 }
 
 // slot is one key's fixed-size state. It holds no pointers, so the garbage
-// collector never scans the slab.
+// collector never scans the table.
 type slot struct {
 	h    uint64
 	exp  int64 // µs; from then on the state equals a fresh one
@@ -66,13 +66,12 @@ type slot struct {
 }
 
 type shard struct {
-	mu    sync.Mutex
-	index map[uint64]int32 // hash → position in slots
-	slots []slot           // dense: removal moves the last slot into the hole
-	ext   map[uint64][]int64
-	buf   []int64 // scratch for Eval's variable-size state
-	rng   uint64
-	_     [64]byte // keep neighbouring shards' locks off one cache line
+	mu  sync.Mutex
+	t   table
+	ext map[uint64][]int64
+	buf []int64 // scratch for Eval's variable-size state
+	rng uint64
+	_   [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // NewEngine returns an Engine configured by cfg.
@@ -85,13 +84,16 @@ func NewEngine(cfg EngineConfig) *Engine {
 		perShard: max(1, cfg.MaxKeys/cfg.Shards),
 	}
 	for i := range e.shards {
-		e.shards[i] = shard{index: make(map[uint64]int32), ext: make(map[uint64][]int64), rng: uint64(i)*0x9E3779B97F4A7C15 | 1}
+		e.shards[i] = shard{ext: make(map[uint64][]int64), rng: uint64(i)*0x9E3779B97F4A7C15 | 1}
 	}
 	return e
 }
 
 func (e *Engine) hash(key string, l *Limiter) uint64 {
-	return hashString(e.seed, key) ^ uint64(l.alg)*0x9E3779B97F4A7C15
+	// Bit 31 set keeps the hash off 0 (an empty table slot) without a
+	// branch; tables index with the low bits and shards take the top ones,
+	// so it costs one bit of the 64 against collisions.
+	return (hashString(e.seed, key) ^ uint64(l.alg)*0x9E3779B97F4A7C15) | 1<<31
 }
 
 // shardNum takes the top bits of h; with one shard the shift is 64, which
@@ -108,12 +110,13 @@ func (e *Engine) Allow(key string, l *Limiter, a Args) Result {
 	var s State
 	var r Result
 	sh.mu.Lock()
-	i, found := sh.index[h]
+	i, found := sh.t.find(h)
 	sh.load(&s, i, found, h, a.Now, l)
 	if l.Step(&s, a, sh.buf, &r) {
 		exp := ExpiresAt(a.Now, r.ResetAfter)
 		if found && !l.usesExt() { // the common case, inline
-			sh.slots[i] = slot{h: h, exp: exp, t: s.T, x: s.X, y: s.Y}
+			sl := &sh.t.slots[i]
+			sl.exp, sl.t, sl.x, sl.y = exp, s.T, s.X, s.Y
 		} else {
 			e.store(sh, h, i, found, &s, exp, l, a.Now)
 		}
@@ -128,7 +131,7 @@ func (e *Engine) Release(key string, l *Limiter, now, lease int64) {
 	sh := e.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, found := sh.index[h]
+	i, found := sh.t.find(h)
 	if !found {
 		return
 	}
@@ -177,7 +180,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 	for k, rq := range reqs {
 		p := &ps[k]
 		sh := e.shardOf(p.h)
-		i, found := sh.index[p.h]
+		i, found := sh.t.find(p.h)
 		var s State
 		sh.load(&s, i, found, p.h, now, rq.Limiter)
 		if j := lastCommit(ps[:k], p.h); j >= 0 { // an earlier request on this key
@@ -210,7 +213,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 			continue
 		}
 		sh := e.shardOf(p.h)
-		i, found := sh.index[p.h] // an earlier store may have moved slots
+		i, found := sh.t.find(p.h) // an earlier store may have moved slots
 		e.store(sh, p.h, i, found, &p.s, ExpiresAt(now, res[k].ResetAfter), rq.Limiter, now)
 	}
 	return true
@@ -235,11 +238,11 @@ func lastCommit(ps []pending, h uint64) int {
 
 // load sets s to the stored state of h; it leaves s as the zero (fresh)
 // State when h is absent or expired at now.
-func (sh *shard) load(s *State, i int32, found bool, h uint64, now int64, l *Limiter) {
+func (sh *shard) load(s *State, i int, found bool, h uint64, now int64, l *Limiter) {
 	if !found {
 		return
 	}
-	sl := &sh.slots[i]
+	sl := &sh.t.slots[i]
 	if sl.exp <= now {
 		return
 	}
@@ -251,16 +254,16 @@ func (sh *shard) load(s *State, i int32, found bool, h uint64, now int64, l *Lim
 
 // store writes s for h with expiry exp, inserting (and evicting at the cap)
 // when h is new.
-func (e *Engine) store(sh *shard, h uint64, i int32, found bool, s *State, exp int64, l *Limiter, now int64) {
-	if !found {
-		if len(sh.slots) >= e.perShard {
+func (e *Engine) store(sh *shard, h uint64, i int, found bool, s *State, exp int64, l *Limiter, now int64) {
+	sl := slot{h: h, exp: exp, t: s.T, x: s.X, y: s.Y}
+	if found {
+		sh.t.slots[i] = sl
+	} else {
+		if sh.t.n >= e.perShard {
 			e.evictOne(sh, now)
 		}
-		i = int32(len(sh.slots))
-		sh.slots = append(sh.slots, slot{h: h})
-		sh.index[h] = i
+		sh.t.insert(sl)
 	}
-	sh.slots[i] = slot{h: h, exp: exp, t: s.T, x: s.X, y: s.Y}
 	if l.usesExt() {
 		old := sh.ext[h]
 		sh.ext[h] = s.Ext
@@ -275,16 +278,16 @@ func (e *Engine) store(sh *shard, h uint64, i int32, found bool, s *State, exp i
 func (e *Engine) evictOne(sh *shard, now int64) {
 	const samples = 5
 	victim := -1
-	for range samples {
+	for k := 0; k < samples || victim < 0; k++ { // at least a quarter full: ends fast
 		sh.rng ^= sh.rng << 13
 		sh.rng ^= sh.rng >> 7
 		sh.rng ^= sh.rng << 17
-		j := int(sh.rng % uint64(len(sh.slots)))
-		if victim < 0 || sh.slots[j].exp < sh.slots[victim].exp {
+		j := int(sh.rng & uint64(len(sh.t.slots)-1))
+		if sh.t.slots[j].h != 0 && (victim < 0 || sh.t.slots[j].exp < sh.t.slots[victim].exp) {
 			victim = j
 		}
 	}
-	if sh.slots[victim].exp <= now {
+	if sh.t.slots[victim].exp <= now {
 		e.expirations.Add(1)
 	} else {
 		e.evictions.Add(1)
@@ -293,15 +296,8 @@ func (e *Engine) evictOne(sh *shard, now int64) {
 }
 
 func (sh *shard) remove(j int) {
-	h := sh.slots[j].h
-	last := len(sh.slots) - 1
-	if j != last {
-		sh.slots[j] = sh.slots[last]
-		sh.index[sh.slots[j].h] = int32(j)
-	}
-	sh.slots = sh.slots[:last]
-	delete(sh.index, h)
-	delete(sh.ext, h)
+	delete(sh.ext, sh.t.slots[j].h)
+	sh.t.removeAt(j)
 }
 
 // Sweep removes every key expired at now and returns how many it removed.
@@ -311,9 +307,11 @@ func (e *Engine) Sweep(now int64) int {
 	for k := range e.shards {
 		sh := &e.shards[k]
 		sh.mu.Lock()
-		for j := 0; j < len(sh.slots); {
-			if sh.slots[j].exp <= now {
-				sh.remove(j) // moves the last slot into j: look at j again
+		for j := 0; j < len(sh.t.slots); {
+			if sl := &sh.t.slots[j]; sl.h != 0 && sl.exp <= now {
+				// Removal may shift a later entry into j: look at j again.
+				// Shifts move entries backwards only, so none is skipped.
+				sh.remove(j)
 				n++
 			} else {
 				j++
@@ -353,7 +351,7 @@ func (e *Engine) Stats() Stats {
 	for k := range e.shards {
 		sh := &e.shards[k]
 		sh.mu.Lock()
-		st.Keys += len(sh.slots)
+		st.Keys += sh.t.n
 		sh.mu.Unlock()
 	}
 	return st

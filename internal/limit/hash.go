@@ -13,9 +13,17 @@ func hashString(seed uint64, s string) uint64 {
 		p2 = 0x8ebc6af09c88c6e3
 	)
 	h := seed ^ p0 ^ uint64(len(s))*p1
-	for len(s) >= 16 {
-		h = mix(le64(s)^p1, le64(s[8:])^h)
-		s = s[16:]
+	for len(s) > 48 {
+		h = mix(le64(s)^p1, le64(s[8:])^h) ^ mix(le64(s[16:])^p2, le64(s[24:])^h) ^ mix(le64(s[32:])^p0, le64(s[40:])^h)
+		s = s[48:]
+	}
+	if len(s) > 16 { // up to three independent lanes, so the multiplications overlap
+		x := mix(le64(s)^p1, le64(s[8:])^h)
+		if len(s) > 32 {
+			x ^= mix(le64(s[16:])^p2, le64(s[24:])^h)
+		}
+		h = x
+		s = s[len(s)-16:] // the tail overlaps; its bytes are mixed once more below
 	}
 	var a, b uint64
 	switch {

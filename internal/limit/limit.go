@@ -66,6 +66,8 @@ type Limiter struct {
 	interval float64 // µs per unit: window / limit
 	perUS    float64 // 1 / interval: multiplying is cheaper than dividing
 	tau      float64 // meters: the debt bound in µs
+	bound    float64 // tau·slack, what debts are compared with
+	meters   bool    // a meter without warm-up: Step's fast path
 	gran     int64   // µs per sub-bucket
 	buckets  int     // sub-buckets per window
 	leaseTTL int64   // µs
@@ -110,6 +112,8 @@ func Compile(p policy.Params) (*Limiter, error) {
 			l.capacity = l.warm.capacity(p.Capacity())
 		}
 	}
+	l.bound = l.tau * slack
+	l.meters = l.warm == nil && (l.alg == policy.TokenBucket || l.alg == policy.GCRA || l.alg == policy.LeakyBucket)
 	return l, nil
 }
 
@@ -154,6 +158,10 @@ func (l *Limiter) Eval(s State, a Args, buf []int64) (State, Result) {
 // the answer into r and, when it returns true (an admitted request with a
 // positive cost), the new state into s. Otherwise s is left as it was.
 func (l *Limiter) Step(s *State, a Args, buf []int64, r *Result) bool {
+	if l.meters && a.Cost > 0 && a.Cost <= l.capacity { // the common case
+		l.meter(s, a, r) // writes s only when it admits
+		return r.Allowed
+	}
 	if a.Cost <= 0 || a.Cost > l.capacity {
 		peek, invalid := *s, a.Cost != 0
 		a.Cost = 0
@@ -163,11 +171,7 @@ func (l *Limiter) Step(s *State, a Args, buf []int64, r *Result) bool {
 		}
 		return false
 	}
-	if l.alg <= policy.LeakyBucket && l.warm == nil { // the meters, inline
-		l.meter(s, a, r)
-	} else {
-		l.step(s, a, buf, r) // algorithms write s only when they admit
-	}
+	l.step(s, a, buf, r) // algorithms write s only when they admit
 	return r.Allowed
 }
 

@@ -46,22 +46,19 @@ func (l *Limiter) meter(s *State, a Args, r *Result) {
 	if debt < 0 {
 		debt = 0
 	}
-	bound := l.tau * slack
+	bound := l.bound
 	newDebt := debt + float64(a.Cost)*l.interval
-	*r = Result{Limit: l.shown}
-	ttl := debt
-	if newDebt <= bound {
-		r.Allowed = true
-		ttl = newDebt
-		*s = State{T: now, X: newDebt}
-		if l.alg == policy.LeakyBucket {
-			r.Delay = micros(debt)
-		}
-	} else {
-		r.RetryAfter = micros(newDebt - bound)
+	if newDebt > bound {
+		*r = Result{Limit: l.shown, Remaining: floorNonNeg((bound - debt) * l.perUS),
+			ResetAfter: micros(debt), RetryAfter: micros(newDebt - bound)}
+		return
 	}
-	r.Remaining = floorNonNeg((bound - ttl) * l.perUS)
-	r.ResetAfter = micros(ttl)
+	*s = State{T: now, X: newDebt}
+	*r = Result{Allowed: true, Limit: l.shown, Remaining: floorNonNeg((bound - newDebt) * l.perUS),
+		ResetAfter: micros(newDebt)}
+	if l.alg == policy.LeakyBucket {
+		r.Delay = micros(debt)
+	}
 }
 
 // warmUp holds the derived constants of a token bucket that warms up, after
@@ -139,7 +136,7 @@ func (l *Limiter) warmingBucket(s *State, a Args, r *Result) {
 		}
 		debt = 0
 	}
-	bound := l.tau * slack
+	bound := l.bound
 	cost := float64(a.Cost)
 	newDebt := debt + w.wait(stored, cost)
 	*r = Result{Limit: l.shown}
