@@ -113,8 +113,8 @@ func (e *Engine) Allow(key string, l *Limiter, a Args) Result {
 	i, found := sh.t.find(h)
 	sh.load(&s, i, found, h, a.Now, l)
 	if l.Step(&s, a, sh.buf, &r) {
-		exp := ExpiresAt(a.Now, r.ResetAfter)
-		if found && !l.usesExt() { // the common case, inline
+		exp := ExpiresAt(s.T, r.ResetAfter) // the answer is measured from the state's time
+		if found && !l.usesExt() {          // the common case, inline
 			sl := &sh.t.slots[i]
 			sl.exp, sl.t, sl.x, sl.y = exp, s.T, s.X, s.Y
 		} else {
@@ -139,7 +139,7 @@ func (e *Engine) Release(key string, l *Limiter, now, lease int64) {
 	sh.load(&s, i, found, h, now, l)
 	ns := l.Release(s, now, lease, sh.buf)
 	_, r := l.Eval(ns, Args{Now: now, Lease: lease}, nil) // peek for the expiry
-	e.store(sh, h, i, found, &ns, ExpiresAt(now, r.ResetAfter), l, now)
+	e.store(sh, h, i, found, &ns, ExpiresAt(ns.T, r.ResetAfter), l, now)
 }
 
 // Request is one rule's part of a multi-rule decision.
@@ -214,7 +214,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 		}
 		sh := e.shardOf(p.h)
 		i, found := sh.t.find(p.h) // an earlier store may have moved slots
-		e.store(sh, p.h, i, found, &p.s, ExpiresAt(now, res[k].ResetAfter), rq.Limiter, now)
+		e.store(sh, p.h, i, found, &p.s, ExpiresAt(p.s.T, res[k].ResetAfter), rq.Limiter, now)
 	}
 	return true
 }

@@ -221,9 +221,37 @@ func floorNonNeg(x float64) int64 {
 	return int64(x)
 }
 
-// ExpiresAt returns the time (µs) from which a key evaluated at now with
-// an answer whose ResetAfter is reset is equivalent to a fresh one and may
-// be forgotten.
+// ExpiresAt returns the time (µs) from which a key whose new state has time
+// t (State.T, the evaluation's effective time: answers are measured from
+// it) and whose answer has ResetAfter reset equals a fresh one and may be
+// forgotten.
 func ExpiresAt(now int64, reset time.Duration) int64 {
 	return now + int64(reset/time.Microsecond)
+}
+
+// Slack is the relative tolerance of debt comparisons (see meter.go), for
+// engines that evaluate the same algorithms elsewhere.
+const Slack = slack
+
+// Constants are a Limiter's derived values, for engines that evaluate the
+// same algorithms elsewhere (the Lua scripts of package redisengine): given
+// the same constants, they compute the same answers.
+type Constants struct {
+	Algorithm                                      policy.Algorithm
+	Capacity, Shown, Limit, Window, Gran           int64
+	Buckets                                        int
+	LeaseTTL                                       int64
+	Interval, PerUS, Bound                         float64
+	Warm                                           bool
+	Stable, Threshold, MaxPermits, Slope, CoolDown float64
+}
+
+// Constants returns l's derived values.
+func (l *Limiter) Constants() Constants {
+	c := Constants{Algorithm: l.alg, Capacity: l.capacity, Shown: l.shown, Limit: l.limit, Window: l.window,
+		Gran: l.gran, Buckets: l.buckets, LeaseTTL: l.leaseTTL, Interval: l.interval, PerUS: l.perUS, Bound: l.bound}
+	if w := l.warm; w != nil {
+		c.Warm, c.Stable, c.Threshold, c.MaxPermits, c.Slope, c.CoolDown = true, w.stable, w.threshold, w.maxPermits, w.slope, w.coolDown
+	}
+	return c
 }

@@ -1,0 +1,197 @@
+// Package redisengine evaluates decisions in Redis or a Redis Cluster with
+// Lua scripts that mirror package limit operation for operation, so the
+// in-process engine and Redis give the same answers on the same inputs
+// (the conformance suite of package enginetest checks it).
+//
+// The scripts under scripts/ are one file per algorithm family plus the
+// decision driver; they are concatenated into one script so that a
+// decision's rules, of any families, are evaluated in one atomic call.
+package redisengine
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/limit"
+)
+
+//go:embed scripts/*.lua
+var scripts embed.FS
+
+// script is the decision script: the families, then the driver.
+var script = redis.NewScript(loadScript("common", "meter", "window", "log", "lease", "decide"))
+
+func loadScript(names ...string) string {
+	var b strings.Builder
+	for _, n := range names {
+		src, err := scripts.ReadFile("scripts/" + n + ".lua")
+		if err != nil {
+			panic("redisengine: missing embedded script " + n) // a build mistake
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Config configures an Engine. The zero value is usable.
+type Config struct {
+	// Prefix is prepended to every counter key, before its hash tag.
+	Prefix string
+	// MinTTL is the shortest expiry set on a key. A key expires once its
+	// state equals a fresh one; keeping it longer is harmless. 0 means 1s.
+	MinTTL time.Duration
+}
+
+// Engine evaluates decisions in Redis. It is safe for concurrent use.
+type Engine struct {
+	client redis.UniversalClient
+	cfg    Config
+	slack  string
+}
+
+// ErrCrossSlot is returned for a decision whose keys span Redis Cluster
+// slots; the reserve-and-refund protocol for them is not built yet.
+var ErrCrossSlot = errors.New("redisengine: a decision's keys span cluster slots")
+
+// New returns an Engine on client (a *redis.Client or *redis.ClusterClient)
+// and loads the script.
+func New(ctx context.Context, client redis.UniversalClient, cfg Config) (*Engine, error) {
+	if cfg.MinTTL <= 0 {
+		cfg.MinTTL = time.Second
+	}
+	e := &Engine{client: client, cfg: cfg, slack: strconv.FormatFloat(limit.Slack, 'g', -1, 64)}
+	load := func(ctx context.Context, c *redis.Client) error { return script.Load(ctx, c).Err() }
+	var err error
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, load)
+	} else {
+		err = script.Load(ctx, client).Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisengine: load script: %w", err)
+	}
+	return e, nil
+}
+
+// AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock
+// and writes one Result per request into res; see limit.Engine.AllowAll.
+func (e *Engine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	return e.run(ctx, "check", reqs, "", res)
+}
+
+// AllowAllAt is AllowAll at the time now (µs), for tests and replays.
+func (e *Engine) AllowAllAt(ctx context.Context, reqs []limit.Request, now int64, res []limit.Result) (bool, error) {
+	return e.run(ctx, "check", reqs, strconv.FormatInt(now, 10), res)
+}
+
+// ReleaseAt ends a Concurrency lease on key at the time now (µs).
+func (e *Engine) ReleaseAt(ctx context.Context, key string, l *limit.Limiter, now, lease int64) error {
+	_, err := e.run(ctx, "release", []limit.Request{{Key: key, Limiter: l, Lease: lease}}, strconv.FormatInt(now, 10), nil)
+	return err
+}
+
+// maxLease bounds lease ids: Lua numbers are doubles, exact below 2^53.
+const maxLease = 1 << 53
+
+func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	keys := make([]string, len(reqs))
+	args := make([]any, 0, 4+20*len(reqs))
+	args = append(args, now, e.slack, e.cfg.MinTTL.Milliseconds(), op)
+	for i, rq := range reqs {
+		if rq.Lease < 0 || rq.Lease >= maxLease {
+			return false, fmt.Errorf("redisengine: lease %d outside [0, 2^53)", rq.Lease)
+		}
+		keys[i] = e.cfg.Prefix + rq.Key
+		args = appendArgs(args, rq)
+	}
+	if _, ok := e.client.(*redis.ClusterClient); ok && !sameSlot(keys) {
+		return false, ErrCrossSlot
+	}
+	reply, err := script.Run(ctx, e.client, keys, args...).Int64Slice()
+	if err != nil {
+		return false, fmt.Errorf("redisengine: decide: %w", err)
+	}
+	if op != "check" {
+		return true, nil
+	}
+	if len(reply) != 1+6*len(reqs) {
+		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), len(reqs))
+	}
+	for i := range reqs {
+		v := reply[1+6*i:]
+		r := limit.Result{Allowed: v[0] == 1, Limit: v[1], Remaining: v[2],
+			ResetAfter: us(v[3]), RetryAfter: us(v[4]), Delay: us(v[5])}
+		if v[4] < 0 {
+			r.RetryAfter = limit.Never
+		}
+		res[i] = r
+	}
+	return reply[0] == 1, nil
+}
+
+func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+// appendArgs appends the script's per-rule fields (see decide.lua). Floats
+// are sent in their shortest exact form, so Lua parses the same doubles.
+func appendArgs(args []any, rq limit.Request) []any {
+	c := rq.Limiter.Constants()
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	return append(args, int(c.Algorithm), rq.Cost, rq.Lease, b(rq.Shadow), c.Capacity, c.Shown, c.Limit, c.Window,
+		f(c.Interval), f(c.PerUS), f(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
+		b(c.Warm), f(c.Stable), f(c.Threshold), f(c.MaxPermits), f(c.Slope), f(c.CoolDown))
+}
+
+// sameSlot reports whether every key hashes to the slot of the first.
+func sameSlot(keys []string) bool {
+	s := Slot(keys[0])
+	for _, k := range keys[1:] {
+		if Slot(k) != s {
+			return false
+		}
+	}
+	return true
+}
+
+// Slot returns the Redis Cluster slot of key: CRC16 of its hash tag (the
+// text between the first '{' and the next '}', when not empty) or of the key.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+// crc16 is CRC-16/XMODEM, the checksum of Redis Cluster key slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

@@ -1,0 +1,102 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/enginetest"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// In tests, time is passed explicitly and jumps ahead of the wall clock, so
+// keys must not expire by Redis's clock while a scenario runs.
+const testTTL = time.Hour
+
+func TestConformanceSingleNode(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	enginetest.Run(t, prefix, func(t *testing.T) enginetest.Engine {
+		e, err := New(context.Background(), c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
+		return e
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
+	cc := redistest.StartCluster(t).Client(t)
+	enginetest.Run(t, "", func(t *testing.T) enginetest.Engine {
+		e, err := New(context.Background(), cc, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	})
+}
+
+func TestSlotMatchesRedis(t *testing.T) {
+	t.Parallel()
+	c, _ := redistest.Client(t)
+	for _, k := range []string{"", "a", "user:1000", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "{t|1:x}r1", "x{y"} {
+		want, err := c.ClusterKeySlot(context.Background(), k).Result()
+		if err != nil {
+			t.Skipf("CLUSTER KEYSLOT unavailable on a non-cluster server: %v", err)
+		}
+		if got := Slot(k); int64(got) != want {
+			t.Errorf("Slot(%q) = %d, Redis says %d", k, got, want)
+		}
+	}
+}
+
+func TestCrossSlotDecisionIsRefusedOnACluster(t *testing.T) {
+	t.Parallel()
+	cc := redistest.StartCluster(t).Client(t)
+	e, err := New(context.Background(), cc, Config{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.MustCompile(enginetest.Params()[0])
+	reqs := []limit.Request{{Key: "{a}r", Limiter: l, Cost: 1}, {Key: "{b}r", Limiter: l, Cost: 1}}
+	if Slot("{a}") == Slot("{b}") {
+		t.Fatal("test keys share a slot")
+	}
+	if _, err := e.AllowAll(context.Background(), reqs, make([]limit.Result, 2)); err != ErrCrossSlot {
+		t.Fatalf("cross-slot decision: %v, want ErrCrossSlot", err)
+	}
+}
+
+// With Redis's own clock, a limit is still enforced exactly.
+func TestRedisClock(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e, err := New(context.Background(), c, Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.MustCompile(enginetest.Params()[8]) // fixed window of 5 per 1.3 s
+	res := make([]limit.Result, 1)
+	admitted := 0
+	for i := range 20 {
+		ok, err := e.AllowAll(context.Background(), []limit.Request{{Key: fmt.Sprintf("{k%d}", i%2), Limiter: l, Cost: 1}}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			admitted++
+		}
+	}
+	// Two keys of 5 each; a window boundary may fall inside the loop once.
+	if admitted < 10 || admitted > 20 {
+		t.Fatalf("admitted %d of 20", admitted)
+	}
+	ttl, err := c.PTTL(context.Background(), prefix+"{k0}").Result()
+	if err != nil || ttl <= 0 || ttl > 1300*time.Millisecond+time.Second {
+		t.Fatalf("key TTL %v (err %v): every write must expire", ttl, err)
+	}
+}

@@ -1,0 +1,131 @@
+-- decide.lua: one decision, all or nothing, mirroring limit.Engine.AllowAll.
+--
+-- KEYS: one counter key per rule, all in one cluster slot.
+-- ARGV[1]: now in µs, or "" to use Redis TIME.
+-- ARGV[2]: SLACK (see common.lua). ARGV[3]: minimum TTL in ms.
+-- ARGV[4]: "check", or "release" (one key: end the lease of rule 1).
+-- ARGV[5 ...]: per rule, STRIDE fields: algorithm, cost, lease, shadow,
+--   capacity, shown, limit, window, interval, per_us, bound, gran, buckets,
+--   lease_ttl, warm (0/1), stable, threshold, max_permits, slope, cool_down.
+-- State: a MessagePack array {t, x, y, ext...}; the key expires once the
+-- state equals a fresh one (the answer's reset), or after the minimum TTL.
+-- Reply: {admitted (0/1), then per rule: allowed (0/1), limit, remaining,
+--   reset µs, retry µs (-1: never), delay µs}.
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local min_ttl = tonumber(ARGV[3])
+local op = ARGV[4]
+local STRIDE = 20
+
+local rules = {}
+for i = 1, #KEYS do
+  local o = 4 + (i - 1) * STRIDE
+  local a = function(k) return tonumber(ARGV[o + k]) end
+  local p = {alg = a(1), cost = a(2), lease = a(3), shadow = a(4) == 1, capacity = a(5), shown = a(6),
+    limit = a(7), window = a(8), interval = a(9), per_us = a(10), bound = a(11), gran = a(12),
+    buckets = a(13), lease_ttl = a(14)}
+  p.queue = p.alg == 3
+  if a(15) == 1 then
+    p.warm = {stable = a(16), threshold = a(17), max = a(18), slope = a(19), cool_down = a(20)}
+  end
+  rules[i] = p
+end
+
+local function load(key)
+  local raw = redis.call('GET', key)
+  local s = {t = 0, x = 0, y = 0, ext = {}}
+  if raw then
+    local arr = cmsgpack.unpack(raw)
+    s.t, s.x, s.y = arr[1], arr[2], arr[3]
+    for i = 4, #arr do s.ext[i - 3] = arr[i] end
+  end
+  return s
+end
+
+local function store(key, s, reset)
+  local arr = {s.t, s.x, s.y}
+  if s.ext then
+    for i = 1, #s.ext do arr[3 + i] = s.ext[i] end
+  end
+  redis.call('SET', key, cmsgpack.pack(arr), 'PX', math.max(math.ceil(reset / 1000), min_ttl))
+end
+
+-- limit.Limiter.step
+local function evaluate(p, s, cost)
+  local alg = p.alg
+  if alg == 1 and p.warm then return warming_bucket(p, s, now, cost) end
+  if alg <= 3 then return meter(p, s, now, cost) end
+  if alg == 4 then return fixed_window(p, s, now, cost) end
+  if alg == 5 then return sliding_log(p, s, now, cost) end
+  if alg == 6 then return sliding_window(p, s, now, cost) end
+  if alg == 7 then return sliding_buckets(p, s, now, cost) end
+  return acquire(p, s, now, cost, p.lease)
+end
+
+-- limit.Limiter.Step: the new state only for an admitted positive cost.
+local function step(p, s)
+  if p.cost <= 0 or p.cost > p.capacity then
+    local _, r = evaluate(p, s, 0)
+    if p.cost ~= 0 then r.allowed = false; r.retry = -1; r.delay = 0 end
+    return nil, r
+  end
+  return evaluate(p, s, p.cost)
+end
+
+if op == 'release' then
+  local key, p = KEYS[1], rules[1]
+  if redis.call('EXISTS', key) == 1 then
+    local s = load(key)
+    local t = effective_now(s.t, now)
+    local ns = {t = t, x = 0, y = 0, ext = live_leases(s.ext, t, p.lease)}
+    local _, r = evaluate(p, ns, 0)
+    store(key, ns, r.reset)
+  end
+  return {1}
+end
+
+local pending, before, after, res = {}, {}, {}, {}
+local admitted = true
+for i, p in ipairs(rules) do
+  local key = KEYS[i]
+  local s = pending[key] or load(key)
+  before[i] = s
+  local ns, r = step(p, s)
+  res[i] = r
+  if ns then after[i] = ns; pending[key] = ns end
+  if not r.allowed and not p.shadow then admitted = false end
+end
+
+if admitted then
+  local last = {}
+  for i = 1, #rules do if after[i] then last[KEYS[i]] = i end end
+  for i = 1, #rules do
+    if after[i] and last[KEYS[i]] == i then store(KEYS[i], after[i], res[i].reset) end
+  end
+else
+  -- Nothing was consumed: rules that would have admitted answer from
+  -- their untouched state.
+  for i, p in ipairs(rules) do
+    if res[i].allowed then
+      local _, r = evaluate(p, before[i], 0)
+      res[i] = r
+    end
+  end
+end
+
+local reply = {admitted and 1 or 0}
+for i = 1, #rules do
+  local r = res[i]
+  local n = #reply
+  reply[n + 1] = r.allowed and 1 or 0
+  reply[n + 2] = r.limit
+  reply[n + 3] = r.remaining
+  reply[n + 4] = r.reset
+  reply[n + 5] = r.retry
+  reply[n + 6] = r.delay
+end
+return reply
