@@ -1,11 +1,50 @@
-// Package migrations embeds the PostgreSQL schema migrations, applied with
-// golang-migrate at start (pgstore.Migrate). Files are NNNNNN_name.up.sql and
+// Package migrations embeds the PostgreSQL schema migrations and applies
+// them with golang-migrate. Files are NNNNNN_name.up.sql and
 // NNNNNN_name.down.sql; a migration, once released, is never edited.
 package migrations
 
-import "embed"
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/golang-migrate/migrate/v4"
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // the pgx5:// driver
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+)
 
 // FS holds every migration file.
 //
 //go:embed *.sql
 var FS embed.FS
+
+// Apply applies every pending migration to the database at dsn, a
+// postgres:// URL (a search_path parameter selects the schema). It is safe
+// to call from several processes at once: golang-migrate holds an advisory
+// lock per database and schema.
+func Apply(dsn string) error {
+	src, err := iofs.New(FS, ".")
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	m, err := migrate.NewWithSourceInstance("iofs", src, migrateURL(dsn))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer m.Close()
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return nil
+}
+
+// migrateURL turns a postgres:// URL into golang-migrate's pgx5:// form.
+func migrateURL(dsn string) string {
+	for _, p := range []string{"postgresql://", "postgres://"} {
+		if rest, ok := strings.CutPrefix(dsn, p); ok {
+			return "pgx5://" + rest
+		}
+	}
+	return dsn
+}

@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/containertest"
-	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/migrations"
 )
 
 // DefaultURL is the local server tests use when SLUICE_TEST_DATABASE_URL is unset.
@@ -97,7 +97,7 @@ func Schema(t testing.TB) string {
 	exec(t, b, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	t.Cleanup(func() { exec(t, b, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
 	u := withSearchPath(b, schema)
-	if err := pgstore.Migrate(u); err != nil {
+	if err := migrations.Apply(u); err != nil {
 		t.Fatalf("pgtest: migrate %s: %v", schema, err)
 	}
 	return u
@@ -137,7 +137,7 @@ func Tx(t testing.TB) pgx.Tx {
 			return
 		}
 		u := withSearchPath(b, sharedName)
-		if sharedErr = pgstore.Migrate(u); sharedErr != nil {
+		if sharedErr = migrations.Apply(u); sharedErr != nil {
 			return
 		}
 		shared, sharedErr = pgxpool.New(context.Background(), u)

@@ -1,0 +1,326 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+const overrideColumns = `id::text, descriptor_key, identifier, coalesce(tier_name, ''), coalesce(rule_id::text, ''), params, expires_at`
+
+// paramsJSON is the stored form of an override's replacement parameters.
+type paramsJSON struct {
+	Algorithm  string  `json:"algorithm"`
+	Limit      int64   `json:"limit"`
+	WindowUS   int64   `json:"window_us,omitempty"`
+	Burst      int64   `json:"burst,omitempty"`
+	WarmUpUS   int64   `json:"warm_up_us,omitempty"`
+	ColdFactor float64 `json:"cold_factor,omitempty"`
+	MaxDelayUS int64   `json:"max_delay_us,omitempty"`
+	GranularUS int64   `json:"granularity_us,omitempty"`
+	LeaseTTLUS int64   `json:"lease_ttl_us,omitempty"`
+}
+
+func paramsToJSON(p *policy.Params) *paramsJSON {
+	if p == nil {
+		return nil
+	}
+	return &paramsJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, WindowUS: p.Window.Microseconds(), Burst: p.Burst,
+		WarmUpUS: p.WarmUp.Microseconds(), ColdFactor: p.ColdFactor, MaxDelayUS: p.MaxDelay.Microseconds(),
+		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds()}
+}
+
+func (j *paramsJSON) params() *policy.Params {
+	if j == nil {
+		return nil
+	}
+	alg, _ := policy.ParseAlgorithm(j.Algorithm)
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	return &policy.Params{Algorithm: alg, Limit: j.Limit, Window: us(j.WindowUS), Burst: j.Burst, WarmUp: us(j.WarmUpUS),
+		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS)}
+}
+
+func scanOverride(row pgx.Row) (policy.Override, error) {
+	var o policy.Override
+	var pj *paramsJSON
+	var expires *time.Time
+	err := row.Scan(&o.ID, &o.Key, &o.Identifier, &o.Tier, &o.RuleID, &pj, &expires)
+	o.Params = pj.params()
+	if expires != nil {
+		o.ExpiresAt = *expires
+	}
+	return o, err
+}
+
+// CreateOverride adds a per-client exception; a tenant holds at most
+// policy.MaxOverrides.
+func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string, o policy.Override) (policy.Override, int64, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return o, 0, err
+	}
+	o.ID = ""
+	if err := o.Validate(); err != nil {
+		return o, 0, err
+	}
+	if o.RuleID != "" {
+		if err := checkID(o.RuleID, "rule"); err != nil {
+			return o, 0, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
+				Fields: []policy.FieldError{{Field: "rule_id", Description: "no such rule"}}}
+		}
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID).Scan(&n); err != nil {
+			return change{}, translate(err, "override")
+		}
+		if n >= policy.MaxOverrides {
+			return change{}, policy.Errorf(policy.CodeResourceExhausted, "a tenant holds at most %d overrides", policy.MaxOverrides)
+		}
+		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
+			return change{}, err
+		}
+		var expires *time.Time
+		if !o.ExpiresAt.IsZero() {
+			expires = &o.ExpiresAt
+		}
+		err := tx.QueryRow(ctx, `INSERT INTO overrides (tenant_id, descriptor_key, identifier, tier_name, rule_id, params, expires_at)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, '')::uuid, $6, $7) RETURNING id::text`,
+			tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expires).Scan(&o.ID)
+		if err != nil {
+			return change{}, translate(err, "override")
+		}
+		o.Key = o.IdentifierKey()
+		return change{tenantID: tenantID, action: "create", resource: "override", resourceID: o.ID, new: o}, nil
+	})
+	return o, version, err
+}
+
+// overrideTargetExists checks that the override's tier or rule belongs to
+// the tenant, with a field error otherwise.
+func overrideTargetExists(ctx context.Context, tx pgx.Tx, tenantID string, o policy.Override) error {
+	var ok bool
+	field, q, arg := "tier", `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, o.Tier
+	if o.RuleID != "" {
+		field, q, arg = "rule_id", `SELECT EXISTS (SELECT 1 FROM rules WHERE tenant_id = $1 AND id = $2::uuid)`, o.RuleID
+	}
+	if err := tx.QueryRow(ctx, q, tenantID, arg).Scan(&ok); err != nil {
+		return translate(err, "override")
+	}
+	if !ok {
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
+			Fields: []policy.FieldError{{Field: field, Description: "does not exist in this tenant"}}}
+	}
+	return nil
+}
+
+// ListOverrides returns the tenant's overrides.
+func (s *Store) ListOverrides(ctx context.Context, tenantID string) ([]policy.Override, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, err
+	}
+	return listOverrides(ctx, s.pool, tenantID)
+}
+
+func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Override, error) {
+	rows, err := q.Query(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE tenant_id = $1 ORDER BY identifier, id`, tenantID)
+	if err != nil {
+		return nil, translate(err, "override")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Override, error) { return scanOverride(r) })
+	return out, translate(err, "override")
+}
+
+// DeleteOverride removes an override.
+func (s *Store) DeleteOverride(ctx context.Context, actor Actor, tenantID, id string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", id, "override"); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		old, err := scanOverride(tx.QueryRow(ctx, `DELETE FROM overrides WHERE id = $1 AND tenant_id = $2 RETURNING `+overrideColumns, id, tenantID))
+		if err != nil {
+			return change{}, translate(err, "override")
+		}
+		return change{tenantID: tenantID, action: "delete", resource: "override", resourceID: id, old: old}, nil
+	})
+	return version, err
+}
+
+var kindNames = map[policy.KeyKind]string{policy.KeyAdmin: "admin", policy.KeyCheck: "check"}
+
+const keyColumns = `id::text, tenant_id::text, kind, name, prefix, hash, created_at, last_used_at, revoked_at`
+
+func scanKey(row pgx.Row) (policy.APIKey, error) {
+	var k policy.APIKey
+	var kind string
+	var used, revoked *time.Time
+	err := row.Scan(&k.ID, &k.TenantID, &kind, &k.Name, &k.Prefix, &k.Hash, &k.CreatedAt, &used, &revoked)
+	k.Kind = policy.KeyCheck
+	if kind == "admin" {
+		k.Kind = policy.KeyAdmin
+	}
+	if used != nil {
+		k.LastUsedAt = *used
+	}
+	if revoked != nil {
+		k.RevokedAt = *revoked
+	}
+	return k, err
+}
+
+// CreateKey makes a new key of kind for the tenant and returns its secret,
+// which is not stored and cannot be shown again, with the key's record.
+// Check keys change what deciders accept, so they bump the config version.
+func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kind policy.KeyKind, name string) (string, policy.APIKey, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return "", policy.APIKey{}, err
+	}
+	if _, ok := kindNames[kind]; !ok || len(name) > policy.MaxNameLen {
+		return "", policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
+			Fields: []policy.FieldError{{Field: "kind", Description: "must be admin or check, with a name of at most 100 bytes"}}}
+	}
+	secret, prefix := policy.NewKeySecret(kind)
+	hash := policy.HashKey(secret)
+	var k policy.APIKey
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		k, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash) VALUES ($1, $2, $3, $4, $5)
+			RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:]))
+		if err != nil {
+			return translate(err, "key")
+		}
+		_, err = bump(ctx, tx, actor, change{tenantID: tenantID, action: "create", resource: "key", resourceID: k.ID,
+			new: map[string]string{"kind": kindNames[kind], "name": name, "prefix": prefix}})
+		return err
+	})
+	if err != nil {
+		return "", policy.APIKey{}, err
+	}
+	return secret, k, nil
+}
+
+// ListKeys returns the tenant's keys (never their secrets).
+func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, translate(err, "key")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.APIKey, error) { return scanKey(r) })
+	return out, translate(err, "key")
+}
+
+// RevokeKey revokes a key at once. Revoking it again keeps the first
+// revocation time.
+func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", keyID, "key"); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		k, err := scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+			WHERE id = $1 AND tenant_id = $2 RETURNING `+keyColumns, keyID, tenantID))
+		if err != nil {
+			return change{}, translate(err, "key")
+		}
+		return change{tenantID: tenantID, action: "revoke", resource: "key", resourceID: keyID,
+			new: map[string]string{"prefix": k.Prefix}}, nil
+	})
+	return version, err
+}
+
+// KeyByHash returns the unrevoked key whose secret hashes to hash, and
+// records its use. An unknown or revoked key is Unauthenticated.
+func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, error) {
+	k, err := scanKey(s.pool.QueryRow(ctx, `UPDATE api_keys SET last_used_at = now()
+		WHERE hash = $1 AND revoked_at IS NULL RETURNING `+keyColumns, hash[:]))
+	if err != nil {
+		if policy.ErrorCode(translate(err, "key")) == policy.CodeNotFound {
+			return k, policy.Errorf(policy.CodeUnauthenticated, "invalid or revoked key")
+		}
+		return k, translate(err, "key")
+	}
+	return k, nil
+}
+
+// AuditEntry is one row of the audit log.
+type AuditEntry struct {
+	ID         int64
+	Actor      string
+	Action     string
+	Resource   string
+	ResourceID string
+	Old, New   json.RawMessage
+	Version    int64
+	At         time.Time
+}
+
+// ListAudit returns the tenant's audit log, newest first, at most limit
+// entries with ids below before (0: from the newest).
+func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, limit int) ([]AuditEntry, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, actor, action, resource, resource_id, old_value, new_value, coalesce(version, 0), at
+		FROM audit_log WHERE tenant_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, tenantID, before, limit)
+	if err != nil {
+		return nil, translate(err, "audit")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var a AuditEntry
+		return a, r.Scan(&a.ID, &a.Actor, &a.Action, &a.Resource, &a.ResourceID, &a.Old, &a.New, &a.Version, &a.At)
+	})
+	return out, translate(err, "audit")
+}
+
+// Snapshot returns the tenant's whole configuration at one version, read in
+// one repeatable-read transaction, with the hashes of its live check keys.
+func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot, [][32]byte, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, nil, err
+	}
+	var snap policy.Snapshot
+	var keys [][32]byte
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		snap.Tenant, snap.Version, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, tenantID))
+		if err != nil {
+			return translate(err, "tenant")
+		}
+		if snap.Tiers, err = listTiers(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		if snap.Overrides, err = listOverrides(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT hash FROM api_keys WHERE tenant_id = $1 AND kind = 'check' AND revoked_at IS NULL`, tenantID)
+		if err != nil {
+			return translate(err, "key")
+		}
+		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([32]byte, error) {
+			var h []byte
+			var out [32]byte
+			if err := r.Scan(&h); err != nil {
+				return out, err
+			}
+			if len(h) != len(out) {
+				return out, fmt.Errorf("key hash of %d bytes", len(h))
+			}
+			copy(out[:], h)
+			return out, nil
+		})
+		return translate(err, "key")
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &snap, keys, nil
+}

@@ -1,0 +1,306 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Every query below is scoped by tenant_id: a key of one tenant can name
+// another tenant's ids and still reach nothing.
+
+// CreateTier adds an empty tier called name to the tenant.
+func (s *Store) CreateTier(ctx context.Context, actor Actor, tenantID, name string) (policy.Tier, int64, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return policy.Tier{}, 0, err
+	}
+	t := policy.Tier{Name: name}
+	if err := t.Validate(); err != nil {
+		return policy.Tier{}, 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		err := tx.QueryRow(ctx, `INSERT INTO tiers (tenant_id, name) VALUES ($1, $2) RETURNING id::text`, tenantID, name).Scan(&t.ID)
+		if err != nil {
+			return change{}, translate(err, "tier")
+		}
+		return change{tenantID: tenantID, action: "create", resource: "tier", resourceID: t.ID, new: t}, nil
+	})
+	return t, version, err
+}
+
+// ListTiers returns the tenant's tiers with their rules in order.
+func (s *Store) ListTiers(ctx context.Context, tenantID string) ([]policy.Tier, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, err
+	}
+	return listTiers(ctx, s.pool, tenantID)
+}
+
+// querier is what listTiers needs of a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func listTiers(ctx context.Context, q querier, tenantID string) ([]policy.Tier, error) {
+	rows, err := q.Query(ctx, `SELECT id::text, name FROM tiers WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	if err != nil {
+		return nil, translate(err, "tier")
+	}
+	tiers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Tier, error) {
+		var t policy.Tier
+		return t, r.Scan(&t.ID, &t.Name)
+	})
+	if err != nil {
+		return nil, translate(err, "tier")
+	}
+	rules, err := listRules(ctx, q, tenantID, "")
+	if err != nil {
+		return nil, err
+	}
+	for i := range tiers {
+		for _, r := range rules {
+			if r.tierID == tiers[i].ID {
+				tiers[i].Rules = append(tiers[i].Rules, r.Rule)
+			}
+		}
+	}
+	return tiers, nil
+}
+
+// DeleteTier deletes a tier and its rules; the tenant's default tier
+// cannot be deleted.
+func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		var name string
+		var isDefault bool
+		err := tx.QueryRow(ctx, `SELECT t.name, t.name = n.default_tier FROM tiers t JOIN tenants n ON n.id = t.tenant_id
+			WHERE t.id = $1 AND t.tenant_id = $2`, tierID, tenantID).Scan(&name, &isDefault)
+		if err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if isDefault {
+			return change{}, policy.Errorf(policy.CodeConflict, "tier %s is the tenant's default tier; make another the default first", name)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM tiers WHERE id = $1 AND tenant_id = $2`, tierID, tenantID); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		return change{tenantID: tenantID, action: "delete", resource: "tier", resourceID: tierID,
+			old: policy.Tier{ID: tierID, Name: name}}, nil
+	})
+	return version, err
+}
+
+// matchJSON is the stored form of a rule's match.
+type matchJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+const ruleColumns = `id::text, tier_id::text, name, match, key_by, algorithm, lim, window_us, burst, warm_up_us,
+	cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled`
+
+// storedRule is a rule with the tier holding it.
+type storedRule struct {
+	policy.Rule
+	tierID string
+}
+
+func scanRule(row pgx.Row) (storedRule, error) {
+	var r storedRule
+	var match []matchJSON
+	var alg, mode string
+	var window, warm, delay, gran, ttl int64
+	err := row.Scan(&r.ID, &r.tierID, &r.Name, &match, &r.KeyBy, &alg, &r.Limit, &window, &r.Burst, &warm,
+		&r.ColdFactor, &delay, &gran, &ttl, &r.Shadow, &mode, &r.Enabled)
+	if err != nil {
+		return r, err
+	}
+	for _, m := range match {
+		r.Match = append(r.Match, policy.Match{Key: m.Key, Value: m.Value})
+	}
+	r.Algorithm, _ = policy.ParseAlgorithm(alg) // the schema admits only known names
+	r.FailureMode, _ = policy.ParseFailureMode(mode)
+	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+	r.Window, r.WarmUp, r.MaxDelay, r.Granularity, r.LeaseTTL = us(window), us(warm), us(delay), us(gran), us(ttl)
+	return r, nil
+}
+
+// ruleArgs returns the column values of r after id, tier and position, in
+// ruleColumns order.
+func ruleArgs(r policy.Rule) ([]any, error) {
+	match := make([]matchJSON, len(r.Match))
+	for i, m := range r.Match {
+		match[i] = matchJSON(m)
+	}
+	mj, err := json.Marshal(match)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: rule match: %w", err)
+	}
+	keyBy := r.KeyBy
+	if keyBy == nil {
+		keyBy = []string{}
+	}
+	return []any{r.Name, mj, keyBy, r.Algorithm.String(), r.Limit, r.Window.Microseconds(), r.Burst, r.WarmUp.Microseconds(),
+		r.ColdFactor, r.MaxDelay.Microseconds(), r.Granularity.Microseconds(), r.LeaseTTL.Microseconds(), r.Shadow,
+		r.FailureMode.String(), r.Enabled}, nil
+}
+
+// listRules returns the tenant's rules (of one tier, unless tierID is ""),
+// in tier order.
+func listRules(ctx context.Context, q querier, tenantID, tierID string) ([]storedRule, error) {
+	rows, err := q.Query(ctx, `SELECT `+ruleColumns+` FROM rules WHERE tenant_id = $1 AND ($2 = '' OR tier_id::text = $2)
+		ORDER BY tier_id, position`, tenantID, tierID)
+	if err != nil {
+		return nil, translate(err, "rule")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (storedRule, error) { return scanRule(r) })
+	return out, translate(err, "rule")
+}
+
+// ListRules returns a tier's rules in order.
+func (s *Store) ListRules(ctx context.Context, tenantID, tierID string) ([]policy.Rule, error) {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+		return nil, err
+	}
+	stored, err := listRules(ctx, s.pool, tenantID, tierID)
+	out := make([]policy.Rule, len(stored))
+	for i, r := range stored {
+		out[i] = r.Rule
+	}
+	return out, err
+}
+
+// CreateRule appends r to the tier and returns it with its id.
+func (s *Store) CreateRule(ctx context.Context, actor Actor, tenantID, tierID string, r policy.Rule) (policy.Rule, int64, error) {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+		return r, 0, err
+	}
+	r.ID = ""
+	if err := r.Validate(); err != nil {
+		return r, 0, err
+	}
+	args, err := ruleArgs(r)
+	if err != nil {
+		return r, 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		// The tier's row lock orders concurrent appends to one tier. The
+		// count must be a statement of its own: in READ COMMITTED, one in
+		// the locking statement would see the snapshot from before the wait.
+		var n int
+		err := tx.QueryRow(ctx, `SELECT 0 FROM tiers WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, tierID, tenantID).Scan(&n)
+		if err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM rules WHERE tier_id = $1`, tierID).Scan(&n); err != nil {
+			return change{}, translate(err, "rule")
+		}
+		if n >= policy.MaxRulesPerTier {
+			return change{}, policy.Errorf(policy.CodeResourceExhausted, "a tier holds at most %d rules", policy.MaxRulesPerTier)
+		}
+		err = tx.QueryRow(ctx, `INSERT INTO rules (tenant_id, tier_id, position, name, match, key_by, algorithm, lim, window_us,
+			burst, warm_up_us, cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) RETURNING id::text`,
+			append([]any{tenantID, tierID, n}, args...)...).Scan(&r.ID)
+		if err != nil {
+			return change{}, translate(err, "rule")
+		}
+		return change{tenantID: tenantID, action: "create", resource: "rule", resourceID: r.ID, new: r}, nil
+	})
+	return r, version, err
+}
+
+// UpdateRule replaces the rule r.ID (its tier and position stay).
+func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r policy.Rule) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", r.ID, "rule"); err != nil {
+		return 0, err
+	}
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	args, err := ruleArgs(r)
+	if err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		old, err := scanRule(tx.QueryRow(ctx, `SELECT `+ruleColumns+` FROM rules WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, r.ID, tenantID))
+		if err != nil {
+			return change{}, translate(err, "rule")
+		}
+		_, err = tx.Exec(ctx, `UPDATE rules SET name = $3, match = $4, key_by = $5, algorithm = $6, lim = $7, window_us = $8,
+			burst = $9, warm_up_us = $10, cold_factor = $11, max_delay_us = $12, granularity_us = $13, lease_ttl_us = $14,
+			shadow = $15, failure_mode = $16, enabled = $17, updated_at = now() WHERE id = $1 AND tenant_id = $2`,
+			append([]any{r.ID, tenantID}, args...)...)
+		if err != nil {
+			return change{}, translate(err, "rule")
+		}
+		return change{tenantID: tenantID, action: "update", resource: "rule", resourceID: r.ID, old: old.Rule, new: r}, nil
+	})
+	return version, err
+}
+
+// DeleteRule deletes a rule; the tier's later rules move up.
+func (s *Store) DeleteRule(ctx context.Context, actor Actor, tenantID, ruleID string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", ruleID, "rule"); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		old, err := scanRule(tx.QueryRow(ctx, `DELETE FROM rules WHERE id = $1 AND tenant_id = $2 RETURNING `+ruleColumns, ruleID, tenantID))
+		if err != nil {
+			return change{}, translate(err, "rule")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE rules r SET position = o.n - 1 FROM (
+			SELECT id, row_number() OVER (ORDER BY position) AS n FROM rules WHERE tier_id = $1) o
+			WHERE r.id = o.id AND r.position <> o.n - 1`, old.tierID); err != nil {
+			return change{}, translate(err, "rule")
+		}
+		return change{tenantID: tenantID, action: "delete", resource: "rule", resourceID: ruleID, old: old.Rule}, nil
+	})
+	return version, err
+}
+
+// ReorderRules sets the order of a tier's rules; ids must list each of the
+// tier's rules exactly once.
+func (s *Store) ReorderRules(ctx context.Context, actor Actor, tenantID, tierID string, ids []string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		var current []string
+		err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(r.id::text ORDER BY r.position), '{}') FROM tiers t
+			LEFT JOIN rules r ON r.tier_id = t.id WHERE t.id = $1 AND t.tenant_id = $2 GROUP BY t.id`, tierID, tenantID).Scan(&current)
+		if err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if !samePermutation(current, ids) {
+			return change{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid order",
+				Fields: []policy.FieldError{{Field: "rule_ids", Description: "must list each rule of the tier exactly once"}}}
+		}
+		// The (tier, position) constraint is deferred: positions may cross.
+		if _, err := tx.Exec(ctx, `UPDATE rules r SET position = o.ord - 1 FROM unnest($1::uuid[]) WITH ORDINALITY AS o(id, ord)
+			WHERE r.id = o.id AND r.tier_id = $2`, ids, tierID); err != nil {
+			return change{}, translate(err, "rule")
+		}
+		return change{tenantID: tenantID, action: "reorder", resource: "tier", resourceID: tierID, old: current, new: ids}, nil
+	})
+	return version, err
+}
+
+func samePermutation(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}

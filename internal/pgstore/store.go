@@ -1,0 +1,159 @@
+// Package pgstore is Sluice's PostgreSQL store on a pgx/v5 pool. It
+// translates PostgreSQL errors into policy errors at its edge.
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel of committed config versions;
+// the payload is "<tenant id>:<version>". PostgreSQL delivers a
+// notification only when its transaction commits.
+const NotifyChannel = "sluice_config"
+
+// Store is the control plane's PostgreSQL store. It is safe for concurrent
+// use. Every change of a tenant's configuration bumps the tenant's config
+// version, records it, writes an audit row and notifies NotifyChannel, all
+// in the change's transaction.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Actor says who makes a change, for the audit log: "operator", or
+// "key:<key id>".
+type Actor string
+
+// change is one configuration change of a tenant, for the audit log.
+type change struct {
+	tenantID   string
+	action     string // create, update, delete, reorder, revoke
+	resource   string // tenant, tier, rule, override, key
+	resourceID string
+	old, new   any // JSON-encoded into the audit row; nil for none
+}
+
+// inTx runs f in a transaction and commits it, or rolls back on error.
+// Errors of the commit itself (deferred constraints) are translated too.
+func (s *Store) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.pool, f)
+	var pe *policy.Error
+	if err == nil || errors.As(err, &pe) {
+		return err
+	}
+	return translate(err, "change")
+}
+
+// mutate runs f in a transaction: f makes a change and describes it, and
+// mutate records it (see bump) before the commit. It returns the tenant's
+// new config version.
+func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (change, error)) (int64, error) {
+	var version int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := f(tx)
+		if err != nil {
+			return err
+		}
+		version, err = bump(ctx, tx, actor, c)
+		return err
+	})
+	return version, err
+}
+
+// bump records c in tx: the tenant's next config version (the row lock of
+// the UPDATE orders concurrent changes of one tenant), its config_versions
+// row, the audit row and the notification. It returns the new version.
+func bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) {
+	var version int64
+	err := tx.QueryRow(ctx, `UPDATE tenants SET config_version = config_version + 1, updated_at = now()
+		WHERE id = $1 RETURNING config_version`, c.tenantID).Scan(&version)
+	if err != nil {
+		return 0, translate(err, "tenant")
+	}
+	return version, record(ctx, tx, actor, c, version)
+}
+
+// record writes the version row, the audit row and the notification of c
+// at version.
+func record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64) error {
+	oldJSON, err := jsonOrNil(c.old)
+	if err != nil {
+		return err
+	}
+	newJSON, err := jsonOrNil(c.new)
+	if err != nil {
+		return err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO config_versions (tenant_id, version) VALUES ($1, $2)`, c.tenantID, version)
+	batch.Queue(`INSERT INTO audit_log (tenant_id, actor, action, resource, resource_id, old_value, new_value, version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, c.tenantID, string(actor), c.action, c.resource, c.resourceID, oldJSON, newJSON, version)
+	batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s:%d", c.tenantID, version))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("pgstore: record %s %s: %w", c.action, c.resource, err)
+	}
+	return nil
+}
+
+func jsonOrNil(v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: audit value: %w", err)
+	}
+	return b, nil
+}
+
+// uniqueFields names the field a unique constraint protects, for the
+// field-level detail of a conflict.
+var uniqueFields = map[string]string{
+	"tenants_slug_key":           "slug",
+	"tiers_tenant_id_name_key":   "name",
+	"rules_tier_id_name_key":     "name",
+	"rules_tier_id_position_key": "rule_ids",
+	"overrides_tier_move":        "identifier",
+	"overrides_rule_params":      "identifier",
+}
+
+// translate turns PostgreSQL errors into policy errors: no rows is
+// NotFound; a unique violation is Conflict with the field it protects; a
+// foreign key, check or malformed value is Invalid. Anything else is
+// wrapped as an internal error.
+func translate(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return policy.Errorf(policy.CodeNotFound, "%s not found", what)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("pgstore: %s: %w", what, err)
+	}
+	switch pe.Code {
+	case "23505": // unique_violation
+		e := policy.Errorf(policy.CodeConflict, "%s already exists", what)
+		if f, ok := uniqueFields[pe.ConstraintName]; ok {
+			e.Fields = []policy.FieldError{{Field: f, Description: "already used"}}
+		}
+		return e
+	case "23503": // foreign_key_violation
+		return policy.Errorf(policy.CodeInvalid, "%s refers to something that does not exist", what)
+	case "23514", "23502", "22P02", "22001": // check, not null, invalid text, too long
+		return policy.Errorf(policy.CodeInvalid, "invalid %s", what)
+	}
+	return fmt.Errorf("pgstore: %s: %w", what, err)
+}

@@ -1,0 +1,338 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+const op Actor = "operator"
+
+func newStore(t *testing.T) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	return New(pool), pool
+}
+
+func newTenant(t *testing.T, s *Store, slug string) policy.Tenant {
+	t.Helper()
+	tn, err := s.CreateTenant(context.Background(), op, policy.Tenant{Slug: slug, Name: "Tenant " + slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tn
+}
+
+func rule(name string, limit int64) policy.Rule {
+	return policy.Rule{Name: name, KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: "route", Value: "/login"}},
+		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: limit, Window: time.Minute, Burst: 3}}
+}
+
+// wantCode fails unless err carries code (and, when field is set, a field
+// error on it).
+func wantCode(t *testing.T, err error, code policy.Code, field string) {
+	t.Helper()
+	var e *policy.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("error %v, want code %s", err, code)
+	}
+	if field != "" && !slices.ContainsFunc(e.Fields, func(f policy.FieldError) bool { return f.Field == field }) {
+		t.Fatalf("error %v has no field error on %s", err, field)
+	}
+}
+
+func TestTenantCRUD(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme := newTenant(t, s, "acme")
+	if acme.ID == "" || acme.DefaultTier != "default" {
+		t.Fatalf("created %+v", acme)
+	}
+	got, v, err := s.GetTenant(ctx, acme.ID)
+	if err != nil || got != acme || v != 1 {
+		t.Fatalf("get: %+v v%d %v", got, v, err)
+	}
+	if got, _, err := s.GetTenantBySlug(ctx, "acme"); err != nil || got.ID != acme.ID {
+		t.Fatalf("by slug: %+v %v", got, err)
+	}
+	_, err = s.CreateTenant(ctx, op, policy.Tenant{Slug: "acme", Name: "Again"})
+	wantCode(t, err, policy.CodeConflict, "slug")
+	_, err = s.CreateTenant(ctx, op, policy.Tenant{Slug: "Bad Slug", Name: ""})
+	wantCode(t, err, policy.CodeInvalid, "slug")
+	wantCode(t, err, policy.CodeInvalid, "name")
+
+	acme.Name, acme.Status = "Acme Corp", policy.TenantSuspended
+	if v, err := s.UpdateTenant(ctx, op, acme); err != nil || v != 2 {
+		t.Fatalf("update: v%d %v", v, err)
+	}
+	bad := acme
+	bad.Slug = "other"
+	_, err = s.UpdateTenant(ctx, op, bad)
+	wantCode(t, err, policy.CodeInvalid, "slug")
+	bad = acme
+	bad.DefaultTier = "gold"
+	_, err = s.UpdateTenant(ctx, op, bad)
+	wantCode(t, err, policy.CodeInvalid, "default_tier")
+
+	newTenant(t, s, "beta")
+	list, err := s.ListTenants(ctx)
+	if err != nil || len(list) != 2 || list[0].Name != "Acme Corp" || list[0].Status != policy.TenantSuspended {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := s.DeleteTenant(ctx, op, acme.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.GetTenant(ctx, acme.ID)
+	wantCode(t, err, policy.CodeNotFound, "")
+	_, _, err = s.GetTenant(ctx, "not-a-uuid")
+	wantCode(t, err, policy.CodeNotFound, "")
+	audit, err := s.ListAudit(ctx, acme.ID, 0, 10)
+	if err != nil || len(audit) != 3 || audit[0].Action != "delete" || audit[2].Action != "create" {
+		t.Fatalf("the audit log must outlive the tenant: %+v %v", audit, err)
+	}
+}
+
+func TestTiersAndRules(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme, other := newTenant(t, s, "acme"), newTenant(t, s, "other")
+	pro, v, err := s.CreateTier(ctx, op, acme.ID, "pro")
+	if err != nil || v != 2 {
+		t.Fatalf("create tier: v%d %v", v, err)
+	}
+	_, _, err = s.CreateTier(ctx, op, acme.ID, "pro")
+	wantCode(t, err, policy.CodeConflict, "name")
+
+	var ids []string
+	for i, name := range []string{"a", "b", "c"} {
+		r, v, err := s.CreateRule(ctx, op, acme.ID, pro.ID, rule(name, int64(10+i)))
+		if err != nil || v != int64(3+i) {
+			t.Fatalf("create rule %s: v%d %v", name, v, err)
+		}
+		ids = append(ids, r.ID)
+	}
+	_, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, rule("a", 5))
+	wantCode(t, err, policy.CodeConflict, "name")
+	bad := rule("bad", 0)
+	bad.Granularity = time.Second
+	_, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, bad)
+	wantCode(t, err, policy.CodeInvalid, "limit")
+	wantCode(t, err, policy.CodeInvalid, "granularity")
+	// Another tenant cannot reach this tier, or this tenant's rules.
+	_, _, err = s.CreateRule(ctx, op, other.ID, pro.ID, rule("x", 1))
+	wantCode(t, err, policy.CodeNotFound, "")
+	_, err = s.DeleteRule(ctx, op, other.ID, ids[0])
+	wantCode(t, err, policy.CodeNotFound, "")
+
+	upd := rule("b2", 99)
+	upd.ID, upd.Shadow, upd.FailureMode = ids[1], true, policy.FailLocal
+	if _, err := s.UpdateRule(ctx, op, acme.ID, upd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReorderRules(ctx, op, acme.ID, pro.ID, []string{ids[2], ids[0], ids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ReorderRules(ctx, op, acme.ID, pro.ID, []string{ids[2], ids[0]})
+	wantCode(t, err, policy.CodeInvalid, "rule_ids")
+	rules, err := s.ListRules(ctx, acme.ID, pro.ID)
+	if err != nil || len(rules) != 3 {
+		t.Fatalf("list: %v", err)
+	}
+	if names := []string{rules[0].Name, rules[1].Name, rules[2].Name}; !slices.Equal(names, []string{"c", "a", "b2"}) {
+		t.Fatalf("order %v", names)
+	}
+	if got := rules[2]; got.Limit != 99 || !got.Shadow || got.FailureMode != policy.FailLocal || got.Burst != 3 ||
+		got.Window != time.Minute || !slices.Equal(got.KeyBy, []string{"client_id"}) || got.Match[0] != (policy.Match{Key: "route", Value: "/login"}) {
+		t.Fatalf("round trip: %+v", got)
+	}
+	if _, err := s.DeleteRule(ctx, op, acme.ID, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	// Positions close up: appending after a delete does not collide.
+	if _, _, err := s.CreateRule(ctx, op, acme.ID, pro.ID, rule("d", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := s.ListTiers(ctx, acme.ID)
+	if err != nil || len(tiers) != 2 || tiers[1].Name != "pro" || len(tiers[1].Rules) != 3 || tiers[1].Rules[2].Name != "d" {
+		t.Fatalf("tiers %+v %v", tiers, err)
+	}
+	_, err = s.DeleteTier(ctx, op, acme.ID, tiers[0].ID)
+	wantCode(t, err, policy.CodeConflict, "")
+	if _, err := s.DeleteTier(ctx, op, acme.ID, pro.ID); err != nil {
+		t.Fatal(err)
+	}
+	if rules, _ := s.ListRules(ctx, acme.ID, pro.ID); len(rules) != 0 {
+		t.Fatalf("rules outlived their tier: %d", len(rules))
+	}
+}
+
+func TestOverridesKeysAndSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme := newTenant(t, s, "acme")
+	pro, _, _ := s.CreateTier(ctx, op, acme.ID, "pro")
+	tiers, _ := s.ListTiers(ctx, acme.ID)
+	r, _, err := s.CreateRule(ctx, op, acme.ID, tiers[0].ID, rule("per-client", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "vip-*", Tier: "gold"})
+	wantCode(t, err, policy.CodeInvalid, "tier")
+	move, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "vip-*", Tier: pro.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "vip-*", Tier: pro.Name})
+	wantCode(t, err, policy.CodeConflict, "identifier")
+	p := policy.Params{Algorithm: policy.FixedWindow, Limit: 500, Window: time.Hour}
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "partner", RuleID: r.ID, Params: &p, ExpiresAt: exp}); err != nil {
+		t.Fatal(err)
+	}
+	ovs, err := s.ListOverrides(ctx, acme.ID)
+	if err != nil || len(ovs) != 2 || ovs[0].Identifier != "partner" || *ovs[0].Params != p || !ovs[0].ExpiresAt.Equal(exp) || ovs[1].Tier != "pro" {
+		t.Fatalf("overrides %+v %v", ovs, err)
+	}
+
+	secret, key, err := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, "edge")
+	if err != nil || len(secret) < 40 || key.Prefix != secret[:len(key.Prefix)] {
+		t.Fatalf("key %+v %v", key, err)
+	}
+	admin, _, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "console")
+	found, err := s.KeyByHash(ctx, policy.HashKey(secret))
+	if err != nil || found.ID != key.ID || found.LastUsedAt.IsZero() {
+		t.Fatalf("lookup: %+v %v", found, err)
+	}
+
+	snap, checkKeys, err := s.Snapshot(ctx, acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checkKeys) != 1 || checkKeys[0] != policy.HashKey(secret) {
+		t.Fatalf("snapshot keys: %d (the admin key must not be there)", len(checkKeys))
+	}
+	_, v, _ := s.GetTenant(ctx, acme.ID)
+	if snap.Version != v || len(snap.Tiers) != 2 || len(snap.Overrides) != 2 {
+		t.Fatalf("snapshot v%d (tenant at v%d): %d tiers, %d overrides", snap.Version, v, len(snap.Tiers), len(snap.Overrides))
+	}
+	if _, err := decide.Compile(snap); err != nil {
+		t.Fatalf("a stored snapshot does not compile: %v", err)
+	}
+
+	if _, err := s.RevokeKey(ctx, op, acme.ID, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.KeyByHash(ctx, policy.HashKey(secret))
+	wantCode(t, err, policy.CodeUnauthenticated, "")
+	if _, err := s.KeyByHash(ctx, policy.HashKey(admin)); err != nil {
+		t.Fatalf("the admin key: %v", err)
+	}
+	if _, err := s.DeleteOverride(ctx, op, acme.ID, move.ID); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := s.ListKeys(ctx, acme.ID)
+	if len(keys) != 2 || keys[0].RevokedAt.IsZero() || !keys[1].RevokedAt.IsZero() {
+		t.Fatalf("keys %+v", keys)
+	}
+}
+
+// Concurrent changes of one tenant get strictly increasing versions, one
+// per change, and none is lost.
+func TestConcurrentChangesKeepVersionsStrict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	acme := newTenant(t, s, "acme")
+	tiers, _ := s.ListTiers(ctx, acme.ID)
+	const workers, each = 10, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				if _, _, err := s.CreateRule(ctx, op, acme.ID, tiers[0].ID, rule(fmt.Sprintf("r-%d-%d", w, i), 5)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var versions []int64
+	rows, _ := pool.Query(ctx, `SELECT version FROM config_versions WHERE tenant_id = $1 ORDER BY version`, acme.ID)
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || len(versions) != 1+workers*each {
+		t.Fatalf("%d versions recorded, want %d (%v)", len(versions), 1+workers*each, err)
+	}
+	for i, v := range versions {
+		if v != int64(i+1) {
+			t.Fatalf("versions not contiguous at %d: %v", i, versions[i:min(i+3, len(versions))])
+		}
+	}
+	rules, _ := s.ListRules(ctx, acme.ID, tiers[0].ID)
+	if len(rules) != workers*each {
+		t.Fatalf("%d rules stored, want %d", len(rules), workers*each)
+	}
+}
+
+// A change is notified at commit with its version; a rolled-back change
+// never is.
+func TestNotifyOnCommitOnly(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, pool := newStore(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	acme := newTenant(t, s, "acme")
+	boom := errors.New("boom")
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := bump(ctx, tx, op, change{tenantID: acme.ID, action: "update", resource: "tenant"}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateTier(ctx, op, acme.ID, "pro"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(got) < 2 {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		if n.Payload[:len(acme.ID)] == acme.ID { // other tests notify on the channel too
+			got = append(got, n.Payload)
+		}
+	}
+	if want := []string{acme.ID + ":1", acme.ID + ":2"}; !slices.Equal(got, want) {
+		t.Fatalf("notifications %v, want %v: the rolled-back version must not appear", got, want)
+	}
+}

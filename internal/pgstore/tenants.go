@@ -1,0 +1,159 @@
+package pgstore
+
+import (
+	"context"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// checkID returns a NotFound error for an id that cannot name a row, so a
+// malformed id reads like any unknown one.
+func checkID(id, what string) error { return checkIDs(id, what) }
+
+// checkIDs is checkID over (id, what) pairs.
+func checkIDs(idWhat ...string) error {
+	for i := 0; i+1 < len(idWhat); i += 2 {
+		if !uuidRE.MatchString(idWhat[i]) {
+			return policy.Errorf(policy.CodeNotFound, "%s not found", idWhat[i+1])
+		}
+	}
+	return nil
+}
+
+var statusNames = map[policy.TenantStatus]string{policy.TenantActive: "active", policy.TenantSuspended: "suspended"}
+
+func statusOf(s string) policy.TenantStatus {
+	if s == "suspended" {
+		return policy.TenantSuspended
+	}
+	return policy.TenantActive
+}
+
+const tenantColumns = `id::text, slug, name, status, default_tier, config_version`
+
+func scanTenant(row pgx.Row) (policy.Tenant, int64, error) {
+	var t policy.Tenant
+	var status string
+	var version int64
+	err := row.Scan(&t.ID, &t.Slug, &t.Name, &status, &t.DefaultTier, &version)
+	t.Status = statusOf(status)
+	return t, version, err
+}
+
+// CreateTenant stores a new tenant with an empty default tier, at config
+// version 1. A DefaultTier of "" means "default".
+func (s *Store) CreateTenant(ctx context.Context, actor Actor, t policy.Tenant) (policy.Tenant, error) {
+	if t.DefaultTier == "" {
+		t.DefaultTier = "default"
+	}
+	if err := t.Validate(); err != nil {
+		return policy.Tenant{}, err
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		t, _, err = scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (slug, name, status, default_tier)
+			VALUES ($1, $2, $3, $4) RETURNING `+tenantColumns, t.Slug, t.Name, statusNames[t.Status], t.DefaultTier))
+		if err != nil {
+			return translate(err, "tenant")
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO tiers (tenant_id, name) VALUES ($1, $2)`, t.ID, t.DefaultTier); err != nil {
+			return translate(err, "tier")
+		}
+		return record(ctx, tx, actor, change{tenantID: t.ID, action: "create", resource: "tenant", resourceID: t.ID, new: t}, 1)
+	})
+	return t, err
+}
+
+// GetTenant returns the tenant with id and its config version.
+func (s *Store) GetTenant(ctx context.Context, id string) (policy.Tenant, int64, error) {
+	if err := checkID(id, "tenant"); err != nil {
+		return policy.Tenant{}, 0, err
+	}
+	t, v, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id))
+	return t, v, translate(err, "tenant")
+}
+
+// GetTenantBySlug returns the tenant whose slug (Envoy RLS domain) is slug.
+func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant, int64, error) {
+	t, v, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE slug = $1`, slug))
+	return t, v, translate(err, "tenant")
+}
+
+// ListTenants returns every tenant, by slug.
+func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug`)
+	if err != nil {
+		return nil, translate(err, "tenant")
+	}
+	var out []policy.Tenant
+	for rows.Next() {
+		t, _, err := scanTenant(rows)
+		if err != nil {
+			rows.Close()
+			return nil, translate(err, "tenant")
+		}
+		out = append(out, t)
+	}
+	return out, translate(rows.Err(), "tenant")
+}
+
+// UpdateTenant replaces the tenant's name, status and default tier (the slug
+// is permanent: it keys Envoy domains) and returns the new config version.
+func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant) (int64, error) {
+	if err := checkID(t.ID, "tenant"); err != nil {
+		return 0, err
+	}
+	if err := t.Validate(); err != nil {
+		return 0, err
+	}
+	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		old, _, err := scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1 FOR UPDATE`, t.ID))
+		if err != nil {
+			return change{}, translate(err, "tenant")
+		}
+		if old.Slug != t.Slug {
+			return change{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant",
+				Fields: []policy.FieldError{{Field: "slug", Description: "cannot change"}}}
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, t.ID, t.DefaultTier).Scan(&exists); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if !exists {
+			return change{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant",
+				Fields: []policy.FieldError{{Field: "default_tier", Description: "no tier " + t.DefaultTier + " in this tenant"}}}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET name = $2, status = $3, default_tier = $4 WHERE id = $1`,
+			t.ID, t.Name, statusNames[t.Status], t.DefaultTier); err != nil {
+			return change{}, translate(err, "tenant")
+		}
+		return change{tenantID: t.ID, action: "update", resource: "tenant", resourceID: t.ID, old: old, new: t}, nil
+	})
+	return version, err
+}
+
+// DeleteTenant deletes the tenant and everything it owns. The audit log
+// keeps the deletion.
+func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error {
+	if err := checkID(id, "tenant"); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		old, _, err := scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1 FOR UPDATE`, id))
+		if err != nil {
+			return translate(err, "tenant")
+		}
+		// Record first: the version row goes with the tenant, but the audit
+		// row stays and the notification tells deciders to drop it.
+		if _, err := bump(ctx, tx, actor, change{tenantID: id, action: "delete", resource: "tenant", resourceID: id, old: old}); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, id)
+		return translate(err, "tenant")
+	})
+}
