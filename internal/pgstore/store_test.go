@@ -336,3 +336,7 @@ func TestNotifyOnCommitOnly(t *testing.T) {
 		t.Fatalf("notifications %v, want %v: the rolled-back version must not appear", got, want)
 	}
 }
+
+func newPoolB(b *testing.B) *pgxpool.Pool { return pgtest.Pool(b) }
+
+func tenantB(slug string) policy.Tenant { return policy.Tenant{Slug: slug, Name: slug} }
