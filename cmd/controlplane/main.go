@@ -1,0 +1,102 @@
+// Command controlplane serves Sluice's control-plane API (Connect, gRPC and
+// gRPC-Web) on PostgreSQL, with /healthz, /readyz and /metrics.
+//
+// Configuration (flags override the environment):
+//
+//	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
+//	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
+//	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/migrations"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
+	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	operatorKey := getenv("SLUICE_OPERATOR_KEY")
+	if operatorKey == "" {
+		logger.Warn("SLUICE_OPERATOR_KEY is not set: nobody can manage tenants")
+	}
+
+	if err := migrations.Apply(*dbURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+
+	reg := telemetry.NewRegistry()
+	var ready telemetry.Readiness
+	mux := http.NewServeMux()
+	telemetry.Mount(mux, reg, &ready)
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey, Logger: logger}))
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, behind a proxy that terminates it
+	ready.SetReady(true)
+	fmt.Fprintf(stdout, "control plane listening on http://%s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,155 @@
+// Package controlplane serves the control plane's Connect API (Connect,
+// gRPC and gRPC-Web on one handler): tenants, tiers, rules and keys, with
+// authentication and tenant scoping in one interceptor.
+package controlplane
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Role is what an authenticated caller may do.
+type Role uint8
+
+// Roles.
+const (
+	RoleOperator Role = iota + 1 // every tenant, and tenants themselves
+	RoleAdmin                    // one tenant's configuration
+)
+
+// Principal is the authenticated caller of a request.
+type Principal struct {
+	Role     Role
+	TenantID string // RoleAdmin: the only tenant it may touch
+	KeyID    string
+}
+
+// actor names the principal in the audit log; never a secret.
+func (p Principal) actor() pgstore.Actor {
+	if p.Role == RoleOperator {
+		return "operator"
+	}
+	return pgstore.Actor("key:" + p.KeyID)
+}
+
+type principalKey struct{}
+
+func principalFrom(ctx context.Context) Principal {
+	p, _ := ctx.Value(principalKey{}).(Principal)
+	return p
+}
+
+// operatorOnly lists the procedures only the operator may call.
+var operatorOnly = map[string]bool{}
+
+// authenticator resolves bearer keys: the operator key (compared by hash,
+// in constant time) or a tenant's admin key from the store.
+type authenticator struct {
+	operatorHash [32]byte
+	hasOperator  bool
+	keys         *pgstore.Store
+	logger       *slog.Logger
+}
+
+func (a *authenticator) principal(ctx context.Context, header string) (Principal, error) {
+	scheme, secret, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
+	}
+	h := policy.HashKey(strings.TrimSpace(secret))
+	if a.hasOperator && subtle.ConstantTimeCompare(h[:], a.operatorHash[:]) == 1 {
+		return Principal{Role: RoleOperator}, nil
+	}
+	k, err := a.keys.KeyByHash(ctx, h)
+	if err != nil {
+		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
+			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
+		}
+		return Principal{}, toConnect(ctx, a.logger, err)
+	}
+	if k.Kind != policy.KeyAdmin {
+		return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
+	}
+	return Principal{Role: RoleAdmin, TenantID: k.TenantID, KeyID: k.ID}, nil
+}
+
+// interceptor authenticates every call and enforces operatorOnly; handlers
+// then scope by tenant with tenantOf.
+func (a *authenticator) interceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			p, err := a.principal(ctx, req.Header().Get("Authorization"))
+			if err != nil {
+				return nil, err
+			}
+			if operatorOnly[req.Spec().Procedure] && p.Role != RoleOperator {
+				return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
+			}
+			return next(context.WithValue(ctx, principalKey{}, p), req)
+		}
+	}
+}
+
+// tenantOf returns the tenant a call acts in: the requested one, which an
+// admin key may leave empty and may not set to another tenant's.
+func tenantOf(ctx context.Context, requested string) (string, error) {
+	p := principalFrom(ctx)
+	switch {
+	case p.Role == RoleAdmin && (requested == "" || requested == p.TenantID):
+		return p.TenantID, nil
+	case p.Role == RoleAdmin:
+		return "", connect.NewError(connect.CodePermissionDenied, errors.New("this key belongs to another tenant"))
+	case p.Role == RoleOperator && requested != "":
+		return requested, nil
+	case p.Role == RoleOperator:
+		return "", toConnect(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request",
+			Fields: []policy.FieldError{{Field: "tenant_id", Description: "required with the operator key"}}})
+	}
+	return "", connect.NewError(connect.CodeUnauthenticated, errors.New("unauthenticated"))
+}
+
+// connectCodes maps policy codes to Connect codes, in one place.
+var connectCodes = map[policy.Code]connect.Code{
+	policy.CodeInvalid:           connect.CodeInvalidArgument,
+	policy.CodeNotFound:          connect.CodeNotFound,
+	policy.CodeConflict:          connect.CodeAlreadyExists,
+	policy.CodeUnauthenticated:   connect.CodeUnauthenticated,
+	policy.CodePermissionDenied:  connect.CodePermissionDenied,
+	policy.CodeUnavailable:       connect.CodeUnavailable,
+	policy.CodeResourceExhausted: connect.CodeResourceExhausted,
+}
+
+// toConnect turns err into a Connect error: policy errors with their code,
+// message and field details (google.rpc.BadRequest); anything else is
+// logged and answered as an internal error without its text.
+func toConnect(ctx context.Context, logger *slog.Logger, err error) error {
+	var pe *policy.Error
+	code, ok := connectCodes[policy.ErrorCode(err)]
+	if !ok || !errors.As(err, &pe) {
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.ErrorContext(ctx, "control plane call failed", "err", err)
+		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+	}
+	ce := connect.NewError(code, errors.New(pe.Message))
+	if len(pe.Fields) > 0 {
+		br := &errdetails.BadRequest{}
+		for _, f := range pe.Fields {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: f.Field, Description: f.Description})
+		}
+		if d, derr := connect.NewErrorDetail(br); derr == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
+}

@@ -1,0 +1,122 @@
+package controlplane
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Converters between generated types and the domain, named for direction.
+// Generated types go no further than this package.
+
+func tenantToProto(t policy.Tenant, version int64) *sluicev1.Tenant {
+	status := sluicev1.TenantStatus_TENANT_STATUS_ACTIVE
+	if t.Status == policy.TenantSuspended {
+		status = sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED
+	}
+	return &sluicev1.Tenant{Id: t.ID, Slug: t.Slug, Name: t.Name, Status: status, DefaultTier: t.DefaultTier, ConfigVersion: version}
+}
+
+func tenantFromProto(p *sluicev1.Tenant) policy.Tenant {
+	t := policy.Tenant{ID: p.GetId(), Slug: p.GetSlug(), Name: p.GetName(), DefaultTier: p.GetDefaultTier()}
+	if p.GetStatus() == sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED {
+		t.Status = policy.TenantSuspended
+	}
+	return t
+}
+
+func tierToProto(t policy.Tier) *sluicev1.Tier {
+	out := &sluicev1.Tier{Id: t.ID, Name: t.Name}
+	for _, r := range t.Rules {
+		out.Rules = append(out.Rules, ruleToProto(r))
+	}
+	return out
+}
+
+// failureModes maps the proto enum to the domain; unspecified is open.
+var failureModes = map[sluicev1.FailureMode]policy.FailureMode{
+	sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED: policy.FailOpen,
+	sluicev1.FailureMode_FAILURE_MODE_OPEN:        policy.FailOpen,
+	sluicev1.FailureMode_FAILURE_MODE_CLOSED:      policy.FailClosed,
+	sluicev1.FailureMode_FAILURE_MODE_LOCAL:       policy.FailLocal,
+}
+
+func ruleToProto(r policy.Rule) *sluicev1.Rule {
+	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: paramsToProto(r.Params), Shadow: r.Shadow,
+		FailureMode: sluicev1.FailureMode(r.FailureMode + 1), Enabled: r.Enabled}
+	for _, m := range r.Match {
+		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
+	}
+	return out
+}
+
+// ruleFromProto converts without judging: validation reports what is wrong.
+func ruleFromProto(p *sluicev1.Rule) policy.Rule {
+	r := policy.Rule{ID: p.GetId(), Name: p.GetName(), KeyBy: p.GetKeyBy(), Params: paramsFromProto(p.GetParams()),
+		Shadow: p.GetShadow(), Enabled: p.GetEnabled()}
+	mode, ok := failureModes[p.GetFailureMode()]
+	if !ok {
+		mode = policy.FailureMode(255) // refused by validation, with its field
+	}
+	r.FailureMode = mode
+	for _, m := range p.GetMatch() {
+		r.Match = append(r.Match, policy.Match{Key: m.GetKey(), Value: m.GetValue()})
+	}
+	return r
+}
+
+func paramsToProto(p policy.Params) *sluicev1.LimitParams {
+	d := func(v time.Duration) *durationpb.Duration {
+		if v == 0 {
+			return nil
+		}
+		return durationpb.New(v)
+	}
+	return &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(p.Algorithm), Limit: p.Limit, Window: d(p.Window), Burst: p.Burst,
+		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL)}
+}
+
+func paramsFromProto(p *sluicev1.LimitParams) policy.Params {
+	d := func(v *durationpb.Duration) time.Duration {
+		if v == nil {
+			return 0
+		}
+		return v.AsDuration()
+	}
+	alg := policy.Algorithm(p.GetAlgorithm())
+	if p.GetAlgorithm() < 0 || p.GetAlgorithm() > 255 {
+		alg = policy.AlgorithmUnspecified
+	}
+	return policy.Params{Algorithm: alg, Limit: p.GetLimit(), Window: d(p.GetWindow()), Burst: p.GetBurst(),
+		WarmUp: d(p.GetWarmUp()), ColdFactor: p.GetColdFactor(), MaxDelay: d(p.GetMaxDelay()),
+		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl())}
+}
+
+func keyToProto(k policy.APIKey) *sluicev1.ApiKey {
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	kind := sluicev1.KeyKind_KEY_KIND_CHECK
+	if k.Kind == policy.KeyAdmin {
+		kind = sluicev1.KeyKind_KEY_KIND_ADMIN
+	}
+	return &sluicev1.ApiKey{Id: k.ID, Kind: kind, Name: k.Name, Prefix: k.Prefix,
+		CreatedAt: ts(k.CreatedAt), LastUsedAt: ts(k.LastUsedAt), RevokedAt: ts(k.RevokedAt)}
+}
+
+func keyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
+	switch k {
+	case sluicev1.KeyKind_KEY_KIND_ADMIN:
+		return policy.KeyAdmin
+	case sluicev1.KeyKind_KEY_KIND_CHECK:
+		return policy.KeyCheck
+	}
+	return 0 // refused by the store, with its field
+}

@@ -1,0 +1,222 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// MaxRequestBytes bounds a request message.
+const MaxRequestBytes = 1 << 20
+
+// Config configures the API handler.
+type Config struct {
+	Store *pgstore.Store
+	// OperatorKey is the operator's secret (SLUICE_OPERATOR_KEY); empty
+	// disables the operator role.
+	OperatorKey string
+	Logger      *slog.Logger
+}
+
+func init() {
+	for _, p := range []string{
+		sluicev1connect.TenantServiceCreateTenantProcedure, sluicev1connect.TenantServiceGetTenantProcedure,
+		sluicev1connect.TenantServiceListTenantsProcedure, sluicev1connect.TenantServiceUpdateTenantProcedure,
+		sluicev1connect.TenantServiceDeleteTenantProcedure,
+	} {
+		operatorOnly[p] = true
+	}
+}
+
+// NewHandler returns the handler of every control-plane service, serving
+// Connect, gRPC and gRPC-Web.
+func NewHandler(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger}
+	if cfg.OperatorKey != "" {
+		auth.operatorHash, auth.hasOperator = policy.HashKey(cfg.OperatorKey), true
+	}
+	s := &server{store: cfg.Store, logger: cfg.Logger}
+	opts := []connect.HandlerOption{connect.WithInterceptors(auth.interceptor()), connect.WithReadMaxBytes(MaxRequestBytes)}
+	mux := http.NewServeMux()
+	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewTierServiceHandler(tierServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewRuleServiceHandler(ruleServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewKeyServiceHandler(keyServer{s}, opts...))
+	return mux
+}
+
+type server struct {
+	store  *pgstore.Store
+	logger *slog.Logger
+}
+
+// reply answers msg, or err as a Connect error.
+func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.Response[T], error) {
+	if err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			return nil, ce
+		}
+		return nil, toConnect(ctx, s.logger, err)
+	}
+	return connect.NewResponse(msg), nil
+}
+
+type tenantServer struct{ *server }
+
+func (s tenantServer) CreateTenant(ctx context.Context, req *connect.Request[sluicev1.CreateTenantRequest]) (*connect.Response[sluicev1.CreateTenantResponse], error) {
+	t, err := s.store.CreateTenant(ctx, principalFrom(ctx).actor(), tenantFromProto(req.Msg.GetTenant()))
+	return reply(ctx, s.server, &sluicev1.CreateTenantResponse{Tenant: tenantToProto(t, 1)}, err)
+}
+
+func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluicev1.GetTenantRequest]) (*connect.Response[sluicev1.GetTenantResponse], error) {
+	t, v, err := s.store.GetTenant(ctx, req.Msg.GetTenantId())
+	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantToProto(t, v)}, err)
+}
+
+func (s tenantServer) ListTenants(ctx context.Context, _ *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
+	ts, err := s.store.ListTenants(ctx)
+	out := &sluicev1.ListTenantsResponse{}
+	for _, t := range ts {
+		out.Tenants = append(out.Tenants, tenantToProto(t, 0))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+func (s tenantServer) UpdateTenant(ctx context.Context, req *connect.Request[sluicev1.UpdateTenantRequest]) (*connect.Response[sluicev1.UpdateTenantResponse], error) {
+	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), tenantFromProto(req.Msg.GetTenant()))
+	return reply(ctx, s.server, &sluicev1.UpdateTenantResponse{ConfigVersion: v}, err)
+}
+
+func (s tenantServer) DeleteTenant(ctx context.Context, req *connect.Request[sluicev1.DeleteTenantRequest]) (*connect.Response[sluicev1.DeleteTenantResponse], error) {
+	err := s.store.DeleteTenant(ctx, principalFrom(ctx).actor(), req.Msg.GetTenantId())
+	return reply(ctx, s.server, &sluicev1.DeleteTenantResponse{}, err)
+}
+
+type tierServer struct{ *server }
+
+func (s tierServer) CreateTier(ctx context.Context, req *connect.Request[sluicev1.CreateTierRequest]) (*connect.Response[sluicev1.CreateTierResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	t, v, err := s.store.CreateTier(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetName())
+	return reply(ctx, s.server, &sluicev1.CreateTierResponse{Tier: tierToProto(t), ConfigVersion: v}, err)
+}
+
+func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1.ListTiersRequest]) (*connect.Response[sluicev1.ListTiersResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	tiers, err := s.store.ListTiers(ctx, tenant)
+	out := &sluicev1.ListTiersResponse{}
+	for _, t := range tiers {
+		out.Tiers = append(out.Tiers, tierToProto(t))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+func (s tierServer) DeleteTier(ctx context.Context, req *connect.Request[sluicev1.DeleteTierRequest]) (*connect.Response[sluicev1.DeleteTierResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.DeleteTier(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId())
+	return reply(ctx, s.server, &sluicev1.DeleteTierResponse{ConfigVersion: v}, err)
+}
+
+type ruleServer struct{ *server }
+
+func (s ruleServer) CreateRule(ctx context.Context, req *connect.Request[sluicev1.CreateRuleRequest]) (*connect.Response[sluicev1.CreateRuleResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	r, v, err := s.store.CreateRule(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), ruleFromProto(req.Msg.GetRule()))
+	return reply(ctx, s.server, &sluicev1.CreateRuleResponse{Rule: ruleToProto(r), ConfigVersion: v}, err)
+}
+
+func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	rules, err := s.store.ListRules(ctx, tenant, req.Msg.GetTierId())
+	out := &sluicev1.ListRulesResponse{}
+	for _, r := range rules {
+		out.Rules = append(out.Rules, ruleToProto(r))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+func (s ruleServer) UpdateRule(ctx context.Context, req *connect.Request[sluicev1.UpdateRuleRequest]) (*connect.Response[sluicev1.UpdateRuleResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.UpdateRule(ctx, principalFrom(ctx).actor(), tenant, ruleFromProto(req.Msg.GetRule()))
+	return reply(ctx, s.server, &sluicev1.UpdateRuleResponse{ConfigVersion: v}, err)
+}
+
+func (s ruleServer) DeleteRule(ctx context.Context, req *connect.Request[sluicev1.DeleteRuleRequest]) (*connect.Response[sluicev1.DeleteRuleResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.DeleteRule(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetRuleId())
+	return reply(ctx, s.server, &sluicev1.DeleteRuleResponse{ConfigVersion: v}, err)
+}
+
+func (s ruleServer) ReorderRules(ctx context.Context, req *connect.Request[sluicev1.ReorderRulesRequest]) (*connect.Response[sluicev1.ReorderRulesResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.ReorderRules(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), req.Msg.GetRuleIds())
+	return reply(ctx, s.server, &sluicev1.ReorderRulesResponse{ConfigVersion: v}, err)
+}
+
+type keyServer struct{ *server }
+
+func (s keyServer) CreateKey(ctx context.Context, req *connect.Request[sluicev1.CreateKeyRequest]) (*connect.Response[sluicev1.CreateKeyResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	secret, k, err := s.store.CreateKey(ctx, principalFrom(ctx).actor(), tenant, keyKindFromProto(req.Msg.GetKind()), req.Msg.GetName())
+	return reply(ctx, s.server, &sluicev1.CreateKeyResponse{Key: keyToProto(k), Secret: secret}, err)
+}
+
+func (s keyServer) ListKeys(ctx context.Context, req *connect.Request[sluicev1.ListKeysRequest]) (*connect.Response[sluicev1.ListKeysResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	keys, err := s.store.ListKeys(ctx, tenant)
+	out := &sluicev1.ListKeysResponse{}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, keyToProto(k))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+func (s keyServer) RevokeKey(ctx context.Context, req *connect.Request[sluicev1.RevokeKeyRequest]) (*connect.Response[sluicev1.RevokeKeyResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.RevokeKey(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetKeyId())
+	return reply(ctx, s.server, &sluicev1.RevokeKeyResponse{ConfigVersion: v}, err)
+}

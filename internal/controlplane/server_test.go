@@ -1,0 +1,337 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+const operatorKey = "sk_operator_test_secret"
+
+// clients are the generated clients of every service, over one protocol.
+type clients struct {
+	tenants sluicev1connect.TenantServiceClient
+	tiers   sluicev1connect.TierServiceClient
+	rules   sluicev1connect.RuleServiceClient
+	keys    sluicev1connect.KeyServiceClient
+}
+
+// newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
+// clients speaking the given protocol option (nil: Connect).
+func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
+	t.Helper()
+	store := pgstore.New(pgtest.Pool(t))
+	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, store
+}
+
+func newClients(srv *httptest.Server, opts ...connect.ClientOption) clients {
+	c := srv.Client()
+	return clients{
+		tenants: sluicev1connect.NewTenantServiceClient(c, srv.URL, opts...),
+		tiers:   sluicev1connect.NewTierServiceClient(c, srv.URL, opts...),
+		rules:   sluicev1connect.NewRuleServiceClient(c, srv.URL, opts...),
+		keys:    sluicev1connect.NewKeyServiceClient(c, srv.URL, opts...),
+	}
+}
+
+// call makes one call with key as the bearer (none when "").
+func call[Req, Res any](key string, f func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req) (*Res, error) {
+	req := connect.NewRequest(msg)
+	if key != "" {
+		req.Header().Set("Authorization", "Bearer "+key)
+	}
+	res, err := f(context.Background(), req)
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+// callOK is call for calls that must succeed.
+func callOK[Req, Res any](t *testing.T, key string, f func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), msg *Req) *Res {
+	t.Helper()
+	res, err := call(key, f, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func codeOf(err error) connect.Code {
+	if err == nil {
+		return 0
+	}
+	return connect.CodeOf(err)
+}
+
+func ruleMsg(name string) *sluicev1.Rule {
+	return &sluicev1.Rule{Name: name, KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []*sluicev1.Match{{Key: "route", Value: "/login"}},
+		Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET, Limit: 10, Window: durationpb.New(time.Minute)}}
+}
+
+// setupTenant creates a tenant and an admin key for it, as the operator.
+func setupTenant(t *testing.T, c clients, slug string) (tenantID, adminKey string) {
+	t.Helper()
+	tn := callOK(t, operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: slug, Name: slug}})
+	k := callOK(t, operatorKey, c.keys.CreateKey, &sluicev1.CreateKeyRequest{TenantId: tn.Tenant.Id, Kind: sluicev1.KeyKind_KEY_KIND_ADMIN, Name: "admin"})
+	return tn.Tenant.Id, k.Secret
+}
+
+func TestCRUDOverConnectAndGRPC(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}} {
+		t.Run(name, func(t *testing.T) {
+			c := newClients(srv, opts...)
+			tenantID, admin := setupTenant(t, c, "acme-"+name)
+
+			tier := callOK(t, admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"}).Tier
+			var ids []string
+			for _, n := range []string{"a", "b", "c"} {
+				r := callOK(t, admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tier.Id, Rule: ruleMsg(n)})
+				ids = append(ids, r.Rule.Id)
+			}
+			upd := ruleMsg("b2")
+			upd.Id, upd.Shadow, upd.FailureMode = ids[1], true, sluicev1.FailureMode_FAILURE_MODE_CLOSED
+			upd.Params.Burst = 4
+			callOK(t, admin, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: upd})
+			callOK(t, admin, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: tier.Id, RuleIds: []string{ids[2], ids[1], ids[0]}})
+			callOK(t, admin, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: ids[0]})
+			rules := callOK(t, admin, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: tier.Id}).Rules
+			if len(rules) != 2 || rules[0].Name != "c" || rules[1].Name != "b2" || !rules[1].Shadow ||
+				rules[1].FailureMode != sluicev1.FailureMode_FAILURE_MODE_CLOSED || rules[1].Params.Burst != 4 ||
+				rules[1].Params.Window.AsDuration() != time.Minute {
+				t.Fatalf("rules after update, reorder and delete: %v", rules)
+			}
+			tiers := callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}).Tiers
+			if len(tiers) != 2 || tiers[1].Name != "pro" || len(tiers[1].Rules) != 2 {
+				t.Fatalf("tiers %v", tiers)
+			}
+
+			ck := callOK(t, admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK, Name: "edge"})
+			if ck.Secret == "" || ck.Key.Prefix == "" || ck.Key.RevokedAt != nil {
+				t.Fatalf("created key %v", ck)
+			}
+			callOK(t, admin, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: ck.Key.Id})
+			keys := callOK(t, admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{}).Keys
+			if len(keys) != 2 || keys[1].RevokedAt == nil || keys[0].LastUsedAt == nil {
+				t.Fatalf("keys %v", keys)
+			}
+			callOK(t, admin, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TierId: tier.Id})
+
+			got := callOK(t, operatorKey, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: tenantID}).Tenant
+			got.Name = "Acme Corp"
+			v := callOK(t, operatorKey, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: got})
+			if v.ConfigVersion <= got.ConfigVersion {
+				t.Fatalf("update went from version %d to %d", got.ConfigVersion, v.ConfigVersion)
+			}
+			list := callOK(t, operatorKey, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}).Tenants
+			if !slices.ContainsFunc(list, func(x *sluicev1.Tenant) bool { return x.Id == tenantID && x.Name == "Acme Corp" }) {
+				t.Fatalf("list %v", list)
+			}
+			callOK(t, operatorKey, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: tenantID})
+			if _, err := call(admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}); codeOf(err) != connect.CodeUnauthenticated {
+				t.Fatalf("a deleted tenant's key: %v", err)
+			}
+		})
+	}
+}
+
+func TestInvalidInputHasFieldDetails(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	tiers := callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}).Tiers
+	bad := ruleMsg("")
+	bad.Params.Limit = 0
+	bad.Params.Granularity = durationpb.New(time.Second)
+	bad.Match[0].Key = "no spaces"
+	_, err := call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tiers[0].Id, Rule: bad})
+	if codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("invalid rule: %v", err)
+	}
+	var fields []string
+	var ce *connect.Error
+	errors.As(err, &ce)
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if br, ok := v.(*errdetails.BadRequest); ok {
+				for _, f := range br.FieldViolations {
+					fields = append(fields, f.Field)
+				}
+			}
+		}
+	}
+	if want := []string{"name", "match[0].key", "limit", "granularity"}; !slices.Equal(fields, want) {
+		t.Fatalf("field violations %v, want %v", fields, want)
+	}
+	// A missing rule, unknown enum values: still InvalidArgument, never internal.
+	for _, r := range []*sluicev1.Rule{nil, {Name: "x", Params: &sluicev1.LimitParams{Algorithm: 42}, FailureMode: 9}} {
+		if _, err := call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tiers[0].Id, Rule: r}); codeOf(err) != connect.CodeInvalidArgument {
+			t.Fatalf("rule %v: %v", r, err)
+		}
+	}
+	_, err = call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "dup"}})
+	if codeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("duplicate slug: %v", err)
+	}
+}
+
+// TestAuthorizationMatrix calls every RPC with every kind of caller and
+// checks the answer: only the operator and the tenant's own admin key get
+// past authentication and scoping, and nothing of tenant A changes under
+// any other key.
+func TestAuthorizationMatrix(t *testing.T) {
+	t.Parallel()
+	srv, store := newServer(t)
+	c := newClients(srv)
+	tenantA, adminA := setupTenant(t, c, "tenant-a")
+	_, adminB := setupTenant(t, c, "tenant-b")
+	tierA := callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"}).Tier
+	ruleA := callOK(t, adminA, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tierA.Id, Rule: ruleMsg("r")}).Rule
+	check := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK}).Secret
+	revoked := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_ADMIN})
+	callOK(t, adminA, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: revoked.Key.Id})
+	_, versionBefore, _ := store.GetTenant(context.Background(), tenantA)
+
+	// Each RPC aimed at tenant A. Mutations are harmless for this test:
+	// they either fail validation after auth or touch throwaway values.
+	rpcs := map[string]func(key string) error{
+		"CreateTenant": func(k string) error {
+			_, err := call(k, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "x", Name: ""}})
+			return err
+		},
+		"GetTenant": func(k string) error {
+			_, err := call(k, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: tenantA})
+			return err
+		},
+		"ListTenants": func(k string) error { _, err := call(k, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}); return err },
+		"UpdateTenant": func(k string) error {
+			_, err := call(k, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: &sluicev1.Tenant{Id: tenantA, Slug: "tenant-a", Name: ""}})
+			return err
+		},
+		"DeleteTenant": func(k string) error {
+			_, err := call(k, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
+		"CreateTier": func(k string) error {
+			_, err := call(k, c.tiers.CreateTier, &sluicev1.CreateTierRequest{TenantId: tenantA, Name: "Not A Slug"})
+			return err
+		},
+		"ListTiers": func(k string) error {
+			_, err := call(k, c.tiers.ListTiers, &sluicev1.ListTiersRequest{TenantId: tenantA})
+			return err
+		},
+		"DeleteTier": func(k string) error {
+			_, err := call(k, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TenantId: tenantA, TierId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
+		"CreateRule": func(k string) error {
+			_, err := call(k, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TenantId: tenantA, TierId: tierA.Id, Rule: ruleMsg("")})
+			return err
+		},
+		"ListRules": func(k string) error {
+			_, err := call(k, c.rules.ListRules, &sluicev1.ListRulesRequest{TenantId: tenantA, TierId: tierA.Id})
+			return err
+		},
+		"UpdateRule": func(k string) error {
+			r := ruleMsg("")
+			r.Id = ruleA.Id
+			_, err := call(k, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{TenantId: tenantA, Rule: r})
+			return err
+		},
+		"DeleteRule": func(k string) error {
+			_, err := call(k, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{TenantId: tenantA, RuleId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
+		"ReorderRules": func(k string) error {
+			_, err := call(k, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TenantId: tenantA, TierId: tierA.Id})
+			return err
+		},
+		"CreateKey": func(k string) error {
+			_, err := call(k, c.keys.CreateKey, &sluicev1.CreateKeyRequest{TenantId: tenantA})
+			return err
+		},
+		"ListKeys": func(k string) error {
+			_, err := call(k, c.keys.ListKeys, &sluicev1.ListKeysRequest{TenantId: tenantA})
+			return err
+		},
+		"RevokeKey": func(k string) error {
+			_, err := call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: tenantA, KeyId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
+	}
+	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true}
+	callers := []struct {
+		name, key string
+		want      func(rpc string) []connect.Code // acceptable codes (0: success)
+	}{
+		{"no key", "", func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
+		{"malformed key", "not a key at all", func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
+		{"revoked key", revoked.Secret, func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
+		{"check key", check, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
+		{"other tenant's admin", adminB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
+		{"own admin", adminA, func(rpc string) []connect.Code {
+			if operatorOnlyRPCs[rpc] {
+				return []connect.Code{connect.CodePermissionDenied}
+			}
+			return []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
+		}},
+		{"operator", operatorKey, func(string) []connect.Code {
+			return []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
+		}},
+	}
+	if len(rpcs) != 16 {
+		t.Fatalf("the matrix covers %d RPCs, the API has 16", len(rpcs))
+	}
+	for rpc, f := range rpcs {
+		for _, cl := range callers {
+			if got, want := codeOf(f(cl.key)), cl.want(rpc); !slices.Contains(want, got) {
+				t.Errorf("%s with %s: code %v, want one of %v", rpc, cl.name, got, want)
+			}
+		}
+	}
+	// Nothing above changed tenant A's configuration.
+	if _, v, _ := store.GetTenant(context.Background(), tenantA); v != versionBefore {
+		t.Fatalf("tenant A went from version %d to %d", versionBefore, v)
+	}
+	// Tenant B's admin key, naming A's rule in its own tenant, finds nothing.
+	if _, err := call(adminB, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: ruleA.Id}); codeOf(err) != connect.CodeNotFound {
+		t.Fatalf("B deleting A's rule: %v", err)
+	}
+	if rules := callOK(t, adminA, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: tierA.Id}).Rules; len(rules) != 1 {
+		t.Fatalf("A's rules: %v", rules)
+	}
+}
+
+func TestOversizedRequestIsRefused(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	huge := make([]byte, MaxRequestBytes+1)
+	for i := range huge {
+		huge[i] = 'a'
+	}
+	_, err := call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "x", Name: string(huge)}})
+	if codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("oversized request: %v", err)
+	}
+}
