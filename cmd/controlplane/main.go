@@ -6,6 +6,7 @@
 //	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
+//	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only
 package main
 
 import (
@@ -72,7 +73,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var ready telemetry.Readiness
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, &ready)
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey, Logger: logger}))
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey,
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Logger: logger}))
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -24,6 +24,7 @@ type Role uint8
 const (
 	RoleOperator Role = iota + 1 // every tenant, and tenants themselves
 	RoleAdmin                    // one tenant's configuration
+	RoleDecider                  // the config service only
 )
 
 // Principal is the authenticated caller of a request.
@@ -48,16 +49,18 @@ func principalFrom(ctx context.Context) Principal {
 	return p
 }
 
-// operatorOnly lists the procedures only the operator may call.
-var operatorOnly = map[string]bool{}
+// operatorOnly and deciderOnly list the procedures only the operator, and
+// only deciders, may call.
+var operatorOnly, deciderOnly = map[string]bool{}, map[string]bool{}
 
-// authenticator resolves bearer keys: the operator key (compared by hash,
-// in constant time) or a tenant's admin key from the store.
+// authenticator resolves bearer keys: the operator key and the decider
+// credential (compared by hash, in constant time), or a tenant's admin key
+// from the store.
 type authenticator struct {
-	operatorHash [32]byte
-	hasOperator  bool
-	keys         *pgstore.Store
-	logger       *slog.Logger
+	operatorHash, deciderHash [32]byte
+	hasOperator, hasDecider   bool
+	keys                      *pgstore.Store
+	logger                    *slog.Logger
 }
 
 func (a *authenticator) principal(ctx context.Context, header string) (Principal, error) {
@@ -68,6 +71,9 @@ func (a *authenticator) principal(ctx context.Context, header string) (Principal
 	h := policy.HashKey(strings.TrimSpace(secret))
 	if a.hasOperator && subtle.ConstantTimeCompare(h[:], a.operatorHash[:]) == 1 {
 		return Principal{Role: RoleOperator}, nil
+	}
+	if a.hasDecider && subtle.ConstantTimeCompare(h[:], a.deciderHash[:]) == 1 {
+		return Principal{Role: RoleDecider}, nil
 	}
 	k, err := a.keys.KeyByHash(ctx, h)
 	if err != nil {
@@ -82,20 +88,47 @@ func (a *authenticator) principal(ctx context.Context, header string) (Principal
 	return Principal{Role: RoleAdmin, TenantID: k.TenantID, KeyID: k.ID}, nil
 }
 
-// interceptor authenticates every call and enforces operatorOnly; handlers
-// then scope by tenant with tenantOf.
-func (a *authenticator) interceptor() connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			p, err := a.principal(ctx, req.Header().Get("Authorization"))
-			if err != nil {
-				return nil, err
-			}
-			if operatorOnly[req.Spec().Procedure] && p.Role != RoleOperator {
-				return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
-			}
-			return next(context.WithValue(ctx, principalKey{}, p), req)
+// authorize authenticates a call to procedure and returns the context
+// carrying its principal. Deciders reach only the config service, the
+// config service only deciders, and tenants only the operator.
+func (a *authenticator) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
+	p, err := a.principal(ctx, header)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case deciderOnly[procedure] != (p.Role == RoleDecider):
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the config service is for deciders, and deciders have only it"))
+	case operatorOnly[procedure] && p.Role != RoleOperator:
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
+	}
+	return context.WithValue(ctx, principalKey{}, p), nil
+}
+
+// interceptor applies authorize to unary calls and to streams.
+type interceptor struct{ a *authenticator }
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
 		}
+		return next(ctx, req)
+	}
+}
+
+func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -119,4 +120,46 @@ func keyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
 		return policy.KeyCheck
 	}
 	return 0 // refused by the store, with its field
+}
+
+func overrideToProto(o policy.Override) *sluicev1.Override {
+	out := &sluicev1.Override{Id: o.ID, DescriptorKey: o.Key, Identifier: o.Identifier, Tier: o.Tier, RuleId: o.RuleID}
+	if o.Params != nil {
+		out.Params = paramsToProto(*o.Params)
+	}
+	if !o.ExpiresAt.IsZero() {
+		out.ExpiresAt = timestamppb.New(o.ExpiresAt)
+	}
+	return out
+}
+
+func overrideFromProto(p *sluicev1.Override) policy.Override {
+	o := policy.Override{ID: p.GetId(), Key: p.GetDescriptorKey(), Identifier: p.GetIdentifier(), Tier: p.GetTier(), RuleID: p.GetRuleId()}
+	if p.GetParams() != nil {
+		params := paramsFromProto(p.GetParams())
+		o.Params = &params
+	}
+	if p.GetExpiresAt() != nil {
+		o.ExpiresAt = p.GetExpiresAt().AsTime()
+	}
+	return o
+}
+
+func auditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
+	return &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
+		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
+}
+
+func snapshotToProto(s *policy.Snapshot, keys [][32]byte) *sluicev1.Snapshot {
+	out := &sluicev1.Snapshot{Tenant: tenantToProto(s.Tenant, s.Version), Version: s.Version}
+	for _, t := range s.Tiers {
+		out.Tiers = append(out.Tiers, tierToProto(t))
+	}
+	for _, o := range s.Overrides {
+		out.Overrides = append(out.Overrides, overrideToProto(o))
+	}
+	for _, k := range keys {
+		out.CheckKeyHashes = append(out.CheckKeyHashes, k[:])
+	}
+	return out
 }

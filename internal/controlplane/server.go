@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -23,7 +24,13 @@ type Config struct {
 	// OperatorKey is the operator's secret (SLUICE_OPERATOR_KEY); empty
 	// disables the operator role.
 	OperatorKey string
-	Logger      *slog.Logger
+	// DeciderKey is the deciders' credential for the config service
+	// (SLUICE_DECIDER_KEY); empty disables the config service.
+	DeciderKey string
+	// WatchRecheck is how often a config watch re-reads every tenant
+	// without a notification; 0 means 5s.
+	WatchRecheck time.Duration
+	Logger       *slog.Logger
 }
 
 func init() {
@@ -34,6 +41,8 @@ func init() {
 	} {
 		operatorOnly[p] = true
 	}
+	deciderOnly[sluicev1connect.ConfigServiceGetSnapshotsProcedure] = true
+	deciderOnly[sluicev1connect.ConfigServiceWatchProcedure] = true
 }
 
 // NewHandler returns the handler of every control-plane service, serving
@@ -46,19 +55,26 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.OperatorKey != "" {
 		auth.operatorHash, auth.hasOperator = policy.HashKey(cfg.OperatorKey), true
 	}
-	s := &server{store: cfg.Store, logger: cfg.Logger}
-	opts := []connect.HandlerOption{connect.WithInterceptors(auth.interceptor()), connect.WithReadMaxBytes(MaxRequestBytes)}
+	if cfg.DeciderKey != "" {
+		auth.deciderHash, auth.hasDecider = policy.HashKey(cfg.DeciderKey), true
+	}
+	s := &server{store: cfg.Store, logger: cfg.Logger, recheck: cfg.WatchRecheck}
+	opts := []connect.HandlerOption{connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewTierServiceHandler(tierServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewRuleServiceHandler(ruleServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewKeyServiceHandler(keyServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewOverrideServiceHandler(overrideServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewAuditServiceHandler(auditServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
 	return mux
 }
 
 type server struct {
-	store  *pgstore.Store
-	logger *slog.Logger
+	store   *pgstore.Store
+	logger  *slog.Logger
+	recheck time.Duration
 }
 
 // reply answers msg, or err as a Connect error.

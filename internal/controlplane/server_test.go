@@ -3,14 +3,17 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -18,7 +21,10 @@ import (
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
-const operatorKey = "sk_operator_test_secret"
+const (
+	operatorKey = "sk_operator_test_secret"
+	deciderKey  = "sk_decider_test_secret"
+)
 
 // clients are the generated clients of every service, over one protocol.
 type clients struct {
@@ -26,6 +32,9 @@ type clients struct {
 	tiers   sluicev1connect.TierServiceClient
 	rules   sluicev1connect.RuleServiceClient
 	keys    sluicev1connect.KeyServiceClient
+	ovs     sluicev1connect.OverrideServiceClient
+	audit   sluicev1connect.AuditServiceClient
+	config  sluicev1connect.ConfigServiceClient
 }
 
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
@@ -33,7 +42,7 @@ type clients struct {
 func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
 	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
-	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey}))
+	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey, WatchRecheck: time.Minute}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -47,6 +56,9 @@ func newClients(srv *httptest.Server, opts ...connect.ClientOption) clients {
 		tiers:   sluicev1connect.NewTierServiceClient(c, srv.URL, opts...),
 		rules:   sluicev1connect.NewRuleServiceClient(c, srv.URL, opts...),
 		keys:    sluicev1connect.NewKeyServiceClient(c, srv.URL, opts...),
+		ovs:     sluicev1connect.NewOverrideServiceClient(c, srv.URL, opts...),
+		audit:   sluicev1connect.NewAuditServiceClient(c, srv.URL, opts...),
+		config:  sluicev1connect.NewConfigServiceClient(c, srv.URL, opts...),
 	}
 }
 
@@ -197,8 +209,8 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 
 // TestAuthorizationMatrix calls every RPC with every kind of caller and
 // checks the answer: only the operator and the tenant's own admin key get
-// past authentication and scoping, and nothing of tenant A changes under
-// any other key.
+// past authentication and scoping, only the decider reaches the config
+// service, and nothing of tenant A changes under any other key.
 func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
 	srv, store := newServer(t)
@@ -223,7 +235,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: tenantA})
 			return err
 		},
-		"ListTenants": func(k string) error { _, err := call(k, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}); return err },
+		"ListTenants": func(k string) error {
+			_, err := call(k, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{})
+			return err
+		},
 		"UpdateTenant": func(k string) error {
 			_, err := call(k, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: &sluicev1.Tenant{Id: tenantA, Slug: "tenant-a", Name: ""}})
 			return err
@@ -278,8 +293,48 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: tenantA, KeyId: "00000000-0000-0000-0000-000000000000"})
 			return err
 		},
+		"CreateOverride": func(k string) error {
+			_, err := call(k, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: tenantA, Override: &sluicev1.Override{Identifier: "x"}})
+			return err
+		},
+		"ListOverrides": func(k string) error {
+			_, err := call(k, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{TenantId: tenantA})
+			return err
+		},
+		"DeleteOverride": func(k string) error {
+			_, err := call(k, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{TenantId: tenantA, OverrideId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
+		"ListAudit": func(k string) error {
+			_, err := call(k, c.audit.ListAudit, &sluicev1.ListAuditRequest{TenantId: tenantA})
+			return err
+		},
+		"GetSnapshots": func(k string) error {
+			_, err := call(k, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{})
+			return err
+		},
+		"Watch": func(k string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			req := connect.NewRequest(&sluicev1.WatchRequest{})
+			if k != "" {
+				req.Header().Set("Authorization", "Bearer "+k)
+			}
+			st, err := c.config.Watch(ctx, req)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if st.Receive() { // versions exist: an authorised watch starts with them
+				return nil
+			}
+			return st.Err()
+		},
 	}
 	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true}
+	deciderOnlyRPCs := map[string]bool{"GetSnapshots": true, "Watch": true}
+	denied := []connect.Code{connect.CodePermissionDenied}
+	allowed := []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
 	callers := []struct {
 		name, key string
 		want      func(rpc string) []connect.Code // acceptable codes (0: success)
@@ -290,17 +345,26 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"check key", check, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
 		{"other tenant's admin", adminB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
 		{"own admin", adminA, func(rpc string) []connect.Code {
-			if operatorOnlyRPCs[rpc] {
-				return []connect.Code{connect.CodePermissionDenied}
+			if operatorOnlyRPCs[rpc] || deciderOnlyRPCs[rpc] {
+				return denied
 			}
-			return []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
+			return allowed
 		}},
-		{"operator", operatorKey, func(string) []connect.Code {
-			return []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
+		{"operator", operatorKey, func(rpc string) []connect.Code {
+			if deciderOnlyRPCs[rpc] {
+				return denied
+			}
+			return allowed
+		}},
+		{"decider", deciderKey, func(rpc string) []connect.Code {
+			if deciderOnlyRPCs[rpc] {
+				return []connect.Code{0}
+			}
+			return denied
 		}},
 	}
-	if len(rpcs) != 16 {
-		t.Fatalf("the matrix covers %d RPCs, the API has 16", len(rpcs))
+	if len(rpcs) != 22 {
+		t.Fatalf("the matrix covers %d RPCs, the API has 22", len(rpcs))
 	}
 	for rpc, f := range rpcs {
 		for _, cl := range callers {
@@ -333,5 +397,83 @@ func TestOversizedRequestIsRefused(t *testing.T) {
 	_, err := call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "x", Name: string(huge)}})
 	if codeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("oversized request: %v", err)
+	}
+}
+
+func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	a, adminA := setupTenant(t, c, "a")
+	b, _ := setupTenant(t, c, "b")
+	ck := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})
+
+	all := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{})
+	since := map[string]int64{}
+	for _, s := range all.Snapshots {
+		since[s.Tenant.Id] = s.Version
+		if s.Tenant.Id == a && len(s.CheckKeyHashes) != 1 {
+			t.Fatalf("tenant a's snapshot has %d check keys, want 1 (%s…)", len(s.CheckKeyHashes), ck.Key.Prefix)
+		}
+	}
+	if len(all.Snapshots) != 2 || since[a] == 0 || since[b] == 0 {
+		t.Fatalf("snapshots %v", all.Snapshots)
+	}
+	if none := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since}); len(none.Snapshots) != 0 {
+		t.Fatalf("up to date, yet %d snapshots", len(none.Snapshots))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := connect.NewRequest(&sluicev1.WatchRequest{Since: since})
+	req.Header().Set("Authorization", "Bearer "+deciderKey)
+	st, err := c.config.Watch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
+	callOK(t, operatorKey, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: b})
+	var got []string
+	for len(got) < 2 && st.Receive() {
+		m := st.Msg()
+		got = append(got, fmt.Sprintf("%s:%d:%v", m.TenantId, m.Version, m.Deleted))
+	}
+	want := []string{fmt.Sprintf("%s:%d:false", a, since[a]+1), fmt.Sprintf("%s:%d:true", b, since[b]+1)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("watch delivered %v, want %v (err %v)", got, want, st.Err())
+	}
+	upd := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since})
+	if len(upd.Snapshots) != 1 || upd.Snapshots[0].Version != since[a]+1 || !slices.Equal(upd.DeletedTenantIds, []string{b}) {
+		t.Fatalf("after the changes: %v", upd)
+	}
+}
+
+func TestOverridesAndAuditOverTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	callOK(t, admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
+	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
+	o := callOK(t, admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{
+		Identifier: "vip-*", Tier: "pro", ExpiresAt: timestamppb.New(exp)}}).Override
+	_, err := call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "x", Tier: "gold"}})
+	if codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("override of a missing tier: %v", err)
+	}
+	list := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{}).Overrides
+	if len(list) != 1 || list[0].Identifier != "vip-*" || !list[0].ExpiresAt.AsTime().Equal(exp) || list[0].DescriptorKey != "client_id" {
+		t.Fatalf("overrides %v", list)
+	}
+	callOK(t, admin, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{OverrideId: o.Id})
+	audit := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{Limit: 2}).Entries
+	if len(audit) != 2 || audit[0].Action != "delete" || audit[0].Resource != "override" || audit[1].Action != "create" ||
+		!strings.HasPrefix(audit[0].Actor, "key:") || audit[0].OldValue == "" || audit[0].ConfigVersion <= audit[1].ConfigVersion {
+		t.Fatalf("audit %v", audit)
+	}
+	older := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{BeforeId: audit[1].Id}).Entries
+	if len(older) == 0 || older[0].Id >= audit[1].Id {
+		t.Fatalf("paging: %v", older)
 	}
 }

@@ -157,3 +157,16 @@ func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error 
 		return translate(err, "tenant")
 	})
 }
+
+// TenantVersions returns every tenant's config version, by tenant id.
+func (s *Store) TenantVersions(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id::text, config_version FROM tenants`)
+	if err != nil {
+		return nil, translate(err, "tenant")
+	}
+	out := map[string]int64{}
+	var id string
+	var v int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
+	return out, translate(err, "tenant")
+}

@@ -1871,6 +1871,606 @@ func (x *RevokeKeyResponse) GetConfigVersion() int64 {
 	return 0
 }
 
+type Override struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Descriptor holding the client identifier; empty means client_id.
+	DescriptorKey string `protobuf:"bytes,2,opt,name=descriptor_key,json=descriptorKey,proto3" json:"descriptor_key,omitempty"`
+	// Exact identifier, or a prefix ending in '*'.
+	Identifier string `protobuf:"bytes,3,opt,name=identifier,proto3" json:"identifier,omitempty"`
+	// Move the client to this tier, or
+	Tier string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	// replace this rule's parameters with params.
+	RuleId        string                 `protobuf:"bytes,5,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	Params        *LimitParams           `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Override) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Override) GetDescriptorKey() string {
+	if x != nil {
+		return x.DescriptorKey
+	}
+	return ""
+}
+
+func (x *Override) GetIdentifier() string {
+	if x != nil {
+		return x.Identifier
+	}
+	return ""
+}
+
+func (x *Override) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *Override) GetRuleId() string {
+	if x != nil {
+		return x.RuleId
+	}
+	return ""
+}
+
+func (x *Override) GetParams() *LimitParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *Override) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type CreateOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Override      *Override              `protobuf:"bytes,2,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOverrideRequest) Reset() {
+	*x = CreateOverrideRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOverrideRequest) ProtoMessage() {}
+
+func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
+func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CreateOverrideRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *CreateOverrideRequest) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+type CreateOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Override      *Override              `protobuf:"bytes,1,opt,name=override,proto3" json:"override,omitempty"`
+	ConfigVersion int64                  `protobuf:"varint,2,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOverrideResponse) Reset() {
+	*x = CreateOverrideResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOverrideResponse) ProtoMessage() {}
+
+func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
+func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CreateOverrideResponse) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+func (x *CreateOverrideResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+type ListOverridesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesRequest) Reset() {
+	*x = ListOverridesRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesRequest) ProtoMessage() {}
+
+func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
+func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListOverridesRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+type ListOverridesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Overrides     []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesResponse) Reset() {
+	*x = ListOverridesResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesResponse) ProtoMessage() {}
+
+func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
+func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListOverridesResponse) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+type DeleteOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	OverrideId    string                 `protobuf:"bytes,2,opt,name=override_id,json=overrideId,proto3" json:"override_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideRequest) Reset() {
+	*x = DeleteOverrideRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideRequest) ProtoMessage() {}
+
+func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DeleteOverrideRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteOverrideRequest) GetOverrideId() string {
+	if x != nil {
+		return x.OverrideId
+	}
+	return ""
+}
+
+type DeleteOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigVersion int64                  `protobuf:"varint,1,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverrideResponse) Reset() {
+	*x = DeleteOverrideResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverrideResponse) ProtoMessage() {}
+
+func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "operator" or "key:<key id>".
+	Actor      string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action     string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Resource   string `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
+	ResourceId string `protobuf:"bytes,5,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
+	// JSON of the value before and after the change.
+	OldValue      string                 `protobuf:"bytes,6,opt,name=old_value,json=oldValue,proto3" json:"old_value,omitempty"`
+	NewValue      string                 `protobuf:"bytes,7,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"`
+	ConfigVersion int64                  `protobuf:"varint,8,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *AuditEntry) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetResourceId() string {
+	if x != nil {
+		return x.ResourceId
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetOldValue() string {
+	if x != nil {
+		return x.OldValue
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetNewValue() string {
+	if x != nil {
+		return x.NewValue
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type ListAuditRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// Entries with ids below this one (0: from the newest), newest first.
+	BeforeId int64 `protobuf:"varint,2,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
+	// At most this many; 0 means 100, at most 1000.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListAuditRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetBeforeId() int64 {
+	if x != nil {
+		return x.BeforeId
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
@@ -1974,7 +2574,52 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\":\n" +
 	"\x11RevokeKeyResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion*d\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xf9\x01\n" +
+	"\bOverride\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0edescriptor_key\x18\x02 \x01(\tR\rdescriptorKey\x12\x1e\n" +
+	"\n" +
+	"identifier\x18\x03 \x01(\tR\n" +
+	"identifier\x12\x12\n" +
+	"\x04tier\x18\x04 \x01(\tR\x04tier\x12\x17\n" +
+	"\arule_id\x18\x05 \x01(\tR\x06ruleId\x12.\n" +
+	"\x06params\x18\x06 \x01(\v2\x16.sluice.v1.LimitParamsR\x06params\x129\n" +
+	"\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"e\n" +
+	"\x15CreateOverrideRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12/\n" +
+	"\boverride\x18\x02 \x01(\v2\x13.sluice.v1.OverrideR\boverride\"p\n" +
+	"\x16CreateOverrideResponse\x12/\n" +
+	"\boverride\x18\x01 \x01(\v2\x13.sluice.v1.OverrideR\boverride\x12%\n" +
+	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\"3\n" +
+	"\x14ListOverridesRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"J\n" +
+	"\x15ListOverridesResponse\x121\n" +
+	"\toverrides\x18\x01 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\"U\n" +
+	"\x15DeleteOverrideRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1f\n" +
+	"\voverride_id\x18\x02 \x01(\tR\n" +
+	"overrideId\"?\n" +
+	"\x16DeleteOverrideResponse\x12%\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\x94\x02\n" +
+	"\n" +
+	"AuditEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x1a\n" +
+	"\bresource\x18\x04 \x01(\tR\bresource\x12\x1f\n" +
+	"\vresource_id\x18\x05 \x01(\tR\n" +
+	"resourceId\x12\x1b\n" +
+	"\told_value\x18\x06 \x01(\tR\boldValue\x12\x1b\n" +
+	"\tnew_value\x18\a \x01(\tR\bnewValue\x12%\n" +
+	"\x0econfig_version\x18\b \x01(\x03R\rconfigVersion\x12*\n" +
+	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"b\n" +
+	"\x10ListAuditRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
+	"\tbefore_id\x18\x02 \x01(\x03R\bbeforeId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
+	"\x11ListAuditResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries*d\n" +
 	"\fTenantStatus\x12\x1d\n" +
 	"\x19TENANT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TENANT_STATUS_ACTIVE\x10\x01\x12\x1b\n" +
@@ -2008,7 +2653,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"KeyService\x12H\n" +
 	"\tCreateKey\x12\x1b.sluice.v1.CreateKeyRequest\x1a\x1c.sluice.v1.CreateKeyResponse\"\x00\x12E\n" +
 	"\bListKeys\x12\x1a.sluice.v1.ListKeysRequest\x1a\x1b.sluice.v1.ListKeysResponse\"\x00\x12H\n" +
-	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x002\x99\x02\n" +
+	"\x0fOverrideService\x12W\n" +
+	"\x0eCreateOverride\x12 .sluice.v1.CreateOverrideRequest\x1a!.sluice.v1.CreateOverrideResponse\"\x00\x12T\n" +
+	"\rListOverrides\x12\x1f.sluice.v1.ListOverridesRequest\x1a .sluice.v1.ListOverridesResponse\"\x00\x12W\n" +
+	"\x0eDeleteOverride\x12 .sluice.v1.DeleteOverrideRequest\x1a!.sluice.v1.DeleteOverrideResponse\"\x002X\n" +
+	"\fAuditService\x12H\n" +
+	"\tListAudit\x12\x1b.sluice.v1.ListAuditRequest\x1a\x1c.sluice.v1.ListAuditResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_admin_proto_rawDescOnce sync.Once
@@ -2023,47 +2674,58 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_sluice_v1_admin_proto_goTypes = []any{
-	(TenantStatus)(0),             // 0: sluice.v1.TenantStatus
-	(KeyKind)(0),                  // 1: sluice.v1.KeyKind
-	(*Tenant)(nil),                // 2: sluice.v1.Tenant
-	(*CreateTenantRequest)(nil),   // 3: sluice.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),  // 4: sluice.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),      // 5: sluice.v1.GetTenantRequest
-	(*GetTenantResponse)(nil),     // 6: sluice.v1.GetTenantResponse
-	(*ListTenantsRequest)(nil),    // 7: sluice.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),   // 8: sluice.v1.ListTenantsResponse
-	(*UpdateTenantRequest)(nil),   // 9: sluice.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),  // 10: sluice.v1.UpdateTenantResponse
-	(*DeleteTenantRequest)(nil),   // 11: sluice.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),  // 12: sluice.v1.DeleteTenantResponse
-	(*Tier)(nil),                  // 13: sluice.v1.Tier
-	(*CreateTierRequest)(nil),     // 14: sluice.v1.CreateTierRequest
-	(*CreateTierResponse)(nil),    // 15: sluice.v1.CreateTierResponse
-	(*ListTiersRequest)(nil),      // 16: sluice.v1.ListTiersRequest
-	(*ListTiersResponse)(nil),     // 17: sluice.v1.ListTiersResponse
-	(*DeleteTierRequest)(nil),     // 18: sluice.v1.DeleteTierRequest
-	(*DeleteTierResponse)(nil),    // 19: sluice.v1.DeleteTierResponse
-	(*CreateRuleRequest)(nil),     // 20: sluice.v1.CreateRuleRequest
-	(*CreateRuleResponse)(nil),    // 21: sluice.v1.CreateRuleResponse
-	(*ListRulesRequest)(nil),      // 22: sluice.v1.ListRulesRequest
-	(*ListRulesResponse)(nil),     // 23: sluice.v1.ListRulesResponse
-	(*UpdateRuleRequest)(nil),     // 24: sluice.v1.UpdateRuleRequest
-	(*UpdateRuleResponse)(nil),    // 25: sluice.v1.UpdateRuleResponse
-	(*DeleteRuleRequest)(nil),     // 26: sluice.v1.DeleteRuleRequest
-	(*DeleteRuleResponse)(nil),    // 27: sluice.v1.DeleteRuleResponse
-	(*ReorderRulesRequest)(nil),   // 28: sluice.v1.ReorderRulesRequest
-	(*ReorderRulesResponse)(nil),  // 29: sluice.v1.ReorderRulesResponse
-	(*ApiKey)(nil),                // 30: sluice.v1.ApiKey
-	(*CreateKeyRequest)(nil),      // 31: sluice.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),     // 32: sluice.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),       // 33: sluice.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),      // 34: sluice.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),      // 35: sluice.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),     // 36: sluice.v1.RevokeKeyResponse
-	(*Rule)(nil),                  // 37: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(TenantStatus)(0),              // 0: sluice.v1.TenantStatus
+	(KeyKind)(0),                   // 1: sluice.v1.KeyKind
+	(*Tenant)(nil),                 // 2: sluice.v1.Tenant
+	(*CreateTenantRequest)(nil),    // 3: sluice.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),   // 4: sluice.v1.CreateTenantResponse
+	(*GetTenantRequest)(nil),       // 5: sluice.v1.GetTenantRequest
+	(*GetTenantResponse)(nil),      // 6: sluice.v1.GetTenantResponse
+	(*ListTenantsRequest)(nil),     // 7: sluice.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),    // 8: sluice.v1.ListTenantsResponse
+	(*UpdateTenantRequest)(nil),    // 9: sluice.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),   // 10: sluice.v1.UpdateTenantResponse
+	(*DeleteTenantRequest)(nil),    // 11: sluice.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),   // 12: sluice.v1.DeleteTenantResponse
+	(*Tier)(nil),                   // 13: sluice.v1.Tier
+	(*CreateTierRequest)(nil),      // 14: sluice.v1.CreateTierRequest
+	(*CreateTierResponse)(nil),     // 15: sluice.v1.CreateTierResponse
+	(*ListTiersRequest)(nil),       // 16: sluice.v1.ListTiersRequest
+	(*ListTiersResponse)(nil),      // 17: sluice.v1.ListTiersResponse
+	(*DeleteTierRequest)(nil),      // 18: sluice.v1.DeleteTierRequest
+	(*DeleteTierResponse)(nil),     // 19: sluice.v1.DeleteTierResponse
+	(*CreateRuleRequest)(nil),      // 20: sluice.v1.CreateRuleRequest
+	(*CreateRuleResponse)(nil),     // 21: sluice.v1.CreateRuleResponse
+	(*ListRulesRequest)(nil),       // 22: sluice.v1.ListRulesRequest
+	(*ListRulesResponse)(nil),      // 23: sluice.v1.ListRulesResponse
+	(*UpdateRuleRequest)(nil),      // 24: sluice.v1.UpdateRuleRequest
+	(*UpdateRuleResponse)(nil),     // 25: sluice.v1.UpdateRuleResponse
+	(*DeleteRuleRequest)(nil),      // 26: sluice.v1.DeleteRuleRequest
+	(*DeleteRuleResponse)(nil),     // 27: sluice.v1.DeleteRuleResponse
+	(*ReorderRulesRequest)(nil),    // 28: sluice.v1.ReorderRulesRequest
+	(*ReorderRulesResponse)(nil),   // 29: sluice.v1.ReorderRulesResponse
+	(*ApiKey)(nil),                 // 30: sluice.v1.ApiKey
+	(*CreateKeyRequest)(nil),       // 31: sluice.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),      // 32: sluice.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),        // 33: sluice.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),       // 34: sluice.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),       // 35: sluice.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),      // 36: sluice.v1.RevokeKeyResponse
+	(*Override)(nil),               // 37: sluice.v1.Override
+	(*CreateOverrideRequest)(nil),  // 38: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil), // 39: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),   // 40: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 41: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),  // 42: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil), // 43: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),             // 44: sluice.v1.AuditEntry
+	(*ListAuditRequest)(nil),       // 45: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),      // 46: sluice.v1.ListAuditResponse
+	(*Rule)(nil),                   // 47: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),  // 48: google.protobuf.Timestamp
+	(*LimitParams)(nil),            // 49: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -2072,57 +2734,72 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
 	2,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	37, // 6: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	47, // 6: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	13, // 7: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	13, // 8: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	37, // 9: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	37, // 10: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	37, // 11: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	37, // 12: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	47, // 9: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	47, // 10: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	47, // 11: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	47, // 12: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 13: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	38, // 14: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	38, // 15: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	38, // 16: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	48, // 14: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	48, // 15: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	48, // 16: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 17: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
 	30, // 18: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	30, // 19: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	3,  // 20: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 21: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 22: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 23: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 24: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	14, // 25: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	16, // 26: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	18, // 27: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	20, // 28: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	22, // 29: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	24, // 30: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	26, // 31: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	28, // 32: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	31, // 33: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	33, // 34: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	35, // 35: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	4,  // 36: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 37: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 38: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 39: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 40: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	15, // 41: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	17, // 42: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	19, // 43: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	21, // 44: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	23, // 45: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	25, // 46: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	27, // 47: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	29, // 48: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	32, // 49: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	34, // 50: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	36, // 51: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	49, // 20: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	48, // 21: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 22: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	37, // 23: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	37, // 24: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	48, // 25: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	44, // 26: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	3,  // 27: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 28: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 29: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 30: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 31: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	14, // 32: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	16, // 33: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	18, // 34: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	20, // 35: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	22, // 36: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	24, // 37: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	26, // 38: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	28, // 39: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	31, // 40: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	33, // 41: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	35, // 42: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	38, // 43: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	40, // 44: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	42, // 45: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	45, // 46: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	4,  // 47: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 48: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 49: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 50: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 51: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	15, // 52: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	17, // 53: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	19, // 54: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	21, // 55: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	23, // 56: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	25, // 57: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	27, // 58: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	29, // 59: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	32, // 60: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	34, // 61: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	36, // 62: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	39, // 63: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	41, // 64: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	43, // 65: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	46, // 66: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	47, // [47:67] is the sub-list for method output_type
+	27, // [27:47] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -2137,9 +2814,9 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   45,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   6,
 		},
 		GoTypes:           file_sluice_v1_admin_proto_goTypes,
 		DependencyIndexes: file_sluice_v1_admin_proto_depIdxs,

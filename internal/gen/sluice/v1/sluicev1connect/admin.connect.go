@@ -29,6 +29,10 @@ const (
 	RuleServiceName = "sluice.v1.RuleService"
 	// KeyServiceName is the fully-qualified name of the KeyService service.
 	KeyServiceName = "sluice.v1.KeyService"
+	// OverrideServiceName is the fully-qualified name of the OverrideService service.
+	OverrideServiceName = "sluice.v1.OverrideService"
+	// AuditServiceName is the fully-qualified name of the AuditService service.
+	AuditServiceName = "sluice.v1.AuditService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -76,6 +80,17 @@ const (
 	KeyServiceListKeysProcedure = "/sluice.v1.KeyService/ListKeys"
 	// KeyServiceRevokeKeyProcedure is the fully-qualified name of the KeyService's RevokeKey RPC.
 	KeyServiceRevokeKeyProcedure = "/sluice.v1.KeyService/RevokeKey"
+	// OverrideServiceCreateOverrideProcedure is the fully-qualified name of the OverrideService's
+	// CreateOverride RPC.
+	OverrideServiceCreateOverrideProcedure = "/sluice.v1.OverrideService/CreateOverride"
+	// OverrideServiceListOverridesProcedure is the fully-qualified name of the OverrideService's
+	// ListOverrides RPC.
+	OverrideServiceListOverridesProcedure = "/sluice.v1.OverrideService/ListOverrides"
+	// OverrideServiceDeleteOverrideProcedure is the fully-qualified name of the OverrideService's
+	// DeleteOverride RPC.
+	OverrideServiceDeleteOverrideProcedure = "/sluice.v1.OverrideService/DeleteOverride"
+	// AuditServiceListAuditProcedure is the fully-qualified name of the AuditService's ListAudit RPC.
+	AuditServiceListAuditProcedure = "/sluice.v1.AuditService/ListAudit"
 )
 
 // TenantServiceClient is a client for the sluice.v1.TenantService service.
@@ -668,4 +683,196 @@ func (UnimplementedKeyServiceHandler) ListKeys(context.Context, *connect.Request
 
 func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.KeyService.RevokeKey is not implemented"))
+}
+
+// OverrideServiceClient is a client for the sluice.v1.OverrideService service.
+type OverrideServiceClient interface {
+	CreateOverride(context.Context, *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error)
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+}
+
+// NewOverrideServiceClient constructs a client for the sluice.v1.OverrideService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewOverrideServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) OverrideServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	overrideServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("OverrideService").Methods()
+	return &overrideServiceClient{
+		createOverride: connect.NewClient[v1.CreateOverrideRequest, v1.CreateOverrideResponse](
+			httpClient,
+			baseURL+OverrideServiceCreateOverrideProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("CreateOverride")),
+			connect.WithClientOptions(opts...),
+		),
+		listOverrides: connect.NewClient[v1.ListOverridesRequest, v1.ListOverridesResponse](
+			httpClient,
+			baseURL+OverrideServiceListOverridesProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteOverride: connect.NewClient[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse](
+			httpClient,
+			baseURL+OverrideServiceDeleteOverrideProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("DeleteOverride")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// overrideServiceClient implements OverrideServiceClient.
+type overrideServiceClient struct {
+	createOverride *connect.Client[v1.CreateOverrideRequest, v1.CreateOverrideResponse]
+	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
+	deleteOverride *connect.Client[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse]
+}
+
+// CreateOverride calls sluice.v1.OverrideService.CreateOverride.
+func (c *overrideServiceClient) CreateOverride(ctx context.Context, req *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error) {
+	return c.createOverride.CallUnary(ctx, req)
+}
+
+// ListOverrides calls sluice.v1.OverrideService.ListOverrides.
+func (c *overrideServiceClient) ListOverrides(ctx context.Context, req *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return c.listOverrides.CallUnary(ctx, req)
+}
+
+// DeleteOverride calls sluice.v1.OverrideService.DeleteOverride.
+func (c *overrideServiceClient) DeleteOverride(ctx context.Context, req *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return c.deleteOverride.CallUnary(ctx, req)
+}
+
+// OverrideServiceHandler is an implementation of the sluice.v1.OverrideService service.
+type OverrideServiceHandler interface {
+	CreateOverride(context.Context, *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error)
+	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
+}
+
+// NewOverrideServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewOverrideServiceHandler(svc OverrideServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	overrideServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("OverrideService").Methods()
+	overrideServiceCreateOverrideHandler := connect.NewUnaryHandler(
+		OverrideServiceCreateOverrideProcedure,
+		svc.CreateOverride,
+		connect.WithSchema(overrideServiceMethods.ByName("CreateOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	overrideServiceListOverridesHandler := connect.NewUnaryHandler(
+		OverrideServiceListOverridesProcedure,
+		svc.ListOverrides,
+		connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
+		connect.WithHandlerOptions(opts...),
+	)
+	overrideServiceDeleteOverrideHandler := connect.NewUnaryHandler(
+		OverrideServiceDeleteOverrideProcedure,
+		svc.DeleteOverride,
+		connect.WithSchema(overrideServiceMethods.ByName("DeleteOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/sluice.v1.OverrideService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case OverrideServiceCreateOverrideProcedure:
+			overrideServiceCreateOverrideHandler.ServeHTTP(w, r)
+		case OverrideServiceListOverridesProcedure:
+			overrideServiceListOverridesHandler.ServeHTTP(w, r)
+		case OverrideServiceDeleteOverrideProcedure:
+			overrideServiceDeleteOverrideHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedOverrideServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedOverrideServiceHandler struct{}
+
+func (UnimplementedOverrideServiceHandler) CreateOverride(context.Context, *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.OverrideService.CreateOverride is not implemented"))
+}
+
+func (UnimplementedOverrideServiceHandler) ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.OverrideService.ListOverrides is not implemented"))
+}
+
+func (UnimplementedOverrideServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.OverrideService.DeleteOverride is not implemented"))
+}
+
+// AuditServiceClient is a client for the sluice.v1.AuditService service.
+type AuditServiceClient interface {
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+}
+
+// NewAuditServiceClient constructs a client for the sluice.v1.AuditService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewAuditServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) AuditServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	auditServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("AuditService").Methods()
+	return &auditServiceClient{
+		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
+			httpClient,
+			baseURL+AuditServiceListAuditProcedure,
+			connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// auditServiceClient implements AuditServiceClient.
+type auditServiceClient struct {
+	listAudit *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
+}
+
+// ListAudit calls sluice.v1.AuditService.ListAudit.
+func (c *auditServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return c.listAudit.CallUnary(ctx, req)
+}
+
+// AuditServiceHandler is an implementation of the sluice.v1.AuditService service.
+type AuditServiceHandler interface {
+	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
+}
+
+// NewAuditServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewAuditServiceHandler(svc AuditServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	auditServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("AuditService").Methods()
+	auditServiceListAuditHandler := connect.NewUnaryHandler(
+		AuditServiceListAuditProcedure,
+		svc.ListAudit,
+		connect.WithSchema(auditServiceMethods.ByName("ListAudit")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/sluice.v1.AuditService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case AuditServiceListAuditProcedure:
+			auditServiceListAuditHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedAuditServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedAuditServiceHandler struct{}
+
+func (UnimplementedAuditServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.AuditService.ListAudit is not implemented"))
 }

@@ -1,0 +1,105 @@
+package controlplane
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+type overrideServer struct{ *server }
+
+func (s overrideServer) CreateOverride(ctx context.Context, req *connect.Request[sluicev1.CreateOverrideRequest]) (*connect.Response[sluicev1.CreateOverrideResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	o, v, err := s.store.CreateOverride(ctx, principalFrom(ctx).actor(), tenant, overrideFromProto(req.Msg.GetOverride()))
+	return reply(ctx, s.server, &sluicev1.CreateOverrideResponse{Override: overrideToProto(o), ConfigVersion: v}, err)
+}
+
+func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	ovs, err := s.store.ListOverrides(ctx, tenant)
+	out := &sluicev1.ListOverridesResponse{}
+	for _, o := range ovs {
+		out.Overrides = append(out.Overrides, overrideToProto(o))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+func (s overrideServer) DeleteOverride(ctx context.Context, req *connect.Request[sluicev1.DeleteOverrideRequest]) (*connect.Response[sluicev1.DeleteOverrideResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.DeleteOverride(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetOverrideId())
+	return reply(ctx, s.server, &sluicev1.DeleteOverrideResponse{ConfigVersion: v}, err)
+}
+
+type auditServer struct{ *server }
+
+func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev1.ListAuditRequest]) (*connect.Response[sluicev1.ListAuditResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	entries, err := s.store.ListAudit(ctx, tenant, req.Msg.GetBeforeId(), int(req.Msg.GetLimit()))
+	out := &sluicev1.ListAuditResponse{}
+	for _, a := range entries {
+		out.Entries = append(out.Entries, auditToProto(a))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+type configServer struct{ *server }
+
+func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[sluicev1.GetSnapshotsRequest]) (*connect.Response[sluicev1.GetSnapshotsResponse], error) {
+	versions, err := s.store.TenantVersions(ctx)
+	if err != nil {
+		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
+	}
+	since := req.Msg.GetSince()
+	out := &sluicev1.GetSnapshotsResponse{}
+	for id := range since {
+		if _, ok := versions[id]; !ok {
+			out.DeletedTenantIds = append(out.DeletedTenantIds, id)
+		}
+	}
+	for id, v := range versions {
+		if have, ok := since[id]; ok && have >= v {
+			continue
+		}
+		snap, keys, err := s.store.Snapshot(ctx, id)
+		if policy.ErrorCode(err) == policy.CodeNotFound {
+			out.DeletedTenantIds = append(out.DeletedTenantIds, id) // deleted since the list
+			continue
+		}
+		if err != nil {
+			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
+		}
+		out.Snapshots = append(out.Snapshots, snapshotToProto(snap, keys))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.WatchRequest], stream *connect.ServerStream[sluicev1.WatchResponse]) error {
+	// Send the headers now: the client's call returns when the watch is
+	// established, not at the first change.
+	if err := stream.Send(nil); err != nil {
+		return err
+	}
+	err := s.store.Watch(ctx, pgstore.WatchConfig{Since: req.Msg.GetSince(), Recheck: s.recheck, Logger: s.logger}, func(v pgstore.Version) error {
+		return stream.Send(&sluicev1.WatchResponse{TenantId: v.TenantID, Version: v.Version, Deleted: v.Deleted})
+	})
+	if ctx.Err() != nil {
+		return nil // the decider hung up
+	}
+	return err
+}
