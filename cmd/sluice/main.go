@@ -4,26 +4,42 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/devstack"
+	"github.com/sluicehq/sluice/internal/envoyimport"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 const usage = `usage: sluice <command> [flags]
 
 commands:
-  dev    run Sluice in one process on embedded defaults (what make dev runs)
+  dev      run Sluice in one process on embedded defaults (what make dev runs)
+  import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
+
+environment:
+  SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
+  SLUICE_KEY      the operator key, or a tenant admin key
+
+exit codes: 0 done, 1 failed, 2 usage, 3 invalid input file
 `
 
-// errUsage marks a command-line mistake: exit code 2.
-var errUsage = errors.New("usage")
+// errUsage marks a command-line mistake (exit code 2), errInput an
+// invalid input file (exit code 3).
+var (
+	errUsage = errors.New("usage")
+	errInput = errors.New("invalid input")
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -31,6 +47,9 @@ func main() {
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
+		}
+		if errors.Is(err, errInput) {
+			os.Exit(3)
 		}
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
@@ -52,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger})
+	case "import":
+		return runImport(ctx, args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -65,4 +86,73 @@ func envOr(getenv func(string) string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("sluice import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dryRun := fs.Bool("dry-run", false, "print what would be imported, change nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	server := fs.String("server", envOr(getenv, "SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-json] [-server URL] FILE\n")
+		return errUsage
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	plan, err := envoyimport.Parse(f)
+	if err != nil {
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			fmt.Fprintf(stderr, "%s: %s\n", fs.Arg(0), pe.Message)
+			for _, fe := range pe.Fields {
+				fmt.Fprintf(stderr, "  %s: %s\n", fe.Field, fe.Description)
+			}
+			return errInput
+		}
+		return err
+	}
+	if *dryRun {
+		return printResult(stdout, *asJSON, plan, func(w io.Writer) {
+			fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
+			for _, r := range plan.Rules {
+				fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
+			}
+			for _, u := range plan.Unlimited {
+				fmt.Fprintf(w, "  unlimited %s (no rule)\n", u)
+			}
+		})
+	}
+	key := getenv("SLUICE_KEY")
+	if key == "" {
+		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
+		return errUsage
+	}
+	sum, err := cli.NewClient(http.DefaultClient, *server, key).Import(ctx, plan)
+	if err != nil {
+		return err
+	}
+	return printResult(stdout, *asJSON, sum, func(w io.Writer) {
+		if sum.TenantCreated {
+			fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+		}
+		fmt.Fprintf(w, "tier %s: %d rules created, %d updated\n", sum.Tier, len(sum.Created), len(sum.Updated))
+		for _, u := range sum.UnlimitedPaths {
+			fmt.Fprintf(w, "unlimited %s: no rule\n", u)
+		}
+	})
+}
+
+// printResult writes v as JSON, or text through human.
+func printResult(w io.Writer, asJSON bool, v any, human func(io.Writer)) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human(w)
+	return nil
 }

@@ -452,8 +452,13 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 func TestOverridesAndAuditOverTheAPI(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t)
-	c := newClients(srv)
-	_, admin := setupTenant(t, c, "acme")
+	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}} {
+		t.Run(name, func(t *testing.T) { overridesAndAudit(t, newClients(srv, opts...), "acme-"+name) })
+	}
+}
+
+func overridesAndAudit(t *testing.T, c clients, slug string) {
+	_, admin := setupTenant(t, c, slug)
 	callOK(t, admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	o := callOK(t, admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+const ratelimitYAML = `
+domain: edge_proxy
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 60}
+  - key: path
+    value: /login
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: health
+    rate_limit: {unlimited: true}
+`
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestImportIntoARunningControlPlane(t *testing.T) {
+	t.Parallel()
+	store := pgstore.New(pgtest.Pool(t))
+	srv := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: "op"}))
+	defer srv.Close()
+	env := map[string]string{"SLUICE_SERVER": srv.URL, "SLUICE_KEY": "op"}
+	getenv := func(k string) string { return env[k] }
+	file := writeFile(t, ratelimitYAML)
+
+	importOnce := func() cli.ImportSummary {
+		var out, errOut strings.Builder
+		if err := run(context.Background(), []string{"import", "-json", file}, &out, &errOut, getenv); err != nil {
+			t.Fatalf("import: %v (%s)", err, errOut.String())
+		}
+		var sum cli.ImportSummary
+		if err := json.Unmarshal([]byte(out.String()), &sum); err != nil {
+			t.Fatalf("output %q: %v", out.String(), err)
+		}
+		return sum
+	}
+	first := importOnce()
+	if !first.TenantCreated || len(first.Created) != 2 || len(first.Updated) != 0 || len(first.UnlimitedPaths) != 1 {
+		t.Fatalf("first import %+v", first)
+	}
+	second := importOnce()
+	if second.TenantCreated || second.TenantID != first.TenantID || len(second.Created) != 0 || len(second.Updated) != 2 {
+		t.Fatalf("second import %+v: it must update, not duplicate", second)
+	}
+	tn, _, err := store.GetTenantBySlug(context.Background(), "edge-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(context.Background(), tn.ID)
+	if len(tiers) != 1 || len(tiers[0].Rules) != 2 || tiers[0].Rules[1].Name != "path=/login" || tiers[0].Rules[1].Limit != 2 {
+		t.Fatalf("stored %+v", tiers)
+	}
+}
+
+func TestImportDryRunAndBadFiles(t *testing.T) {
+	t.Parallel()
+	none := func(string) string { return "" }
+	var out strings.Builder
+	if err := run(context.Background(), []string{"import", "-dry-run", writeFile(t, ratelimitYAML)}, &out, &out, none); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "tenant edge-proxy") || !strings.Contains(out.String(), "unlimited health") {
+		t.Fatalf("dry run printed %q", out.String())
+	}
+	var errOut strings.Builder
+	err := run(context.Background(), []string{"import", writeFile(t, "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")},
+		&out, &errOut, none)
+	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "descriptors[0].rate_limit.unit") {
+		t.Fatalf("invalid file: %v, %q", err, errOut.String())
+	}
+	if err := run(context.Background(), []string{"import"}, &out, &errOut, none); !errors.Is(err, errUsage) {
+		t.Fatalf("no file: %v", err)
+	}
+}

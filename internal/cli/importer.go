@@ -1,0 +1,127 @@
+// Package cli holds what the sluice command does against a running control
+// plane, through the public Connect API.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/sluicehq/sluice/internal/envoyimport"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/policy"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Client reaches a control plane with a key.
+type Client struct {
+	tenants sluicev1connect.TenantServiceClient
+	tiers   sluicev1connect.TierServiceClient
+	rules   sluicev1connect.RuleServiceClient
+	key     string
+}
+
+// NewClient returns a client of the control plane at server (a base URL)
+// authenticating with key (the operator's or a tenant admin's).
+func NewClient(httpClient *http.Client, server, key string) *Client {
+	return &Client{
+		tenants: sluicev1connect.NewTenantServiceClient(httpClient, server),
+		tiers:   sluicev1connect.NewTierServiceClient(httpClient, server),
+		rules:   sluicev1connect.NewRuleServiceClient(httpClient, server),
+		key:     key,
+	}
+}
+
+func request[T any](c *Client, msg *T) *connect.Request[T] {
+	r := connect.NewRequest(msg)
+	r.Header().Set("Authorization", "Bearer "+c.key)
+	return r
+}
+
+// ImportSummary says what an import did.
+type ImportSummary struct {
+	TenantID       string   `json:"tenant_id,omitempty"` // empty: the admin key's own tenant
+	TenantCreated  bool     `json:"tenant_created"`
+	Tier           string   `json:"tier"`
+	Created        []string `json:"created"`
+	Updated        []string `json:"updated"`
+	UnlimitedPaths []string `json:"unlimited_paths"`
+}
+
+// Import applies plan: with the operator key, into the tenant whose slug is
+// the plan's (created if missing); with an admin key, into the key's own
+// tenant. Rules go to the tier "default" (created if missing); a rule of
+// the same name is updated, so importing twice changes nothing more.
+func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan) (ImportSummary, error) {
+	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited}
+	list, err := c.tenants.ListTenants(ctx, request(c, &sluicev1.ListTenantsRequest{}))
+	switch {
+	case connect.CodeOf(err) == connect.CodePermissionDenied: // an admin key: its own tenant
+	case err != nil:
+		return sum, err
+	default:
+		for _, t := range list.Msg.Tenants {
+			if t.Slug == plan.Tenant.Slug {
+				sum.TenantID = t.Id
+			}
+		}
+		if sum.TenantID == "" {
+			created, err := c.tenants.CreateTenant(ctx, request(c, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{
+				Slug: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}}))
+			if err != nil {
+				return sum, fmt.Errorf("create tenant %s: %w", plan.Tenant.Slug, err)
+			}
+			sum.TenantID, sum.TenantCreated = created.Msg.Tenant.Id, true
+		}
+	}
+	tiers, err := c.tiers.ListTiers(ctx, request(c, &sluicev1.ListTiersRequest{TenantId: sum.TenantID}))
+	if err != nil {
+		return sum, err
+	}
+	var tier *sluicev1.Tier
+	for _, t := range tiers.Msg.Tiers {
+		if t.Name == sum.Tier {
+			tier = t
+		}
+	}
+	if tier == nil {
+		created, err := c.tiers.CreateTier(ctx, request(c, &sluicev1.CreateTierRequest{TenantId: sum.TenantID, Name: sum.Tier}))
+		if err != nil {
+			return sum, fmt.Errorf("create tier %s: %w", sum.Tier, err)
+		}
+		tier = created.Msg.Tier
+	}
+	existing := map[string]string{}
+	for _, r := range tier.Rules {
+		existing[r.Name] = r.Id
+	}
+	for _, r := range plan.Rules {
+		msg := ruleMessage(r)
+		if id, ok := existing[r.Name]; ok {
+			msg.Id = id
+			if _, err := c.rules.UpdateRule(ctx, request(c, &sluicev1.UpdateRuleRequest{TenantId: sum.TenantID, Rule: msg})); err != nil {
+				return sum, fmt.Errorf("update rule %s: %w", r.Name, err)
+			}
+			sum.Updated = append(sum.Updated, r.Name)
+			continue
+		}
+		if _, err := c.rules.CreateRule(ctx, request(c, &sluicev1.CreateRuleRequest{TenantId: sum.TenantID, TierId: tier.Id, Rule: msg})); err != nil {
+			return sum, fmt.Errorf("create rule %s: %w", r.Name, err)
+		}
+		sum.Created = append(sum.Created, r.Name)
+	}
+	return sum, nil
+}
+
+// ruleMessage is the API form of an imported rule: a fixed window.
+func ruleMessage(r policy.Rule) *sluicev1.Rule {
+	m := &sluicev1.Rule{Name: r.Name, KeyBy: r.KeyBy, Shadow: r.Shadow, Enabled: r.Enabled,
+		Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(r.Algorithm), Limit: r.Limit, Window: durationpb.New(r.Window)}}
+	for _, x := range r.Match {
+		m.Match = append(m.Match, &sluicev1.Match{Key: x.Key, Value: x.Value})
+	}
+	return m
+}
