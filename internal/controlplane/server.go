@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // MaxRequestBytes bounds a request message.
@@ -92,26 +93,26 @@ func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.R
 type tenantServer struct{ *server }
 
 func (s tenantServer) CreateTenant(ctx context.Context, req *connect.Request[sluicev1.CreateTenantRequest]) (*connect.Response[sluicev1.CreateTenantResponse], error) {
-	t, err := s.store.CreateTenant(ctx, principalFrom(ctx).actor(), tenantFromProto(req.Msg.GetTenant()))
-	return reply(ctx, s.server, &sluicev1.CreateTenantResponse{Tenant: tenantToProto(t, 1)}, err)
+	t, err := s.store.CreateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()))
+	return reply(ctx, s.server, &sluicev1.CreateTenantResponse{Tenant: protoconv.TenantToProto(t, 1)}, err)
 }
 
 func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluicev1.GetTenantRequest]) (*connect.Response[sluicev1.GetTenantResponse], error) {
 	t, v, err := s.store.GetTenant(ctx, req.Msg.GetTenantId())
-	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantToProto(t, v)}, err)
+	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: protoconv.TenantToProto(t, v)}, err)
 }
 
 func (s tenantServer) ListTenants(ctx context.Context, _ *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
 	ts, err := s.store.ListTenants(ctx)
 	out := &sluicev1.ListTenantsResponse{}
 	for _, t := range ts {
-		out.Tenants = append(out.Tenants, tenantToProto(t, 0))
+		out.Tenants = append(out.Tenants, protoconv.TenantToProto(t, 0))
 	}
 	return reply(ctx, s.server, out, err)
 }
 
 func (s tenantServer) UpdateTenant(ctx context.Context, req *connect.Request[sluicev1.UpdateTenantRequest]) (*connect.Response[sluicev1.UpdateTenantResponse], error) {
-	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), tenantFromProto(req.Msg.GetTenant()))
+	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()))
 	return reply(ctx, s.server, &sluicev1.UpdateTenantResponse{ConfigVersion: v}, err)
 }
 
@@ -128,7 +129,7 @@ func (s tierServer) CreateTier(ctx context.Context, req *connect.Request[sluicev
 		return nil, err
 	}
 	t, v, err := s.store.CreateTier(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetName())
-	return reply(ctx, s.server, &sluicev1.CreateTierResponse{Tier: tierToProto(t), ConfigVersion: v}, err)
+	return reply(ctx, s.server, &sluicev1.CreateTierResponse{Tier: protoconv.TierToProto(t), ConfigVersion: v}, err)
 }
 
 func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1.ListTiersRequest]) (*connect.Response[sluicev1.ListTiersResponse], error) {
@@ -139,7 +140,7 @@ func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1
 	tiers, err := s.store.ListTiers(ctx, tenant)
 	out := &sluicev1.ListTiersResponse{}
 	for _, t := range tiers {
-		out.Tiers = append(out.Tiers, tierToProto(t))
+		out.Tiers = append(out.Tiers, protoconv.TierToProto(t))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -160,8 +161,8 @@ func (s ruleServer) CreateRule(ctx context.Context, req *connect.Request[sluicev
 	if err != nil {
 		return nil, err
 	}
-	r, v, err := s.store.CreateRule(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), ruleFromProto(req.Msg.GetRule()))
-	return reply(ctx, s.server, &sluicev1.CreateRuleResponse{Rule: ruleToProto(r), ConfigVersion: v}, err)
+	r, v, err := s.store.CreateRule(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), protoconv.RuleFromProto(req.Msg.GetRule()))
+	return reply(ctx, s.server, &sluicev1.CreateRuleResponse{Rule: protoconv.RuleToProto(r), ConfigVersion: v}, err)
 }
 
 func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
@@ -172,7 +173,7 @@ func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1
 	rules, err := s.store.ListRules(ctx, tenant, req.Msg.GetTierId())
 	out := &sluicev1.ListRulesResponse{}
 	for _, r := range rules {
-		out.Rules = append(out.Rules, ruleToProto(r))
+		out.Rules = append(out.Rules, protoconv.RuleToProto(r))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -182,7 +183,7 @@ func (s ruleServer) UpdateRule(ctx context.Context, req *connect.Request[sluicev
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.store.UpdateRule(ctx, principalFrom(ctx).actor(), tenant, ruleFromProto(req.Msg.GetRule()))
+	v, err := s.store.UpdateRule(ctx, principalFrom(ctx).actor(), tenant, protoconv.RuleFromProto(req.Msg.GetRule()))
 	return reply(ctx, s.server, &sluicev1.UpdateRuleResponse{ConfigVersion: v}, err)
 }
 
@@ -211,8 +212,8 @@ func (s keyServer) CreateKey(ctx context.Context, req *connect.Request[sluicev1.
 	if err != nil {
 		return nil, err
 	}
-	secret, k, err := s.store.CreateKey(ctx, principalFrom(ctx).actor(), tenant, keyKindFromProto(req.Msg.GetKind()), req.Msg.GetName())
-	return reply(ctx, s.server, &sluicev1.CreateKeyResponse{Key: keyToProto(k), Secret: secret}, err)
+	secret, k, err := s.store.CreateKey(ctx, principalFrom(ctx).actor(), tenant, protoconv.KeyKindFromProto(req.Msg.GetKind()), req.Msg.GetName())
+	return reply(ctx, s.server, &sluicev1.CreateKeyResponse{Key: protoconv.KeyToProto(k), Secret: secret}, err)
 }
 
 func (s keyServer) ListKeys(ctx context.Context, req *connect.Request[sluicev1.ListKeysRequest]) (*connect.Response[sluicev1.ListKeysResponse], error) {
@@ -223,7 +224,7 @@ func (s keyServer) ListKeys(ctx context.Context, req *connect.Request[sluicev1.L
 	keys, err := s.store.ListKeys(ctx, tenant)
 	out := &sluicev1.ListKeysResponse{}
 	for _, k := range keys {
-		out.Keys = append(out.Keys, keyToProto(k))
+		out.Keys = append(out.Keys, protoconv.KeyToProto(k))
 	}
 	return reply(ctx, s.server, out, err)
 }

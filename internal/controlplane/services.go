@@ -8,6 +8,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 type overrideServer struct{ *server }
@@ -17,8 +18,8 @@ func (s overrideServer) CreateOverride(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	o, v, err := s.store.CreateOverride(ctx, principalFrom(ctx).actor(), tenant, overrideFromProto(req.Msg.GetOverride()))
-	return reply(ctx, s.server, &sluicev1.CreateOverrideResponse{Override: overrideToProto(o), ConfigVersion: v}, err)
+	o, v, err := s.store.CreateOverride(ctx, principalFrom(ctx).actor(), tenant, protoconv.OverrideFromProto(req.Msg.GetOverride()))
+	return reply(ctx, s.server, &sluicev1.CreateOverrideResponse{Override: protoconv.OverrideToProto(o), ConfigVersion: v}, err)
 }
 
 func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
@@ -29,7 +30,7 @@ func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[
 	ovs, err := s.store.ListOverrides(ctx, tenant)
 	out := &sluicev1.ListOverridesResponse{}
 	for _, o := range ovs {
-		out.Overrides = append(out.Overrides, overrideToProto(o))
+		out.Overrides = append(out.Overrides, protoconv.OverrideToProto(o))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -53,7 +54,7 @@ func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev
 	entries, err := s.store.ListAudit(ctx, tenant, req.Msg.GetBeforeId(), int(req.Msg.GetLimit()))
 	out := &sluicev1.ListAuditResponse{}
 	for _, a := range entries {
-		out.Entries = append(out.Entries, auditToProto(a))
+		out.Entries = append(out.Entries, protoconv.AuditToProto(a))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -84,7 +85,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		if err != nil {
 			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 		}
-		out.Snapshots = append(out.Snapshots, snapshotToProto(snap, keys))
+		out.Snapshots = append(out.Snapshots, protoconv.SnapshotToProto(snap, keys))
 	}
 	return connect.NewResponse(out), nil
 }

@@ -1,4 +1,7 @@
-package controlplane
+// Package protoconv converts between the generated protobuf types and the
+// domain, in both directions, for the transport packages (control plane and
+// data plane). Generated types go no further than the transports.
+package protoconv
 
 import (
 	"time"
@@ -11,10 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Converters between generated types and the domain, named for direction.
-// Generated types go no further than this package.
-
-func tenantToProto(t policy.Tenant, version int64) *sluicev1.Tenant {
+func TenantToProto(t policy.Tenant, version int64) *sluicev1.Tenant {
 	status := sluicev1.TenantStatus_TENANT_STATUS_ACTIVE
 	if t.Status == policy.TenantSuspended {
 		status = sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED
@@ -22,7 +22,7 @@ func tenantToProto(t policy.Tenant, version int64) *sluicev1.Tenant {
 	return &sluicev1.Tenant{Id: t.ID, Slug: t.Slug, Name: t.Name, Status: status, DefaultTier: t.DefaultTier, ConfigVersion: version}
 }
 
-func tenantFromProto(p *sluicev1.Tenant) policy.Tenant {
+func TenantFromProto(p *sluicev1.Tenant) policy.Tenant {
 	t := policy.Tenant{ID: p.GetId(), Slug: p.GetSlug(), Name: p.GetName(), DefaultTier: p.GetDefaultTier()}
 	if p.GetStatus() == sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED {
 		t.Status = policy.TenantSuspended
@@ -30,10 +30,10 @@ func tenantFromProto(p *sluicev1.Tenant) policy.Tenant {
 	return t
 }
 
-func tierToProto(t policy.Tier) *sluicev1.Tier {
+func TierToProto(t policy.Tier) *sluicev1.Tier {
 	out := &sluicev1.Tier{Id: t.ID, Name: t.Name}
 	for _, r := range t.Rules {
-		out.Rules = append(out.Rules, ruleToProto(r))
+		out.Rules = append(out.Rules, RuleToProto(r))
 	}
 	return out
 }
@@ -46,8 +46,8 @@ var failureModes = map[sluicev1.FailureMode]policy.FailureMode{
 	sluicev1.FailureMode_FAILURE_MODE_LOCAL:       policy.FailLocal,
 }
 
-func ruleToProto(r policy.Rule) *sluicev1.Rule {
-	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: paramsToProto(r.Params), Shadow: r.Shadow,
+func RuleToProto(r policy.Rule) *sluicev1.Rule {
+	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
 		FailureMode: sluicev1.FailureMode(r.FailureMode + 1), Enabled: r.Enabled}
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
@@ -55,9 +55,9 @@ func ruleToProto(r policy.Rule) *sluicev1.Rule {
 	return out
 }
 
-// ruleFromProto converts without judging: validation reports what is wrong.
-func ruleFromProto(p *sluicev1.Rule) policy.Rule {
-	r := policy.Rule{ID: p.GetId(), Name: p.GetName(), KeyBy: p.GetKeyBy(), Params: paramsFromProto(p.GetParams()),
+// RuleFromProto converts without judging: validation reports what is wrong.
+func RuleFromProto(p *sluicev1.Rule) policy.Rule {
+	r := policy.Rule{ID: p.GetId(), Name: p.GetName(), KeyBy: p.GetKeyBy(), Params: ParamsFromProto(p.GetParams()),
 		Shadow: p.GetShadow(), Enabled: p.GetEnabled()}
 	mode, ok := failureModes[p.GetFailureMode()]
 	if !ok {
@@ -70,7 +70,7 @@ func ruleFromProto(p *sluicev1.Rule) policy.Rule {
 	return r
 }
 
-func paramsToProto(p policy.Params) *sluicev1.LimitParams {
+func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
 	d := func(v time.Duration) *durationpb.Duration {
 		if v == 0 {
 			return nil
@@ -81,7 +81,7 @@ func paramsToProto(p policy.Params) *sluicev1.LimitParams {
 		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL)}
 }
 
-func paramsFromProto(p *sluicev1.LimitParams) policy.Params {
+func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
 	d := func(v *durationpb.Duration) time.Duration {
 		if v == nil {
 			return 0
@@ -97,7 +97,7 @@ func paramsFromProto(p *sluicev1.LimitParams) policy.Params {
 		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl())}
 }
 
-func keyToProto(k policy.APIKey) *sluicev1.ApiKey {
+func KeyToProto(k policy.APIKey) *sluicev1.ApiKey {
 	ts := func(t time.Time) *timestamppb.Timestamp {
 		if t.IsZero() {
 			return nil
@@ -112,7 +112,7 @@ func keyToProto(k policy.APIKey) *sluicev1.ApiKey {
 		CreatedAt: ts(k.CreatedAt), LastUsedAt: ts(k.LastUsedAt), RevokedAt: ts(k.RevokedAt)}
 }
 
-func keyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
+func KeyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
 	switch k {
 	case sluicev1.KeyKind_KEY_KIND_ADMIN:
 		return policy.KeyAdmin
@@ -122,10 +122,10 @@ func keyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
 	return 0 // refused by the store, with its field
 }
 
-func overrideToProto(o policy.Override) *sluicev1.Override {
+func OverrideToProto(o policy.Override) *sluicev1.Override {
 	out := &sluicev1.Override{Id: o.ID, DescriptorKey: o.Key, Identifier: o.Identifier, Tier: o.Tier, RuleId: o.RuleID}
 	if o.Params != nil {
-		out.Params = paramsToProto(*o.Params)
+		out.Params = ParamsToProto(*o.Params)
 	}
 	if !o.ExpiresAt.IsZero() {
 		out.ExpiresAt = timestamppb.New(o.ExpiresAt)
@@ -133,10 +133,10 @@ func overrideToProto(o policy.Override) *sluicev1.Override {
 	return out
 }
 
-func overrideFromProto(p *sluicev1.Override) policy.Override {
+func OverrideFromProto(p *sluicev1.Override) policy.Override {
 	o := policy.Override{ID: p.GetId(), Key: p.GetDescriptorKey(), Identifier: p.GetIdentifier(), Tier: p.GetTier(), RuleID: p.GetRuleId()}
 	if p.GetParams() != nil {
-		params := paramsFromProto(p.GetParams())
+		params := ParamsFromProto(p.GetParams())
 		o.Params = &params
 	}
 	if p.GetExpiresAt() != nil {
@@ -145,21 +145,44 @@ func overrideFromProto(p *sluicev1.Override) policy.Override {
 	return o
 }
 
-func auditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
+func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
 	return &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
 		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
 }
 
-func snapshotToProto(s *policy.Snapshot, keys [][32]byte) *sluicev1.Snapshot {
-	out := &sluicev1.Snapshot{Tenant: tenantToProto(s.Tenant, s.Version), Version: s.Version}
+func SnapshotToProto(s *policy.Snapshot, keys [][32]byte) *sluicev1.Snapshot {
+	out := &sluicev1.Snapshot{Tenant: TenantToProto(s.Tenant, s.Version), Version: s.Version}
 	for _, t := range s.Tiers {
-		out.Tiers = append(out.Tiers, tierToProto(t))
+		out.Tiers = append(out.Tiers, TierToProto(t))
 	}
 	for _, o := range s.Overrides {
-		out.Overrides = append(out.Overrides, overrideToProto(o))
+		out.Overrides = append(out.Overrides, OverrideToProto(o))
 	}
 	for _, k := range keys {
 		out.CheckKeyHashes = append(out.CheckKeyHashes, k[:])
 	}
 	return out
+}
+
+// SnapshotFromProto returns the snapshot s carries and its check-key
+// hashes (malformed hashes are dropped: they could match nothing).
+func SnapshotFromProto(s *sluicev1.Snapshot) (*policy.Snapshot, [][32]byte) {
+	snap := &policy.Snapshot{Tenant: TenantFromProto(s.GetTenant()), Version: s.GetVersion()}
+	for _, t := range s.GetTiers() {
+		tier := policy.Tier{ID: t.GetId(), Name: t.GetName()}
+		for _, r := range t.GetRules() {
+			tier.Rules = append(tier.Rules, RuleFromProto(r))
+		}
+		snap.Tiers = append(snap.Tiers, tier)
+	}
+	for _, o := range s.GetOverrides() {
+		snap.Overrides = append(snap.Overrides, OverrideFromProto(o))
+	}
+	var keys [][32]byte
+	for _, h := range s.GetCheckKeyHashes() {
+		if len(h) == 32 {
+			keys = append(keys, [32]byte(h))
+		}
+	}
+	return snap, keys
 }

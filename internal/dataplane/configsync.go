@@ -1,0 +1,245 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/protoconv"
+)
+
+// SyncConfig configures a Syncer.
+type SyncConfig struct {
+	Client sluicev1connect.ConfigServiceClient
+	// Key is the decider credential (the control plane's SLUICE_DECIDER_KEY).
+	Key string
+	// Keys is the check-key table the Syncer keeps current.
+	Keys *Keys
+	// StateFile keeps the last good configuration, loaded at start when the
+	// control plane cannot be reached; "" disables it.
+	StateFile string
+	// Repull is how often everything is pulled again as a backstop to the
+	// watch; 0 means 30s.
+	Repull time.Duration
+	// PullTimeout bounds one pull; 0 means 5s.
+	PullTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Syncer keeps a decider's tenant configurations current: a first pull,
+// the control plane's watch stream, a periodic re-pull, and the last good
+// configuration on disk. Each tenant's snapshot is compiled whole and
+// swapped atomically; one that does not compile leaves the previous one in
+// force. It is ready once a first configuration is loaded.
+type Syncer struct {
+	cfg   SyncConfig
+	ready atomic.Bool
+
+	mu      sync.Mutex // serialises pulls
+	current map[string]*sluicev1.Snapshot
+	configs atomic.Pointer[map[string]*decide.Config]
+}
+
+// NewSyncer returns a Syncer; Run starts it.
+func NewSyncer(cfg SyncConfig) *Syncer {
+	if cfg.Repull <= 0 {
+		cfg.Repull = 30 * time.Second
+	}
+	if cfg.PullTimeout <= 0 {
+		cfg.PullTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}}
+	s.configs.Store(&map[string]*decide.Config{})
+	return s
+}
+
+// Ready reports whether a configuration has been loaded.
+func (s *Syncer) Ready() bool { return s.ready.Load() }
+
+// Config returns the enforced config of a tenant, or nil.
+func (s *Syncer) Config(tenantID string) *decide.Config { return (*s.configs.Load())[tenantID] }
+
+// Versions returns the config version enforced for each tenant.
+func (s *Syncer) Versions() map[string]int64 {
+	out := map[string]int64{}
+	for id, c := range *s.configs.Load() {
+		out[id] = c.Version
+	}
+	return out
+}
+
+// Run syncs until ctx ends. It returns nil then.
+func (s *Syncer) Run(ctx context.Context) error {
+	if err := s.pull(ctx); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "config: control plane unreachable at start", "err", err)
+		if err := s.loadState(); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "config: no last-known-good snapshot", "err", err)
+		}
+	}
+	events := make(chan struct{}, 1)
+	go s.watch(ctx, events)
+	tick := time.NewTicker(s.cfg.Repull)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-events:
+		case <-tick.C:
+		}
+		if err := s.pull(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.WarnContext(ctx, "config: pull failed; enforcing the last config", "err", err)
+		}
+	}
+}
+
+// watch follows the control plane's stream and signals events; it
+// reconnects (with a pause) until ctx ends. After reconnecting it signals
+// once, so anything missed meanwhile is pulled.
+func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
+	signal := func() {
+		select {
+		case events <- struct{}{}:
+		default: // a pull is pending already
+		}
+	}
+	for ctx.Err() == nil {
+		req := connect.NewRequest(&sluicev1.WatchRequest{Since: s.Versions()})
+		req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
+		st, err := s.cfg.Client.Watch(ctx, req)
+		if err == nil {
+			signal()
+			for st.Receive() {
+				signal()
+			}
+			err = st.Err()
+			st.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Logger.WarnContext(ctx, "config: watch interrupted", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// pull fetches what changed and applies it.
+func (s *Syncer) pull(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
+	defer cancel()
+	since := map[string]int64{}
+	for id, snap := range s.current {
+		since[id] = snap.GetVersion()
+	}
+	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since})
+	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
+	res, err := s.cfg.Client.GetSnapshots(ctx, req)
+	if err != nil {
+		return err
+	}
+	if len(res.Msg.Snapshots) == 0 && len(res.Msg.DeletedTenantIds) == 0 && s.Ready() {
+		return nil
+	}
+	s.apply(res.Msg.Snapshots, res.Msg.DeletedTenantIds)
+	if err := s.saveState(); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "config: saving the last-known-good snapshot", "err", err)
+	}
+	return nil
+}
+
+// apply compiles each snapshot and swaps in the ones that compile. s.mu is held.
+func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
+	next := map[string]*decide.Config{}
+	for id, c := range *s.configs.Load() {
+		next[id] = c
+	}
+	for _, p := range snaps {
+		snap, keys := protoconv.SnapshotFromProto(p)
+		c, err := decide.Compile(snap)
+		if err != nil {
+			s.cfg.Logger.Error("config: snapshot refused; the previous one stays", "tenant", snap.Tenant.ID, "version", snap.Version, "err", err)
+			continue
+		}
+		next[c.Tenant.ID] = c
+		s.current[c.Tenant.ID] = p
+		s.cfg.Keys.SetTenant(c.Tenant.ID, keys, c)
+	}
+	for _, id := range deleted {
+		delete(next, id)
+		delete(s.current, id)
+		s.cfg.Keys.RemoveTenant(id)
+	}
+	s.configs.Store(&next)
+	s.ready.Store(true)
+}
+
+// saveState writes the current snapshots atomically (write, sync, rename).
+func (s *Syncer) saveState() error {
+	if s.cfg.StateFile == "" {
+		return nil
+	}
+	state := &sluicev1.GetSnapshotsResponse{}
+	for _, p := range s.current {
+		state.Snapshots = append(state.Snapshots, p)
+	}
+	b, err := proto.Marshal(state)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.cfg.StateFile), ".snapshot-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), s.cfg.StateFile)
+}
+
+// loadState applies the last-known-good snapshot from disk.
+func (s *Syncer) loadState() error {
+	if s.cfg.StateFile == "" {
+		return errors.New("no state file configured")
+	}
+	b, err := os.ReadFile(s.cfg.StateFile)
+	if err != nil {
+		return err
+	}
+	var state sluicev1.GetSnapshotsResponse
+	if err := proto.Unmarshal(b, &state); err != nil {
+		return fmt.Errorf("config: state file %s: %w", s.cfg.StateFile, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apply(state.Snapshots, nil)
+	return nil
+}

@@ -1,0 +1,109 @@
+package dataplane
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// eventually polls cond until it holds or 20 seconds pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func authenticates(k *Keys, secret string) bool {
+	r := httptest.NewRequest("POST", "/v1/check", nil)
+	r.Header.Set("Authorization", "Bearer "+secret)
+	_, err := k.Authenticate(r)
+	return err == nil
+}
+
+func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Syncer, *Keys, context.CancelFunc) {
+	t.Helper()
+	keys := NewKeys()
+	s := NewSyncer(SyncConfig{Client: client, Key: "decider", Keys: keys, StateFile: state, Repull: time.Minute, PullTimeout: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, keys, cancel
+}
+
+func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
+	cp.EnableHTTP2 = true
+	cp.StartTLS()
+	client := sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL)
+
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(ctx, tn.ID)
+	rule := policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
+		t.Fatal(err)
+	}
+	keep, _, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "keep")
+	revoke, revokeKey, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "revoke")
+
+	state := filepath.Join(t.TempDir(), "snapshot.pb")
+	s, keys, stop := startSyncer(t, client, state)
+	eventually(t, "ready with the tenant", func() bool { return s.Ready() && s.Config(tn.ID) != nil })
+	_, v, _ := store.GetTenant(ctx, tn.ID)
+	if got := s.Config(tn.ID).Version; got != v {
+		t.Fatalf("enforcing version %d, the control plane is at %d", got, v)
+	}
+	if !authenticates(keys, keep) || !authenticates(keys, revoke) {
+		t.Fatal("check keys of the snapshot do not authenticate")
+	}
+
+	// Changes arrive through the watch: a new rule, a revoked key.
+	rule.Name = "global"
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RevokeKey(ctx, "operator", tn.ID, revokeKey.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, v, _ = store.GetTenant(ctx, tn.ID)
+	eventually(t, "the new version enforced", func() bool { return s.Config(tn.ID).Version == v })
+	if authenticates(keys, revoke) || !authenticates(keys, keep) {
+		t.Fatal("after the revocation")
+	}
+
+	// The control plane goes away: the decider keeps enforcing. (Drop the
+	// connections first: Close waits for the open watch stream otherwise.)
+	cp.CloseClientConnections()
+	cp.Close()
+	if !authenticates(keys, keep) || s.Config(tn.ID).Version != v {
+		t.Fatal("the last config was dropped when the control plane went away")
+	}
+	stop()
+
+	// A decider restarted while the control plane is down starts from disk.
+	s2, keys2, _ := startSyncer(t, client, state)
+	eventually(t, "ready from the on-disk snapshot", s2.Ready)
+	if c := s2.Config(tn.ID); c == nil || c.Version != v || !authenticates(keys2, keep) || authenticates(keys2, revoke) {
+		t.Fatalf("restarted from disk: %+v", c)
+	}
+}
