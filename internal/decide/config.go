@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limit"
@@ -22,6 +23,33 @@ type Config struct {
 	exact   map[overrideKey][]*compiledOverride
 	prefix  []*compiledOverride // longest identifier first
 	idKeys  []string            // descriptor keys overrides match on
+	local   sync.Map            // localKey → *limit.Limiter, built on first failure
+}
+
+type localKey struct {
+	rule   *policy.Rule
+	params policy.Params
+	share  float64
+}
+
+// localLimiter returns the limiter enforcing share of p for rule r while the
+// engine fails: limit and burst scaled down, at least 1.
+func (c *Config) localLimiter(r *policy.Rule, p policy.Params, share float64) *limit.Limiter {
+	k := localKey{r, p, share}
+	if l, ok := c.local.Load(k); ok {
+		return l.(*limit.Limiter)
+	}
+	scaled := p
+	scaled.Limit = max(1, int64(float64(p.Limit)*share))
+	if p.Burst > 0 {
+		scaled.Burst = max(1, int64(float64(p.Burst)*share))
+	}
+	l, err := limit.Compile(scaled)
+	if err != nil { // a warm-up burst scaled under its cold factor: keep it whole
+		l, _ = limit.Compile(p)
+	}
+	c.local.Store(k, l)
+	return l
 }
 
 type compiledRule struct {

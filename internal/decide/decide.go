@@ -2,7 +2,10 @@ package decide
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -44,6 +47,9 @@ type RuleResult struct {
 // Decision is the answer to a Request.
 type Decision struct {
 	Allowed bool
+	// Degraded is set when the engine failed (or its breaker was open) and
+	// each rule answered by its failure mode.
+	Degraded bool
 	// Deciding indexes Rules: the rule that denied, or the most restrictive
 	// one when allowed; -1 when no enforced rule applied.
 	Deciding int
@@ -51,17 +57,69 @@ type Decision struct {
 	Version  int64 // the config version enforced
 }
 
+// Options configure a Decider.
+type Options struct {
+	// Engine decides against the shared counters (Redis). Required.
+	Engine Engine
+	// Local enforces rules whose failure mode is local while Engine fails;
+	// nil answers them as open.
+	Local *limit.Engine
+	// LocalShare is the share of each limit one decider enforces locally,
+	// such as 1/number of deciders; 0 means 1.
+	LocalShare float64
+	// Budget bounds each engine call; 0 means unbounded (for an engine that
+	// cannot block, like the in-process one).
+	Budget time.Duration
+	// BreakerFailures consecutive engine failures open the breaker, which
+	// then answers by failure modes without calling the engine for
+	// BreakerCooldown before letting one call probe. 0 disables it.
+	BreakerFailures uint32
+	BreakerCooldown time.Duration
+	// Now dates overrides' expiry and local decisions; nil means time.Now.
+	Now func() time.Time
+}
+
 // Decider decides requests against compiled configs. It is safe for
 // concurrent use.
 type Decider struct {
-	engine Engine
-	now    func() time.Time
+	opts    Options
+	breaker *gobreaker.CircuitBreaker[bool]
 }
 
-// New returns a Decider using engine; now (usually time.Now) dates
-// overrides' expiry.
+// New returns a Decider on engine with no failure handling, for engines
+// that cannot fail (the in-process one); now dates overrides' expiry.
 func New(engine Engine, now func() time.Time) *Decider {
-	return &Decider{engine: engine, now: now}
+	return NewDecider(Options{Engine: engine, Now: now})
+}
+
+// NewDecider returns a Decider configured by o.
+func NewDecider(o Options) *Decider {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.LocalShare <= 0 || o.LocalShare > 1 {
+		o.LocalShare = 1
+	}
+	d := &Decider{opts: o}
+	if o.BreakerFailures > 0 {
+		d.breaker = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
+			Name:        "engine",
+			Timeout:     o.BreakerCooldown,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= o.BreakerFailures },
+			// A caller hanging up says nothing about the engine.
+			IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		})
+	}
+	return d
+}
+
+// BreakerState returns "closed", "half-open" or "open" ("closed" without a
+// breaker).
+func (d *Decider) BreakerState() string {
+	if d.breaker == nil {
+		return "closed"
+	}
+	return d.breaker.State().String()
 }
 
 // Decide evaluates req against the tenant config c. Invalid input returns a
@@ -83,7 +141,7 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 		cost = 1
 	}
 	var ovBuf [4]*compiledOverride
-	ovs := c.overrides(req.Descriptors, d.now(), ovBuf[:0])
+	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
 	tier := req.Tier
 	for _, o := range ovs {
 		if tier == "" && o.Tier != "" {
@@ -101,31 +159,36 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 
 	reqs := make([]limit.Request, 0, len(rules))
 	picked := make([]*policy.Rule, 0, len(rules))
+	params := make([]policy.Params, 0, len(rules)) // in force, for local failure mode
 	var key []byte
 	for i := range rules {
 		r := &rules[i]
 		if !r.Matches(req.Descriptors) {
 			continue
 		}
-		lim := r.limiter
+		lim, p := r.limiter, r.Params
 		for _, o := range ovs {
 			if o.RuleID == r.ID && o.limiter != nil {
-				lim = o.limiter
+				lim, p = o.limiter, *o.Params
 				break
 			}
 		}
 		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
 		reqs = append(reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow})
 		picked = append(picked, &r.Rule)
+		params = append(params, p)
 	}
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version}
 	if len(reqs) == 0 {
 		return dec, nil
 	}
 	res := make([]limit.Result, len(reqs))
-	allowed, err := d.engine.AllowAll(ctx, reqs, res)
+	allowed, err := d.call(ctx, reqs, res)
 	if err != nil {
-		return Decision{}, err
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err()
+		}
+		allowed, dec.Degraded = d.degrade(c, picked, params, reqs, res), true
 	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
@@ -134,4 +197,63 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 		dec.Rules[i] = RuleResult{Rule: picked[i], Result: res[i]}
 	}
 	return dec, nil
+}
+
+// call asks the engine within the budget, through the breaker.
+func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	do := func() (bool, error) {
+		if d.opts.Budget > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d.opts.Budget)
+			defer cancel()
+		}
+		return d.opts.Engine.AllowAll(ctx, reqs, res)
+	}
+	if d.breaker == nil {
+		return do()
+	}
+	return d.breaker.Execute(do)
+}
+
+// degrade answers each rule by its failure mode after an engine failure and
+// returns whether the decision is admitted: open rules admit, closed ones
+// reject (retry in a second), local ones are enforced by the in-process
+// engine at LocalShare of their limit, and only when no closed rule
+// rejects, so that a rejected decision consumes nothing there either.
+func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result) bool {
+	admitted := true
+	var local []limit.Request
+	var at []int
+	for i, r := range picked {
+		capacity := reqs[i].Limiter.Capacity()
+		switch {
+		case r.FailureMode == policy.FailClosed:
+			res[i] = limit.Result{Limit: capacity, RetryAfter: time.Second}
+			if !r.Shadow {
+				admitted = false
+			}
+		case r.FailureMode == policy.FailLocal && d.opts.Local != nil:
+			l := c.localLimiter(r, params[i], d.opts.LocalShare)
+			local = append(local, limit.Request{Key: reqs[i].Key, Limiter: l, Cost: reqs[i].Cost, Lease: reqs[i].Lease, Shadow: r.Shadow})
+			at = append(at, i)
+		default: // open, or local without a local engine
+			res[i] = limit.Result{Allowed: true, Limit: capacity, Remaining: capacity}
+		}
+	}
+	if len(local) == 0 {
+		return admitted
+	}
+	if !admitted {
+		for k := range local {
+			local[k].Cost = 0 // answer without consuming
+		}
+	}
+	out := make([]limit.Result, len(local))
+	if !d.opts.Local.AllowAll(local, d.opts.Now().UnixMicro(), out) {
+		admitted = false
+	}
+	for k, i := range at {
+		res[i] = out[k]
+	}
+	return admitted
 }

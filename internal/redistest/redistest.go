@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,6 +167,23 @@ func (s *Server) Start(t testing.TB) {
 	}
 }
 
+// Pause freezes the server (SIGSTOP): connections stay open and nothing
+// answers, the hardest outage for a client. Resume undoes it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("redistest: pause: %v", err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("redistest: resume: %v", err)
+	}
+}
+
 // Stop kills the server at once, as a crash or an outage would.
 func (s *Server) Stop(t testing.TB) {
 	t.Helper()
@@ -174,6 +192,7 @@ func (s *Server) Stop(t testing.TB) {
 
 func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused process dies only once continued
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 		s.cmd = nil

@@ -1,0 +1,106 @@
+package decide
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestFailureModesWhenRedisHangs freezes a real Redis under a decider:
+// every decision still returns within its budget, each rule answers by its
+// failure mode, the breaker opens so later decisions do not wait, no
+// goroutines pile up, and service returns once Redis does.
+func TestFailureModesWhenRedisHangs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 4})
+	defer client.Close()
+	eng, err := redisengine.New(ctx, client, redisengine.Config{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(name, route string, mode policy.FailureMode, limit int64) policy.Rule {
+		return policy.Rule{ID: name, Name: name, Match: []policy.Match{{Key: "route", Value: route}}, KeyBy: []string{"client_id"},
+			FailureMode: mode, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}}
+	}
+	c, err := Compile(&policy.Snapshot{
+		Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
+			rule("open", "/open", policy.FailOpen, 2), rule("closed", "/closed", policy.FailClosed, 2), rule("local", "/local", policy.FailLocal, 4),
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 100 * time.Millisecond
+	d := NewDecider(Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5,
+		Budget: budget, BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond})
+	check := func(route string) Decision {
+		t.Helper()
+		start := time.Now()
+		dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "c1"}, {Key: "route", Value: route}}})
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		// The budget, not Redis's timeouts (seconds), bounds a decision.
+		if took := time.Since(start); took > budget+time.Second {
+			t.Fatalf("%s took %v with a budget of %v", route, took, budget)
+		}
+		return dec
+	}
+	count := func(route string, n int) (admitted int, degraded bool) {
+		for range n {
+			dec := check(route)
+			if dec.Allowed {
+				admitted++
+			}
+			degraded = dec.Degraded
+		}
+		return admitted, degraded
+	}
+	if n, deg := count("/open", 3); n != 2 || deg {
+		t.Fatalf("healthy: %d of 3 admitted (degraded %v), want 2 through Redis", n, deg)
+	}
+
+	goroutines := runtime.NumGoroutine()
+	srv.Pause(t)
+	if n, deg := count("/open", 5); n != 5 || !deg {
+		t.Fatalf("open rule with Redis frozen: %d of 5 admitted (degraded %v)", n, deg)
+	}
+	if d.BreakerState() != "open" {
+		t.Fatalf("breaker %s after repeated failures, want open", d.BreakerState())
+	}
+	if n, _ := count("/closed", 4); n != 0 {
+		t.Fatalf("closed rule with Redis frozen: %d admitted", n)
+	}
+	if n, _ := count("/local", 6); n != 2 {
+		t.Fatalf("local rule at half of 4: %d of 6 admitted, want 2", n)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+10 {
+		t.Fatalf("goroutines grew from %d to %d during the outage", goroutines, g)
+	}
+
+	srv.Resume(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if dec := check("/closed"); !dec.Degraded {
+			if !dec.Allowed {
+				t.Fatalf("after recovery: %+v, want admitted by Redis", dec)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never back to normal after Redis returned")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
