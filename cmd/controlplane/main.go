@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := telemetry.NewRegistry()
 	var ready telemetry.Readiness
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, &ready)
+	telemetry.Mount(mux, reg, ready.Ready, nil)
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Logger: logger}))
 
@@ -85,20 +84,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, behind a proxy that terminates it
 	ready.SetReady(true)
 	fmt.Fprintf(stdout, "control plane listening on http://%s\n", ln.Addr())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

@@ -24,10 +24,7 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 4})
 	defer client.Close()
-	eng, err := redisengine.New(ctx, client, redisengine.Config{Prefix: redistest.Prefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := redisengine.New(client, redisengine.Config{Prefix: redistest.Prefix(t)})
 	rule := func(name, route string, mode policy.FailureMode, limit int64) policy.Rule {
 		return policy.Rule{ID: name, Name: name, Match: []policy.Match{{Key: "route", Value: route}}, KeyBy: []string{"client_id"},
 			FailureMode: mode, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}}

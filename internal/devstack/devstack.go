@@ -5,7 +5,6 @@ package devstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -79,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(telemetry.NewEngineCollector(engine))
 	var ready telemetry.Readiness
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, &ready)
+	telemetry.Mount(mux, reg, ready.Ready, nil)
 	api := dataplane.NewHTTPHandler(dataplane.HTTPConfig{
 		Decider:      decide.New(decide.LocalEngine{Engine: engine, Now: time.Now}, time.Now),
 		Authenticate: keys.Authenticate,
@@ -102,20 +101,5 @@ func Run(ctx context.Context, cfg Config) error {
 Ctrl-C stops it.
 `, base, checkKey)
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("devstack: serve: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("devstack: shutdown: %w", err)
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return telemetry.Serve(ctx, srv, ln, cfg.ShutdownTimeout)
 }

@@ -61,24 +61,29 @@ type Engine struct {
 // slots; the reserve-and-refund protocol for them is not built yet.
 var ErrCrossSlot = errors.New("redisengine: a decision's keys span cluster slots")
 
-// New returns an Engine on client (a *redis.Client or *redis.ClusterClient)
-// and loads the script.
-func New(ctx context.Context, client redis.UniversalClient, cfg Config) (*Engine, error) {
+// New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
+// It needs no connection: a decider starts even while Redis is down.
+func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.MinTTL <= 0 {
 		cfg.MinTTL = time.Second
 	}
-	e := &Engine{client: client, cfg: cfg, slack: strconv.FormatFloat(limit.Slack, 'g', -1, 64)}
+	return &Engine{client: client, cfg: cfg, slack: strconv.FormatFloat(limit.Slack, 'g', -1, 64)}
+}
+
+// Preload loads the script on every master, so the first decisions need
+// no EVAL. It is an optimisation: EVALSHA falls back to EVAL on NOSCRIPT.
+func (e *Engine) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c *redis.Client) error { return script.Load(ctx, c).Err() }
 	var err error
-	if cc, ok := client.(*redis.ClusterClient); ok {
+	if cc, ok := e.client.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, load)
 	} else {
-		err = script.Load(ctx, client).Err()
+		err = script.Load(ctx, e.client).Err()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisengine: load script: %w", err)
+		return fmt.Errorf("redisengine: load script: %w", err)
 	}
-	return e, nil
+	return nil
 }
 
 // AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock

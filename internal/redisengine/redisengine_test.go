@@ -19,8 +19,8 @@ func TestConformanceSingleNode(t *testing.T) {
 	t.Parallel()
 	c, prefix := redistest.Client(t)
 	enginetest.Run(t, prefix, func(t *testing.T) enginetest.Engine {
-		e, err := New(context.Background(), c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
-		if err != nil {
+		e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+		if err := e.Preload(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
@@ -32,8 +32,8 @@ func TestConformanceCluster(t *testing.T) {
 	t.Parallel()
 	cc := redistest.StartCluster(t).Client(t)
 	enginetest.Run(t, "", func(t *testing.T) enginetest.Engine {
-		e, err := New(context.Background(), cc, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
-		if err != nil {
+		e := New(cc, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+		if err := e.Preload(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		return e
@@ -57,8 +57,8 @@ func TestSlotMatchesRedis(t *testing.T) {
 func TestCrossSlotDecisionIsRefusedOnACluster(t *testing.T) {
 	t.Parallel()
 	cc := redistest.StartCluster(t).Client(t)
-	e, err := New(context.Background(), cc, Config{Prefix: redistest.Prefix(t)})
-	if err != nil {
+	e := New(cc, Config{Prefix: redistest.Prefix(t)})
+	if err := e.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	l := limit.MustCompile(enginetest.Params()[0])
@@ -75,8 +75,8 @@ func TestCrossSlotDecisionIsRefusedOnACluster(t *testing.T) {
 func TestRedisClock(t *testing.T) {
 	t.Parallel()
 	c, prefix := redistest.Client(t)
-	e, err := New(context.Background(), c, Config{Prefix: prefix})
-	if err != nil {
+	e := New(c, Config{Prefix: prefix})
+	if err := e.Preload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	l := limit.MustCompile(enginetest.Params()[8]) // fixed window of 5 per 1.3 s

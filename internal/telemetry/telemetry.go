@@ -3,8 +3,13 @@
 package telemetry
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,16 +32,25 @@ type Readiness struct{ ready atomic.Bool }
 // SetReady marks the binary ready (or not).
 func (r *Readiness) SetReady(ok bool) { r.ready.Store(ok) }
 
-// Mount registers /healthz (the process is up), /readyz (ready, else 503)
-// and /metrics on mux.
-func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready *Readiness) {
+// Ready reports whether r is ready.
+func (r *Readiness) Ready() bool { return r.ready.Load() }
+
+// Mount registers /healthz (the process is up), /readyz and /metrics on
+// mux. /readyz answers 200 when ready() holds, else 503, with a JSON body
+// {"ready": …, "info": info()} (info may be nil: a deciders' enforced
+// config versions, say).
+func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready func() bool, info func() any) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+		body := map[string]any{"ready": ready()}
+		if info != nil {
+			body["info"] = info()
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		w.Header().Set("Content-Type", "application/json")
+		if !ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
@@ -70,4 +84,25 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expirations))
+}
+
+// Serve runs srv on ln until ctx ends, then shuts it down gracefully within
+// timeout. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, timeout time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

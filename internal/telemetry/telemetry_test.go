@@ -24,7 +24,7 @@ func TestMountAndEngineMetrics(t *testing.T) {
 	reg.MustRegister(NewEngineCollector(e))
 	var ready Readiness
 	mux := http.NewServeMux()
-	Mount(mux, reg, &ready)
+	Mount(mux, reg, ready.Ready, nil)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
