@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,15 +34,19 @@ func authenticates(k *Keys, secret string) bool {
 	return err == nil
 }
 
-func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Syncer, *Keys, context.CancelFunc) {
+// startSyncer runs a Syncer; the returned stop cancels it and waits until
+// Run has returned (a pull in flight, its state file written).
+func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Syncer, *Keys, func()) {
 	t.Helper()
 	keys := NewKeys()
 	s := NewSyncer(SyncConfig{Client: client, Key: "decider", Keys: keys, StateFile: state, Repull: time.Minute, PullTimeout: 2 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return s, keys, cancel
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return s, keys, stop
 }
 
 func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
