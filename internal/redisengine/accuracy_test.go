@@ -1,0 +1,85 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/enginetest"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// admitsAtOnce counts what a fresh limiter admits at one instant, request
+// after request (distinct leases), up to most: the exact answer for that
+// many concurrent clients.
+func admitsAtOnce(l *limit.Limiter, now, most int64) int64 {
+	var s limit.State
+	for n := int64(0); n < most; n++ {
+		ns, r := l.Eval(s, limit.Args{Now: now, Cost: 1, Lease: n}, nil)
+		if !r.Allowed {
+			return n
+		}
+		s = ns
+	}
+	return most
+}
+
+// hammer runs 3 deciders (each its own client) × 100 clients × 5 checks on
+// one key per algorithm at one instant, and requires exactly the
+// algorithm's answer: no over-admission, and no under-admission either.
+func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	const now = 1_700_000_040_000_000
+	deciders := make([]*Engine, 3)
+	for i := range deciders {
+		c := newClient()
+		t.Cleanup(func() { c.Close() })
+		deciders[i] = New(c, Config{Prefix: prefix, MinTTL: testTTL})
+	}
+	for i, p := range enginetest.Params() {
+		l := limit.MustCompile(p)
+		key := fmt.Sprintf("{acc-%d}", i)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for client := range 300 {
+			e := deciders[client%3]
+			wg.Go(func() {
+				res := make([]limit.Result, 1)
+				for k := range 5 {
+					ok, err := e.AllowAllAt(ctx, []limit.Request{{Key: key, Limiter: l, Cost: 1, Lease: int64(client*5 + k)}}, now, res)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got, want := admitted.Load(), admitsAtOnce(l, now, 1500); got != want {
+			t.Errorf("%s %+v: 1500 concurrent checks admitted %d, the algorithm allows %d", p.Algorithm, p, got, want)
+		}
+	}
+}
+
+func TestAccuracyUnderConcurrencySingleNode(t *testing.T) {
+	t.Parallel()
+	_, prefix := redistest.Client(t)
+	addr := redistest.Addr(t)
+	hammer(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 50}) }, prefix)
+}
+
+func TestAccuracyUnderConcurrencyCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	hammer(t, func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, PoolSize: 50})
+	}, redistest.Prefix(t))
+}
