@@ -110,15 +110,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg.MustRegister(telemetry.NewEngineCollector(local), versionCollector{syncer})
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
-	api := dataplane.NewHTTPHandler(dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger})
+	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger}
+	api := dataplane.NewHTTPHandler(apiCfg)
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)
+	mux.Handle(dataplane.NewDecisionService(apiCfg))
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
 	fmt.Fprintf(stdout, "decider listening on http://%s\n", ln.Addr())
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

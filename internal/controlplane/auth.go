@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // Role is what an authenticated caller may do.
@@ -80,7 +80,7 @@ func (a *authenticator) principal(ctx context.Context, header string) (Principal
 		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
 			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
 		}
-		return Principal{}, toConnect(ctx, a.logger, err)
+		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
 	}
 	if k.Kind != policy.KeyAdmin {
 		return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
@@ -144,45 +144,8 @@ func tenantOf(ctx context.Context, requested string) (string, error) {
 	case p.Role == RoleOperator && requested != "":
 		return requested, nil
 	case p.Role == RoleOperator:
-		return "", toConnect(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request",
+		return "", protoconv.ToConnectError(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request",
 			Fields: []policy.FieldError{{Field: "tenant_id", Description: "required with the operator key"}}})
 	}
 	return "", connect.NewError(connect.CodeUnauthenticated, errors.New("unauthenticated"))
-}
-
-// connectCodes maps policy codes to Connect codes, in one place.
-var connectCodes = map[policy.Code]connect.Code{
-	policy.CodeInvalid:           connect.CodeInvalidArgument,
-	policy.CodeNotFound:          connect.CodeNotFound,
-	policy.CodeConflict:          connect.CodeAlreadyExists,
-	policy.CodeUnauthenticated:   connect.CodeUnauthenticated,
-	policy.CodePermissionDenied:  connect.CodePermissionDenied,
-	policy.CodeUnavailable:       connect.CodeUnavailable,
-	policy.CodeResourceExhausted: connect.CodeResourceExhausted,
-}
-
-// toConnect turns err into a Connect error: policy errors with their code,
-// message and field details (google.rpc.BadRequest); anything else is
-// logged and answered as an internal error without its text.
-func toConnect(ctx context.Context, logger *slog.Logger, err error) error {
-	var pe *policy.Error
-	code, ok := connectCodes[policy.ErrorCode(err)]
-	if !ok || !errors.As(err, &pe) {
-		if logger == nil {
-			logger = slog.Default()
-		}
-		logger.ErrorContext(ctx, "control plane call failed", "err", err)
-		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
-	}
-	ce := connect.NewError(code, errors.New(pe.Message))
-	if len(pe.Fields) > 0 {
-		br := &errdetails.BadRequest{}
-		for _, f := range pe.Fields {
-			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: f.Field, Description: f.Description})
-		}
-		if d, derr := connect.NewErrorDetail(br); derr == nil {
-			ce.AddDetail(d)
-		}
-	}
-	return ce
 }

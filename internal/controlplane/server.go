@@ -85,7 +85,7 @@ func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.R
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
-		return nil, toConnect(ctx, s.logger, err)
+		return nil, protoconv.ToConnectError(ctx, s.logger, err)
 	}
 	return connect.NewResponse(msg), nil
 }

@@ -22,9 +22,9 @@ import (
 // DefaultMaxBodyBytes bounds a check request's body.
 const DefaultMaxBodyBytes = 64 << 10
 
-// AuthenticateFunc returns the config of the tenant whose check key r
-// carries, or a policy error with CodeUnauthenticated.
-type AuthenticateFunc func(r *http.Request) (*decide.Config, error)
+// AuthenticateFunc returns the config of the tenant whose check key the
+// request headers carry, or a policy error with CodeUnauthenticated.
+type AuthenticateFunc func(h http.Header) (*decide.Config, error)
 
 // HTTPConfig configures the HTTP check API.
 type HTTPConfig struct {
@@ -134,7 +134,7 @@ func (h *httpAPI) decide(w http.ResponseWriter, ctx context.Context, c *decide.C
 // begin authenticates r and decodes its body into v; on failure it has
 // answered and returns false.
 func (h *httpAPI) begin(w http.ResponseWriter, r *http.Request, v any) (*decide.Config, bool) {
-	c, err := h.cfg.Authenticate(r)
+	c, err := h.cfg.Authenticate(r.Header)
 	if err != nil {
 		h.fail(w, err)
 		return nil, false

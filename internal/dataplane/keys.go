@@ -57,9 +57,9 @@ func (k *Keys) RemoveTenant(tenant string) {
 	delete(k.byTenant, tenant)
 }
 
-// Authenticate implements AuthenticateFunc with the bearer token of r.
-func (k *Keys) Authenticate(r *http.Request) (*decide.Config, error) {
-	secret, ok := BearerToken(r)
+// Authenticate implements AuthenticateFunc with the bearer token of h.
+func (k *Keys) Authenticate(h http.Header) (*decide.Config, error) {
+	secret, ok := BearerToken(h)
 	if !ok {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "missing check key: send Authorization: Bearer <key>")
 	}
@@ -72,9 +72,9 @@ func (k *Keys) Authenticate(r *http.Request) (*decide.Config, error) {
 	return c, nil
 }
 
-// BearerToken returns the token of r's "Authorization: Bearer" header.
-func BearerToken(r *http.Request) (string, bool) {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+// BearerToken returns the token of an "Authorization: Bearer" header.
+func BearerToken(h http.Header) (string, bool) {
+	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", false
 	}

@@ -79,19 +79,23 @@ func Run(ctx context.Context, cfg Config) error {
 	var ready telemetry.Readiness
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, ready.Ready, nil)
-	api := dataplane.NewHTTPHandler(dataplane.HTTPConfig{
+	apiCfg := dataplane.HTTPConfig{
 		Decider:      decide.New(decide.LocalEngine{Engine: engine, Now: time.Now}, time.Now),
 		Authenticate: keys.Authenticate,
 		Logger:       cfg.Logger,
-	})
+	}
+	api := dataplane.NewHTTPHandler(apiCfg)
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)
+	mux.Handle(dataplane.NewDecisionService(apiCfg))
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("devstack: listen: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
 	ready.SetReady(true)
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(cfg.Out, `Sluice dev is running: the decision API on the in-process engine, tenant "demo".

@@ -1,0 +1,115 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
+)
+
+// MaxBatch bounds the checks of one CheckBatch call.
+const MaxBatch = 100
+
+// NewDecisionService returns the path and handler of sluice.v1.DecisionService
+// (Connect, gRPC and gRPC-Web), authenticated by the tenant's check key.
+func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	maxBytes := cfg.MaxBodyBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBodyBytes
+	}
+	return sluicev1connect.NewDecisionServiceHandler(decisionServer{cfg}, connect.WithReadMaxBytes(int(maxBytes)))
+}
+
+type decisionServer struct{ cfg HTTPConfig }
+
+func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
+	c, err := s.cfg.Authenticate(req.Header())
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	res, err := s.check(ctx, c, req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
+	c, err := s.cfg.Authenticate(req.Header())
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	if n := len(req.Msg.GetRequests()); n > MaxBatch {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid batch",
+			Fields: []policy.FieldError{{Field: "requests", Description: "at most 100 checks per batch"}}})
+	}
+	out := &sluicev1.CheckBatchResponse{}
+	for _, r := range req.Msg.GetRequests() {
+		res, err := s.check(ctx, c, r)
+		if err != nil {
+			return nil, err
+		}
+		out.Responses = append(out.Responses, res)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	if m.GetRelease() {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("releasing a lease is not available yet; leases end at their TTL"))
+	}
+	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease())}
+	for _, d := range m.GetDescriptors() {
+		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
+	}
+	dec, err := s.cfg.Decider.Decide(ctx, c, req)
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	out := &sluicev1.CheckResponse{Allowed: dec.Allowed, Deciding: int32(dec.Deciding), ConfigVersion: dec.Version}
+	for _, r := range dec.Rules {
+		out.Rules = append(out.Rules, ruleStatus(r))
+	}
+	return out, nil
+}
+
+func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
+	d := func(v time.Duration) *durationpb.Duration {
+		if v == 0 {
+			return nil
+		}
+		return durationpb.New(v)
+	}
+	st := &sluicev1.RuleStatus{RuleId: r.Rule.ID, RuleName: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow,
+		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay)}
+	if !r.Allowed && r.RetryAfter != limit.Never {
+		st.RetryAfter = durationpb.New(r.RetryAfter)
+	}
+	return st
+}
+
+// LeaseID maps a caller's lease name to the 53-bit id engines store (Lua
+// numbers are exact below 2^53); "" is lease 0.
+func LeaseID(name string) int64 {
+	if name == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return int64(h.Sum64() >> 11)
+}

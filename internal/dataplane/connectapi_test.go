@@ -1,0 +1,98 @@
+package dataplane
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
+	t.Parallel()
+	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 9,
+				Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+					Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}}}}}}
+			c, err := decide.Compile(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := NewKeys()
+			secret, _ := policy.NewKeySecret(policy.KeyCheck)
+			keys.Set(policy.HashKey(secret), c)
+			now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
+			path, h := NewDecisionService(HTTPConfig{Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
+				Authenticate: keys.Authenticate})
+			mux := http.NewServeMux()
+			mux.Handle(path, h)
+			srv := httptest.NewUnstartedServer(mux)
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			defer srv.Close()
+			client := sluicev1connect.NewDecisionServiceClient(srv.Client(), srv.URL, opts...)
+			check := func(key string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+				req := connect.NewRequest(m)
+				req.Header().Set("Authorization", "Bearer "+key)
+				res, err := client.Check(context.Background(), req)
+				if err != nil {
+					return nil, err
+				}
+				return res.Msg, nil
+			}
+			alice := &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}}
+			var allowed []bool
+			for range 3 {
+				res, err := check(secret, alice)
+				if err != nil {
+					t.Fatal(err)
+				}
+				allowed = append(allowed, res.Allowed)
+				if res.ConfigVersion != 9 || res.Rules[0].RuleName != "per-client" {
+					t.Fatalf("response %v", res)
+				}
+			}
+			if allowed[0] != true || allowed[1] != true || allowed[2] != false {
+				t.Fatalf("allowed %v, want [true true false]", allowed)
+			}
+			res, _ := check(secret, alice)
+			if r := res.Rules[0]; r.RetryAfter == nil || r.Remaining != 0 || r.Limit != 2 {
+				t.Fatalf("rejected rule status %v", r)
+			}
+			if _, err := check("sk_check_wrong", alice); connect.CodeOf(err) != connect.CodeUnauthenticated {
+				t.Fatalf("wrong key: %v", err)
+			}
+			if _, err := check(secret, &sluicev1.CheckRequest{Cost: -1}); connect.CodeOf(err) != connect.CodeInvalidArgument {
+				t.Fatalf("negative cost: %v", err)
+			}
+			batch := connect.NewRequest(&sluicev1.CheckBatchRequest{Requests: []*sluicev1.CheckRequest{
+				{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "bob"}}},
+				{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "bob"}}, Cost: 2},
+			}})
+			batch.Header().Set("Authorization", "Bearer "+secret)
+			br, err := client.CheckBatch(context.Background(), batch)
+			if err != nil || len(br.Msg.Responses) != 2 || !br.Msg.Responses[0].Allowed || br.Msg.Responses[1].Allowed {
+				t.Fatalf("batch: %v %v", br, err)
+			}
+		})
+	}
+}
+
+func TestLeaseIDFitsLua(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"a", "job-42", "\xff\xff"} {
+		if id := LeaseID(s); id < 0 || id >= 1<<53 || id == LeaseID(s+"x") {
+			t.Fatalf("LeaseID(%q) = %d", s, id)
+		}
+	}
+}
