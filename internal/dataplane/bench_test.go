@@ -1,0 +1,147 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// The decision benchmarks: 50 concurrent clients over 10,000 client ids, a
+// token bucket, the local Redis, client and server on this machine. They
+// report decisions/s and the p50 and p99 of one decision as the client
+// sees it.
+
+const benchClients, benchKeys = 50, 10_000
+
+// benchDecider serves a decider on Redis over plain HTTP (HTTP/1.1 and
+// unencrypted HTTP/2) and returns its URL and check key.
+func benchDecider(b *testing.B) (string, string) {
+	c, prefix := redistest.Client(b)
+	_ = c
+	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
+	b.Cleanup(func() { client.Close() })
+	eng := redisengine.New(client, redisengine.Config{Prefix: prefix})
+	if err := eng.Preload(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "bench", Slug: "bench", Name: "Bench", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000, Window: time.Second}}}}}}
+	cfg, err := decide.Compile(snap)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := NewKeys()
+	secret, _ := policy.NewKeySecret(policy.KeyCheck)
+	keys.Set(policy.HashKey(secret), cfg)
+	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
+		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate}
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/check", NewHTTPHandler(apiCfg))
+	mux.Handle(NewDecisionService(apiCfg))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String(), secret
+}
+
+// drive runs b.N decisions from benchClients goroutines with check and
+// reports throughput and latency percentiles.
+func drive(b *testing.B, check func(client int, id string) error) {
+	var next atomic.Int64
+	lats := make([][]time.Duration, benchClients)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range benchClients {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				t := time.Now()
+				if err := check(g, fmt.Sprintf("client-%d", i%benchKeys)); err != nil {
+					b.Error(err)
+					return
+				}
+				lats[g] = append(lats[g], time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+func BenchmarkDecisionsHTTP(b *testing.B) {
+	base, key := benchDecider(b)
+	tr := &http.Transport{MaxIdleConnsPerHost: benchClients}
+	client := &http.Client{Transport: tr}
+	drive(b, func(_ int, id string) error {
+		req, _ := http.NewRequest("POST", base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"`+id+`"}}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+func BenchmarkDecisionsGRPC(b *testing.B) {
+	base, key := benchDecider(b)
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	client := sluicev1connect.NewDecisionServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
+	drive(b, func(_ int, id string) error {
+		req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}})
+		req.Header().Set("Authorization", "Bearer "+key)
+		res, err := client.Check(context.Background(), req)
+		if err != nil {
+			return err
+		}
+		if !res.Msg.Allowed {
+			return fmt.Errorf("rejected")
+		}
+		return nil
+	})
+}
