@@ -8,6 +8,7 @@
 //	-control-plane  SLUICE_CONTROL_PLANE_URL  control plane URL (default http://127.0.0.1:8081)
 //	-redis-url      REDIS_URL                 redis:// URL; empty decides in this process only
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
+//	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
@@ -66,6 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cpURL := fs.String("control-plane", env("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8081"), "control plane URL")
 	redisURL := fs.String("redis-url", env("REDIS_URL", ""), "redis:// URL; empty decides in this process only")
 	redisPrefix := fs.String("redis-prefix", env("SLUICE_REDIS_PREFIX", ""), "prefix of every counter key")
+	batch := fs.Bool("redis-batch", env("SLUICE_REDIS_BATCH", "true") != "false", "coalesce concurrent decisions into pipelines")
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
 	budget := fs.Duration("budget", durationEnv(getenv, "SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", floatEnv(getenv, "SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
@@ -97,7 +99,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ropts.ContextTimeoutEnabled = true // the decision budget must bound every call
 		client := redis.NewClient(ropts)
 		defer client.Close()
-		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix})
+		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch})
+		defer eng.Close()
 		if err := eng.Preload(ctx); err != nil {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
 		}

@@ -39,7 +39,8 @@ func benchDecider(b *testing.B) (string, string) {
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
 	b.Cleanup(func() { client.Close() })
-	eng := redisengine.New(client, redisengine.Config{Prefix: prefix})
+	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Batch: true})
+	b.Cleanup(eng.Close)
 	if err := eng.Preload(context.Background()); err != nil {
 		b.Fatal(err)
 	}

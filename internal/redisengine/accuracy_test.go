@@ -32,14 +32,15 @@ func admitsAtOnce(l *limit.Limiter, now, most int64) int64 {
 // hammer runs 3 deciders (each its own client) × 100 clients × 5 checks on
 // one key per algorithm at one instant, and requires exactly the
 // algorithm's answer: no over-admission, and no under-admission either.
-func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string) {
+func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string, batch bool) {
 	ctx := context.Background()
 	const now = 1_700_000_040_000_000
 	deciders := make([]*Engine, 3)
 	for i := range deciders {
 		c := newClient()
 		t.Cleanup(func() { c.Close() })
-		deciders[i] = New(c, Config{Prefix: prefix, MinTTL: testTTL})
+		deciders[i] = New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: batch})
+		t.Cleanup(deciders[i].Close)
 	}
 	for i, p := range enginetest.Params() {
 		l := limit.MustCompile(p)
@@ -73,13 +74,17 @@ func TestAccuracyUnderConcurrencySingleNode(t *testing.T) {
 	t.Parallel()
 	_, prefix := redistest.Client(t)
 	addr := redistest.Addr(t)
-	hammer(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 50}) }, prefix)
+	for _, batch := range []bool{false, true} {
+		hammer(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 50}) }, fmt.Sprintf("%s%v:", prefix, batch), batch)
+	}
 }
 
 func TestAccuracyUnderConcurrencyCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
-	hammer(t, func() redis.UniversalClient {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, PoolSize: 50})
-	}, redistest.Prefix(t))
+	for _, batch := range []bool{false, true} {
+		hammer(t, func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, PoolSize: 50})
+		}, fmt.Sprintf("%s%v:", redistest.Prefix(t), batch), batch)
+	}
 }

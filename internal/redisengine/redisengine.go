@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,15 @@ type Config struct {
 	// MinTTL is the shortest expiry set on a key. A key expires once its
 	// state equals a fresh one; keeping it longer is harmless. 0 means 1s.
 	MinTTL time.Duration
+	// Batch coalesces concurrent decisions into pipelines: one write and
+	// one read for many decisions. BatchSize caps a pipeline (0 means 128);
+	// BatchWait is how long a flusher waits for more after the first call
+	// (0: it takes what is queued and goes, adding no delay at low load);
+	// Flushers pipelines may be in flight at once (0 means 4).
+	Batch     bool
+	BatchSize int
+	BatchWait time.Duration
+	Flushers  int
 }
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
@@ -55,6 +65,9 @@ type Engine struct {
 	client redis.UniversalClient
 	cfg    Config
 	slack  string
+	calls  chan *call // to the flushers, when batching
+	stop   chan struct{}
+	once   sync.Once
 }
 
 // ErrCrossSlot is returned for a decision whose keys span Redis Cluster
@@ -67,7 +80,27 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.MinTTL <= 0 {
 		cfg.MinTTL = time.Second
 	}
-	return &Engine{client: client, cfg: cfg, slack: strconv.FormatFloat(limit.Slack, 'g', -1, 64)}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 128
+	}
+	if cfg.Flushers <= 0 {
+		cfg.Flushers = 4
+	}
+	e := &Engine{client: client, cfg: cfg, slack: strconv.FormatFloat(limit.Slack, 'g', -1, 64)}
+	if cfg.Batch {
+		e.calls, e.stop = make(chan *call, 4*cfg.BatchSize), make(chan struct{})
+		for range cfg.Flushers {
+			go e.flusher()
+		}
+	}
+	return e
+}
+
+// Close stops the flushers of a batching engine; calls after it fail.
+func (e *Engine) Close() {
+	if e.stop != nil {
+		e.once.Do(func() { close(e.stop) })
+	}
 }
 
 // Preload loads the script on every master, so the first decisions need
@@ -123,17 +156,28 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 	if _, ok := e.client.(*redis.ClusterClient); ok && !sameSlot(keys) {
 		return false, ErrCrossSlot
 	}
-	reply, err := script.Run(ctx, e.client, keys, args...).Int64Slice()
+	var reply []int64
+	var err error
+	if e.calls != nil {
+		reply, err = e.batched(ctx, keys, args)
+	} else {
+		reply, err = script.Run(ctx, e.client, keys, args...).Int64Slice()
+	}
 	if err != nil {
 		return false, fmt.Errorf("redisengine: decide: %w", err)
 	}
 	if op != "check" {
 		return true, nil
 	}
-	if len(reply) != 1+6*len(reqs) {
-		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), len(reqs))
+	return decode(reply, len(reqs), res)
+}
+
+// decode reads the script's reply into res.
+func decode(reply []int64, n int, res []limit.Result) (bool, error) {
+	if len(reply) != 1+6*n {
+		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), n)
 	}
-	for i := range reqs {
+	for i := range n {
 		v := reply[1+6*i:]
 		r := limit.Result{Allowed: v[0] == 1, Limit: v[1], Remaining: v[2],
 			ResetAfter: us(v[3]), RetryAfter: us(v[4]), Delay: us(v[5])}

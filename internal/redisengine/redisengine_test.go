@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/enginetest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -15,29 +17,25 @@ import (
 // keys must not expire by Redis's clock while a scenario runs.
 const testTTL = time.Hour
 
-func TestConformanceSingleNode(t *testing.T) {
-	t.Parallel()
-	c, prefix := redistest.Client(t)
-	enginetest.Run(t, prefix, func(t *testing.T) enginetest.Engine {
-		e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
-		if err := e.Preload(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+// conformance runs the suite on c, batched or not; each scenario gets its
+// own key prefix, cleaned afterwards.
+func conformance(t *testing.T, c redis.UniversalClient, batch bool) {
+	enginetest.Run(t, "", func(t *testing.T) enginetest.Engine {
+		e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t), Batch: batch})
+		t.Cleanup(e.Close)
 		t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
 		return e
 	})
 }
 
-func TestConformanceCluster(t *testing.T) {
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	cc := redistest.StartCluster(t).Client(t)
-	enginetest.Run(t, "", func(t *testing.T) enginetest.Engine {
-		e := New(cc, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
-		if err := e.Preload(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	})
+	single, _ := redistest.Client(t)
+	cluster := redistest.StartCluster(t).Client(t)
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single-batch=%v", batch), func(t *testing.T) { t.Parallel(); conformance(t, single, batch) })
+		t.Run(fmt.Sprintf("cluster-batch=%v", batch), func(t *testing.T) { t.Parallel(); conformance(t, cluster, batch) })
+	}
 }
 
 func TestSlotMatchesRedis(t *testing.T) {
@@ -98,5 +96,28 @@ func TestRedisClock(t *testing.T) {
 	ttl, err := c.PTTL(context.Background(), prefix+"{k0}").Result()
 	if err != nil || ttl <= 0 || ttl > 1300*time.Millisecond+time.Second {
 		t.Fatalf("key TTL %v (err %v): every write must expire", ttl, err)
+	}
+}
+
+// A pipeline refused with NOSCRIPT (Redis restarted or flushed) loads the
+// script and succeeds: pipelines do not fall back to EVAL by themselves.
+func TestBatchedRecoversFromNOSCRIPT(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	e := New(c, Config{Batch: true})
+	defer e.Close()
+	l := limit.MustCompile(enginetest.Params()[0])
+	res := make([]limit.Result, 1)
+	for i := range 3 {
+		if i == 1 {
+			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ok, err := e.AllowAll(context.Background(), []limit.Request{{Key: "{k}", Limiter: l, Cost: 1}}, res); err != nil || !ok {
+			t.Fatalf("decision %d: %v %v", i, ok, err)
+		}
 	}
 }
