@@ -113,7 +113,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg.MustRegister(telemetry.NewEngineCollector(local), versionCollector{syncer})
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
-	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger}
+	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
+		Metrics: dataplane.NewMetrics(reg, decider)}
 	api := dataplane.NewHTTPHandler(apiCfg)
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)

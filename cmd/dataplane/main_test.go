@@ -99,8 +99,11 @@ func TestDeciderEndToEnd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `sluice_config_version{tenant="`+tn.ID+`"}`) {
-		t.Fatal("no config version metric")
+	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 3`,
+		`sluice_decisions_total{outcome="rejected",tenant="acme"} 1`, `sluice_breaker_state 0`, `sluice_decision_seconds_count 4`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	cancel()
 	select {

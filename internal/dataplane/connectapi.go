@@ -77,7 +77,7 @@ func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1
 	for _, d := range m.GetDescriptors() {
 		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
 	}
-	dec, err := s.cfg.Decider.Decide(ctx, c, req)
+	dec, err := s.cfg.decide(ctx, c, req)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}

@@ -32,6 +32,15 @@ type HTTPConfig struct {
 	Authenticate AuthenticateFunc
 	MaxBodyBytes int64        // 0 means DefaultMaxBodyBytes
 	Logger       *slog.Logger // nil means slog.Default()
+	Metrics      *Metrics     // nil records nothing
+}
+
+// decide runs one decision and records it.
+func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
+	start := time.Now()
+	dec, err := cfg.Decider.Decide(ctx, c, req)
+	cfg.Metrics.observe(c.Tenant.Slug, dec, err, time.Since(start))
+	return dec, err
 }
 
 // NewHTTPHandler returns the handler of POST /v1/check and the
@@ -111,7 +120,7 @@ func (h *httpAPI) shouldAllow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *httpAPI) decide(w http.ResponseWriter, ctx context.Context, c *decide.Config, req decide.Request, seed bool) {
-	dec, err := h.cfg.Decider.Decide(ctx, c, req)
+	dec, err := h.cfg.decide(ctx, c, req)
 	if err != nil {
 		h.fail(w, err)
 		return

@@ -1,0 +1,54 @@
+package dataplane
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/decide"
+)
+
+// Metrics are the decider's decision metrics. Labels are bounded: tenant
+// slugs and fixed outcomes, never client ids. The zero value records
+// nothing; build one with NewMetrics.
+type Metrics struct {
+	decisions *prometheus.CounterVec
+	degraded  *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+// NewMetrics registers the decision metrics on reg, and the breaker state
+// of decider (0 closed, 1 half-open, 2 open).
+func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_decisions_total",
+			Help: "Decisions by tenant and outcome (allowed, rejected, error)."}, []string{"tenant", "outcome"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
+			Help: "Decisions answered by the rules' failure modes because the engine failed or its breaker was open."}, []string{"tenant"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
+			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
+	}
+	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
+	reg.MustRegister(m.decisions, m.degraded, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }))
+	return m
+}
+
+// observe records one decision of tenant.
+func (m *Metrics) observe(tenant string, dec decide.Decision, err error, took time.Duration) {
+	if m == nil {
+		return
+	}
+	outcome := "allowed"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case !dec.Allowed:
+		outcome = "rejected"
+	}
+	m.decisions.WithLabelValues(tenant, outcome).Inc()
+	if dec.Degraded {
+		m.degraded.WithLabelValues(tenant).Inc()
+	}
+	m.latency.Observe(took.Seconds())
+}
