@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
 		}
 		opts = decide.Options{Engine: eng, Local: local, LocalShare: *share, Budget: *budget,
-			BreakerFailures: 5, BreakerCooldown: time.Second}
+			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000}
 	}
 	decider := decide.NewDecider(opts)
 

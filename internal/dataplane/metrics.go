@@ -14,6 +14,7 @@ import (
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	degraded  *prometheus.CounterVec
+	denyHits  *prometheus.CounterVec
 	latency   prometheus.Histogram
 }
 
@@ -25,11 +26,13 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Decisions by tenant and outcome (allowed, rejected, error)."}, []string{"tenant", "outcome"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
 			Help: "Decisions answered by the rules' failure modes because the engine failed or its breaker was open."}, []string{"tenant"}),
+		denyHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deny_cache_hits_total",
+			Help: "Rejections answered from the deny cache, without the engine."}, []string{"tenant"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }))
 	return m
 }
@@ -49,6 +52,9 @@ func (m *Metrics) observe(tenant string, dec decide.Decision, err error, took ti
 	m.decisions.WithLabelValues(tenant, outcome).Inc()
 	if dec.Degraded {
 		m.degraded.WithLabelValues(tenant).Inc()
+	}
+	if dec.Cached {
+		m.denyHits.WithLabelValues(tenant).Inc()
 	}
 	m.latency.Observe(took.Seconds())
 }

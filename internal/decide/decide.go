@@ -55,6 +55,9 @@ type Decision struct {
 	Deciding int
 	Rules    []RuleResult
 	Version  int64 // the config version enforced
+	// Cached is set when the deny cache answered: Rules then holds only
+	// the rule that denied.
+	Cached bool
 }
 
 // Options configure a Decider.
@@ -75,7 +78,11 @@ type Options struct {
 	// BreakerCooldown before letting one call probe. 0 disables it.
 	BreakerFailures uint32
 	BreakerCooldown time.Duration
-	// Now dates overrides' expiry and local decisions; nil means time.Now.
+	// DenyCacheSize > 0 remembers that many keys rejected until a known
+	// time, answering checks before then without the engine.
+	DenyCacheSize int
+	// Now dates overrides' expiry, local decisions and the deny cache; nil
+	// means time.Now.
 	Now func() time.Time
 }
 
@@ -84,6 +91,7 @@ type Options struct {
 type Decider struct {
 	opts    Options
 	breaker *gobreaker.CircuitBreaker[bool]
+	denied  *denyCache // nil without a deny cache
 }
 
 // New returns a Decider on engine with no failure handling, for engines
@@ -101,6 +109,9 @@ func NewDecider(o Options) *Decider {
 		o.LocalShare = 1
 	}
 	d := &Decider{opts: o}
+	if o.DenyCacheSize > 0 {
+		d.denied = newDenyCache(o.DenyCacheSize)
+	}
 	if o.BreakerFailures > 0 {
 		d.breaker = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 			Name:        "engine",
@@ -182,6 +193,14 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	if len(reqs) == 0 {
 		return dec, nil
 	}
+	if d.denied != nil {
+		now := d.opts.Now().UnixMicro()
+		for i := range reqs {
+			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
+				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Result: r}}, Version: c.Version, Cached: true}, nil
+			}
+		}
+	}
 	res := make([]limit.Result, len(reqs))
 	allowed, err := d.call(ctx, reqs, res)
 	if err != nil {
@@ -192,6 +211,14 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
+	if d.denied != nil && !allowed && !dec.Degraded {
+		now := d.opts.Now().UnixMicro()
+		for i := range reqs {
+			if !res[i].Allowed && !reqs[i].Shadow && cacheable(params[i]) {
+				d.denied.remember(c.Version, reqs[i].Key, cost, now, res[i])
+			}
+		}
+	}
 	dec.Rules = make([]RuleResult, len(reqs))
 	for i := range reqs {
 		dec.Rules[i] = RuleResult{Rule: picked[i], Result: res[i]}

@@ -1,0 +1,84 @@
+package decide
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// countingEngine counts the calls that reach the in-process engine.
+type countingEngine struct {
+	LocalEngine
+	calls atomic.Int64
+}
+
+func (e *countingEngine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	e.calls.Add(1)
+	return e.LocalEngine.AllowAll(ctx, reqs, res)
+}
+
+func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
+	d := NewDecider(Options{Engine: eng, DenyCacheSize: 100, Now: clk.now})
+	rules := []policy.Rule{
+		{ID: "w", Name: "window", Match: []policy.Match{{Key: "route", Value: "/w"}}, KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
+		{ID: "c", Name: "leases", Match: []policy.Match{{Key: "route", Value: "/c"}}, KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Minute}},
+	}
+	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: rules}}}
+	c, err := Compile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(route string, cost int64) Request {
+		return Request{Cost: cost, Lease: int64(eng.calls.Load()), Descriptors: policy.Descriptors{{Key: "client_id", Value: "a"}, {Key: "route", Value: route}}}
+	}
+	decide := func(c *Config, r Request) Decision {
+		dec, err := d.Decide(context.Background(), c, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec
+	}
+	decide(c, req("/w", 1)) // 1 of 2
+	if dec := decide(c, req("/w", 2)); dec.Allowed || dec.Cached || eng.calls.Load() != 2 {
+		t.Fatalf("cost 2 over a limit of 2 with 1 used: %+v", dec)
+	}
+	// The rejection of cost 2 says nothing about cost 1: the engine answers.
+	if dec := decide(c, req("/w", 1)); !dec.Allowed || eng.calls.Load() != 3 {
+		t.Fatalf("cost 1 after a cached cost-2 rejection: %+v", dec)
+	}
+	if dec := decide(c, req("/w", 1)); dec.Allowed || dec.Cached || eng.calls.Load() != 4 {
+		t.Fatalf("limit reached: %+v", dec)
+	}
+	clk.t = clk.t.Add(20 * time.Second)
+	dec := decide(c, req("/w", 1))
+	if dec.Allowed || !dec.Cached || eng.calls.Load() != 4 || dec.Rules[0].RetryAfter != 40*time.Second {
+		t.Fatalf("within the window: %+v, %d engine calls; want a cached rejection for 40s more", dec, eng.calls.Load())
+	}
+	// A new config version starts afresh.
+	snap.Version = 2
+	c2, _ := Compile(snap)
+	if dec := decide(c2, req("/w", 1)); dec.Cached || eng.calls.Load() != 5 {
+		t.Fatalf("new version answered from the cache: %+v", dec)
+	}
+	clk.t = clk.t.Add(40 * time.Second)
+	if dec := decide(c, req("/w", 1)); !dec.Allowed || eng.calls.Load() != 6 {
+		t.Fatalf("after the window: %+v", dec)
+	}
+	// Concurrency rejections are never cached: a lease may end early.
+	decide(c, req("/c", 1))
+	decide(c, req("/c", 1))
+	n := eng.calls.Load()
+	if dec := decide(c, req("/c", 1)); dec.Cached || eng.calls.Load() != n+1 {
+		t.Fatalf("a concurrency rejection was cached: %+v", dec)
+	}
+}
