@@ -88,3 +88,49 @@ func TestAccuracyUnderConcurrencyCluster(t *testing.T) {
 		}, fmt.Sprintf("%s%v:", redistest.Prefix(t), batch), batch)
 	}
 }
+
+// Concurrent decisions spanning cluster slots (a per-client rule and a
+// global one, in different slots) never over-admit either rule: each slot
+// reserves before any answer, and refunds only follow rejections.
+func TestCrossSlotNeverOverAdmits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t)
+	prefix := redistest.Prefix(t)
+	const now = 1_700_000_040_000_000
+	perClient := limit.MustCompile(enginetest.Params()[8]) // fixed window, 5 per 1.3 s
+	global := limit.MustCompile(enginetest.Params()[4])    // GCRA, burst 3
+	var admitted atomic.Int64
+	perKey := make([]atomic.Int64, 4)
+	var wg sync.WaitGroup
+	for d := range 3 {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, PoolSize: 50})
+		t.Cleanup(func() { c.Close() })
+		e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: d == 0})
+		t.Cleanup(e.Close)
+		for client := range 100 {
+			wg.Go(func() {
+				res := make([]limit.Result, 2)
+				id := client % 4
+				reqs := []limit.Request{{Key: fmt.Sprintf("{client-%d}", id), Limiter: perClient, Cost: 1}, {Key: "{global}", Limiter: global, Cost: 1}}
+				ok, err := e.AllowAllAt(ctx, reqs, now, res)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					admitted.Add(1)
+					perKey[id].Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got := admitted.Load(); got < 1 || got > 3 {
+		t.Fatalf("300 decisions admitted %d; the global rule allows 3", got)
+	}
+	for id := range perKey {
+		if n := perKey[id].Load(); n > 5 {
+			t.Fatalf("client %d admitted %d times; its rule allows 5", id, n)
+		}
+	}
+}

@@ -11,7 +11,6 @@ package redisengine
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,10 +68,6 @@ type Engine struct {
 	stop   chan struct{}
 	once   sync.Once
 }
-
-// ErrCrossSlot is returned for a decision whose keys span Redis Cluster
-// slots; the reserve-and-refund protocol for them is not built yet.
-var ErrCrossSlot = errors.New("redisengine: a decision's keys span cluster slots")
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
 // It needs no connection: a decider starts even while Redis is down.
@@ -153,8 +148,8 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 		keys[i] = e.cfg.Prefix + rq.Key
 		args = appendArgs(args, rq)
 	}
-	if _, ok := e.client.(*redis.ClusterClient); ok && !sameSlot(keys) {
-		return false, ErrCrossSlot
+	if _, ok := e.client.(*redis.ClusterClient); ok && op == "check" && !sameSlot(keys) {
+		return e.acrossSlots(ctx, reqs, now, res)
 	}
 	var reply []int64
 	var err error
@@ -205,6 +200,85 @@ func appendArgs(args []any, rq limit.Request) []any {
 	return append(args, int(c.Algorithm), rq.Cost, rq.Lease, b(rq.Shadow), c.Capacity, c.Shown, c.Limit, c.Window,
 		f(c.Interval), f(c.PerUS), f(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
 		b(c.Warm), f(c.Stable), f(c.Threshold), f(c.MaxPermits), f(c.Slope), f(c.CoolDown))
+}
+
+// acrossSlots decides a decision whose keys span cluster slots: each slot's
+// rules are evaluated all or nothing in their own call, reserving what they
+// admit; if any slot rejects, the slots that reserved are refunded and
+// re-read, so their answers are of the untouched state. Nothing is ever
+// over-admitted; between a reservation and its refund (one round trip),
+// other decisions may see less remaining than there is.
+func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
+	if now == "" { // one clock for every slot: Redis TIME differs per node
+		now = strconv.FormatInt(time.Now().UnixMicro(), 10)
+	}
+	var order []int
+	groups := map[int][]int{}
+	for i, rq := range reqs {
+		s := Slot(e.cfg.Prefix + rq.Key)
+		if _, ok := groups[s]; !ok {
+			order = append(order, s)
+		}
+		groups[s] = append(groups[s], i)
+	}
+	pick := func(idx []int, cost func(i int) int64) []limit.Request {
+		out := make([]limit.Request, len(idx))
+		for k, i := range idx {
+			out[k] = reqs[i]
+			out[k].Cost = cost(i)
+		}
+		return out
+	}
+	same := func(i int) int64 { return reqs[i].Cost }
+	admitted := true
+	var reserved [][]int
+	for _, s := range order {
+		idx := groups[s]
+		sub := make([]limit.Result, len(idx))
+		ok, err := e.run(ctx, "check", pick(idx, same), now, sub)
+		if err != nil {
+			_ = e.undo(ctx, reserved, pick, same, now)
+			return false, err
+		}
+		var committed []int // what this slot consumed: admitted rules of positive cost
+		for k, i := range idx {
+			res[i] = sub[k]
+			if ok && sub[k].Allowed && reqs[i].Cost > 0 {
+				committed = append(committed, i)
+			}
+		}
+		if !ok {
+			admitted = false
+		} else if len(committed) > 0 {
+			reserved = append(reserved, committed)
+		}
+	}
+	if admitted {
+		return true, nil
+	}
+	if err := e.undo(ctx, reserved, pick, same, now); err != nil {
+		return false, err
+	}
+	for _, idx := range reserved { // answer from the refunded state
+		sub := make([]limit.Result, len(idx))
+		if _, err := e.run(ctx, "check", pick(idx, func(int) int64 { return 0 }), now, sub); err != nil {
+			return false, err
+		}
+		for k, i := range idx {
+			res[i] = sub[k]
+		}
+	}
+	return false, nil
+}
+
+// undo refunds what the reserved slot groups consumed.
+func (e *Engine) undo(ctx context.Context, reserved [][]int, pick func([]int, func(int) int64) []limit.Request, cost func(int) int64, now string) error {
+	for _, idx := range reserved {
+		if _, err := e.run(ctx, "refund", pick(idx, cost), now, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sameSlot reports whether every key hashes to the slot of the first.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/enginetest"
 	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -52,20 +53,49 @@ func TestSlotMatchesRedis(t *testing.T) {
 	}
 }
 
-func TestCrossSlotDecisionIsRefusedOnACluster(t *testing.T) {
+// A decision spanning slots that another slot rejects consumes nothing:
+// the rule that reserved in its slot is refunded, exactly, for every
+// algorithm (warm-up buckets refund at the stable rate, so they are left
+// out), and answers from its untouched state.
+func TestCrossSlotRejectionRefunds(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	cc := redistest.StartCluster(t).Client(t)
-	e := New(cc, Config{Prefix: redistest.Prefix(t)})
-	if err := e.Preload(context.Background()); err != nil {
-		t.Fatal(err)
+	e := New(cc, Config{Prefix: redistest.Prefix(t), MinTTL: testTTL})
+	gate := limit.MustCompile(policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Hour})
+	const now = 1_700_000_040_000_000
+	res := make([]limit.Result, 2)
+	if ok, err := e.AllowAllAt(ctx, []limit.Request{{Key: "{gate}", Limiter: gate, Cost: 1, Lease: 999}}, now, res); err != nil || !ok {
+		t.Fatalf("holding the gate: %v %v", ok, err)
 	}
-	l := limit.MustCompile(enginetest.Params()[0])
-	reqs := []limit.Request{{Key: "{a}r", Limiter: l, Cost: 1}, {Key: "{b}r", Limiter: l, Cost: 1}}
-	if Slot("{a}") == Slot("{b}") {
-		t.Fatal("test keys share a slot")
-	}
-	if _, err := e.AllowAll(context.Background(), reqs, make([]limit.Result, 2)); err != ErrCrossSlot {
-		t.Fatalf("cross-slot decision: %v, want ErrCrossSlot", err)
+	for i, p := range enginetest.Params() {
+		if p.WarmUp > 0 {
+			continue
+		}
+		l := limit.MustCompile(p)
+		key, fresh := fmt.Sprintf("{r%d}", i), fmt.Sprintf("{fresh%d}", i)
+		if Slot(key) == Slot("{gate}") {
+			t.Fatalf("%s shares the gate's slot", key)
+		}
+		for k := range 3 {
+			reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1, Lease: int64(k + 1)}, {Key: "{gate}", Limiter: gate, Cost: 1, Lease: int64(k + 1)}}
+			ok, err := e.AllowAllAt(ctx, reqs, now+int64(k), res)
+			if err != nil || ok || !res[0].Allowed || res[1].Allowed {
+				t.Fatalf("%s: decision %d: %v %v %+v", p.Algorithm, k, ok, err, res)
+			}
+			// Answered from the untouched state: as a fresh key would.
+			want := make([]limit.Result, 1)
+			_, _ = e.AllowAllAt(ctx, []limit.Request{{Key: fresh, Limiter: l, Cost: 0, Lease: 1}}, now+int64(k), want)
+			if res[0].Remaining != want[0].Remaining {
+				t.Fatalf("%s: decision %d answered remaining %d, a fresh key has %d", p.Algorithm, k, res[0].Remaining, want[0].Remaining)
+			}
+		}
+		got, want := make([]limit.Result, 1), make([]limit.Result, 1)
+		_, _ = e.AllowAllAt(ctx, []limit.Request{{Key: key, Limiter: l, Cost: 1, Lease: 7}}, now+10, got)
+		_, _ = e.AllowAllAt(ctx, []limit.Request{{Key: fresh, Limiter: l, Cost: 1, Lease: 7}}, now+10, want)
+		if got[0] != want[0] {
+			t.Fatalf("%s after 3 refunded decisions: %+v, a fresh key: %+v", p.Algorithm, got[0], want[0])
+		}
 	}
 }
 

@@ -3,7 +3,9 @@
 -- KEYS: one counter key per rule, all in one cluster slot.
 -- ARGV[1]: now in µs, or "" to use Redis TIME.
 -- ARGV[2]: SLACK (see common.lua). ARGV[3]: minimum TTL in ms.
--- ARGV[4]: "check", or "release" (one key: end the lease of rule 1).
+-- ARGV[4]: "check"; "release" (one key: end the lease of rule 1); or
+--   "refund": undo an admitted check of these rules at the same now (a
+--   decision spanning cluster slots was rejected in another slot).
 -- ARGV[5 ...]: per rule, STRIDE fields: algorithm, cost, lease, shadow,
 --   capacity, shown, limit, window, interval, per_us, bound, gran, buckets,
 --   lease_ttl, warm (0/1), stable, threshold, max_permits, slope, cool_down.
@@ -84,6 +86,50 @@ if op == 'release' then
     local ns = {t = t, x = 0, y = 0, ext = live_leases(s.ext, t, p.lease)}
     local _, r = evaluate(p, ns, 0)
     store(key, ns, r.reset)
+  end
+  return {1}
+end
+
+-- Refunds keep each key's expiry (KEEPTTL): the state only shrinks.
+local function refund(p, key)
+  if redis.call('EXISTS', key) == 0 then return end
+  local s = load(key)
+  local t, cost = effective_now(s.t, now), p.cost
+  local alg = p.alg
+  if alg <= 3 then
+    local back = cost * p.interval
+    if p.warm then
+      back = cost * p.warm.stable -- the stored permits taken are not known: refund at the stable rate
+      s.y = math.max(s.y - cost, 0)
+    end
+    s.x = math.max(s.x - back, 0)
+  elseif alg == 4 or alg == 6 then
+    if window_start(s.t, p.window) == window_start(t, p.window) then s.x = math.max(s.x - cost, 0) end
+  elseif alg == 7 then
+    local b = math.floor(t / p.gran)
+    if math.floor(s.t / p.gran) == b and #s.ext == p.buckets then
+      local i = b % p.buckets + 1
+      s.ext[i] = math.max(s.ext[i] - cost, 0)
+    end
+  elseif alg == 5 then
+    for i = #s.ext - 1, 1, -2 do
+      if s.ext[i] == t then
+        s.ext[i + 1] = s.ext[i + 1] - cost
+        if s.ext[i + 1] <= 0 then table.remove(s.ext, i + 1); table.remove(s.ext, i) end
+        break
+      end
+    end
+  else
+    s.ext = live_leases(s.ext, t, p.lease)
+  end
+  local arr = {s.t, s.x, s.y}
+  for i = 1, #s.ext do arr[3 + i] = s.ext[i] end
+  redis.call('SET', key, cmsgpack.pack(arr), 'KEEPTTL')
+end
+
+if op == 'refund' then
+  for i, p in ipairs(rules) do
+    if p.cost > 0 then refund(p, KEYS[i]) end
   end
   return {1}
 end
