@@ -24,7 +24,9 @@ import (
 const usage = `usage: sluice <command> [flags]
 
 commands:
-  dev      run Sluice in one process on embedded defaults (what make dev runs)
+  dev      run the control plane and a decider in one process (what make dev runs);
+           DATABASE_URL else local PostgreSQL, REDIS_URL else local Redis else in-process,
+           SLUICE_DEV_DIR keeps the dev keys (default: the user cache dir)
   import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
 
 environment:
@@ -70,7 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return errUsage
 		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
-		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger})
+		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
+			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
+			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":

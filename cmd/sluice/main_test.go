@@ -11,17 +11,20 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // startDev runs `sluice dev` in-process on a free port and returns the
 // banner's lines once it has printed them.
-func startDev(t *testing.T) (banner string, stop func() error) {
+func startDev(t *testing.T, env map[string]string) (banner string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "-addr", "127.0.0.1:0"}, pw, io.Discard, func(string) string { return "" })
+		done <- run(ctx, []string{"dev", "-addr", "127.0.0.1:0"}, pw, io.Discard, func(k string) string { return env[k] })
 		pw.Close()
 	}()
 	lines := make(chan string)
@@ -47,8 +50,16 @@ func startDev(t *testing.T) (banner string, stop func() error) {
 	return banner, func() error { cancel(); return <-done }
 }
 
+// devEnv isolates a dev run: its own schema, key prefix and key file.
+func devEnv(t *testing.T) map[string]string {
+	_, prefix := redistest.Client(t)
+	return map[string]string{"DATABASE_URL": pgtest.Schema(t), "REDIS_URL": "redis://" + redistest.Addr(t),
+		"SLUICE_REDIS_PREFIX": prefix, "SLUICE_DEV_DIR": t.TempDir()}
+}
+
 func TestDevPrintsAWorkingCurlLineAndRejectsEventually(t *testing.T) {
-	banner, stop := startDev(t)
+	env := devEnv(t)
+	banner, stop := startDev(t, env)
 	curl := regexp.MustCompile(`(?m)^\s+try\s+(curl .*)$`).FindStringSubmatch(banner)
 	if curl == nil {
 		t.Fatalf("no curl line in the banner:\n%s", banner)
@@ -84,6 +95,14 @@ func TestDevPrintsAWorkingCurlLineAndRejectsEventually(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping sluice dev: %v", err)
+	}
+	// A second run reuses the data: the same check key still works.
+	banner2, stop2 := startDev(t, env)
+	if got := regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner2)[1]; got != key {
+		t.Fatalf("second run printed check key %s, the first %s", got, key)
+	}
+	if err := stop2(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,109 +1,291 @@
-// Package devstack runs Sluice in one process for development: today the
-// decision API on the in-process engine with a seeded demo tenant. The
-// control plane, Redis, Kafka and analytics join it as they land.
+// Package devstack runs Sluice in one process for development: the control
+// plane on PostgreSQL and a decider on Redis, wired together over loopback,
+// with a demo tenant seeded on first run. Services come from the
+// environment, else the local defaults, else embedded stand-ins where one
+// exists (the in-process engine for Redis).
 package devstack
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/migrations"
 )
 
 // Config configures Run.
 type Config struct {
 	// Addr is where the HTTP API listens; "127.0.0.1:0" picks a free port.
 	Addr string
+	// DatabaseURL, else the local server's sluice_dev database.
+	DatabaseURL string
+	// RedisURL, else the local server, else the in-process engine.
+	RedisURL    string
+	RedisPrefix string
+	// Dir keeps the dev keys and the decider's snapshot; "" means
+	// <user cache dir>/sluice/dev.
+	Dir string
 	// Out receives the banner with the address, the keys and a curl line.
 	Out    io.Writer
 	Logger *slog.Logger
-	// ShutdownTimeout bounds the graceful stop; 0 means 5s.
-	ShutdownTimeout time.Duration
 }
 
-// DemoSnapshot is the seeded tenant "demo": a free tier of 10 requests per
-// minute per client (token bucket) and 5 logins per minute per client, and a
-// pro tier of 100 per minute per client.
-func DemoSnapshot() *policy.Snapshot {
-	perMinute := func(alg policy.Algorithm, n int64) policy.Params {
-		return policy.Params{Algorithm: alg, Limit: n, Window: time.Minute}
-	}
-	return &policy.Snapshot{
-		Tenant:  policy.Tenant{ID: "demo", Slug: "demo", Name: "Demo", DefaultTier: "free"},
-		Version: 1,
-		Tiers: []policy.Tier{
-			{Name: "free", Rules: []policy.Rule{
-				{ID: "free-per-client", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Params: perMinute(policy.TokenBucket, 10)},
-				{ID: "free-login", Name: "login", KeyBy: []string{"client_id"}, Enabled: true,
-					Match: []policy.Match{{Key: "route", Value: "/login"}}, Params: perMinute(policy.SlidingWindow, 5)},
-			}},
-			{Name: "pro", Rules: []policy.Rule{
-				{ID: "pro-per-client", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Params: perMinute(policy.TokenBucket, 100)},
-			}},
-		},
-	}
+// LocalDatabase is the server tried when DatabaseURL is empty.
+const LocalDatabase = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// LocalRedis is the server tried when RedisURL is empty.
+const LocalRedis = "redis://127.0.0.1:6379"
+
+// devKeys are the development secrets, kept in Dir so that a second run can
+// print them again (production keys are only ever stored hashed).
+type devKeys struct {
+	Operator string `json:"operator"`
+	Decider  string `json:"decider"`
+	Admin    string `json:"admin"`
+	Check    string `json:"check"`
 }
 
-// Run serves until ctx ends, then shuts down within the timeout.
+// Run serves until ctx ends, then shuts down.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 5 * time.Second
+	if cfg.Dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return err
+		}
+		cfg.Dir = filepath.Join(cache, "sluice", "dev")
 	}
-	engine := limit.NewEngine(limit.EngineConfig{})
-	stopSweep := make(chan struct{})
-	defer close(stopSweep)
-	go engine.RunSweeper(stopSweep, 10*time.Second, time.Now)
-
-	demo, err := decide.Compile(DemoSnapshot())
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return err
+	}
+	dbURL, err := database(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("devstack: demo config: %w", err)
+		return err
 	}
-	keys := dataplane.NewKeys()
-	checkKey, _ := policy.NewKeySecret(policy.KeyCheck)
-	keys.Set(policy.HashKey(checkKey), demo)
-
-	reg := telemetry.NewRegistry()
-	reg.MustRegister(telemetry.NewEngineCollector(engine))
-	var ready telemetry.Readiness
-	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, ready.Ready, nil)
-	apiCfg := dataplane.HTTPConfig{
-		Decider:      decide.New(decide.LocalEngine{Engine: engine, Now: time.Now}, time.Now),
-		Authenticate: keys.Authenticate,
-		Logger:       cfg.Logger,
+	if err := migrations.Apply(dbURL); err != nil {
+		return err
 	}
-	api := dataplane.NewHTTPHandler(apiCfg)
-	mux.Handle("POST /v1/check", api)
-	mux.Handle("POST /shouldAllowRequest", api)
-	mux.Handle(dataplane.NewDecisionService(apiCfg))
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := pgstore.New(pool)
+	keys, err := seed(ctx, store, filepath.Join(cfg.Dir, "keys.json"))
+	if err != nil {
+		return fmt.Errorf("devstack: demo tenant: %w", err)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("devstack: listen: %w", err)
 	}
+	base := "http://" + ln.Addr().String()
+
+	// The decider, following the control plane over loopback.
+	checkKeys := dataplane.NewKeys()
+	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
+		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, base), Key: keys.Decider, Keys: checkKeys,
+		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger,
+	})
+	local := limit.NewEngine(limit.EngineConfig{})
+	decOpts, engineName, closeEngine := redisOrLocal(ctx, cfg, local)
+	defer closeEngine()
+	decider := decide.NewDecider(decOpts)
+
+	reg := telemetry.NewRegistry()
+	reg.MustRegister(telemetry.NewEngineCollector(local))
+	mux := http.NewServeMux()
+	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
+	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
+		Metrics: dataplane.NewMetrics(reg, decider)}
+	api := dataplane.NewHTTPHandler(apiCfg)
+	mux.Handle("POST /v1/check", api)
+	mux.Handle("POST /shouldAllowRequest", api)
+	mux.Handle(dataplane.NewDecisionService(apiCfg))
+	// The control plane takes every path not routed above (its sluice.v1 services).
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator,
+		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Logger: cfg.Logger}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
-	ready.SetReady(true)
-	base := "http://" + ln.Addr().String()
-	fmt.Fprintf(cfg.Out, `Sluice dev is running: the decision API on the in-process engine, tenant "demo".
-  API        %[1]s  (/v1/check, /shouldAllowRequest, /healthz, /readyz, /metrics)
-  check key  %[2]s
-  try        curl -s -X POST %[1]s/v1/check -H 'Authorization: Bearer %[2]s' -d '{"descriptors":{"client_id":"alice"}}'
-Ctrl-C stops it.
-`, base, checkKey)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 
-	return telemetry.Serve(ctx, srv, ln, cfg.ShutdownTimeout)
+	sctx, stopSync := context.WithCancel(ctx)
+	defer stopSync()
+	errc := make(chan error, 1)
+	go func() { errc <- telemetry.Serve(ctx, srv, ln, 5*time.Second) }()
+	go func() { _ = syncer.Run(sctx) }()
+	// The banner promises a working curl line: wait for the decider's
+	// first config (it comes over loopback from the control plane above).
+	for deadline := time.Now().Add(15 * time.Second); !syncer.Ready(); {
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("devstack: the decider never loaded its configuration")
+		}
+	}
+	fmt.Fprintf(cfg.Out, `Sluice dev is running: control plane and decider (%s), PostgreSQL %s, tenant "demo".
+  API           %[3]s  (/v1/check, /shouldAllowRequest, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
+  operator key  %[4]s
+  admin key     %[5]s  (tenant demo)
+  check key     %[6]s
+  try           curl -s -X POST %[3]s/v1/check -H 'Authorization: Bearer %[6]s' -d '{"descriptors":{"client_id":"alice"}}'
+Ctrl-C stops it.
+`, engineName, redactURL(dbURL), base, keys.Operator, keys.Admin, keys.Check)
+	return <-errc
+}
+
+// database returns the URL to use: u, else the local server's sluice_dev
+// database, created if missing.
+func database(ctx context.Context, u string) (string, error) {
+	if u != "" {
+		return u, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, LocalDatabase)
+	if err != nil {
+		return "", fmt.Errorf("devstack: no PostgreSQL: DATABASE_URL is unset and %s does not answer (%w)", redactURL(LocalDatabase), err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(cctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'sluice_dev')`).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(cctx, `CREATE DATABASE sluice_dev`); err != nil {
+			return "", fmt.Errorf("devstack: create database sluice_dev: %w", err)
+		}
+	}
+	p, _ := url.Parse(LocalDatabase)
+	p.Path = "/sluice_dev"
+	return p.String(), nil
+}
+
+// redisOrLocal returns the decision engine: Redis at cfg.RedisURL, else the
+// local server if it answers, else the in-process engine.
+func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.Options, string, func()) {
+	inProcess := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
+	u := cfg.RedisURL
+	if u == "" {
+		u = LocalRedis
+	}
+	opts, err := redis.ParseURL(u)
+	if err != nil {
+		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)
+		return inProcess, "in-process engine", func() {}
+	}
+	opts.ContextTimeoutEnabled = true
+	client := redis.NewClient(opts)
+	eng := redisengine.New(client, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := eng.Preload(pctx); err != nil {
+		eng.Close()
+		client.Close()
+		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", u)
+		return inProcess, "in-process engine", func() {}
+	}
+	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
+			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
+		"Redis " + opts.Addr, func() { eng.Close(); client.Close() }
+}
+
+// seed creates the demo tenant on first run (tiers free and pro, a few
+// rules, an admin and a check key) and returns the dev keys, kept in path.
+func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
+	var k devKeys
+	if b, err := os.ReadFile(path); err == nil {
+		if json.Unmarshal(b, &k) == nil && k.Check != "" {
+			if _, err := s.KeyByHash(ctx, policy.HashKey(k.Check)); err == nil {
+				return k, nil // a previous run's tenant, still there
+			}
+		}
+	}
+	if _, _, err := s.GetTenantBySlug(ctx, "demo"); err == nil {
+		return k, errors.New("a tenant demo exists but the dev keys for it are lost; delete it or use another database")
+	}
+	k.Operator, k.Decider = secret("sk_operator_"), secret("sk_decider_")
+	const op = pgstore.Actor("operator")
+	t, err := s.CreateTenant(ctx, op, policy.Tenant{Slug: "demo", Name: "Demo", DefaultTier: "free"})
+	if err != nil {
+		return k, err
+	}
+	perMinute := func(alg policy.Algorithm, n int64) policy.Params {
+		return policy.Params{Algorithm: alg, Limit: n, Window: time.Minute}
+	}
+	tiers, err := s.ListTiers(ctx, t.ID)
+	if err != nil {
+		return k, err
+	}
+	pro, _, err := s.CreateTier(ctx, op, t.ID, "pro")
+	if err != nil {
+		return k, err
+	}
+	for _, r := range []struct {
+		tier string
+		rule policy.Rule
+	}{
+		{tiers[0].ID, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Params: perMinute(policy.TokenBucket, 10)}},
+		{tiers[0].ID, policy.Rule{Name: "login", KeyBy: []string{"client_id"}, Enabled: true,
+			Match: []policy.Match{{Key: "route", Value: "/login"}}, Params: perMinute(policy.SlidingWindow, 5)}},
+		{pro.ID, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Params: perMinute(policy.TokenBucket, 100)}},
+	} {
+		if _, _, err := s.CreateRule(ctx, op, t.ID, r.tier, r.rule); err != nil {
+			return k, err
+		}
+	}
+	if k.Admin, _, err = s.CreateKey(ctx, op, t.ID, policy.KeyAdmin, "dev admin"); err != nil {
+		return k, err
+	}
+	if k.Check, _, err = s.CreateKey(ctx, op, t.ID, policy.KeyCheck, "dev check"); err != nil {
+		return k, err
+	}
+	b, _ := json.MarshalIndent(k, "", "  ")
+	return k, os.WriteFile(path, b, 0o600)
+}
+
+// redactURL drops a URL's password, for printing.
+func redactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return p.Redacted()
+}
+
+// secret returns a random secret with prefix.
+func secret(prefix string) string {
+	var b [20]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
