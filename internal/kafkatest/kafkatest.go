@@ -16,11 +16,13 @@ import (
 // Broker is a kfake cluster owned by one test.
 type Broker struct {
 	*kfake.Cluster
-	opts []kfake.Opt
+	opts  []kfake.Opt
+	addrs []string // kept: a closed cluster cannot be asked
 }
 
 // Addrs returns the brokers' host:port addresses, for kafka-go's Brokers.
-func (b *Broker) Addrs() []string { return b.ListenAddrs() }
+// They stay valid across Close and Restart.
+func (b *Broker) Addrs() []string { return b.addrs }
 
 // Start runs a one-broker kfake cluster with topics created (with
 // partitions partitions each), closed when the test ends. Extra options,
@@ -40,16 +42,19 @@ func (b *Broker) start(t testing.TB, opts []kfake.Opt) {
 		t.Fatalf("kafkatest: start kfake: %v", err)
 	}
 	b.Cluster = c
+	b.addrs = c.ListenAddrs()
 	t.Cleanup(c.Close)
 }
 
-// Restart closes the broker and starts it again on the same port, as a
-// broker restart would; with kfake.DataDir its data survives.
+// Restart closes the broker (if it is not closed already) and starts it
+// again on the same port, as a broker restart would; with kfake.DataDir its
+// data survives.
 func (b *Broker) Restart(t testing.TB) {
 	t.Helper()
 	var port int
-	if _, err := fmt.Sscanf(b.ListenAddrs()[0][strings.LastIndexByte(b.ListenAddrs()[0], ':')+1:], "%d", &port); err != nil {
-		t.Fatalf("kafkatest: broker address %q: %v", b.ListenAddrs()[0], err)
+	addr := b.addrs[0]
+	if _, err := fmt.Sscanf(addr[strings.LastIndexByte(addr, ':')+1:], "%d", &port); err != nil {
+		t.Fatalf("kafkatest: broker address %q: %v", addr, err)
 	}
 	b.Close()
 	b.start(t, append(b.opts, kfake.Ports(port)))
