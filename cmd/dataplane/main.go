@@ -10,6 +10,8 @@
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
 //	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)
+//	-kafka-brokers  KAFKA_BROKERS             comma-separated brokers for decision events; empty sends none
+//	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
@@ -27,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +38,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -69,6 +73,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	redisPrefix := fs.String("redis-prefix", env("SLUICE_REDIS_PREFIX", ""), "prefix of every counter key")
 	batch := fs.Bool("redis-batch", env("SLUICE_REDIS_BATCH", "true") != "false", "coalesce concurrent decisions into pipelines")
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
+	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", ""), "comma-separated brokers for decision events")
+	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	budget := fs.Duration("budget", durationEnv(getenv, "SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", floatEnv(getenv, "SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
 	if err := fs.Parse(args); err != nil {
@@ -115,6 +121,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider)}
+	if *brokers != "" {
+		host, _ := os.Hostname()
+		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic,
+			Decider: host + "/" + strconv.Itoa(os.Getpid()), Logger: logger})
+		go func() { _ = pub.Run(ctx) }()
+		apiCfg.Events = pub
+	}
 	api := dataplane.NewHTTPHandler(apiCfg)
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -33,6 +34,8 @@ type HTTPConfig struct {
 	MaxBodyBytes int64        // 0 means DefaultMaxBodyBytes
 	Logger       *slog.Logger // nil means slog.Default()
 	Metrics      *Metrics     // nil records nothing
+	// Events receives rejections and counts; nil publishes nothing.
+	Events *events.Publisher
 }
 
 // decide runs one decision and records it.
@@ -40,6 +43,15 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 	start := time.Now()
 	dec, err := cfg.Decider.Decide(ctx, c, req)
 	cfg.Metrics.observe(c.Tenant.Slug, dec, err, time.Since(start))
+	if cfg.Events != nil && err == nil {
+		cost := max(req.Cost, 1)
+		for _, r := range dec.Rules {
+			cfg.Events.Count(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Allowed, r.Rule.Shadow)
+			if !r.Allowed {
+				cfg.Events.Rejected(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Key, cost, start, r.Rule.Shadow)
+			}
+		}
+	}
 	return dec, err
 }
 

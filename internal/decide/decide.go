@@ -41,6 +41,7 @@ type Request struct {
 // RuleResult is one rule's answer within a decision.
 type RuleResult struct {
 	Rule *policy.Rule // points into the immutable Config
+	Key  string       // the counter key the rule counted under
 	limit.Result
 }
 
@@ -54,6 +55,7 @@ type Decision struct {
 	// one when allowed; -1 when no enforced rule applied.
 	Deciding int
 	Rules    []RuleResult
+	Tier     string
 	Version  int64 // the config version enforced
 	// Cached is set when the deny cache answered: Rules then holds only
 	// the rule that denied.
@@ -189,7 +191,7 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 		picked = append(picked, &r.Rule)
 		params = append(params, p)
 	}
-	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version}
+	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {
 		return dec, nil
 	}
@@ -197,7 +199,7 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
-				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Result: r}}, Version: c.Version, Cached: true}, nil
+				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Result: r}}, Tier: tier, Version: c.Version, Cached: true}, nil
 			}
 		}
 	}
@@ -221,7 +223,7 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	}
 	dec.Rules = make([]RuleResult, len(reqs))
 	for i := range reqs {
-		dec.Rules[i] = RuleResult{Rule: picked[i], Result: res[i]}
+		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
 	}
 	return dec, nil
 }
