@@ -124,36 +124,28 @@ func (p *Publisher) Count(tenant, tier, rule string, allowed, shadow bool) {
 	}
 }
 
-func (p *Publisher) counts(k ruleKey) *counts {
-	p.mu.RLock()
-	c := p.rules[k]
-	p.mu.RUnlock()
-	if c != nil {
-		return c
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c = p.rules[k]; c == nil {
-		c = &counts{}
-		p.rules[k] = c
-	}
-	return c
-}
+func (p *Publisher) counts(k ruleKey) *counts { return getOrCreate(&p.mu, p.rules, k) }
 
 func (p *Publisher) tenantDropped(tenant string) *atomic.Int64 {
-	p.mu.RLock()
-	d := p.dropped[tenant]
-	p.mu.RUnlock()
-	if d != nil {
-		return d
+	return getOrCreate(&p.mu, p.dropped, tenant)
+}
+
+// getOrCreate returns m[k], creating it under mu's write lock the first
+// time; later calls take only the read lock.
+func getOrCreate[K comparable, V any](mu *sync.RWMutex, m map[K]*V, k K) *V {
+	mu.RLock()
+	v := m[k]
+	mu.RUnlock()
+	if v != nil {
+		return v
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if d = p.dropped[tenant]; d == nil {
-		d = &atomic.Int64{}
-		p.dropped[tenant] = d
+	mu.Lock()
+	defer mu.Unlock()
+	if v = m[k]; v == nil {
+		v = new(V)
+		m[k] = v
 	}
-	return d
+	return v
 }
 
 // Stats are the publisher's totals since it started.
