@@ -2,7 +2,10 @@ package decide
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,4 +103,65 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Under load from 50 concurrent clients, a frozen Redis neither slows
+// decisions beyond their budget nor piles up goroutines.
+func TestRedisFrozenUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 16})
+	defer client.Close()
+	eng := redisengine.New(client, redisengine.Config{Prefix: redistest.Prefix(t), Batch: true})
+	defer eng.Close()
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "r", KeyBy: []string{"client_id"}, Enabled: true,
+			FailureMode: policy.FailOpen, Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000, Window: time.Second}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 100 * time.Millisecond
+	d := NewDecider(Options{Engine: eng, Budget: budget, BreakerFailures: 5, BreakerCooldown: 200 * time.Millisecond})
+	load := func() (slowest time.Duration, degraded int64) {
+		var mu sync.Mutex
+		var deg atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 50 {
+			wg.Go(func() {
+				for i := range 20 {
+					start := time.Now()
+					dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: fmt.Sprintf("c%d-%d", g, i)}}})
+					took := time.Since(start)
+					if err != nil || !dec.Allowed {
+						t.Errorf("decision: %+v %v", dec, err)
+					}
+					if dec.Degraded {
+						deg.Add(1)
+					}
+					mu.Lock()
+					slowest = max(slowest, took)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return slowest, deg.Load()
+	}
+	if _, deg := load(); deg != 0 {
+		t.Fatalf("%d degraded decisions with Redis up", deg)
+	}
+	goroutines := runtime.NumGoroutine()
+	srv.Pause(t)
+	slowest, deg := load()
+	if slowest > budget+time.Second {
+		t.Fatalf("a decision took %v with a budget of %v", slowest, budget)
+	}
+	if deg != 1000 {
+		t.Fatalf("%d of 1000 decisions degraded while Redis was frozen", deg)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+20 {
+		t.Fatalf("goroutines grew from %d to %d", goroutines, g)
+	}
+	srv.Resume(t)
 }
