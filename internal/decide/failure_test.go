@@ -21,8 +21,9 @@ import (
 // every decision still returns within its budget, each rule answers by its
 // failure mode, the breaker opens so later decisions do not wait, no
 // goroutines pile up, and service returns once Redis does.
+//
+// Not parallel: it counts the process's goroutines.
 func TestFailureModesWhenRedisHangs(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 4})
@@ -107,8 +108,9 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 
 // Under load from 50 concurrent clients, a frozen Redis neither slows
 // decisions beyond their budget nor piles up goroutines.
+//
+// Not parallel: it counts the process's goroutines.
 func TestRedisFrozenUnderLoad(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 16})
