@@ -1,0 +1,108 @@
+// Command analytics consumes the deciders' decision events from Kafka and
+// rolls them up into PostgreSQL for the control plane's reports API, with
+// /healthz, /readyz and /metrics.
+//
+// Configuration (flags override the environment):
+//
+//	-addr           SLUICE_ANALYTICS_ADDR    listen address of health and metrics (default 127.0.0.1:8082)
+//	-database-url   DATABASE_URL             PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
+//	-kafka-brokers  KAFKA_BROKERS            comma-separated brokers (default 127.0.0.1:9092)
+//	-events-topic   SLUICE_EVENTS_TOPIC      topic of decision events (default sluice.decisions)
+//	-group          SLUICE_ANALYTICS_GROUP   consumer group (default sluice-analytics)
+//	-batch-size     SLUICE_ANALYTICS_BATCH   most events per PostgreSQL transaction (default 10000)
+//	-top-clients    SLUICE_TOP_CLIENTS       clients tracked per (tenant, rule, hour) (default 100)
+//	-retention      SLUICE_RETENTION         how long rollups are kept (default 720h)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/analytics"
+	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/migrations"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "analytics:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	envInt := func(k string, def int) int {
+		if n, err := strconv.Atoi(getenv(k)); err == nil {
+			return n
+		}
+		return def
+	}
+	envDuration := func(k string, def time.Duration) time.Duration {
+		if d, err := time.ParseDuration(getenv(k)); err == nil {
+			return d
+		}
+		return def
+	}
+	fs := flag.NewFlagSet("analytics", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", env("SLUICE_ANALYTICS_ADDR", "127.0.0.1:8082"), "listen address of health and metrics")
+	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
+	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka brokers")
+	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
+	group := fs.String("group", env("SLUICE_ANALYTICS_GROUP", "sluice-analytics"), "consumer group")
+	batch := fs.Int("batch-size", envInt("SLUICE_ANALYTICS_BATCH", 10_000), "most events per PostgreSQL transaction")
+	topK := fs.Int("top-clients", envInt("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
+	retention := fs.Duration("retention", envDuration("SLUICE_RETENTION", 30*24*time.Hour), "how long rollups are kept")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	if err := migrations.Apply(*dbURL); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, *dbURL)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	defer pool.Close()
+
+	reg := telemetry.NewRegistry()
+	c := analytics.NewConsumer(analytics.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Group: *group,
+		Store: analytics.NewStore(pool, *topK), BatchSize: *batch, Retention: *retention, Registerer: reg, Logger: logger})
+	mux := http.NewServeMux()
+	telemetry.Mount(mux, reg, c.Ready, nil)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "analytics consuming %s as %s; metrics on http://%s\n", *topic, *group, ln.Addr())
+	served := make(chan error, 1)
+	go func() { served <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
+	err = c.Run(ctx)
+	if serr := <-served; err == nil {
+		err = serr
+	}
+	return err
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+// TestMain lets the tests run this binary's main in a child process (the
+// test binary re-executed), so they can kill it with SIGKILL.
+func TestMain(m *testing.M) {
+	if os.Getenv("SLUICE_ANALYTICS_CHILD") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child is a running analytics process.
+type child struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startChild(t *testing.T, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), append(env, "SLUICE_ANALYTICS_CHILD=1")...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, done: make(chan error, 1)}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "analytics consuming") {
+		_ = cmd.Process.Kill()
+		t.Fatalf("analytics did not start: %q %v", line, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out); c.done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-c.done })
+	return c
+}
+
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	c.done <- nil // for the cleanup
+}
+
+// stream produces chunks of events: in each chunk, one rejection per
+// client of every tenant plus a counter delta per tenant; it calls between
+// after each chunk.
+type stream struct {
+	tenants, clients, chunks int
+}
+
+func (s stream) rejections() int64 { return int64(s.tenants * s.clients * s.chunks) }
+func (s stream) total() int64      { return int64((s.tenants*s.clients + s.tenants) * s.chunks) }
+
+func (s stream) produce(t *testing.T, brokers []string, topic string, between func(chunk int)) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 2000,
+		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20,
+		WriteBackoffMin: 50 * time.Millisecond, WriteBackoffMax: 500 * time.Millisecond}
+	defer w.Close()
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for chunk := range s.chunks {
+		var msgs []kafka.Message
+		for tn := range s.tenants {
+			tenant := fmt.Sprint("tenant-", tn)
+			for cl := range s.clients {
+				v, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
+					TenantId: tenant, Tier: "free", RuleId: "rule-1", ClientKey: fmt.Sprint("client-", cl), Cost: 1,
+					At: timestamppb.New(at.Add(time.Duration(chunk) * time.Second))}}})
+				msgs = append(msgs, kafka.Message{Key: []byte(tenant), Value: v})
+			}
+			v, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: &sluicev1.CounterDelta{
+				TenantId: tenant, Tier: "free", RuleId: "rule-1", Allowed: 3, Rejected: int64(s.clients),
+				From: timestamppb.New(at), To: timestamppb.New(at.Add(time.Second))}}})
+			msgs = append(msgs, kafka.Message{Key: []byte(tenant), Value: v})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err := w.WriteMessages(ctx, msgs...)
+		cancel()
+		if err != nil {
+			t.Fatalf("produce chunk %d: %v", chunk, err)
+		}
+		between(chunk)
+	}
+}
+
+// check asserts the rollups hold every event of s exactly once.
+func (s stream) check(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var events, allowed, rejected, top int64
+	if err := pool.QueryRow(context.Background(), `SELECT sum(rejection_events), sum(allowed), sum(rejected),
+		(SELECT sum(rejected) FROM analytics_top_clients) FROM analytics_minute`).Scan(&events, &allowed, &rejected, &top); err != nil {
+		t.Fatal(err)
+	}
+	if events != s.rejections() || rejected != s.rejections() || top != s.rejections() || allowed != int64(3*s.tenants*s.chunks) {
+		t.Errorf("rollups: %d rejection events, %d rejected, %d in top clients, %d allowed; want %d, %d, %d, %d",
+			events, rejected, top, allowed, s.rejections(), s.rejections(), s.rejections(), 3*s.tenants*s.chunks)
+	}
+}
+
+func committed(t *testing.T, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(next_offset), 0) FROM analytics_offsets`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func waitCommitted(t *testing.T, pool *pgxpool.Pool, atLeast int64) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for committed(t, pool) < atLeast {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %d of %d offsets committed", committed(t, pool), atLeast)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSIGKILLMidStreamLosesAndDoublesNothing kills the analytics process
+// with SIGKILL while events stream in, restarts it, and checks every count.
+func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 3, []string{topic})
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	env := []string{"DATABASE_URL=" + dsn, "KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC=" + topic, "SLUICE_ANALYTICS_BATCH=300"}
+	s := stream{tenants: 6, clients: 50, chunks: 30}
+	c := startChild(t, env...)
+	var killedAt int64
+	s.produce(t, broker.Addrs(), topic, func(chunk int) {
+		if chunk == s.chunks/2 {
+			waitCommitted(t, pool, 1) // it is mid-stream: some committed, more coming
+			c.kill(t)
+			killedAt = committed(t, pool)
+			c = startChild(t, env...)
+		}
+	})
+	if killedAt >= s.total() {
+		t.Fatalf("killed after everything was committed (%d)", killedAt)
+	}
+	waitCommitted(t, pool, s.total())
+	s.check(t, pool)
+}
+
+// TestBrokerRestartMidStreamLosesAndDoublesNothing restarts the broker
+// (kfake keeping its data on disk) while the analytics process consumes.
+func TestBrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 3, []string{topic}, kfake.DataDir(t.TempDir()))
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	startChild(t, "DATABASE_URL="+dsn, "KAFKA_BROKERS="+strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC="+topic, "SLUICE_ANALYTICS_BATCH=300")
+	s := stream{tenants: 6, clients: 50, chunks: 20}
+	s.produce(t, broker.Addrs(), topic, func(chunk int) {
+		if chunk == s.chunks/2 {
+			waitCommitted(t, pool, 1)
+			broker.Restart(t)
+		}
+	})
+	waitCommitted(t, pool, s.total())
+	s.check(t, pool)
+}

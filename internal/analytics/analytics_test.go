@@ -1,0 +1,306 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/pgtest"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func rejection(tenant, rule, client string, at time.Time, shadow bool) []byte {
+	b, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
+		TenantId: tenant, Tier: "free", RuleId: rule, ClientKey: client, Cost: 1, At: timestamppb.New(at), Shadow: shadow}}})
+	return b
+}
+
+func delta(tenant, rule string, to time.Time, allowed, rejected, shadow, dropped int64) []byte {
+	b, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: &sluicev1.CounterDelta{
+		TenantId: tenant, Tier: "free", RuleId: rule, Allowed: allowed, Rejected: rejected, ShadowRejected: shadow,
+		DroppedRejections: dropped, From: timestamppb.New(to.Add(-10 * time.Second)), To: timestamppb.New(to)}}})
+	return b
+}
+
+// minuteRow reads one rollup row (zeros when absent).
+func minuteRow(t *testing.T, pool *pgxpool.Pool, tenant, rule string, minute time.Time) (c minuteCounts) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(allowed),0), coalesce(sum(rejected),0),
+		coalesce(sum(shadow_rejected),0), coalesce(sum(rejection_events),0), coalesce(sum(shadow_events),0),
+		coalesce(sum(dropped_rejections),0)
+		FROM analytics_minute WHERE tenant_id = $1 AND rule_id = $2 AND minute = $3`, tenant, rule, minute).
+		Scan(&c.allowed, &c.rejected, &c.shadow, &c.rejectionEvents, &c.shadowEvents, &c.dropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func topClients(t *testing.T, pool *pgxpool.Pool, tenant, rule string) map[string]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT client_key, sum(rejected) FROM analytics_top_clients
+		WHERE tenant_id = $1 AND rule_id = $2 GROUP BY client_key`, tenant, rule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var c string
+		var n int64
+		if err := rows.Scan(&c, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[c] = n
+	}
+	return out
+}
+
+func TestBatchRefusesMalformedEvents(t *testing.T) {
+	t.Parallel()
+	ok := rejection("t", "r", "c", t0, false)
+	for name, v := range map[string][]byte{
+		"garbage":     []byte("\xff\xff\xff"),
+		"empty":       nil,
+		"no tenant":   rejection("", "r", "c", t0, false),
+		"no rule":     rejection("t", "", "c", t0, false),
+		"no time":     rejection("t", "r", "c", time.Unix(0, 0), false),
+		"far future":  rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
+		"negative":    delta("t", "r", t0, -1, 0, 0, 0),
+		"huge":        make([]byte, MaxEventBytes+1),
+		"long client": rejection("t", "r", string(make([]byte, 2000)), t0, false),
+	} {
+		b := NewBatch()
+		if err := b.Add(v); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: Add = %v, want ErrMalformed", name, err)
+		}
+		if b.Invalid != 1 || b.Events != 0 || len(b.minutes) != 0 {
+			t.Errorf("%s: batch %+v changed", name, b)
+		}
+	}
+	b := NewBatch()
+	if err := b.Add(ok); err != nil || b.Events != 1 {
+		t.Fatalf("a valid event: %v (batch %+v)", err, b)
+	}
+}
+
+// FuzzBatchAdd feeds arbitrary bytes to the decoder: it never panics, and
+// an accepted event lands in exactly one minute row.
+func FuzzBatchAdd(f *testing.F) {
+	f.Add(rejection("t", "r", "c", t0, false))
+	f.Add(rejection("t", "r", "c", t0, true))
+	f.Add(delta("t", "r", t0, 3, 2, 1, 0))
+	f.Add([]byte{0x0a, 0x00})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		b := NewBatch()
+		if err := b.Add(v); err != nil {
+			if !errors.Is(err, ErrMalformed) || len(b.minutes) != 0 {
+				t.Fatalf("refused with %v, batch %+v", err, b)
+			}
+			return
+		}
+		if len(b.minutes) != 1 {
+			t.Fatalf("accepted event in %d minute rows", len(b.minutes))
+		}
+		for k := range b.minutes {
+			if k.minute%60 != 0 || k.tenant == "" {
+				t.Fatalf("bad key %+v", k)
+			}
+		}
+	})
+}
+
+func TestCommitAddsAndFences(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 10)
+	ctx := context.Background()
+	b := NewBatch()
+	for _, v := range [][]byte{
+		rejection("t1", "r1", "alice", t0.Add(5*time.Second), false),
+		rejection("t1", "r1", "alice", t0.Add(65*time.Second), false),
+		rejection("t1", "r1", "bob", t0.Add(6*time.Second), true),
+		delta("t1", "r1", t0.Add(30*time.Second), 10, 2, 1, 0),
+		delta("t1", "", t0.Add(60*time.Second), 0, 0, 0, 4), // ends at the minute: counts in the one before
+	} {
+		if err := b.Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if off, err := s.Offset(ctx, "g", "topic", 0); err != nil || off != -1 {
+		t.Fatalf("Offset before any commit = %d, %v; want -1", off, err)
+	}
+	if err := s.Commit(ctx, "g", "topic", 0, -1, 5, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, "g", "topic", 0, 5, 10, b); err != nil { // the same batch again: counts double
+		t.Fatal(err)
+	}
+	// A consumer that read from offset 5 too is fenced, and writes nothing.
+	if err := s.Commit(ctx, "g", "topic", 0, 5, 10, b); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale commit = %v, want ErrFenced", err)
+	}
+	if err := s.Commit(ctx, "g", "topic", 0, -1, 10, b); !errors.Is(err, ErrFenced) {
+		t.Fatalf("stale first commit = %v, want ErrFenced", err)
+	}
+	if off, _ := s.Offset(ctx, "g", "topic", 0); off != 10 {
+		t.Fatalf("offset %d, want 10", off)
+	}
+	if got, want := minuteRow(t, pool, "t1", "r1", t0), (minuteCounts{allowed: 20, rejected: 4, shadow: 2, rejectionEvents: 2, shadowEvents: 2}); got != want {
+		t.Errorf("minute 0: %+v, want %+v", got, want)
+	}
+	if got := minuteRow(t, pool, "t1", "r1", t0.Add(time.Minute)); got.rejectionEvents != 2 {
+		t.Errorf("minute 1: %+v, want 2 rejection events", got)
+	}
+	if got := minuteRow(t, pool, "t1", "", t0); got.dropped != 8 {
+		t.Errorf("dropped %+v, want 8", got)
+	}
+	if got := topClients(t, pool, "t1", "r1"); len(got) != 1 || got["alice"] != 4 {
+		t.Errorf("top clients %v, want alice: 4 (shadow rejections are not counted)", got)
+	}
+}
+
+func TestPruneRemovesOldRollups(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 0)
+	ctx := context.Background()
+	b := NewBatch()
+	_ = b.Add(rejection("t1", "r1", "old", t0.Add(-48*time.Hour), false))
+	_ = b.Add(rejection("t1", "r1", "new", t0, false))
+	if err := s.Commit(ctx, "g", "topic", 0, -1, 2, b); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Prune(ctx, t0.Add(-24*time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("Prune = %d, %v; want the old minute row and the old client", n, err)
+	}
+	if got := topClients(t, pool, "t1", "r1"); len(got) != 1 || got["new"] != 1 {
+		t.Errorf("after pruning: %v", got)
+	}
+}
+
+// produce writes values to topic, keyed by tenant as deciders do.
+func produce(t *testing.T, brokers []string, topic string, values ...[]byte) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 1000, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	msgs := make([]kafka.Message, len(values))
+	for i, v := range values {
+		ev, _ := Decode(v)
+		key := "bad"
+		if ev != nil {
+			key = fmt.Sprint(ev.GetRejection().GetTenantId(), ev.GetDelta().GetTenantId())
+		}
+		msgs[i] = kafka.Message{Key: []byte(key), Value: v}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// committed sums the stored next offsets of a group.
+func committed(t *testing.T, pool *pgxpool.Pool, group string) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(next_offset), 0) FROM analytics_offsets WHERE group_id = $1`, group).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runConsumer(t *testing.T, cfg Config) (stop func()) {
+	t.Helper()
+	c := NewConsumer(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var stopped bool
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("consumer: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestConsumerRollsUpEveryPartitionOnce(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 3, []string{topic})
+	pool := pgtest.Pool(t)
+	var values [][]byte
+	for i := range 600 {
+		tenant := fmt.Sprint("t", i%3)
+		values = append(values, rejection(tenant, "r1", fmt.Sprint("client", i%7), t0.Add(time.Duration(i)*time.Second), false))
+	}
+	values = append(values, []byte("not an event"))
+	for i := range 3 {
+		values = append(values, delta(fmt.Sprint("t", i), "r1", t0.Add(30*time.Second), 100, 200, 0, 0))
+	}
+	produce(t, broker.Addrs(), topic, values...)
+
+	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0), BatchSize: 50, BatchWait: 20 * time.Millisecond}
+	stop := runConsumer(t, cfg)
+	waitFor(t, "every offset committed", func() bool { return committed(t, pool, cfg.Group) == int64(len(values)) })
+	stop()
+	// A second consumer of the group finds nothing left to count.
+	stop = runConsumer(t, cfg)
+	produce(t, broker.Addrs(), topic, delta("t0", "r1", t0.Add(30*time.Second), 1, 0, 0, 0))
+	waitFor(t, "the new event committed", func() bool { return committed(t, pool, cfg.Group) == int64(len(values)+1) })
+	stop()
+
+	for i := range 3 {
+		tenant := fmt.Sprint("t", i)
+		var events int64
+		for m := range 10 {
+			events += minuteRow(t, pool, tenant, "r1", t0.Add(time.Duration(m)*time.Minute)).rejectionEvents
+		}
+		if events != 200 {
+			t.Errorf("%s: %d rejection events, want 200", tenant, events)
+		}
+		want := minuteCounts{allowed: 100, rejected: 200, rejectionEvents: 20} // one a second over three tenants
+		if i == 0 {
+			want.allowed++
+		}
+		if got := minuteRow(t, pool, tenant, "r1", t0); got != want {
+			t.Errorf("%s minute 0: %+v, want %+v", tenant, got, want)
+		}
+		var sum int64
+		for _, n := range topClients(t, pool, tenant, "r1") {
+			sum += n
+		}
+		if sum != 200 {
+			t.Errorf("%s: top clients sum to %d, want 200", tenant, sum)
+		}
+	}
+}

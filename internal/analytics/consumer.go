@@ -1,0 +1,231 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	Brokers []string
+	Topic   string
+	// Group is the consumer group; empty means "sluice-analytics".
+	Group string
+	Store *Store
+	// BatchSize caps the events of one transaction; 0 means 10,000.
+	BatchSize int
+	// BatchWait is the longest a read event waits for its commit; 0 means 200ms.
+	BatchWait time.Duration
+	// Retention is how long rollups are kept; 0 means 30 days.
+	Retention time.Duration
+	// PruneEvery is how often old rollups are pruned; 0 means 1 hour.
+	PruneEvery time.Duration
+	// Registerer receives the consumer's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Consumer reads the decision-events topic as a member of a consumer group
+// and commits each batch's rollups with its partition offset in one
+// PostgreSQL transaction; the offsets in PostgreSQL, not Kafka's, say where
+// reading resumes.
+type Consumer struct {
+	cfg    Config
+	ready  atomic.Bool
+	events *prometheus.CounterVec
+	batch  prometheus.Histogram
+	lag    *prometheus.GaugeVec
+	fenced prometheus.Counter
+}
+
+// NewConsumer returns a Consumer; Run consumes.
+func NewConsumer(cfg Config) *Consumer {
+	if cfg.Group == "" {
+		cfg.Group = "sluice-analytics"
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 10_000
+	}
+	if cfg.BatchWait <= 0 {
+		cfg.BatchWait = 200 * time.Millisecond
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 30 * 24 * time.Hour
+	}
+	if cfg.PruneEvery <= 0 {
+		cfg.PruneEvery = time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Consumer{
+		cfg: cfg,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_analytics_events_total",
+			Help: "Events committed to the rollups, by result (ok, invalid)."}, []string{"result"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_analytics_batch_events",
+			Help: "Events per committed batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 9)}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_analytics_lag",
+			Help: "Messages behind the end of each assigned partition."}, []string{"partition"}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_analytics_fenced_total",
+			Help: "Batches discarded because another consumer had committed the partition."}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(c.events, c.batch, c.lag, c.fenced)
+	}
+	return c
+}
+
+// Ready reports whether the consumer has joined its group.
+func (c *Consumer) Ready() bool { return c.ready.Load() }
+
+// Run consumes until ctx ends. It rejoins the group after a rebalance or a
+// broker outage, and prunes old rollups on the side.
+func (c *Consumer) Run(ctx context.Context) error {
+	go c.pruneLoop(ctx)
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: c.cfg.Group, Brokers: c.cfg.Brokers, Topics: []string{c.cfg.Topic},
+		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, RebalanceTimeout: 10 * time.Second,
+		JoinGroupBackoff: 500 * time.Millisecond, WatchPartitionChanges: true, PartitionWatchInterval: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("analytics: consumer group: %w", err)
+	}
+	defer group.Close()
+	for {
+		gen, err := group.Next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			c.ready.Store(false)
+			c.cfg.Logger.WarnContext(ctx, "analytics: joining the consumer group failed; retrying", "err", err)
+			continue // Next backs off by itself (JoinGroupBackoff)
+		}
+		c.ready.Store(true)
+		for _, a := range gen.Assignments[c.cfg.Topic] {
+			gen.Start(func(gctx context.Context) { c.consumePartition(gctx, a.ID) })
+		}
+	}
+}
+
+// consumePartition reads one partition from its committed offset and
+// commits batch after batch until the generation ends.
+func (c *Consumer) consumePartition(ctx context.Context, partition int) {
+	label := strconv.Itoa(partition)
+	defer c.lag.DeleteLabelValues(label)
+	for ctx.Err() == nil {
+		err := c.consumeFromStored(ctx, partition, label)
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, ErrFenced) {
+			c.cfg.Logger.WarnContext(ctx, "analytics: partition consumer failed; resuming from the committed offset",
+				"partition", partition, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// consumeFromStored reads a partition from the offset stored in
+// PostgreSQL, returning on the first error.
+func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label string) error {
+	stored, err := c.cfg.Store.Offset(ctx, c.cfg.Group, c.cfg.Topic, partition)
+	if err != nil {
+		return err
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Partition: partition,
+		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: c.cfg.BatchWait, ReadBackoffMin: 50 * time.Millisecond,
+		ReadBackoffMax: time.Second})
+	defer r.Close()
+	start := kafka.FirstOffset
+	if stored >= 0 {
+		start = stored
+	}
+	if err := r.SetOffset(start); err != nil {
+		return fmt.Errorf("analytics: seek: %w", err)
+	}
+	from := stored
+	for {
+		b, next, err := c.readBatch(ctx, r)
+		if err != nil {
+			return err
+		}
+		if err := c.cfg.Store.Commit(ctx, c.cfg.Group, c.cfg.Topic, partition, from, next, b); err != nil {
+			if errors.Is(err, ErrFenced) {
+				c.fenced.Inc()
+			}
+			return err
+		}
+		from = next
+		c.events.WithLabelValues("ok").Add(float64(b.Events))
+		c.events.WithLabelValues("invalid").Add(float64(b.Invalid))
+		c.batch.Observe(float64(b.Events + b.Invalid))
+		c.lag.WithLabelValues(label).Set(float64(r.Lag()))
+	}
+}
+
+// readBatch reads until BatchSize events or BatchWait after the first,
+// returning the batch and the offset after its last message. It blocks
+// until at least one message arrives.
+func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader) (*Batch, int64, error) {
+	b := NewBatch()
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.add(b, m)
+	next := m.Offset + 1
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.BatchWait)
+	defer cancel()
+	for b.Events+b.Invalid < c.cfg.BatchSize {
+		m, err := r.FetchMessage(wctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, ctx.Err()
+			}
+			break // the wait is over; commit what we have
+		}
+		c.add(b, m)
+		next = m.Offset + 1
+	}
+	return b, next, nil
+}
+
+func (c *Consumer) add(b *Batch, m kafka.Message) {
+	if err := b.Add(m.Value); err != nil {
+		c.cfg.Logger.Warn("analytics: skipping a malformed event", "partition", m.Partition, "offset", m.Offset, "err", err)
+	}
+}
+
+func (c *Consumer) pruneLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.PruneEvery)
+	defer t.Stop()
+	for {
+		if n, err := c.cfg.Store.Prune(ctx, c.cfg.Now().Add(-c.cfg.Retention)); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.WarnContext(ctx, "analytics: pruning old rollups failed", "err", err)
+		} else if n > 0 {
+			c.cfg.Logger.InfoContext(ctx, "analytics: pruned old rollups", "rows", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

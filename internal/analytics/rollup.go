@@ -1,0 +1,166 @@
+// Package analytics rolls deciders' decision events up into PostgreSQL:
+// per-minute counts per (tenant, tier, rule) and the top rejected clients
+// per (tenant, rule, hour), committed together with the consumer's offsets
+// in one transaction, so a crash and restart neither loses nor
+// double-counts an event.
+package analytics
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+)
+
+// MaxEventBytes bounds one event; larger messages are refused.
+const MaxEventBytes = 64 << 10
+
+// Field bounds of an event; events outside them are refused as malformed.
+const (
+	maxIDBytes     = 200
+	maxClientBytes = 1024
+)
+
+// minuteKey identifies one per-minute rollup row.
+type minuteKey struct {
+	tenant, tier, rule string
+	minute             int64 // unix seconds, a multiple of 60
+}
+
+// minuteCounts are the additions to one rollup row.
+type minuteCounts struct {
+	allowed, rejected, shadow, rejectionEvents, shadowEvents, dropped int64
+}
+
+// groupKey identifies one top-clients group.
+type groupKey struct {
+	tenant, rule string
+	hour         int64 // unix seconds, a multiple of 3600
+}
+
+// Batch accumulates decoded events until it is committed.
+type Batch struct {
+	minutes map[minuteKey]*minuteCounts
+	clients map[groupKey]map[string]int64
+	// Events counts the events added, Invalid the messages refused.
+	Events, Invalid int
+}
+
+// NewBatch returns an empty Batch.
+func NewBatch() *Batch {
+	return &Batch{minutes: map[minuteKey]*minuteCounts{}, clients: map[groupKey]map[string]int64{}}
+}
+
+// ErrMalformed is returned for a message that is not a valid event.
+var ErrMalformed = errors.New("analytics: malformed event")
+
+// Add decodes one Kafka message value and adds it to the batch. A
+// malformed message is counted in Invalid and returns an error wrapping
+// ErrMalformed; the batch is unchanged.
+func (b *Batch) Add(value []byte) error {
+	ev, err := Decode(value)
+	if err != nil {
+		b.Invalid++
+		return err
+	}
+	b.Events++
+	switch k := ev.Kind.(type) {
+	case *sluicev1.Event_Rejection:
+		r := k.Rejection
+		at := r.GetAt().AsTime()
+		c := b.minute(minuteKey{r.TenantId, r.Tier, r.RuleId, at.Unix() - mod(at.Unix(), 60)})
+		if r.Shadow {
+			c.shadowEvents++
+			return nil
+		}
+		c.rejectionEvents++
+		g := groupKey{r.TenantId, r.RuleId, at.Unix() - mod(at.Unix(), 3600)}
+		m := b.clients[g]
+		if m == nil {
+			m = map[string]int64{}
+			b.clients[g] = m
+		}
+		m[r.ClientKey] += max(r.Cost, 1)
+	case *sluicev1.Event_Delta:
+		d := k.Delta
+		// A delta counts at the minute its period ended.
+		to := d.GetTo().AsTime().Add(-time.Microsecond).Unix()
+		c := b.minute(minuteKey{d.TenantId, d.Tier, d.RuleId, to - mod(to, 60)})
+		c.allowed += d.Allowed
+		c.rejected += d.Rejected
+		c.shadow += d.ShadowRejected
+		c.dropped += d.DroppedRejections
+	}
+	return nil
+}
+
+// Decode parses and checks one event: a known kind, a tenant, times in
+// range, no negative counts and bounded strings.
+func Decode(value []byte) (*sluicev1.Event, error) {
+	if len(value) > MaxEventBytes {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(value), MaxEventBytes)
+	}
+	ev := &sluicev1.Event{}
+	if err := proto.Unmarshal(value, ev); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	var tenant, tier, rule string
+	switch k := ev.Kind.(type) {
+	case *sluicev1.Event_Rejection:
+		r := k.Rejection
+		tenant, tier, rule = r.TenantId, r.Tier, r.RuleId
+		switch {
+		case !validTime(r.At):
+			return nil, fmt.Errorf("%w: rejection time missing or out of range", ErrMalformed)
+		case r.Cost < 0:
+			return nil, fmt.Errorf("%w: negative cost", ErrMalformed)
+		case r.RuleId == "":
+			return nil, fmt.Errorf("%w: rejection without a rule", ErrMalformed)
+		case len(r.ClientKey) > maxClientBytes:
+			return nil, fmt.Errorf("%w: client key over %d bytes", ErrMalformed, maxClientBytes)
+		}
+	case *sluicev1.Event_Delta:
+		d := k.Delta
+		tenant, tier, rule = d.TenantId, d.Tier, d.RuleId
+		switch {
+		case !validTime(d.To) || (d.From != nil && !validTime(d.From)):
+			return nil, fmt.Errorf("%w: delta period missing or out of range", ErrMalformed)
+		case d.Allowed < 0 || d.Rejected < 0 || d.ShadowRejected < 0 || d.DroppedRejections < 0:
+			return nil, fmt.Errorf("%w: negative count", ErrMalformed)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown kind", ErrMalformed)
+	}
+	if tenant == "" || len(tenant) > maxIDBytes || len(tier) > maxIDBytes || len(rule) > maxIDBytes {
+		return nil, fmt.Errorf("%w: tenant missing or an id over %d bytes", ErrMalformed, maxIDBytes)
+	}
+	return ev, nil
+}
+
+// minTime and maxTime bound event times (PostgreSQL's timestamptz and
+// sanity both).
+var minTime, maxTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func validTime(ts *timestamppb.Timestamp) bool {
+	if ts == nil || !ts.IsValid() {
+		return false
+	}
+	t := ts.AsTime()
+	return !t.Before(minTime) && t.Before(maxTime)
+}
+
+func (b *Batch) minute(k minuteKey) *minuteCounts {
+	c := b.minutes[k]
+	if c == nil {
+		c = &minuteCounts{}
+		b.minutes[k] = c
+	}
+	return c
+}
+
+// mod is the non-negative remainder.
+func mod(a, m int64) int64 { return ((a % m) + m) % m }

@@ -1,0 +1,176 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultTopK is how many clients each top-clients group tracks.
+const DefaultTopK = 100
+
+// Store writes rollups and consumer offsets to PostgreSQL (the tables of
+// migration 000002).
+type Store struct {
+	pool *pgxpool.Pool
+	topK int
+}
+
+// NewStore returns a Store tracking topK clients per top-clients group
+// (0 means DefaultTopK).
+func NewStore(pool *pgxpool.Pool, topK int) *Store {
+	if topK <= 0 {
+		topK = DefaultTopK
+	}
+	return &Store{pool: pool, topK: topK}
+}
+
+// ErrFenced is returned by Commit when the partition's stored offset is not
+// the one the batch started from: another consumer committed it first, and
+// this one must re-read from the stored offset.
+var ErrFenced = errors.New("analytics: partition offset moved; another consumer committed it")
+
+// Offset returns the next offset to read of a partition, or -1 when the
+// group has committed none.
+func (s *Store) Offset(ctx context.Context, group, topic string, partition int) (int64, error) {
+	var next int64
+	err := s.pool.QueryRow(ctx, `SELECT next_offset FROM analytics_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3`,
+		group, topic, partition).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("analytics: read offset: %w", err)
+	}
+	return next, nil
+}
+
+// Commit adds b's rollups and moves the partition's offset from from (-1:
+// none committed) to next, in one transaction: either all of it lands or
+// none. When the stored offset is not from, nothing is written and the
+// error is ErrFenced.
+func (s *Store) Commit(ctx context.Context, group, topic string, partition int, from, next int64, b *Batch) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var tag interface{ RowsAffected() int64 }
+		var err error
+		if from < 0 {
+			tag, err = tx.Exec(ctx, `INSERT INTO analytics_offsets (group_id, topic, partition, next_offset)
+				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, group, topic, partition, next)
+		} else {
+			tag, err = tx.Exec(ctx, `UPDATE analytics_offsets SET next_offset = $5, updated_at = now()
+				WHERE group_id = $1 AND topic = $2 AND partition = $3 AND next_offset = $4`, group, topic, partition, from, next)
+		}
+		if err != nil {
+			return fmt.Errorf("analytics: commit offset: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return ErrFenced
+		}
+		if err := writeMinutes(ctx, tx, b); err != nil {
+			return err
+		}
+		return s.writeTop(ctx, tx, b)
+	})
+}
+
+func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if len(b.minutes) == 0 {
+		return nil
+	}
+	n := len(b.minutes)
+	tenants, tiers, rules := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	minutes := make([]time.Time, 0, n)
+	var cols [6][]int64
+	for k, c := range b.minutes {
+		tenants, tiers, rules = append(tenants, k.tenant), append(tiers, k.tier), append(rules, k.rule)
+		minutes = append(minutes, time.Unix(k.minute, 0).UTC())
+		for i, v := range [6]int64{c.allowed, c.rejected, c.shadow, c.rejectionEvents, c.shadowEvents, c.dropped} {
+			cols[i] = append(cols[i], v)
+		}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO analytics_minute AS m (tenant_id, minute, tier, rule_id, allowed, rejected,
+			shadow_rejected, rejection_events, shadow_events, dropped_rejections)
+		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
+			$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+		ON CONFLICT (tenant_id, minute, tier, rule_id) DO UPDATE SET
+			allowed = m.allowed + excluded.allowed, rejected = m.rejected + excluded.rejected,
+			shadow_rejected = m.shadow_rejected + excluded.shadow_rejected,
+			rejection_events = m.rejection_events + excluded.rejection_events,
+			shadow_events = m.shadow_events + excluded.shadow_events,
+			dropped_rejections = m.dropped_rejections + excluded.dropped_rejections`,
+		tenants, minutes, tiers, rules, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5])
+	if err != nil {
+		return fmt.Errorf("analytics: write minute rollups: %w", err)
+	}
+	return nil
+}
+
+// writeTop merges the batch's rejected clients into the stored top-clients
+// groups: read the groups it touches, merge, and write them back.
+func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	if len(b.clients) == 0 {
+		return nil
+	}
+	var tenants, rules []string
+	var hours []time.Time
+	for g := range b.clients {
+		tenants, rules, hours = append(tenants, g.tenant), append(rules, g.rule), append(hours, time.Unix(g.hour, 0).UTC())
+	}
+	rows, err := tx.Query(ctx, `SELECT t.tenant_id, t.rule_id, t.hour, t.client_key, t.rejected, t.error
+		FROM analytics_top_clients t JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS g (tenant_id, rule_id, hour)
+		USING (tenant_id, rule_id, hour)`, tenants, rules, hours)
+	if err != nil {
+		return fmt.Errorf("analytics: read top clients: %w", err)
+	}
+	tracked := map[groupKey][]counter{}
+	var g groupKey
+	var hour time.Time
+	var c counter
+	_, err = pgx.ForEachRow(rows, []any{&g.tenant, &g.rule, &hour, &c.client, &c.rejected, &c.error}, func() error {
+		g.hour = hour.Unix()
+		tracked[g] = append(tracked[g], c)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("analytics: read top clients: %w", err)
+	}
+	var out struct {
+		tenants, rules, clients []string
+		hours                   []time.Time
+		rejected, errs          []int64
+	}
+	for g, batch := range b.clients {
+		for _, c := range mergeTop(tracked[g], batch, s.topK) {
+			out.tenants, out.rules, out.hours = append(out.tenants, g.tenant), append(out.rules, g.rule), append(out.hours, time.Unix(g.hour, 0).UTC())
+			out.clients, out.rejected, out.errs = append(out.clients, c.client), append(out.rejected, c.rejected), append(out.errs, c.error)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM analytics_top_clients t USING unnest($1::text[], $2::text[], $3::timestamptz[]) AS g (tenant_id, rule_id, hour)
+		WHERE t.tenant_id = g.tenant_id AND t.rule_id = g.rule_id AND t.hour = g.hour`, tenants, rules, hours); err != nil {
+		return fmt.Errorf("analytics: write top clients: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])`,
+		out.tenants, out.rules, out.hours, out.clients, out.rejected, out.errs); err != nil {
+		return fmt.Errorf("analytics: write top clients: %w", err)
+	}
+	return nil
+}
+
+// Prune deletes the rollups older than before and returns how many rows
+// went.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	a, err := s.pool.Exec(ctx, `DELETE FROM analytics_minute WHERE minute < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("analytics: prune: %w", err)
+	}
+	b, err := s.pool.Exec(ctx, `DELETE FROM analytics_top_clients WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`, before)
+	if err != nil {
+		return 0, fmt.Errorf("analytics: prune: %w", err)
+	}
+	return a.RowsAffected() + b.RowsAffected(), nil
+}
