@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/devstack"
@@ -24,9 +25,10 @@ import (
 const usage = `usage: sluice <command> [flags]
 
 commands:
-  dev      run the control plane and a decider in one process (what make dev runs);
+  dev      run the control plane, a decider and analytics in one process (what make dev runs);
            DATABASE_URL else local PostgreSQL, REDIS_URL else local Redis else in-process,
-           SLUICE_DEV_DIR keeps the dev keys (default: the user cache dir)
+           KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
+           (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s)
   import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
 
 environment:
@@ -71,9 +73,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		if err := fs.Parse(args[1:]); err != nil {
 			return errUsage
 		}
+		deltas, err := time.ParseDuration(envOr(getenv, "SLUICE_DELTA_INTERVAL", "10s"))
+		if err != nil || deltas <= 0 {
+			fmt.Fprintf(stderr, "SLUICE_DELTA_INTERVAL: want a positive duration such as 10s\n")
+			return errUsage
+		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
+			KafkaBrokers: getenv("KAFKA_BROKERS"), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
+	"github.com/sluicehq/sluice/internal/reports"
 )
 
 // MaxRequestBytes bounds a request message.
@@ -22,6 +23,8 @@ const MaxRequestBytes = 1 << 20
 // Config configures the API handler.
 type Config struct {
 	Store *pgstore.Store
+	// Reports answers the report service; nil reads Store's database.
+	Reports *reports.Store
 	// OperatorKey is the operator's secret (SLUICE_OPERATOR_KEY); empty
 	// disables the operator role.
 	OperatorKey string
@@ -59,7 +62,10 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.DeciderKey != "" {
 		auth.deciderHash, auth.hasDecider = policy.HashKey(cfg.DeciderKey), true
 	}
-	s := &server{store: cfg.Store, logger: cfg.Logger, recheck: cfg.WatchRecheck}
+	if cfg.Reports == nil {
+		cfg.Reports = reports.New(cfg.Store.Pool())
+	}
+	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, recheck: cfg.WatchRecheck}
 	opts := []connect.HandlerOption{connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
@@ -69,11 +75,13 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewOverrideServiceHandler(overrideServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewAuditServiceHandler(auditServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewReportServiceHandler(reportServer{s}, opts...))
 	return mux
 }
 
 type server struct {
 	store   *pgstore.Store
+	reports *reports.Store
 	logger  *slog.Logger
 	recheck time.Duration
 }

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -35,6 +36,7 @@ type clients struct {
 	ovs     sluicev1connect.OverrideServiceClient
 	audit   sluicev1connect.AuditServiceClient
 	config  sluicev1connect.ConfigServiceClient
+	reports sluicev1connect.ReportServiceClient
 }
 
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
@@ -59,6 +61,7 @@ func newClients(srv *httptest.Server, opts ...connect.ClientOption) clients {
 		ovs:     sluicev1connect.NewOverrideServiceClient(c, srv.URL, opts...),
 		audit:   sluicev1connect.NewAuditServiceClient(c, srv.URL, opts...),
 		config:  sluicev1connect.NewConfigServiceClient(c, srv.URL, opts...),
+		reports: sluicev1connect.NewReportServiceClient(c, srv.URL, opts...),
 	}
 }
 
@@ -224,6 +227,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	callOK(t, adminA, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: revoked.Key.Id})
 	_, versionBefore, _ := store.GetTenant(context.Background(), tenantA)
 
+	now, hourAgo := timestamppb.Now(), timestamppb.New(time.Now().Add(-time.Hour))
 	// Each RPC aimed at tenant A. Mutations are harmless for this test:
 	// they either fail validation after auth or touch throwaway values.
 	rpcs := map[string]func(key string) error{
@@ -309,6 +313,22 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.audit.ListAudit, &sluicev1.ListAuditRequest{TenantId: tenantA})
 			return err
 		},
+		"GetTimeseries": func(k string) error {
+			_, err := call(k, c.reports.GetTimeseries, &sluicev1.GetTimeseriesRequest{TenantId: tenantA, From: hourAgo, To: now, Step: durationpb.New(time.Minute)})
+			return err
+		},
+		"GetTopClients": func(k string) error {
+			_, err := call(k, c.reports.GetTopClients, &sluicev1.GetTopClientsRequest{TenantId: tenantA, From: hourAgo, To: now})
+			return err
+		},
+		"GetBreakdown": func(k string) error {
+			_, err := call(k, c.reports.GetBreakdown, &sluicev1.GetBreakdownRequest{TenantId: tenantA, From: hourAgo, To: now})
+			return err
+		},
+		"ExportCSV": func(k string) error {
+			_, err := call(k, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{TenantId: tenantA, From: hourAgo, To: now})
+			return err
+		},
 		"GetSnapshots": func(k string) error {
 			_, err := call(k, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{})
 			return err
@@ -363,8 +383,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 			return denied
 		}},
 	}
-	if len(rpcs) != 22 {
-		t.Fatalf("the matrix covers %d RPCs, the API has 22", len(rpcs))
+	var apiRPCs int
+	for _, f := range []protoreflect.FileDescriptor{sluicev1.File_sluice_v1_admin_proto, sluicev1.File_sluice_v1_config_proto, sluicev1.File_sluice_v1_reports_proto} {
+		for i := range f.Services().Len() {
+			apiRPCs += f.Services().Get(i).Methods().Len()
+		}
+	}
+	if len(rpcs) != apiRPCs {
+		t.Fatalf("the matrix covers %d RPCs, the API has %d", len(rpcs), apiRPCs)
 	}
 	for rpc, f := range rpcs {
 		for _, cl := range callers {

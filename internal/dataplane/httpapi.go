@@ -48,7 +48,7 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 		for _, r := range dec.Rules {
 			cfg.Events.Count(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Allowed, r.Rule.Shadow)
 			if !r.Allowed {
-				cfg.Events.Rejected(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Key, cost, start, r.Rule.Shadow)
+				cfg.Events.Rejected(c.Tenant.ID, dec.Tier, r.Rule.ID, policy.ClientKey(r.Rule, req.Descriptors), cost, start, r.Rule.Shadow)
 			}
 		}
 	}

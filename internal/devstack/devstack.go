@@ -1,8 +1,9 @@
 // Package devstack runs Sluice in one process for development: the control
-// plane on PostgreSQL and a decider on Redis, wired together over loopback,
-// with a demo tenant seeded on first run. Services come from the
-// environment, else the local defaults, else embedded stand-ins where one
-// exists (the in-process engine for Redis).
+// plane on PostgreSQL, a decider on Redis publishing decision events to
+// Kafka, and the analytics consumer, wired together over loopback, with a
+// demo tenant seeded on first run. Services come from the environment,
+// else the local defaults, else embedded stand-ins (the in-process engine
+// for Redis, kfake for Kafka).
 package devstack
 
 import (
@@ -19,15 +20,20 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
@@ -46,6 +52,14 @@ type Config struct {
 	// RedisURL, else the local server, else the in-process engine.
 	RedisURL    string
 	RedisPrefix string
+	// KafkaBrokers (comma-separated), else an embedded Kafka-protocol
+	// broker (kfake) keeping its data in Dir.
+	KafkaBrokers string
+	// EventsTopic is the decision-events topic; "" means sluice.decisions.
+	EventsTopic string
+	// DeltaInterval is how often the decider sends counter deltas; 0
+	// means 10s.
+	DeltaInterval time.Duration
 	// Dir keeps the dev keys and the decider's snapshot; "" means
 	// <user cache dir>/sluice/dev.
 	Dir string
@@ -84,6 +98,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return err
 	}
+	if cfg.EventsTopic == "" {
+		cfg.EventsTopic = "sluice.decisions"
+	}
 	dbURL, err := database(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -121,10 +138,28 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(telemetry.NewEngineCollector(local))
+
+	// Decision events, and the analytics consumer rolling them up.
+	brokers, kafkaName, closeKafka, err := kafkaOrEmbedded(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeKafka()
+	pub := events.NewPublisher(events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Decider: "dev",
+		DeltaInterval: cfg.DeltaInterval, Logger: cfg.Logger})
+	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic,
+		Store: analytics.NewStore(pool, 0), Registerer: reg, Logger: cfg.Logger})
+	var background sync.WaitGroup
+	defer background.Wait() // after the server: the publisher's last flush, then Kafka closes
+	bctx, stopBackground := context.WithCancel(ctx)
+	defer stopBackground()
+	background.Go(func() { _ = pub.Run(bctx) })
+	background.Go(func() { _ = consumer.Run(bctx) })
+
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
-		Metrics: dataplane.NewMetrics(reg, decider)}
+		Metrics: dataplane.NewMetrics(reg, decider), Events: pub}
 	api := dataplane.NewHTTPHandler(apiCfg)
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)
@@ -153,14 +188,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return errors.New("devstack: the decider never loaded its configuration")
 		}
 	}
-	fmt.Fprintf(cfg.Out, `Sluice dev is running: control plane and decider (%s), PostgreSQL %s, tenant "demo".
-  API           %[3]s  (/v1/check, /shouldAllowRequest, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
-  operator key  %[4]s
-  admin key     %[5]s  (tenant demo)
-  check key     %[6]s
-  try           curl -s -X POST %[3]s/v1/check -H 'Authorization: Bearer %[6]s' -d '{"descriptors":{"client_id":"alice"}}'
+	fmt.Fprintf(cfg.Out, `Sluice dev is running: control plane, decider (%s) and analytics (%s), PostgreSQL %s, tenant "demo".
+  API           %[4]s  (/v1/check, /shouldAllowRequest, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
+  operator key  %[5]s
+  admin key     %[6]s  (tenant demo)
+  check key     %[7]s
+  try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
 Ctrl-C stops it.
-`, engineName, redactURL(dbURL), base, keys.Operator, keys.Admin, keys.Check)
+`, engineName, kafkaName, redactURL(dbURL), base, keys.Operator, keys.Admin, keys.Check)
 	return <-errc
 }
 
@@ -218,6 +253,26 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
 			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
 		"Redis " + opts.Addr, func() { eng.Close(); client.Close() }
+}
+
+// kafkaOrEmbedded returns the brokers to use: cfg.KafkaBrokers, else an
+// embedded kfake broker keeping its data in cfg.Dir/kafka, so events
+// survive a restart of sluice dev.
+func kafkaOrEmbedded(cfg Config) ([]string, string, func(), error) {
+	if cfg.KafkaBrokers != "" {
+		brokers := strings.Split(cfg.KafkaBrokers, ",")
+		return brokers, "Kafka " + cfg.KafkaBrokers, func() {}, nil
+	}
+	dir := filepath.Join(cfg.Dir, "kafka")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", nil, err
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.EventsTopic), kfake.DataDir(dir))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("devstack: embedded Kafka: %w", err)
+	}
+	addrs := c.ListenAddrs()
+	return addrs, "embedded Kafka " + strings.Join(addrs, ","), c.Close, nil
 }
 
 // seed creates the demo tenant on first run (tiers free and pro, a few

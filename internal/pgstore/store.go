@@ -31,6 +31,10 @@ type Store struct {
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
+// Pool returns the store's pool, for readers of the same database (the
+// reports on the analytics tables).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // Actor says who makes a change, for the audit log: "operator", or
 // "key:<key id>".
 type Actor string

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -152,6 +153,27 @@ func validateDescriptorKey(fe fieldErrors, field, k string) {
 			return
 		}
 	}
+}
+
+// ClientKey names, for people, whom a rule counted a request against: the
+// value of its one key-by descriptor, or "key=value" pairs joined by ", "
+// for several; "" for a rule without key-by (one counter for everyone).
+func ClientKey(r *Rule, d Descriptors) string {
+	if len(r.KeyBy) == 1 {
+		v, _ := d.Get(r.KeyBy[0])
+		return v
+	}
+	var b strings.Builder
+	for i, k := range r.KeyBy {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		v, _ := d.Get(k)
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(v)
+	}
+	return b.String()
 }
 
 // AppendCounterKey appends the counter key of rule r for tenant and the
