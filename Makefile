@@ -38,10 +38,13 @@ generate-check: generate ## fail when the committed generated code is not what `
 
 .PHONY: bench
 bench: ## run the benchmarks (figures go to docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/events/
+	$(GO) test -run '^$$' -bench . -benchtime 300000x ./internal/analytics/
+	$(GO) test -run '^$$' -bench 'Decisions' -benchtime 40000x ./internal/dataplane/
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzAlgorithms$$' -fuzztime $(FUZZTIME) ./internal/limit/
 	$(GO) test -run '^$$' -fuzz '^FuzzRuleValidate$$' -fuzztime $(FUZZTIME) ./internal/policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/envoyimport/
+	$(GO) test -run '^$$' -fuzz '^FuzzBatchAdd$$' -fuzztime $(FUZZTIME) ./internal/analytics/

@@ -66,6 +66,14 @@ func topClients(t *testing.T, pool *pgxpool.Pool, tenant, rule string) map[strin
 	return out
 }
 
+func poolFor(t testing.TB) *pgxpool.Pool { return pgtest.Pool(t) }
+
+func kafkatestTopic(t testing.TB) string { return kafkatest.Topic(t) }
+
+func startBroker(t testing.TB, topic string) []string {
+	return kafkatest.Start(t, 3, []string{topic}).Addrs()
+}
+
 func TestBatchRefusesMalformedEvents(t *testing.T) {
 	t.Parallel()
 	ok := rejection("t", "r", "c", t0, false)
@@ -192,6 +200,11 @@ func TestPruneRemovesOldRollups(t *testing.T) {
 
 // produce writes values to topic, keyed by tenant as deciders do.
 func produce(t *testing.T, brokers []string, topic string, values ...[]byte) {
+	t.Helper()
+	produceB(t, brokers, topic, values)
+}
+
+func produceB(t testing.TB, brokers []string, topic string, values [][]byte) {
 	t.Helper()
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 1000, BatchTimeout: time.Millisecond}
 	defer w.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,24 +139,48 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	if err != nil {
 		return fmt.Errorf("analytics: read top clients: %w", err)
 	}
-	var out struct {
+	// Write back only what moved: the batch's clients (added to, or new)
+	// and the evicted ones.
+	var up struct {
 		tenants, rules, clients []string
 		hours                   []time.Time
 		rejected, errs          []int64
 	}
+	var gone struct {
+		tenants, rules, clients []string
+		hours                   []time.Time
+	}
 	for g, batch := range b.clients {
-		for _, c := range mergeTop(tracked[g], batch, s.topK) {
-			out.tenants, out.rules, out.hours = append(out.tenants, g.tenant), append(out.rules, g.rule), append(out.hours, time.Unix(g.hour, 0).UTC())
-			out.clients, out.rejected, out.errs = append(out.clients, c.client), append(out.rejected, c.rejected), append(out.errs, c.error)
+		hour := time.Unix(g.hour, 0).UTC()
+		before := tracked[g]
+		had := make(map[string]bool, len(before))
+		for _, c := range before {
+			had[c.client] = true
+		}
+		after := mergeTop(slices.Clone(before), batch, s.topK)
+		for _, c := range after {
+			delete(had, c.client)
+			if _, moved := batch[c.client]; moved {
+				up.tenants, up.rules, up.hours = append(up.tenants, g.tenant), append(up.rules, g.rule), append(up.hours, hour)
+				up.clients, up.rejected, up.errs = append(up.clients, c.client), append(up.rejected, c.rejected), append(up.errs, c.error)
+			}
+		}
+		for c := range had {
+			gone.tenants, gone.rules, gone.hours, gone.clients = append(gone.tenants, g.tenant), append(gone.rules, g.rule), append(gone.hours, hour), append(gone.clients, c)
 		}
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM analytics_top_clients t USING unnest($1::text[], $2::text[], $3::timestamptz[]) AS g (tenant_id, rule_id, hour)
-		WHERE t.tenant_id = g.tenant_id AND t.rule_id = g.rule_id AND t.hour = g.hour`, tenants, rules, hours); err != nil {
-		return fmt.Errorf("analytics: write top clients: %w", err)
+	if len(gone.clients) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM analytics_top_clients t
+			USING unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS g (tenant_id, rule_id, hour, client_key)
+			WHERE (t.tenant_id, t.rule_id, t.hour, t.client_key) = (g.tenant_id, g.rule_id, g.hour, g.client_key)`,
+			gone.tenants, gone.rules, gone.hours, gone.clients); err != nil {
+			return fmt.Errorf("analytics: write top clients: %w", err)
+		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])`,
-		out.tenants, out.rules, out.hours, out.clients, out.rejected, out.errs); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients AS t (tenant_id, rule_id, hour, client_key, rejected, error)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])
+		ON CONFLICT (tenant_id, rule_id, hour, client_key) DO UPDATE SET rejected = excluded.rejected, error = excluded.error`,
+		up.tenants, up.rules, up.hours, up.clients, up.rejected, up.errs); err != nil {
 		return fmt.Errorf("analytics: write top clients: %w", err)
 	}
 	return nil

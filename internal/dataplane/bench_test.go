@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -17,8 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -34,7 +37,11 @@ const benchClients, benchKeys = 50, 10_000
 
 // benchDecider serves a decider on Redis over plain HTTP (HTTP/1.1 and
 // unencrypted HTTP/2) and returns its URL and check key.
-func benchDecider(b *testing.B) (string, string) {
+func benchDecider(b *testing.B) (string, string) { return benchDeciderWith(b, 1_000_000, nil) }
+
+// benchDeciderWith is benchDecider with the rule's limit per second and an
+// events publisher.
+func benchDeciderWith(b *testing.B, limitPerSecond int64, pub *events.Publisher) (string, string) {
 	c, prefix := redistest.Client(b)
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
@@ -46,7 +53,7 @@ func benchDecider(b *testing.B) (string, string) {
 	}
 	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "bench", Slug: "bench", Name: "Bench", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000, Window: time.Second}}}}}}
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: limitPerSecond, Window: time.Second}}}}}}
 	cfg, err := decide.Compile(snap)
 	if err != nil {
 		b.Fatal(err)
@@ -55,7 +62,8 @@ func benchDecider(b *testing.B) (string, string) {
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), cfg)
 	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
-		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate}
+		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate,
+		Events: pub}
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", NewHTTPHandler(apiCfg))
 	mux.Handle(NewDecisionService(apiCfg))
@@ -110,6 +118,49 @@ func drive(b *testing.B, check func(client int, id string) error) {
 
 func BenchmarkDecisionsHTTP(b *testing.B) {
 	base, key := benchDecider(b)
+	driveHTTP(b, base, key, 200)
+}
+
+// BenchmarkDecisionsHTTPEvents measures decisions that are nearly all
+// rejected, each rejection published as an event, with Kafka up and with
+// Kafka unreachable (the buffer fills, then drops): the latencies should
+// match.
+func BenchmarkDecisionsHTTPEvents(b *testing.B) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // nothing listens there: connections are refused
+	for _, tc := range []struct {
+		name    string
+		brokers func(b *testing.B) ([]string, string)
+	}{
+		{"kafka-up", func(b *testing.B) ([]string, string) {
+			topic := kafkatest.Topic(b)
+			return kafkatest.Start(b, 3, []string{topic}).Addrs(), topic
+		}},
+		{"kafka-down", func(*testing.B) ([]string, string) { return []string{deadAddr}, "decisions" }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			brokers, topic := tc.brokers(b)
+			pub := events.NewPublisher(events.Config{Brokers: brokers, Topic: topic, Decider: "bench",
+				Logger: slog.New(slog.DiscardHandler)})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- pub.Run(ctx) }()
+			b.Cleanup(func() { cancel(); <-done })
+			base, key := benchDeciderWith(b, 1, pub)
+			driveHTTP(b, base, key, 429)
+			st := pub.Stats()
+			b.ReportMetric(float64(st.Dropped)/float64(b.N), "dropped/op")
+		})
+	}
+}
+
+// driveHTTP runs drive over POST /v1/check, expecting status from most
+// answers (a client's first check may be allowed).
+func driveHTTP(b *testing.B, base, key string, status int) {
 	tr := &http.Transport{MaxIdleConnsPerHost: benchClients}
 	client := &http.Client{Transport: tr}
 	drive(b, func(_ int, id string) error {
@@ -121,7 +172,7 @@ func BenchmarkDecisionsHTTP(b *testing.B) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 {
+		if resp.StatusCode != status && resp.StatusCode != 200 {
 			return fmt.Errorf("status %d", resp.StatusCode)
 		}
 		return nil

@@ -73,7 +73,10 @@ func TestInvalidRequestsNameTheirFields(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"from": func() error { _, err := s.Timeseries(ctx, "a", Range{To: t0}, time.Minute, "", ""); return err },
 		"to":   func() error { _, err := s.Breakdown(ctx, "a", Range{t0, t0.Add(-time.Minute)}, false); return err },
-		"step": func() error { _, err := s.Timeseries(ctx, "a", Range{t0, t0.Add(time.Hour)}, 90*time.Second, "", ""); return err },
+		"step": func() error {
+			_, err := s.Timeseries(ctx, "a", Range{t0, t0.Add(time.Hour)}, 90*time.Second, "", "")
+			return err
+		},
 		"limit": func() error {
 			_, err := s.TopClients(ctx, "a", Range{t0, t0.Add(time.Hour)}, "", MaxTopLimit+1)
 			return err

@@ -1,0 +1,95 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// benchEvents returns n encoded events like a busy system's: 50 tenants,
+// 5 rules each, rejections from 10,000 clients of Zipf-distributed
+// activity (a few clients cause most rejections), one event in 20 a
+// counter delta, one in 10 a shadow rejection, times within one minute (a
+// batch at 100k events/s spans a tenth of a second).
+func benchEvents(n int) [][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	clients := rand.NewZipf(rng, 1.1, 1, 9_999)
+	out := make([][]byte, n)
+	for i := range out {
+		tenant := fmt.Sprint("tenant-", rng.IntN(50))
+		rule := fmt.Sprint("rule-", rng.IntN(5))
+		at := t0.Add(time.Duration(rng.IntN(60)) * time.Second)
+		if i%20 == 0 {
+			out[i] = delta(tenant, rule, at, 1000, 50, 5, 0)
+		} else {
+			out[i] = rejection(tenant, rule, fmt.Sprint("client-", clients.Uint64()), at, i%10 == 1)
+		}
+	}
+	return out
+}
+
+// BenchmarkIngest measures decoding, rolling up and committing events to
+// PostgreSQL in batches of 10,000 (the consumer's default), offsets
+// included: the analytics ingest rate without Kafka.
+func BenchmarkIngest(b *testing.B) {
+	const batch = 10_000
+	s := NewStore(poolFor(b), 0)
+	evs := benchEvents(batch)
+	ctx := context.Background()
+	from := int64(-1)
+	b.ResetTimer()
+	start := time.Now()
+	for done := 0; done < b.N; done += batch {
+		bt := NewBatch()
+		for _, v := range evs[:min(batch, b.N-done)] {
+			if err := bt.Add(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		next := max(from, 0) + int64(bt.Events)
+		if err := s.Commit(ctx, "bench", "events", 0, from, next, bt); err != nil {
+			b.Fatal(err)
+		}
+		from = next
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// BenchmarkConsume measures the whole consumer: events read from a kfake
+// topic of 3 partitions, rolled up and committed.
+func BenchmarkConsume(b *testing.B) {
+	topic := kafkatestTopic(b)
+	brokers := startBroker(b, topic)
+	pool := poolFor(b)
+	evs := benchEvents(20_000)
+	for done := 0; done < b.N; done += len(evs) {
+		produceB(b, brokers, topic, evs[:min(len(evs), b.N-done)])
+	}
+	b.ResetTimer()
+	start := time.Now()
+	c := NewConsumer(Config{Brokers: brokers, Topic: topic, Group: "bench", Store: NewStore(pool, 0)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM analytics_offsets`).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		if n >= int64(b.N) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("consumed %d of %d", n, b.N)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	<-done
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+}
