@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,10 +102,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.EventsTopic == "" {
 		cfg.EventsTopic = "sluice.decisions"
 	}
-	dbURL, err := database(ctx, cfg.DatabaseURL)
+	dbURL, dbName, stopDB, err := database(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	defer stopDB()
 	if err := migrations.Apply(dbURL); err != nil {
 		return err
 	}
@@ -195,21 +197,56 @@ func Run(ctx context.Context, cfg Config) error {
   check key     %[7]s
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
 Ctrl-C stops it.
-`, engineName, kafkaName, redactURL(dbURL), base, keys.Operator, keys.Admin, keys.Check)
+`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check)
 	return <-errc
 }
 
-// database returns the URL to use: u, else the local server's sluice_dev
-// database, created if missing.
-func database(ctx context.Context, u string) (string, error) {
-	if u != "" {
-		return u, nil
+// database returns the URL to use and what to call at exit: u if it
+// answers, else the local server's sluice_dev database (created if
+// missing), else a private cluster started in the dev directory. An unset
+// u skips the first step; a set one that does not answer skips the local
+// server too (it was not the one asked for).
+func database(ctx context.Context, cfg Config) (string, string, func(), error) {
+	if cfg.DatabaseURL != "" {
+		if pingDB(ctx, cfg.DatabaseURL) == nil {
+			return cfg.DatabaseURL, redactURL(cfg.DatabaseURL), func() {}, nil
+		}
+		cfg.Logger.WarnContext(ctx, "devstack: DATABASE_URL does not answer; starting a private PostgreSQL", "url", redactURL(cfg.DatabaseURL))
+	} else if pingDB(ctx, LocalDatabase) == nil {
+		u, err := devDatabase(ctx, LocalDatabase)
+		return u, redactURL(u), func() {}, err
 	}
+	dir := privateDir(cfg.Dir)
+	base, stop, err := privatePostgres(dir)
+	if err != nil {
+		return "", "", nil, err
+	}
+	u, err := devDatabase(ctx, base)
+	if err != nil {
+		stop()
+		return "", "", nil, err
+	}
+	return u, "private cluster in " + dir, stop, nil
+}
+
+func pingDB(ctx context.Context, u string) error {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, LocalDatabase)
+	conn, err := pgx.Connect(cctx, u)
 	if err != nil {
-		return "", fmt.Errorf("devstack: no PostgreSQL: DATABASE_URL is unset and %s does not answer (%w)", redactURL(LocalDatabase), err)
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// devDatabase returns the URL of the sluice_dev database on the server at
+// base, creating the database if it is missing.
+func devDatabase(ctx context.Context, base string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, base)
+	if err != nil {
+		return "", fmt.Errorf("devstack: PostgreSQL at %s: %w", redactURL(base), err)
 	}
 	defer conn.Close(ctx)
 	var exists bool
@@ -221,7 +258,7 @@ func database(ctx context.Context, u string) (string, error) {
 			return "", fmt.Errorf("devstack: create database sluice_dev: %w", err)
 		}
 	}
-	p, _ := url.Parse(LocalDatabase)
+	p, _ := url.Parse(base)
 	p.Path = "/sluice_dev"
 	return p.String(), nil
 }
@@ -255,13 +292,16 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 		"Redis " + opts.Addr, func() { eng.Close(); client.Close() }
 }
 
-// kafkaOrEmbedded returns the brokers to use: cfg.KafkaBrokers, else an
-// embedded kfake broker keeping its data in cfg.Dir/kafka, so events
-// survive a restart of sluice dev.
+// kafkaOrEmbedded returns the brokers to use: cfg.KafkaBrokers if one
+// answers, else an embedded kfake broker keeping its data in cfg.Dir/kafka,
+// so events survive a restart of sluice dev.
 func kafkaOrEmbedded(cfg Config) ([]string, string, func(), error) {
 	if cfg.KafkaBrokers != "" {
 		brokers := strings.Split(cfg.KafkaBrokers, ",")
-		return brokers, "Kafka " + cfg.KafkaBrokers, func() {}, nil
+		if slices.ContainsFunc(brokers, reachable) {
+			return brokers, "Kafka " + cfg.KafkaBrokers, func() {}, nil
+		}
+		cfg.Logger.Warn("devstack: no broker of KAFKA_BROKERS answers; using an embedded one", "brokers", cfg.KafkaBrokers)
 	}
 	dir := filepath.Join(cfg.Dir, "kafka")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
