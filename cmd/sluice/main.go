@@ -1,5 +1,7 @@
-// Command sluice is Sluice's command-line tool. `sluice dev` runs the system
-// in one process; further commands arrive with the control plane.
+// Command sluice is Sluice's command-line tool: `sluice dev` runs the whole
+// system in one process; the other commands manage tenants, tiers, rules,
+// overrides and keys through the control plane's API, import an
+// envoyproxy/ratelimit config, and ask a decider for decisions.
 package main
 
 import (
@@ -13,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+
+	"connectrpc.com/connect"
 	"syscall"
 	"time"
 
@@ -30,12 +34,15 @@ commands:
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s)
   import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
+  tenants, tiers, rules, overrides, keys
+           list, create and delete (keys: revoke) through the control plane's API
+  check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
 
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
   SLUICE_KEY      the operator key, or a tenant admin key
 
-exit codes: 0 done, 1 failed, 2 usage, 3 invalid input file
+exit codes: 0 done (check: allowed), 1 failed, 2 usage, 3 invalid input, 4 check rejected
 `
 
 // errUsage marks a command-line mistake (exit code 2), errInput an
@@ -52,10 +59,13 @@ func main() {
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
 		}
-		if errors.Is(err, errInput) {
+		if errors.Is(err, errRejected) {
+			os.Exit(4)
+		}
+		fmt.Fprintln(os.Stderr, "sluice:", describe(err))
+		if errors.Is(err, errInput) || connect.CodeOf(err) == connect.CodeInvalidArgument {
 			os.Exit(3)
 		}
-		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
 	}
 }
@@ -85,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
+	case "tenants", "tiers", "rules", "overrides", "keys", "check":
+		return runResource(ctx, args[0], args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
