@@ -1,0 +1,172 @@
+package deploy
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+type service struct {
+	Build       any               `yaml:"build"`
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Ports       []string          `yaml:"ports"`
+	DependsOn   map[string]any    `yaml:"depends_on"`
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func loadCompose(t *testing.T) map[string]service {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]service `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return f.Services
+}
+
+// documentedEnv reads the variables a binary documents in its package
+// comment's configuration table.
+func documentedEnv(t *testing.T, binary string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "cmd", binary, "main.go"))
+	if err != nil {
+		t.Fatalf("no binary %s: %v", binary, err)
+	}
+	env := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^//\t\s*(?:-[a-z-]+\s+)?([A-Z][A-Z0-9_]+)\s`).FindAllStringSubmatch(string(b), -1) {
+		env[m[1]] = true
+	}
+	if len(env) == 0 {
+		t.Fatalf("cmd/%s documents no environment variables", binary)
+	}
+	return env
+}
+
+// required lists what each binary cannot run well without in a
+// deployment (its defaults point at loopback).
+var required = map[string][]string{
+	"controlplane": {"SLUICE_CONTROLPLANE_ADDR", "DATABASE_URL", "SLUICE_OPERATOR_KEY", "SLUICE_DECIDER_KEY"},
+	"dataplane":    {"SLUICE_DATAPLANE_ADDR", "SLUICE_CONTROL_PLANE_URL", "SLUICE_DECIDER_KEY", "REDIS_URL", "KAFKA_BROKERS"},
+	"analytics":    {"SLUICE_ANALYTICS_ADDR", "DATABASE_URL", "KAFKA_BROKERS"},
+}
+
+func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
+	t.Parallel()
+	services := loadCompose(t)
+	dockerfile, err := os.ReadFile(filepath.Join(root(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for name, s := range services {
+		if s.Build == nil {
+			continue // a dependency's own image
+		}
+		if len(s.Command) == 0 {
+			t.Errorf("%s: no command naming the binary", name)
+			continue
+		}
+		binary := s.Command[0]
+		counts[binary]++
+		if !strings.Contains(string(dockerfile), "./cmd/"+binary) {
+			t.Errorf("%s: the Dockerfile does not build %s", name, binary)
+		}
+		documented := documentedEnv(t, binary)
+		for k := range s.Environment {
+			if !documented[k] {
+				t.Errorf("%s: %s is not a documented variable of %s", name, k, binary)
+			}
+		}
+		for _, k := range required[binary] {
+			if s.Environment[k] == "" {
+				t.Errorf("%s: %s must be set in a deployment", name, k)
+			}
+		}
+		for k, v := range s.Environment {
+			if strings.HasSuffix(k, "_ADDR") {
+				host, port, err := net.SplitHostPort(v)
+				if err != nil || host != "0.0.0.0" {
+					t.Errorf("%s: %s=%s must listen on 0.0.0.0 to be reachable from other containers", name, k, v)
+				}
+				for _, p := range s.Ports {
+					if !strings.HasSuffix(p, ":"+port) {
+						t.Errorf("%s: publishes %s but listens on %s", name, p, port)
+					}
+				}
+			}
+			for _, host := range hostsIn(k, v) {
+				if _, ok := services[host]; !ok {
+					t.Errorf("%s: %s points at %q, which is not a service", name, k, host)
+				} else if _, ok := s.DependsOn[host]; !ok {
+					t.Errorf("%s: uses %s but does not depend on it", name, host)
+				}
+			}
+		}
+	}
+	if counts["controlplane"] != 1 || counts["dataplane"] != 2 || counts["analytics"] != 1 {
+		t.Errorf("services per binary %v, want a control plane, two deciders and analytics", counts)
+	}
+	for _, dep := range []string{"postgres", "redis", "kafka"} {
+		if _, ok := services[dep]; !ok {
+			t.Errorf("no %s service", dep)
+		}
+	}
+	if env := services["kafka"].Environment; !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") {
+		t.Errorf("Kafka is not in KRaft mode: %v", env)
+	}
+}
+
+// hostsIn returns the hosts a variable's value points at (URLs and
+// comma-separated host:port lists).
+func hostsIn(k, v string) []string {
+	switch {
+	case strings.HasSuffix(k, "_URL"):
+		u, err := url.Parse(v)
+		if err != nil {
+			return []string{"unparseable " + v}
+		}
+		return []string{u.Hostname()}
+	case k == "KAFKA_BROKERS":
+		var hosts []string
+		for _, b := range strings.Split(v, ",") {
+			h, _, _ := net.SplitHostPort(b)
+			hosts = append(hosts, h)
+		}
+		return slices.Compact(hosts)
+	}
+	return nil
+}
+
+func TestDocumentedEnvIsRead(t *testing.T) {
+	t.Parallel()
+	// The parser above finds what the binaries document, including
+	// environment-only variables.
+	env := documentedEnv(t, "dataplane")
+	for _, k := range []string{"SLUICE_DATAPLANE_ADDR", "REDIS_URL", "SLUICE_DECIDER_KEY", "KAFKA_BROKERS"} {
+		if !env[k] {
+			t.Errorf("dataplane's %s not found", k)
+		}
+	}
+}
