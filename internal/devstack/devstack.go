@@ -326,11 +326,12 @@ func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
 			}
 		}
 	}
-	if _, _, err := s.GetTenantBySlug(ctx, "demo"); err == nil {
-		return k, errors.New("a tenant demo exists but the dev keys for it are lost; delete it or use another database")
-	}
 	k.Operator, k.Decider = secret("sk_operator_"), secret("sk_decider_")
 	const op = pgstore.Actor("operator")
+	if t, _, err := s.GetTenantBySlug(ctx, "demo"); err == nil {
+		// The demo tenant of another dev directory: keep it, with new keys.
+		return k, newDemoKeys(ctx, s, t.ID, &k, path)
+	}
 	t, err := s.CreateTenant(ctx, op, policy.Tenant{Slug: "demo", Name: "Demo", DefaultTier: "free"})
 	if err != nil {
 		return k, err
@@ -359,14 +360,21 @@ func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
 			return k, err
 		}
 	}
-	if k.Admin, _, err = s.CreateKey(ctx, op, t.ID, policy.KeyAdmin, "dev admin"); err != nil {
-		return k, err
+	return k, newDemoKeys(ctx, s, t.ID, &k, path)
+}
+
+// newDemoKeys creates an admin and a check key for the demo tenant and
+// keeps all of k in path.
+func newDemoKeys(ctx context.Context, s *pgstore.Store, tenant string, k *devKeys, path string) error {
+	var err error
+	if k.Admin, _, err = s.CreateKey(ctx, "operator", tenant, policy.KeyAdmin, "dev admin"); err != nil {
+		return err
 	}
-	if k.Check, _, err = s.CreateKey(ctx, op, t.ID, policy.KeyCheck, "dev check"); err != nil {
-		return k, err
+	if k.Check, _, err = s.CreateKey(ctx, "operator", tenant, policy.KeyCheck, "dev check"); err != nil {
+		return err
 	}
 	b, _ := json.MarshalIndent(k, "", "  ")
-	return k, os.WriteFile(path, b, 0o600)
+	return os.WriteFile(path, b, 0o600)
 }
 
 // redactURL drops a URL's password, for printing.

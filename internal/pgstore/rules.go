@@ -181,11 +181,11 @@ func (s *Store) ListRules(ctx context.Context, tenantID, tierID string) ([]polic
 
 // CreateRule appends r to the tier and returns it with its id.
 func (s *Store) CreateRule(ctx context.Context, actor Actor, tenantID, tierID string, r policy.Rule) (policy.Rule, int64, error) {
-	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+	r.ID = ""
+	if err := required(r.Validate(), "tier_id", tierID); err != nil {
 		return r, 0, err
 	}
-	r.ID = ""
-	if err := r.Validate(); err != nil {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return r, 0, err
 	}
 	args, err := ruleArgs(r)

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"regexp"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,24 @@ func checkIDs(idWhat ...string) error {
 		}
 	}
 	return nil
+}
+
+// required adds a "required" field error for an empty value to err, the
+// result of validating the rest of the input (nil if it was valid).
+func required(err error, field, value string) error {
+	if value != "" {
+		return err
+	}
+	fe := policy.FieldError{Field: field, Description: "required"}
+	var pe *policy.Error
+	if errors.As(err, &pe) && pe.Code == policy.CodeInvalid {
+		pe.Fields = append([]policy.FieldError{fe}, pe.Fields...)
+		return pe
+	}
+	if err != nil {
+		return err
+	}
+	return &policy.Error{Code: policy.CodeInvalid, Message: "invalid request", Fields: []policy.FieldError{fe}}
 }
 
 var statusNames = map[policy.TenantStatus]string{policy.TenantActive: "active", policy.TenantSuspended: "suspended"}
