@@ -14,6 +14,7 @@
 //	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
+//	-rls-addr       SLUICE_RLS_ADDR           listen address of Envoy's rate limit service over gRPC (default 127.0.0.1:8089; "off" disables)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
 package main
 
@@ -77,6 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	budget := fs.Duration("budget", durationEnv(getenv, "SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", floatEnv(getenv, "SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	rlsAddr := fs.String("rls-addr", env("SLUICE_RLS_ADDR", "127.0.0.1:8089"), `Envoy rate limit service (gRPC) listen address; "off" disables`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -141,6 +143,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
 	fmt.Fprintf(stdout, "decider listening on http://%s\n", ln.Addr())
+	if *rlsAddr != "off" {
+		rln, err := net.Listen("tcp", *rlsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("rls: %w", err)
+		}
+		gs := dataplane.NewRLSServer(apiCfg)
+		go func() { _ = gs.Serve(rln) }()
+		defer gs.GracefulStop()
+		fmt.Fprintf(stdout, "Envoy rate limit service on %s\n", rln.Addr())
+	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }
 

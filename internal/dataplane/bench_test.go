@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
@@ -39,9 +42,9 @@ const benchClients, benchKeys = 50, 10_000
 // unencrypted HTTP/2) and returns its URL and check key.
 func benchDecider(b *testing.B) (string, string) { return benchDeciderWith(b, 1_000_000, nil) }
 
-// benchDeciderWith is benchDecider with the rule's limit per second and an
-// events publisher.
-func benchDeciderWith(b *testing.B, limitPerSecond int64, pub *events.Publisher) (string, string) {
+// benchConfig is the decider of the benchmarks, on the local Redis, for a
+// token bucket of limitPerSecond per client, publishing to pub (nil: none).
+func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
 	c, prefix := redistest.Client(b)
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
@@ -64,6 +67,13 @@ func benchDeciderWith(b *testing.B, limitPerSecond int64, pub *events.Publisher)
 	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
 		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate,
 		Events: pub}
+	return apiCfg, secret
+}
+
+// benchDeciderWith is benchDecider with the rule's limit per second and an
+// events publisher.
+func benchDeciderWith(b *testing.B, limitPerSecond int64, pub *events.Publisher) (string, string) {
+	apiCfg, secret := benchConfig(b, limitPerSecond, pub)
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", NewHTTPHandler(apiCfg))
 	mux.Handle(NewDecisionService(apiCfg))
@@ -192,6 +202,25 @@ func BenchmarkDecisionsGRPC(b *testing.B) {
 			return err
 		}
 		if !res.Msg.Allowed {
+			return fmt.Errorf("rejected")
+		}
+		return nil
+	})
+}
+
+// BenchmarkDecisionsEnvoyRLS: Envoy's rate limit service on grpc-go, one
+// descriptor per request, the load of the other decision benchmarks.
+func BenchmarkDecisionsEnvoyRLS(b *testing.B) {
+	cfg, key := benchConfig(b, 1_000_000, nil)
+	client := serveRLS(b, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	drive(b, func(_ int, id string) error {
+		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", id)}})
+		if err != nil {
+			return err
+		}
+		if res.OverallCode != rlsv3.RateLimitResponse_OK {
 			return fmt.Errorf("rejected")
 		}
 		return nil

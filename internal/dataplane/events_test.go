@@ -76,7 +76,7 @@ func TestDecisionsArePublished(t *testing.T) {
 			rejected += k.Delta.Rejected
 		}
 	}
-	if rej.TenantId != "t1" || rej.Tier != "free" || rej.RuleId != "r1" || rej.ClientKey != "{t1|5:alice}r1" || rej.Cost != 1 {
+	if rej.TenantId != "t1" || rej.Tier != "free" || rej.RuleId != "r1" || rej.ClientKey != "alice" || rej.Cost != 1 {
 		t.Fatalf("rejection event %v", rej)
 	}
 }

@@ -19,9 +19,10 @@ type fixedClock struct{ t time.Time }
 
 func (c *fixedClock) now() time.Time { return c.t }
 
-// newServer serves a tenant whose free tier allows 3 per minute per client
-// and 2 per minute on /login, and returns its check key.
-func newServer(t *testing.T) (*httptest.Server, string) {
+// testAPI is the check API's config for a tenant (slug acme) whose free
+// tier allows 3 per minute per client and 2 per minute on /login, on a
+// fixed clock, and its check key.
+func testAPI(t *testing.T) (HTTPConfig, string) {
 	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
@@ -40,12 +41,18 @@ func newServer(t *testing.T) (*httptest.Server, string) {
 	keys := NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
-	h := NewHTTPHandler(HTTPConfig{
+	return HTTPConfig{
 		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now),
 		Authenticate: keys.Authenticate,
 		MaxBodyBytes: 1024,
-	})
-	srv := httptest.NewServer(h)
+	}, secret
+}
+
+// newServer serves testAPI's check API and returns its check key.
+func newServer(t *testing.T) (*httptest.Server, string) {
+	t.Helper()
+	cfg, secret := testAPI(t)
+	srv := httptest.NewServer(NewHTTPHandler(cfg))
 	t.Cleanup(srv.Close)
 	return srv, secret
 }

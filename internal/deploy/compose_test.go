@@ -104,17 +104,14 @@ func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
 				t.Errorf("%s: %s must be set in a deployment", name, k)
 			}
 		}
+		listens := map[string]bool{}
 		for k, v := range s.Environment {
 			if strings.HasSuffix(k, "_ADDR") {
 				host, port, err := net.SplitHostPort(v)
 				if err != nil || host != "0.0.0.0" {
 					t.Errorf("%s: %s=%s must listen on 0.0.0.0 to be reachable from other containers", name, k, v)
 				}
-				for _, p := range s.Ports {
-					if !strings.HasSuffix(p, ":"+port) {
-						t.Errorf("%s: publishes %s but listens on %s", name, p, port)
-					}
-				}
+				listens[port] = true
 			}
 			for _, host := range hostsIn(k, v) {
 				if _, ok := services[host]; !ok {
@@ -122,6 +119,11 @@ func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
 				} else if _, ok := s.DependsOn[host]; !ok {
 					t.Errorf("%s: uses %s but does not depend on it", name, host)
 				}
+			}
+		}
+		for _, p := range s.Ports {
+			if container := p[strings.LastIndexByte(p, ':')+1:]; !listens[container] {
+				t.Errorf("%s: publishes %s but nothing listens on %s", name, p, container)
 			}
 		}
 	}
