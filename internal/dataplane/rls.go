@@ -44,7 +44,7 @@ func NewRLS(cfg HTTPConfig) *RLS { return &RLS{cfg: cfg} }
 // on this unary hot path it does several times the calls per CPU second.
 // A fixed pool of stream workers saves a goroutine per call.
 func NewRLSServer(cfg HTTPConfig) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), 2))), grpc.SharedWriteBuffer(true),
+	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), 2))),
 		grpc.MaxRecvMsgSize(1<<20))
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	return s
