@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
 // DefaultMaxBodyBytes bounds a check request's body.
@@ -275,58 +275,19 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// SetHeaders sets the rate limit headers of dec: RateLimit-Policy and
-// RateLimit (IETF draft, one item per rule), and X-RateLimit-Limit,
-// -Remaining and -Reset and, on a rejection, Retry-After, of the deciding
-// rule: the one that denied, not one that passed.
+// SetHeaders sets the rate limit headers of dec (see rlheaders): those of
+// the deciding rule, the one that denied, not one that passed.
 func SetHeaders(h http.Header, dec decide.Decision) {
-	if len(dec.Rules) == 0 {
-		return
-	}
-	var pol, cur []string
-	for _, r := range dec.Rules {
-		name := sfString(r.Rule.Name)
-		item := name + ";q=" + strconv.FormatInt(r.Limit, 10)
-		if r.Rule.Window > 0 {
-			item += ";w=" + strconv.FormatInt(ceilSeconds(r.Rule.Window), 10)
+	rules := make([]rlheaders.Rule, len(dec.Rules))
+	for i, r := range dec.Rules {
+		retry := r.RetryAfter
+		if retry == limit.Never {
+			retry = -1
 		}
-		pol = append(pol, item)
-		cur = append(cur, name+";r="+strconv.FormatInt(r.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(r.ResetAfter), 10))
+		rules[i] = rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Rule.Window,
+			ResetAfter: r.ResetAfter, RetryAfter: retry}
 	}
-	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
-	h.Set("RateLimit", strings.Join(cur, ", "))
-	if dec.Deciding < 0 {
-		return
-	}
-	d := dec.Rules[dec.Deciding]
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
-	if !dec.Allowed && d.RetryAfter != limit.Never {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
-	}
+	rlheaders.Set(h, rules, dec.Deciding, dec.Allowed)
 }
 
-// sfString quotes s as a structured-field string (RFC 8941): printable
-// ASCII, with '"' and '\' escaped; other bytes become '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
-
-func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
-func ceilMS(d time.Duration) int64      { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

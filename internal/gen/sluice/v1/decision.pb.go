@@ -114,7 +114,9 @@ type RuleStatus struct {
 	// Set on a rejection; absent when the request can never be admitted.
 	RetryAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Leaky bucket: how long to wait before proceeding.
-	Delay         *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
+	Delay *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
+	// The rule's window, for RateLimit-Policy; absent for concurrency rules.
+	Window        *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +210,13 @@ func (x *RuleStatus) GetRetryAfter() *durationpb.Duration {
 func (x *RuleStatus) GetDelay() *durationpb.Duration {
 	if x != nil {
 		return x.Delay
+	}
+	return nil
+}
+
+func (x *RuleStatus) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
 	}
 	return nil
 }
@@ -380,7 +389,7 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\"\xd1\x02\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\"\x84\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -393,7 +402,9 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"resetAfter\x12:\n" +
 	"\vretry_after\x18\b \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12/\n" +
-	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\"\x99\x01\n" +
+	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\x121\n" +
+	"\x06window\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x06window\"\x99\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
 	"\bdeciding\x18\x02 \x01(\x05R\bdeciding\x12+\n" +
@@ -431,22 +442,23 @@ var file_sluice_v1_decision_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
 }
 var file_sluice_v1_decision_proto_depIdxs = []int32{
-	5, // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
-	6, // 1: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
-	6, // 2: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
-	6, // 3: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
-	1, // 4: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
-	0, // 5: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
-	2, // 6: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
-	0, // 7: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
-	3, // 8: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
-	2, // 9: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
-	4, // 10: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	5,  // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
+	6,  // 1: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
+	6,  // 2: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
+	6,  // 3: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
+	6,  // 4: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
+	1,  // 5: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
+	0,  // 6: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
+	2,  // 7: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
+	0,  // 8: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
+	3,  // 9: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
+	2,  // 10: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
+	4,  // 11: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_decision_proto_init() }

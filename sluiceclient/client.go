@@ -1,0 +1,299 @@
+// Package sluiceclient is the Go SDK of Sluice's deciders: Check and
+// CheckBatch over Connect, a net/http middleware that answers 429 with the
+// rate limit headers, a client-side deny cache (a client known to be
+// rejected until some time costs no network call until then), and a
+// failure mode for when the decider cannot answer.
+//
+//	c := sluiceclient.New(sluiceclient.Config{URL: "http://decider:8080", Key: os.Getenv("SLUICE_CHECK_KEY")})
+//	http.Handle("/", c.Middleware(sluiceclient.ByHeader("X-Client-Id"), app))
+package sluiceclient
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+)
+
+// FailureMode says what Check answers when the decider cannot.
+type FailureMode uint8
+
+// Failure modes.
+const (
+	FailOpen   FailureMode = iota // allow: availability over enforcement (the default)
+	FailClosed                    // reject: enforcement over availability
+)
+
+// Config configures a Client.
+type Config struct {
+	// URL is the decider's base URL, such as http://127.0.0.1:8080.
+	URL string
+	// Key is the tenant's check key.
+	Key string
+	// HTTPClient makes the calls; nil means a client with pooled
+	// connections.
+	HTTPClient *http.Client
+	// Timeout bounds one call; 0 means 250ms.
+	Timeout time.Duration
+	// FailureMode applies when the decider fails or times out.
+	FailureMode FailureMode
+	// DenyCacheSize is how many rejected requests are remembered until
+	// their retry-after; 0 means 10,000, negative disables the cache.
+	DenyCacheSize int
+	// Now is the clock of the deny cache; nil means time.Now.
+	Now func() time.Time
+}
+
+// Request is one check: the request's descriptors, and optionally the
+// tier to apply and the cost (0 means 1).
+type Request struct {
+	Tier        string
+	Descriptors map[string]string
+	Cost        int64
+}
+
+// Rule is one rule's answer within a decision.
+type Rule struct {
+	ID, Name          string
+	Allowed, Shadow   bool
+	Limit, Remaining  int64
+	Window            time.Duration
+	ResetAfter, Delay time.Duration
+	// RetryAfter is, on a rejection, when the same request would be
+	// admitted; negative when it never can be.
+	RetryAfter time.Duration
+}
+
+// Decision is the answer to a Request.
+type Decision struct {
+	Allowed bool
+	// Deciding indexes Rules: the rule that denied, or the most
+	// restrictive; -1 when no rule applied.
+	Deciding int
+	Rules    []Rule
+	// Cached is set when the deny cache answered, without a call.
+	Cached bool
+	// Failed is set when the decider could not answer and the failure
+	// mode did; Check then also returns the error.
+	Failed        bool
+	ConfigVersion int64
+}
+
+// RetryAfter is how long until the deciding rule would admit the request
+// again: 0 when allowed, negative when never.
+func (d Decision) RetryAfter() time.Duration {
+	if d.Allowed || d.Deciding < 0 {
+		return 0
+	}
+	return d.Rules[d.Deciding].RetryAfter
+}
+
+// Client checks requests against a decider. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	rpc  sluicev1connect.DecisionServiceClient
+	deny *lru.Cache[string, cachedDenial]
+}
+
+type cachedDenial struct {
+	until time.Time
+	dec   Decision
+}
+
+// New returns a Client.
+func New(cfg Config) *Client {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 250 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Client{cfg: cfg, rpc: sluicev1connect.NewDecisionServiceClient(cfg.HTTPClient, strings.TrimSuffix(cfg.URL, "/"))}
+	if cfg.DenyCacheSize >= 0 {
+		size := cfg.DenyCacheSize
+		if size == 0 {
+			size = 10_000
+		}
+		c.deny, _ = lru.New[string, cachedDenial](size) // errors only for a size <= 0
+	}
+	return c
+}
+
+// ErrRefused wraps the decider's refusal of a request itself (a bad key,
+// invalid descriptors): no failure mode applies to those.
+var ErrRefused = errors.New("sluiceclient: request refused")
+
+// Check asks for a decision. A request rejected earlier until a time not
+// yet passed is answered from the deny cache. When the decider fails, the
+// failure mode answers (Decision.Failed) and the error is returned too,
+// for logging; a refused request returns an error wrapping ErrRefused and
+// a rejecting decision.
+func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
+	key := cacheKey(r)
+	if d, ok := c.cached(key); ok {
+		return d, nil
+	}
+	res, err := withTimeout(c, ctx, func(ctx context.Context) (*connect.Response[sluicev1.CheckResponse], error) {
+		return c.rpc.Check(ctx, authed(c, toProto(r)))
+	})
+	if err != nil {
+		return c.failed(err)
+	}
+	d := fromProto(res.Msg)
+	c.remember(key, d)
+	return d, nil
+}
+
+// CheckBatch asks for up to 100 independent decisions in one call; cached
+// rejections are answered without asking.
+func (c *Client) CheckBatch(ctx context.Context, rs []Request) ([]Decision, error) {
+	out := make([]Decision, len(rs))
+	keys := make([]string, len(rs))
+	var ask []int
+	batch := &sluicev1.CheckBatchRequest{}
+	for i, r := range rs {
+		keys[i] = cacheKey(r)
+		if d, ok := c.cached(keys[i]); ok {
+			out[i] = d
+			continue
+		}
+		ask = append(ask, i)
+		batch.Requests = append(batch.Requests, toProto(r))
+	}
+	if len(ask) == 0 {
+		return out, nil
+	}
+	res, err := withTimeout(c, ctx, func(ctx context.Context) (*connect.Response[sluicev1.CheckBatchResponse], error) {
+		return c.rpc.CheckBatch(ctx, authed(c, batch))
+	})
+	if err != nil {
+		d, err := c.failed(err)
+		for _, i := range ask {
+			out[i] = d
+		}
+		return out, err
+	}
+	if len(res.Msg.Responses) != len(ask) {
+		return out, errors.New("sluiceclient: the decider answered a different number of checks")
+	}
+	for j, i := range ask {
+		out[i] = fromProto(res.Msg.Responses[j])
+		c.remember(keys[i], out[i])
+	}
+	return out, nil
+}
+
+// authed wraps msg in a request carrying the check key.
+func authed[T any](c *Client, msg *T) *connect.Request[T] {
+	r := connect.NewRequest(msg)
+	r.Header().Set("Authorization", "Bearer "+c.cfg.Key)
+	return r
+}
+
+// withTimeout runs f under the client's timeout.
+func withTimeout[T any](c *Client, ctx context.Context, f func(context.Context) (*connect.Response[T], error)) (*connect.Response[T], error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// failed answers by the failure mode, or refuses.
+func (c *Client) failed(err error) (Decision, error) {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeResourceExhausted:
+		return Decision{Deciding: -1}, errors.Join(ErrRefused, err)
+	}
+	return Decision{Allowed: c.cfg.FailureMode == FailOpen, Deciding: -1, Failed: true}, err
+}
+
+func (c *Client) cached(key string) (Decision, bool) {
+	if c.deny == nil {
+		return Decision{}, false
+	}
+	e, ok := c.deny.Get(key)
+	if !ok {
+		return Decision{}, false
+	}
+	now := c.cfg.Now()
+	if !now.Before(e.until) {
+		c.deny.Remove(key)
+		return Decision{}, false
+	}
+	d := e.dec
+	d.Cached = true
+	d.Rules = slices.Clone(d.Rules)
+	d.Rules[d.Deciding].RetryAfter = e.until.Sub(now)
+	return d, true
+}
+
+// remember caches a rejection until its retry-after.
+func (c *Client) remember(key string, d Decision) {
+	if c.deny == nil || d.Allowed || d.Deciding < 0 || d.RetryAfter() <= 0 {
+		return
+	}
+	c.deny.Add(key, cachedDenial{until: c.cfg.Now().Add(d.RetryAfter()), dec: d})
+}
+
+// cacheKey identifies a request: its tier, cost and sorted descriptors,
+// each length-prefixed so no two requests share a key.
+func cacheKey(r Request) string {
+	keys := make([]string, 0, len(r.Descriptors))
+	for k := range r.Descriptors {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	add := func(s string) { b.WriteString(strconv.Itoa(len(s))); b.WriteByte(':'); b.WriteString(s) }
+	add(r.Tier)
+	add(strconv.FormatInt(r.Cost, 10))
+	for _, k := range keys {
+		add(k)
+		add(r.Descriptors[k])
+	}
+	return b.String()
+}
+
+func toProto(r Request) *sluicev1.CheckRequest {
+	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost}
+	keys := make([]string, 0, len(r.Descriptors))
+	for k := range r.Descriptors {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		m.Descriptors = append(m.Descriptors, &sluicev1.Descriptor{Key: k, Value: r.Descriptors[k]})
+	}
+	return m
+}
+
+func fromProto(m *sluicev1.CheckResponse) Decision {
+	d := Decision{Allowed: m.Allowed, Deciding: int(m.Deciding), ConfigVersion: m.ConfigVersion}
+	if len(m.Rules) == 0 {
+		d.Deciding = -1
+	}
+	for _, r := range m.Rules {
+		retry := time.Duration(-1)
+		if r.RetryAfter != nil {
+			retry = r.RetryAfter.AsDuration()
+		}
+		if r.Allowed {
+			retry = 0
+		}
+		d.Rules = append(d.Rules, Rule{ID: r.RuleId, Name: r.RuleName, Allowed: r.Allowed, Shadow: r.Shadow, Limit: r.Limit,
+			Remaining: r.Remaining, Window: r.Window.AsDuration(), ResetAfter: r.ResetAfter.AsDuration(), Delay: r.Delay.AsDuration(),
+			RetryAfter: retry})
+	}
+	return d
+}

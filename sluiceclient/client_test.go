@@ -1,0 +1,188 @@
+package sluiceclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/dataplane"
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// decider serves a real decider (in-process engine, the shared clock) for
+// a tenant allowing 3 per minute per client, token bucket, and counts the
+// calls that reach it.
+func decider(t *testing.T, clk *clock) (url, key string, calls *atomic.Int64) {
+	t.Helper()
+	cfg, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := dataplane.NewKeys()
+	key, _ = policy.NewKeySecret(policy.KeyCheck)
+	keys.Set(policy.HashKey(key), cfg)
+	path, h := dataplane.NewDecisionService(dataplane.HTTPConfig{Authenticate: keys.Authenticate,
+		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
+	calls = new(atomic.Int64)
+	mux := http.NewServeMux()
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); h.ServeHTTP(w, r) }))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL, key, calls
+}
+
+func alice() Request { return Request{Descriptors: map[string]string{"client_id": "alice"}} }
+
+func TestCheckAndTheDenyCache(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, calls := decider(t, clk)
+	c := New(Config{URL: url, Key: key, Now: clk.now})
+	ctx := context.Background()
+	for i := range 3 {
+		d, err := c.Check(ctx, alice())
+		if err != nil || !d.Allowed || d.Rules[0].Remaining != int64(2-i) || d.Rules[0].Window != time.Minute {
+			t.Fatalf("check %d: %+v %v", i, d, err)
+		}
+	}
+	d, err := c.Check(ctx, alice())
+	if err != nil || d.Allowed || d.Cached || d.RetryAfter() != 20*time.Second {
+		t.Fatalf("fourth check: %+v %v; want rejected for 20s", d, err)
+	}
+	if calls.Load() != 4 {
+		t.Fatalf("%d calls", calls.Load())
+	}
+	// Known rejected: answered locally, with the time left, no call.
+	clk.add(5 * time.Second)
+	d, _ = c.Check(ctx, alice())
+	if d.Allowed || !d.Cached || d.RetryAfter() != 15*time.Second || calls.Load() != 4 {
+		t.Fatalf("cached: %+v after %d calls", d, calls.Load())
+	}
+	// Another client is not affected; alice is asked again once the time passed.
+	if d, _ := c.Check(ctx, Request{Descriptors: map[string]string{"client_id": "bob"}}); !d.Allowed || d.Cached {
+		t.Fatalf("bob: %+v", d)
+	}
+	clk.add(15 * time.Second)
+	if d, _ := c.Check(ctx, alice()); !d.Allowed || d.Cached || calls.Load() != 6 {
+		t.Fatalf("after retry-after: %+v, %d calls", d, calls.Load())
+	}
+}
+
+func TestCheckBatch(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, calls := decider(t, clk)
+	c := New(Config{URL: url, Key: key, Now: clk.now})
+	reqs := []Request{alice(), alice(), alice(), alice(), {Descriptors: map[string]string{"client_id": "bob"}}}
+	ds, err := c.CheckBatch(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ds[0].Allowed || !ds[2].Allowed || ds[3].Allowed || !ds[4].Allowed {
+		t.Fatalf("batch %+v", ds)
+	}
+	// alice is cached as rejected: a batch of her alone makes no call.
+	if ds, _ := c.CheckBatch(context.Background(), []Request{alice()}); ds[0].Allowed || !ds[0].Cached || calls.Load() != 1 {
+		t.Fatalf("cached batch %+v, %d calls", ds, calls.Load())
+	}
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := decider(t, clk)
+	var served atomic.Int64
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); _, _ = w.Write([]byte("hello")) })
+	h := New(Config{URL: url, Key: key, Now: clk.now}).Middleware(ByHeader("X-Client-Id"), app)
+	do := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/things", nil)
+		req.Header.Set("X-Client-Id", "alice")
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range 3 {
+		rec := do()
+		if rec.Code != 200 || rec.Body.String() != "hello" || rec.Header().Get("X-RateLimit-Remaining") != []string{"2", "1", "0"}[i] ||
+			rec.Header().Get("RateLimit-Policy") != `"per-client";q=3;w=60` {
+			t.Fatalf("request %d: %d %q %v", i, rec.Code, rec.Body, rec.Header())
+		}
+	}
+	rec := do()
+	var body map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "20" || rec.Header().Get("Content-Type") != "application/problem+json" ||
+		body["detail"] != "rejected by per-client" || served.Load() != 3 {
+		t.Fatalf("fourth: %d %v %s (served %d)", rec.Code, rec.Header(), rec.Body, served.Load())
+	}
+}
+
+func TestFailureModes(t *testing.T) {
+	t.Parallel()
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(hang); slow.Close() })
+	for _, tc := range []struct {
+		name string
+		mode FailureMode
+		url  string
+	}{
+		{"open, refused connection", FailOpen, "http://127.0.0.1:1"},
+		{"closed, refused connection", FailClosed, "http://127.0.0.1:1"},
+		{"open, decider hangs", FailOpen, slow.URL},
+		{"closed, decider hangs", FailClosed, slow.URL},
+	} {
+		c := New(Config{URL: tc.url, Key: "k", FailureMode: tc.mode, Timeout: 50 * time.Millisecond})
+		start := time.Now()
+		d, err := c.Check(context.Background(), alice())
+		if err == nil || !d.Failed || d.Allowed != (tc.mode == FailOpen) {
+			t.Errorf("%s: %+v %v", tc.name, d, err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: took %v, past the timeout", tc.name, took)
+		}
+	}
+}
+
+func TestARefusedRequestIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Now()}
+	url, _, _ := decider(t, clk)
+	c := New(Config{URL: url, Key: "sk_check_wrong"})
+	d, err := c.Check(context.Background(), alice())
+	if !errors.Is(err, ErrRefused) || d.Allowed || d.Failed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	rec := httptest.NewRecorder()
+	c.Middleware(ByRemoteIP(), http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != 500 {
+		t.Fatalf("middleware with a bad key: %d", rec.Code)
+	}
+}

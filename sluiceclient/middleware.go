@@ -1,0 +1,84 @@
+package sluiceclient
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/rlheaders"
+)
+
+// DescribeFunc turns an incoming request into the check to make; ok false
+// skips the check (the request goes through unchecked).
+type DescribeFunc func(r *http.Request) (req Request, ok bool)
+
+// ByHeader describes a request by the client id in header (as client_id)
+// and its path (as route); requests without the header are checked under
+// the client id "".
+func ByHeader(header string) DescribeFunc {
+	return func(r *http.Request) (Request, bool) {
+		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": r.URL.Path}}, true
+	}
+}
+
+// ByRemoteIP describes a request by its connection's IP address (as
+// client_id) and its path (as route). Behind a proxy, use a DescribeFunc
+// that trusts the proxy's forwarding header instead.
+func ByRemoteIP() DescribeFunc {
+	return func(r *http.Request) (Request, bool) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return Request{Descriptors: map[string]string{"client_id": host, "route": r.URL.Path}}, true
+	}
+}
+
+// Middleware checks each request before next: the rate limit headers are
+// set on every answer, and a rejected request gets 429 with Retry-After
+// and a problem+json body naming the rules that rejected it, without
+// reaching next. When the decider fails, the failure mode decides.
+func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, ok := describe(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		d, err := c.Check(r.Context(), req)
+		if err != nil && !d.Failed {
+			// Refused (bad key, invalid descriptors): a misconfiguration of
+			// this service, not the caller's fault.
+			http.Error(w, "rate limiter misconfigured", http.StatusInternalServerError)
+			return
+		}
+		SetHeaders(w.Header(), d)
+		if d.Allowed {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var violated []string
+		for _, rule := range d.Rules {
+			if !rule.Allowed && !rule.Shadow {
+				violated = append(violated, rule.Name)
+			}
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(map[string]any{"type": "https://sluice.dev/problems/rate-limited", "title": "Too Many Requests",
+			"status": http.StatusTooManyRequests, "detail": "rejected by " + strings.Join(violated, ", "), "violated_policies": violated})
+	})
+}
+
+// SetHeaders sets d's rate limit headers on h: RateLimit-Policy and
+// RateLimit for every rule, X-RateLimit-* of the deciding one, and
+// Retry-After on a rejection.
+func SetHeaders(h http.Header, d Decision) {
+	rules := make([]rlheaders.Rule, len(d.Rules))
+	for i, r := range d.Rules {
+		rules[i] = rlheaders.Rule{Name: r.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Window,
+			ResetAfter: r.ResetAfter, RetryAfter: r.RetryAfter}
+	}
+	rlheaders.Set(h, rules, d.Deciding, d.Allowed)
+}
