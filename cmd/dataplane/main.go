@@ -15,17 +15,27 @@
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
 //	-rls-addr       SLUICE_RLS_ADDR           listen address of Envoy's rate limit service over gRPC (default 127.0.0.1:8089; "off" disables)
+//	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
+//	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
+//	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
+//	-identity-header SLUICE_IDENTITY_HEADER   proxy: header naming the client (else the cookie, else the client IP)
+//	-identity-cookie SLUICE_IDENTITY_COOKIE   proxy: cookie naming the client
+//	-trusted-proxies SLUICE_TRUSTED_PROXIES   proxy: comma-separated CIDRs whose X-Forwarded-For is believed
+//	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
+//	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -78,6 +88,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	budget := fs.Duration("budget", durationEnv(getenv, "SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", floatEnv(getenv, "SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
+	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
+	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
+	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
+	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
+	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
+	maxDelay := fs.Duration("max-delay", durationEnv(getenv, "SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	rlsAddr := fs.String("rls-addr", env("SLUICE_RLS_ADDR", "127.0.0.1:8089"), `Envoy rate limit service (gRPC) listen address; "off" disables`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -143,6 +160,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
 	fmt.Fprintf(stdout, "decider listening on http://%s\n", ln.Addr())
+	if *upstream != "" {
+		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"),
+			dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}, *trusted)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopProxy()
+	}
 	if *rlsAddr != "off" {
 		rln, err := net.Listen("tcp", *rlsAddr)
 		if err != nil {
@@ -155,6 +181,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "Envoy rate limit service on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
+}
+
+// serveProxy starts the reverse proxy of pc in front of upstream, for the
+// tenant of the check key, and returns what stops it.
+func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
+	pc dataplane.ProxyConfig, trusted string) (func(), error) {
+	u, err := url.Parse(upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
+	}
+	if key == "" {
+		return nil, errors.New("reverse-proxy mode needs SLUICE_PROXY_KEY, the check key of the tenant to enforce")
+	}
+	if pc.TrustedProxies, err = dataplane.ParsePrefixes(trusted); err != nil {
+		return nil, err
+	}
+	header := http.Header{"Authorization": {"Bearer " + key}}
+	pc.API, pc.Upstream = api, u
+	pc.Tenant = func() (*decide.Config, error) { return keys.Authenticate(header) }
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
+	fmt.Fprintf(stdout, "proxying http://%s to %s\n", ln.Addr(), u.Redacted())
+	return func() { <-done }, nil
 }
 
 // versionCollector exports the config version enforced for each tenant.

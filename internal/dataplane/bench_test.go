@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,4 +228,51 @@ func BenchmarkDecisionsEnvoyRLS(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkProxyOverhead measures what the reverse proxy adds to a request:
+// one client, requests one after another, to an upstream directly and
+// through the proxy (decisions on the local Redis, and in process).
+func BenchmarkProxyOverhead(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	b.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	redisCfg, redisKey := benchConfig(b, 1_000_000, nil)
+	localCfg, localKey := benchConfig(b, 1_000_000, nil)
+	localCfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	proxy := func(cfg HTTPConfig, key string) string {
+		h := http.Header{"Authorization": {"Bearer " + key}}
+		srv := httptest.NewServer(NewProxy(ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
+			Tenant: func() (*decide.Config, error) { return cfg.Authenticate(h) }}))
+		b.Cleanup(srv.Close)
+		return srv.URL
+	}
+	for _, tc := range []struct{ name, url string }{
+		{"direct", up.URL},
+		{"proxy-redis", proxy(redisCfg, redisKey)},
+		{"proxy-in-process", proxy(localCfg, localKey)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+			lats := make([]time.Duration, 0, b.N)
+			for i := range b.N {
+				req, _ := http.NewRequest("GET", tc.url+"/", nil)
+				req.Header.Set("X-Client-Id", "client-"+strconv.Itoa(i%benchKeys))
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lats = append(lats, time.Since(start))
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+			slices.Sort(lats)
+			b.ReportMetric(float64(lats[len(lats)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds()), "p99-µs")
+		})
+	}
 }

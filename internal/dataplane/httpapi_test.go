@@ -24,14 +24,20 @@ func (c *fixedClock) now() time.Time { return c.t }
 // fixed clock, and its check key.
 func testAPI(t *testing.T) (HTTPConfig, string) {
 	t.Helper()
+	return apiWith(t, []policy.Rule{
+		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
+		{ID: "r2", Name: "login", KeyBy: []string{"client_id"}, Enabled: true, Match: []policy.Match{{Key: "route", Value: "/login"}},
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
+	})
+}
+
+// apiWith is testAPI with the free tier's rules.
+func apiWith(t *testing.T, rules []policy.Rule) (HTTPConfig, string) {
+	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
-		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
-			{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
-			{ID: "r2", Name: "login", KeyBy: []string{"client_id"}, Enabled: true, Match: []policy.Match{{Key: "route", Value: "/login"}},
-				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
-		}}},
+		Tiers: []policy.Tier{{Name: "free", Rules: rules}},
 	}
 	c, err := decide.Compile(snap)
 	if err != nil {

@@ -1,0 +1,197 @@
+package dataplane
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// ProxyConfig configures the reverse-proxy mode: the decider in front of
+// one upstream, for one tenant.
+type ProxyConfig struct {
+	API      HTTPConfig
+	Upstream *url.URL
+	// Tenant returns the configuration of the tenant the proxy enforces
+	// (the one whose check key it was given).
+	Tenant func() (*decide.Config, error)
+	// IdentityHeader, else IdentityCookie, names the client; with neither
+	// (or when the request lacks it) the client is its IP address.
+	IdentityHeader, IdentityCookie string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed: the
+	// client IP is the rightmost address not among them.
+	TrustedProxies []netip.Prefix
+	// TierHeader, when set, names a header choosing the tier (set by a
+	// trusted gateway in front); else overrides and the default apply.
+	TierHeader string
+	// MaxDelay bounds how long a request admitted with a delay (leaky
+	// bucket as a queue) is held before it is forwarded; 0 means 5s.
+	MaxDelay time.Duration
+}
+
+// Descriptors a proxied request is checked with.
+const (
+	RouteDescriptor  = "route"
+	MethodDescriptor = "method"
+)
+
+// NewProxy returns the reverse proxy: each request is checked as
+// client_id (its identity), route (its path) and method; allowed ones are
+// forwarded, bodies streamed and upgrades (websockets) passed through,
+// after waiting out a leaky bucket's delay; rejected ones get 429, the
+// rate limit headers and a problem+json body.
+func NewProxy(cfg ProxyConfig) http.Handler {
+	if cfg.API.Logger == nil {
+		cfg.API.Logger = slog.Default()
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 5 * time.Second
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(cfg.Upstream)
+			pr.SetXForwarded()
+		},
+		FlushInterval: -1, // stream responses as they come
+		ErrorLog:      slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
+	}
+	h := &httpAPI{cfg: cfg.API}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := cfg.Tenant()
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		req := decide.Request{Descriptors: policy.Descriptors{
+			{Key: policy.DefaultIdentifierKey, Value: cfg.identity(r)},
+			{Key: RouteDescriptor, Value: r.URL.Path},
+			{Key: MethodDescriptor, Value: r.Method},
+		}}
+		if cfg.TierHeader != "" {
+			req.Tier = r.Header.Get(cfg.TierHeader)
+		}
+		dec, err := cfg.API.decide(r.Context(), c, req)
+		if err != nil {
+			h.fail(w, err)
+			return
+		}
+		SetHeaders(w.Header(), dec)
+		if !dec.Allowed {
+			writeJSON(w, http.StatusTooManyRequests, "application/problem+json", rejectedProblem(dec))
+			return
+		}
+		if delay := maxDelay(dec); delay > 0 {
+			if delay > cfg.MaxDelay {
+				writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
+				return
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return
+			}
+		}
+		// Answer while the request body still streams in (without this,
+		// the server would drain the body before sending the headers).
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+}
+
+func maxDelay(dec decide.Decision) time.Duration {
+	var d time.Duration
+	for _, r := range dec.Rules {
+		d = max(d, r.Delay)
+	}
+	return d
+}
+
+// identity names the client of r: the identity header, else the cookie,
+// else its IP (see ClientIP).
+func (cfg *ProxyConfig) identity(r *http.Request) string {
+	if cfg.IdentityHeader != "" {
+		if v := r.Header.Get(cfg.IdentityHeader); v != "" {
+			return v
+		}
+	}
+	if cfg.IdentityCookie != "" {
+		if c, err := r.Cookie(cfg.IdentityCookie); err == nil && c.Value != "" {
+			return c.Value
+		}
+	}
+	return ClientIP(r, cfg.TrustedProxies).String()
+}
+
+// ClientIP is the address of r's client: its peer, unless the peer is a
+// trusted proxy, in which case X-Forwarded-For is walked from the right
+// past the trusted proxies. An untrusted peer's X-Forwarded-For is
+// ignored, so nobody can pose as another client by sending one.
+func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	ip = ip.Unmap()
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	if !isTrusted(ip) {
+		return ip
+	}
+	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			return ip // a malformed hop: trust nothing beyond it
+		}
+		if a = a.Unmap(); !isTrusted(a) {
+			return a
+		}
+		ip = a
+	}
+	return ip
+}
+
+// ParsePrefixes parses comma-separated CIDRs or addresses (a bare address
+// is a /32 or /128).
+func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

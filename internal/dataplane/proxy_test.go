@@ -1,0 +1,263 @@
+package dataplane
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// upstream is a real server: /echo streams the request body back chunk by
+// chunk, /ws accepts a websocket-style upgrade and echoes bytes, anything
+// else answers who asked.
+func upstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		switch r.URL.Path {
+		case "/echo":
+			_ = http.NewResponseController(w).EnableFullDuplex()
+			w.WriteHeader(200)
+			buf := make([]byte, 64)
+			for {
+				n, err := r.Body.Read(buf)
+				if n > 0 {
+					_, _ = w.Write(buf[:n])
+					w.(http.Flusher).Flush()
+				}
+				if err != nil {
+					return
+				}
+			}
+		case "/ws":
+			if r.Header.Get("Upgrade") != "websocket" {
+				http.Error(w, "upgrade required", http.StatusUpgradeRequired)
+				return
+			}
+			conn, rw, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			_ = rw.Flush()
+			_, _ = io.Copy(conn, rw) // echo until the client closes
+		default:
+			fmt.Fprintf(w, "hello %s via %s", r.Header.Get("X-Client-Id"), r.Header.Get("X-Forwarded-For"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+func proxyFor(t *testing.T, cfg HTTPConfig, key string, up *httptest.Server, mod func(*ProxyConfig)) *httptest.Server {
+	t.Helper()
+	u, _ := url.Parse(up.URL)
+	pc := ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id", Tenant: func() (*decide.Config, error) {
+		return cfg.Authenticate(http.Header{"Authorization": {"Bearer " + key}})
+	}}
+	if mod != nil {
+		mod(&pc)
+	}
+	srv := httptest.NewServer(NewProxy(pc))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestProxyForwardsUntilRejected(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up, hits := upstream(t)
+	px := proxyFor(t, cfg, key, up, nil)
+	get := func(client string) *http.Response {
+		req, _ := http.NewRequest("GET", px.URL+"/things", nil)
+		req.Header.Set("X-Client-Id", client)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := range 3 {
+		resp := get("alice")
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "hello alice via 127.0.0.1") || resp.Header.Get("X-RateLimit-Remaining") != fmt.Sprint(2-i) {
+			t.Fatalf("request %d: %d %q %v", i, resp.StatusCode, body, resp.Header)
+		}
+	}
+	resp := get("alice")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"violated_policies":["per-client"]`) || hits.Load() != 3 {
+		t.Fatalf("fourth: %d %s %v, upstream hit %d times", resp.StatusCode, body, resp.Header, hits.Load())
+	}
+	if resp := get("bob"); resp.StatusCode != 200 {
+		t.Fatalf("bob: %d", resp.StatusCode)
+	}
+}
+
+func TestProxyStreamsBodies(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up, _ := upstream(t)
+	px := proxyFor(t, cfg, key, up, nil)
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", px.URL+"/echo", pr)
+	req.Header.Set("X-Client-Id", "streamer")
+	respc := make(chan *http.Response, 1)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			errc <- err
+			return
+		}
+		respc <- resp
+	}()
+	// The first chunk comes back while the request body is still open: both
+	// directions stream through the proxy.
+	if _, err := pw.Write([]byte("first ")); err != nil {
+		t.Fatal(err)
+	}
+	var resp *http.Response
+	select {
+	case resp = <-respc:
+	case err := <-errc:
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first " {
+		t.Fatalf("first chunk %q, %v", buf, err)
+	}
+	_, _ = pw.Write([]byte("second"))
+	pw.Close()
+	rest, _ := io.ReadAll(resp.Body)
+	if string(rest) != "second" {
+		t.Fatalf("rest %q", rest)
+	}
+}
+
+func TestProxyPassesWebsocketUpgrades(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up, _ := upstream(t)
+	px := proxyFor(t, cfg, key, up, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(px.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nX-Client-Id: ws\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("X-RateLimit-Limit") == "" {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	for _, msg := range []string{"ping", "pong!"} {
+		if _, err := conn.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo %q, %v", got, err)
+		}
+	}
+}
+
+func TestProxyDelaysLeakyBucketRequests(t *testing.T) {
+	t.Parallel()
+	// One request per 200ms drains; up to 1s of queue.
+	cfg, key := apiWith(t, []policy.Rule{{ID: "q", Name: "queue", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 1, Window: 200 * time.Millisecond, MaxDelay: time.Second}}})
+	up, hits := upstream(t)
+	px := proxyFor(t, cfg, key, up, nil)
+	get := func() (int, time.Duration) {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		req.Header.Set("X-Client-Id", "q")
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(start)
+	}
+	if code, _ := get(); code != 200 {
+		t.Fatalf("first: %d", code)
+	}
+	// The decider's clock stands still: the second waits one drain
+	// interval instead of being rejected.
+	code, took := get()
+	if code != 200 || took < 200*time.Millisecond || hits.Load() != 2 {
+		t.Fatalf("second: %d after %v (upstream hits %d), want 200 after ≥ 200ms", code, took, hits.Load())
+	}
+}
+
+func TestClientIPTrustsOnlyConfiguredProxies(t *testing.T) {
+	t.Parallel()
+	trusted, err := ParsePrefixes("10.0.0.0/8, 192.0.2.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ remote, xff, want string }{
+		{"203.0.113.9:1234", "", "203.0.113.9"},
+		{"203.0.113.9:1234", "1.2.3.4", "203.0.113.9"},                     // an untrusted peer's header is ignored
+		{"10.1.2.3:80", "198.51.100.4", "198.51.100.4"},                    // a trusted proxy's is believed
+		{"10.1.2.3:80", "6.6.6.6, 198.51.100.4, 10.9.9.9", "198.51.100.4"}, // rightmost untrusted hop
+		{"192.0.2.7:80", "garbage, 198.51.100.4", "198.51.100.4"},
+		{"10.1.2.3:80", "garbage", "10.1.2.3"},
+		{"[::ffff:10.1.2.3]:80", "198.51.100.5", "198.51.100.5"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.remote
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := ClientIP(r, trusted); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("remote %s, XFF %q: %v, want %s", tc.remote, tc.xff, got, tc.want)
+		}
+	}
+	if _, err := ParsePrefixes("10.0.0.0/33"); err == nil {
+		t.Error("a bad CIDR was accepted")
+	}
+}
+
+func TestProxyIdentityFromCookieAndIP(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up, _ := upstream(t)
+	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.IdentityHeader, pc.IdentityCookie = "", "session" })
+	status := func(cookie string) int {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		if cookie != "" {
+			req.AddCookie(&http.Cookie{Name: "session", Value: cookie})
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 3 {
+		status("s1")
+	}
+	if status("s1") != 429 || status("s2") != 200 || status("") != 200 {
+		t.Fatal("cookie identities are not counted apart")
+	}
+}
