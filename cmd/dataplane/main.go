@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	keys := dataplane.NewKeys()
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL),
-		Key:    getenv("SLUICE_DECIDER_KEY"), Keys: keys, StateFile: *stateFile, Logger: logger,
+		Key:    getenv("SLUICE_DECIDER_KEY"), Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(),
 	})
 	go func() { _ = syncer.Run(ctx) }()
 
@@ -141,9 +141,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider)}
 	if *brokers != "" {
-		host, _ := os.Hostname()
 		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic,
-			Decider: host + "/" + strconv.Itoa(os.Getpid()), Logger: logger})
+			Decider: deciderName(), Logger: logger})
 		go func() { _ = pub.Run(ctx) }()
 		apiCfg.Events = pub
 	}
@@ -181,6 +180,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "Envoy rate limit service on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
+}
+
+// deciderName names this decider in events and the control plane's list:
+// host/pid.
+func deciderName() string {
+	host, _ := os.Hostname()
+	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
 // serveProxy starts the reverse proxy of pc in front of upstream, for the

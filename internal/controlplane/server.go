@@ -41,7 +41,7 @@ func init() {
 	for _, p := range []string{
 		sluicev1connect.TenantServiceCreateTenantProcedure, sluicev1connect.TenantServiceGetTenantProcedure,
 		sluicev1connect.TenantServiceListTenantsProcedure, sluicev1connect.TenantServiceUpdateTenantProcedure,
-		sluicev1connect.TenantServiceDeleteTenantProcedure,
+		sluicev1connect.TenantServiceDeleteTenantProcedure, sluicev1connect.DeciderServiceListDecidersProcedure,
 	} {
 		operatorOnly[p] = true
 	}
@@ -76,6 +76,7 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewAuditServiceHandler(auditServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewReportServiceHandler(reportServer{s}, opts...))
+	mux.Handle(sluicev1connect.NewDeciderServiceHandler(deciderServer{s}, opts...))
 	return mux
 }
 

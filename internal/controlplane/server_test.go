@@ -29,14 +29,15 @@ const (
 
 // clients are the generated clients of every service, over one protocol.
 type clients struct {
-	tenants sluicev1connect.TenantServiceClient
-	tiers   sluicev1connect.TierServiceClient
-	rules   sluicev1connect.RuleServiceClient
-	keys    sluicev1connect.KeyServiceClient
-	ovs     sluicev1connect.OverrideServiceClient
-	audit   sluicev1connect.AuditServiceClient
-	config  sluicev1connect.ConfigServiceClient
-	reports sluicev1connect.ReportServiceClient
+	tenants  sluicev1connect.TenantServiceClient
+	tiers    sluicev1connect.TierServiceClient
+	rules    sluicev1connect.RuleServiceClient
+	keys     sluicev1connect.KeyServiceClient
+	ovs      sluicev1connect.OverrideServiceClient
+	audit    sluicev1connect.AuditServiceClient
+	config   sluicev1connect.ConfigServiceClient
+	reports  sluicev1connect.ReportServiceClient
+	deciders sluicev1connect.DeciderServiceClient
 }
 
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
@@ -54,14 +55,15 @@ func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
 func newClients(srv *httptest.Server, opts ...connect.ClientOption) clients {
 	c := srv.Client()
 	return clients{
-		tenants: sluicev1connect.NewTenantServiceClient(c, srv.URL, opts...),
-		tiers:   sluicev1connect.NewTierServiceClient(c, srv.URL, opts...),
-		rules:   sluicev1connect.NewRuleServiceClient(c, srv.URL, opts...),
-		keys:    sluicev1connect.NewKeyServiceClient(c, srv.URL, opts...),
-		ovs:     sluicev1connect.NewOverrideServiceClient(c, srv.URL, opts...),
-		audit:   sluicev1connect.NewAuditServiceClient(c, srv.URL, opts...),
-		config:  sluicev1connect.NewConfigServiceClient(c, srv.URL, opts...),
-		reports: sluicev1connect.NewReportServiceClient(c, srv.URL, opts...),
+		tenants:  sluicev1connect.NewTenantServiceClient(c, srv.URL, opts...),
+		tiers:    sluicev1connect.NewTierServiceClient(c, srv.URL, opts...),
+		rules:    sluicev1connect.NewRuleServiceClient(c, srv.URL, opts...),
+		keys:     sluicev1connect.NewKeyServiceClient(c, srv.URL, opts...),
+		ovs:      sluicev1connect.NewOverrideServiceClient(c, srv.URL, opts...),
+		audit:    sluicev1connect.NewAuditServiceClient(c, srv.URL, opts...),
+		config:   sluicev1connect.NewConfigServiceClient(c, srv.URL, opts...),
+		reports:  sluicev1connect.NewReportServiceClient(c, srv.URL, opts...),
+		deciders: sluicev1connect.NewDeciderServiceClient(c, srv.URL, opts...),
 	}
 }
 
@@ -329,6 +331,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{TenantId: tenantA, From: hourAgo, To: now})
 			return err
 		},
+		"ListDeciders": func(k string) error {
+			_, err := call(k, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{})
+			return err
+		},
 		"GetSnapshots": func(k string) error {
 			_, err := call(k, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{})
 			return err
@@ -351,7 +357,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			return st.Err()
 		},
 	}
-	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true}
+	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true, "ListDeciders": true}
 	deciderOnlyRPCs := map[string]bool{"GetSnapshots": true, "Watch": true}
 	denied := []connect.Code{connect.CodePermissionDenied}
 	allowed := []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
@@ -447,6 +453,15 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 	}
 	if none := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since}); len(none.Snapshots) != 0 {
 		t.Fatalf("up to date, yet %d snapshots", len(none.Snapshots))
+	}
+	// A named decider's sync shows in the operator's list, with what it
+	// enforces once it applies the answer: b's latest, a's it had.
+	stale := map[string]int64{a: since[a], b: since[b] - 1}
+	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: stale, Decider: "host-1/42"})
+	ds := callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders
+	if len(ds) != 1 || ds[0].Name != "host-1/42" || ds[0].ConfigVersions[a] != since[a] || ds[0].ConfigVersions[b] != since[b] ||
+		time.Since(ds[0].LastSyncedAt.AsTime()) > time.Minute {
+		t.Fatalf("deciders %v", ds)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

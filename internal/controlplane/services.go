@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/pgstore"
@@ -87,7 +88,33 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		}
 		out.Snapshots = append(out.Snapshots, protoconv.SnapshotToProto(snap, keys))
 	}
+	if name := req.Msg.GetDecider(); name != "" {
+		// What the decider enforces once it applies this answer.
+		enforced := map[string]int64{}
+		for id, v := range since {
+			if _, ok := versions[id]; ok {
+				enforced[id] = v
+			}
+		}
+		for _, snap := range out.Snapshots {
+			enforced[snap.GetTenant().GetId()] = snap.GetVersion()
+		}
+		if err := s.store.RecordDecider(ctx, name, enforced); err != nil {
+			s.logger.WarnContext(ctx, "recording a decider's sync", "decider", name, "err", err)
+		}
+	}
 	return connect.NewResponse(out), nil
+}
+
+type deciderServer struct{ *server }
+
+func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[sluicev1.ListDecidersRequest]) (*connect.Response[sluicev1.ListDecidersResponse], error) {
+	ds, err := s.store.ListDeciders(ctx)
+	out := &sluicev1.ListDecidersResponse{}
+	for _, d := range ds {
+		out.Deciders = append(out.Deciders, &sluicev1.Decider{Name: d.Name, LastSyncedAt: timestamppb.New(d.LastSyncedAt), ConfigVersions: d.Versions})
+	}
+	return reply(ctx, s.server, out, err)
 }
 
 func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.WatchRequest], stream *connect.ServerStream[sluicev1.WatchResponse]) error {

@@ -25,6 +25,9 @@ type SyncConfig struct {
 	Client sluicev1connect.ConfigServiceClient
 	// Key is the decider credential (the control plane's SLUICE_DECIDER_KEY).
 	Key string
+	// Name identifies this decider to the control plane's list of
+	// deciders (such as host/pid); "" leaves it unlisted.
+	Name string
 	// Keys is the check-key table the Syncer keeps current.
 	Keys *Keys
 	// StateFile keeps the last good configuration, loaded at start when the
@@ -151,7 +154,7 @@ func (s *Syncer) pull(ctx context.Context) error {
 	for id, snap := range s.current {
 		since[id] = snap.GetVersion()
 	}
-	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since})
+	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name})
 	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)
 	if err != nil {

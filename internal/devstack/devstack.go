@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 	checkKeys := dataplane.NewKeys()
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, base), Key: keys.Decider, Keys: checkKeys,
-		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger,
+		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger, Name: "dev",
 	})
 	local := limit.NewEngine(limit.EngineConfig{})
 	decOpts, engineName, closeEngine := redisOrLocal(ctx, cfg, local)

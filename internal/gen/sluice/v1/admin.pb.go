@@ -2471,6 +2471,148 @@ func (x *ListAuditResponse) GetEntries() []*AuditEntry {
 	return nil
 }
 
+type Decider struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LastSyncedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=last_synced_at,json=lastSyncedAt,proto3" json:"last_synced_at,omitempty"`
+	// Tenant id → the config version the decider enforces.
+	ConfigVersions map[string]int64 `protobuf:"bytes,3,rep,name=config_versions,json=configVersions,proto3" json:"config_versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Decider) Reset() {
+	*x = Decider{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decider) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decider) ProtoMessage() {}
+
+func (x *Decider) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decider.ProtoReflect.Descriptor instead.
+func (*Decider) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Decider) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Decider) GetLastSyncedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSyncedAt
+	}
+	return nil
+}
+
+func (x *Decider) GetConfigVersions() map[string]int64 {
+	if x != nil {
+		return x.ConfigVersions
+	}
+	return nil
+}
+
+type ListDecidersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDecidersRequest) Reset() {
+	*x = ListDecidersRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDecidersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDecidersRequest) ProtoMessage() {}
+
+func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
+func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+type ListDecidersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deciders seen in the last 24 hours, most recently synced first.
+	Deciders      []*Decider `protobuf:"bytes,1,rep,name=deciders,proto3" json:"deciders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDecidersResponse) Reset() {
+	*x = ListDecidersResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDecidersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDecidersResponse) ProtoMessage() {}
+
+func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
+func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListDecidersResponse) GetDeciders() []*Decider {
+	if x != nil {
+		return x.Deciders
+	}
+	return nil
+}
+
 var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
@@ -2619,7 +2761,17 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\tbefore_id\x18\x02 \x01(\x03R\bbeforeId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries*d\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries\"\xf3\x01\n" +
+	"\aDecider\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
+	"\x0elast_synced_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flastSyncedAt\x12O\n" +
+	"\x0fconfig_versions\x18\x03 \x03(\v2&.sluice.v1.Decider.ConfigVersionsEntryR\x0econfigVersions\x1aA\n" +
+	"\x13ConfigVersionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x15\n" +
+	"\x13ListDecidersRequest\"F\n" +
+	"\x14ListDecidersResponse\x12.\n" +
+	"\bdeciders\x18\x01 \x03(\v2\x12.sluice.v1.DeciderR\bdeciders*d\n" +
 	"\fTenantStatus\x12\x1d\n" +
 	"\x19TENANT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TENANT_STATUS_ACTIVE\x10\x01\x12\x1b\n" +
@@ -2659,7 +2811,9 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\rListOverrides\x12\x1f.sluice.v1.ListOverridesRequest\x1a .sluice.v1.ListOverridesResponse\"\x00\x12W\n" +
 	"\x0eDeleteOverride\x12 .sluice.v1.DeleteOverrideRequest\x1a!.sluice.v1.DeleteOverrideResponse\"\x002X\n" +
 	"\fAuditService\x12H\n" +
-	"\tListAudit\x12\x1b.sluice.v1.ListAuditRequest\x1a\x1c.sluice.v1.ListAuditResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"\tListAudit\x12\x1b.sluice.v1.ListAuditRequest\x1a\x1c.sluice.v1.ListAuditResponse\"\x002c\n" +
+	"\x0eDeciderService\x12Q\n" +
+	"\fListDeciders\x12\x1e.sluice.v1.ListDecidersRequest\x1a\x1f.sluice.v1.ListDecidersResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_admin_proto_rawDescOnce sync.Once
@@ -2674,7 +2828,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),              // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                   // 1: sluice.v1.KeyKind
@@ -2723,9 +2877,13 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*AuditEntry)(nil),             // 44: sluice.v1.AuditEntry
 	(*ListAuditRequest)(nil),       // 45: sluice.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 46: sluice.v1.ListAuditResponse
-	(*Rule)(nil),                   // 47: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),  // 48: google.protobuf.Timestamp
-	(*LimitParams)(nil),            // 49: sluice.v1.LimitParams
+	(*Decider)(nil),                // 47: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),    // 48: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),   // 49: sluice.v1.ListDecidersResponse
+	nil,                            // 50: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                   // 51: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
+	(*LimitParams)(nil),            // 53: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -2734,72 +2892,77 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
 	2,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	47, // 6: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	51, // 6: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	13, // 7: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	13, // 8: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	47, // 9: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	47, // 10: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	47, // 11: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	47, // 12: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	51, // 9: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	51, // 10: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	51, // 11: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	51, // 12: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 13: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	48, // 14: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	48, // 15: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	48, // 16: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	52, // 14: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	52, // 15: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	52, // 16: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 17: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
 	30, // 18: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	30, // 19: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	49, // 20: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	48, // 21: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 20: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	52, // 21: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
 	37, // 22: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
 	37, // 23: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
 	37, // 24: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	48, // 25: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	52, // 25: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	44, // 26: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	3,  // 27: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 28: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 29: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 30: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 31: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	14, // 32: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	16, // 33: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	18, // 34: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	20, // 35: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	22, // 36: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	24, // 37: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	26, // 38: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	28, // 39: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	31, // 40: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	33, // 41: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	35, // 42: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	38, // 43: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	40, // 44: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	42, // 45: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	45, // 46: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	4,  // 47: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 48: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 49: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 50: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 51: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	15, // 52: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	17, // 53: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	19, // 54: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	21, // 55: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	23, // 56: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	25, // 57: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	27, // 58: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	29, // 59: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	32, // 60: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	34, // 61: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	36, // 62: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	39, // 63: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	41, // 64: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	43, // 65: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	46, // 66: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	47, // [47:67] is the sub-list for method output_type
-	27, // [27:47] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	52, // 27: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	50, // 28: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	47, // 29: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 30: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 31: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 32: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 33: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 34: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	14, // 35: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	16, // 36: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	18, // 37: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	20, // 38: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	22, // 39: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	24, // 40: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	26, // 41: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	28, // 42: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	31, // 43: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	33, // 44: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	35, // 45: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	38, // 46: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	40, // 47: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	42, // 48: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	45, // 49: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	48, // 50: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 51: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 52: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 53: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 54: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 55: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	15, // 56: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	17, // 57: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	19, // 58: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	21, // 59: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	23, // 60: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	25, // 61: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	27, // 62: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	29, // 63: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	32, // 64: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	34, // 65: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	36, // 66: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	39, // 67: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	41, // 68: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	43, // 69: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	46, // 70: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	49, // 71: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	51, // [51:72] is the sub-list for method output_type
+	30, // [30:51] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -2814,9 +2977,9 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_sluice_v1_admin_proto_goTypes,
 		DependencyIndexes: file_sluice_v1_admin_proto_depIdxs,

@@ -101,7 +101,10 @@ func (x *Snapshot) GetCheckKeyHashes() [][]byte {
 type GetSnapshotsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version the caller holds of each tenant.
-	Since         map[string]int64 `protobuf:"bytes,1,rep,name=since,proto3" json:"since,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Since map[string]int64 `protobuf:"bytes,1,rep,name=since,proto3" json:"since,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Names the decider (such as host/pid), for the operator's list of
+	// deciders and the versions they enforce.
+	Decider       string `protobuf:"bytes,2,opt,name=decider,proto3" json:"decider,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -141,6 +144,13 @@ func (x *GetSnapshotsRequest) GetSince() map[string]int64 {
 		return x.Since
 	}
 	return nil
+}
+
+func (x *GetSnapshotsRequest) GetDecider() string {
+	if x != nil {
+		return x.Decider
+	}
+	return ""
 }
 
 type GetSnapshotsResponse struct {
@@ -309,9 +319,10 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12%\n" +
 	"\x05tiers\x18\x03 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\x121\n" +
 	"\toverrides\x18\x04 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\x12(\n" +
-	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\"\x90\x01\n" +
+	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\"\xaa\x01\n" +
 	"\x13GetSnapshotsRequest\x12?\n" +
-	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x1a8\n" +
+	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x12\x18\n" +
+	"\adecider\x18\x02 \x01(\tR\adecider\x1a8\n" +
 	"\n" +
 	"SinceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

@@ -33,6 +33,8 @@ const (
 	OverrideServiceName = "sluice.v1.OverrideService"
 	// AuditServiceName is the fully-qualified name of the AuditService service.
 	AuditServiceName = "sluice.v1.AuditService"
+	// DeciderServiceName is the fully-qualified name of the DeciderService service.
+	DeciderServiceName = "sluice.v1.DeciderService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -91,6 +93,9 @@ const (
 	OverrideServiceDeleteOverrideProcedure = "/sluice.v1.OverrideService/DeleteOverride"
 	// AuditServiceListAuditProcedure is the fully-qualified name of the AuditService's ListAudit RPC.
 	AuditServiceListAuditProcedure = "/sluice.v1.AuditService/ListAudit"
+	// DeciderServiceListDecidersProcedure is the fully-qualified name of the DeciderService's
+	// ListDeciders RPC.
+	DeciderServiceListDecidersProcedure = "/sluice.v1.DeciderService/ListDeciders"
 )
 
 // TenantServiceClient is a client for the sluice.v1.TenantService service.
@@ -875,4 +880,74 @@ type UnimplementedAuditServiceHandler struct{}
 
 func (UnimplementedAuditServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.AuditService.ListAudit is not implemented"))
+}
+
+// DeciderServiceClient is a client for the sluice.v1.DeciderService service.
+type DeciderServiceClient interface {
+	ListDeciders(context.Context, *connect.Request[v1.ListDecidersRequest]) (*connect.Response[v1.ListDecidersResponse], error)
+}
+
+// NewDeciderServiceClient constructs a client for the sluice.v1.DeciderService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewDeciderServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) DeciderServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	deciderServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("DeciderService").Methods()
+	return &deciderServiceClient{
+		listDeciders: connect.NewClient[v1.ListDecidersRequest, v1.ListDecidersResponse](
+			httpClient,
+			baseURL+DeciderServiceListDecidersProcedure,
+			connect.WithSchema(deciderServiceMethods.ByName("ListDeciders")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// deciderServiceClient implements DeciderServiceClient.
+type deciderServiceClient struct {
+	listDeciders *connect.Client[v1.ListDecidersRequest, v1.ListDecidersResponse]
+}
+
+// ListDeciders calls sluice.v1.DeciderService.ListDeciders.
+func (c *deciderServiceClient) ListDeciders(ctx context.Context, req *connect.Request[v1.ListDecidersRequest]) (*connect.Response[v1.ListDecidersResponse], error) {
+	return c.listDeciders.CallUnary(ctx, req)
+}
+
+// DeciderServiceHandler is an implementation of the sluice.v1.DeciderService service.
+type DeciderServiceHandler interface {
+	ListDeciders(context.Context, *connect.Request[v1.ListDecidersRequest]) (*connect.Response[v1.ListDecidersResponse], error)
+}
+
+// NewDeciderServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewDeciderServiceHandler(svc DeciderServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	deciderServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("DeciderService").Methods()
+	deciderServiceListDecidersHandler := connect.NewUnaryHandler(
+		DeciderServiceListDecidersProcedure,
+		svc.ListDeciders,
+		connect.WithSchema(deciderServiceMethods.ByName("ListDeciders")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/sluice.v1.DeciderService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case DeciderServiceListDecidersProcedure:
+			deciderServiceListDecidersHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedDeciderServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedDeciderServiceHandler struct{}
+
+func (UnimplementedDeciderServiceHandler) ListDeciders(context.Context, *connect.Request[v1.ListDecidersRequest]) (*connect.Response[v1.ListDecidersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.DeciderService.ListDeciders is not implemented"))
 }
