@@ -83,6 +83,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, behind a proxy that terminates it
 	ready.SetReady(true)
-	fmt.Fprintf(stdout, "control plane listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "control plane listening on http://%s (console: http://%[1]s/console/)\n", ln.Addr())
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

@@ -32,7 +32,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no banner: %v (run: %v)", err, <-done)
 	}
-	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	base := strings.Fields(line[strings.Index(line, "http://"):])[0]
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/reports"
+	"github.com/sluicehq/sluice/web"
 )
 
 // MaxRequestBytes bounds a request message.
@@ -77,6 +78,9 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewReportServiceHandler(reportServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewDeciderServiceHandler(deciderServer{s}, opts...))
+	// The console: static files calling the API above with the signed-in key.
+	mux.Handle("GET "+web.Prefix, web.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))
 	return mux
 }
 

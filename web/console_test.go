@@ -1,0 +1,217 @@
+package web_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/internal/devstack"
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// chromium finds the browser: $SLUICE_CHROMIUM, else Debian's chromium.
+func chromium(t *testing.T) string {
+	for _, p := range []string{os.Getenv("SLUICE_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium: apt-get install -y chromium (.ci/run does)")
+	return ""
+}
+
+// artifacts is where screenshots go: $SLUICE_ARTIFACTS, else .artifacts/
+// at the repository root.
+func artifacts(t *testing.T) string {
+	dir := os.Getenv("SLUICE_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", ".artifacts")
+	}
+	dir = filepath.Join(dir, "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// stack runs the whole system in process (devstack) on a fresh schema, a
+// key prefix and an embedded Kafka, and returns its banner.
+func stack(t *testing.T) string {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t), RedisURL: "redis://" + redistest.Addr(t),
+			RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 100 * time.Millisecond, Out: pw})
+		pw.Close()
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	banner := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		var b strings.Builder
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
+				banner <- b.String()
+			}
+		}
+	}()
+	select {
+	case s := <-banner:
+		return s
+	case err := <-done:
+		t.Fatalf("the stack stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the stack printed no banner")
+	}
+	return ""
+}
+
+func TestConsoleInABrowser(t *testing.T) {
+	exe := chromium(t)
+	shots := artifacts(t)
+	banner := stack(t)
+	find := func(re string) string { return regexp.MustCompile(re).FindStringSubmatch(banner)[1] }
+	console, adminKey, checkKey := find(`console\s+(\S+)`), find(`admin key\s+(\S+)`), find(`check key\s+(\S+)`)
+	operatorKey := find(`operator key\s+(\S+)`)
+
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900))...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancelTimeout()
+
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	eval := func(js string) string {
+		t.Helper()
+		var s string
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return s
+	}
+	shot := func(name string) {
+		t.Helper()
+		b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// waitText polls (with the test's deadline) until sel's text contains want.
+	waitText := func(sel, want string, each func()) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got := eval(`(document.querySelector(` + jsString(sel) + `) || {}).textContent || ''`)
+			if strings.Contains(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never showed %q (has %q)", sel, want, got)
+			}
+			if each != nil {
+				each()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// Sign in with the keyboard: type the key, press Enter.
+	do("open the console", chromedp.Navigate(console), chromedp.WaitVisible("#signin-key"))
+	shot("01-sign-in")
+	do("sign in", chromedp.SendKeys("#signin-key", adminKey+"\r"), chromedp.WaitVisible("#view-rules"))
+	waitText("#tiers", "Tier free", nil)
+
+	// Every input, select and textarea has a label.
+	if unlabeled := eval(`Array.from(document.querySelectorAll('input:not([type=hidden]), select, textarea')).filter(e => !e.labels || e.labels.length === 0).map(e => e.id).join(',')`); unlabeled != "" {
+		t.Fatalf("inputs without a label: %s", unlabeled)
+	}
+
+	// A tier, then a rule that is invalid, then a valid one.
+	do("create a tier", chromedp.SendKeys("#tier-name", "gold"), chromedp.Click("#tier-form button[type=submit]"))
+	waitText("#tiers", "Tier gold", nil)
+	eval(`(() => { const s = document.querySelector('#rule-tier'); s.value = [...s.options].find(o => o.text === 'gold').value; return ''; })()`)
+	do("an invalid rule", chromedp.SendKeys("#rule-name", "tiny"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_FIXED_WINDOW"),
+		chromedp.SetValue("#rule-limit", "0"), chromedp.SetValue("#rule-window", "1m"), chromedp.Click("#rule-submit"))
+	waitText(`[data-error-for="limit"]`, "must be", nil)
+	if eval(`document.querySelector('#rule-limit').getAttribute('aria-invalid') || ''`) != "true" {
+		t.Fatal("the invalid limit input is not marked invalid")
+	}
+	shot("02-field-error")
+	do("a valid rule", chromedp.SetValue("#rule-limit", "2"), chromedp.Click("#rule-submit"))
+	waitText(`[data-tier="gold"]`, "tiny", nil)
+	waitText("#status", "Created rule tiny", nil)
+
+	// The try panel, until a check is rejected (the new rule reaches the
+	// decider through the config watch within moments).
+	do("fill the try panel", chromedp.SendKeys("#try-key", checkKey), chromedp.SetValue("#try-client", "eve"), chromedp.SetValue("#try-tier", "gold"))
+	waitText("#try-result", "429: rejected", func() { do("check", chromedp.Click("#try-submit")) })
+	if h := eval(`document.querySelector('#try-result .headers').textContent`); !strings.Contains(h, "Retry-After") || !strings.Contains(h, `"tiny"`) {
+		t.Fatalf("the rejection's headers: %q", h)
+	}
+	shot("03-rules-and-try")
+
+	// The rejection reaches the dashboard (decider → Kafka → analytics → reports).
+	do("open the dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`), chromedp.WaitVisible("#view-dashboard"))
+	waitText("#top-table", "eve", func() { do("refresh", chromedp.Click("#refresh")) })
+	waitText("#rule-table", "tiny", nil)
+	shot("04-dashboard")
+
+	// Keys: a new key's secret is shown once.
+	do("keys", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"),
+		chromedp.SendKeys("#key-name", "ci"), chromedp.Click("#key-form button[type=submit]"))
+	waitText("#key-secret", "sk_check_", nil)
+	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
+	waitText("#audit-table", "rule", nil)
+
+	// Usable at 390px: nothing wider than the screen.
+	for _, w := range []int64{390, 1280} {
+		do("resize", chromedp.EmulateViewport(w, 844), chromedp.Click(`#nav button[data-view="rules"]`))
+		waitText("#tiers", "Tier gold", nil)
+		if over := eval(`String(document.documentElement.scrollWidth > window.innerWidth + 1)`); over != "false" {
+			t.Errorf("at %dpx the page scrolls sideways (scrollWidth %s): %s", w, eval(`String(document.documentElement.scrollWidth)`),
+				eval(`Array.from(document.querySelectorAll('body *')).filter(e => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 8).map(e => e.tagName + '#' + e.id + '.' + e.className + ':' + Math.round(e.getBoundingClientRect().right)).join(' ')`))
+		}
+		if w == 390 {
+			shot("05-rules-390px")
+		}
+	}
+
+	// The operator: tenants, and the decider with the version it enforces.
+	do("sign out", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),
+		chromedp.SendKeys("#signin-key", operatorKey+"\r"), chromedp.WaitVisible(`#nav button[data-view="operator"]`),
+		chromedp.Click(`#nav button[data-view="operator"]`))
+	waitText("#tenants-table", "demo", nil)
+	waitText("#deciders-table", "demo: v", nil)
+	shot("06-operator")
+}
+
+func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }

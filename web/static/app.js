@@ -1,0 +1,520 @@
+// Sluice console: plain JavaScript over the public Connect API (JSON).
+// Everything is rendered with textContent, never innerHTML, so nothing a
+// tenant stores (rule names, client ids) can run as markup.
+'use strict';
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+
+const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, timer: null, view: 'rules' };
+
+const ALGORITHM_HELP = {
+  ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held.',
+  ALGORITHM_GCRA: 'Generic cell rate: requests are spaced evenly at limit per window, with "burst" extra allowed at once. Smooth, exact, and one number of state.',
+  ALGORITHM_LEAKY_BUCKET: 'A queue draining at limit per window: a request that would exceed the rate waits (up to "max delay") instead of being rejected.',
+  ALGORITHM_FIXED_WINDOW: 'At most limit requests per calendar window (each window starts on the clock). Simple; a client can send twice the limit around a window edge.',
+  ALGORITHM_SLIDING_LOG: 'Exactly limit requests in any window-long period, counting each request\'s time. Exact, but keeps one entry per request.',
+  ALGORITHM_SLIDING_WINDOW: 'Approximately limit requests in any window-long period: the previous window\'s count weighted by its overlap. Cheap and close.',
+  ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows: the finer, the more exact.',
+  ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its time-to-live ends.',
+};
+
+// el builds an element: el('td', {class: 'x'}, 'text', child, ...).
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (v === true) e.setAttribute(k, '');
+    else if (v !== false && v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c ?? '')));
+  return e;
+}
+
+function say(msg) { $('#status').textContent = msg; }
+
+// fieldsOf reads the google.rpc.BadRequest field violations of an error.
+function fieldsOf(body) {
+  const out = [];
+  for (const d of body.details || []) {
+    for (const f of (d.debug && d.debug.fieldViolations) || []) out.push({ field: f.field || '', description: f.description || '' });
+  }
+  return out;
+}
+
+const TENANT_FREE = new Set(['TenantService', 'DeciderService']);
+
+async function api(service, method, body = {}) {
+  if (state.role === 'operator' && !TENANT_FREE.has(service) && !('tenantId' in body)) body = { tenantId: state.tenantId, ...body };
+  const res = await fetch(`/sluice.v1.${service}/${method}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.key },
+    body: JSON.stringify(body),
+  });
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) {
+    const err = new Error(data.message || res.statusText);
+    err.code = data.code || String(res.status);
+    err.fields = fieldsOf(data);
+    throw err;
+  }
+  return data;
+}
+
+// showErrors puts each field error next to its input in form; what has no
+// place goes to fallback.
+function showErrors(form, err, fallback) {
+  clearErrors(form);
+  const rest = [];
+  for (const f of err.fields || []) {
+    const key = f.field.split(/[.[]/)[0];
+    const slot = $(`[data-error-for="${key}"]`, form);
+    const input = $(`[data-field="${key}"]`, form);
+    if (input) input.setAttribute('aria-invalid', 'true');
+    if (slot) slot.textContent = (slot.textContent ? slot.textContent + ' ' : '') + f.description;
+    else rest.push(`${f.field}: ${f.description}`);
+  }
+  if (fallback) fallback.textContent = rest.length ? rest.join('; ') : (err.fields && err.fields.length ? '' : err.message);
+}
+
+function clearErrors(form) {
+  $$('[data-error-for]', form).forEach((e) => { e.textContent = ''; });
+  $$('[aria-invalid]', form).forEach((e) => e.removeAttribute('aria-invalid'));
+  $$('.field-error[role=alert]', form).forEach((e) => { e.textContent = ''; });
+}
+
+// dur turns "90", "90s", "1.5m", "2h", "500ms" or "1d" into a protobuf
+// JSON duration ("90s"); what it cannot read goes to the server as typed,
+// whose answer says what is wrong.
+function dur(s) {
+  s = (s || '').trim();
+  if (!s) return undefined;
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(s);
+  if (!m) return s;
+  const mult = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400 }[m[2] || 's'];
+  return `${+(parseFloat(m[1]) * mult).toFixed(3)}s`;
+}
+const seconds = (d) => (d ? parseFloat(d) : 0);
+const fmtDur = (d) => { const s = seconds(d); if (!s) return '–'; if (s % 3600 === 0) return s / 3600 + 'h'; if (s % 60 === 0) return s / 60 + 'm'; return s + 's'; };
+const fmtTime = (t) => (t ? new Date(t).toLocaleString() : '–');
+const algName = (a) => (a || '').replace('ALGORITHM_', '').toLowerCase().replace(/_/g, ' ');
+
+// ---- sign in and navigation ----
+
+async function signIn(key) {
+  state.key = key;
+  try {
+    const t = await api('TenantService', 'ListTenants');
+    state.role = 'operator';
+    state.tenants = t.tenants || [];
+    state.tenantId = state.tenants.length ? state.tenants[0].id : '';
+  } catch (e) {
+    if (e.code !== 'permission_denied') throw e;
+    await api('TierService', 'ListTiers');
+    state.role = 'admin';
+  }
+  sessionStorage.setItem('sluice-key', key);
+  document.body.dataset.role = state.role;
+  $('#nav').hidden = false;
+  $('#who').hidden = false;
+  $('#role').textContent = state.role === 'operator' ? 'operator' : 'tenant admin';
+  $$('[data-operator]').forEach((e) => { e.hidden = state.role !== 'operator'; });
+  fillTenantSelect();
+  show('rules');
+}
+
+function fillTenantSelect() {
+  const sel = $('#tenant-select');
+  sel.replaceChildren(...state.tenants.map((t) => el('option', { value: t.id, selected: t.id === state.tenantId }, `${t.slug} (${t.name})`)));
+}
+
+function signOut() {
+  sessionStorage.removeItem('sluice-key');
+  location.reload();
+}
+
+function show(view) {
+  state.view = view;
+  $$('.view').forEach((s) => { s.hidden = s.id !== 'view-' + view; });
+  $$('#nav button').forEach((b) => b.setAttribute('aria-current', b.dataset.view === view ? 'page' : 'false'));
+  say('');
+  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), operator: loadOperator })[view]()
+    .catch((e) => say(`Could not load: ${e.message}`));
+}
+
+// ---- tiers and rules ----
+
+async function loadRules() {
+  const res = await api('TierService', 'ListTiers');
+  state.tiers = res.tiers || [];
+  const box = $('#tiers');
+  box.replaceChildren();
+  for (const tier of state.tiers) {
+    const rules = tier.rules || [];
+    const body = el('tbody');
+    rules.forEach((r, i) => body.append(ruleRow(tier, rules, r, i)));
+    box.append(el('div', { class: 'card tier', 'data-tier': tier.name },
+      el('h3', {}, `Tier ${tier.name}`),
+      rules.length ? el('div', { class: 'scroll' }, el('table', {},
+        el('thead', {}, el('tr', {}, ...['Rule', 'Algorithm', 'Limit', 'Count per', 'Only for', 'State', ''].map((h) => el('th', {}, h || el('span', { class: 'sr' }, 'Actions'))))),
+        body)) : el('p', {}, 'No rules yet.')));
+  }
+  $('#rule-tier').replaceChildren(...state.tiers.map((t) => el('option', { value: t.id }, t.name)));
+  $('#try-decider').value ||= localStorage.getItem('sluice-decider') || location.origin;
+}
+
+function ruleRow(tier, rules, r, i) {
+  const p = r.params || {};
+  const limitText = `${p.limit || 0}${p.window ? ' per ' + fmtDur(p.window) : ''}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
+  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : ''].filter(Boolean).join(', ');
+  const move = async (d) => {
+    const ids = rules.map((x) => x.id);
+    [ids[i], ids[i + d]] = [ids[i + d], ids[i]];
+    await act(() => api('RuleService', 'ReorderRules', { tierId: tier.id, ruleIds: ids }), `Moved ${r.name}`);
+  };
+  const update = (change, msg) => act(() => api('RuleService', 'UpdateRule', { rule: { ...r, ...change } }), msg);
+  const del = el('button', { type: 'button', class: 'danger' }, 'Delete');
+  del.addEventListener('click', () => {
+    if (del.dataset.armed) return act(() => api('RuleService', 'DeleteRule', { ruleId: r.id }), `Deleted ${r.name}`);
+    del.dataset.armed = '1';
+    del.textContent = 'Confirm delete';
+  });
+  return el('tr', { 'data-rule': r.name },
+    el('td', {}, r.name), el('td', {}, algName(p.algorithm)), el('td', {}, limitText),
+    el('td', {}, (r.keyBy || []).join(', ') || 'everyone'),
+    el('td', {}, (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ') || 'all requests'),
+    el('td', {}, flags),
+    el('td', { class: 'actions' },
+      el('button', { type: 'button', 'aria-label': `Move ${r.name} up`, disabled: i === 0, onclick: () => move(-1) }, '↑'),
+      el('button', { type: 'button', 'aria-label': `Move ${r.name} down`, disabled: i === rules.length - 1, onclick: () => move(1) }, '↓'),
+      el('button', { type: 'button', onclick: () => editRule(tier, r) }, 'Edit'),
+      el('button', { type: 'button', onclick: () => update({ enabled: !r.enabled }, `${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`) }, r.enabled ? 'Disable' : 'Enable'),
+      el('button', { type: 'button', onclick: () => update({ shadow: !r.shadow }, `${r.name}: shadow ${r.shadow ? 'off' : 'on'}`) }, r.shadow ? 'Enforce' : 'Shadow'),
+      del));
+}
+
+// act runs a change, reports it and reloads the current view.
+async function act(f, msg) {
+  try {
+    await f();
+    say(msg);
+  } catch (e) {
+    say(`Failed: ${e.message}`);
+  }
+  await show(state.view);
+  say(msg);
+}
+
+function ruleFromForm(f) {
+  const match = f.match.value.split(',').map((s) => s.trim()).filter(Boolean).map((kv) => {
+    const i = kv.indexOf('=');
+    return i < 0 ? { key: kv, value: '' } : { key: kv.slice(0, i).trim(), value: kv.slice(i + 1).trim() };
+  });
+  const params = { algorithm: f.algorithm.value, limit: f.limit.value || '0', window: dur(f.window.value), burst: f.burst.value || '0' };
+  if (f.algorithm.value === 'ALGORITHM_LEAKY_BUCKET') params.maxDelay = dur(f.maxDelay.value);
+  return {
+    id: f.id.value || undefined, name: f.name.value, match,
+    keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
+    params, shadow: f.shadow.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
+  };
+}
+
+function editRule(tier, r) {
+  const f = $('#rule-form');
+  const p = r.params || {};
+  f.id.value = r.id;
+  f.tier.value = tier.id;
+  f.tier.disabled = true;
+  f.name.value = r.name;
+  f.algorithm.value = p.algorithm || 'ALGORITHM_TOKEN_BUCKET';
+  f.limit.value = p.limit || 0;
+  f.window.value = p.window || '0s';
+  f.burst.value = p.burst || 0;
+  f.maxDelay.value = p.maxDelay || '0s';
+  f.keyBy.value = (r.keyBy || []).join(', ');
+  f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
+  f.failureMode.value = r.failureMode && r.failureMode !== 'FAILURE_MODE_UNSPECIFIED' ? r.failureMode : 'FAILURE_MODE_OPEN';
+  f.enabled.checked = !!r.enabled;
+  f.shadow.checked = !!r.shadow;
+  $('#rule-form-title').textContent = `Edit rule ${r.name}`;
+  $('#rule-submit').textContent = 'Save rule';
+  $('#rule-cancel').hidden = false;
+  algorithmHelp();
+  f.name.focus();
+}
+
+function resetRuleForm() {
+  const f = $('#rule-form');
+  f.reset();
+  f.id.value = '';
+  f.tier.disabled = false;
+  $('#rule-form-title').textContent = 'New rule';
+  $('#rule-submit').textContent = 'Create rule';
+  $('#rule-cancel').hidden = true;
+  clearErrors(f);
+  algorithmHelp();
+}
+
+function algorithmHelp() {
+  $('#algorithm-help').textContent = ALGORITHM_HELP[$('#rule-algorithm').value] || '';
+}
+
+async function submitRule(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  const rule = ruleFromForm(f);
+  try {
+    if (rule.id) await api('RuleService', 'UpdateRule', { rule });
+    else await api('RuleService', 'CreateRule', { tierId: f.tier.value, rule });
+    const msg = `${rule.id ? 'Saved' : 'Created'} rule ${rule.name}`;
+    resetRuleForm();
+    await loadRules();
+    say(msg);
+  } catch (e) {
+    showErrors(f, e, $('#rule-error'));
+    say(`The rule was not saved: ${e.message}`);
+  }
+}
+
+async function submitTier(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  try {
+    await api('TierService', 'CreateTier', { name: f.name.value });
+    const msg = `Created tier ${f.name.value}`;
+    f.reset();
+    clearErrors(f);
+    await loadRules();
+    say(msg);
+  } catch (e) {
+    showErrors(f, e);
+    say(`The tier was not created: ${e.message}`);
+  }
+}
+
+async function tryCheck(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  const out = $('#try-result');
+  localStorage.setItem('sluice-decider', f.decider.value);
+  const descriptors = { client_id: f.client.value };
+  if (f.route.value) descriptors.route = f.route.value;
+  try {
+    const res = await fetch(f.decider.value.replace(/\/$/, '') + '/v1/check', {
+      method: 'POST', headers: { Authorization: 'Bearer ' + f.key.value, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ descriptors, tier: f.tier.value || undefined }),
+    });
+    const body = await res.json().catch(() => ({}));
+    const headers = ['RateLimit-Policy', 'RateLimit', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After']
+      .filter((h) => res.headers.get(h) !== null).map((h) => `${h}: ${res.headers.get(h)}`);
+    const verdict = res.status === 200 ? 'allowed' : res.status === 429 ? 'rejected' : `error ${res.status}`;
+    out.replaceChildren(
+      el('p', { id: 'try-verdict', class: 'verdict ' + verdict.split(' ')[0] }, `${res.status}: ${verdict}`),
+      el('pre', { class: 'headers' }, headers.join('\n')),
+      el('pre', {}, JSON.stringify(body, null, 2)));
+  } catch (e) {
+    out.replaceChildren(el('p', { id: 'try-verdict', class: 'verdict error' }, `The decider did not answer: ${e.message}`));
+  }
+}
+
+// ---- overrides and keys ----
+
+async function loadAccess() {
+  const [ovs, keys, tiers] = await Promise.all([api('OverrideService', 'ListOverrides'), api('KeyService', 'ListKeys'), api('TierService', 'ListTiers')]);
+  const rules = (tiers.tiers || []).flatMap((t) => (t.rules || []).map((r) => ({ ...r, tier: t.name })));
+  const ruleName = (id) => (rules.find((r) => r.id === id) || {}).name || id || '–';
+  $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
+  $('#overrides-table tbody').replaceChildren(...(ovs.overrides || []).map((o) => el('tr', {},
+    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)),
+    el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
+    el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
+  $('#keys-table tbody').replaceChildren(...(keys.keys || []).map((k) => el('tr', {},
+    el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
+    el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
+    el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke')))));
+}
+
+async function submitOverride(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined };
+  if (o.ruleId) o.params = { limit: f.limit.value || '0', window: dur(f.window.value) };
+  try {
+    await api('OverrideService', 'CreateOverride', { override: o });
+    f.reset();
+    clearErrors(f);
+    await loadAccess();
+    say(`Created an override for ${o.identifier}`);
+  } catch (e) {
+    showErrors(f, e, $('#override-error'));
+  }
+}
+
+async function submitKey(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  try {
+    const res = await api('KeyService', 'CreateKey', { kind: f.kind.value, name: f.name.value });
+    const box = $('#key-secret');
+    box.hidden = false;
+    box.replaceChildren(el('p', {}, 'The secret, shown this once — store it now:'), el('code', { id: 'new-secret' }, res.secret));
+    await loadAccess();
+  } catch (e) {
+    say(`The key was not created: ${e.message}`);
+  }
+}
+
+// ---- dashboard ----
+
+function range() {
+  const span = parseInt($('#range').value, 10);
+  const to = new Date(Math.ceil(Date.now() / 60000) * 60000);
+  const from = new Date(to.getTime() - span * 1000);
+  const step = Math.max(60, Math.ceil(span / 60 / 60) * 60);
+  return { from: from.toISOString(), to: to.toISOString(), step: step + 's' };
+}
+
+async function loadDashboard() {
+  const r = range();
+  const [ts, top, byRule, byTier] = await Promise.all([
+    api('ReportService', 'GetTimeseries', { from: r.from, to: r.to, step: r.step }),
+    api('ReportService', 'GetTopClients', { from: r.from, to: r.to, limit: 10 }),
+    api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_RULE' }),
+    api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_TIER' }),
+  ]);
+  const points = ts.points || [];
+  const n = (v) => parseInt(v || '0', 10);
+  drawChart(points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) })));
+  const sum = (k) => points.reduce((a, p) => a + n(p.counts && p.counts[k]), 0);
+  $('#totals').textContent = `${sum('allowed')} allowed, ${sum('rejected')} rejected, ${sum('shadowRejected')} shadow would-block` +
+    (sum('droppedRejections') ? `, ${sum('droppedRejections')} rejection events dropped (top clients may fall short)` : '');
+  $('#top-table tbody').replaceChildren(...(top.clients || []).map((c) => el('tr', { 'data-client': c.clientKey },
+    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')))));
+  $('#rule-table tbody').replaceChildren(...(byRule.rows || []).map((x) => el('tr', {},
+    el('td', {}, x.ruleName || x.ruleId), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
+  $('#tier-table tbody').replaceChildren(...(byTier.rows || []).map((x) => el('tr', {},
+    el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
+  say(`Updated ${new Date().toLocaleTimeString()}`);
+}
+
+// drawChart draws stacked bars of rejections (and shadow would-blocks) per step as SVG.
+function drawChart(points) {
+  const W = 720, H = 180, pad = 28;
+  const max = Math.max(1, ...points.map((p) => p.rej + p.sh));
+  const bw = points.length ? (W - pad) / points.length : 0;
+  const NS = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(NS, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  const add = (tag, attrs, text) => { const e = document.createElementNS(NS, tag); for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v); if (text !== undefined) e.textContent = text; svg.append(e); return e; };
+  add('line', { x1: pad, y1: H - 20, x2: W, y2: H - 20, class: 'axis' });
+  add('text', { x: 0, y: 12, class: 'label' }, String(max));
+  add('text', { x: 0, y: H - 22, class: 'label' }, '0');
+  points.forEach((p, i) => {
+    const x = pad + i * bw + 1, scale = (H - 30) / max;
+    const hr = p.rej * scale, hs = p.sh * scale;
+    if (hr > 0) add('rect', { x, y: H - 20 - hr, width: Math.max(1, bw - 2), height: hr, class: 'rej' }).append(Object.assign(document.createElementNS(NS, 'title'), { textContent: `${new Date(p.t).toLocaleTimeString()}: ${p.rej} rejected` }));
+    if (hs > 0) add('rect', { x, y: H - 20 - hr - hs, width: Math.max(1, bw - 2), height: hs, class: 'sh' });
+  });
+  if (points.length) {
+    add('text', { x: pad, y: H - 4, class: 'label' }, new Date(points[0].t).toLocaleTimeString());
+    add('text', { x: W - 70, y: H - 4, class: 'label' }, new Date(points[points.length - 1].t).toLocaleTimeString());
+  }
+  $('#chart').replaceChildren(svg);
+}
+
+async function exportCSV(report) {
+  const r = range();
+  try {
+    const res = await api('ReportService', 'ExportCSV', { from: r.from, to: r.to, step: r.step, report });
+    const a = el('a', { href: URL.createObjectURL(new Blob([res.csv], { type: 'text/csv' })), download: res.filename });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    say(`Exported ${res.filename}`);
+  } catch (e) {
+    say(`Export failed: ${e.message}`);
+  }
+}
+
+function autoRefresh() {
+  clearInterval(state.timer);
+  state.timer = setInterval(() => {
+    if (state.view === 'dashboard' && $('#auto-refresh').checked && !document.hidden) loadDashboard().catch(() => {});
+  }, 10000);
+}
+
+// ---- audit log ----
+
+async function loadAudit(fresh) {
+  if (fresh) { state.auditBefore = 0; $('#audit-table tbody').replaceChildren(); }
+  const res = await api('AuditService', 'ListAudit', { beforeId: String(state.auditBefore), limit: 50 });
+  const entries = res.entries || [];
+  $('#audit-table tbody').append(...entries.map((a) => el('tr', {},
+    el('td', {}, fmtTime(a.at)), el('td', {}, a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'))));
+  if (entries.length) state.auditBefore = entries[entries.length - 1].id;
+  $('#audit-more').hidden = entries.length < 50;
+}
+
+// ---- operator ----
+
+async function loadOperator() {
+  const [t, d] = await Promise.all([api('TenantService', 'ListTenants'), api('DeciderService', 'ListDeciders')]);
+  state.tenants = t.tenants || [];
+  fillTenantSelect();
+  const slug = (id) => (state.tenants.find((x) => x.id === id) || {}).slug || id;
+  $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => el('tr', {},
+    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()), el('td', { class: 'mono' }, x.id))));
+  $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
+    el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
+    el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'))));
+}
+
+async function submitTenant(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  try {
+    const res = await api('TenantService', 'CreateTenant', { tenant: { slug: f.slug.value, name: f.name.value } });
+    f.reset();
+    clearErrors(f);
+    await loadOperator();
+    say(`Created tenant ${res.tenant.slug}`);
+  } catch (e) {
+    showErrors(f, e);
+    say(`The tenant was not created: ${e.message}`);
+  }
+}
+
+// ---- wiring ----
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('#signin-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    $('#signin-error').textContent = '';
+    try {
+      await signIn($('#signin-key').value.trim());
+    } catch (e) {
+      $('#signin-error').textContent = e.code === 'unauthenticated' ? 'That key is not valid (or was revoked).' : e.message;
+    }
+  });
+  $('#sign-out').addEventListener('click', signOut);
+  $$('#nav button').forEach((b) => b.addEventListener('click', () => show(b.dataset.view)));
+  $('#tenant-select').addEventListener('change', (ev) => { state.tenantId = ev.target.value; show(state.view); });
+  $('#tier-form').addEventListener('submit', submitTier);
+  $('#rule-form').addEventListener('submit', submitRule);
+  $('#rule-cancel').addEventListener('click', resetRuleForm);
+  $('#rule-algorithm').addEventListener('change', algorithmHelp);
+  $('#try-form').addEventListener('submit', tryCheck);
+  $('#override-form').addEventListener('submit', submitOverride);
+  $('#key-form').addEventListener('submit', submitKey);
+  $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });
+  $('#range').addEventListener('change', () => loadDashboard().catch((e) => say(e.message)));
+  $$('[data-export]').forEach((b) => b.addEventListener('click', () => exportCSV(b.dataset.export)));
+  $('#audit-more').addEventListener('click', () => loadAudit(false).catch((e) => say(e.message)));
+  $('#tenant-form').addEventListener('submit', submitTenant);
+  algorithmHelp();
+  autoRefresh();
+  const saved = sessionStorage.getItem('sluice-key');
+  if (saved) signIn(saved).catch(() => sessionStorage.removeItem('sluice-key'));
+  else $('#signin-key').focus();
+});
