@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"hash/fnv"
 	"log/slog"
 	"net/http"
@@ -70,12 +69,19 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 }
 
 func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	if m.GetRelease() {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("releasing a lease is not available yet; leases end at their TTL"))
-	}
 	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease())}
 	for _, d := range m.GetDescriptors() {
 		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
+	}
+	if m.GetRelease() {
+		if m.GetLease() == "" {
+			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
+				Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}})
+		}
+		if err := s.cfg.Decider.Release(ctx, c, req); err != nil {
+			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+		}
+		return &sluicev1.CheckResponse{Allowed: true, Deciding: -1, ConfigVersion: c.Version}, nil
 	}
 	dec, err := s.cfg.decide(ctx, c, req)
 	if err != nil {

@@ -78,6 +78,10 @@ type checkBody struct {
 	Tier        string            `json:"tier"`
 	Descriptors map[string]string `json:"descriptors"`
 	Cost        int64             `json:"cost"`
+	// Lease names a concurrency lease: taken by a check, ended by a check
+	// with release set.
+	Lease   string `json:"lease"`
+	Release bool   `json:"release"`
 }
 
 // RuleJSON is one rule's answer in a check response.
@@ -105,7 +109,20 @@ func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: descriptorsOf(body.Descriptors)}
+	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: descriptorsOf(body.Descriptors), Lease: LeaseID(body.Lease)}
+	if body.Release {
+		if body.Lease == "" {
+			h.fail(w, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
+				Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}})
+			return
+		}
+		if err := h.cfg.Decider.Release(r.Context(), c, req); err != nil {
+			h.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, "application/json", map[string]bool{"released": true})
+		return
+	}
 	h.decide(w, r.Context(), c, req, false)
 }
 

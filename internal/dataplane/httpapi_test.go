@@ -162,3 +162,32 @@ func TestCheckRefusesBadRequests(t *testing.T) {
 		t.Errorf("shouldAllowRequest without clientId: %d", resp.StatusCode)
 	}
 }
+
+// A concurrency rule: checks with a lease take it, a check with release
+// ends it, and a release without a lease is a field error.
+func TestLeasesTakenAndReleased(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Minute}}})
+	srv := httptest.NewServer(NewHTTPHandler(cfg))
+	t.Cleanup(srv.Close)
+	status := func(body string) int {
+		resp, _ := post(t, srv, "/v1/check", key, body)
+		return resp.StatusCode
+	}
+	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-1"}`); s != 200 {
+		t.Fatalf("first lease: %d", s)
+	}
+	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-2"}`); s != 429 {
+		t.Fatalf("second lease while the first is held: %d", s)
+	}
+	if s := status(`{"descriptors":{"client_id":"a"},"release":true}`); s != 400 {
+		t.Fatalf("release without a lease: %d", s)
+	}
+	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-1","release":true}`); s != 200 {
+		t.Fatalf("release: %d", s)
+	}
+	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-2"}`); s != 200 {
+		t.Fatalf("a lease after the release: %d", s)
+	}
+}

@@ -23,6 +23,15 @@ type LocalEngine struct {
 	Now    func() time.Time
 }
 
+// Release implements Releaser.
+func (l LocalEngine) Release(_ context.Context, reqs []limit.Request) error {
+	now := l.Now().UnixMicro()
+	for _, r := range reqs {
+		l.Engine.Release(r.Key, r.Limiter, now, r.Lease)
+	}
+	return nil
+}
+
 // AllowAll implements Engine; it never fails.
 func (l LocalEngine) AllowAll(_ context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
 	return l.Engine.AllowAll(reqs, l.Now().UnixMicro(), res), nil
@@ -153,44 +162,11 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	if cost == 0 {
 		cost = 1
 	}
-	var ovBuf [4]*compiledOverride
-	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
-	tier := req.Tier
-	for _, o := range ovs {
-		if tier == "" && o.Tier != "" {
-			tier = o.Tier
-		}
+	sel, err := d.selectRules(c, req, cost)
+	if err != nil {
+		return Decision{}, err
 	}
-	if tier == "" {
-		tier = c.Tenant.DefaultTier
-	}
-	rules, ok := c.tiers[tier]
-	if !ok {
-		return Decision{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
-			Fields: []policy.FieldError{{Field: "tier", Description: "no tier " + tier + " in this tenant"}}}
-	}
-
-	reqs := make([]limit.Request, 0, len(rules))
-	picked := make([]*policy.Rule, 0, len(rules))
-	params := make([]policy.Params, 0, len(rules)) // in force, for local failure mode
-	var key []byte
-	for i := range rules {
-		r := &rules[i]
-		if !r.Matches(req.Descriptors) {
-			continue
-		}
-		lim, p := r.limiter, r.Params
-		for _, o := range ovs {
-			if o.RuleID == r.ID && o.limiter != nil {
-				lim, p = o.limiter, *o.Params
-				break
-			}
-		}
-		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
-		reqs = append(reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow})
-		picked = append(picked, &r.Rule)
-		params = append(params, p)
-	}
+	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {
 		return dec, nil
@@ -226,6 +202,105 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
 	}
 	return dec, nil
+}
+
+// selection is the rules a request is decided by: for each, its counter
+// request, the rule, and the parameters in force (an override's or its own).
+type selection struct {
+	tier   string
+	reqs   []limit.Request
+	picked []*policy.Rule
+	params []policy.Params
+}
+
+// selectRules picks the rules of req's tier (its own, else an override's,
+// else the tenant's default) that match its descriptors, with overrides
+// applied.
+func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, error) {
+	var ovBuf [4]*compiledOverride
+	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
+	tier := req.Tier
+	for _, o := range ovs {
+		if tier == "" && o.Tier != "" {
+			tier = o.Tier
+		}
+	}
+	if tier == "" {
+		tier = c.Tenant.DefaultTier
+	}
+	rules, ok := c.tiers[tier]
+	if !ok {
+		return selection{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+			Fields: []policy.FieldError{{Field: "tier", Description: "no tier " + tier + " in this tenant"}}}
+	}
+	sel := selection{tier: tier, reqs: make([]limit.Request, 0, len(rules)), picked: make([]*policy.Rule, 0, len(rules)),
+		params: make([]policy.Params, 0, len(rules))}
+	var key []byte
+	for i := range rules {
+		r := &rules[i]
+		if !r.Matches(req.Descriptors) {
+			continue
+		}
+		lim, p := r.limiter, r.Params
+		for _, o := range ovs {
+			if o.RuleID == r.ID && o.limiter != nil {
+				lim, p = o.limiter, *o.Params
+				break
+			}
+		}
+		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
+		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow})
+		sel.picked = append(sel.picked, &r.Rule)
+		sel.params = append(sel.params, p)
+	}
+	return sel, nil
+}
+
+// Releaser is an Engine that can end concurrency leases.
+type Releaser interface {
+	Release(ctx context.Context, reqs []limit.Request) error
+}
+
+// Release ends req's lease (req.Lease) on each concurrency rule the request
+// matches, on the engine and on the in-process fallback (a lease may have
+// been taken there while the engine failed). Other rules are untouched.
+// Releasing a lease that is not held does nothing.
+func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
+	if err := req.Descriptors.Validate(); err != nil {
+		return err
+	}
+	sel, err := d.selectRules(c, req, 1)
+	if err != nil {
+		return err
+	}
+	var leases []limit.Request
+	for i, r := range sel.reqs {
+		if sel.params[i].Algorithm == policy.Concurrency {
+			leases = append(leases, r)
+		}
+	}
+	if len(leases) == 0 {
+		return nil
+	}
+	if d.opts.Local != nil {
+		now := d.opts.Now().UnixMicro()
+		for _, r := range leases {
+			d.opts.Local.Release(r.Key, r.Limiter, now, r.Lease)
+		}
+	}
+	rel, ok := d.opts.Engine.(Releaser)
+	if !ok {
+		return nil
+	}
+	if d.opts.Budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.opts.Budget)
+		defer cancel()
+	}
+	if err := rel.Release(ctx, leases); err != nil {
+		return &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be released now; it ends at its TTL"}
+	}
+	return nil
 }
 
 // call asks the engine within the budget, through the breaker.

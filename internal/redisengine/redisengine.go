@@ -131,6 +131,17 @@ func (e *Engine) ReleaseAt(ctx context.Context, key string, l *limit.Limiter, no
 	return err
 }
 
+// Release ends the Concurrency lease of each request (its Lease) at
+// Redis's time; see decide.Releaser.
+func (e *Engine) Release(ctx context.Context, reqs []limit.Request) error {
+	for _, r := range reqs {
+		if _, err := e.run(ctx, "release", []limit.Request{r}, "", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // maxLease bounds lease ids: Lua numbers are doubles, exact below 2^53.
 const maxLease = 1 << 53
 

@@ -151,3 +151,36 @@ func TestBatchedRecoversFromNOSCRIPT(t *testing.T) {
 		}
 	}
 }
+
+// Release ends a lease at Redis's time, batched or not: a full concurrency
+// limit admits again once a lease is released, and releasing an unknown
+// lease changes nothing.
+func TestReleaseEndsALease(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		c, prefix := redistest.Client(t)
+		e := New(c, Config{Prefix: prefix, Batch: batch})
+		t.Cleanup(e.Close)
+		l := limit.MustCompile(policy.Params{Algorithm: policy.Concurrency, Limit: 2, LeaseTTL: time.Minute})
+		ctx := context.Background()
+		take := func(lease int64) bool {
+			ok, err := e.AllowAll(ctx, []limit.Request{{Key: "{conc}", Limiter: l, Cost: 1, Lease: lease}}, make([]limit.Result, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		}
+		if !take(1) || !take(2) || take(3) {
+			t.Fatalf("batch %v: two leases of two, then a third must wait", batch)
+		}
+		if err := e.Release(ctx, []limit.Request{{Key: "{conc}", Limiter: l, Lease: 99}}); err != nil || take(3) {
+			t.Fatalf("batch %v: releasing an unknown lease freed a slot (%v)", batch, err)
+		}
+		if err := e.Release(ctx, []limit.Request{{Key: "{conc}", Limiter: l, Lease: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if !take(3) || take(4) {
+			t.Fatalf("batch %v: after releasing lease 1, exactly one more lease fits", batch)
+		}
+	}
+}
