@@ -14,7 +14,7 @@
 //	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
-//	-rls-addr       SLUICE_RLS_ADDR           listen address of Envoy's rate limit service over gRPC (default 127.0.0.1:8089; "off" disables)
+//	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service and sluice.v1.DecisionService (default 127.0.0.1:8089; "off" disables)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	maxDelay := fs.Duration("max-delay", durationEnv(getenv, "SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
-	rlsAddr := fs.String("rls-addr", env("SLUICE_RLS_ADDR", "127.0.0.1:8089"), `Envoy rate limit service (gRPC) listen address; "off" disables`)
+	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -168,16 +168,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer stopProxy()
 	}
-	if *rlsAddr != "off" {
-		rln, err := net.Listen("tcp", *rlsAddr)
+	if *grpcAddr != "off" {
+		rln, err := net.Listen("tcp", *grpcAddr)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("rls: %w", err)
+			return fmt.Errorf("grpc: %w", err)
 		}
-		gs := dataplane.NewRLSServer(apiCfg)
+		gs := dataplane.NewGRPCServer(apiCfg)
 		go func() { _ = gs.Serve(rln) }()
 		defer gs.GracefulStop()
-		fmt.Fprintf(stdout, "Envoy rate limit service on %s\n", rln.Addr())
+		fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

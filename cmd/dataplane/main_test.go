@@ -42,7 +42,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 	rc, prefix := redistest.Client(t)
 
 	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix}
-	args := []string{"-addr", "127.0.0.1:0", "-rls-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)

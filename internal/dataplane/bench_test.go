@@ -276,3 +276,21 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecisionsGRPCGo: DecisionService.Check on grpc-go's own server,
+// with a grpc-go client, the load of the other decision benchmarks.
+func BenchmarkDecisionsGRPCGo(b *testing.B) {
+	cfg, key := benchConfig(b, 1_000_000, nil)
+	client := sluicev1.NewDecisionServiceClient(serveGRPC(b, cfg))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	drive(b, func(_ int, id string) error {
+		res, err := client.Check(ctx, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}})
+		if err != nil {
+			return err
+		}
+		if !res.Allowed {
+			return fmt.Errorf("rejected")
+		}
+		return nil
+	})
+}

@@ -37,11 +37,7 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 type decisionServer struct{ cfg HTTPConfig }
 
 func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
-	c, err := s.cfg.Authenticate(req.Header())
-	if err != nil {
-		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
-	}
-	res, err := s.check(ctx, c, req.Msg)
+	res, err := s.checkOne(ctx, req.Header(), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -49,23 +45,41 @@ func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
-	c, err := s.cfg.Authenticate(req.Header())
+	res, err := s.checkBatch(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// checkOne and checkBatch are the service, whatever serves it: they
+// authenticate the caller from h and answer, or fail with a Connect error.
+func (s decisionServer) checkOne(ctx context.Context, h http.Header, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	c, err := s.cfg.Authenticate(h)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	if n := len(req.Msg.GetRequests()); n > MaxBatch {
+	return s.check(ctx, c, m)
+}
+
+func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
+	c, err := s.cfg.Authenticate(h)
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	if n := len(m.GetRequests()); n > MaxBatch {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid batch",
 			Fields: []policy.FieldError{{Field: "requests", Description: "at most 100 checks per batch"}}})
 	}
-	out := &sluicev1.CheckBatchResponse{}
-	for _, r := range req.Msg.GetRequests() {
+	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, 0, len(m.GetRequests()))}
+	for _, r := range m.GetRequests() {
 		res, err := s.check(ctx, c, r)
 		if err != nil {
 			return nil, err
 		}
 		out.Responses = append(out.Responses, res)
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {

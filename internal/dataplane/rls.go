@@ -5,14 +5,11 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"runtime"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -39,28 +36,12 @@ type RLS struct {
 // NewRLS returns the rate limit service of cfg's decider.
 func NewRLS(cfg HTTPConfig) *RLS { return &RLS{cfg: cfg} }
 
-// NewRLSServer returns a grpc-go server with the rate limit service of
-// cfg's decider registered. grpc-go's own server, not net/http's HTTP/2:
-// on this unary hot path it does several times the calls per CPU second.
-// A fixed pool of stream workers saves a goroutine per call.
-func NewRLSServer(cfg HTTPConfig) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), 2))),
-		grpc.MaxRecvMsgSize(1<<20))
-	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
-	return s
-}
-
 // ShouldRateLimit answers one Envoy request: a status per descriptor, the
 // overall code (OVER_LIMIT when any descriptor is), and the rate limit
 // headers of the deciding rule of the first rejected descriptor (else of
 // the last one with a rule) for Envoy to add to the response.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	h := http.Header{}
-	for _, v := range md.Get("authorization") {
-		h.Add("Authorization", v)
-	}
-	c, err := s.cfg.Authenticate(h)
+	c, err := s.cfg.Authenticate(incomingAuth(ctx))
 	if err != nil {
 		return nil, grpcError(err)
 	}

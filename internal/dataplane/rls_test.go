@@ -8,23 +8,32 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 )
 
-// serveRLS serves cfg's RLS on a loopback port and returns a stock grpc-go
-// client of it.
+// serveRLS serves cfg's grpc-go server on a loopback port and returns a
+// stock grpc-go client of its rate limit service.
 func serveRLS(t testing.TB, cfg HTTPConfig) rlsv3.RateLimitServiceClient {
+	return rlsv3.NewRateLimitServiceClient(serveGRPC(t, cfg))
+}
+
+// serveGRPC serves cfg's grpc-go server on a loopback port and returns a
+// connection to it.
+func serveGRPC(t testing.TB, cfg HTTPConfig) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewRLSServer(cfg)
+	srv := NewGRPCServer(cfg)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -32,7 +41,7 @@ func serveRLS(t testing.TB, cfg HTTPConfig) rlsv3.RateLimitServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return conn
 }
 
 func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
@@ -112,5 +121,41 @@ func TestEnvoyRLSRefusesWrongCallers(t *testing.T) {
 		if _, err := client.ShouldRateLimit(tc.ctx, tc.req); status.Code(err) != tc.want {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
+	}
+}
+
+// DecisionService on grpc-go, with a stock client: decisions, and errors
+// with the same codes and field details as over Connect.
+func TestDecisionServiceOnGRPCGo(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	client := sluicev1.NewDecisionServiceClient(serveGRPC(t, cfg))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	req := &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "gina"}}}
+	for i := range 4 {
+		res, err := client.Check(ctx, req)
+		if err != nil || res.Allowed != (i < 3) || res.Rules[0].RuleName != "per-client" {
+			t.Fatalf("check %d: %v %v", i, res, err)
+		}
+	}
+	batch, err := client.CheckBatch(ctx, &sluicev1.CheckBatchRequest{Requests: []*sluicev1.CheckRequest{req, {Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "hal"}}}}})
+	if err != nil || len(batch.Responses) != 2 || batch.Responses[0].Allowed || !batch.Responses[1].Allowed {
+		t.Fatalf("batch %v %v", batch, err)
+	}
+	_, err = client.Check(ctx, &sluicev1.CheckRequest{Tier: "platinum"})
+	st := status.Convert(err)
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, f := range br.FieldViolations {
+				fields = append(fields, f.Field)
+			}
+		}
+	}
+	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "tier" {
+		t.Fatalf("unknown tier: %v, fields %v", err, fields)
+	}
+	if _, err := client.Check(context.Background(), req); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no key: %v", err)
 	}
 }
