@@ -22,48 +22,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/analytics"
+	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/migrations"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "analytics:", err)
-		os.Exit(1)
-	}
-}
+func main() { flagenv.Main("analytics", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	envInt := func(k string, def int) int {
-		if n, err := strconv.Atoi(getenv(k)); err == nil {
-			return n
-		}
-		return def
-	}
-	envDuration := func(k string, def time.Duration) time.Duration {
-		if d, err := time.ParseDuration(getenv(k)); err == nil {
-			return d
-		}
-		return def
-	}
+	e := flagenv.Env(getenv)
+	env := e.String
 	fs := flag.NewFlagSet("analytics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", env("SLUICE_ANALYTICS_ADDR", "127.0.0.1:8082"), "listen address of health and metrics")
@@ -71,9 +45,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka brokers")
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	group := fs.String("group", env("SLUICE_ANALYTICS_GROUP", "sluice-analytics"), "consumer group")
-	batch := fs.Int("batch-size", envInt("SLUICE_ANALYTICS_BATCH", 10_000), "most events per PostgreSQL transaction")
-	topK := fs.Int("top-clients", envInt("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
-	retention := fs.Duration("retention", envDuration("SLUICE_RETENTION", 30*24*time.Hour), "how long rollups are kept")
+	batch := fs.Int("batch-size", e.Int("SLUICE_ANALYTICS_BATCH", 10_000), "most events per PostgreSQL transaction")
+	topK := fs.Int("top-clients", e.Int("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
+	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long rollups are kept")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -17,35 +17,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/migrations"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "controlplane:", err)
-		os.Exit(1)
-	}
-}
+func main() { flagenv.Main("controlplane", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+	e := flagenv.Env(getenv)
+	env := e.String
 	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")

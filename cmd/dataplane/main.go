@@ -37,11 +37,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,28 +48,18 @@ import (
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/telemetry"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "dataplane:", err)
-		os.Exit(1)
-	}
-}
+func main() { flagenv.Main("dataplane", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	env := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
+	e := flagenv.Env(getenv)
+	env := e.String
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
@@ -86,15 +74,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
 	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", ""), "comma-separated brokers for decision events")
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
-	budget := fs.Duration("budget", durationEnv(getenv, "SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
-	share := fs.Float64("local-share", floatEnv(getenv, "SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
+	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
 	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
-	maxDelay := fs.Duration("max-delay", durationEnv(getenv, "SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
+	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -228,18 +216,4 @@ func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
 	for tenant, v := range c.s.Versions() {
 		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(v), tenant)
 	}
-}
-
-func durationEnv(getenv func(string) string, k string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(getenv(k)); err == nil {
-		return d
-	}
-	return def
-}
-
-func floatEnv(getenv func(string) string, k string, def float64) float64 {
-	if f, err := strconv.ParseFloat(getenv(k), 64); err == nil {
-		return f
-	}
-	return def
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/devstack"
 	"github.com/sluicehq/sluice/internal/envoyimport"
+	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -79,11 +80,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "dev":
 		fs := flag.NewFlagSet("sluice dev", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		addr := fs.String("addr", envOr(getenv, "SLUICE_ADDR", "127.0.0.1:8080"), "listen address of the HTTP API (env SLUICE_ADDR)")
+		addr := fs.String("addr", flagenv.Env(getenv).String("SLUICE_ADDR", "127.0.0.1:8080"), "listen address of the HTTP API (env SLUICE_ADDR)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return errUsage
 		}
-		deltas, err := time.ParseDuration(envOr(getenv, "SLUICE_DELTA_INTERVAL", "10s"))
+		deltas, err := time.ParseDuration(flagenv.Env(getenv).String("SLUICE_DELTA_INTERVAL", "10s"))
 		if err != nil || deltas <= 0 {
 			fmt.Fprintf(stderr, "SLUICE_DELTA_INTERVAL: want a positive duration such as 10s\n")
 			return errUsage
@@ -105,19 +106,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	return errUsage
 }
 
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice import", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dryRun := fs.Bool("dry-run", false, "print what would be imported, change nothing")
 	asJSON := fs.Bool("json", false, "print JSON")
-	server := fs.String("server", envOr(getenv, "SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-json] [-server URL] FILE\n")
 		return errUsage

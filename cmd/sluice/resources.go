@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 )
@@ -84,7 +85,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	fs := flag.NewFlagSet("sluice "+resource+" "+verb, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	s := &session{ctx: ctx, out: stdout, key: getenv("SLUICE_KEY")}
-	fs.StringVar(&s.server, "server", envOr(getenv, "SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	fs.StringVar(&s.server, "server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	fs.StringVar(&s.tenant, "tenant", "", "tenant id (required with the operator key)")
 	fs.BoolVar(&s.json, "json", false, "print JSON")
 	// Flags of the create verbs.
@@ -252,7 +253,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	decider := fs.String("decider", envOr(getenv, "SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
+	decider := fs.String("decider", flagenv.Env(getenv).String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
 	tier, cost := fs.String("tier", "", "tier to apply"), fs.Int64("cost", 0, "cost units (default 1)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {

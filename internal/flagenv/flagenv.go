@@ -1,0 +1,67 @@
+// Package flagenv is how the binaries read their configuration: flag
+// defaults taken from environment variables (a flag given on the command
+// line wins), and a main that stops cleanly on SIGINT or SIGTERM.
+package flagenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Env reads variables through a getenv function (os.Getenv, or a map in
+// tests). A variable that is unset or does not parse gives the default.
+type Env func(string) string
+
+// String returns k's value, or def when unset.
+func (e Env) String(k, def string) string {
+	if v := e(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// Int returns k as an integer, or def.
+func (e Env) Int(k string, def int) int {
+	if n, err := strconv.Atoi(e(k)); err == nil {
+		return n
+	}
+	return def
+}
+
+// Float returns k as a number, or def.
+func (e Env) Float(k string, def float64) float64 {
+	if f, err := strconv.ParseFloat(e(k), 64); err == nil {
+		return f
+	}
+	return def
+}
+
+// Duration returns k as a Go duration ("50ms", "720h"), or def.
+func (e Env) Duration(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(e(k)); err == nil {
+		return d
+	}
+	return def
+}
+
+// RunFunc is a binary's body: it serves until ctx ends.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// Main runs run with the process's arguments and environment until
+// SIGINT or SIGTERM, and exits 1 with the error, prefixed by name, when it
+// fails.
+func Main(name string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
