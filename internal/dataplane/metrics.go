@@ -33,7 +33,9 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
 	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
-		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }))
+		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
+			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
 	return m
 }
 

@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -102,7 +103,10 @@ type Options struct {
 type Decider struct {
 	opts    Options
 	breaker *gobreaker.CircuitBreaker[bool]
-	denied  *denyCache // nil without a deny cache
+	// engineErrors counts failed engine calls (errors and timeouts; calls
+	// the open breaker refused are not made and not counted).
+	engineErrors atomic.Int64
+	denied       *denyCache // nil without a deny cache
 }
 
 // New returns a Decider on engine with no failure handling, for engines
@@ -303,6 +307,10 @@ func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
 	return nil
 }
 
+// EngineErrors returns how many engine calls have failed (Redis errors
+// and timeouts), for metrics.
+func (d *Decider) EngineErrors() int64 { return d.engineErrors.Load() }
+
 // call asks the engine within the budget, through the breaker.
 func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
 	do := func() (bool, error) {
@@ -311,7 +319,11 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 			ctx, cancel = context.WithTimeout(ctx, d.opts.Budget)
 			defer cancel()
 		}
-		return d.opts.Engine.AllowAll(ctx, reqs, res)
+		ok, err := d.opts.Engine.AllowAll(ctx, reqs, res)
+		if err != nil {
+			d.engineErrors.Add(1)
+		}
+		return ok, err
 	}
 	if d.breaker == nil {
 		return do()

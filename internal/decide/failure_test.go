@@ -77,6 +77,9 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 	if n, deg := count("/open", 5); n != 5 || !deg {
 		t.Fatalf("open rule with Redis frozen: %d of 5 admitted (degraded %v)", n, deg)
 	}
+	if d.EngineErrors() == 0 {
+		t.Fatal("no engine error counted while Redis hung")
+	}
 	if d.BreakerState() != "open" {
 		t.Fatalf("breaker %s after repeated failures, want open", d.BreakerState())
 	}
