@@ -35,7 +35,7 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "dev", "-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "SLUICE_TEST_CHILD=1", "SLUICE_DEV_DIR="+dir,
 		"DATABASE_URL=postgres://postgres@127.0.0.1:1/nothing?sslmode=disable", "REDIS_URL=redis://127.0.0.1:1",
-		"KAFKA_BROKERS=127.0.0.1:1")
+		"KAFKA_BROKERS=127.0.0.1:1", "SLUICE_GRPC_ADDR=127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

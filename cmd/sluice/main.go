@@ -33,7 +33,8 @@ commands:
   dev      run the control plane, a decider and analytics in one process (what make dev runs);
            DATABASE_URL else local PostgreSQL, REDIS_URL else local Redis else in-process,
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
-           (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s)
+           (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
+           SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
   import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
-			KafkaBrokers: getenv("KAFKA_BROKERS"), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
+			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)

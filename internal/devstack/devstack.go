@@ -48,6 +48,9 @@ import (
 type Config struct {
 	// Addr is where the HTTP API listens; "127.0.0.1:0" picks a free port.
 	Addr string
+	// GRPCAddr is where the grpc-go listener (Envoy RLS, DecisionService)
+	// listens; "" picks a free loopback port.
+	GRPCAddr string
 	// DatabaseURL, else the local server's sluice_dev database.
 	DatabaseURL string
 	// RedisURL, else the local server, else the in-process engine.
@@ -98,6 +101,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return err
+	}
+	if cfg.GRPCAddr == "" {
+		cfg.GRPCAddr = "127.0.0.1:0"
 	}
 	if cfg.EventsTopic == "" {
 		cfg.EventsTopic = "sluice.decisions"
@@ -173,6 +179,16 @@ func Run(ctx context.Context, cfg Config) error {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
+	// grpc-go's listener: Envoy's rate limit service and DecisionService.
+	gln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("devstack: listen (gRPC): %w", err)
+	}
+	gs := dataplane.NewGRPCServer(apiCfg)
+	go func() { _ = gs.Serve(gln) }()
+	defer gs.Stop()
+
 	sctx, stopSync := context.WithCancel(ctx)
 	defer stopSync()
 	errc := make(chan error, 1)
@@ -193,12 +209,13 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Out, `Sluice dev is running: control plane, decider (%s) and analytics (%s), PostgreSQL %s, tenant "demo".
   console       %[4]s/console/
   API           %[4]s  (/v1/check, /shouldAllowRequest, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
+  gRPC          %[8]s  (Envoy rate limit service, DecisionService on grpc-go)
   operator key  %[5]s
   admin key     %[6]s  (tenant demo)
   check key     %[7]s
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
 Ctrl-C stops it.
-`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check)
+`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr())
 	return <-errc
 }
 
