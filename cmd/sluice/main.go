@@ -39,6 +39,7 @@ commands:
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
+  bench    load a decider: sluice bench [-decider URL | -grpc HOST:PORT] [-c 50] [-keys 10000] [-n 100000]
 
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
@@ -97,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr, getenv)
 	case "tenants", "tiers", "rules", "overrides", "keys", "check":
 		return runResource(ctx, args[0], args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":

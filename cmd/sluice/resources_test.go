@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -84,5 +85,28 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	if _, err := sluice("rules", "frobnicate"); !errors.Is(err, errUsage) {
 		t.Fatalf("unknown verb: %v", err)
+	}
+}
+
+// TestBenchAgainstDev runs `sluice bench` briefly over HTTP and gRPC.
+func TestBenchAgainstDev(t *testing.T) {
+	banner, stop := startDev(t, devEnv(t))
+	defer func() { _ = stop() }()
+	env := map[string]string{"SLUICE_DECIDER": regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(banner)[1],
+		"SLUICE_CHECK_KEY": regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner)[1]}
+	grpcAddr := regexp.MustCompile(`gRPC\s+(\S+)`).FindStringSubmatch(banner)[1]
+	for _, args := range [][]string{{"bench", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-grpc", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
+		var out strings.Builder
+		if err := run(context.Background(), args, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var res benchResult
+		if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
+			t.Fatalf("%v: %q", args, out.String())
+		}
+		// 20 ids × 10 per minute (the demo's free tier): 200 allowed, the rest rejected.
+		if res.Decisions != 300 || res.Errors != 0 || res.Allowed+res.Rejected != 300 || res.Allowed > 200 || res.DecisionsPerS <= 0 {
+			t.Fatalf("%v: %+v", args, res)
+		}
 	}
 }

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/internal/flagenv"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+)
+
+// benchResult is what `sluice bench` measured.
+type benchResult struct {
+	Decisions      int64   `json:"decisions"`
+	Allowed        int64   `json:"allowed"`
+	Rejected       int64   `json:"rejected"`
+	Errors         int64   `json:"errors"`
+	Seconds        float64 `json:"seconds"`
+	DecisionsPerS  float64 `json:"decisions_per_second"`
+	P50ms          float64 `json:"p50_ms"`
+	P99ms          float64 `json:"p99_ms"`
+	Concurrency    int     `json:"concurrency"`
+	Keys           int     `json:"keys"`
+	Protocol       string  `json:"protocol"`
+	FirstErrorText string  `json:"first_error,omitempty"`
+}
+
+// runBench loads a decider with checks from concurrent clients over a set
+// of client ids and reports decisions/s and latency percentiles.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("sluice bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := flagenv.Env(getenv)
+	decider := fs.String("decider", env.String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL, for HTTP (env SLUICE_DECIDER)")
+	grpcAddr := fs.String("grpc", "", "benchmark DecisionService on this grpc-go address (host:port) instead of HTTP")
+	conc := fs.Int("c", 50, "concurrent clients")
+	keys := fs.Int("keys", 10_000, "distinct client ids")
+	n := fs.Int("n", 100_000, "checks in all")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 {
+		fmt.Fprint(stderr, "usage: sluice bench [-decider URL | -grpc HOST:PORT] [-c 50] [-keys 10000] [-n 100000] [-json]\n")
+		return errUsage
+	}
+	key := getenv("SLUICE_CHECK_KEY")
+	if key == "" {
+		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
+		return errUsage
+	}
+	check, protocol, closeFn, err := benchTarget(*decider, *grpcAddr, key, *conc)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+
+	res := benchResult{Concurrency: *conc, Keys: *keys, Protocol: protocol}
+	var next atomic.Int64
+	var allowed, rejected, errs atomic.Int64
+	var firstErr atomic.Value
+	lats := make([][]time.Duration, *conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := range *conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := next.Add(1)
+				if i > int64(*n) {
+					return
+				}
+				t := time.Now()
+				ok, err := check(ctx, "bench-"+strconv.FormatInt(i%int64(*keys), 10))
+				lats[g] = append(lats[g], time.Since(t))
+				switch {
+				case err != nil:
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				case ok:
+					allowed.Add(1)
+				default:
+					rejected.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	all := slices.Concat(lats...)
+	slices.Sort(all)
+	res.Decisions, res.Allowed, res.Rejected, res.Errors = int64(len(all)), allowed.Load(), rejected.Load(), errs.Load()
+	res.Seconds = elapsed.Seconds()
+	res.DecisionsPerS = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		res.P50ms = float64(all[len(all)/2].Microseconds()) / 1000
+		res.P99ms = float64(all[len(all)*99/100].Microseconds()) / 1000
+	}
+	if s, ok := firstErr.Load().(string); ok {
+		res.FirstErrorText = s
+	}
+	return printResult(stdout, *asJSON, res, func(w io.Writer) {
+		fmt.Fprintf(w, "%d checks over %s (%d clients, %d client ids) in %.1fs\n", res.Decisions, protocol, res.Concurrency, res.Keys, res.Seconds)
+		fmt.Fprintf(w, "%.0f decisions/s, p50 %.2f ms, p99 %.2f ms\n", res.DecisionsPerS, res.P50ms, res.P99ms)
+		fmt.Fprintf(w, "%d allowed, %d rejected, %d errors\n", res.Allowed, res.Rejected, res.Errors)
+		if res.FirstErrorText != "" {
+			fmt.Fprintf(w, "first error: %s\n", res.FirstErrorText)
+		}
+	})
+}
+
+// benchTarget returns one check against the decider over HTTP or grpc-go.
+func benchTarget(decider, grpcAddr, key string, conc int) (func(context.Context, string) (bool, error), string, func(), error) {
+	if grpcAddr != "" {
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, "", nil, err
+		}
+		client := sluicev1.NewDecisionServiceClient(conn)
+		md := metadata.Pairs("authorization", "Bearer "+key)
+		return func(ctx context.Context, id string) (bool, error) {
+			res, err := client.Check(metadata.NewOutgoingContext(ctx, md), &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}})
+			if err != nil {
+				return false, err
+			}
+			return res.Allowed, nil
+		}, "gRPC " + grpcAddr, func() { conn.Close() }, nil
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}, Timeout: 10 * time.Second}
+	url := decider + "/v1/check"
+	return func(ctx context.Context, id string) (bool, error) {
+		body, _ := json.Marshal(map[string]any{"descriptors": map[string]string{"client_id": id}})
+		req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+		if err != nil {
+			return false, err
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusOK:
+			return true, nil
+		case http.StatusTooManyRequests:
+			return false, nil
+		}
+		return false, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}, "HTTP " + decider, client.CloseIdleConnections, nil
+}
