@@ -15,6 +15,7 @@
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
 //	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service and sluice.v1.DecisionService (default 127.0.0.1:8089; "off" disables)
+//	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
@@ -76,6 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
@@ -134,8 +136,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		go func() { _ = pub.Run(ctx) }()
 		apiCfg.Events = pub
 	}
-	api := dataplane.NewHTTPHandler(apiCfg)
+	api := dataplane.CORS(splitList(*corsOrigins), dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle("POST /v1/check", api)
+	mux.Handle("OPTIONS /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 
@@ -168,6 +171,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // deciderName names this decider in events and the control plane's list:

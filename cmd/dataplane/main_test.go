@@ -41,17 +41,31 @@ func TestDeciderEndToEnd(t *testing.T) {
 	defer func() { cp.CloseClientConnections(); cp.Close() }()
 	rc, prefix := redistest.Client(t)
 
-	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "from upstream") }))
+	defer upstream.Close()
+
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_PROXY_KEY": checkKey}
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
-		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
+		"-cors-origins", "http://console.example"}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no banner: %v", err)
+	lines := bufio.NewReader(pr)
+	var base, proxy string
+	for base == "" || proxy == "" {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no banner: %v", err)
+		}
+		url := strings.Fields(line[max(strings.Index(line, "http://"), 0):])[0]
+		switch {
+		case strings.HasPrefix(line, "decider listening"):
+			base = url
+		case strings.HasPrefix(line, "proxying"):
+			proxy = url
+		}
 	}
-	base := strings.TrimSpace(line[strings.Index(line, "http://"):])
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 
 	var ready struct {
@@ -93,14 +107,39 @@ func TestDeciderEndToEnd(t *testing.T) {
 	if keys, err := rc.Keys(ctx, prefix+"*").Result(); err != nil || len(keys) != 1 {
 		t.Fatalf("counter keys in Redis under %s: %v (%v)", prefix, keys, err)
 	}
+	// The reverse proxy enforces the same tenant's rules (the client is its
+	// IP here) in front of the upstream.
+	codes = nil
+	for range 4 {
+		resp, err := http.Get(proxy + "/anything")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 && string(b) != "from upstream" {
+			t.Fatalf("proxied answer %q", b)
+		}
+		codes = append(codes, resp.StatusCode)
+	}
+	if want := []int{200, 200, 200, 429}; !equal(codes, want) {
+		t.Fatalf("through the proxy: statuses %v, want %v", codes, want)
+	}
+	// The console's origin may call the check API from a browser.
+	pre, _ := http.NewRequest(http.MethodOptions, base+"/v1/check", nil)
+	pre.Header.Set("Origin", "http://console.example")
+	pre.Header.Set("Access-Control-Request-Method", "POST")
+	if resp, err := http.DefaultClient.Do(pre); err != nil || resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "http://console.example" {
+		t.Fatalf("CORS preflight: %v %v", resp, err)
+	}
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 3`,
-		`sluice_decisions_total{outcome="rejected",tenant="acme"} 1`, `sluice_breaker_state 0`, `sluice_decision_seconds_count 4`} {
+	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 6`,
+		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
