@@ -54,11 +54,13 @@ type Config struct {
 }
 
 // Request is one check: the request's descriptors, and optionally the
-// tier to apply and the cost (0 means 1).
+// tier to apply, the cost (0 means 1) and, for concurrency rules, the
+// name of the lease the check takes (end it with Release).
 type Request struct {
 	Tier        string
 	Descriptors map[string]string
 	Cost        int64
+	Lease       string
 }
 
 // Rule is one rule's answer within a decision.
@@ -152,8 +154,24 @@ func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
 		return c.failed(err)
 	}
 	d := fromProto(res.Msg)
-	c.remember(key, d)
+	if r.Lease == "" { // a lease may be released any time: its rejections are not cached
+		c.remember(key, d)
+	}
 	return d, nil
+}
+
+// Release ends r.Lease early on the concurrency rules r matches (a lease
+// otherwise ends at its rule's TTL).
+func (c *Client) Release(ctx context.Context, r Request) error {
+	if r.Lease == "" {
+		return errors.New("sluiceclient: Release needs the Request's Lease")
+	}
+	m := toProto(r)
+	m.Release = true
+	_, err := withTimeout(c, ctx, func(ctx context.Context) (*connect.Response[sluicev1.CheckResponse], error) {
+		return c.rpc.Check(ctx, authed(c, m))
+	})
+	return err
 }
 
 // CheckBatch asks for up to 100 independent decisions in one call; cached
@@ -190,7 +208,9 @@ func (c *Client) CheckBatch(ctx context.Context, rs []Request) ([]Decision, erro
 	}
 	for j, i := range ask {
 		out[i] = fromProto(res.Msg.Responses[j])
-		c.remember(keys[i], out[i])
+		if rs[i].Lease == "" {
+			c.remember(keys[i], out[i])
+		}
 	}
 	return out, nil
 }
@@ -258,6 +278,7 @@ func cacheKey(r Request) string {
 	add := func(s string) { b.WriteString(strconv.Itoa(len(s))); b.WriteByte(':'); b.WriteString(s) }
 	add(r.Tier)
 	add(strconv.FormatInt(r.Cost, 10))
+	add(r.Lease)
 	for _, k := range keys {
 		add(k)
 		add(r.Descriptors[k])
@@ -266,7 +287,7 @@ func cacheKey(r Request) string {
 }
 
 func toProto(r Request) *sluicev1.CheckRequest {
-	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost}
+	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost, Lease: r.Lease}
 	keys := make([]string, 0, len(r.Descriptors))
 	for k := range r.Descriptors {
 		keys = append(keys, k)

@@ -186,3 +186,43 @@ func TestARefusedRequestIsNotAFailure(t *testing.T) {
 		t.Fatalf("middleware with a bad key: %d", rec.Code)
 	}
 }
+
+func TestLeases(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	cfg, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Hour}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := dataplane.NewKeys()
+	key, _ := policy.NewKeySecret(policy.KeyCheck)
+	keys.Set(policy.HashKey(key), cfg)
+	path, h := dataplane.NewDecisionService(dataplane.HTTPConfig{Authenticate: keys.Authenticate,
+		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	c := New(Config{URL: srv.URL, Key: key, Now: clk.now}) // with the deny cache: leases must bypass it
+	ctx := context.Background()
+	job := func(name string) Request {
+		return Request{Descriptors: map[string]string{"client_id": "w"}, Lease: name}
+	}
+	if d, err := c.Check(ctx, job("a")); err != nil || !d.Allowed {
+		t.Fatalf("first lease: %+v %v", d, err)
+	}
+	if d, _ := c.Check(ctx, job("b")); d.Allowed {
+		t.Fatal("a second lease fit a limit of one")
+	}
+	if err := c.Release(ctx, job("a")); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := c.Check(ctx, job("b")); err != nil || !d.Allowed {
+		t.Fatalf("after the release: %+v %v", d, err)
+	}
+	if err := c.Release(ctx, Request{}); err == nil {
+		t.Fatal("a release without a lease was sent")
+	}
+}
