@@ -136,7 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		go func() { _ = pub.Run(ctx) }()
 		apiCfg.Events = pub
 	}
-	api := dataplane.CORS(splitList(*corsOrigins), dataplane.NewHTTPHandler(apiCfg))
+	api := dataplane.CORS(flagenv.List(*corsOrigins), dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle("POST /v1/check", api)
 	mux.Handle("OPTIONS /v1/check", api)
 	mux.Handle("POST /shouldAllowRequest", api)
@@ -171,17 +171,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // deciderName names this decider in events and the control plane's list:

@@ -181,7 +181,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			fmt.Fprintln(stderr, err)
 			return errUsage
 		}
-		rule := &sluicev1.Rule{Name: *name, KeyBy: splitList(*keyBy), Shadow: *shadow, Enabled: !*disabled, Match: m,
+		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Enabled: !*disabled, Match: m,
 			Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(alg), Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}}
 		return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).CreateRule, &sluicev1.CreateRuleRequest{TenantId: s.tenant, TierId: *tier, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.CreateRuleResponse) {
 			fmt.Fprintf(w, "created rule %s (%s), config version %d\n", r.Rule.Name, r.Rule.Id, r.ConfigVersion)
@@ -314,19 +314,9 @@ func ruleFlags(r *sluicev1.Rule) string {
 	return strings.Join(f, ",")
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 func parsePairs(s string) ([]*sluicev1.Match, error) {
 	var out []*sluicev1.Match
-	for _, p := range splitList(s) {
+	for _, p := range flagenv.List(s) {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
 			return nil, fmt.Errorf("match %q: want KEY=VALUE", p)

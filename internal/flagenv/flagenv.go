@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -48,6 +49,18 @@ func (e Env) Duration(k string, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// List splits a comma-separated value, trimming items and dropping empty
+// ones.
+func List(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // RunFunc is a binary's body: it serves until ctx ends.

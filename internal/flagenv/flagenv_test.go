@@ -22,3 +22,14 @@ func TestEnvDefaultsAndParsing(t *testing.T) {
 		t.Error("Duration")
 	}
 }
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	got := List(" a, ,b,,c ")
+	if len(got) != 3 || got[0] != "a" || got[1] != "b" || got[2] != "c" {
+		t.Fatalf("List = %q", got)
+	}
+	if List("") != nil {
+		t.Fatal("an empty value is no items")
+	}
+}
