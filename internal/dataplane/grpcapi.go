@@ -57,7 +57,8 @@ func incomingAuth(ctx context.Context) http.Header {
 	return h
 }
 
-// grpcStatus turns a Connect error into the gRPC status with the same code
+// grpcStatus turns a Connect error (protoconv.ToConnectError's, the one
+// mapping of domain errors) into the gRPC status with the same code
 // (Connect's codes are gRPC's), message and details.
 func grpcStatus(err error) error {
 	if err == nil {

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net/http"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // MaxRLSDescriptors bounds the descriptors of one Envoy request.
@@ -43,7 +43,7 @@ func NewRLS(cfg HTTPConfig) *RLS { return &RLS{cfg: cfg} }
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	c, err := s.cfg.Authenticate(incomingAuth(ctx))
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
 	switch {
 	case req.GetDomain() != c.Tenant.Slug:
@@ -66,7 +66,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 		dec, err := s.cfg.decide(ctx, c, r)
 		if err != nil {
-			return nil, grpcError(err)
+			return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 		}
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		if !dec.Allowed {
@@ -127,19 +127,3 @@ func envoyLimit(r decide.RuleResult) *rlsv3.RateLimitResponse_RateLimit {
 	return l
 }
 
-// grpcError maps a domain error to a gRPC status.
-func grpcError(err error) error {
-	var pe *policy.Error
-	if !errors.As(err, &pe) {
-		return status.Error(codes.Internal, "internal error")
-	}
-	code := map[policy.Code]codes.Code{
-		policy.CodeInvalid: codes.InvalidArgument, policy.CodeNotFound: codes.NotFound, policy.CodeConflict: codes.AlreadyExists,
-		policy.CodeUnauthenticated: codes.Unauthenticated, policy.CodePermissionDenied: codes.PermissionDenied,
-		policy.CodeUnavailable: codes.Unavailable, policy.CodeResourceExhausted: codes.ResourceExhausted,
-	}[pe.Code]
-	if code == codes.OK {
-		code = codes.Internal
-	}
-	return status.Error(code, pe.Error())
-}
