@@ -52,6 +52,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/telemetry"
 )
@@ -194,9 +195,9 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	if pc.TrustedProxies, err = dataplane.ParsePrefixes(trusted); err != nil {
 		return nil, err
 	}
-	header := http.Header{"Authorization": {"Bearer " + key}}
+	hash := policy.HashKey(key) // once, not per proxied request
 	pc.API, pc.Upstream = api, u
-	pc.Tenant = func() (*decide.Config, error) { return keys.Authenticate(header) }
+	pc.Tenant = func() (*decide.Config, error) { return keys.Lookup(hash) }
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)

@@ -63,8 +63,13 @@ func (k *Keys) Authenticate(h http.Header) (*decide.Config, error) {
 	if !ok {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "missing check key: send Authorization: Bearer <key>")
 	}
+	return k.Lookup(policy.HashKey(secret))
+}
+
+// Lookup returns the config of the tenant whose check key hashes to h.
+func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 	k.mu.RLock()
-	c := k.m[policy.HashKey(secret)]
+	c := k.m[h]
 	k.mu.RUnlock()
 	if c == nil {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "invalid check key")
