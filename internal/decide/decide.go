@@ -296,15 +296,20 @@ func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
 	if !ok {
 		return nil
 	}
-	if d.opts.Budget > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.opts.Budget)
-		defer cancel()
-	}
+	ctx, cancel := d.budgeted(ctx)
+	defer cancel()
 	if err := rel.Release(ctx, leases); err != nil {
 		return &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be released now; it ends at its TTL"}
 	}
 	return nil
+}
+
+// budgeted bounds ctx by the per-call time budget, when there is one.
+func (d *Decider) budgeted(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.opts.Budget <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.opts.Budget)
 }
 
 // EngineErrors returns how many engine calls have failed (Redis errors
@@ -314,11 +319,8 @@ func (d *Decider) EngineErrors() int64 { return d.engineErrors.Load() }
 // call asks the engine within the budget, through the breaker.
 func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
 	do := func() (bool, error) {
-		if d.opts.Budget > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, d.opts.Budget)
-			defer cancel()
-		}
+		ctx, cancel := d.budgeted(ctx)
+		defer cancel()
 		ok, err := d.opts.Engine.AllowAll(ctx, reqs, res)
 		if err != nil {
 			d.engineErrors.Add(1)
