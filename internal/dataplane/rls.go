@@ -126,4 +126,3 @@ func envoyLimit(r decide.RuleResult) *rlsv3.RateLimitResponse_RateLimit {
 	}
 	return l
 }
-
