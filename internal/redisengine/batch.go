@@ -10,11 +10,12 @@ import (
 
 // call is one decision waiting for a pipeline.
 type call struct {
-	keys  []string
-	args  []any
-	reply []int64
-	err   error
-	done  chan struct{}
+	script *redis.Script
+	keys   []string
+	args   []any
+	reply  []int64
+	err    error
+	done   chan struct{}
 }
 
 // ErrClosed is returned for decisions made after Close.
@@ -25,8 +26,8 @@ var ErrClosed = errors.New("redisengine: engine closed")
 const flushTimeout = 5 * time.Second
 
 // batched queues a call for the flushers and waits for it or for ctx.
-func (e *Engine) batched(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	c := &call{keys: keys, args: args, done: make(chan struct{})}
+func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
 	select {
 	case e.calls <- c:
 	case <-ctx.Done():
@@ -97,7 +98,7 @@ func (e *Engine) flush(batch []*call) {
 		pipe := e.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		for i, c := range pending {
-			cmds[i] = script.EvalSha(ctx, pipe, c.keys, c.args...)
+			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		var retry []*call

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 //go:embed scripts/*.lua
@@ -27,6 +28,13 @@ var scripts embed.FS
 
 // script is the decision script: the families, then the driver.
 var script = redis.NewScript(loadScript("common", "meter", "window", "log", "lease", "decide"))
+
+// single is the script of the commonest decision, one meter-family rule;
+// it answers as script would, for less than half the Redis CPU.
+var single = redis.NewScript(loadScript("single"))
+
+// scripts lists every script, for Preload.
+var allScripts = []*redis.Script{script, single}
 
 func loadScript(names ...string) string {
 	var b strings.Builder
@@ -101,12 +109,19 @@ func (e *Engine) Close() {
 // Preload loads the script on every master, so the first decisions need
 // no EVAL. It is an optimisation: EVALSHA falls back to EVAL on NOSCRIPT.
 func (e *Engine) Preload(ctx context.Context) error {
-	load := func(ctx context.Context, c *redis.Client) error { return script.Load(ctx, c).Err() }
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, s := range allScripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var err error
 	if cc, ok := e.client.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, load)
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	} else {
-		err = script.Load(ctx, e.client).Err()
+		err = load(ctx, e.client)
 	}
 	if err != nil {
 		return fmt.Errorf("redisengine: load script: %w", err)
@@ -149,25 +164,18 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	keys := make([]string, len(reqs))
-	args := make([]any, 0, 4+20*len(reqs))
-	args = append(args, now, e.slack, e.cfg.MinTTL.Milliseconds(), op)
-	for i, rq := range reqs {
-		if rq.Lease < 0 || rq.Lease >= maxLease {
-			return false, fmt.Errorf("redisengine: lease %d outside [0, 2^53)", rq.Lease)
-		}
-		keys[i] = e.cfg.Prefix + rq.Key
-		args = appendArgs(args, rq)
+	sc, keys, args, err := e.prepare(op, reqs, now)
+	if err != nil {
+		return false, err
 	}
 	if _, ok := e.client.(*redis.ClusterClient); ok && op == "check" && !sameSlot(keys) {
 		return e.acrossSlots(ctx, reqs, now, res)
 	}
 	var reply []int64
-	var err error
 	if e.calls != nil {
-		reply, err = e.batched(ctx, keys, args)
+		reply, err = e.batched(ctx, sc, keys, args)
 	} else {
-		reply, err = script.Run(ctx, e.client, keys, args...).Int64Slice()
+		reply, err = sc.Run(ctx, e.client, keys, args...).Int64Slice()
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisengine: decide: %w", err)
@@ -176,6 +184,29 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 		return true, nil
 	}
 	return decode(reply, len(reqs), res)
+}
+
+// prepare picks the script for one call and builds its keys and arguments.
+func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Script, []string, []any, error) {
+	keys := make([]string, len(reqs))
+	if op == "check" && len(reqs) == 1 {
+		rq := reqs[0]
+		if c := rq.Limiter.Constants(); c.Algorithm <= policy.LeakyBucket && !c.Warm {
+			keys[0] = e.cfg.Prefix + rq.Key
+			return single, keys, []any{now, e.cfg.MinTTL.Milliseconds(), rq.Cost, flag(rq.Shadow), c.Capacity, c.Shown,
+				float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}, nil
+		}
+	}
+	args := make([]any, 0, 4+20*len(reqs))
+	args = append(args, now, e.slack, e.cfg.MinTTL.Milliseconds(), op)
+	for i, rq := range reqs {
+		if rq.Lease < 0 || rq.Lease >= maxLease {
+			return nil, nil, nil, fmt.Errorf("redisengine: lease %d outside [0, 2^53)", rq.Lease)
+		}
+		keys[i] = e.cfg.Prefix + rq.Key
+		args = appendArgs(args, rq)
+	}
+	return script, keys, args, nil
 }
 
 // decode reads the script's reply into res.
@@ -197,20 +228,23 @@ func decode(reply []int64, n int, res []limit.Result) (bool, error) {
 
 func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 
-// appendArgs appends the script's per-rule fields (see decide.lua). Floats
-// are sent in their shortest exact form, so Lua parses the same doubles.
+// appendArgs appends the script's per-rule fields (see decide.lua).
 func appendArgs(args []any, rq limit.Request) []any {
 	c := rq.Limiter.Constants()
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	b := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
+	return append(args, int(c.Algorithm), rq.Cost, rq.Lease, flag(rq.Shadow), c.Capacity, c.Shown, c.Limit, c.Window,
+		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
+		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown))
+}
+
+// float formats x in its shortest exact form, so Lua parses the same double.
+func float(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// flag is a script's boolean argument.
+func flag(v bool) int {
+	if v {
+		return 1
 	}
-	return append(args, int(c.Algorithm), rq.Cost, rq.Lease, b(rq.Shadow), c.Capacity, c.Shown, c.Limit, c.Window,
-		f(c.Interval), f(c.PerUS), f(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
-		b(c.Warm), f(c.Stable), f(c.Threshold), f(c.MaxPermits), f(c.Slope), f(c.CoolDown))
+	return 0
 }
 
 // acrossSlots decides a decision whose keys span cluster slots: each slot's
