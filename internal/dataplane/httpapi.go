@@ -205,6 +205,11 @@ func (h *httpAPI) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 // fail answers err: policy errors with their status and details, anything
 // else as an internal error whose text is logged, never sent.
 func (h *httpAPI) fail(w http.ResponseWriter, err error) {
+	if errors.Is(err, context.Canceled) { // the client went away: nothing failed, nobody reads the answer
+		h.cfg.Logger.Debug("check canceled by the client")
+		writeProblem(w, statusClientClosed, "Client Closed Request", "the request was canceled", nil)
+		return
+	}
 	var pe *policy.Error
 	if !errors.As(err, &pe) {
 		h.cfg.Logger.Error("check failed", "err", err)
@@ -214,6 +219,9 @@ func (h *httpAPI) fail(w http.ResponseWriter, err error) {
 	status := HTTPStatus(pe.Code)
 	writeProblem(w, status, http.StatusText(status), pe.Message, pe.Fields)
 }
+
+// statusClientClosed answers a request its client canceled (nginx's 499).
+const statusClientClosed = 499
 
 // HTTPStatus maps a policy error code to an HTTP status, in one place.
 func HTTPStatus(c policy.Code) int {

@@ -1,8 +1,10 @@
 package dataplane
 
 import (
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 type fixedClock struct{ t time.Time }
@@ -189,5 +193,29 @@ func TestLeasesTakenAndReleased(t *testing.T) {
 	}
 	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-2"}`); s != 200 {
 		t.Fatalf("a lease after the release: %d", s)
+	}
+}
+
+// A check whose client has gone away is not a failure of the decider: it
+// is answered 499 and logged at debug level, never as an error.
+func TestCanceledCheckIsNotAnError(t *testing.T) {
+	cfg, secret := testAPI(t)
+	c, prefix := redistest.Client(t) // an engine that honours the context, as Redis's does
+	cfg.Decider = decide.NewDecider(decide.Options{Engine: redisengine.New(c, redisengine.Config{Prefix: prefix}),
+		Local: limit.NewEngine(limit.EngineConfig{}), Budget: time.Second})
+	var logs strings.Builder
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := NewHTTPHandler(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/check", strings.NewReader(`{"descriptors":{"client_id":"c1"}}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != statusClientClosed {
+		t.Errorf("status %d, want %d; body %s", rec.Code, statusClientClosed, rec.Body)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("a canceled check logged %q", logs.String())
 	}
 }

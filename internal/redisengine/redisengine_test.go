@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -182,5 +183,31 @@ func TestReleaseEndsALease(t *testing.T) {
 		if !take(3) || take(4) {
 			t.Fatalf("batch %v: after releasing lease 1, exactly one more lease fits", batch)
 		}
+	}
+}
+
+// The per-limiter argument cache forgets a limiter once it is collected,
+// so a decider that replaces its config every few seconds holds nothing
+// of the configs it dropped.
+func TestArgCacheForgetsCollectedLimiters(t *testing.T) {
+	var c argCache
+	for i := range 100 {
+		l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: int64(i + 1), Window: time.Second})
+		if a := c.get(l); a.single == nil || a != c.get(l) {
+			t.Fatalf("limiter %d: args %+v, not cached", i, a)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		n := 0
+		c.m.Range(func(any, any) bool { n++; return true })
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries remain for collected limiters", n)
+		}
+		runtime.Gosched()
 	}
 }

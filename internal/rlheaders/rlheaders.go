@@ -8,7 +8,6 @@ package rlheaders
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -31,50 +30,94 @@ func Set(h http.Header, rules []Rule, deciding int, allowed bool) {
 	if len(rules) == 0 {
 		return
 	}
-	pol := make([]string, 0, len(rules))
-	cur := make([]string, 0, len(rules))
-	for _, r := range rules {
-		name := sfString(r.Name)
-		item := name + ";q=" + strconv.FormatInt(r.Limit, 10)
-		if r.Window > 0 {
-			item += ";w=" + strconv.FormatInt(ceilSeconds(r.Window), 10)
+	// Every value is built in one buffer and becomes one string whose
+	// parts are the values, and the keys are in canonical form: a decision's
+	// headers cost three allocations, not one or more per value.
+	var arr [256]byte
+	b := arr[:0]
+	var ends [headerCount]int
+	for header := range current + 1 { // one item per rule in each
+		for i, r := range rules {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendSfString(b, r.Name)
+			switch header {
+			case policy:
+				b = append(b, ";q="...)
+				b = strconv.AppendInt(b, r.Limit, 10)
+				if r.Window > 0 {
+					b = append(b, ";w="...)
+					b = strconv.AppendInt(b, ceilSeconds(r.Window), 10)
+				}
+			case current:
+				b = append(b, ";r="...)
+				b = strconv.AppendInt(b, r.Remaining, 10)
+				b = append(b, ";t="...)
+				b = strconv.AppendInt(b, ceilSeconds(r.ResetAfter), 10)
+			}
 		}
-		pol = append(pol, item)
-		cur = append(cur, name+";r="+strconv.FormatInt(r.Remaining, 10)+";t="+strconv.FormatInt(ceilSeconds(r.ResetAfter), 10))
+		ends[header] = len(b)
 	}
-	h.Set("RateLimit-Policy", strings.Join(pol, ", "))
-	h.Set("RateLimit", strings.Join(cur, ", "))
-	if deciding < 0 || deciding >= len(rules) {
-		return
+	n := current + 1
+	if deciding >= 0 && deciding < len(rules) {
+		d := rules[deciding]
+		b = strconv.AppendInt(b, d.Limit, 10)
+		ends[xLimit] = len(b)
+		b = strconv.AppendInt(b, d.Remaining, 10)
+		ends[xRemaining] = len(b)
+		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+		ends[xReset] = len(b)
+		n = xReset + 1
+		if !allowed && d.RetryAfter >= 0 {
+			b = strconv.AppendInt(b, max(1, ceilSeconds(d.RetryAfter)), 10)
+			ends[retryAfter] = len(b)
+			n = retryAfter + 1
+		}
 	}
-	d := rules[deciding]
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-	h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
-	if !allowed && d.RetryAfter >= 0 {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+	all := string(b)
+	vals := make([]string, n)
+	from := 0
+	for i := range n {
+		vals[i] = all[from:ends[i]]
+		h[headerKeys[i]] = vals[i : i+1 : i+1]
+		from = ends[i]
 	}
 }
 
-// sfString quotes s as a structured-field string (RFC 8941): printable
-// ASCII, with '"' and '\' escaped; other bytes become '?'.
-func sfString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
+// The headers Set writes, in the order of their values in its buffer.
+const (
+	policy = iota
+	current
+	xLimit
+	xRemaining
+	xReset
+	retryAfter
+	headerCount
+)
+
+// headerKeys are the canonical forms (http.CanonicalHeaderKey) of the
+// headers' names, as http.Header.Get looks them up.
+var headerKeys = [headerCount]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining",
+	"X-Ratelimit-Reset", "Retry-After"}
+
+// appendSfString appends s as a structured-field string (RFC 8941):
+// quoted, with '"' and '\\' escaped and anything else outside printable
+// ASCII replaced by '?'.
+func appendSfString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
 
 func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

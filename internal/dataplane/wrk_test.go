@@ -1,0 +1,136 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// BenchmarkDecisionsWrk loads POST /v1/check with wrk, a load generator in
+// C that costs a fraction of a Go client's CPU, so the figure is the
+// decider's rather than the client's: 50 connections, 2 threads, client
+// ids over benchKeys, the benchmark decider on the local Redis. b.N is
+// ignored: wrk runs for SLUICE_WRK_DURATION (default 10s). Skipped where
+// wrk is not installed (apt-get install wrk).
+func BenchmarkDecisionsWrk(b *testing.B) {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		b.Skip("wrk is not installed")
+	}
+	base, key := benchDecider(b)
+	script := filepath.Join(b.TempDir(), "check.lua")
+	if err := os.WriteFile(script, []byte(wrkScript(key)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	d := os.Getenv("SLUICE_WRK_DURATION")
+	if d == "" {
+		d = "10s"
+	}
+	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
+	defer rc.Close()
+	redisCPU := func() time.Duration { return serverCPU(b, rc) }
+	r0, g0 := redisCPU(), processCPU()
+	b.ResetTimer()
+	out, err := exec.Command(wrk, "-t2", fmt.Sprintf("-c%d", benchClients), "-d"+d, "--latency", "-s", script, base+"/v1/check").CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("wrk: %v\n%s", err, out)
+	}
+	if bytes.Contains(out, []byte("Non-2xx")) {
+		b.Fatalf("wrk saw refused checks:\n%s", out)
+	}
+	r1, g1 := redisCPU(), processCPU()
+	rate, p50, p99 := parseWrk(b, out)
+	n := rate * wrkSeconds(b, d)
+	// What one decision costs each side, wherever the load comes from: the
+	// decider process's CPU (the server and its Redis client) and Redis's.
+	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
+	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
+	b.ReportMetric(rate, "decisions/s")
+	b.ReportMetric(p50, "p50-ms")
+	b.ReportMetric(p99, "p99-ms")
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the CPU time the Redis server has used (INFO cpu).
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		m := regexp.MustCompile(`(?m)^` + f + `:([0-9.]+)`).FindStringSubmatch(info)
+		if m == nil {
+			b.Fatalf("no %s in INFO cpu", f)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		total += v
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// wrkSeconds is wrk's -d duration in seconds.
+func wrkSeconds(b *testing.B, d string) float64 {
+	dur, err := time.ParseDuration(d)
+	if err != nil {
+		b.Fatalf("SLUICE_WRK_DURATION: %v", err)
+	}
+	return dur.Seconds()
+}
+
+// wrkScript makes each request a check of the next client id.
+func wrkScript(key string) string {
+	return fmt.Sprintf(`local n = 0
+local keys = %d
+request = function()
+  n = n + 1
+  return wrk.format("POST", nil, {["Authorization"] = "Bearer %s", ["Content-Type"] = "application/json"},
+    '{"descriptors":{"client_id":"client-' .. (n %% keys) .. '"}}')
+end
+`, benchKeys, key)
+}
+
+var (
+	wrkRate    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkLatency = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+)
+
+// parseWrk reads requests/s and the p50 and p99 latencies (ms) from wrk's
+// --latency report.
+func parseWrk(b *testing.B, out []byte) (rate, p50, p99 float64) {
+	m := wrkRate.FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("no rate in wrk's output:\n%s", out)
+	}
+	rate, _ = strconv.ParseFloat(string(m[1]), 64)
+	for _, l := range wrkLatency.FindAllSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(string(l[2]), 64)
+		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[string(l[3])]
+		ms := v * float64(unit) / float64(time.Millisecond)
+		if string(l[1]) == "50" {
+			p50 = ms
+		} else {
+			p99 = ms
+		}
+	}
+	return rate, p50, p99
+}
