@@ -32,7 +32,7 @@ func Set(h http.Header, rules []Rule, deciding int, allowed bool) {
 	}
 	// Every value is built in one buffer and becomes one string whose
 	// parts are the values, and the keys are in canonical form: a decision's
-	// headers cost three allocations, not one or more per value.
+	// headers cost two allocations, not one or more per value.
 	var arr [256]byte
 	b := arr[:0]
 	var ends [headerCount]int
