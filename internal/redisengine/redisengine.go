@@ -85,7 +85,9 @@ type Engine struct {
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
-// It needs no connection: a decider starts even while Redis is down.
+// It needs no connection: a decider starts even while Redis is down. The
+// client should have ContextTimeoutEnabled, so that a decision's deadline
+// bounds its Redis call, however slow Redis is.
 func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.MinTTL <= 0 {
 		cfg.MinTTL = time.Second
