@@ -77,11 +77,11 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 		b.Fatal(err)
 	}
 	var total float64
-	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
-		m := regexp.MustCompile(`(?m)^` + f + `:([0-9.]+)`).FindStringSubmatch(info)
-		if m == nil {
-			b.Fatalf("no %s in INFO cpu", f)
-		}
+	ms := redisCPULine.FindAllStringSubmatch(info, -1)
+	if len(ms) != 2 {
+		b.Fatalf("no used_cpu_sys and used_cpu_user in INFO cpu:\n%s", info)
+	}
+	for _, m := range ms {
 		v, _ := strconv.ParseFloat(m[1], 64)
 		total += v
 	}
@@ -110,8 +110,9 @@ end
 }
 
 var (
-	wrkRate    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkLatency = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
+	redisCPULine = regexp.MustCompile(`(?m)^used_cpu_(?:sys|user):([0-9.]+)`)
+	wrkRate      = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkLatency   = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([0-9.]+)(us|ms|s)\s*$`)
 )
 
 // parseWrk reads requests/s and the p50 and p99 latencies (ms) from wrk's

@@ -35,7 +35,7 @@ var script = redis.NewScript(loadScript("common", "meter", "window", "log", "lea
 // it answers as script would, for less than half the Redis CPU.
 var single = redis.NewScript(loadScript("single"))
 
-// scripts lists every script, for Preload.
+// allScripts lists every script, for Preload.
 var allScripts = []*redis.Script{script, single}
 
 func loadScript(names ...string) string {
@@ -115,7 +115,7 @@ func (e *Engine) Close() {
 	}
 }
 
-// Preload loads the script on every master, so the first decisions need
+// Preload loads the scripts on every master, so the first decisions need
 // no EVAL. It is an optimisation: EVALSHA falls back to EVAL on NOSCRIPT.
 func (e *Engine) Preload(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Scripter) error {
@@ -204,9 +204,9 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 	if now == "" {
 		nowArg = redisTime
 	}
-	if op == "check" && len(reqs) == 1 && reqs[0].Limiter.Algorithm() <= policy.LeakyBucket {
+	if op == "check" && len(reqs) == 1 {
 		rq := reqs[0]
-		if st := e.statics.get(rq.Limiter); st.single != nil {
+		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter single.lua decides
 			keys[0] = e.cfg.Prefix + rq.Key
 			args := make([]any, 0, 4+len(st.single))
 			args = append(args, nowArg, e.minTTL, rq.Cost, flag(rq.Shadow))
