@@ -71,13 +71,13 @@ func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluice
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid batch",
 			Fields: []policy.FieldError{{Field: "requests", Description: "at most 100 checks per batch"}}})
 	}
-	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, 0, len(m.GetRequests()))}
-	for _, r := range m.GetRequests() {
-		res, err := s.check(ctx, c, r)
-		if err != nil {
-			return nil, err
-		}
-		out.Responses = append(out.Responses, res)
+	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(m.GetRequests()))}
+	err = together(len(out.Responses), func(i int) (err error) {
+		out.Responses[i], err = s.check(ctx, c, m.Requests[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

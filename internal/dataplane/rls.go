@@ -54,8 +54,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxRLSDescriptors)
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, len(req.Descriptors))}
-	var headersOf *decide.Decision
-	for _, d := range req.Descriptors {
+	decs := make([]decide.Decision, len(req.Descriptors))
+	err = together(len(decs), func(i int) (err error) {
+		d := req.Descriptors[i]
 		cost := int64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {
 			cost = int64(min(d.GetHitsAddend().GetValue(), math.MaxInt32))
@@ -64,10 +65,15 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		for _, e := range d.GetEntries() {
 			r.Descriptors = append(r.Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		dec, err := s.cfg.decide(ctx, c, r)
-		if err != nil {
-			return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
-		}
+		decs[i], err = s.cfg.decide(ctx, c, r)
+		return err
+	})
+	if err != nil {
+		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
+	}
+	var headersOf *decide.Decision
+	for i := range decs {
+		dec := &decs[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		if !dec.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -79,7 +85,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			st.LimitRemaining = uint32(min(max(rr.Remaining, 0), math.MaxUint32))
 			st.DurationUntilReset = durationpb.New(rr.ResetAfter)
 			if headersOf == nil || headersOf.Allowed {
-				headersOf = &dec
+				headersOf = dec
 			}
 		}
 		out.Statuses = append(out.Statuses, st)

@@ -32,7 +32,8 @@ const (
 type DecisionServiceClient interface {
 	// Check decides one request: every matching rule, all or nothing.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
-	// CheckBatch decides several independent requests in one call.
+	// CheckBatch decides several independent requests in one call, all at
+	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(ctx context.Context, in *CheckBatchRequest, opts ...grpc.CallOption) (*CheckBatchResponse, error)
 }
 
@@ -73,7 +74,8 @@ func (c *decisionServiceClient) CheckBatch(ctx context.Context, in *CheckBatchRe
 type DecisionServiceServer interface {
 	// Check decides one request: every matching rule, all or nothing.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
-	// CheckBatch decides several independent requests in one call.
+	// CheckBatch decides several independent requests in one call, all at
+	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }

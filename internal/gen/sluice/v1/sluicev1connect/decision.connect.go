@@ -44,7 +44,8 @@ const (
 type DecisionServiceClient interface {
 	// Check decides one request: every matching rule, all or nothing.
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
-	// CheckBatch decides several independent requests in one call.
+	// CheckBatch decides several independent requests in one call, all at
+	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 }
 
@@ -94,7 +95,8 @@ func (c *decisionServiceClient) CheckBatch(ctx context.Context, req *connect.Req
 type DecisionServiceHandler interface {
 	// Check decides one request: every matching rule, all or nothing.
 	Check(context.Context, *connect.Request[v1.CheckRequest]) (*connect.Response[v1.CheckResponse], error)
-	// CheckBatch decides several independent requests in one call.
+	// CheckBatch decides several independent requests in one call, all at
+	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
 }
 
