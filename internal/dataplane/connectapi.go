@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 
@@ -31,7 +32,10 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
 	}
-	return sluicev1connect.NewDecisionServiceHandler(decisionServer{cfg}, connect.WithReadMaxBytes(int(maxBytes)))
+	// Answers go out uncompressed: they are small, and gzip would cost more
+	// CPU than a whole decision (compressed requests are still read).
+	return sluicev1connect.NewDecisionServiceHandler(decisionServer{cfg}, connect.WithReadMaxBytes(int(maxBytes)),
+		connect.WithCompressMinBytes(math.MaxInt))
 }
 
 type decisionServer struct{ cfg HTTPConfig }
@@ -59,7 +63,7 @@ func (s decisionServer) checkOne(ctx context.Context, h http.Header, m *sluicev1
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	return s.check(ctx, c, m)
+	return s.check(ctx, c, m, checkRequest(m))
 }
 
 func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
@@ -71,9 +75,22 @@ func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluice
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid batch",
 			Fields: []policy.FieldError{{Field: "requests", Description: "at most 100 checks per batch"}}})
 	}
-	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(m.GetRequests()))}
-	err = together(len(out.Responses), func(i int) (err error) {
-		out.Responses[i], err = s.check(ctx, c, m.Requests[i])
+	reqs := make([]decide.Request, len(m.GetRequests()))
+	for i, r := range m.GetRequests() {
+		reqs[i] = checkRequest(r)
+	}
+	err = s.cfg.refuseAny("requests", len(reqs), func(i int) error {
+		if err := refuseRelease(m.Requests[i]); err != nil {
+			return err
+		}
+		return s.cfg.Decider.Validate(c, reqs[i])
+	})
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(reqs))}
+	err = together(len(reqs), func(i int) (err error) {
+		out.Responses[i], err = s.check(ctx, c, m.Requests[i], reqs[i])
 		return err
 	})
 	if err != nil {
@@ -82,15 +99,29 @@ func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluice
 	return out, nil
 }
 
-func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+// checkRequest is the decision a CheckRequest asks for.
+func checkRequest(m *sluicev1.CheckRequest) decide.Request {
 	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease())}
 	for _, d := range m.GetDescriptors() {
 		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
 	}
+	return req
+}
+
+// refuseRelease refuses a release that names no lease.
+func refuseRelease(m *sluicev1.CheckRequest) error {
+	if m.GetRelease() && m.GetLease() == "" {
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
+			Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}}
+	}
+	return nil
+}
+
+// check answers m, which asks for req.
+func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest, req decide.Request) (*sluicev1.CheckResponse, error) {
 	if m.GetRelease() {
-		if m.GetLease() == "" {
-			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
-				Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}})
+		if err := refuseRelease(m); err != nil {
+			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 		}
 		if err := s.cfg.Decider.Release(ctx, c, req); err != nil {
 			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)

@@ -54,20 +54,25 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxRLSDescriptors)
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, len(req.Descriptors))}
-	decs := make([]decide.Decision, len(req.Descriptors))
-	err = together(len(decs), func(i int) (err error) {
-		d := req.Descriptors[i]
+	reqs := make([]decide.Request, len(req.Descriptors))
+	for i, d := range req.Descriptors {
 		cost := int64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {
 			cost = int64(min(d.GetHitsAddend().GetValue(), math.MaxInt32))
 		}
-		r := decide.Request{Cost: max(cost, 1), Descriptors: make(policy.Descriptors, 0, len(d.GetEntries()))}
+		reqs[i] = decide.Request{Cost: max(cost, 1), Descriptors: make(policy.Descriptors, 0, len(d.GetEntries()))}
 		for _, e := range d.GetEntries() {
-			r.Descriptors = append(r.Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
+			reqs[i].Descriptors = append(reqs[i].Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}
-		decs[i], err = s.cfg.decide(ctx, c, r)
-		return err
-	})
+	}
+	decs := make([]decide.Decision, len(reqs))
+	err = s.cfg.refuseAny("descriptors", len(reqs), func(i int) error { return s.cfg.Decider.Validate(c, reqs[i]) })
+	if err == nil {
+		err = together(len(reqs), func(i int) (err error) {
+			decs[i], err = s.cfg.decide(ctx, c, reqs[i])
+			return err
+		})
+	}
 	if err != nil {
 		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}

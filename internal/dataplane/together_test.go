@@ -2,15 +2,22 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -33,11 +40,12 @@ func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 	}
 }
 
-// TestCallsOfManyDecisionsShareRoundTrips: a CheckBatch of n checks and an
-// Envoy request of n descriptors are decided at once, so the batching Redis
-// engine answers them in a few pipelines, not one round trip per decision,
-// and each answer stays in its request's place.
-func TestCallsOfManyDecisionsShareRoundTrips(t *testing.T) {
+// TestCallsOfManyDecisions: a CheckBatch of n checks and an Envoy request
+// of n descriptors are decided at once, so the batching Redis engine
+// answers them in a few pipelines, not one round trip per decision, and
+// each answer stays in its request's place; such a call with one invalid
+// decision is refused whole, before anything is counted.
+func TestCallsOfManyDecisions(t *testing.T) {
 	t.Parallel()
 	const n = 40
 	cfg, secret := testAPI(t)
@@ -73,6 +81,49 @@ func TestCallsOfManyDecisionsShareRoundTrips(t *testing.T) {
 		}
 	})
 
+	t.Run("CheckBatchRefusedWhole", func(t *testing.T) {
+		// One good check and two bad: refused whole, the bad fields named
+		// by index, and nothing counted: the good client still has all 3.
+		m := &sluicev1.CheckBatchRequest{Requests: []*sluicev1.CheckRequest{
+			{Cost: 3, Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "whole"}}},
+			{Cost: -1, Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "whole"}}},
+			{Tier: "gold", Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "whole"}}},
+		}}
+		h := http.Header{"Authorization": {"Bearer " + secret}}
+		_, err := decisionServer{cfg}.checkBatch(ctx, h, m)
+		if got := fieldsOf(t, err); !slices.Equal(got, []string{"requests[1].cost", "requests[2].tier"}) {
+			t.Fatalf("refused fields %v, want requests[1].cost and requests[2].tier", got)
+		}
+		res, err := decisionServer{cfg}.checkBatch(ctx, h, &sluicev1.CheckBatchRequest{Requests: m.Requests[:1]})
+		if err != nil || !res.Responses[0].Allowed {
+			t.Fatalf("the good check alone: %v %v, want allowed", res, err)
+		}
+	})
+
+	t.Run("EnvoyRLSRefusedWhole", func(t *testing.T) {
+		req := &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			descriptor("client_id", "rls-whole"), descriptor("", "no key")}}
+		rctx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+secret))
+		_, err := NewRLS(cfg).ShouldRateLimit(rctx, req)
+		st, _ := status.FromError(err)
+		var fields []string
+		for _, d := range st.Details() {
+			if br, ok := d.(*errdetails.BadRequest); ok {
+				for _, f := range br.FieldViolations {
+					fields = append(fields, f.Field)
+				}
+			}
+		}
+		if st.Code() != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1].descriptors[0].key"}) {
+			t.Fatalf("a descriptor without a key: %v, fields %v", err, fields)
+		}
+		req.Descriptors = req.Descriptors[:1]
+		req.HitsAddend = 3
+		if res, err := NewRLS(cfg).ShouldRateLimit(rctx, req); err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("the good descriptor alone, 3 hits: %v %v, want OK", res, err)
+		}
+	})
+
 	t.Run("EnvoyRLS", func(t *testing.T) {
 		req := &rlsv3.RateLimitRequest{Domain: "acme"}
 		for i := range n {
@@ -97,4 +148,26 @@ func TestCallsOfManyDecisionsShareRoundTrips(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fieldsOf is the fields a Connect InvalidArgument error names.
+func fieldsOf(t *testing.T, err error) []string {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+		t.Fatalf("error %v, want InvalidArgument", err)
+	}
+	var fields []string
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if br, ok := v.(*errdetails.BadRequest); ok {
+			for _, f := range br.FieldViolations {
+				fields = append(fields, f.Field)
+			}
+		}
+	}
+	return fields
 }

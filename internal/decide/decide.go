@@ -152,15 +152,8 @@ func (d *Decider) BreakerState() string {
 // policy error with CodeInvalid and field details; an engine failure is
 // returned as is.
 func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision, error) {
-	if err := req.Descriptors.Validate(); err != nil {
+	if err := refuse(c, req); err != nil {
 		return Decision{}, err
-	}
-	if req.Cost < 0 {
-		return Decision{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
-			Fields: []policy.FieldError{{Field: "cost", Description: "must not be negative"}}}
-	}
-	if c.Tenant.Status == policy.TenantSuspended {
-		return Decision{}, policy.Errorf(policy.CodePermissionDenied, "tenant %s is suspended", c.Tenant.Slug)
 	}
 	cost := req.Cost
 	if cost == 0 {
@@ -208,6 +201,53 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	return dec, nil
 }
 
+// Validate returns the error Decide would refuse req with, without
+// deciding it: a caller deciding several requests at once refuses them
+// all before any is counted.
+func (d *Decider) Validate(c *Config, req Request) error {
+	if err := refuse(c, req); err != nil {
+		return err
+	}
+	var ovBuf [4]*compiledOverride
+	_, _, err := c.tierOf(req.Tier, c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0]))
+	return err
+}
+
+// refuse refuses what no config could decide: invalid descriptors, a
+// negative cost, a suspended tenant.
+func refuse(c *Config, req Request) error {
+	if err := req.Descriptors.Validate(); err != nil {
+		return err
+	}
+	if req.Cost < 0 {
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+			Fields: []policy.FieldError{{Field: "cost", Description: "must not be negative"}}}
+	}
+	if c.Tenant.Status == policy.TenantSuspended {
+		return policy.Errorf(policy.CodePermissionDenied, "tenant %s is suspended", c.Tenant.Slug)
+	}
+	return nil
+}
+
+// tierOf is the tier a request is decided in, its own, else an
+// override's, else the tenant's default, and the tier's rules.
+func (c *Config) tierOf(tier string, ovs []*compiledOverride) (string, []compiledRule, error) {
+	for _, o := range ovs {
+		if tier == "" && o.Tier != "" {
+			tier = o.Tier
+		}
+	}
+	if tier == "" {
+		tier = c.Tenant.DefaultTier
+	}
+	rules, ok := c.tiers[tier]
+	if !ok {
+		return "", nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+			Fields: []policy.FieldError{{Field: "tier", Description: "no tier " + tier + " in this tenant"}}}
+	}
+	return tier, rules, nil
+}
+
 // selection is the rules a request is decided by: for each, its counter
 // request, the rule, and the parameters in force (an override's or its own).
 type selection struct {
@@ -223,19 +263,9 @@ type selection struct {
 func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, error) {
 	var ovBuf [4]*compiledOverride
 	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
-	tier := req.Tier
-	for _, o := range ovs {
-		if tier == "" && o.Tier != "" {
-			tier = o.Tier
-		}
-	}
-	if tier == "" {
-		tier = c.Tenant.DefaultTier
-	}
-	rules, ok := c.tiers[tier]
-	if !ok {
-		return selection{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
-			Fields: []policy.FieldError{{Field: "tier", Description: "no tier " + tier + " in this tenant"}}}
+	tier, rules, err := c.tierOf(req.Tier, ovs)
+	if err != nil {
+		return selection{}, err
 	}
 	sel := selection{tier: tier, reqs: make([]limit.Request, 0, len(rules)), picked: make([]*policy.Rule, 0, len(rules)),
 		params: make([]policy.Params, 0, len(rules))}
