@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +36,12 @@ func (c *clock) add(d time.Duration) {
 // calls that reach it.
 func decider(t *testing.T, clk *clock) (url, key string, calls *atomic.Int64) {
 	t.Helper()
+	return deciderWith(t, clk, func() {})
+}
+
+// deciderWith is decider calling hold before it answers each call.
+func deciderWith(t *testing.T, clk *clock, hold func()) (url, key string, calls *atomic.Int64) {
+	t.Helper()
 	cfg, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}}}}}})
@@ -47,7 +55,11 @@ func decider(t *testing.T, clk *clock) (url, key string, calls *atomic.Int64) {
 		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
 	calls = new(atomic.Int64)
 	mux := http.NewServeMux()
-	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); h.ServeHTTP(w, r) }))
+	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		hold()
+		h.ServeHTTP(w, r)
+	}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL, key, calls
@@ -100,7 +112,15 @@ func TestCheckBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !ds[0].Allowed || !ds[2].Allowed || ds[3].Allowed || !ds[4].Allowed {
+	// A batch's checks are decided at once: three of alice's four are
+	// allowed, whichever they are.
+	allowed := 0
+	for _, d := range ds[:4] {
+		if d.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 3 || !ds[4].Allowed {
 		t.Fatalf("batch %+v", ds)
 	}
 	// alice is cached as rejected: a batch of her alone makes no call.
@@ -224,5 +244,122 @@ func TestLeases(t *testing.T) {
 	}
 	if err := c.Release(ctx, Request{}); err == nil {
 		t.Fatal("a release without a lease was sent")
+	}
+}
+
+// coalescing serves a decider whose first call waits until release is
+// called, and a coalescing Client of it with one sender whose first Check
+// (for "first") is in that call when coalescing returns: the Checks made
+// next queue up behind it. queued reports how many are waiting.
+func coalescing(t *testing.T) (c *Client, calls *atomic.Int64, queued func() int, release func()) {
+	t.Helper()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	arrived, gate := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	url, key, calls := deciderWith(t, clk, func() {
+		first.Do(func() { close(arrived); <-gate })
+	})
+	c = New(Config{URL: url, Key: key, Now: clk.now, Coalesce: true, Senders: 1, Timeout: 10 * time.Second})
+	t.Cleanup(c.Close)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if d, err := c.Check(context.Background(), Request{Descriptors: map[string]string{"client_id": "first"}}); err != nil || !d.Allowed {
+			t.Errorf("first check: %+v %v", d, err)
+		}
+	}()
+	<-arrived
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(func() { release(); <-done })
+	return c, calls, func() int { return len(c.queue) }, release
+}
+
+// waitFor polls cond until it holds, failing the test after a deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestCoalescedChecksShareCalls(t *testing.T) {
+	t.Parallel()
+	c, calls, queued, release := coalescing(t)
+	// 90 Checks at once, 9 for each of 10 clients allowed 3 a minute.
+	const clients, each = 10, 9
+	var allowed [clients]atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients * each {
+		wg.Go(func() {
+			d, err := c.Check(context.Background(), Request{Descriptors: map[string]string{"client_id": strconv.Itoa(i % clients)}})
+			if err != nil {
+				t.Errorf("check %d: %v", i, err)
+			}
+			if d.Allowed {
+				allowed[i%clients].Add(1)
+			}
+		})
+	}
+	waitFor(t, func() bool { return queued() == clients*each })
+	release()
+	wg.Wait()
+	for i := range allowed {
+		if n := allowed[i].Load(); n != 3 {
+			t.Errorf("client %d: %d allowed, want 3", i, n)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls for %d checks, want 2: the first, then all the others together", n, clients*each+1)
+	}
+}
+
+func TestCoalescedChecksAreRefusedAlone(t *testing.T) {
+	t.Parallel()
+	c, _, queued, release := coalescing(t)
+	costs := []int64{1, -1, 2}
+	errs := make([]error, len(costs))
+	decs := make([]Decision, len(costs))
+	var wg sync.WaitGroup
+	for i, cost := range costs {
+		wg.Go(func() {
+			decs[i], errs[i] = c.Check(context.Background(), Request{Cost: cost, Descriptors: map[string]string{"client_id": "x" + strconv.Itoa(i)}})
+		})
+	}
+	waitFor(t, func() bool { return queued() == len(costs) })
+	release()
+	wg.Wait()
+	if !errors.Is(errs[1], ErrRefused) || decs[1].Allowed {
+		t.Errorf("negative cost: %+v %v, want refused", decs[1], errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil || !decs[i].Allowed {
+			t.Errorf("check %d: %+v %v, want allowed", i, decs[i], errs[i])
+		}
+	}
+}
+
+func TestCheckOnAClosedClient(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, calls := decider(t, clk)
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		c := New(Config{URL: url, Key: key, Coalesce: true, FailureMode: mode})
+		if d, err := c.Check(context.Background(), alice()); err != nil || !d.Allowed {
+			t.Fatalf("open client: %+v %v", d, err)
+		}
+		c.Close()
+		c.Close() // twice is fine
+		d, err := c.Check(context.Background(), alice())
+		if !errors.Is(err, ErrClosed) || !d.Failed || d.Allowed != (mode == FailOpen) {
+			t.Errorf("mode %d, closed client: %+v %v", mode, d, err)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d calls, want 2", n)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sluiceclient"
 )
 
 // The decision benchmarks: 50 concurrent clients over 10,000 client ids, a
@@ -98,6 +99,9 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	var next atomic.Int64
 	lats := make([][]time.Duration, benchClients)
 	var wg sync.WaitGroup
+	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
+	defer rc.Close()
+	r0, p0 := serverCPU(b, rc), processCPU()
 	b.ResetTimer()
 	start := time.Now()
 	for g := range benchClients {
@@ -119,11 +123,16 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	r1, p1 := serverCPU(b, rc), processCPU()
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	if len(all) == 0 {
 		return
 	}
+	// What one decision costs: this process's CPU (client and server) and
+	// Redis's.
+	b.ReportMetric(float64(p1-p0)/float64(time.Microsecond)/float64(len(all)), "process-cpu-µs/op")
+	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/float64(len(all)), "redis-cpu-µs/op")
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
@@ -293,4 +302,27 @@ func BenchmarkDecisionsGRPCGo(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkDecisionsSDK checks through the Go SDK (Connect over HTTP/1.1),
+// one call per Check and with Checks coalesced into CheckBatch calls.
+func BenchmarkDecisionsSDK(b *testing.B) {
+	for _, coalesce := range []bool{false, true} {
+		b.Run(map[bool]string{false: "call-each", true: "coalesced"}[coalesce], func(b *testing.B) {
+			base, key := benchDecider(b)
+			c := sluiceclient.New(sluiceclient.Config{URL: base, Key: key, Coalesce: coalesce, Timeout: time.Second, DenyCacheSize: -1})
+			defer c.Close()
+			ctx := context.Background()
+			drive(b, func(_ int, id string) error {
+				d, err := c.Check(ctx, sluiceclient.Request{Descriptors: map[string]string{"client_id": id}})
+				if err != nil {
+					return err
+				}
+				if !d.Allowed {
+					return fmt.Errorf("rejected")
+				}
+				return nil
+			})
+		})
+	}
 }
