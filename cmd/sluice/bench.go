@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/sluiceclient"
 )
 
 // benchResult is what `sluice bench` measured.
@@ -46,12 +47,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	env := flagenv.Env(getenv)
 	decider := fs.String("decider", env.String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL, for HTTP (env SLUICE_DECIDER)")
 	grpcAddr := fs.String("grpc", "", "benchmark DecisionService on this grpc-go address (host:port) instead of HTTP")
+	coalesce := fs.Bool("coalesce", false, "check through the Go SDK with Coalesce: concurrent checks share CheckBatch calls to -decider")
 	conc := fs.Int("c", 50, "concurrent clients")
 	keys := fs.Int("keys", 10_000, "distinct client ids")
 	n := fs.Int("n", 100_000, "checks in all")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 {
-		fmt.Fprint(stderr, "usage: sluice bench [-decider URL | -grpc HOST:PORT] [-c 50] [-keys 10000] [-n 100000] [-json]\n")
+		fmt.Fprint(stderr, "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT] [-c 50] [-keys 10000] [-n 100000] [-json]\n")
 		return errUsage
 	}
 	key := getenv("SLUICE_CHECK_KEY")
@@ -59,7 +61,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
 		return errUsage
 	}
-	check, protocol, closeFn, err := benchTarget(*decider, *grpcAddr, key, *conc)
+	check, protocol, closeFn, err := benchTarget(*decider, *grpcAddr, *coalesce, key, *conc)
 	if err != nil {
 		return err
 	}
@@ -118,8 +120,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	})
 }
 
-// benchTarget returns one check against the decider over HTTP or grpc-go.
-func benchTarget(decider, grpcAddr, key string, conc int) (func(context.Context, string) (bool, error), string, func(), error) {
+// benchTarget returns one check against the decider over HTTP, grpc-go or
+// the coalescing Go SDK.
+func benchTarget(decider, grpcAddr string, coalesce bool, key string, conc int) (func(context.Context, string) (bool, error), string, func(), error) {
+	if coalesce {
+		// No deny cache: every check is the decider's to answer.
+		c := sluiceclient.New(sluiceclient.Config{URL: decider, Key: key, Coalesce: true, DenyCacheSize: -1, Timeout: 10 * time.Second})
+		return func(ctx context.Context, id string) (bool, error) {
+			d, err := c.Check(ctx, sluiceclient.Request{Descriptors: map[string]string{"client_id": id}})
+			return d.Allowed, err
+		}, "coalesced CheckBatch " + decider, c.Close, nil
+	}
 	if grpcAddr != "" {
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

@@ -88,14 +88,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 }
 
-// TestBenchAgainstDev runs `sluice bench` briefly over HTTP and gRPC.
+// TestBenchAgainstDev runs `sluice bench` briefly over HTTP, gRPC and the
+// coalescing SDK.
 func TestBenchAgainstDev(t *testing.T) {
 	banner, stop := startDev(t, devEnv(t))
 	defer func() { _ = stop() }()
 	env := map[string]string{"SLUICE_DECIDER": regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(banner)[1],
 		"SLUICE_CHECK_KEY": regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner)[1]}
 	grpcAddr := regexp.MustCompile(`gRPC\s+(\S+)`).FindStringSubmatch(banner)[1]
-	for _, args := range [][]string{{"bench", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-grpc", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
+	for _, args := range [][]string{{"bench", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-grpc", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"},
+		{"bench", "-coalesce", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
 		var out strings.Builder
 		if err := run(context.Background(), args, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
 			t.Fatalf("%v: %v", args, err)
