@@ -266,8 +266,8 @@ func (c *Client) sender() {
 
 // send asks for a batch's decisions in one CheckBatch call and hands each
 // its answer. When the decider refuses the call as a whole because of one
-// check (an invalid cost or descriptor), each check is asked alone so that
-// only the bad one is refused.
+// check (an invalid cost or descriptor) or its size, each check is asked
+// alone so that only a bad one is refused.
 func (c *Client) send(batch []*pending) {
 	m := &sluicev1.CheckBatchRequest{Requests: make([]*sluicev1.CheckRequest, len(batch))}
 	for i, p := range batch {
@@ -279,7 +279,7 @@ func (c *Client) send(batch []*pending) {
 	switch {
 	case err == nil && len(res.Msg.Responses) != len(batch):
 		err = errWrongCount
-	case connect.CodeOf(err) == connect.CodeInvalidArgument && len(batch) > 1:
+	case (connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeResourceExhausted) && len(batch) > 1:
 		for _, p := range batch {
 			c.send([]*pending{p})
 		}
