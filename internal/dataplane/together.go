@@ -22,7 +22,15 @@ func together(n int, f func(i int) error) error {
 	var wg sync.WaitGroup
 	wg.Add(n)
 	for i := range n {
-		work(func() { errs[i] = f(i); wg.Done() })
+		work(func() {
+			defer wg.Done()
+			defer func() { // off the caller's goroutine, a panic would end the process
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("dataplane: decision %d panicked: %v", i, r)
+				}
+			}()
+			errs[i] = f(i)
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

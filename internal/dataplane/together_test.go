@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,4 +171,19 @@ func fieldsOf(t *testing.T, err error) []string {
 		}
 	}
 	return fields
+}
+
+func TestTogetherTurnsAPanicIntoAnError(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int64
+	err := together(3, func(i int) error {
+		ran.Add(1)
+		if i == 1 {
+			panic("boom")
+		}
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "boom") || ran.Load() != 3 {
+		t.Fatalf("err %v after %d runs, want the panic as an error after 3", err, ran.Load())
+	}
 }
