@@ -26,7 +26,7 @@ func (c *fixedClock) now() time.Time { return c.t }
 // testAPI is the check API's config for a tenant (slug acme) whose free
 // tier allows 3 per minute per client and 2 per minute on /login, on a
 // fixed clock, and its check key.
-func testAPI(t *testing.T) (HTTPConfig, string) {
+func testAPI(t testing.TB) (HTTPConfig, string) {
 	t.Helper()
 	return apiWith(t, []policy.Rule{
 		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
@@ -37,7 +37,7 @@ func testAPI(t *testing.T) (HTTPConfig, string) {
 }
 
 // apiWith is testAPI with the free tier's rules.
-func apiWith(t *testing.T, rules []policy.Rule) (HTTPConfig, string) {
+func apiWith(t testing.TB, rules []policy.Rule) (HTTPConfig, string) {
 	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
