@@ -23,16 +23,24 @@ var connectCodes = map[policy.Code]connect.Code{
 }
 
 // ToConnectError turns err into a Connect error: policy errors with their code,
-// message and field details (google.rpc.BadRequest); anything else is
+// message and field details (google.rpc.BadRequest); the end of ctx (the
+// caller went away, or its deadline passed) as Canceled or
+// DeadlineExceeded, not logged: it is the caller's doing; anything else is
 // logged and answered as an internal error without its text.
 func ToConnectError(ctx context.Context, logger *slog.Logger, err error) error {
 	var pe *policy.Error
 	code, ok := connectCodes[policy.ErrorCode(err)]
 	if !ok || !errors.As(err, &pe) {
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			if errors.Is(cerr, context.DeadlineExceeded) {
+				return connect.NewError(connect.CodeDeadlineExceeded, cerr)
+			}
+			return connect.NewError(connect.CodeCanceled, cerr)
+		}
 		if logger == nil {
 			logger = slog.Default()
 		}
-		logger.ErrorContext(ctx, "control plane call failed", "err", err)
+		logger.ErrorContext(ctx, "call failed", "err", err)
 		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 	}
 	ce := connect.NewError(code, errors.New(pe.Message))
