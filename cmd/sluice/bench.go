@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -48,20 +50,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	decider := fs.String("decider", env.String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL, for HTTP (env SLUICE_DECIDER)")
 	grpcAddr := fs.String("grpc", "", "benchmark DecisionService on this grpc-go address (host:port) instead of HTTP")
 	coalesce := fs.Bool("coalesce", false, "check through the Go SDK with Coalesce: concurrent checks share CheckBatch calls to -decider")
+	rlsAddr := fs.String("rls", "", "benchmark Envoy's rate limit service (ShouldRateLimit) on this gRPC address instead: any RLS server, Sluice's or another")
+	domain := fs.String("domain", "", "with -rls: the request's domain (Sluice: the tenant's slug)")
 	conc := fs.Int("c", 50, "concurrent clients")
 	keys := fs.Int("keys", 10_000, "distinct client ids")
 	n := fs.Int("n", 100_000, "checks in all")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 {
-		fmt.Fprint(stderr, "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT] [-c 50] [-keys 10000] [-n 100000] [-json]\n")
+	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 || (*rlsAddr != "") != (*domain != "") {
+		fmt.Fprint(stderr, benchUsage)
 		return errUsage
 	}
 	key := getenv("SLUICE_CHECK_KEY")
-	if key == "" {
+	if key == "" && *rlsAddr == "" {
 		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
 		return errUsage
 	}
-	check, protocol, closeFn, err := benchTarget(*decider, *grpcAddr, *coalesce, key, *conc)
+	var check func(context.Context, string) (bool, error)
+	var protocol string
+	var closeFn func()
+	var err error
+	if *rlsAddr != "" {
+		check, protocol, closeFn, err = rlsTarget(*rlsAddr, *domain, key)
+	} else {
+		check, protocol, closeFn, err = benchTarget(*decider, *grpcAddr, *coalesce, key, *conc)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,6 +130,32 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 			fmt.Fprintf(w, "first error: %s\n", res.FirstErrorText)
 		}
 	})
+}
+
+const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT | -rls HOST:PORT -domain D] [-c 50] [-keys 10000] [-n 100000] [-json]\n"
+
+// rlsTarget returns one check through Envoy's rate limit service at addr:
+// a request of one descriptor, client_id, in domain, carrying key (when
+// set) as Envoy's initial metadata would. It speaks the protocol only, so
+// it measures any RLS server the same way.
+func rlsTarget(addr, domain, key string) (func(context.Context, string) (bool, error), string, func(), error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	var md metadata.MD
+	if key != "" {
+		md = metadata.Pairs("authorization", "Bearer "+key)
+	}
+	return func(ctx context.Context, id string) (bool, error) {
+		res, err := client.ShouldRateLimit(metadata.NewOutgoingContext(ctx, md), &rlsv3.RateLimitRequest{Domain: domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: id}}}}})
+		if err != nil {
+			return false, err
+		}
+		return res.GetOverallCode() == rlsv3.RateLimitResponse_OK, nil
+	}, "Envoy RLS " + addr, func() { conn.Close() }, nil
 }
 
 // benchTarget returns one check against the decider over HTTP, grpc-go or

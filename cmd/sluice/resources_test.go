@@ -97,7 +97,7 @@ func TestBenchAgainstDev(t *testing.T) {
 		"SLUICE_CHECK_KEY": regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner)[1]}
 	grpcAddr := regexp.MustCompile(`gRPC\s+(\S+)`).FindStringSubmatch(banner)[1]
 	for _, args := range [][]string{{"bench", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-grpc", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"},
-		{"bench", "-coalesce", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
+		{"bench", "-coalesce", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-rls", grpcAddr, "-domain", "demo", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
 		var out strings.Builder
 		if err := run(context.Background(), args, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
 			t.Fatalf("%v: %v", args, err)
@@ -110,5 +110,17 @@ func TestBenchAgainstDev(t *testing.T) {
 		if res.Decisions != 300 || res.Errors != 0 || res.Allowed+res.Rejected != 300 || res.Allowed > 200 || res.DecisionsPerS <= 0 {
 			t.Fatalf("%v: %+v", args, res)
 		}
+	}
+	// Envoy's service needs its domain; a domain that is not the key's
+	// tenant is refused, call by call.
+	if err := run(context.Background(), []string{"bench", "-rls", grpcAddr}, io.Discard, io.Discard, func(k string) string { return env[k] }); !errors.Is(err, errUsage) {
+		t.Errorf("-rls without -domain: %v, want a usage error", err)
+	}
+	var out strings.Builder
+	if err := run(context.Background(), []string{"bench", "-rls", grpcAddr, "-domain", "other", "-n", "10", "-json"}, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"errors": 10`) || !strings.Contains(out.String(), "PermissionDenied") {
+		t.Errorf("another tenant's domain: %s", out.String())
 	}
 }

@@ -29,6 +29,18 @@ func serveRLS(t testing.TB, cfg HTTPConfig) rlsv3.RateLimitServiceClient {
 // connection to it.
 func serveGRPC(t testing.TB, cfg HTTPConfig) *grpc.ClientConn {
 	t.Helper()
+	conn, err := grpc.NewClient(listenGRPC(t, cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// listenGRPC serves cfg's grpc-go server on a loopback port and returns
+// its address.
+func listenGRPC(t testing.TB, cfg HTTPConfig) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -36,12 +48,7 @@ func serveGRPC(t testing.TB, cfg HTTPConfig) *grpc.ClientConn {
 	srv := NewGRPCServer(cfg)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return ln.Addr().String()
 }
 
 func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
