@@ -25,6 +25,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 		rules []policy.Params
 	}{
 		{"token-bucket", []policy.Params{{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second}}},
+		{"fixed-window", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1000, Window: time.Second}}},
 		{"sliding-window", []policy.Params{{Algorithm: policy.SlidingWindow, Limit: 1000, Window: time.Second}}},
 		{"two-rules", []policy.Params{
 			{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second},

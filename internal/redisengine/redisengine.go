@@ -31,12 +31,16 @@ var scripts embed.FS
 // script is the decision script: the families, then the driver.
 var script = redis.NewScript(loadScript("common", "meter", "window", "log", "lease", "decide"))
 
-// single is the script of the commonest decision, one meter-family rule;
-// it answers as script would, for less than half the Redis CPU.
-var single = redis.NewScript(loadScript("single"))
+// single and window1 are the scripts of the commonest decisions, one rule
+// of the meter family (single) or of the fixed or weighted sliding window
+// (window1); they answer as script would, for less than half the Redis CPU.
+var (
+	single  = redis.NewScript(loadScript("single"))
+	window1 = redis.NewScript(loadScript("window1"))
+)
 
 // allScripts lists every script, for Preload.
-var allScripts = []*redis.Script{script, single}
+var allScripts = []*redis.Script{script, single, window1}
 
 func loadScript(names ...string) string {
 	var b strings.Builder
@@ -206,11 +210,11 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 	}
 	if op == "check" && len(reqs) == 1 {
 		rq := reqs[0]
-		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter single.lua decides
+		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter a flat script decides
 			keys[0] = e.cfg.Prefix + rq.Key
 			args := make([]any, 0, 4+len(st.single))
 			args = append(args, nowArg, e.minTTL, rq.Cost, flag(rq.Shadow))
-			return single, keys, append(args, st.single...), nil
+			return st.singleScript, keys, append(args, st.single...), nil
 		}
 	}
 	args := make([]any, 0, 4+20*len(reqs))
@@ -254,9 +258,11 @@ func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 // form, so Lua parses the same doubles.
 type limiterArgs struct {
 	algorithm any
-	// general are decide.lua's fields from capacity on; single is
-	// single.lua's from capacity on, nil when the limiter is not for it.
+	// general are decide.lua's fields from capacity on; single are the
+	// fields from capacity on of singleScript, the flat script that decides
+	// the limiter's rule alone (nil when none does).
 	general, single []any
+	singleScript    *redis.Script
 }
 
 func newLimiterArgs(l *limit.Limiter) *limiterArgs {
@@ -264,8 +270,13 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, c.Window,
 		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
 		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)}}
-	if c.Algorithm <= policy.LeakyBucket && !c.Warm {
+	switch {
+	case c.Algorithm <= policy.LeakyBucket && !c.Warm:
+		a.singleScript = single
 		a.single = []any{c.Capacity, c.Shown, float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}
+	case c.Algorithm == policy.FixedWindow || c.Algorithm == policy.SlidingWindow:
+		a.singleScript = window1
+		a.single = []any{c.Capacity, c.Shown, c.Limit, c.Window, flag(c.Algorithm == policy.SlidingWindow), float(limit.Slack)}
 	}
 	return a
 }
