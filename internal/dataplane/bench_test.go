@@ -262,9 +262,8 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	localCfg, localKey := benchConfig(b, 1_000_000, nil)
 	localCfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	proxy := func(cfg HTTPConfig, key string) string {
-		h := http.Header{"Authorization": {"Bearer " + key}}
 		srv := httptest.NewServer(NewProxy(ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
-			Tenant: func() (*decide.Config, error) { return cfg.Authenticate(h) }}))
+			Tenant: func() (*decide.Config, error) { return cfg.Authenticate("Bearer " + key) }}))
 		b.Cleanup(srv.Close)
 		return srv.URL
 	}

@@ -28,9 +28,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func authenticates(k *Keys, secret string) bool {
-	r := httptest.NewRequest("POST", "/v1/check", nil)
-	r.Header.Set("Authorization", "Bearer "+secret)
-	_, err := k.Authenticate(r.Header)
+	_, err := k.Authenticate("Bearer " + secret)
 	return err == nil
 }
 

@@ -41,7 +41,7 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 type decisionServer struct{ cfg HTTPConfig }
 
 func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
-	res, err := s.checkOne(ctx, req.Header(), req.Msg)
+	res, err := s.checkOne(ctx, req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
-	res, err := s.checkBatch(ctx, req.Header(), req.Msg)
+	res, err := s.checkBatch(ctx, req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -57,17 +57,17 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 }
 
 // checkOne and checkBatch are the service, whatever serves it: they
-// authenticate the caller from h and answer, or fail with a Connect error.
-func (s decisionServer) checkOne(ctx context.Context, h http.Header, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	c, err := s.cfg.Authenticate(h)
+// authenticate the caller from its Authorization header and answer, or fail with a Connect error.
+func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	c, err := s.cfg.Authenticate(auth)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
 	return s.check(ctx, c, m, checkRequest(m))
 }
 
-func (s decisionServer) checkBatch(ctx context.Context, h http.Header, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	c, err := s.cfg.Authenticate(h)
+func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
+	c, err := s.cfg.Authenticate(auth)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"net/http"
 	"runtime"
 
 	"connectrpc.com/connect"
@@ -46,15 +45,13 @@ func (g grpcDecisions) CheckBatch(ctx context.Context, m *sluicev1.CheckBatchReq
 	return res, grpcStatus(err)
 }
 
-// incomingAuth carries a gRPC call's authorization metadata as an HTTP
-// header, for Authenticate.
-func incomingAuth(ctx context.Context) http.Header {
-	md, _ := metadata.FromIncomingContext(ctx)
-	h := http.Header{}
-	for _, v := range md.Get("authorization") {
-		h.Add("Authorization", v)
+// incomingAuth is a gRPC call's authorization metadata, as an HTTP
+// request's Authorization header: the first value.
+func incomingAuth(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		return v[0]
 	}
-	return h
+	return ""
 }
 
 // grpcStatus turns a Connect error (protoconv.ToConnectError's, the one

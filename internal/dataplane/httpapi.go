@@ -24,8 +24,9 @@ import (
 const DefaultMaxBodyBytes = 64 << 10
 
 // AuthenticateFunc returns the config of the tenant whose check key the
-// request headers carry, or a policy error with CodeUnauthenticated.
-type AuthenticateFunc func(h http.Header) (*decide.Config, error)
+// request's Authorization header (gRPC: authorization metadata) carries,
+// or a policy error with CodeUnauthenticated.
+type AuthenticateFunc func(authorization string) (*decide.Config, error)
 
 // HTTPConfig configures the HTTP check API.
 type HTTPConfig struct {
@@ -172,7 +173,7 @@ func (h *httpAPI) decide(w http.ResponseWriter, ctx context.Context, c *decide.C
 // begin authenticates r and decodes its body into v; on failure it has
 // answered and returns false.
 func (h *httpAPI) begin(w http.ResponseWriter, r *http.Request, v any) (*decide.Config, bool) {
-	c, err := h.cfg.Authenticate(r.Header)
+	c, err := h.cfg.Authenticate(r.Header.Get("Authorization"))
 	if err != nil {
 		h.fail(w, err)
 		return nil, false
@@ -303,6 +304,11 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 // SetHeaders sets the rate limit headers of dec (see rlheaders): those of
 // the deciding rule, the one that denied, not one that passed.
 func SetHeaders(h http.Header, dec decide.Decision) {
+	rlheaders.Set(h, headerRules(dec), dec.Deciding, dec.Allowed)
+}
+
+// headerRules are dec's rules as package rlheaders needs them.
+func headerRules(dec decide.Decision) []rlheaders.Rule {
 	rules := make([]rlheaders.Rule, len(dec.Rules))
 	for i, r := range dec.Rules {
 		retry := r.RetryAfter
@@ -312,7 +318,7 @@ func SetHeaders(h http.Header, dec decide.Decision) {
 		rules[i] = rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Rule.Window,
 			ResetAfter: r.ResetAfter, RetryAfter: retry}
 	}
-	rlheaders.Set(h, rules, dec.Deciding, dec.Allowed)
+	return rules
 }
 
 func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

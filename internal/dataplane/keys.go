@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"net/http"
 	"strings"
 	"sync"
 
@@ -57,9 +56,10 @@ func (k *Keys) RemoveTenant(tenant string) {
 	delete(k.byTenant, tenant)
 }
 
-// Authenticate implements AuthenticateFunc with the bearer token of h.
-func (k *Keys) Authenticate(h http.Header) (*decide.Config, error) {
-	secret, ok := BearerToken(h)
+// Authenticate implements AuthenticateFunc with the bearer token of
+// authorization.
+func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
+	secret, ok := BearerToken(authorization)
 	if !ok {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "missing check key: send Authorization: Bearer <key>")
 	}
@@ -77,9 +77,10 @@ func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 	return c, nil
 }
 
-// BearerToken returns the token of an "Authorization: Bearer" header.
-func BearerToken(h http.Header) (string, bool) {
-	scheme, token, ok := strings.Cut(h.Get("Authorization"), " ")
+// BearerToken returns the token of an Authorization header's "Bearer
+// <token>" value.
+func BearerToken(authorization string) (string, bool) {
+	scheme, token, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", false
 	}

@@ -66,7 +66,7 @@ func proxyFor(t *testing.T, cfg HTTPConfig, key string, up *httptest.Server, mod
 	t.Helper()
 	u, _ := url.Parse(up.URL)
 	pc := ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id", Tenant: func() (*decide.Config, error) {
-		return cfg.Authenticate(http.Header{"Authorization": {"Bearer " + key}})
+		return cfg.Authenticate("Bearer " + key)
 	}}
 	if mod != nil {
 		mod(&pc)

@@ -3,7 +3,7 @@ package dataplane
 import (
 	"context"
 	"math"
-	"net/http"
+
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
 // MaxRLSDescriptors bounds the descriptors of one Envoy request.
@@ -53,7 +54,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	case len(req.GetDescriptors()) > MaxRLSDescriptors:
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxRLSDescriptors)
 	}
-	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, len(req.Descriptors))}
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	reqs := make([]decide.Request, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		cost := int64(req.GetHitsAddend())
@@ -76,32 +77,41 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if err != nil {
 		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
+	// A descriptor's status, limit and reset share one allocation.
+	parts := make([]struct {
+		st    rlsv3.RateLimitResponse_DescriptorStatus
+		limit rlsv3.RateLimitResponse_RateLimit
+		reset durationpb.Duration
+	}, len(decs))
 	var headersOf *decide.Decision
 	for i := range decs {
-		dec := &decs[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		dec, p := &decs[i], &parts[i]
+		st := &p.st
+		st.Code = rlsv3.RateLimitResponse_OK
 		if !dec.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if dec.Deciding >= 0 {
 			rr := dec.Rules[dec.Deciding]
-			st.CurrentLimit = envoyLimit(rr)
+			setEnvoyLimit(&p.limit, rr)
+			st.CurrentLimit = &p.limit
 			st.LimitRemaining = uint32(min(max(rr.Remaining, 0), math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(rr.ResetAfter)
+			p.reset.Seconds, p.reset.Nanos = int64(rr.ResetAfter/time.Second), int32(rr.ResetAfter%time.Second)
+			st.DurationUntilReset = &p.reset
 			if headersOf == nil || headersOf.Allowed {
 				headersOf = dec
 			}
 		}
-		out.Statuses = append(out.Statuses, st)
+		out.Statuses[i] = st
 	}
 	if headersOf != nil {
-		hdr := http.Header{}
-		SetHeaders(hdr, *headersOf)
-		for k, vs := range hdr {
-			for _, v := range vs {
-				out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
-			}
+		keys, vals := rlheaders.Values(headerRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
+		hv := make([]corev3.HeaderValue, len(keys))
+		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
+		for i := range keys {
+			hv[i].Key, hv[i].Value = keys[i], vals[i]
+			out.ResponseHeadersToAdd[i] = &hv[i]
 		}
 	}
 	return out, nil
@@ -121,11 +131,11 @@ var envoyUnits = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// envoyLimit states a rule's limit in Envoy's terms: requests per the
+// setEnvoyLimit states a rule's limit in Envoy's terms: requests per the
 // largest unit dividing its window, times a multiplier when the window is
 // several units.
-func envoyLimit(r decide.RuleResult) *rlsv3.RateLimitResponse_RateLimit {
-	l := &rlsv3.RateLimitResponse_RateLimit{Name: r.Rule.Name, RequestsPerUnit: uint32(min(max(r.Rule.Limit, 0), math.MaxUint32))}
+func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, r decide.RuleResult) {
+	l.Name, l.RequestsPerUnit = r.Rule.Name, uint32(min(max(r.Rule.Limit, 0), math.MaxUint32))
 	for _, u := range envoyUnits {
 		if w := r.Rule.Window; w >= u.d && w%u.d == 0 {
 			l.Unit = u.unit
@@ -135,5 +145,4 @@ func envoyLimit(r decide.RuleResult) *rlsv3.RateLimitResponse_RateLimit {
 			break
 		}
 	}
-	return l
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -68,7 +67,7 @@ func TestCallsOfManyDecisions(t *testing.T) {
 				Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: fmt.Sprint("batch-", i)}}})
 		}
 		before := pipes.n.Load()
-		res, err := decisionServer{cfg}.checkBatch(ctx, http.Header{"Authorization": {"Bearer " + secret}}, m)
+		res, err := decisionServer{cfg}.checkBatch(ctx, "Bearer "+secret, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,12 +89,11 @@ func TestCallsOfManyDecisions(t *testing.T) {
 			{Cost: -1, Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "whole"}}},
 			{Tier: "gold", Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "whole"}}},
 		}}
-		h := http.Header{"Authorization": {"Bearer " + secret}}
-		_, err := decisionServer{cfg}.checkBatch(ctx, h, m)
+		_, err := decisionServer{cfg}.checkBatch(ctx, "Bearer "+secret, m)
 		if got := fieldsOf(t, err); !slices.Equal(got, []string{"requests[1].cost", "requests[2].tier"}) {
 			t.Fatalf("refused fields %v, want requests[1].cost and requests[2].tier", got)
 		}
-		res, err := decisionServer{cfg}.checkBatch(ctx, h, &sluicev1.CheckBatchRequest{Requests: m.Requests[:1]})
+		res, err := decisionServer{cfg}.checkBatch(ctx, "Bearer "+secret, &sluicev1.CheckBatchRequest{Requests: m.Requests[:1]})
 		if err != nil || !res.Responses[0].Allowed {
 			t.Fatalf("the good check alone: %v %v, want allowed", res, err)
 		}

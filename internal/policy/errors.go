@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -99,30 +100,43 @@ func ErrorCode(err error) Code {
 
 // fieldErrors collects field-level problems during validation.
 type fieldErrors struct {
-	prefix string
-	list   *[]FieldError
+	prefix string // the path so far
+	// elem[idx] ends the path when elem is set: an element's path is
+	// rendered only when one of its fields is invalid, so that validating
+	// valid input (every decision's descriptors) allocates nothing.
+	elem string
+	idx  int
+	list *[]FieldError
 }
 
 func newFieldErrors() fieldErrors { return fieldErrors{list: new([]FieldError)} }
 
+func (fe fieldErrors) path() string {
+	if fe.elem == "" {
+		return fe.prefix
+	}
+	return joinField(fe.prefix, fe.elem+"["+strconv.Itoa(fe.idx)+"]")
+}
+
+func joinField(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
 // at returns a collector whose fields are nested under name.
 func (fe fieldErrors) at(name string) fieldErrors {
-	if fe.prefix != "" {
-		name = fe.prefix + "." + name
-	}
-	return fieldErrors{prefix: name, list: fe.list}
+	return fieldErrors{prefix: joinField(fe.path(), name), list: fe.list}
 }
 
 // index returns a collector for element i of the list field name.
 func (fe fieldErrors) index(name string, i int) fieldErrors {
-	return fe.at(fmt.Sprintf("%s[%d]", name, i))
+	return fieldErrors{prefix: fe.path(), elem: name, idx: i, list: fe.list}
 }
 
 func (fe fieldErrors) add(field, format string, args ...any) {
-	if fe.prefix != "" {
-		field = fe.prefix + "." + field
-	}
-	*fe.list = append(*fe.list, FieldError{Field: field, Description: fmt.Sprintf(format, args...)})
+	*fe.list = append(*fe.list, FieldError{Field: joinField(fe.path(), field), Description: fmt.Sprintf(format, args...)})
 }
 
 // err returns an *Error with CodeInvalid listing the collected fields, or nil.

@@ -27,8 +27,18 @@ type Rule struct {
 // one that denied, or the most restrictive) is rules[deciding]; deciding
 // below 0 sets only the per-rule headers.
 func Set(h http.Header, rules []Rule, deciding int, allowed bool) {
+	keys, vals := Values(rules, deciding, allowed)
+	for i, k := range keys {
+		h[k] = vals[i : i+1 : i+1]
+	}
+}
+
+// Values returns the headers Set sets, in a fixed order: keys[i], in
+// canonical form, has the value vals[i]. keys is shared: it must not be
+// modified.
+func Values(rules []Rule, deciding int, allowed bool) (keys, vals []string) {
 	if len(rules) == 0 {
-		return
+		return nil, nil
 	}
 	// Every value is built in one buffer and becomes one string whose
 	// parts are the values, and the keys are in canonical form: a decision's
@@ -76,13 +86,13 @@ func Set(h http.Header, rules []Rule, deciding int, allowed bool) {
 		}
 	}
 	all := string(b)
-	vals := make([]string, n)
+	vals = make([]string, n)
 	from := 0
 	for i := range n {
 		vals[i] = all[from:ends[i]]
-		h[headerKeys[i]] = vals[i : i+1 : i+1]
 		from = ends[i]
 	}
+	return headerKeys[:n], vals
 }
 
 // The headers Set writes, in the order of their values in its buffer.
