@@ -1,7 +1,11 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -34,4 +38,48 @@ func BenchmarkShouldRateLimitInProcess(b *testing.B) {
 			b.Fatal(res, err)
 		}
 	}
+}
+
+// BenchmarkCheckHTTPInProcess is one POST /v1/check through the handler
+// alone, on the in-process engine: no network, no Redis.
+func BenchmarkCheckHTTPInProcess(b *testing.B) {
+	cfg, key := benchConfig(b, 1_000_000, nil)
+	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	h := NewHTTPHandler(cfg)
+	bodies := make([][]byte, benchKeys)
+	for i := range bodies {
+		bodies[i] = []byte(`{"descriptors":{"client_id":"client-` + strconv.Itoa(i) + `"}}`)
+	}
+	req := httptest.NewRequest("POST", "/v1/check", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		req.Body = io.NopCloser(bytes.NewReader(bodies[i%benchKeys]))
+		clear(w.h)
+		w.code = 0
+		h.ServeHTTP(w, req)
+		if w.code != http.StatusOK {
+			b.Fatalf("status %d", w.code)
+		}
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps only the status and headers.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header { return w.h }
+func (w *discardWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+func (w *discardWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(p), nil
 }
