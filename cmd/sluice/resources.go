@@ -163,7 +163,11 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			fmt.Fprintf(w, "deleted tier %s, config version %d\n", id, r.ConfigVersion)
 		})
 	case "rules list":
-		return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).ListRules, &sluicev1.ListRulesRequest{TenantId: s.tenant, TierId: *tier}, func(w *tabwriter.Writer, r *sluicev1.ListRulesResponse) {
+		list := sluicev1connect.NewRuleServiceClient(c, s.server).ListRules
+		if *tier == "" {
+			list = everyTiersRules(sluicev1connect.NewTierServiceClient(c, s.server))
+		}
+		return call(s, list, &sluicev1.ListRulesRequest{TenantId: s.tenant, TierId: *tier}, func(w *tabwriter.Writer, r *sluicev1.ListRulesResponse) {
 			fmt.Fprintln(w, "ID\tNAME\tALGORITHM\tLIMIT\tWINDOW\tKEY BY\tMATCH\tFLAGS")
 			for _, x := range r.Rules {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.Id, x.Name, algorithmName(x.Params.GetAlgorithm()), x.Params.GetLimit(),
@@ -293,6 +297,24 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 
 func algorithmName(a sluicev1.Algorithm) string {
 	return strings.ToLower(strings.TrimPrefix(a.String(), "ALGORITHM_"))
+}
+
+// everyTiersRules lists the rules of all the tenant's tiers, in the tiers'
+// order, for "rules list" without -tier.
+func everyTiersRules(tiers sluicev1connect.TierServiceClient) func(context.Context, *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
+	return func(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
+		treq := connect.NewRequest(&sluicev1.ListTiersRequest{TenantId: req.Msg.TenantId})
+		treq.Header().Set("Authorization", req.Header().Get("Authorization"))
+		res, err := tiers.ListTiers(ctx, treq)
+		if err != nil {
+			return nil, err
+		}
+		out := &sluicev1.ListRulesResponse{}
+		for _, t := range res.Msg.Tiers {
+			out.Rules = append(out.Rules, t.Rules...)
+		}
+		return connect.NewResponse(out), nil
+	}
 }
 
 func matchText(m []*sluicev1.Match) string {

@@ -53,6 +53,10 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err = sluice("rules", "list", "-tier", pro); err != nil || !strings.Contains(out, "fixed_window") || !strings.Contains(out, "route=/cli") {
 		t.Fatalf("rules list: %v\n%s", err, out)
 	}
+	// Without -tier: every tier's rules (the free tier's login, pro's burst).
+	if out, err = sluice("rules", "list"); err != nil || !strings.Contains(out, "burst") || !strings.Contains(out, "login") {
+		t.Fatalf("rules list of every tier: %v\n%s", err, out)
+	}
 
 	var key struct{ Secret string }
 	out, err = sluice("keys", "create", "-kind", "check", "-name", "cli", "-json")
