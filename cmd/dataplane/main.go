@@ -25,6 +25,9 @@
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
+//
+// Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
+// at GOGC=400 under a 1 GiB soft memory limit (see dataplane.TuneGC).
 package main
 
 import (
@@ -57,7 +60,10 @@ import (
 	"github.com/sluicehq/sluice/internal/telemetry"
 )
 
-func main() { flagenv.Main("dataplane", run) }
+func main() {
+	dataplane.TuneGC(os.Getenv)
+	flagenv.Main("dataplane", run)
+}
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := flagenv.Env(getenv)

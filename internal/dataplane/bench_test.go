@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +50,11 @@ func benchDecider(b *testing.B) (string, string) { return benchDeciderWith(b, 1_
 // benchConfig is the decider of the benchmarks, on the local Redis, for a
 // token bucket of limitPerSecond per client, publishing to pub (nil: none).
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
+	// The garbage collector as cmd/dataplane runs it.
+	prevPercent, prevLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
+	debug.SetGCPercent(prevPercent)
+	TuneGC(os.Getenv)
+	b.Cleanup(func() { debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
 	c, prefix := redistest.Client(b)
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})

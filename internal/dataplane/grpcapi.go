@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"errors"
-	"runtime"
 
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,10 +18,19 @@ import (
 // NewGRPCServer returns the decider's grpc-go server: Envoy's rate limit
 // service and sluice.v1.DecisionService. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
-// per CPU second (docs/benchmarks.md). A fixed pool of stream workers
-// saves a goroutine per call.
+// per CPU second (docs/benchmarks.md).
+//
+// Calls run on a pool of streamWorkers kept goroutines. A call waits for
+// Redis most of its time, so the pool is sized for the calls in flight,
+// not for the cores: grpc-go starts a fresh goroutine for a call that
+// finds every worker busy, and growing a fresh goroutine's stack to a
+// decision's depth cost 7% of the decider's CPU with one worker per core.
+// streamWorkers is the gRPC server's pool of call goroutines; idle ones cost
+// only their stacks.
+const streamWorkers = 256
+
 func NewGRPCServer(cfg HTTPConfig) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(uint32(max(runtime.GOMAXPROCS(0), 2))), grpc.MaxRecvMsgSize(1<<20))
+	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20))
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	return s
