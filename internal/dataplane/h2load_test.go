@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -34,6 +35,28 @@ import (
 // The same command measures any RLS server, envoyproxy/ratelimit included
 // (docs/benchmarks.md).
 func BenchmarkEnvoyRLSH2load(b *testing.B) {
+	req := &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "client-1")}}
+	h2loadGRPC(b, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, req, 1)
+}
+
+// BenchmarkCheckBatchH2load is BenchmarkEnvoyRLSH2load for
+// DecisionService.CheckBatch calls of 25 checks, each of another client,
+// two calls in flight, as the Go SDK's Coalesce sends the checks of 50
+// concurrent callers: decisions/s counts checks, the latencies are of
+// calls.
+func BenchmarkCheckBatchH2load(b *testing.B) {
+	const n = benchClients / 2
+	req := &sluicev1.CheckBatchRequest{}
+	for i := range n {
+		req.Requests = append(req.Requests, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "client-" + strconv.Itoa(i)}}})
+	}
+	h2loadGRPC(b, sluicev1.DecisionService_CheckBatch_FullMethodName, req, n)
+}
+
+// h2loadGRPC loads the benchmark decider's grpc-go server with calls of
+// method carrying req, each of decisions decisions, and reports what they
+// cost.
+func h2loadGRPC(b *testing.B, method string, req proto.Message, decisions int) {
 	h2load, err := exec.LookPath("h2load")
 	if err != nil {
 		b.Skip("h2load is not installed (apt-get install nghttp2-client)")
@@ -42,7 +65,7 @@ func BenchmarkEnvoyRLSH2load(b *testing.B) {
 	addr := listenGRPC(b, cfg)
 	dir := b.TempDir()
 	body, logFile := filepath.Join(dir, "request.bin"), filepath.Join(dir, "requests.log")
-	if err := os.WriteFile(body, grpcFrame(b, &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "client-1")}}), 0o600); err != nil {
+	if err := os.WriteFile(body, grpcFrame(b, req), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	d := os.Getenv("SLUICE_WRK_DURATION")
@@ -54,9 +77,10 @@ func BenchmarkEnvoyRLSH2load(b *testing.B) {
 	defer rc.Close()
 	r0, g0 := serverCPU(b, rc), processCPU()
 	b.ResetTimer()
-	out, err := exec.Command(h2load, "-t2", "-c2", fmt.Sprintf("-m%d", benchClients/2), "-D", strconv.Itoa(int(secs)),
+	// benchClients decisions in flight, on two connections.
+	out, err := exec.Command(h2load, "-t2", "-c2", fmt.Sprintf("-m%d", max(1, benchClients/decisions/2)), "-D", strconv.Itoa(int(secs)),
 		"--log-file="+logFile, "-d", body, "-H", "content-type: application/grpc", "-H", "te: trailers",
-		"-H", "authorization: Bearer "+key, "http://"+addr+"/"+rlsv3.RateLimitService_ShouldRateLimit_FullMethodName[1:]).CombinedOutput()
+		"-H", "authorization: Bearer "+key, "http://"+addr+method).CombinedOutput()
 	b.StopTimer()
 	if err != nil {
 		b.Fatalf("h2load: %v\n%s", err, out)
@@ -69,7 +93,7 @@ func BenchmarkEnvoyRLSH2load(b *testing.B) {
 	if data := h2loadData(b, out); data < int64(len(lats))*20 {
 		b.Fatalf("%d bytes of messages for %d requests: calls failed\n%s", data, len(lats), out)
 	}
-	n := float64(len(lats))
+	n := float64(len(lats) * decisions)
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
 	b.ReportMetric(n/secs, "decisions/s")
