@@ -29,14 +29,14 @@ import (
 var scripts embed.FS
 
 // script is the decision script: the families, then the driver.
-var script = redis.NewScript(loadScript("common", "meter", "window", "log", "lease", "decide"))
+var script = redis.NewScript(loadScript("clock", "common", "meter", "window", "log", "lease", "decide"))
 
 // single and window1 are the scripts of the commonest decisions, one rule
 // of the meter family (single) or of the fixed or weighted sliding window
 // (window1); they answer as script would, for less than half the Redis CPU.
 var (
-	single  = redis.NewScript(loadScript("single"))
-	window1 = redis.NewScript(loadScript("window1"))
+	single  = redis.NewScript(loadScript("clock", "single"))
+	window1 = redis.NewScript(loadScript("clock", "window1"))
 )
 
 // allScripts lists every script, for Preload.

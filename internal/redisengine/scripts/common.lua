@@ -1,5 +1,5 @@
 -- common.lua: helpers shared by the algorithm families. The scripts are
--- concatenated in the order common, meter, window, log, lease, decide and
+-- concatenated in the order clock, common, meter, window, log, lease, decide and
 -- loaded as one script, so that a decision's rules of any families are
 -- evaluated in one atomic call. Every function mirrors the Go function of
 -- package limit named in its comment, operation for operation: Lua numbers

@@ -14,11 +14,6 @@
 -- Reply: {admitted (0/1), then per rule: allowed (0/1), limit, remaining,
 --   reset µs, retry µs (-1: never), delay µs}.
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local min_ttl = tonumber(ARGV[3])
 local op = ARGV[4]
 local STRIDE = 20

@@ -12,11 +12,6 @@
 --   capacity, shown, interval, per_us, bound, queue (0/1).
 -- Reply: as decide.lua's for one rule.
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local key = KEYS[1]
 local cost, shadow, capacity = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5])
 local shown, interval, per_us, bound = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])

@@ -11,11 +11,6 @@
 --   capacity, shown, limit, window µs, sliding (0/1), SLACK.
 -- Reply: as decide.lua's for one rule.
 
-local now = tonumber(ARGV[1])
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local key = KEYS[1]
 local cost, shadow, capacity = tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5])
 local shown, limit, w = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
