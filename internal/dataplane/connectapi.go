@@ -89,8 +89,9 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
 	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(reqs))}
+	gctx := s.cfg.Decider.Gather(ctx, len(reqs))
 	err = together(len(reqs), func(i int) (err error) {
-		out.Responses[i], err = s.check(ctx, c, m.Requests[i], reqs[i])
+		out.Responses[i], err = s.check(gctx, c, m.Requests[i], reqs[i])
 		return err
 	})
 	if err != nil {

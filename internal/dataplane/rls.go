@@ -69,8 +69,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	decs := make([]decide.Decision, len(reqs))
 	err = s.cfg.refuseAny("descriptors", len(reqs), func(i int) error { return s.cfg.Decider.Validate(c, reqs[i]) })
 	if err == nil {
+		gctx := s.cfg.Decider.Gather(ctx, len(reqs))
 		err = together(len(reqs), func(i int) (err error) {
-			decs[i], err = s.cfg.decide(ctx, c, reqs[i])
+			decs[i], err = s.cfg.decide(gctx, c, reqs[i])
 			return err
 		})
 	}

@@ -11,9 +11,10 @@ import (
 
 // together runs f(0) … f(n-1) at the same time and returns the error of the
 // lowest index that failed. The decisions of one call (a CheckBatch, an
-// Envoy request's descriptors) are independent, and deciding them at once
-// lets the Redis engine's batcher put them in one pipeline: one round trip
-// for the call instead of one per decision.
+// Envoy request's descriptors) are independent, and deciding them at once,
+// under a context from Decider.Gather, lets the Redis engine's batcher put
+// them in one pipeline: one round trip for the call instead of one per
+// decision.
 func together(n int, f func(i int) error) error {
 	if n == 1 {
 		return f(0)

@@ -139,6 +139,22 @@ func NewDecider(o Options) *Decider {
 	return d
 }
 
+// Gatherer is an Engine that can send decisions made at once together
+// (redisengine's batching does).
+type Gatherer interface {
+	Gather(ctx context.Context, n int) context.Context
+}
+
+// Gather returns ctx for n decisions made at once, to be decided with it at
+// the same time: an engine that batches sends them together. ctx is
+// returned as is when the engine cannot.
+func (d *Decider) Gather(ctx context.Context, n int) context.Context {
+	if g, ok := d.opts.Engine.(Gatherer); ok {
+		return g.Gather(ctx, n)
+	}
+	return ctx
+}
+
 // BreakerState returns "closed", "half-open" or "open" ("closed" without a
 // breaker).
 func (d *Decider) BreakerState() string {

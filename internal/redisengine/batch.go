@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,9 @@ type call struct {
 	reply  []int64
 	err    error
 	done   chan struct{}
+	// rest are the calls queued with this one as a unit: the other
+	// decisions of a gathered group (see Gather).
+	rest []*call
 }
 
 // ErrClosed is returned for decisions made after Close.
@@ -28,12 +32,18 @@ const flushTimeout = 5 * time.Second
 // batched queues a call for the flushers and waits for it or for ctx.
 func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
-	select {
-	case e.calls <- c:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-e.stop:
-		return nil, ErrClosed
+	if g, ok := ctx.Value(groupKey{}).(*group); ok {
+		if unit := g.join(c); unit != nil {
+			e.queue(unit)
+		}
+	} else {
+		select {
+		case e.calls <- c:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-e.stop:
+			return nil, ErrClosed
+		}
 	}
 	select {
 	case <-c.done:
@@ -43,16 +53,91 @@ func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, a
 	}
 }
 
-// flusher sends queued calls as pipelines: it takes the first call, then
-// whatever else is queued (waiting up to BatchWait for more), up to
-// BatchSize.
+// Gather returns ctx for n decisions made at once (a CheckBatch's checks, an
+// Envoy request's descriptors): their calls to Redis are held until all n
+// have come, or for Config.GatherWait after the first (decisions answered
+// without Redis never come), and then go to the flushers as one unit, so
+// that they share a pipeline rather than trickle into two or three as each
+// is ready. Without batching, or for fewer than two decisions, ctx is
+// returned as is.
+func (e *Engine) Gather(ctx context.Context, n int) context.Context {
+	if e.calls == nil || n < 2 {
+		return ctx
+	}
+	return context.WithValue(ctx, groupKey{}, &group{e: e, n: n})
+}
+
+type groupKey struct{}
+
+// group gathers the calls of decisions made at once.
+type group struct {
+	e     *Engine
+	mu    sync.Mutex
+	n     int
+	calls []*call
+	sent  bool // the unit is queued; later calls go alone
+	timer *time.Timer
+}
+
+// join adds c to g and returns the unit to queue now, if any: all the
+// calls once the n-th has come, c alone once the unit has gone.
+func (g *group) join(c *call) []*call {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sent {
+		return []*call{c}
+	}
+	g.calls = append(g.calls, c)
+	switch {
+	case len(g.calls) >= g.n:
+		g.sent = true
+		if g.timer != nil {
+			g.timer.Stop()
+		}
+		return g.calls
+	case len(g.calls) == 1:
+		g.timer = time.AfterFunc(g.e.cfg.GatherWait, g.expire)
+	}
+	return nil
+}
+
+// expire queues the calls that have come when GatherWait has passed.
+func (g *group) expire() {
+	g.mu.Lock()
+	unit := g.calls
+	queue := !g.sent
+	g.sent = true
+	g.mu.Unlock()
+	if queue {
+		g.e.queue(unit)
+	}
+}
+
+// queue hands unit to the flushers as one. Its calls' own waits end at
+// their deadlines, so it waits only for room, or fails them all once the
+// engine is closed.
+func (e *Engine) queue(unit []*call) {
+	unit[0].rest = unit[1:]
+	select {
+	case e.calls <- unit[0]:
+	case <-e.stop:
+		for _, c := range unit {
+			c.err = ErrClosed
+			close(c.done)
+		}
+	}
+}
+
+// flusher sends queued calls as pipelines: it takes the first call (or
+// unit), then whatever else is queued (waiting up to BatchWait for more),
+// up to about BatchSize (a unit is never split).
 func (e *Engine) flusher() {
 	batch := make([]*call, 0, e.cfg.BatchSize)
 	for {
 		batch = batch[:0]
 		select {
 		case c := <-e.calls:
-			batch = append(batch, c)
+			batch = append(append(batch, c), c.rest...)
 		case <-e.stop:
 			return
 		}
@@ -67,7 +152,7 @@ func (e *Engine) flusher() {
 			if wait == nil {
 				select {
 				case c := <-e.calls:
-					batch = append(batch, c)
+					batch = append(append(batch, c), c.rest...)
 				default:
 					break collect
 				}
@@ -75,7 +160,7 @@ func (e *Engine) flusher() {
 			}
 			select {
 			case c := <-e.calls:
-				batch = append(batch, c)
+				batch = append(append(batch, c), c.rest...)
 			case <-wait:
 				break collect
 			}

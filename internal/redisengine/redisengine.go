@@ -73,6 +73,9 @@ type Config struct {
 	BatchSize int
 	BatchWait time.Duration
 	Flushers  int
+	// GatherWait bounds how long the decisions of a Gather group wait for
+	// each other; 0 means 200µs.
+	GatherWait time.Duration
 }
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
@@ -101,6 +104,9 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	}
 	if cfg.Flushers <= 0 {
 		cfg.Flushers = 2
+	}
+	if cfg.GatherWait <= 0 {
+		cfg.GatherWait = 200 * time.Microsecond
 	}
 	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds()}
 	if cfg.Batch {

@@ -2,8 +2,11 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,5 +212,80 @@ func TestArgCacheForgetsCollectedLimiters(t *testing.T) {
 			t.Fatalf("%d entries remain for collected limiters", n)
 		}
 		runtime.Gosched()
+	}
+}
+
+// pipelines counts the pipelines of decisions (EVALSHA) a Redis client
+// sends; go-redis also pipelines a new connection's CLIENT SETINFO.
+type pipelines struct{ n atomic.Int64 }
+
+func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "evalsha" {
+			p.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Decisions made at once under Gather share one pipeline; when some never
+// come (answered without Redis), the others go after GatherWait, and a
+// latecomer goes alone.
+func TestGatherSendsDecisionsTogether(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	var pipes pipelines
+	c.AddHook(&pipes)
+	const wait = 30 * time.Millisecond
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: wait})
+	t.Cleanup(e.Close)
+	ctx := context.Background()
+	if err := e.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	decideAll := func(ctx context.Context, from, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				res := make([]limit.Result, 1)
+				ok, err := e.AllowAll(ctx, []limit.Request{{Key: fmt.Sprintf("{g%d}", from+i), Limiter: l, Cost: 1}}, res)
+				if err == nil && (!ok || res[0].Remaining != 9) {
+					err = fmt.Errorf("decision %d: %v %+v", from+i, ok, res[0])
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	before := pipes.n.Load()
+	decideAll(e.Gather(ctx, 40), 0, 40)
+	if got := pipes.n.Load() - before; got != 1 {
+		t.Errorf("40 gathered decisions took %d pipelines, want 1", got)
+	}
+
+	before = pipes.n.Load()
+	short := e.Gather(ctx, 3)
+	start := time.Now()
+	decideAll(short, 100, 2) // the third never comes
+	if took := time.Since(start); took < wait {
+		t.Errorf("2 of 3 gathered decisions answered after %v, before GatherWait (%v)", took, wait)
+	}
+	decideAll(short, 200, 1) // a latecomer
+	if got := pipes.n.Load() - before; got != 2 {
+		t.Errorf("2 gathered decisions and a latecomer took %d pipelines, want 2", got)
+	}
+
+	// Not batching, or one decision: nothing to gather.
+	if New(c, Config{}).Gather(ctx, 5) != ctx || e.Gather(ctx, 1) != ctx {
+		t.Error("Gather changed the context of an unbatched engine or of a single decision")
 	}
 }
