@@ -86,6 +86,37 @@ func TestCallsOfManyDecisions(t *testing.T) {
 		}
 	})
 
+	t.Run("DenyCachedCheckDoesNotHoldItsCall", func(t *testing.T) {
+		dcfg := cfg
+		dcfg.Decider = decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second, DenyCacheSize: 100})
+		check := func(ctx context.Context, ids ...string) []bool {
+			t.Helper()
+			m := &sluicev1.CheckBatchRequest{}
+			for _, id := range ids {
+				m.Requests = append(m.Requests, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}})
+			}
+			res, err := decisionServer{dcfg}.checkBatch(ctx, "Bearer "+secret, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var allowed []bool
+			for _, r := range res.Responses {
+				allowed = append(allowed, r.Allowed)
+			}
+			return allowed
+		}
+		for range 4 { // a limit of 3: the fourth is rejected, and remembered
+			check(ctx, "denied")
+		}
+		// With the engine's GatherWait of a minute, a call whose cached
+		// decision held the other would outlast this deadline.
+		bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if got := check(bctx, "denied", "fresh"); !slices.Equal(got, []bool{false, true}) {
+			t.Errorf("allowed %v, want [false true]", got)
+		}
+	})
+
 	t.Run("CheckBatchRefusedWhole", func(t *testing.T) {
 		// One good check and two bad: refused whole, the bad fields named
 		// by index, and nothing counted: the good client still has all 3.

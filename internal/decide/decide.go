@@ -140,17 +140,22 @@ func NewDecider(o Options) *Decider {
 }
 
 // Gatherer is an Engine that can send decisions made at once together
-// (redisengine's batching does).
+// (redisengine's batching does): Gather returns the context of n such
+// decisions, and Skip tells it that one of them will not reach the engine.
 type Gatherer interface {
 	Gather(ctx context.Context, n int) context.Context
+	Skip(ctx context.Context)
 }
+
+// gatheredKey marks the context of gathered decisions (see Gather).
+type gatheredKey struct{}
 
 // Gather returns ctx for n decisions made at once, to be decided with it at
 // the same time: an engine that batches sends them together. ctx is
 // returned as is when the engine cannot.
 func (d *Decider) Gather(ctx context.Context, n int) context.Context {
-	if g, ok := d.opts.Engine.(Gatherer); ok {
-		return g.Gather(ctx, n)
+	if g, ok := d.opts.Engine.(Gatherer); ok && n > 1 {
+		return context.WithValue(g.Gather(ctx, n), gatheredKey{}, true)
 	}
 	return ctx
 }
@@ -168,8 +173,17 @@ func (d *Decider) BreakerState() string {
 // policy error with CodeInvalid and field details; an engine failure is
 // returned as is.
 func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision, error) {
+	dec, engaged, err := d.decide(ctx, c, req)
+	if !engaged && ctx.Value(gatheredKey{}) != nil { // the others of its call need not wait for it
+		d.opts.Engine.(Gatherer).Skip(ctx)
+	}
+	return dec, err
+}
+
+// decide is Decide, also saying whether the engine was called.
+func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decision, engaged bool, _ error) {
 	if err := refuse(c, req); err != nil {
-		return Decision{}, err
+		return Decision{}, false, err
 	}
 	cost := req.Cost
 	if cost == 0 {
@@ -177,26 +191,26 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	}
 	sel, err := d.selectRules(c, req, cost)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, false, err
 	}
 	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {
-		return dec, nil
+		return dec, false, nil
 	}
 	if d.denied != nil {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
-				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Result: r}}, Tier: tier, Version: c.Version, Cached: true}, nil
+				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Result: r}}, Tier: tier, Version: c.Version, Cached: true}, false, nil
 			}
 		}
 	}
 	res := make([]limit.Result, len(reqs))
-	allowed, err := d.call(ctx, reqs, res)
+	allowed, engaged, err := d.call(ctx, reqs, res)
 	if err != nil {
 		if ctx.Err() != nil {
-			return Decision{}, ctx.Err()
+			return Decision{}, engaged, ctx.Err()
 		}
 		allowed, dec.Degraded = d.degrade(c, picked, params, reqs, res), true
 	}
@@ -214,7 +228,7 @@ func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision,
 	for i := range reqs {
 		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
 	}
-	return dec, nil
+	return dec, engaged, nil
 }
 
 // Validate returns the error Decide would refuse req with, without
@@ -363,8 +377,9 @@ func (d *Decider) budgeted(ctx context.Context) (context.Context, context.Cancel
 func (d *Decider) EngineErrors() int64 { return d.engineErrors.Load() }
 
 // call asks the engine within the budget, through the breaker.
-func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (allowed, engaged bool, err error) {
 	do := func() (bool, error) {
+		engaged = true
 		ctx, cancel := d.budgeted(ctx)
 		defer cancel()
 		ok, err := d.opts.Engine.AllowAll(ctx, reqs, res)
@@ -374,9 +389,11 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 		return ok, err
 	}
 	if d.breaker == nil {
-		return do()
+		allowed, err = do()
+	} else {
+		allowed, err = d.breaker.Execute(do)
 	}
-	return d.breaker.Execute(do)
+	return allowed, engaged, err
 }
 
 // degrade answers each rule by its failure mode after an engine failure and

@@ -101,6 +101,29 @@ func (g *group) join(c *call) []*call {
 	return nil
 }
 
+// Skip tells the group of ctx (see Gather) that one of its decisions will
+// not come, having been answered without Redis, so the others need not
+// wait for it.
+func (e *Engine) Skip(ctx context.Context) {
+	g, ok := ctx.Value(groupKey{}).(*group)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	var unit []*call
+	if !g.sent {
+		g.n--
+		if len(g.calls) > 0 && len(g.calls) >= g.n {
+			g.sent, unit = true, g.calls
+			g.timer.Stop()
+		}
+	}
+	g.mu.Unlock()
+	if unit != nil {
+		e.queue(unit)
+	}
+}
+
 // expire queues the calls that have come when GatherWait has passed.
 func (g *group) expire() {
 	g.mu.Lock()

@@ -284,6 +284,22 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 		t.Errorf("2 gathered decisions and a latecomer took %d pipelines, want 2", got)
 	}
 
+	// A decision answered without Redis is skipped: the others go without
+	// waiting for it (here GatherWait would outlast the test).
+	patient := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: time.Hour})
+	t.Cleanup(patient.Close)
+	e = patient
+	before = pipes.n.Load()
+	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // fail, not hang, if they wait
+	defer cancel()
+	skipped := patient.Gather(bounded, 3)
+	patient.Skip(skipped)
+	decideAll(skipped, 300, 2)
+	if got := pipes.n.Load() - before; got != 1 {
+		t.Errorf("2 gathered decisions and a skipped one took %d pipelines, want 1", got)
+	}
+	patient.Skip(ctx) // not gathered: nothing to do
+
 	// Not batching, or one decision: nothing to gather.
 	if New(c, Config{}).Gather(ctx, 5) != ctx || e.Gather(ctx, 1) != ctx {
 		t.Error("Gather changed the context of an unbatched engine or of a single decision")
