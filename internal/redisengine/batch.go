@@ -33,8 +33,8 @@ const flushTimeout = 5 * time.Second
 func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
 	if g, ok := ctx.Value(groupKey{}).(*group); ok {
-		if unit := g.join(c); unit != nil {
-			e.queue(unit)
+		if unit := g.join(ctx, c); unit != nil {
+			e.queue(ctx, unit)
 		}
 	} else {
 		select {
@@ -54,12 +54,11 @@ func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, a
 }
 
 // Gather returns ctx for n decisions made at once (a CheckBatch's checks, an
-// Envoy request's descriptors): their calls to Redis are held until all n
-// have come, or for Config.GatherWait after the first (decisions answered
-// without Redis never come), and then go to the flushers as one unit, so
-// that they share a pipeline rather than trickle into two or three as each
-// is ready. Without batching, or for fewer than two decisions, ctx is
-// returned as is.
+// Envoy request's descriptors): their calls to Redis are held until each
+// has come or been skipped (see Skip), and at most Config.GatherWait after
+// the first, and then go to the flushers as one unit, so that they share a
+// pipeline rather than trickle into several as each is ready. Without
+// batching, or for fewer than two decisions, ctx is returned as is.
 func (e *Engine) Gather(ctx context.Context, n int) context.Context {
 	if e.calls == nil || n < 2 {
 		return ctx
@@ -77,11 +76,14 @@ type group struct {
 	calls []*call
 	sent  bool // the unit is queued; later calls go alone
 	timer *time.Timer
+	// first is the first call's context: the unit waits for room in the
+	// queue no longer than it, when the first call is not the one queueing.
+	first context.Context
 }
 
 // join adds c to g and returns the unit to queue now, if any: all the
 // calls once the n-th has come, c alone once the unit has gone.
-func (g *group) join(c *call) []*call {
+func (g *group) join(ctx context.Context, c *call) []*call {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.sent {
@@ -96,6 +98,7 @@ func (g *group) join(c *call) []*call {
 		}
 		return g.calls
 	case len(g.calls) == 1:
+		g.first = ctx
 		g.timer = time.AfterFunc(g.e.cfg.GatherWait, g.expire)
 	}
 	return nil
@@ -118,36 +121,42 @@ func (e *Engine) Skip(ctx context.Context) {
 			g.timer.Stop()
 		}
 	}
+	first := g.first
 	g.mu.Unlock()
 	if unit != nil {
-		e.queue(unit)
+		e.queue(first, unit)
 	}
 }
 
 // expire queues the calls that have come when GatherWait has passed.
 func (g *group) expire() {
 	g.mu.Lock()
-	unit := g.calls
+	unit, first := g.calls, g.first
 	queue := !g.sent
 	g.sent = true
 	g.mu.Unlock()
 	if queue {
-		g.e.queue(unit)
+		g.e.queue(first, unit)
 	}
 }
 
-// queue hands unit to the flushers as one. Its calls' own waits end at
-// their deadlines, so it waits only for room, or fails them all once the
-// engine is closed.
-func (e *Engine) queue(unit []*call) {
+// queue hands unit to the flushers as one, waiting for room until ctx ends
+// or the engine closes, and then fails every call of it: a decision's
+// deadline bounds its wait even when another's goroutine queues it.
+func (e *Engine) queue(ctx context.Context, unit []*call) {
 	unit[0].rest = unit[1:]
+	var err error
 	select {
 	case e.calls <- unit[0]:
+		return
+	case <-ctx.Done():
+		err = ctx.Err()
 	case <-e.stop:
-		for _, c := range unit {
-			c.err = ErrClosed
-			close(c.done)
-		}
+		err = ErrClosed
+	}
+	for _, c := range unit {
+		c.err = err
+		close(c.done)
 	}
 }
 

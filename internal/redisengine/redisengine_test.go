@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -303,5 +304,68 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 	// Not batching, or one decision: nothing to gather.
 	if New(c, Config{}).Gather(ctx, 5) != ctx || e.Gather(ctx, 1) != ctx {
 		t.Error("Gather changed the context of an unbatched engine or of a single decision")
+	}
+}
+
+// A gathered decision queued by another's goroutine still ends at its
+// deadline when the queue has no room (Redis hangs, pipelines back up).
+func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a Redis that never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
+	t.Cleanup(e.Close)
+	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	req := func(k string) []limit.Request { return []limit.Request{{Key: k, Limiter: l, Cost: 1}} }
+
+	// Fill the flusher and the queue behind it.
+	fill, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for i := range 1 + cap(e.calls) {
+		go func() { _, _ = e.AllowAll(fill, req(fmt.Sprintf("{fill%d}", i)), make([]limit.Result, 1)) }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(e.calls) < cap(e.calls); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the queue holds %d of %d", len(e.calls), cap(e.calls))
+		}
+		runtime.Gosched()
+	}
+
+	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer stop()
+	gctx := e.Gather(ctx, 2)
+	errs := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := e.AllowAll(gctx, req(fmt.Sprintf("{g%d}", i)), make([]limit.Result, 1))
+			errs <- err
+		}()
+	}
+	// go-redis gives up on the stuck pipeline after its 3s read timeout and
+	// frees room; both decisions must have ended long before.
+	timeout := time.After(2 * time.Second)
+	for range 2 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a gathered decision past its deadline: %v", err)
+			}
+		case <-timeout:
+			t.Fatal("a gathered decision outlived its deadline waiting for room in the queue")
+		}
 	}
 }
