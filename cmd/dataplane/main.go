@@ -113,6 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer close(stopSweep)
 	go local.RunSweeper(stopSweep, 10*time.Second, time.Now)
 	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
+	var redisEngine *redisengine.Engine
 	if *redisURL != "" {
 		ropts, err := redis.ParseURL(*redisURL)
 		if err != nil {
@@ -123,6 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer client.Close()
 		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch})
 		defer eng.Close()
+		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
 		}
@@ -133,6 +135,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(telemetry.NewEngineCollector(local), versionCollector{syncer})
+	if redisEngine != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_pipelines_total",
+			Help: "Pipelines of decisions sent to Redis (with -redis-batch)."}, func() float64 { p, _ := redisEngine.Pipelines(); return float64(p) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_pipelined_calls_total",
+				Help: "Decisions' calls those pipelines carried; per pipeline, the mean batch."}, func() float64 { _, c := redisEngine.Pipelines(); return float64(c) }))
+	}
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,

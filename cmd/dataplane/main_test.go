@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,11 @@ func TestDeciderEndToEnd(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+	// The decisions that reached Redis went in pipelines, each of at least one.
+	pipes, calls := metricValue(t, body, "sluice_redis_pipelines_total"), metricValue(t, body, "sluice_redis_pipelined_calls_total")
+	if pipes < 1 || calls < pipes || calls > 8 {
+		t.Errorf("%v pipelines carried %v calls, for 8 decisions", pipes, calls)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -165,4 +171,21 @@ func equal(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// metricValue is the value of the unlabelled metric name in a Prometheus
+// text exposition.
+func metricValue(t *testing.T, body []byte, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metrics lack %s", name)
+	return 0
 }

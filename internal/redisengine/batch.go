@@ -204,10 +204,20 @@ func (e *Engine) flusher() {
 	}
 }
 
+// Pipelines returns how many pipelines the batching engine has sent and
+// how many decisions' calls they carried: their ratio is the mean batch, a
+// measure of how much batching saves (each pipeline is one write and one
+// read on both sides).
+func (e *Engine) Pipelines() (pipelines, calls int64) {
+	return e.pipelines.Load(), e.pipelined.Load()
+}
+
 // flush runs batch as one pipeline of EVALSHA. Pipelines do not fall back
 // to EVAL by themselves: on NOSCRIPT (a restarted or flushed Redis) the
 // script is loaded and the refused calls are sent once more.
 func (e *Engine) flush(batch []*call) {
+	e.pipelines.Add(1)
+	e.pipelined.Add(int64(len(batch)))
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	pending := batch

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
@@ -85,7 +86,9 @@ type Engine struct {
 	slack  any
 	calls  chan *call // to the flushers, when batching
 	stop   chan struct{}
-	once   sync.Once
+	// pipelines and pipelined count flushes and the calls they carried.
+	pipelines, pipelined atomic.Int64
+	once                 sync.Once
 	// minTTL is cfg.MinTTL in ms, boxed once for the scripts' arguments.
 	minTTL  any
 	statics argCache

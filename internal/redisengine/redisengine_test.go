@@ -268,9 +268,13 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 	}
 
 	before := pipes.n.Load()
+	p0, c0 := e.Pipelines()
 	decideAll(e.Gather(ctx, 40), 0, 40)
 	if got := pipes.n.Load() - before; got != 1 {
 		t.Errorf("40 gathered decisions took %d pipelines, want 1", got)
+	}
+	if p1, c1 := e.Pipelines(); p1-p0 != 1 || c1-c0 != 40 {
+		t.Errorf("Pipelines counted %d pipelines of %d calls, want 1 of 40", p1-p0, c1-c0)
 	}
 
 	before = pipes.n.Load()
