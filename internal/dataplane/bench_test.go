@@ -47,6 +47,18 @@ const benchClients, benchKeys = 50, 10_000
 // unencrypted HTTP/2) and returns its URL and check key.
 func benchDecider(b *testing.B) (string, string) { return benchDeciderWith(b, 1_000_000, nil) }
 
+// benchEngine is the Redis engine of the latest benchConfig (benchmarks run
+// one at a time), for reportBatch.
+var benchEngine *redisengine.Engine
+
+// reportBatch reports the mean decisions per Redis pipeline since p0, c0
+// (benchEngine.Pipelines at the start).
+func reportBatch(b *testing.B, p0, c0 int64) {
+	if p1, c1 := benchEngine.Pipelines(); p1 > p0 {
+		b.ReportMetric(float64(c1-c0)/float64(p1-p0), "calls/pipeline")
+	}
+}
+
 // benchConfig is the decider of the benchmarks, on the local Redis, for a
 // token bucket of limitPerSecond per client, publishing to pub (nil: none).
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
@@ -61,6 +73,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	b.Cleanup(func() { client.Close() })
 	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Batch: true})
 	b.Cleanup(eng.Close)
+	benchEngine = eng
 	if err := eng.Preload(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -108,6 +121,7 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
 	r0, p0 := serverCPU(b, rc), processCPU()
+	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	start := time.Now()
 	for g := range benchClients {
@@ -139,6 +153,7 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	// Redis's.
 	b.ReportMetric(float64(p1-p0)/float64(time.Microsecond)/float64(len(all)), "process-cpu-µs/op")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/float64(len(all)), "redis-cpu-µs/op")
+	reportBatch(b, pipes0, calls0)
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")

@@ -76,6 +76,7 @@ func h2loadGRPC(b *testing.B, method string, req proto.Message, decisions int) {
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
 	r0, g0 := serverCPU(b, rc), processCPU()
+	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	// benchClients decisions in flight, on two connections.
 	out, err := exec.Command(h2load, "-t2", "-c2", fmt.Sprintf("-m%d", max(1, benchClients/decisions/2)), "-D", strconv.Itoa(int(secs)),
@@ -96,6 +97,7 @@ func h2loadGRPC(b *testing.B, method string, req proto.Message, decisions int) {
 	n := float64(len(lats) * decisions)
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
+	reportBatch(b, pipes0, calls0)
 	b.ReportMetric(n/secs, "decisions/s")
 	b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "p99-ms")

@@ -42,6 +42,7 @@ func BenchmarkDecisionsWrk(b *testing.B) {
 	defer rc.Close()
 	redisCPU := func() time.Duration { return serverCPU(b, rc) }
 	r0, g0 := redisCPU(), processCPU()
+	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	out, err := exec.Command(wrk, "-t2", fmt.Sprintf("-c%d", benchClients), "-d"+d, "--latency", "-s", script, base+"/v1/check").CombinedOutput()
 	b.StopTimer()
@@ -58,6 +59,7 @@ func BenchmarkDecisionsWrk(b *testing.B) {
 	// decider process's CPU (the server and its Redis client) and Redis's.
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
+	reportBatch(b, pipes0, calls0)
 	b.ReportMetric(rate, "decisions/s")
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
