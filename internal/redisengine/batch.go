@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -173,6 +174,11 @@ func (e *Engine) flusher() {
 		case <-e.stop:
 			return
 		}
+		// Let the goroutines made runnable with the first call (other
+		// requests' handlers, mid-decision) queue theirs before collecting:
+		// under load pipelines carry half as many again, each costing Redis
+		// less per decision; alone, a call goes at once.
+		runtime.Gosched()
 		var wait <-chan time.Time
 		var timer *time.Timer
 		if e.cfg.BatchWait > 0 {
