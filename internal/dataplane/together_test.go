@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/connect"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -26,23 +25,6 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// pipelineCounter counts the pipelines of decisions (EVALSHA) a Redis
-// client sends; go-redis also pipelines a new connection's CLIENT SETINFO.
-type pipelineCounter struct{ n atomic.Int64 }
-
-func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() == "evalsha" {
-			p.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // TestCallsOfManyDecisions: a CheckBatch of n checks and an Envoy request
 // of n descriptors are decided at once, so the batching Redis engine
 // answers them in a few pipelines, not one round trip per decision, and
@@ -53,8 +35,8 @@ func TestCallsOfManyDecisions(t *testing.T) {
 	const n = 40
 	cfg, secret := testAPI(t)
 	c, prefix := redistest.Client(t)
-	var pipes pipelineCounter
-	c.AddHook(&pipes)
+	pipes := &redistest.Pipelines{Command: "evalsha"}
+	c.AddHook(pipes)
 	// A GatherWait longer than any run: a call's decisions are all held
 	// until the last comes.
 	eng := redisengine.New(c, redisengine.Config{Prefix: prefix, Batch: true, GatherWait: time.Minute})
@@ -71,12 +53,12 @@ func TestCallsOfManyDecisions(t *testing.T) {
 			m.Requests = append(m.Requests, &sluicev1.CheckRequest{Cost: int64(i%5 + 1),
 				Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: fmt.Sprint("batch-", i)}}})
 		}
-		before := pipes.n.Load()
+		before := pipes.Count()
 		res, err := decisionServer{cfg}.checkBatch(ctx, "Bearer "+secret, m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pipes.n.Load() - before; got != 1 {
+		if got := pipes.Count() - before; got != 1 {
 			t.Errorf("%d checks took %d pipelines, want 1", n, got)
 		}
 		for i, r := range res.Responses {
@@ -165,12 +147,12 @@ func TestCallsOfManyDecisions(t *testing.T) {
 			req.Descriptors = append(req.Descriptors, descriptor("client_id", fmt.Sprint("rls-", i%20)))
 		}
 		rctx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+secret))
-		before := pipes.n.Load()
+		before := pipes.Count()
 		res, err := NewRLS(cfg).ShouldRateLimit(rctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pipes.n.Load() - before; got != 1 {
+		if got := pipes.Count() - before; got != 1 {
 			t.Errorf("%d descriptors took %d pipelines, want 1", n, got)
 		}
 		// Each of 20 clients asked twice, within a limit of 3: all allowed.

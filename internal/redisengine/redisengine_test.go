@@ -7,7 +7,6 @@ import (
 	"net"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,29 +215,14 @@ func TestArgCacheForgetsCollectedLimiters(t *testing.T) {
 	}
 }
 
-// pipelines counts the pipelines of decisions (EVALSHA) a Redis client
-// sends; go-redis also pipelines a new connection's CLIENT SETINFO.
-type pipelines struct{ n atomic.Int64 }
-
-func (p *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (p *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() == "evalsha" {
-			p.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // Decisions made at once under Gather share one pipeline; when some never
 // come (answered without Redis), the others go after GatherWait, and a
 // latecomer goes alone.
 func TestGatherSendsDecisionsTogether(t *testing.T) {
 	t.Parallel()
 	c, prefix := redistest.Client(t)
-	var pipes pipelines
-	c.AddHook(&pipes)
+	pipes := &redistest.Pipelines{Command: "evalsha"}
+	c.AddHook(pipes)
 	const wait = 30 * time.Millisecond
 	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: wait})
 	t.Cleanup(e.Close)
@@ -267,17 +251,17 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 		}
 	}
 
-	before := pipes.n.Load()
+	before := pipes.Count()
 	p0, c0 := e.Pipelines()
 	decideAll(e.Gather(ctx, 40), 0, 40)
-	if got := pipes.n.Load() - before; got != 1 {
+	if got := pipes.Count() - before; got != 1 {
 		t.Errorf("40 gathered decisions took %d pipelines, want 1", got)
 	}
 	if p1, c1 := e.Pipelines(); p1-p0 != 1 || c1-c0 != 40 {
 		t.Errorf("Pipelines counted %d pipelines of %d calls, want 1 of 40", p1-p0, c1-c0)
 	}
 
-	before = pipes.n.Load()
+	before = pipes.Count()
 	short := e.Gather(ctx, 3)
 	start := time.Now()
 	decideAll(short, 100, 2) // the third never comes
@@ -285,7 +269,7 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 		t.Errorf("2 of 3 gathered decisions answered after %v, before GatherWait (%v)", took, wait)
 	}
 	decideAll(short, 200, 1) // a latecomer
-	if got := pipes.n.Load() - before; got != 2 {
+	if got := pipes.Count() - before; got != 2 {
 		t.Errorf("2 gathered decisions and a latecomer took %d pipelines, want 2", got)
 	}
 
@@ -294,13 +278,13 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 	patient := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: time.Hour})
 	t.Cleanup(patient.Close)
 	e = patient
-	before = pipes.n.Load()
+	before = pipes.Count()
 	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // fail, not hang, if they wait
 	defer cancel()
 	skipped := patient.Gather(bounded, 3)
 	patient.Skip(skipped)
 	decideAll(skipped, 300, 2)
-	if got := pipes.n.Load() - before; got != 1 {
+	if got := pipes.Count() - before; got != 1 {
 		t.Errorf("2 gathered decisions and a skipped one took %d pipelines, want 1", got)
 	}
 	patient.Skip(ctx) // not gathered: nothing to do
