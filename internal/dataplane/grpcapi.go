@@ -15,20 +15,18 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 )
 
+// streamWorkers is the gRPC server's pool of kept call goroutines; idle
+// ones cost only their stacks. A call waits for Redis most of its time, so
+// the pool is sized for the calls in flight, not for the cores: grpc-go
+// starts a fresh goroutine for a call that finds every worker busy, and
+// growing a fresh goroutine's stack to a decision's depth cost 7% of the
+// decider's CPU with one worker per core.
+const streamWorkers = 256
+
 // NewGRPCServer returns the decider's grpc-go server: Envoy's rate limit
 // service and sluice.v1.DecisionService. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
 // per CPU second (docs/benchmarks.md).
-//
-// Calls run on a pool of streamWorkers kept goroutines. A call waits for
-// Redis most of its time, so the pool is sized for the calls in flight,
-// not for the cores: grpc-go starts a fresh goroutine for a call that
-// finds every worker busy, and growing a fresh goroutine's stack to a
-// decision's depth cost 7% of the decider's CPU with one worker per core.
-// streamWorkers is the gRPC server's pool of call goroutines; idle ones cost
-// only their stacks.
-const streamWorkers = 256
-
 func NewGRPCServer(cfg HTTPConfig) *grpc.Server {
 	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20))
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"math"
-
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"

@@ -147,15 +147,12 @@ type Gatherer interface {
 	Skip(ctx context.Context)
 }
 
-// gatheredKey marks the context of gathered decisions (see Gather).
-type gatheredKey struct{}
-
 // Gather returns ctx for n decisions made at once, to be decided with it at
 // the same time: an engine that batches sends them together. ctx is
 // returned as is when the engine cannot.
 func (d *Decider) Gather(ctx context.Context, n int) context.Context {
-	if g, ok := d.opts.Engine.(Gatherer); ok && n > 1 {
-		return context.WithValue(g.Gather(ctx, n), gatheredKey{}, true)
+	if g, ok := d.opts.Engine.(Gatherer); ok {
+		return g.Gather(ctx, n)
 	}
 	return ctx
 }
@@ -174,8 +171,8 @@ func (d *Decider) BreakerState() string {
 // returned as is.
 func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision, error) {
 	dec, engaged, err := d.decide(ctx, c, req)
-	if !engaged && ctx.Value(gatheredKey{}) != nil { // the others of its call need not wait for it
-		d.opts.Engine.(Gatherer).Skip(ctx)
+	if g, ok := d.opts.Engine.(Gatherer); ok && !engaged { // the others of a gathered call need not wait for it
+		g.Skip(ctx)
 	}
 	return dec, err
 }
