@@ -57,7 +57,8 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 }
 
 // checkOne and checkBatch are the service, whatever serves it: they
-// authenticate the caller from its Authorization header and answer, or fail with a Connect error.
+// authenticate the caller from its Authorization header and answer, or
+// fail with a Connect error.
 func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
 	c, err := s.cfg.Authenticate(auth)
 	if err != nil {
