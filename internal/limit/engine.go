@@ -151,6 +151,10 @@ type Request struct {
 	// Shadow requests are evaluated and answered but never reject the
 	// decision; they consume only when they and the decision are admitted.
 	Shadow bool
+	// Sync, when positive, lets an engine of shared counters (Redis) count
+	// the request on this decider and reconcile with the shared state every
+	// Sync (see policy.Rule.Sync). The in-process engine, all local, ignores it.
+	Sync time.Duration
 }
 
 // AllowAll evaluates reqs at now as one all-or-nothing decision and writes

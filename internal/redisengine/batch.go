@@ -33,7 +33,7 @@ const flushTimeout = 5 * time.Second
 // batched queues a call for the flushers and waits for it or for ctx.
 func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
-	if g, ok := ctx.Value(groupKey{}).(*group); ok {
+	if g, _ := ctx.Value(groupKey{}).(*group); g != nil {
 		if unit := g.join(ctx, c); unit != nil {
 			e.queue(ctx, unit)
 		}
@@ -68,6 +68,14 @@ func (e *Engine) Gather(ctx context.Context, n int) context.Context {
 }
 
 type groupKey struct{}
+
+// withoutGroup returns ctx outside any Gather group: its calls go alone.
+func withoutGroup(ctx context.Context) context.Context {
+	if g, _ := ctx.Value(groupKey{}).(*group); g == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, groupKey{}, (*group)(nil))
+}
 
 // group gathers the calls of decisions made at once.
 type group struct {
@@ -109,8 +117,8 @@ func (g *group) join(ctx context.Context, c *call) []*call {
 // not come, having been answered without Redis, so the others need not
 // wait for it.
 func (e *Engine) Skip(ctx context.Context) {
-	g, ok := ctx.Value(groupKey{}).(*group)
-	if !ok {
+	g, _ := ctx.Value(groupKey{}).(*group)
+	if g == nil {
 		return
 	}
 	g.mu.Lock()

@@ -40,8 +40,11 @@ var (
 	window1 = redis.NewScript(loadScript("clock", "window1"))
 )
 
+// syncScript reconciles locally counted rules with the shared state.
+var syncScript = redis.NewScript(loadScript("clock", "sync"))
+
 // allScripts lists every script, for Preload.
-var allScripts = []*redis.Script{script, single, window1}
+var allScripts = []*redis.Script{script, single, window1, syncScript}
 
 func loadScript(names ...string) string {
 	var b strings.Builder
@@ -77,6 +80,17 @@ type Config struct {
 	// GatherWait bounds how long the decisions of a Gather group wait for
 	// each other; 0 means 200µs.
 	GatherWait time.Duration
+	// SyncTick is how often locally counted keys (rules with a Sync
+	// interval, see local.go) are looked at for reconciliation; 0 means
+	// 10ms, a negative value never (tests call Reconcile). MaxLocalKeys
+	// caps the keys counted locally at once (0 means DefaultMaxLocalKeys);
+	// beyond it, new keys are decided in Redis.
+	SyncTick     time.Duration
+	MaxLocalKeys int
+	// Now, when set, is the clock of every decision and reconciliation in
+	// place of Redis TIME, and of local counting in place of time.Now: for
+	// tests.
+	Now func() time.Time
 }
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
@@ -92,6 +106,7 @@ type Engine struct {
 	// minTTL is cfg.MinTTL in ms, boxed once for the scripts' arguments.
 	minTTL  any
 	statics argCache
+	local   *localCounts
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
@@ -111,9 +126,16 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.GatherWait <= 0 {
 		cfg.GatherWait = 200 * time.Microsecond
 	}
-	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds()}
+	if cfg.SyncTick == 0 {
+		cfg.SyncTick = 10 * time.Millisecond
+	}
+	if cfg.MaxLocalKeys <= 0 {
+		cfg.MaxLocalKeys = DefaultMaxLocalKeys
+	}
+	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds(), stop: make(chan struct{})}
+	e.local = newLocalCounts(e)
 	if cfg.Batch {
-		e.calls, e.stop = make(chan *call, 4*cfg.BatchSize), make(chan struct{})
+		e.calls = make(chan *call, 4*cfg.BatchSize)
 		for range cfg.Flushers {
 			go e.flusher()
 		}
@@ -121,11 +143,10 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	return e
 }
 
-// Close stops the flushers of a batching engine; calls after it fail.
+// Close stops the flushers of a batching engine and local counting's
+// reconciliations; calls after it fail.
 func (e *Engine) Close() {
-	if e.stop != nil {
-		e.once.Do(func() { close(e.stop) })
-	}
+	e.once.Do(func() { close(e.stop) })
 }
 
 // Preload loads the scripts on every master, so the first decisions need
@@ -153,8 +174,14 @@ func (e *Engine) Preload(ctx context.Context) error {
 
 // AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock
 // and writes one Result per request into res; see limit.Engine.AllowAll.
+//
+// Requests with a Sync interval are counted locally when their algorithm
+// allows it (see local.go).
 func (e *Engine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
-	return e.run(ctx, "check", reqs, "", res)
+	if local := e.localIndexes(reqs); local != nil {
+		return e.local.allowAll(ctx, reqs, local, res)
+	}
+	return e.run(ctx, "check", reqs, e.nowArg(), res)
 }
 
 // AllowAllAt is AllowAll at the time now (µs), for tests and replays.
@@ -193,12 +220,7 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 	if _, ok := e.client.(*redis.ClusterClient); ok && op == "check" && !sameSlot(keys) {
 		return e.acrossSlots(ctx, reqs, now, res)
 	}
-	var reply []int64
-	if e.calls != nil {
-		reply, err = e.batched(ctx, sc, keys, args)
-	} else {
-		reply, err = sc.Run(ctx, e.client, keys, args...).Int64Slice()
-	}
+	reply, err := e.eval(ctx, sc, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redisengine: decide: %w", err)
 	}
@@ -206,6 +228,14 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 		return true, nil
 	}
 	return decode(reply, len(reqs), res)
+}
+
+// eval runs one script call, through the flushers' pipelines when batching.
+func (e *Engine) eval(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	if e.calls != nil {
+		return e.batched(ctx, sc, keys, args)
+	}
+	return sc.Run(ctx, e.client, keys, args...).Int64Slice()
 }
 
 // prepare picks the script for one call and builds its keys and arguments.
@@ -272,13 +302,26 @@ type limiterArgs struct {
 	// the limiter's rule alone (nil when none does).
 	general, single []any
 	singleScript    *redis.Script
+	// family is the limiter's sync.lua family when it can be counted
+	// locally (see local.go), else -1; param is its sync.lua parameter.
+	family   int
+	param    any
+	interval float64 // µs per unit, for the meters
+	window   int64   // µs, for the fixed window
 }
 
 func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	c := l.Constants()
 	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, c.Window,
 		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
-		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)}}
+		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)},
+		family: -1, interval: c.Interval, window: c.Window}
+	switch {
+	case (c.Algorithm == policy.TokenBucket || c.Algorithm == policy.GCRA) && !c.Warm:
+		a.family, a.param = familyMeter, float(c.Interval)
+	case c.Algorithm == policy.FixedWindow:
+		a.family, a.param = familyFixed, c.Window
+	}
 	switch {
 	case c.Algorithm <= policy.LeakyBucket && !c.Warm:
 		a.singleScript = single

@@ -1,0 +1,542 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/limit"
+)
+
+// Local counting: a request whose rule has a Sync interval (limit.Request.
+// Sync) is decided on this decider, against a view of its key's shared
+// state, with no Redis round trip; what it admits is added to the shared
+// state at the next reconciliation, at most Sync later, which also brings
+// back what the other deciders admitted. A key's first decision, and one
+// after the key was idle for two intervals, waits for a reconciliation.
+//
+// Overshoot: between reconciliations each decider admits against its own
+// view, so the deciders together may admit up to (deciders − 1) times what
+// one admits in two intervals beyond the limit. The meters record it in the
+// shared debt, which then drains at the rule's rate before anything more is
+// admitted: over time they admit no more than strict counting plus that
+// bound. A fixed window's overshoot is not paid back in later windows.
+//
+// Only algorithms whose states add up take part: the token bucket without
+// warm-up, GCRA and the fixed window. Others are decided in Redis as usual.
+const (
+	familyMeter = 0
+	familyFixed = 1
+)
+
+// syncChunk caps the keys of one sync.lua call.
+const syncChunk = 128
+
+// localShards is the number of independently locked shards of local views.
+const localShards = 64
+
+// DefaultMaxLocalKeys is the cap on locally counted keys when
+// Config.MaxLocalKeys is 0; beyond it, new keys are decided in Redis.
+const DefaultMaxLocalKeys = 1 << 20
+
+// localCounts holds the views of locally counted keys.
+type localCounts struct {
+	e      *Engine
+	seed   maphash.Seed
+	shards [localShards]localShard
+	keys   atomic.Int64
+	start  sync.Once
+
+	decisions, syncs, syncErrors atomic.Int64
+}
+
+type localShard struct {
+	mu    sync.Mutex
+	m     map[string]*entry
+	dirty []*entry // entries decided on since their last reconciliation
+	_     [64]byte
+}
+
+// entry is one key's view: the shared state as last reconciled plus what
+// this decider admitted since. Its fields are guarded by its shard's lock.
+type entry struct {
+	key   string
+	lim   *limit.Limiter
+	args  *limiterArgs
+	every int64 // the Sync interval, µs
+	view  limit.State
+	// pending is the cost admitted here and not yet sent (negative: a
+	// refund of cost already sent); inflight, what the reconciliation under
+	// way carries. win is the fixed window pending counts in.
+	pending, inflight, win int64
+	synced                 int64 // local µs of the last reconciliation; 0: none yet
+	dirty                  bool  // in its shard's dirty list
+	loading                *fetch
+}
+
+// fetch is a reconciliation that decisions wait for: a key's first.
+type fetch struct {
+	done chan struct{}
+	err  error
+}
+
+func newLocalCounts(e *Engine) *localCounts {
+	l := &localCounts{e: e, seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[string]*entry)
+	}
+	return l
+}
+
+func (l *localCounts) shardOf(key string) int {
+	return int(maphash.String(l.seed, key) % localShards)
+}
+
+// now is the local clock, µs.
+func (e *Engine) now() int64 {
+	if e.cfg.Now != nil {
+		return e.cfg.Now().UnixMicro()
+	}
+	return time.Now().UnixMicro()
+}
+
+// nowArg is a script's "now": Config.Now when set, else Redis TIME.
+func (e *Engine) nowArg() string {
+	if e.cfg.Now != nil {
+		return strconv.FormatInt(e.now(), 10)
+	}
+	return ""
+}
+
+// localIndexes returns which of reqs are counted locally, or nil if none is.
+func (e *Engine) localIndexes(reqs []limit.Request) []int {
+	var idx []int
+	for i := range reqs {
+		if reqs[i].Sync > 0 && e.statics.get(reqs[i].Limiter).family >= 0 {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// allowAll decides reqs, those at indexes local here and the rest in Redis,
+// all or nothing: the local ones are committed first and refunded if Redis
+// rejects the others.
+func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local []int, res []limit.Result) (bool, error) {
+	e := l.e
+	l.start.Do(func() {
+		if e.cfg.SyncTick > 0 {
+			go l.loop()
+		}
+	})
+	var strict []limit.Request
+	var at []int
+	for i := range reqs {
+		if !slices.Contains(local, i) {
+			strict = append(strict, reqs[i])
+			at = append(at, i)
+		}
+	}
+	if len(strict) == 0 { // the others of a gathered call need not wait for this one
+		e.Skip(ctx)
+	}
+	now := e.now()
+	ents, err := l.entries(ctx, reqs, local, now)
+	if err != nil {
+		return false, err
+	}
+	if ents == nil { // at the key cap: decided in Redis
+		if len(strict) == 0 {
+			ctx = withoutGroup(ctx) // skipped above
+		}
+		return e.run(ctx, "check", reqs, e.nowArg(), res)
+	}
+	l.decisions.Add(1)
+	allowed := l.step(reqs, local, ents, now, res)
+	if len(strict) == 0 {
+		return allowed, nil
+	}
+	if !allowed { // answer the others without consuming
+		for k := range strict {
+			strict[k].Cost = 0
+		}
+	}
+	sub := make([]limit.Result, len(strict))
+	ok, err := e.run(ctx, "check", strict, e.nowArg(), sub)
+	if err == nil {
+		for k, i := range at {
+			res[i] = sub[k]
+		}
+	}
+	if allowed && (err != nil || !ok) {
+		l.refund(reqs, local, ents, now, res)
+	}
+	return allowed && ok, err
+}
+
+// entries returns the entries of reqs[local], each with a fresh view:
+// reconciled within two intervals, else fetched now (or waited for, when
+// another decision fetches it). It returns nil entries at the key cap.
+func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local []int, now int64) ([]*entry, error) {
+	ents := make([]*entry, len(reqs))
+	var fetching []*entry
+	var waits []*fetch
+	for _, i := range local {
+		rq := &reqs[i]
+		sh := &l.shards[l.shardOf(rq.Key)]
+		sh.mu.Lock()
+		en := sh.m[rq.Key]
+		if en == nil {
+			if l.keys.Load() >= int64(l.e.cfg.MaxLocalKeys) {
+				sh.mu.Unlock()
+				l.abandon(fetching)
+				return nil, nil
+			}
+			l.keys.Add(1)
+			en = &entry{key: rq.Key}
+			sh.m[rq.Key] = en
+		}
+		if en.lim != rq.Limiter { // new, or its rule changed: start over
+			en.lim, en.args, en.every = rq.Limiter, l.e.statics.get(rq.Limiter), rq.Sync.Microseconds()
+			en.synced, en.view, en.win = 0, limit.State{}, 0
+		}
+		switch {
+		case en.loading != nil:
+			waits = append(waits, en.loading)
+		case en.synced == 0 || now >= en.synced+2*en.every:
+			en.loading = &fetch{done: make(chan struct{})}
+			fetching = append(fetching, en)
+			waits = append(waits, en.loading)
+		}
+		sh.mu.Unlock()
+		ents[i] = en
+	}
+	if len(fetching) > 0 {
+		// Fetched alone, not as one of a gathered group's calls: the
+		// decision's own call to Redis, if any, comes after.
+		l.reconcile(withoutGroup(ctx), fetching)
+	}
+	for _, f := range waits {
+		select {
+		case <-f.done:
+			if f.err != nil {
+				return nil, f.err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return ents, nil
+}
+
+// abandon ends fetches that were started but will not be made.
+func (l *localCounts) abandon(fetching []*entry) {
+	for _, en := range fetching {
+		sh := &l.shards[l.shardOf(en.key)]
+		sh.mu.Lock()
+		f := en.loading
+		en.loading = nil
+		sh.mu.Unlock()
+		f.err = errors.New("redisengine: local key cap reached")
+		close(f.done)
+	}
+}
+
+// lockShards locks the shards of ents at local in ascending order and
+// returns them, for unlockShards.
+func (l *localCounts) lockShards(ents []*entry, local []int) []int {
+	order := make([]int, 0, len(local))
+	for _, i := range local {
+		order = append(order, l.shardOf(ents[i].key))
+	}
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, n := range order {
+		l.shards[n].mu.Lock()
+	}
+	return order
+}
+
+func (l *localCounts) unlockShards(order []int) {
+	for _, n := range order {
+		l.shards[n].mu.Unlock()
+	}
+}
+
+// undo is one local request's effect, to take back.
+type undo struct {
+	view              limit.State
+	pending, win      int64
+	consumed          bool
+	entry             *entry
+	request, response int
+}
+
+// step decides reqs[local] on their views, committing them only if none
+// that is not a shadow rejects.
+func (l *localCounts) step(reqs []limit.Request, local []int, ents []*entry, now int64, res []limit.Result) bool {
+	order := l.lockShards(ents, local)
+	defer l.unlockShards(order)
+	undos := make([]undo, 0, len(local))
+	allowed := true
+	for _, i := range local {
+		en, rq := ents[i], &reqs[i]
+		u := undo{view: en.view, pending: en.pending, win: en.win, entry: en, request: i}
+		u.consumed = rq.Limiter.Step(&en.view, limit.Args{Now: now, Cost: rq.Cost}, nil, &res[i])
+		if u.consumed {
+			en.add(now, rq.Cost)
+		}
+		undos = append(undos, u)
+		if !res[i].Allowed && !rq.Shadow {
+			allowed = false
+		}
+	}
+	// A key decided on is reconciled when its interval has passed, even
+	// when it admitted nothing: its view must show what the others admit.
+	for _, i := range local {
+		l.markDirty(ents[i])
+	}
+	if allowed {
+		return true
+	}
+	for k := len(undos) - 1; k >= 0; k-- {
+		u := undos[k]
+		u.entry.view, u.entry.pending, u.entry.win = u.view, u.pending, u.win
+	}
+	// Rules that would have admitted answer from the untouched state.
+	for _, u := range undos {
+		if res[u.request].Allowed {
+			reqs[u.request].Limiter.Step(&u.entry.view, limit.Args{Now: now}, nil, &res[u.request])
+		}
+	}
+	return false
+}
+
+// add records cost admitted at now in the pending count.
+func (en *entry) add(now, cost int64) {
+	if en.args.family == familyFixed {
+		if ws := now - now%en.args.window; ws != en.win {
+			en.pending, en.win = 0, ws // what an ended window admitted limits nothing
+		}
+	}
+	en.pending += cost
+}
+
+// refund takes back what step committed, after Redis rejected (or failed)
+// the decision's other rules; a cost already sent goes back as a negative
+// pending one.
+func (l *localCounts) refund(reqs []limit.Request, local []int, ents []*entry, now int64, res []limit.Result) {
+	order := l.lockShards(ents, local)
+	defer l.unlockShards(order)
+	for _, i := range local {
+		en, rq := ents[i], &reqs[i]
+		if !res[i].Allowed || rq.Cost <= 0 {
+			continue
+		}
+		if en.args.family == familyMeter {
+			en.view.X = max(en.view.X-float64(rq.Cost)*en.args.interval, 0)
+			en.pending -= rq.Cost
+		} else if ws := now - now%en.args.window; ws == en.win {
+			en.view.X = max(en.view.X-float64(rq.Cost), 0)
+			en.pending -= rq.Cost
+		}
+		rq.Limiter.Step(&en.view, limit.Args{Now: now}, nil, &res[i])
+	}
+}
+
+func (l *localCounts) markDirty(en *entry) {
+	if !en.dirty {
+		en.dirty = true
+		sh := &l.shards[l.shardOf(en.key)]
+		sh.dirty = append(sh.dirty, en)
+	}
+}
+
+// loop reconciles the entries decided on since their last reconciliation
+// once their interval has passed, every SyncTick, and forgets entries idle
+// for two intervals, one shard per tick.
+func (l *localCounts) loop() {
+	t := time.NewTicker(l.e.cfg.SyncTick)
+	defer t.Stop()
+	sweep := 0
+	for {
+		select {
+		case <-l.e.stop:
+			return
+		case <-t.C:
+		}
+		l.reconcileDue(context.Background(), false)
+		l.sweep(sweep, l.e.now())
+		sweep = (sweep + 1) % localShards
+	}
+}
+
+// reconcileDue sends what was counted locally on keys decided on since
+// their last reconciliation, once their interval has passed (or at once,
+// with all), and refreshes their views.
+func (l *localCounts) reconcileDue(ctx context.Context, all bool) {
+	now := l.e.now()
+	var due []*entry
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		keep := sh.dirty[:0]
+		for _, en := range sh.dirty {
+			if en.loading == nil && (all || now >= en.synced+en.every) {
+				en.dirty = false
+				en.loading = &fetch{done: make(chan struct{})}
+				due = append(due, en)
+			} else {
+				keep = append(keep, en)
+			}
+		}
+		clear(sh.dirty[len(keep):])
+		sh.dirty = keep
+		sh.mu.Unlock()
+	}
+	if len(due) > 0 {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		l.reconcile(ctx, due)
+	}
+}
+
+// sweep forgets shard n's entries idle for two intervals.
+func (l *localCounts) sweep(n int, now int64) {
+	sh := &l.shards[n]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for k, en := range sh.m {
+		if !en.dirty && en.loading == nil && en.pending == 0 && now >= en.synced+2*en.every {
+			delete(sh.m, k)
+			l.keys.Add(-1)
+		}
+	}
+}
+
+// reconcile sends the pending counts of ents (each with a fetch under
+// way, en.loading) to Redis, sets their views from the answers and ends
+// their fetches.
+func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
+	type item struct {
+		en        *entry
+		cost, win int64
+	}
+	items := make([]item, len(ents))
+	for k, en := range ents {
+		sh := &l.shards[l.shardOf(en.key)]
+		sh.mu.Lock()
+		items[k] = item{en: en, cost: en.pending, win: en.win}
+		en.inflight, en.pending = en.pending, 0
+		sh.mu.Unlock()
+	}
+	// One call per chunk of keys, and per slot on a cluster.
+	groups := [][]item{}
+	if _, ok := l.e.client.(*redis.ClusterClient); ok {
+		bySlot := map[int]int{}
+		for _, it := range items {
+			s := Slot(l.e.cfg.Prefix + it.en.key)
+			g, ok := bySlot[s]
+			if !ok || len(groups[g]) >= syncChunk {
+				g = len(groups)
+				bySlot[s] = g
+				groups = append(groups, nil)
+			}
+			groups[g] = append(groups[g], it)
+		}
+	} else {
+		for c := range slices.Chunk(items, syncChunk) {
+			groups = append(groups, c)
+		}
+	}
+	now := l.e.nowArg()
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() {
+			keys := make([]string, len(g))
+			args := make([]any, 0, 2+4*len(g))
+			args = append(args, now, l.e.minTTL)
+			for k, it := range g {
+				keys[k] = l.e.cfg.Prefix + it.en.key
+				args = append(args, it.en.args.family, it.cost, it.en.args.param, it.win)
+			}
+			reply, err := l.e.eval(ctx, syncScript, keys, args)
+			if err == nil && len(reply) != 2*len(g) {
+				err = fmt.Errorf("redisengine: sync reply of %d values for %d keys", len(reply), len(g))
+			}
+			if err != nil {
+				l.syncErrors.Add(1)
+				err = fmt.Errorf("redisengine: sync: %w", err)
+			} else {
+				l.syncs.Add(1)
+			}
+			local := l.e.now()
+			for k, it := range g {
+				var t, v int64
+				if err == nil {
+					t, v = reply[2*k], reply[2*k+1]
+				}
+				l.settle(it.en, it.win, t, v, local, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// settle applies one key's reconciliation answer: the shared state (t, v)
+// plus what was admitted here since it went out; or, after err, keeps the
+// cost to send it again.
+func (l *localCounts) settle(en *entry, win, t, v, now int64, err error) {
+	sh := &l.shards[l.shardOf(en.key)]
+	sh.mu.Lock()
+	f := en.loading
+	en.loading = nil
+	if err != nil {
+		if en.args.family == familyMeter || en.win == win {
+			en.pending += en.inflight
+		}
+		if en.pending != 0 {
+			l.markDirty(en)
+		}
+	} else {
+		en.view = limit.State{T: t, X: float64(v)}
+		if en.args.family == familyMeter {
+			en.view.X = max(en.view.X+float64(en.pending)*en.args.interval, 0)
+		} else if en.win == t-t%en.args.window {
+			en.view.X = max(en.view.X+float64(en.pending), 0)
+		}
+		en.synced = now
+	}
+	en.inflight = 0
+	sh.mu.Unlock()
+	f.err = err
+	close(f.done)
+}
+
+// LocalStats are counters of local counting, for metrics.
+type LocalStats struct {
+	Keys       int64 // keys counted locally now
+	Decisions  int64 // decisions with a locally counted rule
+	Syncs      int64 // sync.lua calls that succeeded
+	SyncErrors int64 // and that failed
+}
+
+// LocalStats returns the engine's local counting counters.
+func (e *Engine) LocalStats() LocalStats {
+	l := e.local
+	return LocalStats{Keys: l.keys.Load(), Decisions: l.decisions.Load(), Syncs: l.syncs.Load(), SyncErrors: l.syncErrors.Load()}
+}
+
+// Reconcile sends at once what was counted locally, on every key decided
+// on since its last reconciliation, and refreshes their views. The engine
+// does it by itself for each key once its Sync interval has passed; this is
+// for tests with a clock of their own (Config.Now, SyncTick < 0).
+func (e *Engine) Reconcile(ctx context.Context) { e.local.reconcileDue(ctx, true) }

@@ -1,0 +1,412 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// manualClock is a clock the test moves.
+type manualClock struct{ us atomic.Int64 }
+
+func (c *manualClock) Now() time.Time          { return time.UnixMicro(c.us.Load()) }
+func (c *manualClock) advance(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+func newClock() *manualClock {
+	c := &manualClock{}
+	c.us.Store(1_700_000_040_000_000)
+	return c
+}
+
+// commands counts the commands a client sends, pipelined or not.
+type commands struct{ n atomic.Int64 }
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name == "evalsha" || name == "eval" {
+				c.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// localDeciders returns n engines on the local Redis sharing a prefix and
+// the clock, reconciled by hand (SyncTick < 0), and a counter of the
+// script calls they make.
+func localDeciders(t *testing.T, n int, clk *manualClock, batch bool) ([]*Engine, *commands) {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	counted := &commands{}
+	out := make([]*Engine, n)
+	for i := range out {
+		c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+		c.AddHook(counted)
+		t.Cleanup(func() { c.Close() })
+		out[i] = New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: batch, SyncTick: -1, Now: clk.Now})
+		t.Cleanup(out[i].Close)
+	}
+	return out, counted
+}
+
+func decideOne(t *testing.T, e *Engine, rq limit.Request) (bool, limit.Result) {
+	t.Helper()
+	res := make([]limit.Result, 1)
+	ok, err := e.AllowAll(context.Background(), []limit.Request{rq}, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok, res[0]
+}
+
+var (
+	bucket10 = limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	window10 = limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 10, Window: time.Second})
+)
+
+// One decider counting locally never admits more than strict counting
+// would (the shared state records local admissions when they reach it, so
+// it can only overstate a debt), answers a fixed window exactly, makes no
+// Redis call between reconciliations after a key's first, and leaves in
+// Redis what it admitted.
+func TestLocalCountingOnOneDecider(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		for _, lim := range []*limit.Limiter{bucket10, window10} {
+			t.Run(fmt.Sprintf("%s/batch=%v", lim.Algorithm(), batch), func(t *testing.T) {
+				clk := newClock()
+				es, calls := localDeciders(t, 1, clk, batch)
+				e := es[0]
+				local := limit.Request{Key: "{k}", Limiter: lim, Cost: 1, Sync: 100 * time.Millisecond}
+				var ref limit.State
+				var got, want int
+				for step := range 40 {
+					for range 3 {
+						ok, r := decideOne(t, e, local)
+						var w limit.Result
+						ref, w = lim.Eval(ref, limit.Args{Now: clk.us.Load(), Cost: 1}, nil)
+						if ok {
+							got++
+						}
+						if w.Allowed {
+							want++
+						}
+						if lim == window10 && (ok != w.Allowed || r.Remaining != w.Remaining) {
+							t.Fatalf("step %d: local answer %v %+v, the algorithm's %+v", step, ok, r, w)
+						}
+						if got > want {
+							t.Fatalf("step %d: %d admitted locally, strict counting admits %d", step, got, want)
+						}
+					}
+					clk.advance(50 * time.Millisecond)
+					if step%2 == 1 {
+						e.Reconcile(context.Background())
+					}
+				}
+				// What an idle bucket refills between an admission and its
+				// reconciliation is lost: here once, at the start.
+				if got < want-1 {
+					t.Errorf("%d admitted locally, strict counting admits %d", got, want)
+				}
+				// 40 steps, 20 reconciliations: one fetch and one call each.
+				if n := calls.n.Load(); n != 21 {
+					t.Errorf("%d script calls for 120 decisions, want 21 (the first fetch, then one per reconciliation)", n)
+				}
+				// A strict decision sees what was counted locally.
+				strict := local
+				strict.Sync, strict.Cost = 0, 0
+				_, r := decideOne(t, e, strict)
+				var view limit.Result
+				lim.Step(&e.local.shards[e.local.shardOf("{k}")].m["{k}"].view, limit.Args{Now: clk.us.Load()}, nil, &view)
+				if r.Remaining != view.Remaining {
+					t.Fatalf("strict decision after reconciling: %+v, the local view %+v", r, view)
+				}
+			})
+		}
+	}
+}
+
+// Three deciders each admit a full burst from their own views before they
+// reconcile: the overshoot local counting allows. The shared debt then
+// holds all three bursts, and no decider admits anything until it has
+// drained to the rate: over the whole run the meter admits what strict
+// counting would plus that one overshoot, not more.
+func TestLocalCountingOvershootIsPaidBack(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	es, _ := localDeciders(t, 3, clk, true)
+	rq := limit.Request{Key: "{shared}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	admitted := 0
+	for _, e := range es {
+		for range 15 {
+			if ok, _ := decideOne(t, e, rq); ok {
+				admitted++
+			}
+		}
+	}
+	if admitted != 30 {
+		t.Fatalf("three fresh views admitted %d, want 3 bursts of 10", admitted)
+	}
+	clk.advance(100 * time.Millisecond)
+	for _, e := range es {
+		e.Reconcile(context.Background())
+	}
+	// The shared debt is 30 units (3 s) from when it was recorded, 100 ms
+	// after the start; a unit is admitted again once the debt is back within
+	// the burst, 2.1 s later.
+	for clk.us.Load() < 1_700_000_040_000_000+2_200_000 {
+		for i, e := range es {
+			if ok, r := decideOne(t, e, rq); ok {
+				t.Fatalf("decider %d admitted at +%dms while paying back the overshoot: %+v", i, (clk.us.Load()-1_700_000_040_000_000)/1000, r)
+			}
+		}
+		clk.advance(100 * time.Millisecond)
+		for _, e := range es {
+			e.Reconcile(context.Background())
+		}
+	}
+	clk.advance(100 * time.Millisecond)
+	ok, _ := decideOne(t, es[0], rq)
+	if !ok {
+		t.Fatal("nothing admitted once the debt had drained")
+	}
+}
+
+// The fixed window's overshoot stays within its window: the next window
+// starts from zero on every decider.
+func TestLocalCountingFixedWindowOvershoot(t *testing.T) {
+	t.Parallel()
+	clk := newClock() // on a window boundary
+	es, _ := localDeciders(t, 2, clk, false)
+	rq := limit.Request{Key: "{w}", Limiter: window10, Cost: 1, Sync: 100 * time.Millisecond}
+	count := func() (n int) {
+		for _, e := range es {
+			for range 12 {
+				if ok, _ := decideOne(t, e, rq); ok {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := count(); n != 20 {
+		t.Fatalf("two fresh views admitted %d, want 2 windows' worth of 10", n)
+	}
+	clk.advance(100 * time.Millisecond)
+	for _, e := range es {
+		e.Reconcile(context.Background())
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("admitted %d after reconciling a full window", n)
+	}
+	clk.advance(900 * time.Millisecond) // the next window
+	for _, e := range es {
+		e.Reconcile(context.Background())
+	}
+	if n := count(); n != 20 {
+		t.Fatalf("the next window admitted %d, want 20", n)
+	}
+}
+
+// A decision of a local rule and a strict one is all or nothing: when the
+// strict rule rejects, the local one gives back what it took, and when the
+// local one rejects, the strict one consumes nothing.
+func TestLocalAndStrictRulesTogether(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	es, _ := localDeciders(t, 1, clk, true)
+	e := es[0]
+	tight := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 3, Window: time.Second})
+	local := limit.Request{Key: "{c}local", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	strict := limit.Request{Key: "{c}strict", Limiter: tight, Cost: 1}
+	res := make([]limit.Result, 2)
+	admitted := 0
+	for range 8 {
+		ok, err := e.AllowAll(context.Background(), []limit.Request{local, strict}, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d decisions; the strict rule allows 3", admitted)
+	}
+	if res[0].Remaining != 7 {
+		t.Fatalf("the local rule answers %d remaining after 3 admitted decisions, want 7: rejected ones were not given back", res[0].Remaining)
+	}
+	clk.advance(100 * time.Millisecond)
+	e.Reconcile(context.Background())
+	_, r := decideOne(t, e, limit.Request{Key: local.Key, Limiter: bucket10})
+	if r.Remaining != 7 {
+		t.Fatalf("the shared state holds %d remaining, want 7", r.Remaining)
+	}
+	// The local rule rejects: the strict one is not charged.
+	clk.advance(time.Second) // the strict rule refills
+	for range 20 {
+		decideOne(t, e, local)
+	}
+	ok, err := e.AllowAll(context.Background(), []limit.Request{local, strict}, res)
+	if err != nil || ok {
+		t.Fatalf("admitted %v (%v) with the local rule exhausted", ok, err)
+	}
+	if !res[1].Allowed || res[1].Remaining != 3 {
+		t.Fatalf("the strict rule answers %+v; it should be untouched with 3 remaining", res[1])
+	}
+}
+
+// While Redis is down, a decider keeps deciding locally on views reconciled
+// within two intervals and then fails, so the decision's failure mode
+// applies; counts made meanwhile reach Redis once it is back.
+func TestLocalCountingWhileRedisIsDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	clk := newClock()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{MinTTL: testTTL, SyncTick: -1, Now: clk.Now})
+	t.Cleanup(e.Close)
+	rq := limit.Request{Key: "{d}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	for range 4 {
+		decideOne(t, e, rq)
+	}
+	srv.Stop(t)
+	clk.advance(100 * time.Millisecond)
+	e.Reconcile(context.Background()) // fails: the 4 stay pending
+	if st := e.LocalStats(); st.SyncErrors == 0 {
+		t.Fatalf("no failed reconciliation counted: %+v", st)
+	}
+	for range 2 {
+		decideOne(t, e, rq) // within two intervals of the last reconciliation
+	}
+	clk.advance(100 * time.Millisecond)
+	res := make([]limit.Result, 1)
+	if _, err := e.AllowAll(context.Background(), []limit.Request{rq}, res); err == nil {
+		t.Fatal("decided on a view older than two intervals with Redis down")
+	}
+	srv.Start(t)
+	e.Reconcile(context.Background())
+	// The shared state holds the 6 admitted, from when they reached it:
+	// 10 − 6 remaining, less the one decided now.
+	strict := rq
+	strict.Sync = 0
+	if _, r := decideOne(t, e, strict); r.Remaining != 3 {
+		t.Fatalf("after Redis came back the shared state answers %d remaining, want 3", r.Remaining)
+	}
+}
+
+// On a cluster, reconciliation sends each slot's keys to their master.
+func TestLocalCountingOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	clk := newClock()
+	c := cl.Client(t)
+	e := New(c, Config{Prefix: redistest.Prefix(t), MinTTL: testTTL, SyncTick: -1, Now: clk.Now, Batch: true})
+	t.Cleanup(e.Close)
+	for i := range 20 {
+		rq := limit.Request{Key: fmt.Sprintf("{client-%d}", i), Limiter: bucket10, Cost: 3, Sync: 50 * time.Millisecond}
+		decideOne(t, e, rq)
+	}
+	clk.advance(50 * time.Millisecond)
+	e.Reconcile(context.Background())
+	if st := e.LocalStats(); st.SyncErrors != 0 || st.Keys != 20 {
+		t.Fatalf("after reconciling 20 keys on a cluster: %+v", st)
+	}
+	for i := range 20 {
+		_, r := decideOne(t, e, limit.Request{Key: fmt.Sprintf("{client-%d}", i), Limiter: bucket10})
+		if r.Remaining != 7 { // 10 − 3
+			t.Fatalf("client %d: the shared state answers %d remaining, want 7", i, r.Remaining)
+		}
+	}
+}
+
+// Many clients on three deciders, reconciling meanwhile, at one instant:
+// each decider admits at most one burst from its own view, so the three
+// together at most three (the overshoot bound at its widest), and the
+// shared state ends up holding every admission.
+func TestLocalCountingUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	es, _ := localDeciders(t, 3, clk, true)
+	rq := limit.Request{Key: "{hot}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for client := range 300 {
+		e := es[client%3]
+		wg.Go(func() {
+			res := make([]limit.Result, 1)
+			for range 5 {
+				ok, err := e.AllowAll(context.Background(), []limit.Request{rq}, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		})
+		if client%50 == 0 {
+			wg.Go(func() { e.Reconcile(context.Background()) })
+		}
+	}
+	wg.Wait()
+	if n := admitted.Load(); n < 10 || n > 30 {
+		t.Fatalf("1500 decisions on three deciders admitted %d; want between one burst (10) and three (30)", n)
+	}
+	for _, e := range es {
+		e.Reconcile(context.Background())
+	}
+	strict := rq
+	strict.Sync, strict.Cost = 0, 0
+	_, r := decideOne(t, es[0], strict)
+	if want := max(0, 10-admitted.Load()); r.Remaining != want {
+		t.Fatalf("the shared state answers %d remaining after %d admitted, want %d", r.Remaining, admitted.Load(), want)
+	}
+}
+
+// Left to itself, the engine reconciles a key within its interval (plus a
+// tick) of the decisions, with Redis's clock.
+func TestLocalCountingReconcilesByItself(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, SyncTick: 5 * time.Millisecond})
+	t.Cleanup(e.Close)
+	hourly := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 10, Window: time.Hour})
+	rq := limit.Request{Key: "{self}", Limiter: hourly, Cost: 1, Sync: 20 * time.Millisecond}
+	for range 4 {
+		if ok, _ := decideOne(t, e, rq); !ok {
+			t.Fatal("rejected within the burst")
+		}
+	}
+	strict := limit.Request{Key: rq.Key, Limiter: hourly}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, r := decideOne(t, e, strict); r.Remaining == 6 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the shared state still answers %d remaining, want 6", r.Remaining)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
