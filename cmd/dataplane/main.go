@@ -136,10 +136,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(telemetry.NewEngineCollector(local), versionCollector{syncer})
 	if redisEngine != nil {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_pipelines_total",
-			Help: "Pipelines of decisions sent to Redis (with -redis-batch)."}, func() float64 { p, _ := redisEngine.Pipelines(); return float64(p) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_pipelined_calls_total",
-				Help: "Decisions' calls those pipelines carried; per pipeline, the mean batch."}, func() float64 { _, c := redisEngine.Pipelines(); return float64(c) }))
+		reg.MustRegister(redisMetrics(redisEngine)...)
 	}
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
@@ -233,5 +230,27 @@ func (versionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- versionDesc
 func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
 	for tenant, v := range c.s.Versions() {
 		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(v), tenant)
+	}
+}
+
+// redisMetrics are the Redis engine's counters: its pipelines, and its
+// local counting (rules with a sync interval).
+func redisMetrics(e *redisengine.Engine) []prometheus.Collector {
+	counter := func(name, help string, v func() int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+	}
+	return []prometheus.Collector{
+		counter("sluice_redis_pipelines_total", "Pipelines of decisions sent to Redis (with -redis-batch).",
+			func() int64 { p, _ := e.Pipelines(); return p }),
+		counter("sluice_redis_pipelined_calls_total", "Decisions' calls those pipelines carried; per pipeline, the mean batch.",
+			func() int64 { _, c := e.Pipelines(); return c }),
+		counter("sluice_local_decisions_total", "Decisions with a rule counted locally (a rule's sync interval).",
+			func() int64 { return e.LocalStats().Decisions }),
+		counter("sluice_local_syncs_total", "Reconciliations of local counts with Redis that succeeded.",
+			func() int64 { return e.LocalStats().Syncs }),
+		counter("sluice_local_sync_errors_total", "Reconciliations that failed; their counts are sent again.",
+			func() int64 { return e.LocalStats().SyncErrors }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_keys", Help: "Keys counted locally now."},
+			func() float64 { return float64(e.LocalStats().Keys) }),
 	}
 }

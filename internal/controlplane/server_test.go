@@ -127,14 +127,14 @@ func TestCRUDOverConnectAndGRPC(t *testing.T) {
 			}
 			upd := ruleMsg("b2")
 			upd.Id, upd.Shadow, upd.FailureMode = ids[1], true, sluicev1.FailureMode_FAILURE_MODE_CLOSED
-			upd.Params.Burst = 4
+			upd.Params.Burst, upd.Sync = 4, durationpb.New(250*time.Millisecond)
 			callOK(t, admin, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: upd})
 			callOK(t, admin, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: tier.Id, RuleIds: []string{ids[2], ids[1], ids[0]}})
 			callOK(t, admin, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: ids[0]})
 			rules := callOK(t, admin, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: tier.Id}).Rules
 			if len(rules) != 2 || rules[0].Name != "c" || rules[1].Name != "b2" || !rules[1].Shadow ||
 				rules[1].FailureMode != sluicev1.FailureMode_FAILURE_MODE_CLOSED || rules[1].Params.Burst != 4 ||
-				rules[1].Params.Window.AsDuration() != time.Minute {
+				rules[1].Params.Window.AsDuration() != time.Minute || rules[1].Sync.AsDuration() != 250*time.Millisecond {
 				t.Fatalf("rules after update, reorder and delete: %v", rules)
 			}
 			tiers := callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}).Tiers
@@ -181,6 +181,7 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 	bad.Params.Limit = 0
 	bad.Params.Granularity = durationpb.New(time.Second)
 	bad.Match[0].Key = "no spaces"
+	bad.Sync = durationpb.New(time.Millisecond)
 	_, err := call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tiers[0].Id, Rule: bad})
 	if codeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("invalid rule: %v", err)
@@ -197,7 +198,7 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"name", "match[0].key", "limit", "granularity"}; !slices.Equal(fields, want) {
+	if want := []string{"name", "match[0].key", "limit", "granularity", "sync"}; !slices.Equal(fields, want) {
 		t.Fatalf("field violations %v, want %v", fields, want)
 	}
 	// A missing rule, unknown enum values: still InvalidArgument, never internal.

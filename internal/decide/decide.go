@@ -310,7 +310,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 			}
 		}
 		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
-		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow})
+		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
 		sel.picked = append(sel.picked, &r.Rule)
 		sel.params = append(sel.params, p)
 	}

@@ -57,6 +57,11 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		{"warm-up burst below cold factor", func(r *Rule) { r.WarmUp, r.Burst = time.Second, 2 }, []string{"burst"}},
 		{"cold factor without warm-up", func(r *Rule) { r.ColdFactor = 2 }, []string{"cold_factor"}},
 		{"bad failure mode", func(r *Rule) { r.FailureMode = 9 }, []string{"failure_mode"}},
+		{"local counting", func(r *Rule) { r.Sync = 100 * time.Millisecond }, nil},
+		{"sync too short", func(r *Rule) { r.Sync = time.Millisecond }, []string{"sync"}},
+		{"sync too long", func(r *Rule) { r.Sync = time.Hour }, []string{"sync"}},
+		{"sync of a sliding log", func(r *Rule) { r.Algorithm, r.Sync = SlidingLog, time.Second }, []string{"sync"}},
+		{"sync with warm-up", func(r *Rule) { r.WarmUp, r.Sync = time.Second, time.Second }, []string{"sync"}},
 		{"sliding log too large", func(r *Rule) { r.Algorithm, r.Limit = SlidingLog, MaxLogLimit+1 }, []string{"limit"}},
 		{"buckets not dividing", func(r *Rule) {
 			r.Algorithm, r.Granularity = SlidingBuckets, 7*time.Second
@@ -197,12 +202,14 @@ func TestParseNames(t *testing.T) {
 // FuzzRuleValidate: validation never panics, and whatever it accepts is
 // within the bounds every engine relies on.
 func FuzzRuleValidate(f *testing.F) {
-	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0)
-	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5)
-	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64) {
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0))
+	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5, int64(-1))
+	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(1e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(1e8))
+	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64, sync int64) {
 		r := Rule{ID: id, Name: name, Match: []Match{{mk, mv}}, KeyBy: []string{kb},
 			Params: Params{Algorithm: Algorithm(alg), Limit: limit, Window: time.Duration(window), Burst: burst,
-				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold}}
+				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold},
+			Sync: time.Duration(sync)}
 		err := r.Validate()
 		if err != nil {
 			var e *Error
@@ -217,6 +224,10 @@ func FuzzRuleValidate(f *testing.F) {
 		}
 		if p.Algorithm != Concurrency && (p.Window < MinWindow || p.Window > MaxWindow || p.Window%time.Microsecond != 0) {
 			t.Fatalf("accepted window %v", p.Window)
+		}
+		if r.Sync != 0 && (r.Sync < MinSync || r.Sync > MaxSync || p.WarmUp != 0 ||
+			p.Algorithm != TokenBucket && p.Algorithm != GCRA && p.Algorithm != FixedWindow) {
+			t.Fatalf("accepted sync %v for %+v", r.Sync, p)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -69,7 +70,20 @@ type Rule struct {
 	Shadow      bool
 	FailureMode FailureMode
 	Enabled     bool
+	// Sync, when positive, counts the rule on each decider, reconciling
+	// with the shared counters in Redis every Sync: decisions then need no
+	// Redis round trip, at the price of a bounded overshoot (several
+	// deciders may each admit the same remaining units before they
+	// reconcile; see docs/algorithms.md). Zero is strict: Redis decides
+	// every request. Token bucket without warm-up, GCRA and fixed window.
+	Sync time.Duration
 }
+
+// Bounds of Rule.Sync.
+const (
+	MinSync = 10 * time.Millisecond
+	MaxSync = time.Minute
+)
 
 // Matches reports whether every condition of r's Match holds for d.
 func (r *Rule) Matches(d Descriptors) bool {
@@ -125,6 +139,13 @@ func (r *Rule) validate(fe fieldErrors) {
 	r.Params.validate(fe)
 	if r.FailureMode > FailLocal {
 		fe.add("failure_mode", "must be open, closed or local")
+	}
+	switch {
+	case r.Sync == 0:
+	case r.Sync < MinSync || r.Sync > MaxSync || r.Sync%time.Millisecond != 0:
+		fe.add("sync", "must be 0 (strict) or whole milliseconds from %v to %v", MinSync, MaxSync)
+	case !(r.Algorithm == TokenBucket && r.WarmUp == 0 || r.Algorithm == GCRA || r.Algorithm == FixedWindow):
+		fe.add("sync", "local counting applies to token_bucket (without warm_up), gcra and fixed_window")
 	}
 }
 

@@ -48,7 +48,7 @@ var failureModes = map[sluicev1.FailureMode]policy.FailureMode{
 
 func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
-		FailureMode: sluicev1.FailureMode(r.FailureMode + 1), Enabled: r.Enabled}
+		FailureMode: sluicev1.FailureMode(r.FailureMode + 1), Enabled: r.Enabled, Sync: durationToProto(r.Sync)}
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
 	}
@@ -58,7 +58,7 @@ func RuleToProto(r policy.Rule) *sluicev1.Rule {
 // RuleFromProto converts without judging: validation reports what is wrong.
 func RuleFromProto(p *sluicev1.Rule) policy.Rule {
 	r := policy.Rule{ID: p.GetId(), Name: p.GetName(), KeyBy: p.GetKeyBy(), Params: ParamsFromProto(p.GetParams()),
-		Shadow: p.GetShadow(), Enabled: p.GetEnabled()}
+		Shadow: p.GetShadow(), Enabled: p.GetEnabled(), Sync: durationFromProto(p.GetSync())}
 	mode, ok := failureModes[p.GetFailureMode()]
 	if !ok {
 		mode = policy.FailureMode(255) // refused by validation, with its field
@@ -70,24 +70,30 @@ func RuleFromProto(p *sluicev1.Rule) policy.Rule {
 	return r
 }
 
-func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
-	d := func(v time.Duration) *durationpb.Duration {
-		if v == 0 {
-			return nil
-		}
-		return durationpb.New(v)
+// durationToProto leaves a zero duration unset.
+func durationToProto(v time.Duration) *durationpb.Duration {
+	if v == 0 {
+		return nil
 	}
+	return durationpb.New(v)
+}
+
+// durationFromProto reads an unset duration as zero.
+func durationFromProto(v *durationpb.Duration) time.Duration {
+	if v == nil {
+		return 0
+	}
+	return v.AsDuration()
+}
+
+func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
+	d := durationToProto
 	return &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(p.Algorithm), Limit: p.Limit, Window: d(p.Window), Burst: p.Burst,
 		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL)}
 }
 
 func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
-	d := func(v *durationpb.Duration) time.Duration {
-		if v == nil {
-			return 0
-		}
-		return v.AsDuration()
-	}
+	d := durationFromProto
 	alg := policy.Algorithm(p.GetAlgorithm())
 	if p.GetAlgorithm() < 0 || p.GetAlgorithm() > 255 {
 		alg = policy.AlgorithmUnspecified

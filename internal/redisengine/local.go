@@ -273,11 +273,10 @@ func (l *localCounts) unlockShards(order []int) {
 
 // undo is one local request's effect, to take back.
 type undo struct {
-	view              limit.State
-	pending, win      int64
-	consumed          bool
-	entry             *entry
-	request, response int
+	view         limit.State
+	pending, win int64
+	entry        *entry
+	request      int
 }
 
 // step decides reqs[local] on their views, committing them only if none
@@ -290,8 +289,7 @@ func (l *localCounts) step(reqs []limit.Request, local []int, ents []*entry, now
 	for _, i := range local {
 		en, rq := ents[i], &reqs[i]
 		u := undo{view: en.view, pending: en.pending, win: en.win, entry: en, request: i}
-		u.consumed = rq.Limiter.Step(&en.view, limit.Args{Now: now, Cost: rq.Cost}, nil, &res[i])
-		if u.consumed {
+		if rq.Limiter.Step(&en.view, limit.Args{Now: now, Cost: rq.Cost}, nil, &res[i]) {
 			en.add(now, rq.Cost)
 		}
 		undos = append(undos, u)

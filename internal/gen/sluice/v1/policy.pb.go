@@ -316,15 +316,21 @@ func (x *Match) GetValue() string {
 
 // Rule is one limit of a tier.
 type Rule struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Match         []*Match               `protobuf:"bytes,3,rep,name=match,proto3" json:"match,omitempty"`
-	KeyBy         []string               `protobuf:"bytes,4,rep,name=key_by,json=keyBy,proto3" json:"key_by,omitempty"`
-	Params        *LimitParams           `protobuf:"bytes,5,opt,name=params,proto3" json:"params,omitempty"`
-	Shadow        bool                   `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	FailureMode   FailureMode            `protobuf:"varint,7,opt,name=failure_mode,json=failureMode,proto3,enum=sluice.v1.FailureMode" json:"failure_mode,omitempty"`
-	Enabled       bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Match       []*Match               `protobuf:"bytes,3,rep,name=match,proto3" json:"match,omitempty"`
+	KeyBy       []string               `protobuf:"bytes,4,rep,name=key_by,json=keyBy,proto3" json:"key_by,omitempty"`
+	Params      *LimitParams           `protobuf:"bytes,5,opt,name=params,proto3" json:"params,omitempty"`
+	Shadow      bool                   `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	FailureMode FailureMode            `protobuf:"varint,7,opt,name=failure_mode,json=failureMode,proto3,enum=sluice.v1.FailureMode" json:"failure_mode,omitempty"`
+	Enabled     bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Local counting: when set, each decider counts the rule itself and
+	// reconciles with the shared counters every sync interval (10ms to 1m),
+	// so decisions need no Redis round trip, at the price of a bounded
+	// overshoot (docs/algorithms.md). Unset is strict: Redis decides every
+	// request. Token bucket without warm-up, GCRA and fixed window.
+	Sync          *durationpb.Duration `protobuf:"bytes,9,opt,name=sync,proto3" json:"sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +421,13 @@ func (x *Rule) GetEnabled() bool {
 	return false
 }
 
+func (x *Rule) GetSync() *durationpb.Duration {
+	if x != nil {
+		return x.Sync
+	}
+	return nil
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -486,7 +499,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x86\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xb5\x02\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -495,7 +508,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x06params\x18\x05 \x01(\v2\x16.sluice.v1.LimitParamsR\x06params\x12\x16\n" +
 	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x129\n" +
 	"\ffailure_mode\x18\a \x01(\x0e2\x16.sluice.v1.FailureModeR\vfailureMode\x12\x18\n" +
-	"\aenabled\x18\b \x01(\bR\aenabled\"4\n" +
+	"\aenabled\x18\b \x01(\bR\aenabled\x12-\n" +
+	"\x04sync\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04sync\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -540,20 +554,21 @@ var file_sluice_v1_policy_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
 }
 var file_sluice_v1_policy_proto_depIdxs = []int32{
-	0, // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
-	6, // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
-	6, // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
-	6, // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
-	6, // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
-	6, // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
-	3, // 6: sluice.v1.Rule.match:type_name -> sluice.v1.Match
-	2, // 7: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
-	1, // 8: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
+	6,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
+	6,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
+	6,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
+	6,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
+	6,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
+	3,  // 6: sluice.v1.Rule.match:type_name -> sluice.v1.Match
+	2,  // 7: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
+	1,  // 8: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
+	6,  // 9: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_policy_proto_init() }
