@@ -59,8 +59,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var ready telemetry.Readiness
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, ready.Ready, nil)
+	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Logger: logger}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, behind a proxy that terminates it
+	srv.RegisterOnShutdown(func() { close(closing) })
 	ready.SetReady(true)
 	fmt.Fprintf(stdout, "control plane listening on http://%s (console: http://%[1]s/console/)\n", ln.Addr())
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)

@@ -21,7 +21,7 @@ import (
 func TestRunServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret"}
+	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -49,14 +49,25 @@ func TestRunServesAndStops(t *testing.T) {
 	if err != nil || res.Msg.Tenant.Id == "" {
 		t.Fatalf("create tenant over gRPC: %v", err)
 	}
+	// A decider's config watch, which lives until the decider hangs up,
+	// must not hold the shutdown up to its 10 s timeout.
+	wreq := connect.NewRequest(&sluicev1.WatchRequest{})
+	wreq.Header().Set("Authorization", "Bearer decider-secret")
+	watch, err := sluicev1connect.NewConfigServiceClient(h2cClient(), base, connect.WithGRPC()).Watch(context.Background(), wreq)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer watch.Close()
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("run did not stop")
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not stop with a config watch open")
+	}
+	for watch.Receive() {
 	}
 }
 

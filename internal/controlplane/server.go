@@ -35,7 +35,11 @@ type Config struct {
 	// WatchRecheck is how often a config watch re-reads every tenant
 	// without a notification; 0 means 5s.
 	WatchRecheck time.Duration
-	Logger       *slog.Logger
+	// Closing, when closed, ends every config watch, so that a graceful
+	// shutdown need not wait for the deciders' streams (they reconnect,
+	// to another replica). Close it from http.Server.RegisterOnShutdown.
+	Closing <-chan struct{}
+	Logger  *slog.Logger
 }
 
 func init() {
@@ -66,7 +70,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Reports == nil {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}
-	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, recheck: cfg.WatchRecheck}
+	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, recheck: cfg.WatchRecheck, closing: cfg.Closing}
 	opts := []connect.HandlerOption{connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
@@ -89,6 +93,7 @@ type server struct {
 	reports *reports.Store
 	logger  *slog.Logger
 	recheck time.Duration
+	closing <-chan struct{}
 }
 
 // reply answers msg, or err as a Connect error.

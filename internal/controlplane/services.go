@@ -123,11 +123,23 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	if err := stream.Send(nil); err != nil {
 		return err
 	}
+	if s.closing != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	err := s.store.Watch(ctx, pgstore.WatchConfig{Since: req.Msg.GetSince(), Recheck: s.recheck, Logger: s.logger}, func(v pgstore.Version) error {
 		return stream.Send(&sluicev1.WatchResponse{TenantId: v.TenantID, Version: v.Version, Deleted: v.Deleted})
 	})
 	if ctx.Err() != nil {
-		return nil // the decider hung up
+		return nil // the decider hung up, or the server is closing
 	}
 	return err
 }

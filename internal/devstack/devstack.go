@@ -173,9 +173,11 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.Handle("POST /shouldAllowRequest", api)
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
+	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator,
-		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Logger: cfg.Logger}))
+		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	srv.RegisterOnShutdown(func() { close(closing) })
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
