@@ -61,7 +61,16 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 
 // benchConfig is the decider of the benchmarks, on the local Redis, for a
 // token bucket of limitPerSecond per client, publishing to pub (nil: none).
+// SLUICE_BENCH_SYNC (a duration) gives the rule that sync interval: local
+// counting instead of a Redis call per decision.
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
+	var sync time.Duration
+	if v := os.Getenv("SLUICE_BENCH_SYNC"); v != "" {
+		var err error
+		if sync, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("SLUICE_BENCH_SYNC: %v", err)
+		}
+	}
 	// The garbage collector as cmd/dataplane runs it.
 	prevPercent, prevLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(prevPercent)
@@ -79,7 +88,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	}
 	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "bench", Slug: "bench", Name: "Bench", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: limitPerSecond, Window: time.Second}}}}}}
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: limitPerSecond, Window: time.Second}, Sync: sync}}}}}
 	cfg, err := decide.Compile(snap)
 	if err != nil {
 		b.Fatal(err)

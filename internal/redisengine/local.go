@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -54,15 +55,20 @@ type localCounts struct {
 	shards [localShards]localShard
 	keys   atomic.Int64
 	start  sync.Once
+	tick   int64 // µs: the due lists' resolution
 
 	decisions, syncs, syncErrors atomic.Int64
 }
 
 type localShard struct {
-	mu    sync.Mutex
-	m     map[string]*entry
-	dirty []*entry // entries decided on since their last reconciliation
-	_     [64]byte
+	mu sync.Mutex
+	m  map[string]*entry
+	// due holds the entries decided on since their last reconciliation,
+	// by the tick (time / tick) their interval ends in; next is the first
+	// tick not yet taken.
+	due  map[int64][]*entry
+	next int64
+	_    [64]byte
 }
 
 // entry is one key's view: the shared state as last reconciled plus what
@@ -78,7 +84,7 @@ type entry struct {
 	// way carries. win is the fixed window pending counts in.
 	pending, inflight, win int64
 	synced                 int64 // local µs of the last reconciliation; 0: none yet
-	dirty                  bool  // in its shard's dirty list
+	dirty                  bool  // in its shard's due lists
 	loading                *fetch
 }
 
@@ -89,9 +95,10 @@ type fetch struct {
 }
 
 func newLocalCounts(e *Engine) *localCounts {
-	l := &localCounts{e: e, seed: maphash.MakeSeed()}
+	l := &localCounts{e: e, seed: maphash.MakeSeed(), tick: max(e.cfg.SyncTick, 10*time.Millisecond).Microseconds()}
 	for i := range l.shards {
 		l.shards[i].m = make(map[string]*entry)
+		l.shards[i].due = make(map[int64][]*entry)
 	}
 	return l
 }
@@ -162,6 +169,11 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 	l.decisions.Add(1)
 	allowed := l.step(reqs, local, ents, now, res)
 	if len(strict) == 0 {
+		// Answered without waiting for anything: yield once, as a Redis
+		// call would have. Under load, handlers that never block keep their
+		// thread until preempted, and wrk's p99 on POST /v1/check doubled
+		// (10–12 ms with this, 22 ms without, interleaved runs).
+		runtime.Gosched()
 		return allowed, nil
 	}
 	if !allowed { // answer the others without consuming
@@ -350,11 +362,14 @@ func (l *localCounts) refund(reqs []limit.Request, local []int, ents []*entry, n
 	}
 }
 
+// markDirty queues en for its next reconciliation, due when its interval
+// since the last one ends. Its shard must be locked.
 func (l *localCounts) markDirty(en *entry) {
 	if !en.dirty {
 		en.dirty = true
 		sh := &l.shards[l.shardOf(en.key)]
-		sh.dirty = append(sh.dirty, en)
+		t := max((en.synced+en.every+l.tick-1)/l.tick, sh.next)
+		sh.due[t] = append(sh.due[t], en)
 	}
 }
 
@@ -381,23 +396,39 @@ func (l *localCounts) loop() {
 // their last reconciliation, once their interval has passed (or at once,
 // with all), and refreshes their views.
 func (l *localCounts) reconcileDue(ctx context.Context, all bool) {
-	now := l.e.now()
+	cur := l.e.now() / l.tick
 	var due []*entry
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		keep := sh.dirty[:0]
-		for _, en := range sh.dirty {
-			if en.loading == nil && (all || now >= en.synced+en.every) {
-				en.dirty = false
-				en.loading = &fetch{done: make(chan struct{})}
-				due = append(due, en)
-			} else {
-				keep = append(keep, en)
+		var ready [][]*entry
+		if all || cur-sh.next >= int64(len(sh.due)) { // look at every list
+			for t, list := range sh.due {
+				if all || t <= cur {
+					ready = append(ready, list)
+					delete(sh.due, t)
+				}
+			}
+		} else { // take the ticks since the last time
+			for t := sh.next; t <= cur; t++ {
+				if list, ok := sh.due[t]; ok {
+					ready = append(ready, list)
+					delete(sh.due, t)
+				}
 			}
 		}
-		clear(sh.dirty[len(keep):])
-		sh.dirty = keep
+		sh.next = max(sh.next, cur+1)
+		for _, list := range ready {
+			for _, en := range list {
+				en.dirty = false
+				if en.loading != nil { // a first fetch under way: next time
+					l.markDirty(en)
+					continue
+				}
+				en.loading = &fetch{done: make(chan struct{})}
+				due = append(due, en)
+			}
+		}
 		sh.mu.Unlock()
 	}
 	if len(due) > 0 {
