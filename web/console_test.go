@@ -160,14 +160,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#tiers", "Tier gold", nil)
 	eval(`(() => { const s = document.querySelector('#rule-tier'); s.value = [...s.options].find(o => o.text === 'gold').value; return ''; })()`)
 	do("an invalid rule", chromedp.SendKeys("#rule-name", "tiny"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_FIXED_WINDOW"),
-		chromedp.SetValue("#rule-limit", "0"), chromedp.SetValue("#rule-window", "1m"), chromedp.Click("#rule-submit"))
+		chromedp.SetValue("#rule-limit", "0"), chromedp.SetValue("#rule-window", "1m"), chromedp.SetValue("#rule-sync", "5ms"),
+		chromedp.Click("#rule-submit"))
 	waitText(`[data-error-for="limit"]`, "must be", nil)
+	waitText(`[data-error-for="sync"]`, "must be 0 (strict)", nil)
 	if eval(`document.querySelector('#rule-limit').getAttribute('aria-invalid') || ''`) != "true" {
 		t.Fatal("the invalid limit input is not marked invalid")
 	}
 	shot("02-field-error")
-	do("a valid rule", chromedp.SetValue("#rule-limit", "2"), chromedp.Click("#rule-submit"))
+	do("a valid rule, counted locally", chromedp.SetValue("#rule-limit", "2"), chromedp.SetValue("#rule-sync", "50ms"), chromedp.Click("#rule-submit"))
 	waitText(`[data-tier="gold"]`, "tiny", nil)
+	waitText(`[data-tier="gold"]`, "local, synced every 50ms", nil)
 	waitText("#status", "Created rule tiny", nil)
 
 	// The try panel, until a check is rejected (the new rule reaches the
