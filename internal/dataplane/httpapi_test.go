@@ -143,6 +143,8 @@ func TestCheckRefusesBadRequests(t *testing.T) {
 		{"malformed JSON", key, `{"descriptors":`, 400, ""},
 		{"unknown field", key, `{"tenant":"other"}`, 400, ""},
 		{"trailing data", key, `{} {}`, 400, ""},
+		{"a field twice", key, `{"tier":"free","tier":"gold"}`, 400, ""},
+		{"wrong type", key, `{"cost":"5"}`, 400, ""},
 		{"too large", key, `{"descriptors":{"client_id":"` + strings.Repeat("x", 2000) + `"}}`, 413, ""},
 		{"negative cost", key, `{"cost":-2}`, 400, "cost"},
 		{"unknown tier", key, `{"tier":"gold"}`, 400, "tier"},
