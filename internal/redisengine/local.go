@@ -216,9 +216,14 @@ func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local [
 			en = &entry{key: rq.Key}
 			sh.m[rq.Key] = en
 		}
-		if en.lim != rq.Limiter { // new, or its rule changed: start over
-			en.lim, en.args, en.every = rq.Limiter, l.e.statics.get(rq.Limiter), rq.Sync.Microseconds()
-			en.synced, en.view, en.win = 0, limit.State{}, 0
+		if en.lim != rq.Limiter { // new, or a new config
+			args := l.e.statics.get(rq.Limiter)
+			if en.args == nil || en.args.family != args.family {
+				en.synced, en.view, en.win = 0, limit.State{}, 0 // start over
+			}
+			// Else the view stays, as the state in Redis does when a rule's
+			// parameters change: a config push costs no round trips.
+			en.lim, en.args, en.every = rq.Limiter, args, rq.Sync.Microseconds()
 		}
 		switch {
 		case en.loading != nil:

@@ -410,3 +410,32 @@ func TestLocalCountingReconcilesByItself(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A new config compiles new limiters; a key keeps its view across it (as
+// Redis keeps its state), so a config push costs no round trip, and the
+// new parameters apply at once.
+func TestLocalViewSurvivesANewConfig(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	es, calls := localDeciders(t, 1, clk, false)
+	e := es[0]
+	rq := limit.Request{Key: "{cfg}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	for range 4 {
+		decideOne(t, e, rq)
+	}
+	before := calls.n.Load()
+	rq.Limiter = limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second, Burst: 5})
+	ok, r := decideOne(t, e, rq)
+	if !ok || r.Remaining != 0 || r.Limit != 5 {
+		t.Fatalf("after a new config with burst 5, the 5th unit: %v %+v, want admitted with 0 remaining", ok, r)
+	}
+	if n := calls.n.Load(); n != before {
+		t.Fatalf("%d script calls for a new config, want none", n-before)
+	}
+	// A different family starts over with a fetch.
+	rq.Limiter = window10
+	decideOne(t, e, rq)
+	if n := calls.n.Load(); n != before+1 {
+		t.Fatalf("%d script calls after a change of algorithm family, want 1", n-before)
+	}
+}
