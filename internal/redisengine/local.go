@@ -157,6 +157,11 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 	}
 	now := e.now()
 	ents, err := l.entries(ctx, reqs, local, now)
+	for attempt := 0; err != nil && ctx.Err() == nil && isContextError(err) && attempt < 2; attempt++ {
+		// Another decision's fetch, which this one waited for, ended with
+		// that decision's deadline or cancellation: fetch again.
+		ents, err = l.entries(ctx, reqs, local, now)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -252,6 +257,10 @@ func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local [
 		}
 	}
 	return ents, nil
+}
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // abandon ends fetches that were started but will not be made.

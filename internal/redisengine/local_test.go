@@ -2,7 +2,9 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -437,5 +439,48 @@ func TestLocalViewSurvivesANewConfig(t *testing.T) {
 	decideOne(t, e, rq)
 	if n := calls.n.Load(); n != before+1 {
 		t.Fatalf("%d script calls after a change of algorithm family, want 1", n-before)
+	}
+}
+
+// A decision waiting for another's fetch of the same key is not failed by
+// that decision giving up: it fetches again.
+func TestLocalFetchOutlivesTheCallerThatStartedIt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	clk := newClock()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{MinTTL: testTTL, SyncTick: -1, Now: clk.Now})
+	t.Cleanup(e.Close)
+	rq := limit.Request{Key: "{f}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	srv.Pause(t) // the first fetch hangs
+	first, cancel := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := e.AllowAll(first, []limit.Request{rq}, make([]limit.Result, 1))
+		firstDone <- err
+	}()
+	// The second decision finds the fetch under way and waits for it.
+	second := make(chan error, 1)
+	go func() {
+		for e.LocalStats().Keys == 0 { // the first has created the key
+			runtime.Gosched()
+		}
+		ok, err := e.AllowAll(context.Background(), []limit.Request{rq}, make([]limit.Result, 1))
+		if err == nil && !ok {
+			err = fmt.Errorf("rejected")
+		}
+		second <- err
+	}()
+	for e.LocalStats().Keys == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the canceled decision: %v", err)
+	}
+	srv.Resume(t)
+	if err := <-second; err != nil {
+		t.Fatalf("the decision that waited for the canceled one's fetch: %v", err)
 	}
 }
