@@ -45,8 +45,9 @@ const syncChunk = 128
 const localShards = 64
 
 // DefaultMaxLocalKeys is the cap on locally counted keys when
-// Config.MaxLocalKeys is 0; beyond it, new keys are decided in Redis.
-const DefaultMaxLocalKeys = 1 << 20
+// Config.MaxLocalKeys is 0; beyond it, new keys are decided in Redis. A
+// key takes about 200 bytes (counter keys of ~25 bytes): ~50 MB at the cap.
+const DefaultMaxLocalKeys = 1 << 18
 
 // localCounts holds the views of locally counted keys.
 type localCounts struct {
