@@ -484,3 +484,27 @@ func TestLocalFetchOutlivesTheCallerThatStartedIt(t *testing.T) {
 		t.Fatalf("the decision that waited for the canceled one's fetch: %v", err)
 	}
 }
+
+// Beyond MaxLocalKeys, new keys are decided in Redis, each decision a call.
+func TestLocalKeyCap(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c, prefix := redistest.Client(t)
+	counted := &commands{}
+	c.AddHook(counted)
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, SyncTick: -1, Now: clk.Now, MaxLocalKeys: 2})
+	t.Cleanup(e.Close)
+	for _, key := range []string{"{a}", "{b}", "{c}"} {
+		for range 3 {
+			decideOne(t, e, limit.Request{Key: key, Limiter: bucket10, Cost: 1, Sync: time.Second})
+		}
+	}
+	// {a} and {b}: one fetch each; {c}: three strict decisions.
+	if st, n := e.LocalStats(), counted.n.Load(); st.Keys != 2 || n != 5 {
+		t.Fatalf("%d keys counted locally and %d script calls, want 2 and 5", st.Keys, n)
+	}
+	strict := limit.Request{Key: "{c}", Limiter: bucket10}
+	if _, r := decideOne(t, e, strict); r.Remaining != 7 {
+		t.Fatalf("the key beyond the cap answers %d remaining in Redis, want 7", r.Remaining)
+	}
+}
