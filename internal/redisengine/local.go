@@ -158,9 +158,10 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 	}
 	now := e.now()
 	ents, err := l.entries(ctx, reqs, local, now)
-	for attempt := 0; err != nil && ctx.Err() == nil && isContextError(err) && attempt < 2; attempt++ {
+	for attempt := 0; err != nil && ctx.Err() == nil && (isContextError(err) || errors.Is(err, errKeyCap)) && attempt < 2; attempt++ {
 		// Another decision's fetch, which this one waited for, ended with
-		// that decision's deadline or cancellation: fetch again.
+		// that decision's deadline or cancellation, or was abandoned at
+		// the key cap: fetch again (or be decided in Redis).
 		ents, err = l.entries(ctx, reqs, local, now)
 	}
 	if err != nil {
@@ -232,9 +233,12 @@ func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local [
 			en.lim, en.args, en.every = rq.Limiter, args, rq.Sync.Microseconds()
 		}
 		switch {
+		case en.synced != 0 && now < en.synced+2*en.every:
+			// Fresh: decided now, even while a reconciliation is under way
+			// (its answer is merged with what is admitted meanwhile).
 		case en.loading != nil:
 			waits = append(waits, en.loading)
-		case en.synced == 0 || now >= en.synced+2*en.every:
+		default:
 			en.loading = &fetch{done: make(chan struct{})}
 			fetching = append(fetching, en)
 			waits = append(waits, en.loading)
@@ -260,6 +264,8 @@ func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local [
 	return ents, nil
 }
 
+var errKeyCap = errors.New("redisengine: local key cap reached")
+
 func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
@@ -272,7 +278,7 @@ func (l *localCounts) abandon(fetching []*entry) {
 		f := en.loading
 		en.loading = nil
 		sh.mu.Unlock()
-		f.err = errors.New("redisengine: local key cap reached")
+		f.err = errKeyCap
 		close(f.done)
 	}
 }

@@ -508,3 +508,45 @@ func TestLocalKeyCap(t *testing.T) {
 		t.Fatalf("the key beyond the cap answers %d remaining in Redis, want 7", r.Remaining)
 	}
 }
+
+// A decision on a key whose view is fresh does not wait for the key's
+// periodic reconciliation, even when Redis hangs.
+func TestLocalDecisionDoesNotWaitForAReconciliation(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	clk := newClock()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{MinTTL: testTTL, SyncTick: -1, Now: clk.Now})
+	t.Cleanup(e.Close)
+	rq := limit.Request{Key: "{r}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
+	decideOne(t, e, rq)
+	srv.Pause(t)
+	done := make(chan struct{})
+	go func() { e.Reconcile(context.Background()); close(done) }()
+	sh := &e.local.shards[e.local.shardOf("{r}")]
+	for { // until the reconciliation is under way
+		sh.mu.Lock()
+		busy := sh.m["{r}"].loading != nil
+		sh.mu.Unlock()
+		if busy {
+			break
+		}
+		runtime.Gosched()
+	}
+	// Well under the reconciliation's own 1 s timeout: waiting for it fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ok, err := e.AllowAll(ctx, []limit.Request{rq}, make([]limit.Result, 1))
+	if err != nil || !ok {
+		t.Fatalf("a decision during a hung reconciliation: %v %v", ok, err)
+	}
+	srv.Resume(t)
+	<-done
+	clk.advance(time.Millisecond)
+	e.Reconcile(context.Background())
+	strict := limit.Request{Key: rq.Key, Limiter: bucket10}
+	if _, r := decideOne(t, e, strict); r.Remaining != 8 {
+		t.Fatalf("the shared state answers %d remaining after 2 admitted, want 8", r.Remaining)
+	}
+}
