@@ -96,3 +96,41 @@ func evalUS(b *testing.B, c *redis.Client) float64 {
 	b.Fatalf("no evalsha in %q", info)
 	return 0
 }
+
+// BenchmarkLocalDecision is a decision of one locally counted rule (a
+// token bucket with a sync interval) on a key whose view is fresh: what
+// the decider spends when Redis is not on the path. One goroutine, and
+// parallel over 1,000 keys.
+func BenchmarkLocalDecision(b *testing.B) {
+	c, prefix := redistest.Client(b)
+	e := New(c, Config{Prefix: prefix, SyncTick: -1})
+	b.Cleanup(e.Close)
+	lim := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000_000, Window: time.Second})
+	reqs := make([][]limit.Request, 1000)
+	for i := range reqs {
+		reqs[i] = []limit.Request{{Key: "{c" + strconv.Itoa(i) + "}r", Limiter: lim, Cost: 1, Sync: time.Minute}}
+		if _, err := e.AllowAll(context.Background(), reqs[i], make([]limit.Result, 1)); err != nil { // the fetch
+			b.Fatal(err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		res := make([]limit.Result, 1)
+		b.ReportAllocs()
+		for i := range b.N {
+			if ok, err := e.AllowAll(context.Background(), reqs[i%1000], res); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			res := make([]limit.Result, 1)
+			for i := 0; pb.Next(); i++ {
+				if ok, err := e.AllowAll(context.Background(), reqs[i%1000], res); err != nil || !ok {
+					b.Fatal(ok, err)
+				}
+			}
+		})
+	})
+}
