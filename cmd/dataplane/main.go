@@ -14,6 +14,7 @@
 //	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
+//	-sync-max-keys  SLUICE_SYNC_MAX_KEYS      keys counted locally at once for rules with a sync interval, ~200 B each (default 262144)
 //	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service and sluice.v1.DecisionService (default 127.0.0.1:8089; "off" disables)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
@@ -84,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
@@ -122,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ropts.ContextTimeoutEnabled = true // the decision budget must bound every call
 		client := redis.NewClient(ropts)
 		defer client.Close()
-		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch})
+		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
 		defer eng.Close()
 		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {
