@@ -170,3 +170,48 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	}
 	srv.Resume(t)
 }
+
+// A rule counted locally (a sync interval) keeps deciding on its view
+// through a Redis outage for two intervals, undegraded; after that it
+// follows its failure mode like a strict rule.
+func TestLocallyCountedRuleThroughARedisOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	now := time.UnixMicro(1_700_000_040_000_000)
+	clock := func() time.Time { return now }
+	eng := redisengine.New(client, redisengine.Config{Prefix: redistest.Prefix(t), SyncTick: -1, Now: clock})
+	defer eng.Close()
+	c, err := Compile(&policy.Snapshot{
+		Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "r", KeyBy: []string{"client_id"},
+			FailureMode: policy.FailClosed, Enabled: true, Sync: 100 * time.Millisecond,
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 100, Window: time.Second}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecider(Options{Engine: eng, Budget: 100 * time.Millisecond, Now: clock})
+	check := func() Decision {
+		t.Helper()
+		dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "c1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec
+	}
+	if dec := check(); !dec.Allowed || dec.Degraded {
+		t.Fatalf("with Redis up: %+v", dec)
+	}
+	srv.Stop(t)
+	now = now.Add(150 * time.Millisecond)
+	if dec := check(); !dec.Allowed || dec.Degraded {
+		t.Fatalf("Redis down, the view 150 ms old: %+v, want decided locally", dec)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if dec := check(); dec.Allowed || !dec.Degraded {
+		t.Fatalf("Redis down, the view 250 ms old: %+v, want the closed failure mode", dec)
+	}
+}
