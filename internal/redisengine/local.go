@@ -323,7 +323,7 @@ func (l *localCounts) step(reqs []limit.Request, local []int, ents []*entry, now
 		en, rq := ents[i], &reqs[i]
 		u := undo{view: en.view, pending: en.pending, win: en.win, entry: en, request: i}
 		if rq.Limiter.Step(&en.view, limit.Args{Now: now, Cost: rq.Cost}, nil, &res[i]) {
-			en.add(now, rq.Cost)
+			en.add(en.view.T, rq.Cost) // the time it was admitted at: never before the view's
 		}
 		undos = append(undos, u)
 		if !res[i].Allowed && !rq.Shadow {
@@ -375,7 +375,7 @@ func (l *localCounts) refund(reqs []limit.Request, local []int, ents []*entry, n
 		if en.args.family == familyMeter {
 			en.view.X = max(en.view.X-float64(rq.Cost)*en.args.interval, 0)
 			en.pending -= rq.Cost
-		} else if ws := now - now%en.args.window; ws == en.win {
+		} else if t := max(now, en.view.T); t-t%en.args.window == en.win {
 			en.view.X = max(en.view.X-float64(rq.Cost), 0)
 			en.pending -= rq.Cost
 		}

@@ -71,12 +71,14 @@ func localDeciders(t *testing.T, n int, clk *manualClock, batch bool) ([]*Engine
 }
 
 // throwawayDecider returns an engine reconciled by hand on a private
-// redis-server the test may stop or pause, and its clock.
-func throwawayDecider(t *testing.T) (*Engine, *redistest.Server, *manualClock) {
+// redis-server the test may stop or pause, its client made with opts, and
+// its clock.
+func throwawayDecider(t *testing.T, opts redis.Options) (*Engine, *redistest.Server, *manualClock) {
 	t.Helper()
 	srv := redistest.StartServer(t)
 	clk := newClock()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	opts.Addr = srv.Addr
+	c := redis.NewClient(&opts)
 	t.Cleanup(func() { c.Close() })
 	e := New(c, Config{MinTTL: testTTL, SyncTick: -1, Now: clk.Now})
 	t.Cleanup(e.Close)
@@ -295,7 +297,7 @@ func TestLocalAndStrictRulesTogether(t *testing.T) {
 // applies; counts made meanwhile reach Redis once it is back.
 func TestLocalCountingWhileRedisIsDown(t *testing.T) {
 	t.Parallel()
-	e, srv, clk := throwawayDecider(t)
+	e, srv, clk := throwawayDecider(t, redis.Options{MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	rq := limit.Request{Key: "{d}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
 	for range 4 {
 		decideOne(t, e, rq)
@@ -454,7 +456,7 @@ func TestLocalViewSurvivesANewConfig(t *testing.T) {
 // that decision giving up: it fetches again.
 func TestLocalFetchOutlivesTheCallerThatStartedIt(t *testing.T) {
 	t.Parallel()
-	e, srv, _ := throwawayDecider(t)
+	e, srv, _ := throwawayDecider(t, redis.Options{ContextTimeoutEnabled: true})
 	rq := limit.Request{Key: "{f}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
 	srv.Pause(t) // the first fetch hangs
 	first, cancel := context.WithCancel(context.Background())
@@ -516,7 +518,7 @@ func TestLocalKeyCap(t *testing.T) {
 // periodic reconciliation, even when Redis hangs.
 func TestLocalDecisionDoesNotWaitForAReconciliation(t *testing.T) {
 	t.Parallel()
-	e, srv, clk := throwawayDecider(t)
+	e, srv, clk := throwawayDecider(t, redis.Options{ContextTimeoutEnabled: true})
 	rq := limit.Request{Key: "{r}", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
 	decideOne(t, e, rq)
 	srv.Pause(t)
