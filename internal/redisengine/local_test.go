@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -100,9 +101,11 @@ var (
 	window10 = limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 10, Window: time.Second})
 )
 
-// One decider counting locally never admits more than strict counting
-// would (the shared state records local admissions when they reach it, so
-// it can only overstate a debt), answers a fixed window exactly, makes no
+// One decider counting locally, one unit at a time, never admits more
+// than strict counting would (the shared state records local admissions
+// when they reach it, so it can only overstate a debt; with costs of
+// several units the bound is the algorithm's, the next test), answers a
+// fixed window exactly, makes no
 // Redis call between reconciliations after a key's first, and leaves in
 // Redis what it admitted.
 func TestLocalCountingOnOneDecider(t *testing.T) {
@@ -548,5 +551,52 @@ func TestLocalDecisionDoesNotWaitForAReconciliation(t *testing.T) {
 	strict := limit.Request{Key: rq.Key, Limiter: bucket10}
 	if _, r := decideOne(t, e, strict); r.Remaining != 8 {
 		t.Fatalf("the shared state answers %d remaining after 2 admitted, want 8", r.Remaining)
+	}
+}
+
+// Random schedules on one decider — costs, pauses, reconciliations — keep
+// the algorithm's bound (a bucket never admits more than burst + rate ×
+// elapsed), and a fixed window admits exactly what strict counting does.
+func TestLocalCountingKeepsTheBoundOnOneDecider(t *testing.T) {
+	t.Parallel()
+	gcra := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 7, Window: 700 * time.Millisecond, Burst: 4})
+	for seed := range uint64(6) {
+		for _, tc := range []struct {
+			lim   *limit.Limiter
+			burst int64
+		}{{bucket10, 10}, {gcra, 4}, {window10, 0}} {
+			lim := tc.lim
+			clk := newClock()
+			start := clk.us.Load()
+			es, _ := localDeciders(t, 1, clk, seed%2 == 0)
+			rng := rand.New(rand.NewPCG(seed, 7))
+			key := fmt.Sprintf("{rand-%d-%s}", seed, lim.Algorithm())
+			var ref limit.State
+			var got, want int64
+			for step := range 300 {
+				cost := 1 + rng.Int64N(3)
+				ok, _ := decideOne(t, es[0], limit.Request{Key: key, Limiter: lim, Cost: cost, Sync: 50 * time.Millisecond})
+				var w limit.Result
+				ref, w = lim.Eval(ref, limit.Args{Now: clk.us.Load(), Cost: cost}, nil)
+				if ok {
+					got += cost
+				}
+				if w.Allowed {
+					want += cost
+				}
+				if tc.burst > 0 {
+					// 10 units per second for both buckets.
+					if bound := tc.burst + (clk.us.Load()-start)/100_000; got > bound {
+						t.Fatalf("seed %d, %s, step %d: %d units admitted, the bound is %d", seed, lim.Algorithm(), step, got, bound)
+					}
+				} else if got != want {
+					t.Fatalf("seed %d, step %d: %d units admitted locally, strict counting %d", seed, step, got, want)
+				}
+				clk.advance(time.Duration(rng.Int64N(60_000)) * time.Microsecond)
+				if rng.IntN(4) == 0 {
+					es[0].Reconcile(context.Background())
+				}
+			}
+		}
 	}
 }
