@@ -18,6 +18,14 @@ type Engine interface {
 	AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error)
 }
 
+// BudgetEngine is an Engine that applies the per-call time budget itself,
+// to the calls it makes to shared state only: a decision it answers from
+// memory (redisengine's local counting) then costs no deadline timer. The
+// decider hands such an engine the budget instead of a deadline.
+type BudgetEngine interface {
+	AllowAllWithin(ctx context.Context, budget time.Duration, reqs []limit.Request, res []limit.Result) (bool, error)
+}
+
 // LocalEngine runs decisions on the in-process engine, with the time from Now.
 type LocalEngine struct {
 	Engine *limit.Engine
@@ -377,9 +385,7 @@ func (d *Decider) EngineErrors() int64 { return d.engineErrors.Load() }
 func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (allowed, engaged bool, err error) {
 	do := func() (bool, error) {
 		engaged = true
-		ctx, cancel := d.budgeted(ctx)
-		defer cancel()
-		ok, err := d.opts.Engine.AllowAll(ctx, reqs, res)
+		ok, err := d.allowAll(ctx, reqs, res)
 		if err != nil {
 			d.engineErrors.Add(1)
 		}
@@ -391,6 +397,16 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 		allowed, err = d.breaker.Execute(do)
 	}
 	return allowed, engaged, err
+}
+
+// allowAll asks the engine within the budget.
+func (d *Decider) allowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	if be, ok := d.opts.Engine.(BudgetEngine); ok {
+		return be.AllowAllWithin(ctx, d.opts.Budget, reqs, res)
+	}
+	ctx, cancel := d.budgeted(ctx)
+	defer cancel()
+	return d.opts.Engine.AllowAll(ctx, reqs, res)
 }
 
 // degrade answers each rule by its failure mode after an engine failure and

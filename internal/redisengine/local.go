@@ -138,7 +138,7 @@ func (e *Engine) localIndexes(reqs []limit.Request) []int {
 // allowAll decides reqs, those at indexes local here and the rest in Redis,
 // all or nothing: the local ones are committed first and refunded if Redis
 // rejects the others.
-func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local []int, res []limit.Result) (bool, error) {
+func (l *localCounts) allowAll(b *lazyDeadline, reqs []limit.Request, local []int, res []limit.Result) (bool, error) {
 	e := l.e
 	l.start.Do(func() {
 		if e.cfg.SyncTick > 0 {
@@ -154,20 +154,21 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 		}
 	}
 	if len(strict) == 0 { // the others of a gathered call need not wait for this one
-		e.Skip(ctx)
+		e.Skip(b.parent)
 	}
 	now := e.now()
-	ents, err := l.entries(ctx, reqs, local, now)
-	for attempt := 0; err != nil && ctx.Err() == nil && (isContextError(err) || errors.Is(err, errKeyCap)) && attempt < 2; attempt++ {
+	ents, err := l.entries(b, reqs, local, now)
+	for attempt := 0; err != nil && b.ctx().Err() == nil && (isContextError(err) || errors.Is(err, errKeyCap)) && attempt < 2; attempt++ {
 		// Another decision's fetch, which this one waited for, ended with
 		// that decision's deadline or cancellation, or was abandoned at
 		// the key cap: fetch again (or be decided in Redis).
-		ents, err = l.entries(ctx, reqs, local, now)
+		ents, err = l.entries(b, reqs, local, now)
 	}
 	if err != nil {
 		return false, err
 	}
 	if ents == nil { // at the key cap: decided in Redis
+		ctx := b.ctx()
 		if len(strict) == 0 {
 			ctx = withoutGroup(ctx) // skipped above
 		}
@@ -189,7 +190,7 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 		}
 	}
 	sub := make([]limit.Result, len(strict))
-	ok, err := e.run(ctx, "check", strict, e.nowArg(), sub)
+	ok, err := e.run(b.ctx(), "check", strict, e.nowArg(), sub)
 	if err == nil {
 		for k, i := range at {
 			res[i] = sub[k]
@@ -204,7 +205,7 @@ func (l *localCounts) allowAll(ctx context.Context, reqs []limit.Request, local 
 // entries returns the entries of reqs[local], each with a fresh view:
 // reconciled within two intervals, else fetched now (or waited for, when
 // another decision fetches it). It returns nil entries at the key cap.
-func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local []int, now int64) ([]*entry, error) {
+func (l *localCounts) entries(b *lazyDeadline, reqs []limit.Request, local []int, now int64) ([]*entry, error) {
 	ents := make([]*entry, len(reqs))
 	var fetching []*entry
 	var waits []*fetch
@@ -246,6 +247,10 @@ func (l *localCounts) entries(ctx context.Context, reqs []limit.Request, local [
 		sh.mu.Unlock()
 		ents[i] = en
 	}
+	if len(waits) == 0 {
+		return ents, nil
+	}
+	ctx := b.ctx()
 	if len(fetching) > 0 {
 		// Fetched alone, not as one of a gathered group's calls: the
 		// decision's own call to Redis, if any, comes after.

@@ -178,10 +178,44 @@ func (e *Engine) Preload(ctx context.Context) error {
 // Requests with a Sync interval are counted locally when their algorithm
 // allows it (see local.go).
 func (e *Engine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	return e.AllowAllWithin(ctx, 0, reqs, res)
+}
+
+// AllowAllWithin is AllowAll with the calls it makes to Redis bounded by
+// budget as well as by ctx (0: by ctx alone). A decision answered locally
+// makes none and pays for no deadline (see decide.BudgetEngine).
+func (e *Engine) AllowAllWithin(ctx context.Context, budget time.Duration, reqs []limit.Request, res []limit.Result) (bool, error) {
+	b := lazyDeadline{parent: ctx, budget: budget}
+	defer b.release()
 	if local := e.localIndexes(reqs); local != nil {
-		return e.local.allowAll(ctx, reqs, local, res)
+		return e.local.allowAll(&b, reqs, local, res)
 	}
-	return e.run(ctx, "check", reqs, e.nowArg(), res)
+	return e.run(b.ctx(), "check", reqs, e.nowArg(), res)
+}
+
+// lazyDeadline is a context bounded by a budget, made at its first use.
+type lazyDeadline struct {
+	parent context.Context
+	budget time.Duration
+	c      context.Context
+	cancel context.CancelFunc
+}
+
+func (b *lazyDeadline) ctx() context.Context {
+	if b.c == nil {
+		if b.budget > 0 {
+			b.c, b.cancel = context.WithTimeout(b.parent, b.budget)
+		} else {
+			b.c = b.parent
+		}
+	}
+	return b.c
+}
+
+func (b *lazyDeadline) release() {
+	if b.cancel != nil {
+		b.cancel()
+	}
 }
 
 // AllowAllAt is AllowAll at the time now (µs), for tests and replays.
