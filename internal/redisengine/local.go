@@ -81,9 +81,8 @@ type entry struct {
 	every int64 // the Sync interval, µs
 	view  limit.State
 	// pending is the cost admitted here and not yet sent (negative: a
-	// refund of cost already sent); inflight, what the reconciliation under
-	// way carries. win is the fixed window pending counts in.
-	pending, inflight, win int64
+	// refund of cost already sent); win is the fixed window it counts in.
+	pending, win int64
 	synced                 int64 // local µs of the last reconciliation; 0: none yet
 	dirty                  bool  // in its shard's due lists
 	loading                *fetch
@@ -366,6 +365,22 @@ func (en *entry) add(now, cost int64) {
 	en.pending += cost
 }
 
+// counts reports whether units admitted at t count with pending: always
+// for the meters; for the fixed window, when t is in pending's window.
+func (en *entry) counts(t int64) bool {
+	return en.args.family == familyMeter || t-t%en.args.window == en.win
+}
+
+// credit adds units to the view (negative: takes them back): debt for the
+// meters, the window's count for the fixed window.
+func (en *entry) credit(units int64) {
+	per := 1.0
+	if en.args.family == familyMeter {
+		per = en.args.interval
+	}
+	en.view.X = max(en.view.X+float64(units)*per, 0)
+}
+
 // refund takes back what step committed, after Redis rejected (or failed)
 // the decision's other rules; a cost already sent goes back as a negative
 // pending one.
@@ -377,11 +392,8 @@ func (l *localCounts) refund(reqs []limit.Request, local []int, ents []*entry, n
 		if !res[i].Allowed || rq.Cost <= 0 {
 			continue
 		}
-		if en.args.family == familyMeter {
-			en.view.X = max(en.view.X-float64(rq.Cost)*en.args.interval, 0)
-			en.pending -= rq.Cost
-		} else if t := max(now, en.view.T); t-t%en.args.window == en.win {
-			en.view.X = max(en.view.X-float64(rq.Cost), 0)
+		if en.counts(max(now, en.view.T)) {
+			en.credit(-rq.Cost)
 			en.pending -= rq.Cost
 		}
 		rq.Limiter.Step(&en.view, limit.Args{Now: now}, nil, &res[i])
@@ -490,7 +502,7 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 		sh := &l.shards[l.shardOf(en.key)]
 		sh.mu.Lock()
 		items[k] = item{en: en, cost: en.pending, win: en.win}
-		en.inflight, en.pending = en.pending, 0
+		en.pending = 0
 		sh.mu.Unlock()
 	}
 	// One call per chunk of keys, and per slot on a cluster.
@@ -539,7 +551,7 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 				if err == nil {
 					t, v = reply[2*k], reply[2*k+1]
 				}
-				l.settle(it.en, it.win, t, v, local, err)
+				l.settle(it.en, it.cost, it.win, t, v, local, err)
 			}
 		})
 	}
@@ -547,30 +559,27 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 }
 
 // settle applies one key's reconciliation answer: the shared state (t, v)
-// plus what was admitted here since it went out; or, after err, keeps the
-// cost to send it again.
-func (l *localCounts) settle(en *entry, win, t, v, now int64, err error) {
+// plus what was admitted here since the cost sent (of window win) went
+// out; or, after err, keeps that cost to send it again.
+func (l *localCounts) settle(en *entry, sent, win, t, v, now int64, err error) {
 	sh := &l.shards[l.shardOf(en.key)]
 	sh.mu.Lock()
 	f := en.loading
 	en.loading = nil
 	if err != nil {
-		if en.args.family == familyMeter || en.win == win {
-			en.pending += en.inflight
+		if en.counts(win) {
+			en.pending += sent
 		}
 		if en.pending != 0 {
 			l.markDirty(en)
 		}
 	} else {
 		en.view = limit.State{T: t, X: float64(v)}
-		if en.args.family == familyMeter {
-			en.view.X = max(en.view.X+float64(en.pending)*en.args.interval, 0)
-		} else if en.win == t-t%en.args.window {
-			en.view.X = max(en.view.X+float64(en.pending), 0)
+		if en.counts(t) {
+			en.credit(en.pending)
 		}
 		en.synced = now
 	}
-	en.inflight = 0
 	sh.mu.Unlock()
 	f.err = err
 	close(f.done)
