@@ -83,9 +83,9 @@ type entry struct {
 	// pending is the cost admitted here and not yet sent (negative: a
 	// refund of cost already sent); win is the fixed window it counts in.
 	pending, win int64
-	synced                 int64 // local µs of the last reconciliation; 0: none yet
-	dirty                  bool  // in its shard's due lists
-	loading                *fetch
+	synced       int64 // local µs of the last reconciliation; 0: none yet
+	dirty        bool  // in its shard's due lists
+	loading      *fetch
 }
 
 // fetch is a reconciliation that decisions wait for: a key's first.
