@@ -19,9 +19,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/grpcload"
 	"github.com/sluicehq/sluice/sluiceclient"
 )
 
@@ -55,8 +57,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	conc := fs.Int("c", 50, "concurrent clients")
 	keys := fs.Int("keys", 10_000, "distinct client ids")
 	n := fs.Int("n", 100_000, "checks in all")
+	raw := fs.Bool("raw", false, "with -grpc or -rls: send the calls as raw HTTP/2 frames on 2 connections (internal/grpcload), a fraction of grpc-go's client CPU per call")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 || (*rlsAddr != "") != (*domain != "") {
+	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 || (*rlsAddr != "") != (*domain != "") ||
+		(*raw && *rlsAddr == "" && *grpcAddr == "") {
 		fmt.Fprint(stderr, benchUsage)
 		return errUsage
 	}
@@ -64,6 +68,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if key == "" && *rlsAddr == "" {
 		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
 		return errUsage
+	}
+	if *raw {
+		res, err := runRaw(ctx, *rlsAddr, *domain, *grpcAddr, key, *conc, *keys, *n)
+		if err != nil {
+			return err
+		}
+		return printBench(stdout, *asJSON, res)
 	}
 	var check func(context.Context, string) (bool, error)
 	var protocol string
@@ -122,8 +133,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstErrorText = s
 	}
-	return printResult(stdout, *asJSON, res, func(w io.Writer) {
-		fmt.Fprintf(w, "%d checks over %s (%d clients, %d client ids) in %.1fs\n", res.Decisions, protocol, res.Concurrency, res.Keys, res.Seconds)
+	return printBench(stdout, *asJSON, res)
+}
+
+// printBench prints what `sluice bench` measured.
+func printBench(stdout io.Writer, asJSON bool, res benchResult) error {
+	return printResult(stdout, asJSON, res, func(w io.Writer) {
+		fmt.Fprintf(w, "%d checks over %s (%d clients, %d client ids) in %.1fs\n", res.Decisions, res.Protocol, res.Concurrency, res.Keys, res.Seconds)
 		fmt.Fprintf(w, "%.0f decisions/s, p50 %.2f ms, p99 %.2f ms\n", res.DecisionsPerS, res.P50ms, res.P99ms)
 		fmt.Fprintf(w, "%d allowed, %d rejected, %d errors\n", res.Allowed, res.Rejected, res.Errors)
 		if res.FirstErrorText != "" {
@@ -132,7 +148,56 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	})
 }
 
-const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT | -rls HOST:PORT -domain D] [-c 50] [-keys 10000] [-n 100000] [-json]\n"
+const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] | -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000] [-json]\n"
+
+// runRaw is `sluice bench -raw`: n calls of DecisionService.Check (at
+// grpcAddr) or Envoy's ShouldRateLimit (at rlsAddr, in domain) over keys
+// client ids, conc in flight on two connections, sent by grpcload.
+func runRaw(ctx context.Context, rlsAddr, domain, grpcAddr, key string, conc, keys, n int) (benchResult, error) {
+	// conc rounded down to an even number split over the two connections.
+	cfg := grpcload.Config{Conns: min(2, conc), Streams: max(1, conc/2), Calls: int64(n)}
+	if key != "" {
+		cfg.Metadata = []string{"authorization", "Bearer " + key}
+	}
+	res := benchResult{Concurrency: cfg.Conns * cfg.Streams, Keys: keys}
+	for i := range keys {
+		id := "bench-" + strconv.Itoa(i)
+		var m proto.Message = &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}}
+		if rlsAddr != "" {
+			m = &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: id}}}}}
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return res, err
+		}
+		cfg.Messages = append(cfg.Messages, b)
+	}
+	if rlsAddr != "" {
+		cfg.Addr, cfg.Method, res.Protocol = rlsAddr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, "Envoy RLS (raw HTTP/2) "+rlsAddr
+		cfg.Classify = func(msg []byte) bool {
+			var r rlsv3.RateLimitResponse
+			return proto.Unmarshal(msg, &r) == nil && r.OverallCode == rlsv3.RateLimitResponse_OK
+		}
+	} else {
+		cfg.Addr, cfg.Method, res.Protocol = grpcAddr, sluicev1.DecisionService_Check_FullMethodName, "gRPC (raw HTTP/2) "+grpcAddr
+		cfg.Classify = func(msg []byte) bool {
+			var r sluicev1.CheckResponse
+			return proto.Unmarshal(msg, &r) == nil && r.Allowed
+		}
+	}
+	out, err := grpcload.Run(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	res.Decisions, res.Allowed, res.Errors = out.Calls, out.Matched, out.Failed
+	res.Rejected = out.Calls - out.Matched - out.Failed
+	res.Seconds = out.Elapsed.Seconds()
+	res.DecisionsPerS = float64(out.Calls) / out.Elapsed.Seconds()
+	res.P50ms = float64(out.Percentile(0.5).Microseconds()) / 1000
+	res.P99ms = float64(out.Percentile(0.99).Microseconds()) / 1000
+	res.FirstErrorText = out.FirstErr
+	return res, nil
+}
 
 // rlsTarget returns one check through Envoy's rate limit service at addr:
 // a request of one descriptor, client_id, in domain, carrying key (when

@@ -39,8 +39,8 @@ commands:
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
-  bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT |
-           -rls HOST:PORT -domain D] [-c 50] [-keys 10000] [-n 100000]
+  bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |
+           -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000]
 
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)

@@ -102,7 +102,8 @@ func TestBenchAgainstDev(t *testing.T) {
 		"SLUICE_CHECK_KEY": regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner)[1]}
 	grpcAddr := regexp.MustCompile(`gRPC\s+(\S+)`).FindStringSubmatch(banner)[1]
 	for _, args := range [][]string{{"bench", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-grpc", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"},
-		{"bench", "-coalesce", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-rls", grpcAddr, "-domain", "demo", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
+		{"bench", "-coalesce", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-rls", grpcAddr, "-domain", "demo", "-n", "300", "-c", "4", "-keys", "20", "-json"},
+		{"bench", "-grpc", grpcAddr, "-raw", "-n", "300", "-c", "4", "-keys", "20", "-json"}, {"bench", "-rls", grpcAddr, "-domain", "demo", "-raw", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
 		var out strings.Builder
 		if err := run(context.Background(), args, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
 			t.Fatalf("%v: %v", args, err)
@@ -127,5 +128,16 @@ func TestBenchAgainstDev(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"errors": 10`) || !strings.Contains(out.String(), "PermissionDenied") {
 		t.Errorf("another tenant's domain: %s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"bench", "-rls", grpcAddr, "-domain", "other", "-raw", "-n", "10", "-json"}, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"errors": 10`) || !strings.Contains(out.String(), "grpc-status 7") {
+		t.Errorf("another tenant's domain, raw: %s", out.String())
+	}
+	// -raw is for the gRPC targets only.
+	if err := run(context.Background(), []string{"bench", "-raw"}, io.Discard, io.Discard, func(k string) string { return env[k] }); !errors.Is(err, errUsage) {
+		t.Errorf("-raw over HTTP: %v, want a usage error", err)
 	}
 }
