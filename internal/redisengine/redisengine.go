@@ -190,6 +190,9 @@ func (e *Engine) AllowAllWithin(ctx context.Context, budget time.Duration, reqs 
 	if local := e.localIndexes(reqs); local != nil {
 		return e.local.allowAll(&b, reqs, local, res)
 	}
+	if e.calls != nil && budget > 0 {
+		return e.run(b.ctxWithoutTimer(), "check", reqs, e.nowArg(), res)
+	}
 	return e.run(b.ctx(), "check", reqs, e.nowArg(), res)
 }
 
@@ -208,6 +211,15 @@ func (b *lazyDeadline) ctx() context.Context {
 		} else {
 			b.c = b.parent
 		}
+	}
+	return b.c
+}
+
+// ctxWithoutTimer is ctx for a decision whose calls all go through the
+// flushers (see budgetCtx): its deadline without a timer.
+func (b *lazyDeadline) ctxWithoutTimer() context.Context {
+	if b.c == nil {
+		b.c = &budgetCtx{Context: b.parent, deadline: time.Now().Add(b.budget)}
 	}
 	return b.c
 }

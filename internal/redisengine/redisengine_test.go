@@ -299,21 +299,7 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 // deadline when the queue has no room (Redis hangs, pipelines back up).
 func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a Redis that never answers
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { conn.Close() })
-		}
-	}()
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: silentRedis(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
 	t.Cleanup(e.Close)
@@ -355,5 +341,89 @@ func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
 		case <-timeout:
 			t.Fatal("a gathered decision outlived its deadline waiting for room in the queue")
 		}
+	}
+}
+
+// silentRedis is a Redis address that accepts connections and never
+// answers.
+func silentRedis(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestBudgetBoundsBatchedDecisions: a strict decision through the
+// flushers carries its budget as a deadline without a timer of its own
+// (budgetCtx), so the pipeline must end by it. Against a Redis that never
+// answers, with one flusher, a decision and one queued behind it each end
+// at their own deadline, not at go-redis's timeouts (seconds).
+func TestBudgetBoundsBatchedDecisions(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: silentRedis(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
+	t.Cleanup(e.Close)
+	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	const budget = 200 * time.Millisecond
+	type end struct {
+		took time.Duration
+		err  error
+	}
+	ends := make(chan end, 2)
+	for i := range 2 {
+		go func() {
+			start := time.Now()
+			_, err := e.AllowAllWithin(context.Background(), budget, []limit.Request{{Key: fmt.Sprint(i), Limiter: l, Cost: 1}}, make([]limit.Result, 1))
+			ends <- end{time.Since(start), err}
+		}()
+	}
+	for range 2 {
+		select {
+		case r := <-ends:
+			if !errors.Is(r.err, context.DeadlineExceeded) || r.took < budget-10*time.Millisecond || r.took > budget+500*time.Millisecond {
+				t.Errorf("a decision ended after %v with %v; want DeadlineExceeded at its %v budget", r.took, r.err, budget)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a decision outlived its budget")
+		}
+	}
+}
+
+// TestExpiredCallDoesNotCutItsPipeline: a call whose deadline passed
+// while it was queued fails at once; the others of its pipeline are
+// answered.
+func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e := New(c, Config{Prefix: prefix, Batch: true})
+	t.Cleanup(e.Close)
+	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k", Limiter: l, Cost: 1}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: time.Now().Add(-time.Millisecond)}
+	live := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: time.Now().Add(time.Minute)}
+	e.flush([]*call{expired, live})
+	<-expired.done
+	<-live.done
+	if !errors.Is(expired.err, context.DeadlineExceeded) {
+		t.Errorf("expired call: %v", expired.err)
+	}
+	if live.err != nil || len(live.reply) == 0 {
+		t.Errorf("live call: %v %v", live.reply, live.err)
 	}
 }
