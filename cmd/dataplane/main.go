@@ -28,7 +28,8 @@
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
-// at GOGC=400 under a 1 GiB soft memory limit (see dataplane.TuneGC).
+// at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
+// (see dataplane.TuneGC).
 package main
 
 import (

@@ -74,8 +74,8 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	// The garbage collector as cmd/dataplane runs it.
 	prevPercent, prevLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(prevPercent)
-	TuneGC(os.Getenv)
-	b.Cleanup(func() { debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
+	stopGC := TuneGC(os.Getenv)
+	b.Cleanup(func() { stopGC(); debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
 	c, prefix := redistest.Client(b)
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
