@@ -299,11 +299,7 @@ func TestGatherSendsDecisionsTogether(t *testing.T) {
 // deadline when the queue has no room (Redis hangs, pipelines back up).
 func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
 	t.Parallel()
-	c := redis.NewClient(&redis.Options{Addr: silentRedis(t), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
-	t.Cleanup(e.Close)
-	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	e, l := stuckEngine(t)
 	req := func(k string) []limit.Request { return []limit.Request{{Key: k, Limiter: l, Cost: 1}} }
 
 	// Fill the flusher and the queue behind it.
@@ -344,6 +340,16 @@ func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
 	}
 }
 
+// stuckEngine is a batching engine with one flusher and pipelines of one
+// call on a Redis that never answers, and a token-bucket limiter.
+func stuckEngine(t *testing.T) (*Engine, *limit.Limiter) {
+	c := redis.NewClient(&redis.Options{Addr: silentRedis(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
+	t.Cleanup(e.Close)
+	return e, limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+}
+
 // silentRedis is a Redis address that accepts connections and never
 // answers.
 func silentRedis(t *testing.T) string {
@@ -372,11 +378,7 @@ func silentRedis(t *testing.T) string {
 // at their own deadline, not at go-redis's timeouts (seconds).
 func TestBudgetBoundsBatchedDecisions(t *testing.T) {
 	t.Parallel()
-	c := redis.NewClient(&redis.Options{Addr: silentRedis(t), ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	e := New(c, Config{Batch: true, BatchSize: 1, Flushers: 1})
-	t.Cleanup(e.Close)
-	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
+	e, l := stuckEngine(t)
 	const budget = 200 * time.Millisecond
 	type end struct {
 		took time.Duration
