@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -296,34 +297,95 @@ func (e *Engine) flush(batch []*call) {
 	e.pipelined.Add(int64(len(pending)))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	for attempt := 0; attempt < 2 && len(pending) > 0; attempt++ {
+	ws := e.wires(pending)
+	for attempt := 0; attempt < 2 && len(ws) > 0; attempt++ {
 		pipe := e.client.Pipeline()
-		cmds := make([]*redis.Cmd, len(pending))
-		for i, c := range pending {
-			cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds := make([]*redis.Cmd, len(ws))
+		for i, w := range ws {
+			cmds[i] = w.script.EvalSha(ctx, pipe, w.keys, w.args...)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
-		var retry []*call
-		for i, c := range pending {
-			c.reply, c.err = cmds[i].Int64Slice()
-			if c.err != nil && ctx.Err() != nil {
-				c.err = ctx.Err() // a network timeout at the deadline, as the caller's own deadline would say
+		var retry []wire
+		for i, w := range ws {
+			reply, err := cmds[i].Int64Slice()
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err() // a network timeout at the deadline, as the caller's own deadline would say
 			}
-			if c.err != nil && redis.HasErrorPrefix(c.err, "NOSCRIPT") && attempt == 0 {
-				retry = append(retry, c)
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+				retry = append(retry, w)
 				continue
 			}
-			close(c.done)
+			w.answer(reply, err)
 		}
 		if len(retry) > 0 {
 			if err := e.Preload(ctx); err != nil {
-				for _, c := range retry {
-					c.err = err
-					close(c.done)
+				for _, w := range retry {
+					w.answer(nil, err)
 				}
 				return
 			}
 		}
-		pending = retry
+		ws = retry
+	}
+}
+
+// wire is one EVALSHA of a pipeline: one call, or the calls of single.lua
+// merged into one (see wires).
+type wire struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	calls  []*call
+}
+
+// singleReply is the length of single.lua's reply per key.
+const singleReply = 7
+
+// wires turns a pipeline's calls into its EVALSHAs. The calls of
+// single.lua with the same clock argument become one call of all their
+// keys: the decisions are independent, and Redis's cost of a call (about a
+// third of the script's) is then paid once per pipeline. On a cluster each
+// call stays alone, its key's slot being its own.
+func (e *Engine) wires(calls []*call) []wire {
+	ws := make([]wire, 0, len(calls))
+	merged := -1 // the index in ws of the single.lua calls
+	_, cluster := e.client.(*redis.ClusterClient)
+	for _, c := range calls {
+		if cluster || c.script != single {
+			ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
+			continue
+		}
+		if merged >= 0 && ws[merged].args[0] == c.args[0] {
+			w := &ws[merged]
+			if len(w.calls) == 1 { // the first call's slices stay its own
+				w.keys = append(make([]string, 0, 2*len(calls)), w.keys...)
+				w.args = append(make([]any, 0, 2+(len(c.args)-2)*len(calls)), w.args...)
+			}
+			w.keys = append(w.keys, c.keys...)
+			w.args = append(w.args, c.args[2:]...)
+			w.calls = append(w.calls, c)
+			continue
+		}
+		merged = len(ws)
+		ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
+	}
+	return ws
+}
+
+// answer ends the calls of w with its reply, each call its part of it.
+func (w wire) answer(reply []int64, err error) {
+	if len(w.calls) == 1 {
+		w.calls[0].reply, w.calls[0].err = reply, err
+		close(w.calls[0].done)
+		return
+	}
+	if err == nil && len(reply) != singleReply*len(w.calls) {
+		err = fmt.Errorf("redisengine: %d values in the reply for %d decisions", len(reply), len(w.calls))
+	}
+	for k, c := range w.calls {
+		if c.err = err; err == nil {
+			c.reply = reply[singleReply*k : singleReply*(k+1) : singleReply*(k+1)]
+		}
+		close(c.done)
 	}
 }

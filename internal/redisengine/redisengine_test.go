@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -427,5 +429,67 @@ func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
 	}
 	if live.err != nil || len(live.reply) == 0 {
 		t.Errorf("live call: %v %v", live.reply, live.err)
+	}
+}
+
+// TestSingleRuleDecisionsShareOneCall: the single-rule decisions of a
+// pipeline go to Redis as one call of single.lua, and answer exactly as
+// the same decisions made one by one: in order on a shared key, each with
+// its own cost, an impossible cost refused without consuming.
+func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	merged, alone := New(c, Config{Prefix: "m:", Batch: true, MinTTL: testTTL}), New(c, Config{Prefix: "a:", MinTTL: testTTL})
+	t.Cleanup(merged.Close)
+	t.Cleanup(alone.Close)
+	if err := merged.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bucket := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 2, Window: time.Second})
+	gcra := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 3, Window: time.Second})
+	reqs := []limit.Request{
+		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k1", Limiter: gcra, Cost: 2}, {Key: "k0", Limiter: bucket, Cost: 1},
+		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k2", Limiter: bucket, Cost: 5}, {Key: "k1", Limiter: gcra, Cost: 1},
+		{Key: "k1", Limiter: gcra, Cost: 1},
+	}
+	const now = 1_000_000_000
+	calls := make([]*call, len(reqs))
+	for i, rq := range reqs {
+		sc, keys, args, err := merged.prepare("check", []limit.Request{rq}, strconv.Itoa(now))
+		if err != nil || sc != single {
+			t.Fatalf("decision %d: script %v, %v; want single.lua", i, sc, err)
+		}
+		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	merged.flush(calls)
+	stats, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
+		t.Errorf("want one EVALSHA for the pipeline:\n%s", stats)
+	}
+	for i, cl := range calls {
+		<-cl.done
+		got := make([]limit.Result, 1)
+		if cl.err != nil {
+			t.Fatalf("decision %d: %v", i, cl.err)
+		}
+		if _, err := decode(cl.reply, 1, got); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]limit.Result, 1)
+		if _, err := alone.AllowAllAt(ctx, reqs[i:i+1], now, want); err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != want[0] {
+			t.Errorf("decision %d (%s, cost %d): merged %+v, alone %+v", i, reqs[i].Key, reqs[i].Cost, got[0], want[0])
+		}
 	}
 }
