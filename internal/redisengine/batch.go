@@ -330,7 +330,7 @@ func (e *Engine) flush(batch []*call) {
 }
 
 // wire is one EVALSHA of a pipeline: one call, or the calls of single.lua
-// merged into one (see wires).
+// or of window1.lua merged into one (see wires).
 type wire struct {
 	script *redis.Script
 	keys   []string
@@ -338,25 +338,35 @@ type wire struct {
 	calls  []*call
 }
 
-// singleReply is the length of single.lua's reply per key.
+// singleReply is the length of single.lua's and window1.lua's reply per
+// key.
 const singleReply = 7
 
 // wires turns a pipeline's calls into its EVALSHAs. The calls of
-// single.lua with the same clock argument become one call of all their
-// keys: the decisions are independent, and Redis's cost of a call (about a
-// third of the script's) is then paid once per pipeline. On a cluster each
-// call stays alone, its key's slot being its own.
+// single.lua, and those of window1.lua, with the same clock argument
+// become one call of all their keys: the decisions are independent, and
+// Redis's cost of a call (about a third of the script's) is then paid once
+// per pipeline. On a cluster each call stays alone, its key's slot being
+// its own.
 func (e *Engine) wires(calls []*call) []wire {
 	ws := make([]wire, 0, len(calls))
-	merged := -1 // the index in ws of the single.lua calls
+	merged := [2]int{-1, -1} // the index in ws of single.lua's and window1.lua's merged calls
 	_, cluster := e.client.(*redis.ClusterClient)
 	for _, c := range calls {
-		if cluster || c.script != single {
+		var m *int
+		switch {
+		case cluster:
+		case c.script == single:
+			m = &merged[0]
+		case c.script == window1:
+			m = &merged[1]
+		}
+		if m == nil {
 			ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
 			continue
 		}
-		if merged >= 0 && ws[merged].args[0] == c.args[0] {
-			w := &ws[merged]
+		if *m >= 0 && ws[*m].args[0] == c.args[0] {
+			w := &ws[*m]
 			if len(w.calls) == 1 { // the first call's slices stay its own
 				w.keys = append(make([]string, 0, 2*len(calls)), w.keys...)
 				w.args = append(make([]any, 0, 2+(len(c.args)-2)*len(calls)), w.args...)
@@ -366,7 +376,7 @@ func (e *Engine) wires(calls []*call) []wire {
 			w.calls = append(w.calls, c)
 			continue
 		}
-		merged = len(ws)
+		*m = len(ws)
 		ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
 	}
 	return ws

@@ -433,9 +433,10 @@ func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
 }
 
 // TestSingleRuleDecisionsShareOneCall: the single-rule decisions of a
-// pipeline go to Redis as one call of single.lua, and answer exactly as
-// the same decisions made one by one: in order on a shared key, each with
-// its own cost, an impossible cost refused without consuming.
+// pipeline go to Redis as one call of single.lua and one of window1.lua,
+// and answer exactly as the same decisions made one by one: in order on a
+// shared key, each with its own cost, an impossible cost refused without
+// consuming.
 func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -450,17 +451,21 @@ func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 	}
 	bucket := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 2, Window: time.Second})
 	gcra := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 3, Window: time.Second})
+	fixed := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Second})
+	sliding := limit.MustCompile(policy.Params{Algorithm: policy.SlidingWindow, Limit: 3, Window: time.Second})
 	reqs := []limit.Request{
-		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k1", Limiter: gcra, Cost: 2}, {Key: "k0", Limiter: bucket, Cost: 1},
+		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k1", Limiter: gcra, Cost: 2}, {Key: "w0", Limiter: fixed, Cost: 1},
+		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 2}, {Key: "w0", Limiter: fixed, Cost: 1},
 		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k2", Limiter: bucket, Cost: 5}, {Key: "k1", Limiter: gcra, Cost: 1},
-		{Key: "k1", Limiter: gcra, Cost: 1},
+		{Key: "w0", Limiter: fixed, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 2}, {Key: "w2", Limiter: fixed, Cost: 3},
+		{Key: "k1", Limiter: gcra, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 1},
 	}
 	const now = 1_000_000_000
 	calls := make([]*call, len(reqs))
 	for i, rq := range reqs {
 		sc, keys, args, err := merged.prepare("check", []limit.Request{rq}, strconv.Itoa(now))
-		if err != nil || sc != single {
-			t.Fatalf("decision %d: script %v, %v; want single.lua", i, sc, err)
+		if err != nil || (sc != single && sc != window1) {
+			t.Fatalf("decision %d: script %v, %v; want single.lua or window1.lua", i, sc, err)
 		}
 		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
 	}
@@ -472,8 +477,8 @@ func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=1,") {
-		t.Errorf("want one EVALSHA for the pipeline:\n%s", stats)
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
+		t.Errorf("want two EVALSHAs for the pipeline, one per script:\n%s", stats)
 	}
 	for i, cl := range calls {
 		<-cl.done
