@@ -8,9 +8,9 @@
 // spread its calls over many client ids.
 //
 // It speaks only what a unary call needs (no TLS, no compression, request
-// messages up to 16 KiB, so each goes in one DATA frame); it
-// honours the server's flow-control windows and settings, answers pings
-// and keeps its own receive window open.
+// messages up to 16 KiB, so each goes in one DATA frame); it waits for the
+// server's settings and honours them (concurrent streams, windows), answers
+// pings and keeps its own receive window open.
 package grpcload
 
 import (
@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"time"
@@ -155,7 +156,9 @@ type conn struct {
 	sendWindow   int64 // the connection's send window
 	streamWindow int64 // the peer's initial stream window
 	recvUnacked  int64 // response bytes not yet returned to the peer's window
-	queued       int   // calls that wait for send window
+	queued       int   // calls that wait for the server's settings, a stream or send window
+	settled      bool  // the server's first SETTINGS came: no call starts before
+	maxStreams   int   // the server's SETTINGS_MAX_CONCURRENT_STREAMS
 
 	calls, failed, matched int64
 	firstErr               string
@@ -184,7 +187,7 @@ func (c *conn) run(ctx context.Context) error {
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.hbuf)
 	c.nextID, c.flight = 1, make(map[uint32]*call, c.cfg.Streams)
-	c.sendWindow, c.streamWindow = 65535, 65535
+	c.sendWindow, c.streamWindow, c.maxStreams = 65535, 65535, math.MaxInt
 	if _, err := c.bw.WriteString(http2.ClientPreface); err != nil {
 		return err
 	}
@@ -234,19 +237,19 @@ func (c *conn) more() bool {
 	return true
 }
 
-// start begins the next call, or queues it while the connection's send
-// window is too small for its message.
+// start begins the next call, or queues it until the server's settings
+// have come, while the server allows no more streams, or while the
+// connection's send window is too small for its message.
 func (c *conn) start() error {
-	if !c.more() {
-		return nil
+	if c.more() {
+		c.queued++
 	}
-	c.queued++
-	return c.sendQueued()
+	return c.sendQueued() // the queued ones, if this one may not start
 }
 
-// sendQueued sends the queued calls the send window has room for.
+// sendQueued sends the queued calls the server's limits have room for.
 func (c *conn) sendQueued() error {
-	for c.queued > 0 {
+	for c.queued > 0 && c.settled && len(c.flight) < c.maxStreams {
 		body := c.frames[c.next%len(c.frames)]
 		if int64(len(body)) > c.sendWindow || int64(len(body)) > c.streamWindow {
 			return nil
@@ -334,6 +337,10 @@ func (c *conn) handle(f http2.Frame) error {
 		if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
 			c.streamWindow = int64(v)
 		}
+		if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok {
+			c.maxStreams = int(v)
+		}
+		c.settled = true
 		if err := c.fr.WriteSettingsAck(); err != nil {
 			return err
 		}

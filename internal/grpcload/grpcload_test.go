@@ -19,19 +19,19 @@ import (
 
 // server is grpc-go's health service, counting the calls that carried
 // the expected authorization metadata.
-func server(t *testing.T, authorized *atomic.Int64) string {
+func server(t *testing.T, authorized *atomic.Int64, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	s := grpc.NewServer(append(opts, grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) != 1 || v[0] != "Bearer k" {
 			return nil, status.Error(codes.Unauthenticated, "no key")
 		}
 		authorized.Add(1)
 		return h(ctx, req)
-	}))
+	}))...)
 	hs := health.NewServer()
 	hs.SetServingStatus("up", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, hs)
@@ -138,5 +138,31 @@ func TestRefusesBadConfigs(t *testing.T) {
 	// Nothing listening: the dial's error.
 	if _, err := Run(t.Context(), Config{Addr: "127.0.0.1:1", Method: "/a/b", Messages: [][]byte{{}}, Calls: 1}); err == nil {
 		t.Error("no server: no error")
+	}
+}
+
+// TestHonoursTheServersStreamLimit: a server allowing 3 concurrent
+// streams per connection gets at most 3, however many Streams asks for,
+// and every call succeeds (a stream over its limit would be refused).
+func TestHonoursTheServersStreamLimit(t *testing.T) {
+	var authorized, inFlight, most atomic.Int64
+	addr := server(t, &authorized, grpc.MaxConcurrentStreams(3), grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			return h(ctx, req)
+		}))
+	res, err := Run(t.Context(), Config{Addr: addr, Method: healthpb.Health_Check_FullMethodName, Messages: [][]byte{message(t, "up")},
+		Metadata: []string{"authorization", "Bearer k"}, Conns: 1, Streams: 20, Calls: 300, Classify: serving})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Calls != 300 || res.Failed != 0 || res.Matched != 300 {
+		t.Fatalf("%d calls, %d failed (%s), %d serving", res.Calls, res.Failed, res.FirstErr, res.Matched)
+	}
+	if most.Load() > 3 {
+		t.Fatalf("%d calls in flight at once on a server allowing 3", most.Load())
 	}
 }
