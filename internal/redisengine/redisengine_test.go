@@ -498,3 +498,39 @@ func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 		}
 	}
 }
+
+// TestMergedCallsRecoverFromNOSCRIPT: a merged call refused for a flushed
+// script is sent again whole, and each of its decisions gets its answer.
+func TestMergedCallsRecoverFromNOSCRIPT(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	e := New(c, Config{Batch: true})
+	t.Cleanup(e.Close)
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 1, Window: time.Minute})
+	calls := make([]*call, 4)
+	for i := range calls {
+		sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k" + strconv.Itoa(i%3), Limiter: l, Cost: 1}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
+	}
+	e.flush(calls)
+	for i, cl := range calls {
+		<-cl.done
+		res := make([]limit.Result, 1)
+		ok, err := decode(cl.reply, 1, res)
+		if cl.err != nil || err != nil {
+			t.Fatalf("decision %d: %v %v", i, cl.err, err)
+		}
+		// Limit 1: the fourth decision is k0's second.
+		if ok != (i < 3) {
+			t.Errorf("decision %d allowed %v", i, ok)
+		}
+	}
+}
