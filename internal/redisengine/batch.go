@@ -87,8 +87,8 @@ func (e *Engine) enqueue(ctx context.Context, c *call) error {
 // budgetCtx is a decision's context for its own calls through the
 // flushers: the parent with a deadline at the end of the decision's
 // budget, but without the timer and cancellation of context.WithDeadline
-// (a third of the allocations of a strict decision, 5% of the decider's
-// CPU): Done and Err are the parent's. Only batched may wait on it; see
+// (six allocations per decision, 5% of the decider's CPU under load): Done
+// and Err are the parent's. Only batched may wait on it; see
 // there why its wait is bounded all the same.
 type budgetCtx struct {
 	context.Context
