@@ -161,9 +161,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC checks without TLS
+	// The check routes on fasthttp, everything else (and browsers' checks,
+	// for CORS) through mux; HTTP/2 for gRPC checks without TLS.
+	srv := dataplane.NewHTTPServer(apiCfg, mux)
 	fmt.Fprintf(stdout, "decider listening on http://%s\n", ln.Addr())
 	if *upstream != "" {
 		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"),

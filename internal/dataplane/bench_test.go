@@ -113,11 +113,13 @@ func benchDeciderWith(b *testing.B, limitPerSecond int64, pub *events.Publisher)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: mux, Protocols: new(http.Protocols)}
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
+	srv := NewHTTPServer(apiCfg, mux) // as cmd/dataplane serves it
 	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { srv.Close() })
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
 	return "http://" + ln.Addr().String(), secret
 }
 

@@ -2,28 +2,35 @@ package dataplane
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 )
 
 func TestCORSLetsOnlyListedOriginsCallChecks(t *testing.T) {
 	t.Parallel()
+	for _, kind := range serverKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testCORS(t, kind)
+		})
+	}
+}
+
+func testCORS(t *testing.T, kind string) {
 	cfg, key := testAPI(t)
 	h := CORS([]string{"http://console.example"}, NewHTTPHandler(cfg))
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h)
 	mux.Handle("OPTIONS /v1/check", h)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := serve(t, kind, cfg, mux)
 	do := func(method, origin string) *http.Response {
-		req, _ := http.NewRequest(method, srv.URL+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"cors"}}`))
+		req, _ := http.NewRequest(method, srv.url+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"cors"}}`))
 		req.Header.Set("Origin", origin)
 		req.Header.Set("Authorization", "Bearer "+key)
 		if method == http.MethodOptions {
 			req.Header.Set("Access-Control-Request-Method", "POST")
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := srv.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

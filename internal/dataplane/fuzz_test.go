@@ -10,6 +10,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -18,8 +19,10 @@ import (
 )
 
 // FuzzCheckBody sends arbitrary bodies to POST /v1/check and POST
-// /shouldAllowRequest: every answer is a decision (200, 429) or a refusal
-// of the input (400, 413), never an internal error, and its body is JSON.
+// /shouldAllowRequest, on net/http and on fasthttp's handler (each with its
+// own counters, in step): every answer is a decision (200, 429) or a
+// refusal of the input (400, 413), never an internal error, its body is
+// JSON, and both servers answer alike (within the body's bound).
 func FuzzCheckBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"descriptors":{"client_id":"alice"}}`,
@@ -37,6 +40,18 @@ func FuzzCheckBody(f *testing.F) {
 	}
 	cfg, secret := testAPI(f)
 	h := NewHTTPHandler(cfg)
+	fastCfg, fastSecret := testAPI(f)
+	fast := NewHTTPServer(fastCfg, http.NotFoundHandler()).fast.Handler
+	check := func(t *testing.T, path, body string, status int, answer []byte) {
+		switch status {
+		case http.StatusOK, http.StatusTooManyRequests, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("%s %q: status %d: %s", path, body, status, answer)
+		}
+		if !json.Valid(answer) {
+			t.Fatalf("%s %q: answer is not JSON: %q", path, body, answer)
+		}
+	}
 	f.Fuzz(func(t *testing.T, path, body string) {
 		if path != "/v1/check" {
 			path = "/shouldAllowRequest"
@@ -45,13 +60,19 @@ func FuzzCheckBody(f *testing.F) {
 		req.Header.Set("Authorization", "Bearer "+secret)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		switch rec.Code {
-		case http.StatusOK, http.StatusTooManyRequests, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
-		default:
-			t.Fatalf("%s %q: status %d: %s", path, body, rec.Code, rec.Body)
-		}
-		if !json.Valid(rec.Body.Bytes()) {
-			t.Fatalf("%s %q: answer is not JSON: %q", path, body, rec.Body)
+		check(t, path, body, rec.Code, rec.Body.Bytes())
+
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetMethod(http.MethodPost)
+		ctx.Request.SetRequestURI(path)
+		ctx.Request.Header.Set("Authorization", "Bearer "+fastSecret)
+		ctx.Request.SetBodyString(body)
+		fast(&ctx)
+		check(t, path, body, ctx.Response.StatusCode(), ctx.Response.Body())
+		// Beyond the bound, net/http may find a syntax error (400) before it
+		// reads too much (413); fasthttp has read it all first.
+		if ctx.Response.StatusCode() != rec.Code && int64(len(body)) <= fastCfg.MaxBodyBytes {
+			t.Fatalf("%s %q: fasthttp answered %d, net/http %d", path, body, ctx.Response.StatusCode(), rec.Code)
 		}
 	})
 }

@@ -62,20 +62,42 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 // NewHTTPHandler returns the handler of POST /v1/check and the
 // seed-compatible POST /shouldAllowRequest.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
+	h := newHTTPAPI(cfg)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) { h.check(&stdExchange{w, r}) })
+	mux.HandleFunc("POST /shouldAllowRequest", func(w http.ResponseWriter, r *http.Request) { h.shouldAllow(&stdExchange{w, r}) })
+	return mux
+}
+
+func newHTTPAPI(cfg HTTPConfig) *httpAPI {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &httpAPI{cfg: cfg}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", h.check)
-	mux.HandleFunc("POST /shouldAllowRequest", h.shouldAllow)
-	return mux
+	return &httpAPI{cfg: cfg}
 }
 
+// httpAPI answers the check routes over an exchange, whichever HTTP server
+// carries it.
 type httpAPI struct{ cfg HTTPConfig }
+
+// exchange is one HTTP request to a check route and its answer.
+type exchange interface {
+	context() context.Context
+	authorization() string
+	// decode reads the body, one JSON object of at most maxBytes, into v;
+	// errTooLarge when it is longer.
+	decode(v any, maxBytes int64) error
+	// rateHeaders sets the rate limit headers of dec (see SetHeaders).
+	rateHeaders(dec decide.Decision)
+	// reply answers with status and v as JSON.
+	reply(status int, contentType string, v any)
+}
+
+// errTooLarge is a body longer than the bound.
+var errTooLarge = errors.New("request body too large")
 
 // checkBody is the JSON of POST /v1/check.
 type checkBody struct {
@@ -107,27 +129,27 @@ type CheckJSON struct {
 	ConfigVersion int64      `json:"config_version"`
 }
 
-func (h *httpAPI) check(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) check(ex exchange) {
 	var body checkBody
-	c, ok := h.begin(w, r, &body)
+	c, ok := h.begin(ex, &body)
 	if !ok {
 		return
 	}
 	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: descriptorsOf(body.Descriptors), Lease: LeaseID(body.Lease)}
 	if body.Release {
 		if body.Lease == "" {
-			h.fail(w, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
+			h.fail(ex, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
 				Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}})
 			return
 		}
-		if err := h.cfg.Decider.Release(r.Context(), c, req); err != nil {
-			h.fail(w, err)
+		if err := h.cfg.Decider.Release(ex.context(), c, req); err != nil {
+			h.fail(ex, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, "application/json", map[string]bool{"released": true})
+		ex.reply(http.StatusOK, "application/json", map[string]bool{"released": true})
 		return
 	}
-	h.decide(w, r.Context(), c, req, false)
+	h.decide(ex, c, req, false)
 }
 
 // shouldAllowBody is the seed API's request. The timestamp is accepted for
@@ -137,101 +159,124 @@ type shouldAllowBody struct {
 	Timestamp any    `json:"timestamp"`
 }
 
-func (h *httpAPI) shouldAllow(w http.ResponseWriter, r *http.Request) {
+func (h *httpAPI) shouldAllow(ex exchange) {
 	var body shouldAllowBody
-	c, ok := h.begin(w, r, &body)
+	c, ok := h.begin(ex, &body)
 	if !ok {
 		return
 	}
 	if body.ClientID == "" {
-		h.fail(w, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+		h.fail(ex, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
 			Fields: []policy.FieldError{{Field: "clientId", Description: "required"}}})
 		return
 	}
 	req := decide.Request{Descriptors: policy.Descriptors{{Key: policy.DefaultIdentifierKey, Value: body.ClientID}}}
-	h.decide(w, r.Context(), c, req, true)
+	h.decide(ex, c, req, true)
 }
 
-func (h *httpAPI) decide(w http.ResponseWriter, ctx context.Context, c *decide.Config, req decide.Request, seed bool) {
-	dec, err := h.cfg.decide(ctx, c, req)
+func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed bool) {
+	dec, err := h.cfg.decide(ex.context(), c, req)
 	if err != nil {
-		h.fail(w, err)
+		h.fail(ex, err)
 		return
 	}
 	// Yield once before answering. A decision made on the decider (local
-	// counting, the deny cache) never blocks, and net/http's connection
-	// goroutines that never block keep their thread until preempted: wrk's
-	// p99 on POST /v1/check doubled without this (22 against 10–12 ms on a
-	// slower machine; 11.6–11.9 against 6.5–7 ms here). It lives here, not
-	// in the engine, because gRPC's handlers hand their answer to another
+	// counting, the deny cache) never blocks, and connection goroutines
+	// that never block keep their thread until preempted: wrk's p99 on
+	// POST /v1/check doubled without this (22 against 10–12 ms on a slower
+	// machine; 11.6–11.9 against 6.5–7 ms here). It lives here, not in the
+	// engine, because gRPC's handlers hand their answer to another
 	// goroutine anyway: there the yield only cost 1.7 µs per decision
 	// (interleaved runs, docs/benchmarks.md).
 	runtime.Gosched()
-	SetHeaders(w.Header(), dec)
+	ex.rateHeaders(dec)
 	status := http.StatusOK
 	if !dec.Allowed {
 		status = http.StatusTooManyRequests
 	}
 	switch {
 	case seed:
-		writeJSON(w, status, "application/json", map[string]bool{"allowed": dec.Allowed})
+		ex.reply(status, "application/json", map[string]bool{"allowed": dec.Allowed})
 	case dec.Allowed:
-		writeJSON(w, status, "application/json", CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version})
+		ex.reply(status, "application/json", CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version})
 	default:
-		writeJSON(w, status, "application/problem+json", rejectedProblem(dec))
+		ex.reply(status, "application/problem+json", rejectedProblem(dec))
 	}
 }
 
-// begin authenticates r and decodes its body into v; on failure it has
-// answered and returns false.
-func (h *httpAPI) begin(w http.ResponseWriter, r *http.Request, v any) (*decide.Config, bool) {
-	c, err := h.cfg.Authenticate(r.Header.Get("Authorization"))
+// begin authenticates the request and decodes its body into v; on failure
+// it has answered and returns false.
+func (h *httpAPI) begin(ex exchange, v any) (*decide.Config, bool) {
+	c, err := h.cfg.Authenticate(ex.authorization())
 	if err != nil {
-		h.fail(w, err)
+		h.fail(ex, err)
 		return nil, false
 	}
-	return c, h.decodeJSON(w, r, v)
+	err = ex.decode(v, h.cfg.MaxBodyBytes)
+	if err == nil {
+		return c, true
+	}
+	if errors.Is(err, errTooLarge) {
+		h.tooLarge(ex)
+		return nil, false
+	}
+	replyProblem(ex, http.StatusBadRequest, "Malformed request", "the body is not a valid check: "+err.Error(), nil)
+	return nil, false
+}
+
+func (h *httpAPI) tooLarge(ex exchange) {
+	replyProblem(ex, http.StatusRequestEntityTooLarge, "Request too large",
+		fmt.Sprintf("the body exceeds %d bytes", h.cfg.MaxBodyBytes), nil)
 }
 
 // decodeOptions: field names match as encoding/json matches them (case
-// aside); unknown ones, duplicates and invalid UTF-8 are errors.
+// aside); unknown ones, duplicates and invalid UTF-8 are errors. Bodies
+// are decoded with the module of Go's encoding/json/v2 (experimental in
+// the standard library as of Go 1.26): a third of encoding/json's CPU for
+// a check body.
 var decodeOptions = jsonv2.JoinOptions(jsonv2.RejectUnknownMembers(true), jsonv2.MatchCaseInsensitiveNames(true))
 
-// decodeJSON reads one JSON object of at most MaxBodyBytes; unknown fields
-// and trailing data are errors. It decodes with the module of Go's
-// encoding/json/v2 (experimental in the standard library as of Go 1.26):
-// a third of encoding/json's CPU for a check body.
-func (h *httpAPI) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	err := jsonv2.UnmarshalRead(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes), v, decodeOptions)
-	if err == nil {
-		return true
+// stdExchange is an exchange on net/http.
+type stdExchange struct {
+	w http.ResponseWriter
+	r *http.Request
+}
+
+func (e *stdExchange) context() context.Context { return e.r.Context() }
+func (e *stdExchange) authorization() string    { return e.r.Header.Get("Authorization") }
+
+// decode reads one JSON object; unknown fields and trailing data are
+// errors.
+func (e *stdExchange) decode(v any, maxBytes int64) error {
+	err := jsonv2.UnmarshalRead(http.MaxBytesReader(e.w, e.r.Body, maxBytes), v, decodeOptions)
+	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+		return errTooLarge
 	}
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, "Request too large",
-			fmt.Sprintf("the body exceeds %d bytes", h.cfg.MaxBodyBytes), nil)
-		return false
-	}
-	writeProblem(w, http.StatusBadRequest, "Malformed request", "the body is not a valid check: "+err.Error(), nil)
-	return false
+	return err
+}
+
+func (e *stdExchange) rateHeaders(dec decide.Decision) { SetHeaders(e.w.Header(), dec) }
+
+func (e *stdExchange) reply(status int, contentType string, v any) {
+	writeJSON(e.w, status, contentType, v)
 }
 
 // fail answers err: policy errors with their status and details, anything
 // else as an internal error whose text is logged, never sent.
-func (h *httpAPI) fail(w http.ResponseWriter, err error) {
+func (h *httpAPI) fail(ex exchange, err error) {
 	if errors.Is(err, context.Canceled) { // the client went away: nothing failed, nobody reads the answer
 		h.cfg.Logger.Debug("check canceled by the client")
-		writeProblem(w, statusClientClosed, "Client Closed Request", "the request was canceled", nil)
+		replyProblem(ex, statusClientClosed, "Client Closed Request", "the request was canceled", nil)
 		return
 	}
 	var pe *policy.Error
 	if !errors.As(err, &pe) {
 		h.cfg.Logger.Error("check failed", "err", err)
-		writeProblem(w, http.StatusInternalServerError, "Internal error", "the decision could not be made", nil)
+		replyProblem(ex, http.StatusInternalServerError, "Internal error", "the decision could not be made", nil)
 		return
 	}
 	status := HTTPStatus(pe.Code)
-	writeProblem(w, status, http.StatusText(status), pe.Message, pe.Fields)
+	replyProblem(ex, status, http.StatusText(status), pe.Message, pe.Fields)
 }
 
 // statusClientClosed answers a request its client canceled (nginx's 499).
@@ -304,8 +349,8 @@ func rejectedProblem(dec decide.Decision) problem {
 	return p
 }
 
-func writeProblem(w http.ResponseWriter, status int, title, detail string, fields []policy.FieldError) {
-	writeJSON(w, status, "application/problem+json", problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Errors: fields})
+func replyProblem(ex exchange, status int, title, detail string, fields []policy.FieldError) {
+	ex.reply(status, "application/problem+json", problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Errors: fields})
 }
 
 func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {

@@ -3,8 +3,10 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -58,22 +60,67 @@ func apiWith(t testing.TB, rules []policy.Rule) (HTTPConfig, string) {
 	}, secret
 }
 
-// newServer serves testAPI's check API and returns its check key.
-func newServer(t *testing.T) (*httptest.Server, string) {
-	t.Helper()
-	cfg, secret := testAPI(t)
-	srv := httptest.NewServer(NewHTTPHandler(cfg))
-	t.Cleanup(srv.Close)
-	return srv, secret
+// served is a check API served for a test: its base URL and a client.
+type served struct {
+	url    string
+	client *http.Client
 }
 
-func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Response, map[string]any) {
+// serverKinds are the ways the check API is served: by NewHTTPHandler on
+// net/http, and by NewHTTPServer (fasthttp) as cmd/dataplane serves it.
+// Each test of the API runs against both.
+var serverKinds = []string{"net/http", "fasthttp"}
+
+// serve serves cfg's check API the given way until the test ends, with
+// next the handler of net/http (on its own, or behind NewHTTPServer).
+func serve(t *testing.T, kind string, cfg HTTPConfig, next http.Handler) served {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+	if kind == "net/http" {
+		std := httptest.NewServer(next)
+		t.Cleanup(std.Close)
+		return served{std.URL, std.Client()}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := NewHTTPServer(cfg, next)
+	done := make(chan error, 1)
+	go func() { done <- fast.Serve(ln) }()
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() {
+		client.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := fast.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
+		}
+	})
+	return served{"http://" + ln.Addr().String(), client}
+}
+
+// eachServer runs f against a check API of mk's config on each kind of
+// server, with its check key.
+func eachServer(t *testing.T, mk func(testing.TB) (HTTPConfig, string), f func(t *testing.T, srv served, key string)) {
+	for _, kind := range serverKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			cfg, key := mk(t)
+			f(t, serve(t, kind, cfg, NewHTTPHandler(cfg)), key)
+		})
+	}
+}
+
+func post(t *testing.T, srv served, path, key, body string) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.url+path, strings.NewReader(body))
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := srv.Client().Do(req)
+	resp, err := srv.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +135,10 @@ func post(t *testing.T, srv *httptest.Server, path, key, body string) (*http.Res
 
 func TestCheckUntilRejected(t *testing.T) {
 	t.Parallel()
-	srv, key := newServer(t)
+	eachServer(t, testAPI, testCheckUntilRejected)
+}
+
+func testCheckUntilRejected(t *testing.T, srv served, key string) {
 	body := `{"descriptors":{"client_id":"alice","route":"/login"}}`
 	for i := range 2 {
 		resp, m := post(t, srv, "/v1/check", key, body)
@@ -119,7 +169,10 @@ func TestCheckUntilRejected(t *testing.T) {
 
 func TestShouldAllowRequest(t *testing.T) {
 	t.Parallel()
-	srv, key := newServer(t)
+	eachServer(t, testAPI, testShouldAllowRequest)
+}
+
+func testShouldAllowRequest(t *testing.T, srv served, key string) {
 	var answers []bool
 	for range 4 {
 		_, m := post(t, srv, "/shouldAllowRequest", key, `{"clientId":"bob","timestamp":1700000000}`)
@@ -132,7 +185,10 @@ func TestShouldAllowRequest(t *testing.T) {
 
 func TestCheckRefusesBadRequests(t *testing.T) {
 	t.Parallel()
-	srv, key := newServer(t)
+	eachServer(t, testAPI, testCheckRefusesBadRequests)
+}
+
+func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 	tests := []struct {
 		name, key, body string
 		status          int
@@ -173,10 +229,13 @@ func TestCheckRefusesBadRequests(t *testing.T) {
 // ends it, and a release without a lease is a field error.
 func TestLeasesTakenAndReleased(t *testing.T) {
 	t.Parallel()
-	cfg, key := apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
-		Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Minute}}})
-	srv := httptest.NewServer(NewHTTPHandler(cfg))
-	t.Cleanup(srv.Close)
+	eachServer(t, func(t testing.TB) (HTTPConfig, string) {
+		return apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Minute}}})
+	}, testLeases)
+}
+
+func testLeases(t *testing.T, srv served, key string) {
 	status := func(body string) int {
 		resp, _ := post(t, srv, "/v1/check", key, body)
 		return resp.StatusCode

@@ -63,11 +63,12 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		FlushInterval: -1, // stream responses as they come
 		ErrorLog:      slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
 	}
-	h := &httpAPI{cfg: cfg.API}
+	h := newHTTPAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ex := &stdExchange{w, r}
 		c, err := cfg.Tenant()
 		if err != nil {
-			h.fail(w, err)
+			h.fail(ex, err)
 			return
 		}
 		req := decide.Request{Descriptors: policy.Descriptors{
@@ -80,17 +81,17 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		}
 		dec, err := cfg.API.decide(r.Context(), c, req)
 		if err != nil {
-			h.fail(w, err)
+			h.fail(ex, err)
 			return
 		}
-		SetHeaders(w.Header(), dec)
+		ex.rateHeaders(dec)
 		if !dec.Allowed {
-			writeJSON(w, http.StatusTooManyRequests, "application/problem+json", rejectedProblem(dec))
+			ex.reply(http.StatusTooManyRequests, "application/problem+json", rejectedProblem(dec))
 			return
 		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
-				writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
+				replyProblem(ex, http.StatusTooManyRequests, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
 				return
 			}
 			t := time.NewTimer(delay)

@@ -86,9 +86,16 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expirations))
 }
 
+// Server is what Serve runs: an *http.Server, or a server like it whose
+// Serve returns http.ErrServerClosed after Shutdown.
+type Server interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
 // Serve runs srv on ln until ctx ends, then shuts it down gracefully within
 // timeout. It returns nil after a clean shutdown.
-func Serve(ctx context.Context, srv *http.Server, ln net.Listener, timeout time.Duration) error {
+func Serve(ctx context.Context, srv Server, ln net.Listener, timeout time.Duration) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

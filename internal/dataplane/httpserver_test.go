@@ -1,0 +1,76 @@
+package dataplane
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+)
+
+// One port, every protocol of cmd/dataplane's: the check routes on
+// fasthttp, Connect over HTTP/1.1 through the adaptor, gRPC over HTTP/2
+// without TLS through net/http, and net/http's own answers for what no
+// route takes — all deciding on the same counters.
+func TestHTTPServerSharesItsPortAcrossProtocols(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t) // 3 per minute per client
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/check", NewHTTPHandler(cfg))
+	mux.Handle(NewDecisionService(cfg))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	srv := serve(t, "fasthttp", cfg, mux)
+
+	h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols)}}
+	h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
+	defer h2c.CloseIdleConnections()
+	clients := map[string]sluicev1connect.DecisionServiceClient{
+		"Connect over HTTP/1.1": sluicev1connect.NewDecisionServiceClient(srv.client, srv.url, connect.WithProtoJSON()),
+		"gRPC over HTTP/2":      sluicev1connect.NewDecisionServiceClient(h2c, srv.url, connect.WithGRPC()),
+	}
+	for name, client := range clients {
+		req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "carol"}}})
+		req.Header().Set("Authorization", "Bearer "+key)
+		res, err := client.Check(context.Background(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !res.Msg.Allowed || res.Msg.ConfigVersion != 3 {
+			t.Fatalf("%s: %v", name, res.Msg)
+		}
+	}
+	// The third of carol's three, then one over the limit: the counts above
+	// were the same counters.
+	for i, want := range []int{200, 429} {
+		resp, _ := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"carol"}}`)
+		if resp.StatusCode != want {
+			t.Fatalf("check %d over HTTP/1.1: %d, want %d", i+3, resp.StatusCode, want)
+		}
+	}
+
+	for _, tt := range []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{http.MethodGet, "/healthz", 200, "ok"},
+		{http.MethodGet, "/v1/check", http.StatusMethodNotAllowed, ""},
+		{http.MethodPost, "/nowhere", http.StatusNotFound, ""},
+	} {
+		req, _ := http.NewRequest(tt.method, srv.url+tt.path, strings.NewReader("{}"))
+		resp, err := srv.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || (tt.body != "" && string(b) != tt.body) {
+			t.Errorf("%s %s: %d %q, want %d %q", tt.method, tt.path, resp.StatusCode, b, tt.status, tt.body)
+		}
+	}
+}
