@@ -12,6 +12,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
@@ -63,6 +64,34 @@ func BenchmarkCheckHTTPInProcess(b *testing.B) {
 		h.ServeHTTP(w, req)
 		if w.code != http.StatusOK {
 			b.Fatalf("status %d", w.code)
+		}
+	}
+}
+
+// BenchmarkCheckFastHTTPInProcess is BenchmarkCheckHTTPInProcess through
+// the fasthttp handler of NewHTTPServer, as cmd/dataplane serves checks.
+func BenchmarkCheckFastHTTPInProcess(b *testing.B) {
+	cfg, key := benchConfig(b, 1_000_000, nil)
+	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	h := NewHTTPServer(cfg, http.NotFoundHandler()).fast.Handler
+	bodies := make([][]byte, benchKeys)
+	for i := range bodies {
+		bodies[i] = []byte(`{"descriptors":{"client_id":"client-` + strconv.Itoa(i) + `"}}`)
+	}
+	var ctx fasthttp.RequestCtx
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.Header.SetMethod(http.MethodPost)
+		ctx.Request.SetRequestURI("/v1/check")
+		ctx.Request.Header.Set("Authorization", "Bearer "+key)
+		ctx.Request.Header.SetContentType("application/json")
+		ctx.Request.SetBodyRaw(bodies[i%benchKeys])
+		h(&ctx)
+		if ctx.Response.StatusCode() != http.StatusOK {
+			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 	}
 }
