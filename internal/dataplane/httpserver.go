@@ -51,15 +51,14 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 	std.Protocols.SetHTTP1(true)
 	std.Protocols.SetUnencryptedHTTP2(true)
 	adapted := fasthttpadaptor.NewFastHTTPHandler(next)
-	checkPath, seedPath := []byte("/v1/check"), []byte("/shouldAllowRequest")
 	fast := &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if ctx.IsPost() && len(ctx.Request.Header.Peek("Origin")) == 0 {
-				switch path := ctx.Path(); string(path) {
-				case string(checkPath):
+				switch string(ctx.Path()) {
+				case "/v1/check":
 					h.check(&fastExchange{ctx})
 					return
-				case string(seedPath):
+				case "/shouldAllowRequest":
 					h.shouldAllow(&fastExchange{ctx})
 					return
 				}

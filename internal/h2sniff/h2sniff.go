@@ -42,16 +42,15 @@ func (s *splitter) accept() {
 	var backoff time.Duration
 	for {
 		c, err := s.base.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() { // EMFILE and the like: wait as net/http does
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				time.Sleep(backoff)
-				continue
-			}
+		if errors.Is(err, net.ErrClosed) {
 			s.h2.fail(err)
 			s.rest.fail(err)
 			return
+		}
+		if err != nil { // out of file descriptors and the like: wait, as net/http does
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
 		backoff = 0
 		go s.sniff(c)
