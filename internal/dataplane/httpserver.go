@@ -42,6 +42,9 @@ type HTTPServer struct {
 const (
 	httpReadTimeout = 10 * time.Second // a request's headers and body
 	httpIdleTimeout = 2 * time.Minute  // between requests of a kept-alive connection
+	// httpHeaderBytes bounds an HTTP/1.1 request's line and headers (the
+	// read buffer of each connection).
+	httpHeaderBytes = 16 << 10
 )
 
 // NewHTTPServer returns the server of cfg's check routes and of next.
@@ -66,12 +69,22 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 			adapted(ctx)
 		},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				h.tooLarge(&fastExchange{ctx})
-				return
+			ex := &fastExchange{ctx}
+			var small *fasthttp.ErrSmallBuffer
+			var ne net.Error
+			switch {
+			case errors.Is(err, fasthttp.ErrBodyTooLarge):
+				h.tooLarge(ex)
+			case errors.As(err, &small):
+				replyProblem(ex, http.StatusRequestHeaderFieldsTooLarge, "Request headers too large",
+					fmt.Sprintf("the request's headers exceed %d bytes", httpHeaderBytes), nil)
+			case errors.As(err, &ne) && ne.Timeout():
+				replyProblem(ex, http.StatusRequestTimeout, "Request timeout", "the request did not arrive in time", nil)
+			default:
+				replyProblem(ex, http.StatusBadRequest, "Malformed request", "the request is not valid HTTP", nil)
 			}
-			replyProblem(&fastExchange{ctx}, http.StatusBadRequest, "Malformed request", "the request could not be read", nil)
 		},
+		ReadBufferSize:        httpHeaderBytes,
 		MaxRequestBodySize:    int(h.cfg.MaxBodyBytes),
 		ReadTimeout:           httpReadTimeout,
 		IdleTimeout:           httpIdleTimeout,

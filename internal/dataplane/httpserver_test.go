@@ -1,11 +1,15 @@
 package dataplane
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -71,6 +75,42 @@ func TestHTTPServerSharesItsPortAcrossProtocols(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tt.status || (tt.body != "" && string(b) != tt.body) {
 			t.Errorf("%s %s: %d %q, want %d %q", tt.method, tt.path, resp.StatusCode, b, tt.status, tt.body)
+		}
+	}
+}
+
+// Requests fasthttp cannot take are refused with a problem, as the check
+// API refuses bad bodies, and the connection is closed.
+func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	srv := serve(t, "fasthttp", cfg, NewHTTPHandler(cfg))
+	addr := strings.TrimPrefix(srv.url, "http://")
+	for _, tt := range []struct {
+		name, request string
+		status        int
+	}{
+		{"headers over the bound", "POST /v1/check HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", 431},
+		{"body over the bound", "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("a", 5000), 413},
+		{"not HTTP", "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, tt.request); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/problem+json" || !json.Valid(b) || !resp.Close {
+			t.Errorf("%s: %d %s close=%v %q, want %d problem+json and the connection closed", tt.name, resp.StatusCode,
+				resp.Header.Get("Content-Type"), resp.Close, b, tt.status)
 		}
 	}
 }
