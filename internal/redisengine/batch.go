@@ -329,8 +329,8 @@ func (e *Engine) flush(batch []*call) {
 	}
 }
 
-// wire is one EVALSHA of a pipeline: one call, or the calls of single.lua
-// or of window1.lua merged into one (see wires).
+// wire is one EVALSHA of a pipeline: one call, or calls merged into one
+// (see wires).
 type wire struct {
 	script *redis.Script
 	keys   []string
@@ -342,15 +342,21 @@ type wire struct {
 // key.
 const singleReply = 7
 
+// decideArgs is how many of decide.lua's arguments come before the rules'
+// fields: now, slack, minimum TTL and the op.
+const decideArgs = 4
+
 // wires turns a pipeline's calls into its EVALSHAs. The calls of
-// single.lua, and those of window1.lua, with the same clock argument
-// become one call of all their keys: the decisions are independent, and
-// Redis's cost of a call (about a third of the script's) is then paid once
-// per pipeline. On a cluster each call stays alone, its key's slot being
-// its own.
+// single.lua, and those of window1.lua, with the same clock argument become
+// one call of all their keys; decide.lua's checks become one "checks" call.
+// The decisions are independent and Redis runs them in the pipeline's
+// order, as it would have run the calls, and its cost of a call (about a
+// third of single.lua's, more of decide.lua's, whose function definitions
+// run on every call) is then paid once per pipeline. On a cluster each
+// call stays alone, its keys' slot being its own.
 func (e *Engine) wires(calls []*call) []wire {
 	ws := make([]wire, 0, len(calls))
-	merged := [2]int{-1, -1} // the index in ws of single.lua's and window1.lua's merged calls
+	merged := [3]int{-1, -1, -1} // the index in ws of single.lua's, window1.lua's and decide.lua's merged calls
 	_, cluster := e.client.(*redis.ClusterClient)
 	for _, c := range calls {
 		var m *int
@@ -360,19 +366,36 @@ func (e *Engine) wires(calls []*call) []wire {
 			m = &merged[0]
 		case c.script == window1:
 			m = &merged[1]
+		case c.script == script && c.args[3] == "check":
+			m = &merged[2]
 		}
 		if m == nil {
 			ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
 			continue
 		}
+		// The clock must match; the other leading arguments (slack,
+		// minimum TTL) are the engine's own.
 		if *m >= 0 && ws[*m].args[0] == c.args[0] {
 			w := &ws[*m]
 			if len(w.calls) == 1 { // the first call's slices stay its own
 				w.keys = append(make([]string, 0, 2*len(calls)), w.keys...)
-				w.args = append(make([]any, 0, 2+(len(c.args)-2)*len(calls)), w.args...)
+				first := w.args
+				w.args = make([]any, 0, 2*len(calls)*len(first))
+				if c.script == script {
+					w.args = append(w.args, first[:decideArgs-1]...)
+					w.args = append(w.args, "checks", 1, len(w.keys))
+					first = first[decideArgs:]
+				}
+				w.args = append(w.args, first...)
 			}
 			w.keys = append(w.keys, c.keys...)
-			w.args = append(w.args, c.args[2:]...)
+			if c.script == script {
+				w.args[decideArgs] = len(w.calls) + 1
+				w.args = append(w.args, len(c.keys))
+				w.args = append(w.args, c.args[decideArgs:]...)
+			} else {
+				w.args = append(w.args, c.args[2:]...)
+			}
 			w.calls = append(w.calls, c)
 			continue
 		}
@@ -382,6 +405,14 @@ func (e *Engine) wires(calls []*call) []wire {
 	return ws
 }
 
+// replyLen is the length of c's part of a merged reply.
+func replyLen(c *call) int {
+	if c.script == script {
+		return 1 + 6*len(c.keys)
+	}
+	return singleReply * len(c.keys)
+}
+
 // answer ends the calls of w with its reply, each call its part of it.
 func (w wire) answer(reply []int64, err error) {
 	if len(w.calls) == 1 {
@@ -389,13 +420,20 @@ func (w wire) answer(reply []int64, err error) {
 		close(w.calls[0].done)
 		return
 	}
-	if err == nil && len(reply) != singleReply*len(w.calls) {
+	total := 0
+	for _, c := range w.calls {
+		total += replyLen(c)
+	}
+	if err == nil && len(reply) != total {
 		err = fmt.Errorf("redisengine: %d values in the reply for %d decisions", len(reply), len(w.calls))
 	}
-	for k, c := range w.calls {
+	from := 0
+	for _, c := range w.calls {
+		to := from + replyLen(c)
 		if c.err = err; err == nil {
-			c.reply = reply[singleReply*k : singleReply*(k+1) : singleReply*(k+1)]
+			c.reply = reply[from:to:to]
 		}
+		from = to
 		close(c.done)
 	}
 }

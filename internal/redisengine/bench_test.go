@@ -36,6 +36,10 @@ func BenchmarkScriptCPU(b *testing.B) {
 			{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second},
 			{Algorithm: policy.FixedWindow, Limit: 100000, Window: time.Hour},
 		}, false},
+		{"two-rules-merged", []policy.Params{
+			{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second},
+			{Algorithm: policy.FixedWindow, Limit: 100000, Window: time.Hour},
+		}, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.StartServer(b)

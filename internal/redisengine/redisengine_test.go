@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,12 +433,12 @@ func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
 	}
 }
 
-// TestSingleRuleDecisionsShareOneCall: the single-rule decisions of a
-// pipeline go to Redis as one call of single.lua and one of window1.lua,
-// and answer exactly as the same decisions made one by one: in order on a
-// shared key, each with its own cost, an impossible cost refused without
-// consuming.
-func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
+// TestPipelinedDecisionsShareOneCallPerScript: a pipeline's decisions
+// become one EVALSHA per script — single.lua's, window1.lua's and
+// decide.lua's (several rules, or an algorithm no flat script decides) —
+// and each answers as it would have alone, in the pipeline's order, the
+// same key decided several times included.
+func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -453,19 +454,27 @@ func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 	gcra := limit.MustCompile(policy.Params{Algorithm: policy.GCRA, Limit: 3, Window: time.Second})
 	fixed := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Second})
 	sliding := limit.MustCompile(policy.Params{Algorithm: policy.SlidingWindow, Limit: 3, Window: time.Second})
-	reqs := []limit.Request{
-		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k1", Limiter: gcra, Cost: 2}, {Key: "w0", Limiter: fixed, Cost: 1},
-		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 2}, {Key: "w0", Limiter: fixed, Cost: 1},
-		{Key: "k0", Limiter: bucket, Cost: 1}, {Key: "k2", Limiter: bucket, Cost: 5}, {Key: "k1", Limiter: gcra, Cost: 1},
-		{Key: "w0", Limiter: fixed, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 2}, {Key: "w2", Limiter: fixed, Cost: 3},
-		{Key: "k1", Limiter: gcra, Cost: 1}, {Key: "w1", Limiter: sliding, Cost: 1},
+	log := limit.MustCompile(policy.Params{Algorithm: policy.SlidingLog, Limit: 2, Window: time.Second})
+	hourly := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 4, Window: time.Hour})
+	one := func(key string, l *limit.Limiter, cost int64) []limit.Request {
+		return []limit.Request{{Key: key, Limiter: l, Cost: cost}}
+	}
+	two := func(key string, cost int64) []limit.Request { // per client, and a shared hourly cap
+		return []limit.Request{{Key: key, Limiter: bucket, Cost: cost}, {Key: "all", Limiter: hourly, Cost: cost}}
+	}
+	decisions := [][]limit.Request{
+		one("k0", bucket, 1), one("k1", gcra, 2), one("w0", fixed, 1), two("d0", 1), one("l0", log, 1),
+		one("k0", bucket, 1), one("w1", sliding, 2), one("w0", fixed, 1), two("d0", 1), one("l0", log, 1),
+		one("k0", bucket, 1), one("k2", bucket, 5), one("k1", gcra, 1), two("d1", 1), one("l0", log, 1),
+		one("w0", fixed, 1), one("w1", sliding, 2), one("w2", fixed, 3), two("d1", 2), two("d2", 3),
+		one("k1", gcra, 1), one("w1", sliding, 1), two("d0", 1),
 	}
 	const now = 1_000_000_000
-	calls := make([]*call, len(reqs))
-	for i, rq := range reqs {
-		sc, keys, args, err := merged.prepare("check", []limit.Request{rq}, strconv.Itoa(now))
-		if err != nil || (sc != single && sc != window1) {
-			t.Fatalf("decision %d: script %v, %v; want single.lua or window1.lua", i, sc, err)
+	calls := make([]*call, len(decisions))
+	for i, reqs := range decisions {
+		sc, keys, args, err := merged.prepare("check", reqs, strconv.Itoa(now))
+		if err != nil {
+			t.Fatal(err)
 		}
 		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
 	}
@@ -477,24 +486,28 @@ func TestSingleRuleDecisionsShareOneCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=2,") {
-		t.Errorf("want two EVALSHAs for the pipeline, one per script:\n%s", stats)
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=3,") {
+		t.Errorf("want three EVALSHAs for the pipeline, one per script:\n%s", stats)
 	}
 	for i, cl := range calls {
 		<-cl.done
-		got := make([]limit.Result, 1)
+		reqs := decisions[i]
+		got := make([]limit.Result, len(reqs))
 		if cl.err != nil {
 			t.Fatalf("decision %d: %v", i, cl.err)
 		}
-		if _, err := decode(cl.reply, 1, got); err != nil {
+		gotAdmitted, err := decode(cl.reply, len(reqs), got)
+		if err != nil {
 			t.Fatal(err)
 		}
-		want := make([]limit.Result, 1)
-		if _, err := alone.AllowAllAt(ctx, reqs[i:i+1], now, want); err != nil {
+		want := make([]limit.Result, len(reqs))
+		wantAdmitted, err := alone.AllowAllAt(ctx, reqs, now, want)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if got[0] != want[0] {
-			t.Errorf("decision %d (%s, cost %d): merged %+v, alone %+v", i, reqs[i].Key, reqs[i].Cost, got[0], want[0])
+		if gotAdmitted != wantAdmitted || !slices.Equal(got, want) {
+			t.Errorf("decision %d (%s, cost %d): merged %v %+v, alone %v %+v", i, reqs[0].Key, reqs[0].Cost,
+				gotAdmitted, got, wantAdmitted, want)
 		}
 	}
 }

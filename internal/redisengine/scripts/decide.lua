@@ -1,35 +1,46 @@
--- decide.lua: one decision, all or nothing, mirroring limit.Engine.AllowAll.
+-- decide.lua: decisions, each all or nothing, mirroring limit.Engine.AllowAll.
 --
 -- KEYS: one counter key per rule, all in one cluster slot.
 -- ARGV[1]: now in µs, or "" to use Redis TIME.
 -- ARGV[2]: SLACK (see common.lua). ARGV[3]: minimum TTL in ms.
--- ARGV[4]: "check"; "release" (one key: end the lease of rule 1); or
+-- ARGV[4]: "check"; "release" (one key: end the lease of rule 1);
 --   "refund": undo an admitted check of these rules at the same now (a
---   decision spanning cluster slots was rejected in another slot).
--- ARGV[5 ...]: per rule, STRIDE fields: algorithm, cost, lease, shadow,
---   capacity, shown, limit, window, interval, per_us, bound, gran, buckets,
---   lease_ttl, warm (0/1), stable, threshold, max_permits, slope, cool_down.
+--   decision spanning cluster slots was rejected in another slot); or
+--   "checks": several independent checks, decided one after another (the
+--   batching flusher merges a pipeline's checks into one call: Redis's cost
+--   of a call, this script's function definitions above all, is then paid
+--   once per pipeline). ARGV[5] is their number; each has its count of
+--   rules, then their fields, and the next of KEYS.
+-- ARGV[5 ...] (other ops): per rule, STRIDE fields: algorithm, cost, lease,
+--   shadow, capacity, shown, limit, window, interval, per_us, bound, gran,
+--   buckets, lease_ttl, warm (0/1), stable, threshold, max_permits, slope,
+--   cool_down.
 -- State: a MessagePack array {t, x, y, ext...}; the key expires once the
 -- state equals a fresh one (the answer's reset), or after the minimum TTL.
 -- Reply: {admitted (0/1), then per rule: allowed (0/1), limit, remaining,
---   reset µs, retry µs (-1: never), delay µs}.
+--   reset µs, retry µs (-1: never), delay µs}; for "checks", the replies of
+--   each check in turn.
 
 local min_ttl = tonumber(ARGV[3])
 local op = ARGV[4]
 local STRIDE = 20
 
-local rules = {}
-for i = 1, #KEYS do
-  local o = 4 + (i - 1) * STRIDE
-  local a = function(k) return tonumber(ARGV[o + k]) end
-  local p = {alg = a(1), cost = a(2), lease = a(3), shadow = a(4) == 1, capacity = a(5), shown = a(6),
-    limit = a(7), window = a(8), interval = a(9), per_us = a(10), bound = a(11), gran = a(12),
-    buckets = a(13), lease_ttl = a(14)}
-  p.queue = p.alg == 3
-  if a(15) == 1 then
-    p.warm = {stable = a(16), threshold = a(17), max = a(18), slope = a(19), cool_down = a(20)}
+-- parse reads n rules whose fields start after ARGV[o].
+local function parse(n, o)
+  local rules = {}
+  for i = 1, n do
+    local b = o + (i - 1) * STRIDE
+    local a = function(k) return tonumber(ARGV[b + k]) end
+    local p = {alg = a(1), cost = a(2), lease = a(3), shadow = a(4) == 1, capacity = a(5), shown = a(6),
+      limit = a(7), window = a(8), interval = a(9), per_us = a(10), bound = a(11), gran = a(12),
+      buckets = a(13), lease_ttl = a(14)}
+    p.queue = p.alg == 3
+    if a(15) == 1 then
+      p.warm = {stable = a(16), threshold = a(17), max = a(18), slope = a(19), cool_down = a(20)}
+    end
+    rules[i] = p
   end
-  rules[i] = p
+  return rules
 end
 
 local function load(key)
@@ -72,6 +83,66 @@ local function step(p, s)
   end
   return evaluate(p, s, p.cost)
 end
+
+-- check decides rules over keys, all or nothing, and appends its reply to
+-- reply.
+local function check(keys, rules, reply)
+  local pending, before, after, res = {}, {}, {}, {}
+  local admitted = true
+  for i, p in ipairs(rules) do
+    local key = keys[i]
+    local s = pending[key] or load(key)
+    before[i] = s
+    local ns, r = step(p, s)
+    res[i] = r
+    if ns then after[i] = ns; pending[key] = ns end
+    if not r.allowed and not p.shadow then admitted = false end
+  end
+
+  if admitted then
+    local last = {}
+    for i = 1, #rules do if after[i] then last[keys[i]] = i end end
+    for i = 1, #rules do
+      if after[i] and last[keys[i]] == i then store(keys[i], after[i], res[i].reset) end
+    end
+  else
+    -- Nothing was consumed: rules that would have admitted answer from
+    -- their untouched state.
+    for i, p in ipairs(rules) do
+      if res[i].allowed then
+        local _, r = evaluate(p, before[i], 0)
+        res[i] = r
+      end
+    end
+  end
+
+  reply[#reply + 1] = admitted and 1 or 0
+  for i = 1, #rules do
+    local r = res[i]
+    local n = #reply
+    reply[n + 1] = r.allowed and 1 or 0
+    reply[n + 2] = r.limit
+    reply[n + 3] = r.remaining
+    reply[n + 4] = r.reset
+    reply[n + 5] = r.retry
+    reply[n + 6] = r.delay
+  end
+  return reply
+end
+
+if op == 'checks' then
+  local reply, k, o = {}, 0, 5
+  for _ = 1, tonumber(ARGV[5]) do
+    local n = tonumber(ARGV[o + 1])
+    local keys = {}
+    for i = 1, n do keys[i] = KEYS[k + i] end
+    check(keys, parse(n, o + 1), reply)
+    k, o = k + n, o + 1 + n * STRIDE
+  end
+  return reply
+end
+
+local rules = parse(#KEYS, 4)
 
 if op == 'release' then
   local key, p = KEYS[1], rules[1]
@@ -129,44 +200,4 @@ if op == 'refund' then
   return {1}
 end
 
-local pending, before, after, res = {}, {}, {}, {}
-local admitted = true
-for i, p in ipairs(rules) do
-  local key = KEYS[i]
-  local s = pending[key] or load(key)
-  before[i] = s
-  local ns, r = step(p, s)
-  res[i] = r
-  if ns then after[i] = ns; pending[key] = ns end
-  if not r.allowed and not p.shadow then admitted = false end
-end
-
-if admitted then
-  local last = {}
-  for i = 1, #rules do if after[i] then last[KEYS[i]] = i end end
-  for i = 1, #rules do
-    if after[i] and last[KEYS[i]] == i then store(KEYS[i], after[i], res[i].reset) end
-  end
-else
-  -- Nothing was consumed: rules that would have admitted answer from
-  -- their untouched state.
-  for i, p in ipairs(rules) do
-    if res[i].allowed then
-      local _, r = evaluate(p, before[i], 0)
-      res[i] = r
-    end
-  end
-end
-
-local reply = {admitted and 1 or 0}
-for i = 1, #rules do
-  local r = res[i]
-  local n = #reply
-  reply[n + 1] = r.allowed and 1 or 0
-  reply[n + 2] = r.limit
-  reply[n + 3] = r.remaining
-  reply[n + 4] = r.reset
-  reply[n + 5] = r.retry
-  reply[n + 6] = r.delay
-end
-return reply
+return check(KEYS, rules, {})
