@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,11 +10,11 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/h2sniff"
@@ -22,20 +23,24 @@ import (
 
 // HTTPServer serves a decider's HTTP port with two servers. HTTP/1.1 goes
 // to fasthttp, which answers POST /v1/check and POST /shouldAllowRequest
-// itself and hands every other request to next through its net/http
-// adaptor; connections that open with HTTP/2's preface (gRPC and Connect
-// without TLS) go to net/http with next.
+// itself; a connection whose request is anything else (Connect over
+// HTTP/1.1, /metrics, a check from a browser, whose CORS lives in next) is
+// handed to net/http with that request put back in front, and net/http
+// serves it with next from then on, with all of net/http's semantics
+// (streaming, the request's context, upgrades). Connections that open with
+// HTTP/2's preface (gRPC and Connect without TLS) go to net/http at once.
 //
 // Why two: under 50 keep-alive clients on two cores, net/http spent 22–31
 // µs of CPU per request on a handler that did nothing, fasthttp 13.5 µs,
 // and a strict decision costs the decider about 30 µs besides — net/http
 // alone held POST /v1/check under the 40,000 decisions/s it is meant to
-// reach (docs/benchmarks.md). Requests with an Origin header take the
-// net/http path too, where the CORS handler of cmd/dataplane lives:
-// browsers are not the throughput.
+// reach (docs/benchmarks.md).
 type HTTPServer struct {
 	fast *fasthttp.Server
 	std  *http.Server
+	// toStd is the HTTP/2 side of the split port, where connections handed
+	// over by fasthttp join those of the preface (set by Serve).
+	toStd atomic.Pointer[h2sniff.Listener]
 }
 
 // Timeouts of HTTPServer's HTTP/1.1 connections.
@@ -50,11 +55,11 @@ const (
 // NewHTTPServer returns the server of cfg's check routes and of next.
 func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 	h := newHTTPAPI(cfg)
-	std := &http.Server{Handler: next, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
-	std.Protocols.SetHTTP1(true)
-	std.Protocols.SetUnencryptedHTTP2(true)
-	adapted := fasthttpadaptor.NewFastHTTPHandler(next)
-	fast := &fasthttp.Server{
+	s := &HTTPServer{}
+	s.std = &http.Server{Handler: next, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	s.std.Protocols.SetHTTP1(true)
+	s.std.Protocols.SetUnencryptedHTTP2(true)
+	s.fast = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			if ctx.IsPost() && len(ctx.Request.Header.Peek("Origin")) == 0 {
 				switch string(ctx.Path()) {
@@ -66,7 +71,7 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 					return
 				}
 			}
-			adapted(ctx)
+			s.handOff(ctx)
 		},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			ex := &fastExchange{ctx}
@@ -89,15 +94,38 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 		ReadTimeout:           httpReadTimeout,
 		IdleTimeout:           httpIdleTimeout,
 		NoDefaultServerHeader: true,
+		KeepHijackedConns:     true, // handed to net/http, which closes them
 		Logger:                debugLogger{h.cfg.Logger},
 	}
-	return &HTTPServer{fast: fast, std: std}
+	return s
+}
+
+// handOff gives ctx's connection to net/http, the request fasthttp has
+// read put back in front of it: net/http answers it and serves the
+// connection from then on.
+func (s *HTTPServer) handOff(ctx *fasthttp.RequestCtx) {
+	to := s.toStd.Load()
+	if to == nil { // not serving a listener (a test calling the handler)
+		ctx.Error("not served here", http.StatusNotFound)
+		return
+	}
+	// The body was read whole, past any 100-continue: net/http must not
+	// invite it again.
+	ctx.Request.Header.Del("Expect")
+	var head bytes.Buffer
+	if _, err := ctx.Request.WriteTo(&head); err != nil {
+		replyProblem(&fastExchange{ctx}, http.StatusBadRequest, "Malformed request", "the request could not be passed on", nil)
+		return
+	}
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) { to.Hand(h2sniff.Unread(c, head.Bytes())) })
 }
 
 // Serve serves ln until Shutdown, then returns http.ErrServerClosed, as
 // http.Server.Serve does.
 func (s *HTTPServer) Serve(ln net.Listener) error {
 	h2, rest := h2sniff.Split(ln, s.std.ReadHeaderTimeout)
+	s.toStd.Store(h2)
 	errc := make(chan error, 2)
 	go func() { errc <- s.std.Serve(h2) }()
 	go func() {

@@ -18,7 +18,7 @@ import (
 )
 
 // One port, every protocol of cmd/dataplane's: the check routes on
-// fasthttp, Connect over HTTP/1.1 through the adaptor, gRPC over HTTP/2
+// fasthttp, Connect over HTTP/1.1 handed to net/http, gRPC over HTTP/2
 // without TLS through net/http, and net/http's own answers for what no
 // route takes — all deciding on the same counters.
 func TestHTTPServerSharesItsPortAcrossProtocols(t *testing.T) {
@@ -113,4 +113,78 @@ func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 				resp.Header.Get("Content-Type"), resp.Close, b, tt.status)
 		}
 	}
+}
+
+// A connection whose request is not a check moves to net/http whole: the
+// request arrives as sent (its URI, headers, a chunked body after a
+// 100-continue), later requests on the connection are net/http's too, and
+// answers stream as net/http streams them.
+func TestHTTPServerHandsOtherRequestsToNetHTTP(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	release := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.Handle("POST /v1/check", NewHTTPHandler(cfg))
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Uri", r.RequestURI)
+		w.Header().Set("X-Note", r.Header.Get("X-Note"))
+		_, _ = w.Write(b)
+	})
+	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "second\n")
+	})
+	srv := serve(t, "fasthttp", cfg, mux)
+	addr := strings.TrimPrefix(srv.url, "http://")
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	_, _ = io.WriteString(c, "POST /echo?a=1&b=%20 HTTP/1.1\r\nHost: x\r\nX-Note: kept\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+	interim, err := http.ReadResponse(br, nil)
+	if err != nil || interim.StatusCode != http.StatusContinue {
+		t.Fatalf("want 100 Continue, got %v %v", interim, err)
+	}
+	_, _ = io.WriteString(c, "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "hello world" || resp.Header.Get("X-Uri") != "/echo?a=1&b=%20" ||
+		resp.Header.Get("X-Note") != "kept" {
+		t.Fatalf("echo: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	// The same connection, now net/http's, still takes checks.
+	_, _ = io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+key+"\r\nContent-Length: 36\r\n\r\n"+
+		`{"descriptors":{"client_id":"dave"}}`)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"allowed":true`) || resp.Header.Get("RateLimit") == "" {
+		t.Fatalf("check after the hand-off: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	// Streaming: the first part arrives while the handler still runs.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, http.MethodGet, srv.url+"/stream", nil)
+	resp, err = srv.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("first part: %q %v", line, err)
+	}
+	close(release)
 }

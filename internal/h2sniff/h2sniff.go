@@ -20,7 +20,7 @@ const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // preface nor a byte that rules it out within timeout is closed. Closing
 // both listeners closes ln; connections still being sniffed for a closed
 // listener are closed.
-func Split(ln net.Listener, timeout time.Duration) (h2, rest net.Listener) {
+func Split(ln net.Listener, timeout time.Duration) (h2, rest *Listener) {
 	s := &splitter{base: ln, timeout: timeout}
 	s.h2 = newSub(s)
 	s.rest = newSub(s)
@@ -31,8 +31,8 @@ func Split(ln net.Listener, timeout time.Duration) (h2, rest net.Listener) {
 type splitter struct {
 	base    net.Listener
 	timeout time.Duration
-	h2      *sub
-	rest    *sub
+	h2      *Listener
+	rest    *Listener
 
 	mu     sync.Mutex
 	closed int // sub-listeners closed
@@ -79,7 +79,7 @@ func (s *splitter) sniff(c net.Conn) {
 	if n == len(buf) && string(buf[:]) == preface {
 		to = s.h2
 	}
-	to.deliver(&prefixed{Conn: c, head: append([]byte(nil), buf[:n]...)})
+	to.Hand(Unread(c, append([]byte(nil), buf[:n]...)))
 }
 
 // closedOne closes the base listener once both sub-listeners are closed.
@@ -93,8 +93,8 @@ func (s *splitter) closedOne() {
 	}
 }
 
-// sub is one side of the split.
-type sub struct {
+// Listener is one side of the split.
+type Listener struct {
 	s      *splitter
 	conns  chan net.Conn
 	done   chan struct{}
@@ -105,11 +105,15 @@ type sub struct {
 	fonce  sync.Once
 }
 
-func newSub(s *splitter) *sub {
-	return &sub{s: s, conns: make(chan net.Conn), done: make(chan struct{}), failed: make(chan struct{})}
+func newSub(s *splitter) *Listener {
+	return &Listener{s: s, conns: make(chan net.Conn), done: make(chan struct{}), failed: make(chan struct{})}
 }
 
-func (l *sub) deliver(c net.Conn) {
+// Hand gives c to this side's Accept as the splitter does, and waits
+// until it is taken; c is closed instead when this side is closed. A
+// server that has read a connection's first request can hand it over this
+// way, the request put back in front with Unread.
+func (l *Listener) Hand(c net.Conn) {
 	select {
 	case l.conns <- c:
 	case <-l.done:
@@ -117,7 +121,7 @@ func (l *sub) deliver(c net.Conn) {
 	}
 }
 
-func (l *sub) fail(err error) {
+func (l *Listener) fail(err error) {
 	l.fonce.Do(func() {
 		l.errMu.Lock()
 		l.err = err
@@ -127,7 +131,7 @@ func (l *sub) fail(err error) {
 }
 
 // Accept waits for the next connection of this side.
-func (l *sub) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
@@ -141,7 +145,7 @@ func (l *sub) Accept() (net.Conn, error) {
 }
 
 // Close stops this side; connections meant for it are closed.
-func (l *sub) Close() error {
+func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		l.s.closedOne()
@@ -150,10 +154,13 @@ func (l *sub) Close() error {
 }
 
 // Addr is the shared listener's address.
-func (l *sub) Addr() net.Addr { return l.s.base.Addr() }
+func (l *Listener) Addr() net.Addr { return l.s.base.Addr() }
 
-// prefixed is a connection whose first bytes were read by the sniffer and
-// are given back first.
+// Unread returns c with head put back in front of what it reads.
+func Unread(c net.Conn, head []byte) net.Conn { return &prefixed{Conn: c, head: head} }
+
+// prefixed is a connection whose first bytes were read already and are
+// given back first.
 type prefixed struct {
 	net.Conn
 	head []byte
