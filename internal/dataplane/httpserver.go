@@ -96,6 +96,7 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 		NoDefaultServerHeader: true,
 		KeepHijackedConns:     true, // handed to net/http, which closes them
 		Logger:                debugLogger{h.cfg.Logger},
+		SecureErrorLogMessage: true, // its errors would quote the request, keys and all
 	}
 	return s
 }

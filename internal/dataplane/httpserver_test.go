@@ -2,12 +2,15 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,6 +87,8 @@ func TestHTTPServerSharesItsPortAcrossProtocols(t *testing.T) {
 func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
+	var logs syncBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := serve(t, "fasthttp", cfg, NewHTTPHandler(cfg))
 	addr := strings.TrimPrefix(srv.url, "http://")
 	for _, tt := range []struct {
@@ -92,7 +97,8 @@ func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 	}{
 		{"headers over the bound", "POST /v1/check HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", 431},
 		{"body over the bound", "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Length: 5000\r\n\r\n" + strings.Repeat("a", 5000), 413},
-		{"not HTTP", "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400},
+		{"not HTTP", "POST /v1/check HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Length: nope\r\n\r\n", 400},
+		{"garbage", "POST /v1/check HTTP/1.1\r\nAuthorization: Bearer " + key + "\r\n\x00\x01 nonsense\r\n\r\n", 400},
 	} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -113,6 +119,27 @@ func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 				resp.Header.Get("Content-Type"), resp.Close, b, tt.status)
 		}
 	}
+	if strings.Contains(logs.String(), key) {
+		t.Errorf("the check key is in the logs:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A connection whose request is not a check moves to net/http whole: the
