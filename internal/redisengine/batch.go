@@ -378,9 +378,11 @@ func (e *Engine) wires(calls []*call) []wire {
 		if *m >= 0 && ws[*m].args[0] == c.args[0] {
 			w := &ws[*m]
 			if len(w.calls) == 1 { // the first call's slices stay its own
-				w.keys = append(make([]string, 0, 2*len(calls)), w.keys...)
+				// Sized as if every call of the pipeline were like the first
+				// (plus decide.lua's count of rules per check).
+				w.keys = append(make([]string, 0, len(calls)*len(w.keys)), w.keys...)
 				first := w.args
-				w.args = make([]any, 0, 2*len(calls)*len(first))
+				w.args = make([]any, 0, len(calls)*(len(first)+1))
 				if c.script == script {
 					w.args = append(w.args, first[:decideArgs-1]...)
 					w.args = append(w.args, "checks", 1, len(w.keys))
