@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -336,11 +337,10 @@ type wire struct {
 	keys   []string
 	args   []any
 	calls  []*call
+	// groups are the parameter groups of merged flat calls (flat.lua),
+	// which go after the keys' costs and groups.
+	groups [][]any
 }
-
-// singleReply is the length of single.lua's and window1.lua's reply per
-// key.
-const singleReply = 7
 
 // decideArgs is how many of decide.lua's arguments come before the rules'
 // fields: now, slack, minimum TTL and the op.
@@ -348,12 +348,13 @@ const decideArgs = 4
 
 // wires turns a pipeline's calls into its EVALSHAs. The calls of
 // single.lua, and those of window1.lua, with the same clock argument become
-// one call of all their keys; decide.lua's checks become one "checks" call.
-// The decisions are independent and Redis runs them in the pipeline's
-// order, as it would have run the calls, and its cost of a call (about a
-// third of single.lua's, more of decide.lua's, whose function definitions
-// run on every call) is then paid once per pipeline. On a cluster each
-// call stays alone, its keys' slot being its own.
+// one call of all their keys, each rule's parameters sent once; decide.lua's
+// checks become one "checks" call. The decisions are independent and Redis
+// runs them in the pipeline's order, as it would have run the calls, and
+// its cost of a call (about a third of single.lua's, more of decide.lua's,
+// whose function definitions run on every call) is then paid once per
+// pipeline. On a cluster each call stays alone, its keys' slot being its
+// own.
 func (e *Engine) wires(calls []*call) []wire {
 	ws := make([]wire, 0, len(calls))
 	merged := [3]int{-1, -1, -1} // the index in ws of single.lua's, window1.lua's and decide.lua's merged calls
@@ -375,36 +376,54 @@ func (e *Engine) wires(calls []*call) []wire {
 		}
 		// The clock must match; the other leading arguments (slack,
 		// minimum TTL) are the engine's own.
-		if *m >= 0 && ws[*m].args[0] == c.args[0] {
-			w := &ws[*m]
-			if len(w.calls) == 1 { // the first call's slices stay its own
-				// Sized as if every call of the pipeline were like the first
-				// (plus decide.lua's count of rules per check).
-				w.keys = append(make([]string, 0, len(calls)*len(w.keys)), w.keys...)
-				first := w.args
-				w.args = make([]any, 0, len(calls)*(len(first)+1))
-				if c.script == script {
-					w.args = append(w.args, first[:decideArgs-1]...)
-					w.args = append(w.args, "checks", 1, len(w.keys))
-					first = first[decideArgs:]
-				}
-				w.args = append(w.args, first...)
-			}
-			w.keys = append(w.keys, c.keys...)
-			if c.script == script {
-				w.args[decideArgs] = len(w.calls) + 1
-				w.args = append(w.args, len(c.keys))
-				w.args = append(w.args, c.args[decideArgs:]...)
-			} else {
-				w.args = append(w.args, c.args[2:]...)
-			}
-			w.calls = append(w.calls, c)
+		if *m < 0 || ws[*m].args[0] != c.args[0] {
+			*m = len(ws)
+			ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
 			continue
 		}
-		*m = len(ws)
-		ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
+		w := &ws[*m]
+		if len(w.calls) == 1 { // the first call's slices stay its own
+			// Sized as if every call of the pipeline were like the first.
+			w.keys = append(make([]string, 0, len(calls)*len(w.keys)), w.keys...)
+			first := w.args
+			if c.script == script {
+				w.args = make([]any, 0, len(calls)*(len(first)+1))
+				w.args = append(w.args, first[:decideArgs-1]...)
+				w.args = append(w.args, "checks", 1, len(w.keys))
+				w.args = append(w.args, first[decideArgs:]...)
+			} else {
+				w.args = append(make([]any, 0, flatArgs+2*len(calls)), first[:flatArgs]...)
+				w.groups = [][]any{first[flatArgs:]}
+			}
+		}
+		w.keys = append(w.keys, c.keys...)
+		if c.script == script {
+			w.args[decideArgs] = len(w.calls) + 1
+			w.args = append(w.args, len(c.keys))
+			w.args = append(w.args, c.args[decideArgs:]...)
+		} else {
+			w.args = append(w.args, c.args[flatArgs-2], w.group(c.args[flatArgs:]))
+		}
+		w.calls = append(w.calls, c)
+	}
+	for i := range ws {
+		for _, g := range ws[i].groups {
+			ws[i].args = append(ws[i].args, g...)
+		}
 	}
 	return ws
+}
+
+// group returns the argument naming parameter group g in w, adding g if it
+// is new.
+func (w *wire) group(g []any) any {
+	for i, h := range w.groups {
+		if slices.Equal(h, g) {
+			return i + 1
+		}
+	}
+	w.groups = append(w.groups, g)
+	return len(w.groups)
 }
 
 // replyLen is the length of c's part of a merged reply.
@@ -412,7 +431,7 @@ func replyLen(c *call) int {
 	if c.script == script {
 		return 1 + 6*len(c.keys)
 	}
-	return singleReply * len(c.keys)
+	return flatReply * len(c.keys)
 }
 
 // answer ends the calls of w with its reply, each call its part of it.

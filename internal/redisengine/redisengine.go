@@ -32,13 +32,26 @@ var scripts embed.FS
 // script is the decision script: the families, then the driver.
 var script = redis.NewScript(loadScript("clock", "common", "meter", "window", "log", "lease", "decide"))
 
-// single and window1 are the scripts of the commonest decisions, one rule
-// of the meter family (single) or of the fixed or weighted sliding window
-// (window1); they answer as script would, for less than half the Redis CPU.
+// single and window1, the flat scripts, decide the commonest decisions,
+// one rule of the meter family (single) or of the fixed or weighted sliding
+// window (window1); they answer as script would, for a fraction of its
+// Redis CPU.
 var (
-	single  = redis.NewScript(loadScript("clock", "single"))
-	window1 = redis.NewScript(loadScript("clock", "window1"))
+	single  = redis.NewScript(flatScript("single"))
+	window1 = redis.NewScript(flatScript("window1"))
 )
+
+// flatScript is flat.lua with the step of family in place of its line
+// "-- step".
+func flatScript(family string) string {
+	flat, step := loadScript("clock", "flat"), loadScript(family)
+	if strings.Count(flat, flatStep) != 1 {
+		panic("redisengine: flat.lua has no single " + flatStep) // a build mistake
+	}
+	return strings.Replace(flat, flatStep, "\n"+step, 1)
+}
+
+const flatStep = "\n  -- step\n"
 
 // syncScript reconciles locally counted rules with the shared state.
 var syncScript = redis.NewScript(loadScript("clock", "sync"))
@@ -273,7 +286,7 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 	if op != "check" {
 		return true, nil
 	}
-	return decode(reply, len(reqs), res)
+	return e.decode(sc, reqs, reply, res)
 }
 
 // eval runs one script call, through the flushers' pipelines when batching.
@@ -297,8 +310,8 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 		rq := reqs[0]
 		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter a flat script decides
 			keys[0] = e.cfg.Prefix + rq.Key
-			args := make([]any, 0, 4+len(st.single))
-			args = append(args, nowArg, e.minTTL, rq.Cost, flag(rq.Shadow))
+			args := make([]any, 0, flatArgs+len(st.single))
+			args = append(args, nowArg, e.minTTL, rq.Cost, firstGroup)
 			return st.singleScript, keys, append(args, st.single...), nil
 		}
 	}
@@ -319,7 +332,34 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 // redisTime is the "now" argument that makes a script read Redis TIME.
 var redisTime any = ""
 
-// decode reads the script's reply into res.
+// flatArgs is how many of a flat script's arguments (flat.lua) come before
+// the parameter group of a call of one key: now, minimum TTL, the key's
+// cost and its group. flatReply is the length of their reply per key.
+const flatArgs, flatReply = 4, 5
+
+// firstGroup is the group argument of a flat script's one key.
+var firstGroup any = 1
+
+// decode reads the reply of sc to reqs into res and says whether the
+// decision admitted them.
+func (e *Engine) decode(sc *redis.Script, reqs []limit.Request, reply []int64, res []limit.Result) (bool, error) {
+	if sc == script {
+		return decode(reply, len(reqs), res)
+	}
+	if len(reply) != flatReply || len(reqs) != 1 {
+		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), len(reqs))
+	}
+	rq := reqs[0]
+	r := limit.Result{Allowed: reply[0] == 1, Limit: e.statics.get(rq.Limiter).shown, Remaining: reply[1],
+		ResetAfter: us(reply[2]), RetryAfter: us(reply[3]), Delay: us(reply[4])}
+	if reply[3] < 0 {
+		r.RetryAfter = limit.Never
+	}
+	res[0] = r
+	return r.Allowed || rq.Shadow, nil
+}
+
+// decode reads decide.lua's reply for n rules into res.
 func decode(reply []int64, n int, res []limit.Result) (bool, error) {
 	if len(reply) != 1+6*n {
 		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), n)
@@ -348,6 +388,7 @@ type limiterArgs struct {
 	// the limiter's rule alone (nil when none does).
 	general, single []any
 	singleScript    *redis.Script
+	shown           int64 // the limit answers show
 	// family is the limiter's sync.lua family when it can be counted
 	// locally (see local.go), else -1; param is its sync.lua parameter.
 	family   int
@@ -361,7 +402,7 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, c.Window,
 		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
 		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)},
-		family: -1, interval: c.Interval, window: c.Window}
+		family: -1, interval: c.Interval, window: c.Window, shown: c.Shown}
 	switch {
 	case (c.Algorithm == policy.TokenBucket || c.Algorithm == policy.GCRA) && !c.Warm:
 		a.family, a.param = familyMeter, float(c.Interval)

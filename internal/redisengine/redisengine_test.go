@@ -131,8 +131,69 @@ func TestRedisClock(t *testing.T) {
 		t.Fatalf("admitted %d of 20", admitted)
 	}
 	ttl, err := c.PTTL(context.Background(), prefix+"{k0}").Result()
-	if err != nil || ttl <= 0 || ttl > 1300*time.Millisecond+time.Second {
+	// At most twice the longer of the window and the minimum TTL (flat.lua).
+	if err != nil || ttl <= 0 || ttl > 2*1300*time.Millisecond {
 		t.Fatalf("key TTL %v (err %v): every write must expire", ttl, err)
+	}
+}
+
+// TestFlatScriptsKeepExpiries: on Redis's clock, a key decided by a flat
+// script always lives at least as long as its state matters (the answer's
+// reset, at least the minimum TTL) and at most twice that or a minute more,
+// whichever is less, from when its expiry was set, and a write that
+// needs no later expiry keeps the key's (setting one costs Redis as much as
+// the rest of the write), so a busy key's expiry is set rarely. A key so
+// written stays readable by decide.lua, whatever its rule's algorithm has
+// become.
+func TestFlatScriptsKeepExpiries(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e := New(c, Config{Prefix: prefix, MinTTL: 100 * time.Millisecond})
+	ctx := context.Background()
+	for _, p := range []policy.Params{
+		{Algorithm: policy.TokenBucket, Limit: 100, Window: 100 * time.Second}, // each decision's state matters 1 s longer
+		{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour},
+		{Algorithm: policy.SlidingWindow, Limit: 100, Window: time.Hour},
+	} {
+		l := limit.MustCompile(p)
+		key := string(p.Algorithm)
+		res := make([]limit.Result, 1)
+		var prev time.Duration
+		sets, start := 0, time.Now()
+		const n = 30
+		for i := range n {
+			before := time.Now()
+			if _, err := e.AllowAll(ctx, []limit.Request{{Key: key, Limiter: l, Cost: 1}}, res); err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := c.PTTL(ctx, prefix+key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The key must outlive the decision by need: as PTTL sees it,
+			// by need less the time the two calls took (and a ms of
+			// rounding).
+			need, took := max(res[0].ResetAfter, 100*time.Millisecond), time.Since(before)+time.Millisecond
+			if ttl < need-took || ttl > need+min(need, time.Minute)+time.Since(start)+time.Millisecond {
+				t.Fatalf("%s, decision %d: key TTL %v, its state matters for %v", p.Algorithm, i, ttl, need)
+			}
+			if ttl > prev {
+				sets++
+			}
+			prev = ttl
+		}
+		// The token bucket's need grows by 1 s a decision: doubling, its
+		// expiry is set about log2(30) times; the windows' once.
+		if want := map[policy.Algorithm]int{policy.TokenBucket: 6}[p.Algorithm]; sets > max(want, 1) {
+			t.Errorf("%s: the expiry was set %d times in %d decisions", p.Algorithm, sets, n)
+		}
+		// decide.lua, on the same key, takes the expiry's record for none
+		// of its states: a sliding log (whose state is its entries) starts
+		// afresh, as from a key of another algorithm.
+		logged := limit.MustCompile(policy.Params{Algorithm: policy.SlidingLog, Limit: 2, Window: time.Hour})
+		if ok, err := e.AllowAll(ctx, []limit.Request{{Key: key, Limiter: logged, Cost: 1}}, res); err != nil || !ok || res[0].Remaining != 1 {
+			t.Fatalf("%s key then a sliding log: %v %v %+v", p.Algorithm, ok, err, res[0])
+		}
 	}
 }
 
@@ -496,7 +557,7 @@ func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 		if cl.err != nil {
 			t.Fatalf("decision %d: %v", i, cl.err)
 		}
-		gotAdmitted, err := decode(cl.reply, len(reqs), got)
+		gotAdmitted, err := merged.decode(cl.script, reqs, cl.reply, got)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -537,7 +598,7 @@ func TestMergedCallsRecoverFromNOSCRIPT(t *testing.T) {
 	for i, cl := range calls {
 		<-cl.done
 		res := make([]limit.Result, 1)
-		ok, err := decode(cl.reply, 1, res)
+		ok, err := e.decode(cl.script, []limit.Request{{Limiter: l, Cost: 1}}, cl.reply, res)
 		if cl.err != nil || err != nil {
 			t.Fatalf("decision %d: %v %v", i, cl.err, err)
 		}

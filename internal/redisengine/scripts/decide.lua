@@ -16,7 +16,8 @@
 --   buckets, lease_ttl, warm (0/1), stable, threshold, max_permits, slope,
 --   cool_down.
 -- State: a MessagePack array {t, x, y, ext...}; the key expires once the
--- state equals a fresh one (the answer's reset), or after the minimum TTL.
+-- state equals a fresh one (the answer's reset), or after the minimum TTL
+-- (the flat scripts may keep it longer: flat.lua).
 -- Reply: {admitted (0/1), then per rule: allowed (0/1), limit, remaining,
 --   reset µs, retry µs (-1: never), delay µs}; for "checks", the replies of
 --   each check in turn.
@@ -49,7 +50,11 @@ local function load(key)
   if raw then
     local arr = cmsgpack.unpack(raw)
     s.t, s.x, s.y = arr[1], arr[2], arr[3]
-    for i = 4, #arr do s.ext[i - 3] = arr[i] end
+    -- A negative fourth value is the flat scripts' record of the key's
+    -- expiry (flat.lua), no part of a state.
+    if not (arr[4] and arr[4] < 0) then
+      for i = 4, #arr do s.ext[i - 3] = arr[i] end
+    end
   end
   return s
 end
