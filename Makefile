@@ -53,4 +53,6 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzBatchAdd$$' -fuzztime $(FUZZTIME) ./internal/analytics/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckBody$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
 	$(GO) test -run '^$$' -fuzz '^FuzzShouldRateLimit$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCheckBody$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckJSON$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./internal/h2sniff/

@@ -1,21 +1,31 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // FuzzCheckBody sends arbitrary bodies to POST /v1/check and POST
@@ -114,6 +124,90 @@ func FuzzShouldRateLimit(f *testing.F) {
 		case codes.InvalidArgument, codes.PermissionDenied:
 		default:
 			t.Fatalf("%v: %v", &req, err)
+		}
+	})
+}
+
+// FuzzCheckJSON: the body of an admitted check, encoded by hand
+// (appendCheckJSON), is the JSON encoding/json writes of the same answer:
+// the same bytes when no rule name holds a '<', '>', '&', U+2028 or U+2029
+// (which encoding/json escapes), the same value always.
+func FuzzCheckJSON(f *testing.F) {
+	f.Add("per-client", "global", false, true, int64(10), int64(3), int64(1500), int64(0), int64(0), int64(7))
+	f.Add(`q"uo\te`, "<b>&amp;", true, false, int64(0), int64(-1), int64(-5), int64(-1), int64(2500), int64(0))
+	f.Add("é\u2028\x01", "x", false, false, int64(1)<<62, int64(0), int64(1), int64(1), int64(1), int64(-3))
+	f.Fuzz(func(t *testing.T, name1, name2 string, shadow, allowed bool, lim, remaining, resetMS, retryMS, delayMS, version int64) {
+		if !utf8.ValidString(name1) || !utf8.ValidString(name2) { // rule names are valid UTF-8 (policy.Rule.Validate)
+			t.Skip()
+		}
+		retry := time.Duration(retryMS) * time.Microsecond * 997
+		if retryMS < 0 {
+			retry = limit.Never
+		}
+		dec := decide.Decision{Allowed: true, Version: version, Rules: []decide.RuleResult{
+			{Rule: &policy.Rule{Name: name1}, Result: limit.Result{Allowed: true, Limit: lim, Remaining: remaining,
+				ResetAfter: time.Duration(resetMS) * time.Microsecond * 999, Delay: time.Duration(delayMS) * time.Microsecond}},
+			{Rule: &policy.Rule{Name: name2, Shadow: shadow}, Result: limit.Result{Allowed: allowed, Limit: remaining,
+				Remaining: lim, RetryAfter: retry}},
+		}}
+		got := appendCheckJSON(nil, dec)
+		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, '\n')
+		if !strings.ContainsAny(name1+name2, "<>&\u2028\u2029") && !bytes.Equal(got, want) {
+			t.Fatalf("appendCheckJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("appendCheckJSON wrote no JSON: %v\n%s", err, got)
+		}
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Fatalf("appendCheckJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+	})
+}
+
+// FuzzParseCheckBody: a body checkBody.parse reads, the JSON decoder reads
+// too, to the same check; and parse reads the bodies clients send most.
+func FuzzParseCheckBody(f *testing.F) {
+	common := []string{
+		`{"descriptors":{"client_id":"alice"}}`,
+		` { "descriptors" : { "client_id" : "alice" , "route" : "/login" } , "cost" : 2 , "tier" : "pro" } `,
+		`{"descriptors":{"client_id":"a"},"lease":"l","release":true}`,
+		`{"cost":-12,"release":false}`,
+		`{}`,
+	}
+	for _, s := range common {
+		var c checkBody
+		if !c.parse([]byte(s)) {
+			f.Fatalf("parse does not read %s", s)
+		}
+		f.Add(s)
+	}
+	for _, s := range []string{`{"Tier":"x"}`, `{"cost":1,"cost":2}`, `{"descriptors":{"a":"1","a":"2"}}`, `{"cost":-0}`,
+		`{"cost":01}`, `{"cost":1e2}`, `{"tier":"\u0041"}`, `{"tier":"é"}`, `{"descriptors":null}`, `{} {}`, `{"release":tru}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		var fast checkBody
+		if !fast.parse([]byte(body)) {
+			if fast.fast || fast.Cost != 0 || fast.Tier != "" || fast.parsed != nil {
+				t.Fatalf("parse refused %q but changed its checkBody: %+v", body, fast)
+			}
+			return
+		}
+		var slow checkBody
+		if err := jsonv2.Unmarshal([]byte(body), &slow, decodeOptions); err != nil {
+			t.Fatalf("parse read %q, the decoder refuses it: %v", body, err)
+		}
+		if fast.Tier != slow.Tier || fast.Cost != slow.Cost || fast.Lease != slow.Lease || fast.Release != slow.Release ||
+			!slices.Equal(fast.descriptors(), slow.descriptors()) {
+			t.Fatalf("%q: parse %+v, the decoder %+v", body, fast, slow)
 		}
 	})
 }

@@ -41,11 +41,37 @@ func Values(rules []Rule, deciding int, allowed bool) (keys, vals []string) {
 		return nil, nil
 	}
 	// Every value is built in one buffer and becomes one string whose
-	// parts are the values, and the keys are in canonical form: a decision's
-	// headers cost two allocations, not one or more per value.
+	// parts are the values: a decision's headers cost two allocations, not
+	// one or more per value.
 	var arr [256]byte
-	b := arr[:0]
-	var ends [headerCount]int
+	b, ends, n := build(arr[:0], rules, deciding, allowed)
+	all := string(b)
+	vals = make([]string, n)
+	from := 0
+	for i := range n {
+		vals[i] = all[from:ends[i]]
+		from = ends[i]
+	}
+	return headerKeys[:n], vals
+}
+
+// Append appends the values of the headers Set sets to b, in Values'
+// order, and returns b and where each value ends in it: the value of
+// Key(i) is b[ends[i-1]:ends[i]] (from len(b) for the first), for i below
+// n. It allocates nothing when b has room.
+func Append(b []byte, rules []Rule, deciding int, allowed bool) (_ []byte, ends [headerCount]int, n int) {
+	if len(rules) == 0 {
+		return b, ends, 0
+	}
+	return build(b, rules, deciding, allowed)
+}
+
+// Key is the canonical name of header i of Append's values, as bytes:
+// shared, not to be modified.
+func Key(i int) []byte { return headerKeyBytes[i] }
+
+// build appends the header values to b (see Append).
+func build(b []byte, rules []Rule, deciding int, allowed bool) (_ []byte, ends [headerCount]int, n int) {
 	for header := range current + 1 { // one item per rule in each
 		for i, r := range rules {
 			if i > 0 {
@@ -69,7 +95,7 @@ func Values(rules []Rule, deciding int, allowed bool) (keys, vals []string) {
 		}
 		ends[header] = len(b)
 	}
-	n := current + 1
+	n = current + 1
 	if deciding >= 0 && deciding < len(rules) {
 		d := rules[deciding]
 		b = strconv.AppendInt(b, d.Limit, 10)
@@ -85,17 +111,9 @@ func Values(rules []Rule, deciding int, allowed bool) (keys, vals []string) {
 			n = retryAfter + 1
 		}
 	}
-	all := string(b)
-	vals = make([]string, n)
-	from := 0
-	for i := range n {
-		vals[i] = all[from:ends[i]]
-		from = ends[i]
-	}
-	return headerKeys[:n], vals
+	return b, ends, n
 }
 
-// The headers Set writes, in the order of their values in its buffer.
 const (
 	policy = iota
 	current
@@ -110,6 +128,13 @@ const (
 // headers' names, as http.Header.Get looks them up.
 var headerKeys = [headerCount]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining",
 	"X-Ratelimit-Reset", "Retry-After"}
+
+var headerKeyBytes = func() (keys [headerCount][]byte) {
+	for i, k := range headerKeys {
+		keys[i] = []byte(k)
+	}
+	return keys
+}()
 
 // appendSfString appends s as a structured-field string (RFC 8941):
 // quoted, with '"' and '\\' escaped and anything else outside printable
