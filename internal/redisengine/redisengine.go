@@ -77,7 +77,10 @@ type Config struct {
 	// Prefix is prepended to every counter key, before its hash tag.
 	Prefix string
 	// MinTTL is the shortest expiry set on a key. A key expires once its
-	// state equals a fresh one; keeping it longer is harmless. 0 means 1s.
+	// state equals a fresh one; keeping it longer is harmless, and the flat
+	// scripts keep keys up to twice as long, or a minute longer when that
+	// is less, rather than set an expiry on every write (flat.lua). 0
+	// means 1s.
 	MinTTL time.Duration
 	// Batch coalesces concurrent decisions into pipelines: one write and
 	// one read for many decisions. BatchSize caps a pipeline (0 means 128);
