@@ -340,6 +340,9 @@ type wire struct {
 	// groups are the parameter groups of merged flat calls (flat.lua),
 	// which go after the keys' costs and groups.
 	groups [][]any
+	// decisions are the decisions' arguments of merged multi.lua calls,
+	// which go after their groups.
+	decisions []any
 }
 
 // decideArgs is how many of decide.lua's arguments come before the rules'
@@ -357,7 +360,7 @@ const decideArgs = 4
 // own.
 func (e *Engine) wires(calls []*call) []wire {
 	ws := make([]wire, 0, len(calls))
-	merged := [3]int{-1, -1, -1} // the index in ws of single.lua's, window1.lua's and decide.lua's merged calls
+	merged := [4]int{-1, -1, -1, -1} // the index in ws of single.lua's, window1.lua's, multi.lua's and decide.lua's merged calls
 	_, cluster := e.client.(*redis.ClusterClient)
 	for _, c := range calls {
 		var m *int
@@ -367,8 +370,10 @@ func (e *Engine) wires(calls []*call) []wire {
 			m = &merged[0]
 		case c.script == window1:
 			m = &merged[1]
-		case c.script == script && c.args[3] == "check":
+		case c.script == multi:
 			m = &merged[2]
+		case c.script == script && c.args[3] == "check":
+			m = &merged[3]
 		}
 		if m == nil {
 			ws = append(ws, wire{script: c.script, keys: c.keys, args: c.args, calls: []*call{c}})
@@ -386,32 +391,66 @@ func (e *Engine) wires(calls []*call) []wire {
 			// Sized as if every call of the pipeline were like the first.
 			w.keys = append(make([]string, 0, len(calls)*len(w.keys)), w.keys...)
 			first := w.args
-			if c.script == script {
+			switch c.script {
+			case script:
 				w.args = make([]any, 0, len(calls)*(len(first)+1))
 				w.args = append(w.args, first[:decideArgs-1]...)
 				w.args = append(w.args, "checks", 1, len(w.keys))
 				w.args = append(w.args, first[decideArgs:]...)
-			} else {
+			case multi:
+				w.args = first[:3:3]
+				w.decisions = make([]any, 0, len(calls)*(len(first)-3))
+				w.addMulti(first)
+			default:
 				w.args = append(make([]any, 0, flatArgs+2*len(calls)), first[:flatArgs]...)
 				w.groups = [][]any{first[flatArgs:]}
 			}
 		}
 		w.keys = append(w.keys, c.keys...)
-		if c.script == script {
+		switch c.script {
+		case script:
 			w.args[decideArgs] = len(w.calls) + 1
 			w.args = append(w.args, len(c.keys))
 			w.args = append(w.args, c.args[decideArgs:]...)
-		} else {
+		case multi:
+			w.addMulti(c.args)
+		default:
 			w.args = append(w.args, c.args[flatArgs-2], w.group(c.args[flatArgs:]))
 		}
 		w.calls = append(w.calls, c)
 	}
 	for i := range ws {
-		for _, g := range ws[i].groups {
-			ws[i].args = append(ws[i].args, g...)
+		w := &ws[i]
+		switch {
+		case w.decisions != nil: // multi.lua's: the groups, then the decisions
+			args := make([]any, 0, 3+multiGroup*len(w.groups)+len(w.decisions))
+			args = append(args, w.args[0], w.args[1], len(w.groups))
+			for _, g := range w.groups {
+				args = append(args, g...)
+			}
+			w.args = append(args, w.decisions...)
+		default: // the flat scripts': the groups after the keys' costs and groups
+			for _, g := range w.groups {
+				w.args = append(w.args, g...)
+			}
 		}
 	}
 	return ws
+}
+
+// addMulti adds the decision of a multi.lua call's args to w, its groups
+// named by their index among w's.
+func (w *wire) addMulti(args []any) {
+	ng := args[2].(int)
+	groups, d := args[3:3+multiGroup*ng], args[3+multiGroup*ng:]
+	w.decisions = append(w.decisions, d[0])
+	for i := 1; i+1 < len(d); i += 2 {
+		g, sign := d[i+1].(int), 1
+		if g < 0 {
+			g, sign = -g, -1
+		}
+		w.decisions = append(w.decisions, d[i], sign*w.group(groups[(g-1)*multiGroup:g*multiGroup]).(int))
+	}
 }
 
 // group returns the argument naming parameter group g in w, adding g if it
@@ -428,8 +467,11 @@ func (w *wire) group(g []any) any {
 
 // replyLen is the length of c's part of a merged reply.
 func replyLen(c *call) int {
-	if c.script == script {
+	switch c.script {
+	case script:
 		return 1 + 6*len(c.keys)
+	case multi:
+		return 1 + flatReply*len(c.keys)
 	}
 	return flatReply * len(c.keys)
 }

@@ -42,22 +42,40 @@ var (
 )
 
 // flatScript is flat.lua with the step of family in place of its line
-// "-- step".
+// "-- step", and store.lua of "-- store".
 func flatScript(family string) string {
-	flat, step := loadScript("clock", "flat"), loadScript(family)
-	if strings.Count(flat, flatStep) != 1 {
-		panic("redisengine: flat.lua has no single " + flatStep) // a build mistake
-	}
-	return strings.Replace(flat, flatStep, "\n"+step, 1)
+	return insert(loadScript("clock", "flat"), "-- step", family, "-- store", "store")
 }
 
-const flatStep = "\n  -- step\n"
+// insert returns src with each line that is marks[i] (the mark and its
+// indentation) replaced by the script marks[i+1]. Each mark must stand
+// once.
+func insert(src string, marks ...string) string {
+	for i := 0; i+1 < len(marks); i += 2 {
+		mark := marks[i] + "\n"
+		if strings.Count(src, mark) != 1 {
+			panic("redisengine: no single " + marks[i] + " to replace") // a build mistake
+		}
+		src = strings.Replace(src, mark, loadScript(marks[i+1]), 1)
+	}
+	return src
+}
+
+// multi decides decisions of several rules of the flat scripts' families,
+// for about half script's Redis CPU (multi.lua).
+var multi = redis.NewScript(multiScript())
+
+// multiScript is multi.lua with the families' steps in place of its lines
+// "-- meter step" and "-- window step", and store.lua of "-- store".
+func multiScript() string {
+	return insert(loadScript("clock", "multi"), "-- meter step", "single", "-- window step", "window1", "-- store", "store")
+}
 
 // syncScript reconciles locally counted rules with the shared state.
 var syncScript = redis.NewScript(loadScript("clock", "sync"))
 
 // allScripts lists every script, for Preload.
-var allScripts = []*redis.Script{script, single, window1, syncScript}
+var allScripts = []*redis.Script{script, single, window1, multi, syncScript}
 
 func loadScript(names ...string) string {
 	var b strings.Builder
@@ -318,6 +336,14 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 			return st.singleScript, keys, append(args, st.single...), nil
 		}
 	}
+	if op == "check" && len(reqs) > 1 {
+		if args, ok := e.multiArgs(reqs, nowArg); ok {
+			for i, rq := range reqs {
+				keys[i] = e.cfg.Prefix + rq.Key
+			}
+			return multi, keys, args, nil
+		}
+	}
 	args := make([]any, 0, 4+20*len(reqs))
 	args = append(args, nowArg, e.slack, e.minTTL, op)
 	for i, rq := range reqs {
@@ -340,6 +366,60 @@ var redisTime any = ""
 // cost and its group. flatReply is the length of their reply per key.
 const flatArgs, flatReply = 4, 5
 
+// multiArgs returns the arguments of multi.lua for the decision reqs:
+// false when a rule is of neither of its families, or two share a key
+// (multi.lua reads each rule's state before writing any).
+func (e *Engine) multiArgs(reqs []limit.Request, now any) ([]any, bool) {
+	var stBuf [4]*limiterArgs
+	sts := stBuf[:0]
+	for i, rq := range reqs {
+		st := e.statics.get(rq.Limiter)
+		if st.multi == nil {
+			return nil, false
+		}
+		for _, other := range reqs[:i] {
+			if other.Key == rq.Key {
+				return nil, false
+			}
+		}
+		sts = append(sts, st)
+	}
+	args := make([]any, 3, 3+multiGroup*len(reqs)+1+2*len(reqs))
+	args[0], args[1] = now, e.minTTL
+	// Rules of one limiter share a group.
+	var giBuf [4]int
+	gi := giBuf[:0]
+	ng := 0
+	for i, st := range sts {
+		g := 0
+		for j := range i {
+			if sts[j] == st {
+				g = gi[j]
+				break
+			}
+		}
+		if g == 0 {
+			ng++
+			g = ng
+			args = append(args, st.multi...)
+		}
+		gi = append(gi, g)
+	}
+	args[2] = ng
+	args = append(args, len(reqs))
+	for i, rq := range reqs {
+		g := gi[i]
+		if rq.Shadow {
+			g = -g
+		}
+		args = append(args, rq.Cost, g)
+	}
+	return args, true
+}
+
+// multiGroup is how many fields a parameter group of multi.lua has.
+const multiGroup = 7
+
 // firstGroup is the group argument of a flat script's one key.
 var firstGroup any = 1
 
@@ -349,17 +429,29 @@ func (e *Engine) decode(sc *redis.Script, reqs []limit.Request, reply []int64, r
 	if sc == script {
 		return decode(reply, len(reqs), res)
 	}
-	if len(reply) != flatReply || len(reqs) != 1 {
+	// multi.lua's reply opens with the decision; a flat script's one rule
+	// decides alone, unless it is a shadow rule.
+	n := flatReply * len(reqs)
+	if sc == multi {
+		n++
+	}
+	if len(reply) != n || sc != multi && len(reqs) != 1 {
 		return false, fmt.Errorf("redisengine: reply of %d values for %d rules", len(reply), len(reqs))
 	}
-	rq := reqs[0]
-	r := limit.Result{Allowed: reply[0] == 1, Limit: e.statics.get(rq.Limiter).shown, Remaining: reply[1],
-		ResetAfter: us(reply[2]), RetryAfter: us(reply[3]), Delay: us(reply[4])}
-	if reply[3] < 0 {
-		r.RetryAfter = limit.Never
+	admitted := reply[0] == 1 || reqs[0].Shadow
+	if sc == multi {
+		admitted, reply = reply[0] == 1, reply[1:]
 	}
-	res[0] = r
-	return r.Allowed || rq.Shadow, nil
+	for i, rq := range reqs {
+		v := reply[flatReply*i:]
+		r := limit.Result{Allowed: v[0] == 1, Limit: e.statics.get(rq.Limiter).shown, Remaining: v[1],
+			ResetAfter: us(v[2]), RetryAfter: us(v[3]), Delay: us(v[4])}
+		if v[3] < 0 {
+			r.RetryAfter = limit.Never
+		}
+		res[i] = r
+	}
+	return admitted, nil
 }
 
 // decode reads decide.lua's reply for n rules into res.
@@ -391,6 +483,7 @@ type limiterArgs struct {
 	// the limiter's rule alone (nil when none does).
 	general, single []any
 	singleScript    *redis.Script
+	multi           []any // the limiter's parameter group in multi.lua (nil: none)
 	shown           int64 // the limit answers show
 	// family is the limiter's sync.lua family when it can be counted
 	// locally (see local.go), else -1; param is its sync.lua parameter.
@@ -416,9 +509,11 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	case c.Algorithm <= policy.LeakyBucket && !c.Warm:
 		a.singleScript = single
 		a.single = []any{c.Capacity, c.Shown, float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}
+		a.multi = append([]any{0}, a.single...)
 	case c.Algorithm == policy.FixedWindow || c.Algorithm == policy.SlidingWindow:
 		a.singleScript = window1
 		a.single = []any{c.Capacity, c.Shown, c.Limit, c.Window, flag(c.Algorithm == policy.SlidingWindow), float(limit.Slack)}
+		a.multi = append([]any{1}, a.single...)
 	}
 	return a
 }

@@ -495,10 +495,12 @@ func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
 }
 
 // TestPipelinedDecisionsShareOneCallPerScript: a pipeline's decisions
-// become one EVALSHA per script — single.lua's, window1.lua's and
-// decide.lua's (several rules, or an algorithm no flat script decides) —
-// and each answers as it would have alone, in the pipeline's order, the
-// same key decided several times included.
+// become one EVALSHA per script — single.lua's and window1.lua's (one rule
+// of the meter or window family), multi.lua's (several rules of those
+// families, shadow rules among them) and decide.lua's (an algorithm no
+// flat script decides) — and each answers as it would have alone, in the
+// pipeline's order, all or nothing, the same key decided several times
+// included.
 func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -523,12 +525,19 @@ func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 	two := func(key string, cost int64) []limit.Request { // per client, and a shared hourly cap
 		return []limit.Request{{Key: key, Limiter: bucket, Cost: cost}, {Key: "all", Limiter: hourly, Cost: cost}}
 	}
+	shadowed := func(key string, cost int64) []limit.Request { // a shadow rule per client, an enforced sliding window
+		return []limit.Request{{Key: key, Limiter: bucket, Cost: cost, Shadow: true}, {Key: "s", Limiter: sliding, Cost: cost}}
+	}
+	mixed := func(key string) []limit.Request { // a flat rule and one only decide.lua decides
+		return []limit.Request{{Key: key, Limiter: gcra, Cost: 1}, {Key: "l1", Limiter: log, Cost: 1}}
+	}
 	decisions := [][]limit.Request{
 		one("k0", bucket, 1), one("k1", gcra, 2), one("w0", fixed, 1), two("d0", 1), one("l0", log, 1),
 		one("k0", bucket, 1), one("w1", sliding, 2), one("w0", fixed, 1), two("d0", 1), one("l0", log, 1),
 		one("k0", bucket, 1), one("k2", bucket, 5), one("k1", gcra, 1), two("d1", 1), one("l0", log, 1),
 		one("w0", fixed, 1), one("w1", sliding, 2), one("w2", fixed, 3), two("d1", 2), two("d2", 3),
-		one("k1", gcra, 1), one("w1", sliding, 1), two("d0", 1),
+		one("k1", gcra, 1), one("w1", sliding, 1), two("d0", 1), shadowed("h0", 1), shadowed("h0", 2),
+		shadowed("h1", 1), mixed("m0"), mixed("m1"), mixed("m0"), shadowed("h0", 1), two("d3", 1),
 	}
 	const now = 1_000_000_000
 	calls := make([]*call, len(decisions))
@@ -547,8 +556,8 @@ func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stats, "cmdstat_evalsha:calls=3,") {
-		t.Errorf("want three EVALSHAs for the pipeline, one per script:\n%s", stats)
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=4,") {
+		t.Errorf("want four EVALSHAs for the pipeline, one per script:\n%s", stats)
 	}
 	for i, cl := range calls {
 		<-cl.done

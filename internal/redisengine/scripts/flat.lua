@@ -1,7 +1,7 @@
 -- flat.lua: the flat scripts, which decide the commonest decisions, one
 -- rule each, for a fraction of decide.lua's Redis CPU: this loop with the
 -- step of an algorithm family (single.lua, window1.lua) put in place of
--- the line "-- step" (see flatScript). They decide every key they are
+-- the line "-- step", and store.lua of "-- store" (see flatScript). They decide every key they are
 -- given, independently (the batching flusher merges a pipeline's calls of
 -- one of them into one call: Redis's cost of a call is then paid once per
 -- pipeline). Redis runs a script's whole body on every call, making a
@@ -65,17 +65,7 @@ for i = 1, #KEYS do
   -- step
 
   if nx then
-    -- The key must live reset µs more, and at least min_ttl ms. An expiry
-    -- set now at ttl ms comes no earlier than now_ms + ttl.
-    local ttl = math.max(math.ceil(reset / 1000), min_ttl)
-    if not redis_clock then
-      redis.call('SET', key, cmsgpack.pack({t, nx, ny}), 'PX', ttl)
-    elseif expires > now_ms + ttl then
-      redis.call('SET', key, cmsgpack.pack({t, nx, ny, -expires}), 'KEEPTTL')
-    else
-      ttl = ttl + math.min(ttl, 60000)
-      redis.call('SET', key, cmsgpack.pack({t, nx, ny, -(now_ms + ttl)}), 'PX', ttl)
-    end
+    -- store
   end
   local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = allowed and 1 or 0, remaining, reset, retry, delay
