@@ -6,7 +6,8 @@
 -- one of them into one call: Redis's cost of a call is then paid once per
 -- pipeline). Redis runs a script's whole body on every call, making a
 -- closure of every function it defines and a table of every {}, so these
--- are written out flat, without either.
+-- are written out flat: no functions, and no tables but the reply and the
+-- states they pack.
 --
 -- KEYS: the counter keys, one per decision.
 -- ARGV: now µs (or "" for Redis TIME), minimum TTL ms; then for each key
