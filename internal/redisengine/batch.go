@@ -350,9 +350,10 @@ type wire struct {
 const decideArgs = 4
 
 // wires turns a pipeline's calls into its EVALSHAs. The calls of
-// single.lua, and those of window1.lua, with the same clock argument become
-// one call of all their keys, each rule's parameters sent once; decide.lua's
-// checks become one "checks" call. The decisions are independent and Redis
+// single.lua, those of window1.lua and those of multi.lua, with the same
+// clock argument, become one call of each script for all their decisions,
+// each rule's parameters sent once; decide.lua's checks become one
+// "checks" call. The decisions are independent and Redis
 // runs them in the pipeline's order, as it would have run the calls, and
 // its cost of a call (about a third of single.lua's, more of decide.lua's,
 // whose function definitions run on every call) is then paid once per
@@ -449,13 +450,13 @@ func (w *wire) addMulti(args []any) {
 		if g < 0 {
 			g, sign = -g, -1
 		}
-		w.decisions = append(w.decisions, d[i], sign*w.group(groups[(g-1)*multiGroup:g*multiGroup]).(int))
+		w.decisions = append(w.decisions, d[i], sign*w.group(groups[(g-1)*multiGroup:g*multiGroup]))
 	}
 }
 
-// group returns the argument naming parameter group g in w, adding g if it
-// is new.
-func (w *wire) group(g []any) any {
+// group returns the index (1-based) of parameter group g in w, adding g
+// if it is new.
+func (w *wire) group(g []any) int {
 	for i, h := range w.groups {
 		if slices.Equal(h, g) {
 			return i + 1

@@ -384,31 +384,15 @@ func (e *Engine) multiArgs(reqs []limit.Request, now any) ([]any, bool) {
 		}
 		sts = append(sts, st)
 	}
-	args := make([]any, 3, 3+multiGroup*len(reqs)+1+2*len(reqs))
-	args[0], args[1] = now, e.minTTL
-	// Rules of one limiter share a group.
-	var giBuf [4]int
-	gi := giBuf[:0]
-	ng := 0
-	for i, st := range sts {
-		g := 0
-		for j := range i {
-			if sts[j] == st {
-				g = gi[j]
-				break
-			}
-		}
-		if g == 0 {
-			ng++
-			g = ng
-			args = append(args, st.multi...)
-		}
-		gi = append(gi, g)
+	// A group per rule: a merged call (see wires) keeps one of each.
+	args := make([]any, 0, 3+multiGroup*len(reqs)+1+2*len(reqs))
+	args = append(args, now, e.minTTL, len(reqs))
+	for _, st := range sts {
+		args = append(args, st.multi...)
 	}
-	args[2] = ng
 	args = append(args, len(reqs))
 	for i, rq := range reqs {
-		g := gi[i]
+		g := i + 1
 		if rq.Shadow {
 			g = -g
 		}

@@ -18,7 +18,7 @@
 --   window, then the family's six, as in flat.lua); then for each decision
 --   its number of rules, then for each rule its cost and its group
 --   (1-based; negative for a shadow rule, whose rejection rejects
---   nothing). Rules of one limiter share a group.
+--   nothing). A merged call carries each limiter's group once.
 -- Reply: for each decision, admitted (0/1), then for each rule flat.lua's
 --   5 values.
 --
