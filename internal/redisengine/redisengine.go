@@ -42,9 +42,9 @@ var (
 )
 
 // flatScript is flat.lua with the step of family in place of its line
-// "-- step", and store.lua of "-- store".
+// "-- step", and load.lua and store.lua of "-- load" and "-- store".
 func flatScript(family string) string {
-	return insert(loadScript("clock", "flat"), "-- step", family, "-- store", "store")
+	return insert(loadScript("clock", "flat"), "-- load", "load", "-- step", family, "-- store", "store")
 }
 
 // insert returns src with each line that is marks[i] (the mark and its
@@ -66,9 +66,10 @@ func insert(src string, marks ...string) string {
 var multi = redis.NewScript(multiScript())
 
 // multiScript is multi.lua with the families' steps in place of its lines
-// "-- meter step" and "-- window step", and store.lua of "-- store".
+// "-- meter step" and "-- window step", and load.lua and store.lua of
+// "-- load" and "-- store".
 func multiScript() string {
-	return insert(loadScript("clock", "multi"), "-- meter step", "single", "-- window step", "window1", "-- store", "store")
+	return insert(loadScript("clock", "multi"), "-- load", "load", "-- meter step", "single", "-- window step", "window1", "-- store", "store")
 }
 
 // syncScript reconciles locally counted rules with the shared state.

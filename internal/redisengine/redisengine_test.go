@@ -197,6 +197,73 @@ func TestFlatScriptsKeepExpiries(t *testing.T) {
 	}
 }
 
+// TestEveryScriptReadsEveryState: a rule's key is decided by a flat script
+// when the rule is a decision's only one, by multi.lua or decide.lua when
+// others come with it, and reconciled by sync.lua; the flat scripts'
+// encoding and decide.lua's MessagePack are each read alike by all of them,
+// on Redis's clock and on a given one.
+func TestEveryScriptReadsEveryState(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL})
+	ctx := context.Background()
+	logged := limit.MustCompile(policy.Params{Algorithm: policy.SlidingLog, Limit: 100, Window: time.Hour})
+	hourly := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour})
+	for _, p := range []policy.Params{
+		{Algorithm: policy.TokenBucket, Limit: 6, Window: time.Hour},
+		{Algorithm: policy.FixedWindow, Limit: 6, Window: time.Hour},
+		{Algorithm: policy.SlidingWindow, Limit: 6, Window: time.Hour},
+	} {
+		l := limit.MustCompile(p)
+		for _, clock := range []string{"redis", "given"} {
+			key := string(p.Algorithm) + clock
+			via := []struct {
+				script string
+				reqs   []limit.Request
+			}{
+				{"flat", []limit.Request{{Key: key, Limiter: l, Cost: 1}}},
+				{"decide.lua", []limit.Request{{Key: key, Limiter: l, Cost: 1}, {Key: key + "log", Limiter: logged, Cost: 1}}},
+				{"multi.lua", []limit.Request{{Key: key, Limiter: l, Cost: 1}, {Key: key + "hourly", Limiter: hourly, Cost: 1}}},
+			}
+			const now = 3_600_000_000 * 500_000 // a window's start: the windows' counts stay put
+			for i := range 7 {
+				v := via[i%len(via)]
+				res := make([]limit.Result, len(v.reqs))
+				var ok bool
+				var err error
+				if clock == "redis" {
+					ok, err = e.AllowAll(ctx, v.reqs, res)
+				} else {
+					ok, err = e.AllowAllAt(ctx, v.reqs, now, res)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := int64(5 - i); ok != (i < 6) || (ok && res[0].Remaining != want) {
+					t.Fatalf("%s, %s clock, decision %d by %s: admitted %v, remaining %d; want %v, %d",
+						p.Algorithm, clock, i, v.script, ok, res[0].Remaining, i < 6, want)
+				}
+			}
+			if clock == "redis" {
+				continue
+			}
+			// sync.lua reads the six admitted: a debt of six intervals, or
+			// a count of six.
+			family, param, want := familyFixed, int64(time.Hour/time.Microsecond), int64(6)
+			if p.Algorithm == policy.TokenBucket {
+				family, param, want = familyMeter, int64(10*time.Minute/time.Microsecond), 6*int64(10*time.Minute/time.Microsecond)
+			}
+			reply, err := syncScript.Run(ctx, c, []string{prefix + key}, now, 1, family, 0, param, now).Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Algorithm != policy.SlidingWindow && reply[1] != want {
+				t.Errorf("%s: sync.lua reads %d, want %d", p.Algorithm, reply[1], want)
+			}
+		}
+	}
+}
+
 // A pipeline refused with NOSCRIPT (Redis restarted or flushed) loads the
 // script and succeeds: pipelines do not fall back to EVAL by themselves.
 func TestBatchedRecoversFromNOSCRIPT(t *testing.T) {

@@ -51,11 +51,14 @@ end
 local function load(key)
   local raw = redis.call('GET', key)
   local s = {t = 0, x = 0, y = 0, ext = {}}
-  if raw then
+  if raw and string.byte(raw) == 193 then -- the flat scripts' encoding (flat.lua)
+    local _
+    _, s.t, s.x, s.y = struct.unpack('<Bdddd', raw)
+  elseif raw then
     local arr = cmsgpack.unpack(raw)
     s.t, s.x, s.y = arr[1], arr[2], arr[3]
-    -- A negative fourth value is the flat scripts' record of the key's
-    -- expiry (flat.lua), no part of a state.
+    -- A negative fourth value is a record of the key's expiry the flat
+    -- scripts once wrote (flat.lua), no part of a state.
     if not (arr[4] and arr[4] < 0) then
       for i = 4, #arr do s.ext[i - 3] = arr[i] end
     end

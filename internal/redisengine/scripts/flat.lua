@@ -23,10 +23,13 @@
 -- allowed, remaining, reset, retry and delay, and nx and ny, the new state,
 -- when it changes (an admitted positive cost).
 --
--- State: decide.lua's MessagePack array {t, x, y}, with, from these
--- scripts, a fourth value: minus the earliest time (ms, Redis's clock) the
--- key can expire. decide.lua drops it (a negative value is no state of
--- its), so a key may be reached by any of the scripts.
+-- State: {t, x, y} and the earliest time (ms, Redis's clock; 0: unknown)
+-- the key can expire, written by these scripts as the byte 0xC1 (which
+-- never starts MessagePack) and four little-endian doubles: struct's pack
+-- and unpack cost Redis a third of cmsgpack's, which makes no table.
+-- decide.lua and sync.lua write a MessagePack array {t, x, y, ...}, once
+-- also with a fourth value, minus that expiry; every script reads both
+-- (load.lua), so a key may be reached by any of them.
 --
 -- On Redis's clock, a write that needs no later expiry than its key's keeps
 -- it (KEEPTTL): setting an expiry costs Redis as much as the rest of a
@@ -55,9 +58,7 @@ for i = 1, #KEYS do
   local last, x, y, expires = 0, 0, 0, 0
   local raw = redis.call('GET', key)
   if raw then
-    local s = cmsgpack.unpack(raw)
-    last, x, y = s[1], s[2], s[3]
-    if s[4] and s[4] < 0 then expires = -s[4] end
+    -- load
   end
   local t = now
   if t < last then t = last elseif t < 0 then t = 0 end -- effective_now

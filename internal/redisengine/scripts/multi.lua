@@ -3,8 +3,8 @@
 -- family (fixed and weighted sliding window), each decision all or
 -- nothing, for about half decide.lua's Redis CPU: this loop with the steps
 -- of the two families (single.lua, window1.lua) put in place of the lines
--- "-- meter step" and "-- window step", and store.lua of "-- store" (see
--- multiScript). It decides every
+-- "-- meter step" and "-- window step", and load.lua and store.lua of
+-- "-- load" and "-- store" (see multiScript); states as flat.lua's. It decides every
 -- decision it is given, independently (the batching flusher merges a
 -- pipeline's calls of it into one call). Decisions of one rule go to the
 -- flat scripts (flat.lua), which need neither the decision's bounds nor a
@@ -61,9 +61,7 @@ while k < #KEYS do
         last, x, y, expires = 0, 0, 0, 0
         local raw = redis.call('GET', KEYS[k + j])
         if raw then
-          local st = cmsgpack.unpack(raw)
-          last, x, y = st[1], st[2], st[3]
-          if st[4] and st[4] < 0 then expires = -st[4] end
+          -- load
         end
         S[s + 1], S[s + 2], S[s + 3], S[s + 4] = last, x, y, expires
       else

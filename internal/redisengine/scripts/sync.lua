@@ -23,7 +23,10 @@ for i, key in ipairs(KEYS) do
   local family, cost, p, since = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
   local last, x = 0, 0
   local raw = redis.call('GET', key)
-  if raw then
+  if raw and string.byte(raw) == 193 then -- the flat scripts' encoding (flat.lua)
+    local _
+    _, last, x = struct.unpack('<Bdddd', raw)
+  elseif raw then
     local s = cmsgpack.unpack(raw)
     last, x = s[1], s[2]
   end
