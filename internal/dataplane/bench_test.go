@@ -62,13 +62,22 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 // benchConfig is the decider of the benchmarks, on the local Redis, for a
 // token bucket of limitPerSecond per client, publishing to pub (nil: none).
 // SLUICE_BENCH_SYNC (a duration) gives the rule that sync interval: local
-// counting instead of a Redis call per decision.
+// counting instead of a Redis call per decision. SLUICE_BENCH_FLUSHERS (a
+// number) sets the engine's flushers, and SLUICE_BENCH_NOBATCH (any value)
+// turns batching off, for comparisons.
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
 	var sync time.Duration
 	if v := os.Getenv("SLUICE_BENCH_SYNC"); v != "" {
 		var err error
 		if sync, err = time.ParseDuration(v); err != nil {
 			b.Fatalf("SLUICE_BENCH_SYNC: %v", err)
+		}
+	}
+	var flushers int
+	if v := os.Getenv("SLUICE_BENCH_FLUSHERS"); v != "" {
+		var err error
+		if flushers, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("SLUICE_BENCH_FLUSHERS: %v", err)
 		}
 	}
 	// The garbage collector as cmd/dataplane runs it.
@@ -80,7 +89,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	_ = c
 	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
 	b.Cleanup(func() { client.Close() })
-	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Batch: true})
+	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Batch: os.Getenv("SLUICE_BENCH_NOBATCH") == "", Flushers: flushers})
 	b.Cleanup(eng.Close)
 	benchEngine = eng
 	if err := eng.Preload(context.Background()); err != nil {
