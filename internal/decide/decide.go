@@ -211,7 +211,12 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 			}
 		}
 	}
-	res := make([]limit.Result, len(reqs))
+	var res []limit.Result
+	if sel.one != nil {
+		res, dec.Rules = sel.one.res[:], sel.one.rules[:]
+	} else {
+		res, dec.Rules = make([]limit.Result, len(reqs)), make([]RuleResult, len(reqs))
+	}
 	allowed, engaged, err := d.call(ctx, reqs, res)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -229,7 +234,6 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 			}
 		}
 	}
-	dec.Rules = make([]RuleResult, len(reqs))
 	for i := range reqs {
 		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
 	}
@@ -290,6 +294,18 @@ type selection struct {
 	reqs   []limit.Request
 	picked []*policy.Rule
 	params []policy.Params
+	// one, for a tier of one rule, holds the slices above and the
+	// decision's results: one allocation in place of five.
+	one *oneRule
+}
+
+// oneRule is the backing of a one-rule decision's slices.
+type oneRule struct {
+	reqs   [1]limit.Request
+	picked [1]*policy.Rule
+	params [1]policy.Params
+	res    [1]limit.Result
+	rules  [1]RuleResult
 }
 
 // selectRules picks the rules of req's tier (its own, else an override's,
@@ -302,9 +318,16 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 	if err != nil {
 		return selection{}, err
 	}
-	sel := selection{tier: tier, reqs: make([]limit.Request, 0, len(rules)), picked: make([]*policy.Rule, 0, len(rules)),
-		params: make([]policy.Params, 0, len(rules))}
-	var key []byte
+	sel := selection{tier: tier}
+	if len(rules) == 1 {
+		sel.one = new(oneRule)
+		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
+	} else {
+		sel.reqs, sel.picked, sel.params = make([]limit.Request, 0, len(rules)), make([]*policy.Rule, 0, len(rules)),
+			make([]policy.Params, 0, len(rules))
+	}
+	var kb [128]byte // most keys fit: one allocation each, the string's
+	key := kb[:0]
 	for i := range rules {
 		r := &rules[i]
 		if !r.Matches(req.Descriptors) {
