@@ -109,6 +109,56 @@ func TestProxyForwardsUntilRejected(t *testing.T) {
 	}
 }
 
+// TestProxyReusesUpstreamConnections: concurrent requests through the
+// proxy share kept-alive connections to the upstream, at most one per
+// request in flight (net/http's default transport keeps two idle and
+// opened 101 connections for these 192 requests).
+func TestProxyReusesUpstreamConnections(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	var conns atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	px := proxyFor(t, cfg, key, up, nil)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	const clients, each = 16, 12
+	errs := make(chan error, clients)
+	for g := range clients {
+		go func() {
+			for i := range each {
+				req, _ := http.NewRequest("GET", px.URL+"/", nil)
+				req.Header.Set("X-Client-Id", fmt.Sprintf("c%d-%d", g, i)) // a fresh id: always admitted
+				resp, err := client.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := conns.Load(); n > clients {
+		t.Errorf("%d requests, %d at a time, opened %d upstream connections", clients*each, clients, n)
+	}
+}
+
 func TestProxyStreamsBodies(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
