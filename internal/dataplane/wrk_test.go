@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -25,13 +30,63 @@ import (
 // ignored: wrk runs for SLUICE_WRK_DURATION (default 10s). Skipped where
 // wrk is not installed (apt-get install wrk).
 func BenchmarkDecisionsWrk(b *testing.B) {
+	wrk := wrkPath(b)
+	base, key := benchDecider(b)
+	pipes0, calls0 := benchEngine.Pipelines()
+	runWrk(b, wrk, wrkScript(key), base+"/v1/check", "decider-cpu-µs/op")
+	reportBatch(b, pipes0, calls0)
+}
+
+// BenchmarkProxyWrk is the reverse proxy under wrk's load: GET requests
+// of 10,000 client ids (X-Client-Id) through the proxy, decided on the
+// local Redis (SLUICE_BENCH_SYNC as for the decision benchmarks), to an
+// upstream in this process that answers "ok". SLUICE_BENCH_PROXY_TRANSPORT=default
+// forwards with net/http's default transport instead of the proxy's own.
+func BenchmarkProxyWrk(b *testing.B) {
+	wrk := wrkPath(b)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	b.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	cfg, key := benchConfig(b, 1_000_000, nil)
+	pc := ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
+		Tenant: func() (*decide.Config, error) { return cfg.Authenticate("Bearer " + key) }}
+	if os.Getenv("SLUICE_BENCH_PROXY_TRANSPORT") == "default" {
+		pc.Transport = http.DefaultTransport
+	}
+	px := httptest.NewServer(NewProxy(pc))
+	b.Cleanup(px.Close)
+	script := fmt.Sprintf(`local requests = {}
+local n = 0
+local keys = %d
+init = function(args)
+  for i = 0, keys - 1 do
+    requests[i] = wrk.format("GET", nil, {["X-Client-Id"] = "client-" .. i})
+  end
+end
+request = function()
+  n = (n + 1) %% keys
+  return requests[n]
+end
+`, benchKeys)
+	runWrk(b, wrk, script, px.URL+"/", "proxy-and-upstream-cpu-µs/op")
+}
+
+// wrkPath is wrk's path; the benchmark is skipped without it.
+func wrkPath(b *testing.B) string {
 	wrk, err := exec.LookPath("wrk")
 	if err != nil {
 		b.Skip("wrk is not installed")
 	}
-	base, key := benchDecider(b)
-	script := filepath.Join(b.TempDir(), "check.lua")
-	if err := os.WriteFile(script, []byte(wrkScript(key)), 0o600); err != nil {
+	return wrk
+}
+
+// runWrk runs wrk (-t2, benchClients connections, for SLUICE_WRK_DURATION,
+// default 10s) with script against target, fails on any answer but 2xx,
+// and reports requests/s, p50 and p99, and what one request cost this
+// process (as cpuMetric), Redis and wrk in CPU.
+func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
+	path := filepath.Join(b.TempDir(), "load.lua")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	d := os.Getenv("SLUICE_WRK_DURATION")
@@ -40,27 +95,22 @@ func BenchmarkDecisionsWrk(b *testing.B) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	redisCPU := func() time.Duration { return serverCPU(b, rc) }
-	r0, g0, w0 := redisCPU(), processCPU(), childrenCPU()
-	pipes0, calls0 := benchEngine.Pipelines()
+	r0, g0, w0 := serverCPU(b, rc), processCPU(), childrenCPU()
 	b.ResetTimer()
-	out, err := exec.Command(wrk, "-t2", fmt.Sprintf("-c%d", benchClients), "-d"+d, "--latency", "-s", script, base+"/v1/check").CombinedOutput()
+	out, err := exec.Command(wrk, "-t2", fmt.Sprintf("-c%d", benchClients), "-d"+d, "--latency", "-s", path, target).CombinedOutput()
 	b.StopTimer()
 	if err != nil {
 		b.Fatalf("wrk: %v\n%s", err, out)
 	}
 	if bytes.Contains(out, []byte("Non-2xx")) {
-		b.Fatalf("wrk saw refused checks:\n%s", out)
+		b.Fatalf("wrk saw refused requests:\n%s", out)
 	}
-	r1, g1, w1 := redisCPU(), processCPU(), childrenCPU()
+	r1, g1, w1 := serverCPU(b, rc), processCPU(), childrenCPU()
 	rate, p50, p99 := parseWrk(b, out)
 	n := rate * wrkSeconds(b, d)
-	// What one decision costs each side, wherever the load comes from: the
-	// decider process's CPU (the server and its Redis client) and Redis's.
-	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
+	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, cpuMetric)
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
 	b.ReportMetric(float64(w1-w0)/float64(time.Microsecond)/n, "wrk-cpu-µs/op")
-	reportBatch(b, pipes0, calls0)
 	b.ReportMetric(rate, "decisions/s")
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
