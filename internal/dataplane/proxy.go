@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
@@ -78,6 +79,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		},
 		Transport:     cfg.Transport,
 		FlushInterval: -1, // stream responses as they come
+		BufferPool:    &copyBuffers{},
 		ErrorLog:      slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
 	}
 	h := newHTTPAPI(cfg.API)
@@ -125,6 +127,19 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		rp.ServeHTTP(w, r)
 	})
 }
+
+// copyBuffers lends the proxy its buffers for copying answers: without
+// a pool httputil allocates 32 KiB for each.
+type copyBuffers struct{ p sync.Pool }
+
+func (b *copyBuffers) Get() []byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *copyBuffers) Put(buf []byte) { b.p.Put(&buf) }
 
 func maxDelay(dec decide.Decision) time.Duration {
 	var d time.Duration
