@@ -55,19 +55,7 @@ func BenchmarkProxyWrk(b *testing.B) {
 	}
 	px := httptest.NewServer(NewProxy(pc))
 	b.Cleanup(px.Close)
-	script := fmt.Sprintf(`local requests = {}
-local n = 0
-local keys = %d
-init = function(args)
-  for i = 0, keys - 1 do
-    requests[i] = wrk.format("GET", nil, {["X-Client-Id"] = "client-" .. i})
-  end
-end
-request = function()
-  n = (n + 1) %% keys
-  return requests[n]
-end
-`, benchKeys)
+	script := wrkCycle(`wrk.format("GET", nil, {["X-Client-Id"] = "client-" .. i})`)
 	runWrk(b, wrk, script, px.URL+"/", "proxy-and-upstream-cpu-µs/op")
 }
 
@@ -163,20 +151,26 @@ func wrkScript(key string) string {
 	// The requests are built once per thread, in init, and request() only
 	// picks the next: building each with wrk.format, as wrk's own docs
 	// warn, costs the generator more CPU than the server it measures.
+	return wrkCycle(fmt.Sprintf(`wrk.format("POST", nil, {["Authorization"] = "Bearer %s", ["Content-Type"] = "application/json"},
+      '{"descriptors":{"client_id":"client-' .. i .. '"}}')`, key))
+}
+
+// wrkCycle is a wrk script whose requests cycle through benchKeys client
+// ids, request i (a Lua expression of i) built once per thread in init.
+func wrkCycle(request string) string {
 	return fmt.Sprintf(`local requests = {}
 local n = 0
 local keys = %d
 init = function(args)
   for i = 0, keys - 1 do
-    requests[i] = wrk.format("POST", nil, {["Authorization"] = "Bearer %s", ["Content-Type"] = "application/json"},
-      '{"descriptors":{"client_id":"client-' .. i .. '"}}')
+    requests[i] = %s
   end
 end
 request = function()
   n = (n + 1) %% keys
   return requests[n]
 end
-`, benchKeys, key)
+`, benchKeys, request)
 }
 
 var (

@@ -159,10 +159,11 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 128
 	}
-	if _, cluster := client.(*redis.ClusterClient); cfg.Flushers <= 0 && cluster {
-		cfg.Flushers = 2
-	} else if cfg.Flushers <= 0 {
+	if cfg.Flushers <= 0 {
 		cfg.Flushers = 1
+		if _, cluster := client.(*redis.ClusterClient); cluster {
+			cfg.Flushers = 2
+		}
 	}
 	if cfg.GatherWait <= 0 {
 		cfg.GatherWait = 200 * time.Microsecond
