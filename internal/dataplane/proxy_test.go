@@ -110,9 +110,11 @@ func TestProxyForwardsUntilRejected(t *testing.T) {
 }
 
 // TestProxyReusesUpstreamConnections: concurrent requests through the
-// proxy share kept-alive connections to the upstream, at most one per
-// request in flight (net/http's default transport keeps two idle and
-// opened 101 connections for these 192 requests).
+// proxy share kept-alive connections to the upstream: a connection is
+// dialled only when none is idle, so at most one per request in flight
+// and one more per dial a freed connection overtook (net/http's default
+// transport keeps two idle and opened 101 connections for these 192
+// requests).
 func TestProxyReusesUpstreamConnections(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
@@ -154,7 +156,7 @@ func TestProxyReusesUpstreamConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := conns.Load(); n > clients {
+	if n := conns.Load(); n > 2*clients {
 		t.Errorf("%d requests, %d at a time, opened %d upstream connections", clients*each, clients, n)
 	}
 }
