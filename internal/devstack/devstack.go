@@ -194,7 +194,10 @@ func Run(ctx context.Context, cfg Config) error {
 	sctx, stopSync := context.WithCancel(ctx)
 	defer stopSync()
 	errc := make(chan error, 1)
-	go func() { errc <- telemetry.Serve(ctx, srv, ln, 5*time.Second) }()
+	// A grace past 6 s: Shutdown waits for a connection that has sent no
+	// request (the decider's watch reconnecting as it stops, say) until it
+	// is 5 s old, counted in whole seconds.
+	go func() { errc <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
 	go func() { _ = syncer.Run(sctx) }()
 	// The banner promises a working curl line: wait for the decider's
 	// first config (it comes over loopback from the control plane above).
