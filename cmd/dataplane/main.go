@@ -48,7 +48,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/dataplane"
@@ -137,9 +136,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	decider := decide.NewDecider(opts)
 
 	reg := telemetry.NewRegistry()
-	reg.MustRegister(telemetry.NewEngineCollector(local), versionCollector{syncer})
+	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))
 	if redisEngine != nil {
-		reg.MustRegister(redisMetrics(redisEngine)...)
+		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
 	}
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
@@ -149,6 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic,
 			Decider: deciderName(), Logger: logger})
 		go func() { _ = pub.Run(ctx) }()
+		reg.MustRegister(telemetry.PublisherMetrics(pub)...)
 		apiCfg.Events = pub
 	}
 	api := dataplane.CORS(flagenv.List(*corsOrigins), dataplane.NewHTTPHandler(apiCfg))
@@ -221,39 +221,4 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
 	fmt.Fprintf(stdout, "proxying http://%s to %s\n", ln.Addr(), u.Redacted())
 	return func() { <-done }, nil
-}
-
-// versionCollector exports the config version enforced for each tenant.
-type versionCollector struct{ s *dataplane.Syncer }
-
-var versionDesc = prometheus.NewDesc("sluice_config_version", "Config version enforced for a tenant.", []string{"tenant"}, nil)
-
-func (versionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- versionDesc }
-
-func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
-	for tenant, v := range c.s.Versions() {
-		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(v), tenant)
-	}
-}
-
-// redisMetrics are the Redis engine's counters: its pipelines, and its
-// local counting (rules with a sync interval).
-func redisMetrics(e *redisengine.Engine) []prometheus.Collector {
-	counter := func(name, help string, v func() int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
-	}
-	return []prometheus.Collector{
-		counter("sluice_redis_pipelines_total", "Pipelines of decisions sent to Redis (with -redis-batch).",
-			func() int64 { p, _ := e.Pipelines(); return p }),
-		counter("sluice_redis_pipelined_calls_total", "Decisions' calls those pipelines carried; per pipeline, the mean batch.",
-			func() int64 { _, c := e.Pipelines(); return c }),
-		counter("sluice_local_decisions_total", "Decisions with a rule counted locally (a rule's sync interval).",
-			func() int64 { return e.LocalStats().Decisions }),
-		counter("sluice_local_syncs_total", "Reconciliations of local counts with Redis that succeeded.",
-			func() int64 { return e.LocalStats().Syncs }),
-		counter("sluice_local_sync_errors_total", "Reconciliations that failed; their counts are sent again.",
-			func() int64 { return e.LocalStats().SyncErrors }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_keys", Help: "Keys counted locally now."},
-			func() float64 { return float64(e.LocalStats().Keys) }),
-	}
 }

@@ -145,7 +145,10 @@ func Run(ctx context.Context, cfg Config) error {
 	decider := decide.NewDecider(decOpts)
 
 	reg := telemetry.NewRegistry()
-	reg.MustRegister(telemetry.NewEngineCollector(local))
+	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))
+	if eng, ok := decOpts.Engine.(*redisengine.Engine); ok {
+		reg.MustRegister(telemetry.RedisEngineMetrics(eng)...)
+	}
 
 	// Decision events, and the analytics consumer rolling them up.
 	brokers, kafkaName, closeKafka, err := kafkaOrEmbedded(cfg)
@@ -162,6 +165,7 @@ func Run(ctx context.Context, cfg Config) error {
 	bctx, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
 	background.Go(func() { _ = pub.Run(bctx) })
+	reg.MustRegister(telemetry.PublisherMetrics(pub)...)
 	background.Go(func() { _ = consumer.Run(bctx) })
 
 	mux := http.NewServeMux()

@@ -51,6 +51,8 @@ type Publisher struct {
 
 	totalDropped atomic.Int64
 	sent         atomic.Int64
+	failed       atomic.Int64
+	failing      int // consecutive failed writes; Run's own
 }
 
 type rejection struct {
@@ -148,11 +150,22 @@ func getOrCreate[K comparable, V any](mu *sync.RWMutex, m map[K]*V, k K) *V {
 	return v
 }
 
-// Stats are the publisher's totals since it started.
-type Stats struct{ Sent, Dropped int64 }
+// Stats are the publisher's totals since it started, and what waits now.
+type Stats struct {
+	// Sent counts the messages Kafka took: rejection events and deltas.
+	Sent int64
+	// Dropped counts the rejection events dropped at the buffer's bound.
+	Dropped int64
+	// WriteErrors counts the writes to Kafka that failed (and were retried).
+	WriteErrors int64
+	// Queued is how many rejection events wait in the buffer for Run.
+	Queued int
+}
 
 // Stats returns the totals, for metrics.
-func (p *Publisher) Stats() Stats { return Stats{Sent: p.sent.Load(), Dropped: p.totalDropped.Load()} }
+func (p *Publisher) Stats() Stats {
+	return Stats{Sent: p.sent.Load(), Dropped: p.totalDropped.Load(), WriteErrors: p.failed.Load(), Queued: len(p.queue)}
+}
 
 // Run sends events until ctx ends, then makes a last attempt with what it
 // holds. While Kafka cannot be reached, it keeps its batch and retries;
@@ -193,13 +206,20 @@ func (p *Publisher) write(ctx context.Context, batch []kafka.Message) []kafka.Me
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.WriteTimeout)
 	defer cancel()
 	if err := p.w.WriteMessages(wctx, batch...); err != nil {
-		p.cfg.Logger.WarnContext(ctx, "events: Kafka write failed; keeping the batch", "err", err, "events", len(batch))
+		p.failed.Add(1)
+		if p.failing++; p.failing == 1 { // once per outage, not once per flush interval
+			p.cfg.Logger.WarnContext(ctx, "events: Kafka write failed; keeping the batch and retrying", "err", err, "events", len(batch))
+		}
 		for len(batch) > p.cfg.Buffer && batch[0].Headers == nil { // rejections have no headers
 			p.totalDropped.Add(1)
 			p.tenantDropped(string(batch[0].Key)).Add(1)
 			batch = batch[1:]
 		}
 		return batch
+	}
+	if p.failing > 0 {
+		p.cfg.Logger.InfoContext(ctx, "events: Kafka writes resumed", "failed_writes", p.failing, "dropped_total", p.totalDropped.Load())
+		p.failing = 0
 	}
 	p.sent.Add(int64(len(batch)))
 	return batch[:0]

@@ -111,6 +111,14 @@ func TestKafkaOutageDropsAreCountedAndReported(t *testing.T) {
 	if dropped < n-100-1000 || dropped > n {
 		t.Fatalf("dropped %d of %d with a buffer of 100", dropped, n)
 	}
+	// Run keeps trying: failed writes are counted.
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().WriteErrors == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed write counted while Kafka is down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	b.Restart(t)
 	var delivered, reported int64
 	consume(t, brokers, topic, func(ev *sluicev1.Event, _ kafka.Message) bool {
@@ -122,6 +130,9 @@ func TestKafkaOutageDropsAreCountedAndReported(t *testing.T) {
 		}
 		return delivered+p.Stats().Dropped == n && reported == p.Stats().Dropped
 	})
+	if st := p.Stats(); st.Queued != 0 || st.Sent < delivered {
+		t.Fatalf("after the drain: %+v, %d delivered", st, delivered)
+	}
 }
 
 func BenchmarkRejected(b *testing.B) {

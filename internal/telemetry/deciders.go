@@ -1,0 +1,73 @@
+package telemetry
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/redisengine"
+)
+
+// A decider's metrics beyond its decisions (dataplane.NewMetrics): the
+// config it enforces, its Redis engine's pipelines and local counting, and
+// its event publisher. Each reads the component's own counters when
+// scraped; none costs a decision anything.
+
+var versionDesc = prometheus.NewDesc("sluice_config_version", "Config version enforced for a tenant.", []string{"tenant"}, nil)
+
+// versionCollector exports versions(): the config version enforced for
+// each tenant.
+type versionCollector func() map[string]int64
+
+func (versionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- versionDesc }
+
+func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
+	for tenant, v := range c() {
+		ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, float64(v), tenant)
+	}
+}
+
+// ConfigVersions exports versions (a Syncer's Versions) as
+// sluice_config_version, by tenant.
+func ConfigVersions(versions func() map[string]int64) prometheus.Collector {
+	return versionCollector(versions)
+}
+
+func counter(name, help string, v func() int64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+}
+
+func gauge(name, help string, v func() int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
+}
+
+// RedisEngineMetrics are a Redis engine's counters: its pipelines, and its
+// local counting (rules with a sync interval).
+func RedisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
+	return []prometheus.Collector{
+		counter("sluice_redis_pipelines_total", "Pipelines of decisions sent to Redis (with -redis-batch).",
+			func() int64 { p, _ := e.Pipelines(); return p }),
+		counter("sluice_redis_pipelined_calls_total", "Decisions' calls those pipelines carried; per pipeline, the mean batch.",
+			func() int64 { _, c := e.Pipelines(); return c }),
+		counter("sluice_local_decisions_total", "Decisions with a rule counted locally (a rule's sync interval).",
+			func() int64 { return e.LocalStats().Decisions }),
+		counter("sluice_local_syncs_total", "Reconciliations of local counts with Redis that succeeded.",
+			func() int64 { return e.LocalStats().Syncs }),
+		counter("sluice_local_sync_errors_total", "Reconciliations that failed; their counts are sent again.",
+			func() int64 { return e.LocalStats().SyncErrors }),
+		gauge("sluice_local_keys", "Keys counted locally now.", func() int64 { return int64(e.LocalStats().Keys) }),
+	}
+}
+
+// PublisherMetrics are an event publisher's counters: what Kafka took,
+// what waits for it, what failed and what was dropped.
+func PublisherMetrics(p *events.Publisher) []prometheus.Collector {
+	return []prometheus.Collector{
+		counter("sluice_events_sent_total", "Messages (rejection events and counter deltas) Kafka took.",
+			func() int64 { return p.Stats().Sent }),
+		counter("sluice_events_dropped_total", "Rejection events dropped at the buffer's bound while Kafka was slow or down; reported to analytics in the next delta.",
+			func() int64 { return p.Stats().Dropped }),
+		counter("sluice_events_write_errors_total", "Writes to Kafka that failed; their events are kept and sent again.",
+			func() int64 { return p.Stats().WriteErrors }),
+		gauge("sluice_events_queued", "Rejection events waiting in the buffer.", func() int64 { return int64(p.Stats().Queued) }),
+	}
+}
