@@ -147,7 +147,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *brokers != "" {
 		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic,
 			Decider: deciderName(), Logger: logger})
-		go func() { _ = pub.Run(ctx) }()
+		// The publisher outlives the servers: its last flush, after they
+		// have stopped, carries the events and counts of their last
+		// decisions, and the process exits only after it.
+		pctx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+		published := make(chan struct{})
+		go func() { defer close(published); _ = pub.Run(pctx) }()
+		defer func() { stopEvents(); <-published }()
 		reg.MustRegister(telemetry.PublisherMetrics(pub)...)
 		apiCfg.Events = pub
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/events/eventstest"
+	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -45,7 +50,11 @@ func TestDeciderEndToEnd(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "from upstream") }))
 	defer upstream.Close()
 
-	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_PROXY_KEY": checkKey}
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_PROXY_KEY": checkKey,
+		"KAFKA_BROKERS": strings.Join(broker.Addrs(), ","), "SLUICE_EVENTS_TOPIC": topic}
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
 		"-cors-origins", "http://console.example"}
@@ -150,7 +159,30 @@ func TestDeciderEndToEnd(t *testing.T) {
 	if pipes < 1 || calls < pipes || calls > 8 {
 		t.Errorf("%v pipelines carried %v calls, for 8 decisions", pipes, calls)
 	}
+	// A check still arriving when the decider is told to stop is decided,
+	// and counted in the events: the server has read its headers (it
+	// invited the body) when the stop comes.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	check := `{"descriptors":{"client_id":"bob"}}`
+	if _, err := io.WriteString(conn, "POST /v1/check HTTP/1.1\r\nHost: decider\r\nAuthorization: Bearer "+checkKey+
+		"\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: "+strconv.Itoa(len(check))+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("no 100 Continue: %v %v", resp, err)
+	}
 	cancel()
+	if _, err := io.WriteString(conn, check); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a check in flight at the stop: %v %v", resp, err)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
@@ -158,6 +190,22 @@ func TestDeciderEndToEnd(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("run did not stop")
+	}
+	// Stopped, the decider has sent its last events: the two rejections,
+	// and the counts of all nine decisions, which only its last flush
+	// carries (a delta's interval is 10 s).
+	kc, err := kafka.DialLeader(context.Background(), "tcp", broker.Addrs()[0], topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := kc.ReadLastOffset()
+	kc.Close()
+	if err != nil || end != 3 {
+		t.Fatalf("the topic ends at %d (%v) when run returns, want 3 messages", end, err)
+	}
+	ta := eventstest.Read(t, broker.Addrs(), topic, func(ta *eventstest.Tally) bool { return ta.Messages == end })
+	if len(ta.Rejections) != 2 || ta.Allowed != 7 || ta.Rejected != 2 {
+		t.Fatalf("events: %d rejections, deltas of %d allowed and %d rejected; want 2, 7, 2", len(ta.Rejections), ta.Allowed, ta.Rejected)
 	}
 }
 

@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
-	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/events/eventstest"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -52,30 +49,10 @@ func TestDecisionsArePublished(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer rcancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: b.Addrs(), Topic: topic, GroupID: kafkatest.Topic(t), MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	var rejections, allowed, rejected int64
-	var rej *sluicev1.Rejection
-	for rejections != 1 || allowed != 2 || rejected != 1 {
-		m, err := r.ReadMessage(rctx)
-		if err != nil {
-			t.Fatalf("after %d rejections, %d allowed, %d rejected: %v", rejections, allowed, rejected, err)
-		}
-		var ev sluicev1.Event
-		if err := proto.Unmarshal(m.Value, &ev); err != nil {
-			t.Fatal(err)
-		}
-		switch k := ev.Kind.(type) {
-		case *sluicev1.Event_Rejection:
-			rejections++
-			rej = k.Rejection
-		case *sluicev1.Event_Delta:
-			allowed += k.Delta.Allowed
-			rejected += k.Delta.Rejected
-		}
-	}
+	ta := eventstest.Read(t, b.Addrs(), topic, func(ta *eventstest.Tally) bool {
+		return len(ta.Rejections) == 1 && ta.Allowed == 2 && ta.Rejected == 1
+	})
+	rej := ta.Rejections[0]
 	if rej.TenantId != "t1" || rej.Tier != "free" || rej.RuleId != "r1" || rej.ClientKey != "alice" || rej.Cost != 1 {
 		t.Fatalf("rejection event %v", rej)
 	}

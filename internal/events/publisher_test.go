@@ -6,34 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"google.golang.org/protobuf/proto"
-
-	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/events/eventstest"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 )
-
-// consume reads the topic until done says it has seen enough.
-func consume(t *testing.T, brokers []string, topic string, done func(*sluicev1.Event, kafka.Message) bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: kafkatest.Topic(t), MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	for {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("reading events: %v", err)
-		}
-		var ev sluicev1.Event
-		if err := proto.Unmarshal(m.Value, &ev); err != nil {
-			t.Fatalf("event: %v", err)
-		}
-		if done(&ev, m) {
-			return
-		}
-	}
-}
 
 func start(t *testing.T, cfg Config) *Publisher {
 	t.Helper()
@@ -64,22 +39,10 @@ func TestPublishesRejectionsAndDeltas(t *testing.T) {
 	p.Rejected("t1", "free", "r1", "alice", 1, at, false)
 	p.Rejected("t2", "pro", "r9", "bob", 3, at, true)
 
-	var rejections []*sluicev1.Rejection
-	var allowed, rejected, shadow int64
-	consume(t, b.Addrs(), topic, func(ev *sluicev1.Event, m kafka.Message) bool {
-		switch k := ev.Kind.(type) {
-		case *sluicev1.Event_Rejection:
-			if string(m.Key) != k.Rejection.TenantId {
-				t.Fatalf("key %q for tenant %s", m.Key, k.Rejection.TenantId)
-			}
-			rejections = append(rejections, k.Rejection)
-		case *sluicev1.Event_Delta:
-			allowed += k.Delta.Allowed
-			rejected += k.Delta.Rejected
-			shadow += k.Delta.ShadowRejected
-		}
-		return len(rejections) == 2 && allowed == 7 && rejected == 1 && shadow == 1
+	ta := eventstest.Read(t, b.Addrs(), topic, func(ta *eventstest.Tally) bool {
+		return len(ta.Rejections) == 2 && ta.Allowed == 7 && ta.Rejected == 1 && ta.ShadowRejected == 1
 	})
+	rejections := ta.Rejections
 	r := rejections[0]
 	if r.TenantId == "t2" {
 		r = rejections[1]
@@ -120,16 +83,10 @@ func TestKafkaOutageDropsAreCountedAndReported(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.Restart(t)
-	var delivered, reported int64
-	consume(t, brokers, topic, func(ev *sluicev1.Event, _ kafka.Message) bool {
-		switch k := ev.Kind.(type) {
-		case *sluicev1.Event_Rejection:
-			delivered++
-		case *sluicev1.Event_Delta:
-			reported += k.Delta.DroppedRejections
-		}
-		return delivered+p.Stats().Dropped == n && reported == p.Stats().Dropped
+	ta := eventstest.Read(t, brokers, topic, func(ta *eventstest.Tally) bool {
+		return int64(len(ta.Rejections))+p.Stats().Dropped == n && ta.DroppedRejections == p.Stats().Dropped
 	})
+	delivered := int64(len(ta.Rejections))
 	if st := p.Stats(); st.Queued != 0 || st.Sent < delivered {
 		t.Fatalf("after the drain: %+v, %d delivered", st, delivered)
 	}

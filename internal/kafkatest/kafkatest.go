@@ -3,13 +3,16 @@
 package kafkatest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -67,4 +70,24 @@ func Topic(t testing.TB) string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("%.80s-%s", unsafeChars.ReplaceAllString(t.Name(), "-"), hex.EncodeToString(r[:]))
+}
+
+// Consume reads topic from its start, in a consumer group of its own,
+// giving each message to each until it returns true; it fails t when a
+// read fails or 30 s pass first.
+func Consume(t testing.TB, brokers []string, topic string, each func(kafka.Message) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, GroupID: Topic(t), MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	for n := 0; ; n++ {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("kafkatest: reading %s after %d messages: %v", topic, n, err)
+		}
+		if each(m) {
+			return
+		}
+	}
 }

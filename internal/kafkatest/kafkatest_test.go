@@ -26,19 +26,14 @@ func TestKafkaGoRoundTrip(t *testing.T) {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: b.Addrs(), GroupID: Topic(t), Topic: topic, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
 	seen := make(map[byte]bool)
-	for len(seen) < n {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("read after %d messages: %v", len(seen), err)
-		}
+	Consume(t, b.Addrs(), topic, func(m kafka.Message) bool {
 		if seen[m.Value[0]] {
 			t.Fatalf("message %d read twice", m.Value[0])
 		}
 		seen[m.Value[0]] = true
-	}
+		return len(seen) == n
+	})
 }
 
 func TestRestartKeepsDataWithDataDir(t *testing.T) {

@@ -1,0 +1,62 @@
+// Package eventstest reads decision events back from a topic, for tests of
+// what deciders publish.
+package eventstest
+
+import (
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kafkatest"
+)
+
+// Tally is what a run of decision events adds up to.
+type Tally struct {
+	Rejections []*sluicev1.Rejection
+	// The counter deltas' sums.
+	Allowed, Rejected, ShadowRejected, DroppedRejections int64
+	// Messages counts the messages read, events of either kind.
+	Messages int64
+}
+
+// Add counts m's event. It fails t when m is not an event, or is not keyed
+// by its tenant (the publisher's partition key).
+func (ta *Tally) Add(t testing.TB, m kafka.Message) {
+	t.Helper()
+	var ev sluicev1.Event
+	if err := proto.Unmarshal(m.Value, &ev); err != nil {
+		t.Fatalf("eventstest: message %d: %v", m.Offset, err)
+	}
+	ta.Messages++
+	var tenant string
+	switch k := ev.Kind.(type) {
+	case *sluicev1.Event_Rejection:
+		ta.Rejections = append(ta.Rejections, k.Rejection)
+		tenant = k.Rejection.TenantId
+	case *sluicev1.Event_Delta:
+		ta.Allowed += k.Delta.Allowed
+		ta.Rejected += k.Delta.Rejected
+		ta.ShadowRejected += k.Delta.ShadowRejected
+		ta.DroppedRejections += k.Delta.DroppedRejections
+		tenant = k.Delta.TenantId
+	default:
+		t.Fatalf("eventstest: message %d holds no event", m.Offset)
+	}
+	if string(m.Key) != tenant {
+		t.Fatalf("eventstest: message %d keyed %q, for tenant %q", m.Offset, m.Key, tenant)
+	}
+}
+
+// Read consumes topic from its start (kafkatest.Consume) until done says
+// the tally is complete, and returns it.
+func Read(t testing.TB, brokers []string, topic string, done func(*Tally) bool) *Tally {
+	t.Helper()
+	ta := &Tally{}
+	kafkatest.Consume(t, brokers, topic, func(m kafka.Message) bool {
+		ta.Add(t, m)
+		return done(ta)
+	})
+	return ta
+}
