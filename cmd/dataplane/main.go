@@ -125,7 +125,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		client := redis.NewClient(ropts)
 		defer client.Close()
 		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
-		defer eng.Close()
+		defer func() { // after the servers have stopped (deferred after this)
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			eng.Shutdown(sctx)
+		}()
 		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)

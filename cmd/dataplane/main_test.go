@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,59 +59,18 @@ func TestDeciderEndToEnd(t *testing.T) {
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
 		"-cors-origins", "http://console.example"}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
-	lines := bufio.NewReader(pr)
-	var base, proxy string
-	for base == "" || proxy == "" {
-		line, err := lines.ReadString('\n')
-		if err != nil {
-			t.Fatalf("no banner: %v", err)
-		}
-		url := strings.Fields(line[max(strings.Index(line, "http://"), 0):])[0]
-		switch {
-		case strings.HasPrefix(line, "decider listening"):
-			base = url
-		case strings.HasPrefix(line, "proxying"):
-			proxy = url
-		}
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	base, proxy, done := startDecider(t, ctx, args, env)
 
-	var ready struct {
-		Ready bool
-		Info  struct {
-			ConfigVersions map[string]int64 `json:"config_versions"`
-		}
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !ready.Ready {
-		if time.Now().After(deadline) {
-			t.Fatal("never ready")
-		}
-		if resp, err := http.Get(base + "/readyz"); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&ready)
-			resp.Body.Close()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if ready.Info.ConfigVersions[tn.ID] != version {
-		t.Fatalf("/readyz reports %v, want version %d of %s", ready.Info.ConfigVersions, version, tn.ID)
+	ready := waitReady(t, base)
+	if ready[tn.ID] != version {
+		t.Fatalf("/readyz reports %v, want version %d of %s", ready, version, tn.ID)
 	}
 
 	var codes []int
 	for range 4 {
-		req, _ := http.NewRequest("POST", base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"alice"}}`))
-		req.Header.Set("Authorization", "Bearer "+checkKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
+		codes = append(codes, check(t, base, checkKey, "alice").StatusCode)
 	}
-	if want := []int{200, 200, 200, 429}; !equal(codes, want) {
+	if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("statuses %v, want %v", codes, want)
 	}
 	// Decided in Redis, not in the decider's memory: the counter is there.
@@ -132,7 +92,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 		}
 		codes = append(codes, resp.StatusCode)
 	}
-	if want := []int{200, 200, 200, 429}; !equal(codes, want) {
+	if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
 		t.Fatalf("through the proxy: statuses %v, want %v", codes, want)
 	}
 	// The console's origin may call the check API from a browser.
@@ -209,16 +169,70 @@ func TestDeciderEndToEnd(t *testing.T) {
 	}
 }
 
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+// startDecider runs the decider with args and env until ctx ends, and
+// returns the addresses it prints, of its HTTP port and of its proxy (""
+// without -upstream), once it has printed them, and where run's error
+// comes.
+func startDecider(t *testing.T, ctx context.Context, args []string, env map[string]string) (base, proxy string, done <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
+	lines := bufio.NewReader(pr)
+	proxied := slices.Contains(args, "-upstream")
+	for base == "" || (proxied && proxy == "") {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no banner: %v", err)
+		}
+		url := strings.Fields(line[max(strings.Index(line, "http://"), 0):])[0]
+		switch {
+		case strings.HasPrefix(line, "decider listening"):
+			base = url
+		case strings.HasPrefix(line, "proxying"):
+			proxy = url
 		}
 	}
-	return true
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return base, proxy, errc
+}
+
+// check asks the decider at base for a decision on client, and returns
+// its answer (the body closed).
+func check(t *testing.T, base, key, client string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"`+client+`"}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// waitReady polls the decider at base until /readyz says it is ready, and
+// returns the config versions it reports.
+func waitReady(t *testing.T, base string) map[string]int64 {
+	t.Helper()
+	var ready struct {
+		Ready bool
+		Info  struct {
+			ConfigVersions map[string]int64 `json:"config_versions"`
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !ready.Ready {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&ready)
+			resp.Body.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ready.Info.ConfigVersions
 }
 
 // metricValue is the value of the unlabelled metric name in a Prometheus
@@ -236,4 +250,49 @@ func metricValue(t *testing.T, body []byte, name string) float64 {
 	}
 	t.Fatalf("metrics lack %s", name)
 	return 0
+}
+
+// What a decider counted locally (a rule's sync interval) reaches Redis
+// when it stops, not one interval later or never: a decider started after
+// it sees every admission.
+func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
+	store := pgstore.New(pgtest.Pool(t))
+	ctx := context.Background()
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(ctx, tn.ID)
+	rule := policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Sync: time.Minute,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour}}
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
+		t.Fatal(err)
+	}
+	checkKey, _, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app")
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
+	defer func() { cp.CloseClientConnections(); cp.Close() }()
+	_, prefix := redistest.Client(t)
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix}
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+
+	remaining := func(base string) []string {
+		var out []string
+		for range 5 {
+			out = append(out, check(t, base, checkKey, "alice").Header.Get("X-RateLimit-Remaining"))
+		}
+		return out
+	}
+	for i, want := range [][]string{{"99", "98", "97", "96", "95"}, {"94", "93", "92", "91", "90"}} {
+		dctx, stop := context.WithCancel(ctx)
+		base, _, done := startDecider(t, dctx, args, env)
+		waitReady(t, base)
+		if got := remaining(base); !slices.Equal(got, want) {
+			t.Fatalf("decider %d: remaining %v, want %v", i+1, got, want)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("decider %d: %v", i+1, err)
+		}
+	}
 }

@@ -316,7 +316,12 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	}
 	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
 			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
-		"Redis " + opts.Addr, func() { eng.Close(); client.Close() }
+		"Redis " + opts.Addr, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			eng.Shutdown(sctx) // what was counted locally, to Redis
+			client.Close()
+		}
 }
 
 // kafkaOrEmbedded returns the brokers to use: cfg.KafkaBrokers if one

@@ -596,5 +596,16 @@ func (e *Engine) LocalStats() LocalStats {
 // Reconcile sends at once what was counted locally, on every key decided
 // on since its last reconciliation, and refreshes their views. The engine
 // does it by itself for each key once its Sync interval has passed; this is
-// for tests with a clock of their own (Config.Now, SyncTick < 0).
+// for tests with a clock of their own (Config.Now, SyncTick < 0), and for
+// Shutdown.
 func (e *Engine) Reconcile(ctx context.Context) { e.local.reconcileDue(ctx, true) }
+
+// Shutdown sends what was counted locally (Reconcile) within ctx, then
+// closes the engine. It is a decider's last step, after its servers have
+// stopped: what it admitted is then in the shared counters when it exits,
+// where it would otherwise be lost with up to an interval's admissions of
+// every key counted locally, for the deciders left to admit again.
+func (e *Engine) Shutdown(ctx context.Context) {
+	e.Reconcile(ctx)
+	e.Close()
+}
