@@ -103,6 +103,9 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 			s.logger.WarnContext(ctx, "recording a decider's sync", "decider", name, "err", err)
 		}
 	}
+	if err := s.store.TouchCheckKeys(ctx, req.Msg.GetUsedCheckKeyHashes()); err != nil {
+		s.logger.WarnContext(ctx, "recording check keys' use", "decider", req.Msg.GetDecider(), "err", err)
+	}
 	return connect.NewResponse(out), nil
 }
 

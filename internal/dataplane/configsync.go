@@ -154,10 +154,12 @@ func (s *Syncer) pull(ctx context.Context) error {
 	for id, snap := range s.current {
 		since[id] = snap.GetVersion()
 	}
-	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name})
+	used := s.cfg.Keys.TakeUsed()
+	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: used})
 	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)
 	if err != nil {
+		s.cfg.Keys.MarkUsed(used) // reported with the next pull
 		return err
 	}
 	if len(res.Msg.Snapshots) == 0 && len(res.Msg.DeletedTenantIds) == 0 && s.Ready() {

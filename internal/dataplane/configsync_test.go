@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
+	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
@@ -108,5 +109,78 @@ func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
 	eventually(t, "ready from the on-disk snapshot", s2.Ready)
 	if c := s2.Config(tn.ID); c == nil || c.Version != v || !authenticates(keys2, keep) || authenticates(keys2, revoke) {
 		t.Fatalf("restarted from disk: %+v", c)
+	}
+}
+
+// The check keys a decider accepts are reported with its next pull: the
+// control plane records their use, and only theirs.
+func TestSyncReportsTheCheckKeysUsed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
+	defer func() { cp.CloseClientConnections(); cp.Close() }()
+	client := sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL)
+
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, usedKey, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "used")
+	_, idleKey, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "idle")
+	s, keys, _ := startSyncer(t, client, "")
+	eventually(t, "ready with the tenant", func() bool { return s.Ready() && s.Config(tn.ID) != nil })
+	if !authenticates(keys, used) {
+		t.Fatal("the check key does not authenticate")
+	}
+	// A change makes the decider pull (through the watch) at once.
+	if _, _, err := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "another"); err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() map[string]time.Time {
+		ks, err := store.ListKeys(ctx, tn.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]time.Time{}
+		for _, k := range ks {
+			out[k.ID] = k.LastUsedAt
+		}
+		return out
+	}
+	eventually(t, "the used key's use recorded", func() bool { return !lastUsed()[usedKey.ID].IsZero() })
+	if at := lastUsed()[idleKey.ID]; !at.IsZero() {
+		t.Fatalf("an unused key recorded as used at %v", at)
+	}
+	if left := keys.TakeUsed(); len(left) != 0 {
+		t.Fatalf("%d uses left to report after the pull", len(left))
+	}
+}
+
+// TakeUsed reports each used key once; MarkUsed puts back what could not
+// be reported; a new config of the tenant keeps its keys' use.
+func TestKeysTrackUse(t *testing.T) {
+	t.Parallel()
+	keys := NewKeys()
+	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
+	a, b := policy.HashKey("a"), policy.HashKey("b")
+	keys.SetTenant("t1", [][32]byte{a, b}, c)
+	if got := keys.TakeUsed(); len(got) != 0 {
+		t.Fatalf("unused keys reported: %d", len(got))
+	}
+	if _, err := keys.Lookup(a); err != nil {
+		t.Fatal(err)
+	}
+	keys.SetTenant("t1", [][32]byte{a, b}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
+	got := keys.TakeUsed()
+	if len(got) != 1 || [32]byte(got[0]) != a {
+		t.Fatalf("TakeUsed = %x, want a's hash", got)
+	}
+	if len(keys.TakeUsed()) != 0 {
+		t.Fatal("a use reported twice")
+	}
+	keys.MarkUsed(got)
+	if again := keys.TakeUsed(); len(again) != 1 || [32]byte(again[0]) != a {
+		t.Fatalf("after MarkUsed: %x", again)
 	}
 }

@@ -1,24 +1,34 @@
 package dataplane
 
 import (
+	"bytes"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Keys maps check-key hashes to their tenant's current config. It is safe
+// Keys maps check-key hashes to their tenant's current config, and notes
+// which keys were used, for the control plane's "last used". It is safe
 // for concurrent use; SetTenant swaps a tenant's keys and config at once.
 type Keys struct {
 	mu       sync.RWMutex
-	m        map[[32]byte]*decide.Config
+	m        map[[32]byte]*keyEntry
 	byTenant map[string][][32]byte
+}
+
+// keyEntry is a check key's config and whether it was used since the
+// last TakeUsed. Its config is guarded by Keys.mu.
+type keyEntry struct {
+	c    *decide.Config
+	used atomic.Bool
 }
 
 // NewKeys returns an empty key table.
 func NewKeys() *Keys {
-	return &Keys{m: make(map[[32]byte]*decide.Config), byTenant: make(map[string][][32]byte)}
+	return &Keys{m: make(map[[32]byte]*keyEntry), byTenant: make(map[string][][32]byte)}
 }
 
 // Set makes the check key with hash h answer for config c.
@@ -33,15 +43,23 @@ func (k *Keys) tenantKeys(tenant string) [][32]byte {
 }
 
 // SetTenant makes exactly hashes answer for c's tenant, with c: keys of the
-// tenant not in hashes (revoked ones) stop answering.
+// tenant not in hashes (revoked ones) stop answering. Kept keys keep their
+// use.
 func (k *Keys) SetTenant(tenant string, hashes [][32]byte, c *decide.Config) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	kept := make(map[[32]byte]*keyEntry, len(hashes))
 	for _, h := range k.byTenant[tenant] {
+		kept[h] = k.m[h]
 		delete(k.m, h)
 	}
 	for _, h := range hashes {
-		k.m[h] = c
+		e := kept[h]
+		if e == nil {
+			e = &keyEntry{}
+		}
+		e.c = c
+		k.m[h] = e
 	}
 	k.byTenant[tenant] = hashes
 }
@@ -66,15 +84,49 @@ func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
 	return k.Lookup(policy.HashKey(secret))
 }
 
-// Lookup returns the config of the tenant whose check key hashes to h.
+// Lookup returns the config of the tenant whose check key hashes to h, and
+// notes the key's use.
 func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 	k.mu.RLock()
-	c := k.m[h]
+	e := k.m[h]
+	var c *decide.Config
+	if e != nil {
+		c = e.c
+	}
 	k.mu.RUnlock()
 	if c == nil {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "invalid check key")
 	}
+	if !e.used.Load() { // a load, not a store, on the hot path: the flag's line stays shared
+		e.used.Store(true)
+	}
 	return c, nil
+}
+
+// TakeUsed returns the hashes of the keys used since the last call, and
+// clears their use.
+func (k *Keys) TakeUsed() [][]byte {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	var out [][]byte
+	for h, e := range k.m {
+		if e.used.Swap(false) {
+			out = append(out, bytes.Clone(h[:]))
+		}
+	}
+	return out
+}
+
+// MarkUsed notes the use of the keys of hashes again (TakeUsed's, when
+// they could not be reported).
+func (k *Keys) MarkUsed(hashes [][]byte) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	for _, h := range hashes {
+		if e := k.m[[32]byte(h)]; e != nil {
+			e.used.Store(true)
+		}
+	}
 }
 
 // BearerToken returns the token of an Authorization header's "Bearer

@@ -248,6 +248,31 @@ func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, er
 	return k, nil
 }
 
+// MaxTouchedKeys bounds the hashes of one TouchCheckKeys call.
+const MaxTouchedKeys = 10_000
+
+// TouchCheckKeys records the use now of the live check keys whose secrets
+// hash to hashes (what deciders accepted since they last reported);
+// unknown, revoked and admin keys are left alone. Hashes past
+// MaxTouchedKeys, and any not 32 bytes long, are ignored.
+func (s *Store) TouchCheckKeys(ctx context.Context, hashes [][]byte) error {
+	valid := make([][]byte, 0, min(len(hashes), MaxTouchedKeys))
+	for _, h := range hashes[:min(len(hashes), MaxTouchedKeys)] {
+		if len(h) == 32 {
+			valid = append(valid, h)
+		}
+	}
+	if len(valid) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now()
+		WHERE hash = ANY($1) AND kind = 'check' AND revoked_at IS NULL`, valid)
+	if err != nil {
+		return fmt.Errorf("pgstore: touch check keys: %w", err)
+	}
+	return nil
+}
+
 // AuditEntry is one row of the audit log.
 type AuditEntry struct {
 	ID         int64

@@ -340,3 +340,34 @@ func TestNotifyOnCommitOnly(t *testing.T) {
 func newPoolB(b *testing.B) *pgxpool.Pool { return pgtest.Pool(b) }
 
 func tenantB(slug string) policy.Tenant { return policy.Tenant{Slug: slug, Name: slug} }
+
+// TouchCheckKeys records the use of live check keys only: not of admin
+// keys, revoked keys, or hashes that are not 32 bytes.
+func TestTouchCheckKeys(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	acme := newTenant(t, s, "acme")
+	live, liveKey, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, "live")
+	gone, goneKey, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, "gone")
+	admin, _, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "admin")
+	if _, err := s.RevokeKey(ctx, op, acme.ID, goneKey.ID); err != nil {
+		t.Fatal(err)
+	}
+	hash := func(secret string) []byte { h := policy.HashKey(secret); return h[:] }
+	if err := s.TouchCheckKeys(ctx, [][]byte{hash(live), hash(gone), hash(admin), []byte("short"), hash("unknown")}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.ListKeys(ctx, acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if used := !k.LastUsedAt.IsZero(); used != (k.ID == liveKey.ID) {
+			t.Errorf("key %s (%s): last used %v", k.Name, k.ID, k.LastUsedAt)
+		}
+	}
+	if err := s.TouchCheckKeys(ctx, nil); err != nil {
+		t.Fatalf("no keys: %v", err)
+	}
+}

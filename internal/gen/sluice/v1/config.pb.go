@@ -104,9 +104,13 @@ type GetSnapshotsRequest struct {
 	Since map[string]int64 `protobuf:"bytes,1,rep,name=since,proto3" json:"since,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Names the decider (such as host/pid), for the operator's list of
 	// deciders and the versions they enforce.
-	Decider       string `protobuf:"bytes,2,opt,name=decider,proto3" json:"decider,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Decider string `protobuf:"bytes,2,opt,name=decider,proto3" json:"decider,omitempty"`
+	// SHA-256 of each check key the decider has accepted since its last
+	// call that reached the control plane: their keys' last use, as the
+	// console shows it, is then this call's time.
+	UsedCheckKeyHashes [][]byte `protobuf:"bytes,3,rep,name=used_check_key_hashes,json=usedCheckKeyHashes,proto3" json:"used_check_key_hashes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetSnapshotsRequest) Reset() {
@@ -151,6 +155,13 @@ func (x *GetSnapshotsRequest) GetDecider() string {
 		return x.Decider
 	}
 	return ""
+}
+
+func (x *GetSnapshotsRequest) GetUsedCheckKeyHashes() [][]byte {
+	if x != nil {
+		return x.UsedCheckKeyHashes
+	}
+	return nil
 }
 
 type GetSnapshotsResponse struct {
@@ -319,10 +330,11 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12%\n" +
 	"\x05tiers\x18\x03 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\x121\n" +
 	"\toverrides\x18\x04 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\x12(\n" +
-	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\"\xaa\x01\n" +
+	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\"\xdd\x01\n" +
 	"\x13GetSnapshotsRequest\x12?\n" +
 	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x12\x18\n" +
-	"\adecider\x18\x02 \x01(\tR\adecider\x1a8\n" +
+	"\adecider\x18\x02 \x01(\tR\adecider\x121\n" +
+	"\x15used_check_key_hashes\x18\x03 \x03(\fR\x12usedCheckKeyHashes\x1a8\n" +
 	"\n" +
 	"SinceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
