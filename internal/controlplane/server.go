@@ -70,7 +70,8 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Reports == nil {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}
-	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, recheck: cfg.WatchRecheck, closing: cfg.Closing}
+	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
+		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger})}
 	opts := []connect.HandlerOption{connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
@@ -92,8 +93,9 @@ type server struct {
 	store   *pgstore.Store
 	reports *reports.Store
 	logger  *slog.Logger
-	recheck time.Duration
 	closing <-chan struct{}
+	// watches serves every decider's config watch from one LISTEN.
+	watches *pgstore.Hub
 }
 
 // reply answers msg, or err as a Connect error.

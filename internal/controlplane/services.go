@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -138,11 +139,14 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 			}
 		}()
 	}
-	err := s.store.Watch(ctx, pgstore.WatchConfig{Since: req.Msg.GetSince(), Recheck: s.recheck, Logger: s.logger}, func(v pgstore.Version) error {
+	err := s.watches.Watch(ctx, req.Msg.GetSince(), func(v pgstore.Version) error {
 		return stream.Send(&sluicev1.WatchResponse{TenantId: v.TenantID, Version: v.Version, Deleted: v.Deleted})
 	})
 	if ctx.Err() != nil {
 		return nil // the decider hung up, or the server is closing
+	}
+	if errors.Is(err, pgstore.ErrWatcherBehind) {
+		return connect.NewError(connect.CodeUnavailable, err) // the decider watches again, from what it has
 	}
 	return err
 }

@@ -30,6 +30,9 @@ type WatchConfig struct {
 	// Channel is the LISTEN channel; "" means NotifyChannel.
 	Channel string
 	Logger  *slog.Logger
+	// Listening, if set, is called each time the watch listens and has
+	// caught up: every change committed after it is then delivered.
+	Listening func()
 }
 
 // Watch calls emit with every config version committed after cfg.Since, in
@@ -90,6 +93,9 @@ func (s *Store) watchConn(ctx context.Context, cfg WatchConfig, known map[string
 	// Catch up after (re)connecting: anything committed meanwhile.
 	if err := s.catchUp(ctx, "", known, emit); err != nil {
 		return err
+	}
+	if cfg.Listening != nil {
+		cfg.Listening()
 	}
 	for {
 		wctx, cancel := context.WithTimeout(ctx, cfg.Recheck)
