@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -137,9 +138,9 @@ func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
 			return
 		}
 		s.cfg.Logger.WarnContext(ctx, "config: watch interrupted", "err", err)
-		select {
+		select { // 1–2 s: deciders cut off together (a control plane's restart) come back spread out
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(time.Second + rand.N(time.Second)):
 		}
 	}
 }
