@@ -4,6 +4,7 @@
 package migrations
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 )
 
 // FS holds every migration file.
@@ -47,4 +49,24 @@ func migrateURL(dsn string) string {
 		}
 	}
 	return dsn
+}
+
+// Querier is what Check needs of a connection or pool.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Check reports whether the database behind q answers with a migrated
+// schema that no failed migration left dirty: the readiness of a binary
+// that works on it.
+func Check(ctx context.Context, q Querier) error {
+	var version int64
+	var dirty bool
+	if err := q.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations`).Scan(&version, &dirty); err != nil {
+		return fmt.Errorf("migrations: check: %w", err)
+	}
+	if dirty {
+		return fmt.Errorf("migrations: version %d is dirty (a migration failed)", version)
+	}
+	return nil
 }

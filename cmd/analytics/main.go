@@ -65,7 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	c := analytics.NewConsumer(analytics.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Group: *group,
 		Store: analytics.NewStore(pool, *topK), BatchSize: *batch, Retention: *retention, Registerer: reg, Logger: logger})
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, c.Ready, nil)
+	db := telemetry.NewProbe(func(ctx context.Context) error { return migrations.Check(ctx, pool) }, time.Second)
+	telemetry.Mount(mux, reg, func() bool { return c.Ready() && db.OK() }, nil)
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

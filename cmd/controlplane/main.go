@@ -57,8 +57,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := telemetry.NewRegistry()
 	var ready telemetry.Readiness
+	db := telemetry.NewProbe(func(ctx context.Context) error { return migrations.Check(ctx, pool) }, time.Second)
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, ready.Ready, nil)
+	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))

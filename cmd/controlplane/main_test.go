@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -41,6 +42,30 @@ func TestRunServesAndStops(t *testing.T) {
 			t.Fatalf("%s: %v %v", path, resp, err)
 		}
 		resp.Body.Close()
+	}
+	// Ready only while the database answers with a clean schema: a failed
+	// migration (marked dirty) takes it out, and back once repaired.
+	db, err := pgx.Connect(ctx, env["DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	for _, dirty := range []bool{true, false} {
+		if _, err := db.Exec(ctx, `UPDATE schema_migrations SET dirty = $1`, dirty); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int{true: 503, false: 200}[dirty]
+		deadline := time.Now().Add(10 * time.Second)
+		for code := 0; code != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz %d with the schema dirty=%v, want %d", code, dirty, want)
+			}
+			if resp, err := http.Get(base + "/readyz"); err == nil {
+				code = resp.StatusCode
+				resp.Body.Close()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	client := sluicev1connect.NewTenantServiceClient(h2cClient(), base, connect.WithGRPC())
 	req := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "Acme"}})

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +85,37 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(st.Evictions))
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(st.Expirations))
+}
+
+// Probe is a dependency's health for /readyz: the last answer of its
+// check, asked at most once per interval however often /readyz is asked,
+// and bounded by that interval. It is safe for concurrent use.
+type Probe struct {
+	check func(context.Context) error
+	every time.Duration
+
+	mu sync.Mutex
+	at time.Time // of the last check; zero: none yet
+	ok bool
+}
+
+// NewProbe returns a probe of check, asked at most once per every.
+func NewProbe(check func(context.Context) error, every time.Duration) *Probe {
+	return &Probe{check: check, every: every}
+}
+
+// OK reports whether the last check succeeded, checking again first when
+// it is older than the interval.
+func (p *Probe) OK() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.at.IsZero() || time.Since(p.at) >= p.every {
+		ctx, cancel := context.WithTimeout(context.Background(), p.every)
+		p.ok = p.check(ctx) == nil
+		cancel()
+		p.at = time.Now()
+	}
+	return p.ok
 }
 
 // Server is what Serve runs: an *http.Server, or a server like it whose

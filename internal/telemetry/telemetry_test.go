@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,5 +77,26 @@ func TestPublisherMetrics(t *testing.T) {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// A probe answers its check's last result, asking it once per interval.
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	var fail error
+	p := NewProbe(func(context.Context) error { calls++; return fail }, time.Hour)
+	first, second := p.OK(), p.OK()
+	if !first || !second || calls != 1 {
+		t.Fatalf("healthy: %d checks for two asks within the interval, want 1", calls)
+	}
+	fail = errors.New("down")
+	q := NewProbe(func(context.Context) error { calls++; return fail }, time.Nanosecond)
+	if q.OK() {
+		t.Fatal("a failing check reported OK")
+	}
+	fail = nil
+	if !q.OK() {
+		t.Fatal("not OK again once the check passes, past the interval")
 	}
 }
