@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,8 +35,10 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "dev", "-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "SLUICE_TEST_CHILD=1", "SLUICE_DEV_DIR="+dir,
-		"DATABASE_URL=postgres://postgres@127.0.0.1:1/nothing?sslmode=disable", "REDIS_URL=redis://127.0.0.1:1",
+		"DATABASE_URL=postgres://postgres:pg-secret-1@127.0.0.1:1/nothing?sslmode=disable", "REDIS_URL=redis://:redis-secret-2@127.0.0.1:1",
 		"KAFKA_BROKERS=127.0.0.1:1", "SLUICE_GRPC_ADDR=127.0.0.1:0")
+	var logs bytes.Buffer // read after Wait
+	cmd.Stderr = &logs
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -45,13 +48,13 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	banner := make(chan string, 1)
+	var printed strings.Builder // read after Wait
 	go func() {
 		sc := bufio.NewScanner(out)
-		var b strings.Builder
 		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
+			printed.WriteString(sc.Text() + "\n")
 			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				banner <- b.String()
+				banner <- printed.String()
 			}
 		}
 		exited <- cmd.Wait()
@@ -98,6 +101,15 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("sluice dev did not stop on SIGINT")
+	}
+	// The services' passwords were in its environment, never in its output.
+	for _, secret := range []string{"pg-secret-1", "redis-secret-2"} {
+		if strings.Contains(printed.String(), secret) || strings.Contains(logs.String(), secret) {
+			t.Errorf("sluice dev printed the password %q", secret)
+		}
+	}
+	if !strings.Contains(logs.String(), "no Redis") {
+		t.Errorf("no log of the Redis fallback (the check above would see nothing):\n%s", logs.String())
 	}
 }
 

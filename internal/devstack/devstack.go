@@ -311,7 +311,7 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	if err := eng.Preload(pctx); err != nil {
 		eng.Close()
 		client.Close()
-		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", u)
+		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redactURL(u))
 		return inProcess, "in-process engine", func() {}
 	}
 	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
