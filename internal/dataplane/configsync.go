@@ -145,6 +145,11 @@ func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
 	}
 }
 
+// usedKeysPerPull bounds the check keys' uses one pull reports (the
+// control plane takes 10,000 and a request of 1 MiB); more wait for the
+// next pulls.
+const usedKeysPerPull = 10_000
+
 // pull fetches what changed and applies it.
 func (s *Syncer) pull(ctx context.Context) error {
 	s.mu.Lock()
@@ -155,7 +160,7 @@ func (s *Syncer) pull(ctx context.Context) error {
 	for id, snap := range s.current {
 		since[id] = snap.GetVersion()
 	}
-	used := s.cfg.Keys.TakeUsed()
+	used := s.cfg.Keys.TakeUsed(usedKeysPerPull)
 	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: used})
 	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)

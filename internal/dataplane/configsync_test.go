@@ -152,7 +152,7 @@ func TestSyncReportsTheCheckKeysUsed(t *testing.T) {
 	if at := lastUsed()[idleKey.ID]; !at.IsZero() {
 		t.Fatalf("an unused key recorded as used at %v", at)
 	}
-	if left := keys.TakeUsed(); len(left) != 0 {
+	if left := keys.TakeUsed(100); len(left) != 0 {
 		t.Fatalf("%d uses left to report after the pull", len(left))
 	}
 }
@@ -165,22 +165,36 @@ func TestKeysTrackUse(t *testing.T) {
 	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
 	a, b := policy.HashKey("a"), policy.HashKey("b")
 	keys.SetTenant("t1", [][32]byte{a, b}, c)
-	if got := keys.TakeUsed(); len(got) != 0 {
+	if got := keys.TakeUsed(100); len(got) != 0 {
 		t.Fatalf("unused keys reported: %d", len(got))
 	}
 	if _, err := keys.Lookup(a); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := keys.Lookup(b); err != nil {
+		t.Fatal(err)
+	}
+	// At most max at a time: the other use stays for the next call.
+	one := keys.TakeUsed(1)
+	if len(one) != 1 {
+		t.Fatalf("TakeUsed(1) = %d hashes", len(one))
+	}
+	if rest := keys.TakeUsed(100); len(rest) != 1 || string(rest[0]) == string(one[0]) {
+		t.Fatalf("after TakeUsed(1): %x, then %x", one, rest)
+	}
+	if _, err := keys.Lookup(a); err != nil {
+		t.Fatal(err)
+	}
 	keys.SetTenant("t1", [][32]byte{a, b}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
-	got := keys.TakeUsed()
+	got := keys.TakeUsed(100)
 	if len(got) != 1 || [32]byte(got[0]) != a {
 		t.Fatalf("TakeUsed = %x, want a's hash", got)
 	}
-	if len(keys.TakeUsed()) != 0 {
+	if len(keys.TakeUsed(100)) != 0 {
 		t.Fatal("a use reported twice")
 	}
 	keys.MarkUsed(got)
-	if again := keys.TakeUsed(); len(again) != 1 || [32]byte(again[0]) != a {
+	if again := keys.TakeUsed(100); len(again) != 1 || [32]byte(again[0]) != a {
 		t.Fatalf("after MarkUsed: %x", again)
 	}
 }

@@ -103,13 +103,16 @@ func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 	return c, nil
 }
 
-// TakeUsed returns the hashes of the keys used since the last call, and
-// clears their use.
-func (k *Keys) TakeUsed() [][]byte {
+// TakeUsed returns the hashes of up to max keys used since they were
+// last taken, and clears their use; the others stay for the next call.
+func (k *Keys) TakeUsed(max int) [][]byte {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	var out [][]byte
 	for h, e := range k.m {
+		if len(out) == max {
+			break
+		}
 		if e.used.Swap(false) {
 			out = append(out, bytes.Clone(h[:]))
 		}
