@@ -345,7 +345,7 @@ func tenantB(slug string) policy.Tenant { return policy.Tenant{Slug: slug, Name:
 // keys, revoked keys, or hashes that are not 32 bytes.
 func TestTouchCheckKeys(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t)
+	s, pool := newStore(t)
 	ctx := context.Background()
 	acme := newTenant(t, s, "acme")
 	live, liveKey, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, "live")
@@ -369,5 +369,24 @@ func TestTouchCheckKeys(t *testing.T) {
 	}
 	if err := s.TouchCheckKeys(ctx, nil); err != nil {
 		t.Fatalf("no keys: %v", err)
+	}
+	// A key recorded in the last 10 s is left as it is; an older use is
+	// brought up to now.
+	usedAt := func() time.Time {
+		var at time.Time
+		if err := pool.QueryRow(ctx, `SELECT last_used_at FROM api_keys WHERE id = $1`, liveKey.ID).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	first := usedAt()
+	if err := s.TouchCheckKeys(ctx, [][]byte{hash(live)}); err != nil || !usedAt().Equal(first) {
+		t.Fatalf("touched again within 10 s: %v → %v (%v)", first, usedAt(), err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() - interval '1 minute' WHERE id = $1`, liveKey.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TouchCheckKeys(ctx, [][]byte{hash(live)}); err != nil || !usedAt().After(first.Add(-time.Second)) {
+		t.Fatalf("a use a minute old not brought up to now: %v (%v)", usedAt(), err)
 	}
 }
