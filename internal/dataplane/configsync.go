@@ -161,7 +161,11 @@ func (s *Syncer) pull(ctx context.Context) error {
 		since[id] = snap.GetVersion()
 	}
 	used := s.cfg.Keys.TakeUsed(usedKeysPerPull)
-	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: used})
+	hashes := make([][]byte, len(used))
+	for i := range used {
+		hashes[i] = used[i][:]
+	}
+	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: hashes})
 	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)
 	if err != nil {

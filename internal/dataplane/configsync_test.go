@@ -179,7 +179,7 @@ func TestKeysTrackUse(t *testing.T) {
 	if len(one) != 1 {
 		t.Fatalf("TakeUsed(1) = %d hashes", len(one))
 	}
-	if rest := keys.TakeUsed(100); len(rest) != 1 || string(rest[0]) == string(one[0]) {
+	if rest := keys.TakeUsed(100); len(rest) != 1 || rest[0] == one[0] {
 		t.Fatalf("after TakeUsed(1): %x, then %x", one, rest)
 	}
 	if _, err := keys.Lookup(a); err != nil {
@@ -187,14 +187,14 @@ func TestKeysTrackUse(t *testing.T) {
 	}
 	keys.SetTenant("t1", [][32]byte{a, b}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
 	got := keys.TakeUsed(100)
-	if len(got) != 1 || [32]byte(got[0]) != a {
+	if len(got) != 1 || got[0] != a {
 		t.Fatalf("TakeUsed = %x, want a's hash", got)
 	}
 	if len(keys.TakeUsed(100)) != 0 {
 		t.Fatal("a use reported twice")
 	}
 	keys.MarkUsed(got)
-	if again := keys.TakeUsed(100); len(again) != 1 || [32]byte(again[0]) != a {
+	if again := keys.TakeUsed(100); len(again) != 1 || again[0] != a {
 		t.Fatalf("after MarkUsed: %x", again)
 	}
 }

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bytes"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,16 +104,16 @@ func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 
 // TakeUsed returns the hashes of up to max keys used since they were
 // last taken, and clears their use; the others stay for the next call.
-func (k *Keys) TakeUsed(max int) [][]byte {
+func (k *Keys) TakeUsed(max int) [][32]byte {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	var out [][]byte
+	var out [][32]byte
 	for h, e := range k.m {
 		if len(out) == max {
 			break
 		}
 		if e.used.Swap(false) {
-			out = append(out, bytes.Clone(h[:]))
+			out = append(out, h)
 		}
 	}
 	return out
@@ -122,11 +121,11 @@ func (k *Keys) TakeUsed(max int) [][]byte {
 
 // MarkUsed notes the use of the keys of hashes again (TakeUsed's, when
 // they could not be reported).
-func (k *Keys) MarkUsed(hashes [][]byte) {
+func (k *Keys) MarkUsed(hashes [][32]byte) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	for _, h := range hashes {
-		if e := k.m[[32]byte(h)]; e != nil {
+		if e := k.m[h]; e != nil {
 			e.used.Store(true)
 		}
 	}
