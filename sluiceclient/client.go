@@ -65,12 +65,14 @@ type Config struct {
 
 // Request is one check: the request's descriptors, and optionally the
 // tier to apply, the cost (0 means 1) and, for concurrency rules, the
-// name of the lease the check takes (end it with Release).
+// name of the lease the check takes (end it with Release). Peek asks
+// without consuming: each rule answers with its remaining as it stands.
 type Request struct {
 	Tier        string
 	Descriptors map[string]string
 	Cost        int64
 	Lease       string
+	Peek        bool
 }
 
 // Rule is one rule's answer within a decision.
@@ -416,6 +418,7 @@ func cacheKey(r Request) string {
 	add(r.Tier)
 	add(strconv.FormatInt(r.Cost, 10))
 	add(r.Lease)
+	add(strconv.FormatBool(r.Peek))
 	for _, k := range keys {
 		add(k)
 		add(r.Descriptors[k])
@@ -424,7 +427,7 @@ func cacheKey(r Request) string {
 }
 
 func toProto(r Request) *sluicev1.CheckRequest {
-	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost, Lease: r.Lease}
+	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost, Lease: r.Lease, Peek: r.Peek}
 	keys := make([]string, 0, len(r.Descriptors))
 	for k := range r.Descriptors {
 		keys = append(keys, k)

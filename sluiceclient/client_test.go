@@ -100,6 +100,18 @@ func TestCheckAndTheDenyCache(t *testing.T) {
 	if d, _ := c.Check(ctx, alice()); !d.Allowed || d.Cached || calls.Load() != 6 {
 		t.Fatalf("after retry-after: %+v, %d calls", d, calls.Load())
 	}
+	// A peek is its own request: asked of the decider, it consumes nothing.
+	dana := Request{Descriptors: map[string]string{"client_id": "dana"}}
+	peek := dana
+	peek.Peek = true
+	for range 2 {
+		if d, err := c.Check(ctx, peek); err != nil || !d.Allowed || d.Cached || d.Rules[0].Remaining != 3 {
+			t.Fatalf("peek: %+v %v", d, err)
+		}
+	}
+	if d, _ := c.Check(ctx, dana); d.Rules[0].Remaining != 2 || calls.Load() != 9 {
+		t.Fatalf("check after peeks: %+v, %d calls", d, calls.Load())
+	}
 }
 
 func TestCheckBatch(t *testing.T) {

@@ -103,7 +103,7 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 
 // checkRequest is the decision a CheckRequest asks for.
 func checkRequest(m *sluicev1.CheckRequest) decide.Request {
-	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease())}
+	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek()}
 	for _, d := range m.GetDescriptors() {
 		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
 	}

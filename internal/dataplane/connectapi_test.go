@@ -69,6 +69,16 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			if r := res.Rules[0]; r.RetryAfter == nil || r.Remaining != 0 || r.Limit != 2 {
 				t.Fatalf("rejected rule status %v", r)
 			}
+			// A peek consumes nothing: carol still has both after two.
+			carol := []*sluicev1.Descriptor{{Key: "client_id", Value: "carol"}}
+			for range 2 {
+				if res, err := check(secret, &sluicev1.CheckRequest{Descriptors: carol, Peek: true}); err != nil || !res.Allowed || res.Rules[0].Remaining != 2 {
+					t.Fatalf("peek: %v %v", res, err)
+				}
+			}
+			if res, err := check(secret, &sluicev1.CheckRequest{Descriptors: carol}); err != nil || res.Rules[0].Remaining != 1 {
+				t.Fatalf("check after peeks: %v %v", res, err)
+			}
 			if _, err := check("sk_check_wrong", alice); connect.CodeOf(err) != connect.CodeUnauthenticated {
 				t.Fatalf("wrong key: %v", err)
 			}

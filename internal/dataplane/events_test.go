@@ -39,8 +39,13 @@ func TestDecisionsArePublished(t *testing.T) {
 	srv := httptest.NewServer(NewHTTPHandler(HTTPConfig{Authenticate: keys.Authenticate, Events: pub,
 		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)}))
 	defer srv.Close()
-	for range 3 {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"alice"}}`))
+	// A peek is no request: it is counted nowhere (counted, alice's
+	// allowed would reach 3).
+	for _, body := range []string{`{"descriptors":{"client_id":"alice"},"peek":true}`, "", "", ""} {
+		if body == "" {
+			body = `{"descriptors":{"client_id":"alice"}}`
+		}
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/check", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+secret)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

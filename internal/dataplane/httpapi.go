@@ -49,7 +49,7 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 	start := time.Now()
 	dec, err := cfg.Decider.Decide(ctx, c, req)
 	cfg.Metrics.observe(c.Tenant.Slug, dec, err, time.Since(start))
-	if cfg.Events != nil && err == nil {
+	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
 		cost := max(req.Cost, 1)
 		for _, r := range dec.Rules {
 			cfg.Events.Count(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Allowed, r.Rule.Shadow)
@@ -112,6 +112,8 @@ type checkBody struct {
 	// with release set.
 	Lease   string `json:"lease"`
 	Release bool   `json:"release"`
+	// Peek asks without consuming (decide.Request.Peek).
+	Peek bool `json:"peek"`
 	// fast is set when parse read the body, and parsed holds the
 	// descriptors, sorted, in place of Descriptors.
 	fast   bool
@@ -151,7 +153,7 @@ func (h *httpAPI) check(ex exchange) {
 	if !ok {
 		return
 	}
-	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: body.descriptors(), Lease: LeaseID(body.Lease)}
+	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: body.descriptors(), Lease: LeaseID(body.Lease), Peek: body.Peek}
 	if body.Release {
 		if body.Lease == "" {
 			h.fail(ex, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",

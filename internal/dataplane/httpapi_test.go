@@ -167,6 +167,23 @@ func testCheckUntilRejected(t *testing.T, srv served, key string) {
 	}
 }
 
+// A peek answers with what remains and consumes nothing.
+func TestCheckPeeks(t *testing.T) {
+	t.Parallel()
+	eachServer(t, testAPI, func(t *testing.T, srv served, key string) {
+		for i := range 3 {
+			resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"pia"},"cost":2,"peek":true}`)
+			if resp.StatusCode != 200 || m["allowed"] != true || resp.Header.Get("X-RateLimit-Remaining") != "3" {
+				t.Fatalf("peek %d: %d %v %v", i, resp.StatusCode, m, resp.Header)
+			}
+		}
+		resp, _ := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"pia"}}`)
+		if resp.Header.Get("X-RateLimit-Remaining") != "2" {
+			t.Fatalf("the check after peeks left %s, want 2", resp.Header.Get("X-RateLimit-Remaining"))
+		}
+	})
+}
+
 func TestShouldAllowRequest(t *testing.T) {
 	t.Parallel()
 	eachServer(t, testAPI, testShouldAllowRequest)

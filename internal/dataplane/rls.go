@@ -27,7 +27,9 @@ const MaxRLSDescriptors = 64
 // (initial_metadata of the rate limit service's grpc_service); the domain
 // must be the key's tenant. Each descriptor is one decision, its entries
 // the request's descriptors, hits_addend (the descriptor's, else the
-// request's) its cost.
+// request's, where 0 means 1) its cost. A descriptor's own hits_addend of 0
+// asks without consuming, as in envoyproxy/ratelimit: its status says what
+// remains.
 type RLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	cfg HTTPConfig
@@ -60,7 +62,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		if d.GetHitsAddend() != nil {
 			cost = int64(min(d.GetHitsAddend().GetValue(), math.MaxInt32))
 		}
-		reqs[i] = decide.Request{Cost: max(cost, 1), Descriptors: make(policy.Descriptors, 0, len(d.GetEntries()))}
+		reqs[i] = decide.Request{Cost: cost, Peek: d.GetHitsAddend() != nil && cost == 0, Descriptors: make(policy.Descriptors, 0, len(d.GetEntries()))}
 		for _, e := range d.GetEntries() {
 			reqs[i].Descriptors = append(reqs[i].Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}

@@ -108,6 +108,21 @@ func TestEnvoyRLSWithAStockClient(t *testing.T) {
 	if err != nil || res.Statuses[0].LimitRemaining != 0 || res.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("per-descriptor hits: %v %v", res, err)
 	}
+
+	// A descriptor's hits_addend of 0 asks without consuming: dave's
+	// peeks leave his 3 for the request after them.
+	peek := descriptor("client_id", "dave")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	for range 2 {
+		res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{peek}})
+		if err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK || res.Statuses[0].LimitRemaining != 3 {
+			t.Fatalf("peek: %v %v", res, err)
+		}
+	}
+	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "dave")}})
+	if err != nil || res.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("dave's first request after peeks: %v %v", res, err)
+	}
 }
 
 func TestEnvoyRLSRefusesWrongCallers(t *testing.T) {

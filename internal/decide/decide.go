@@ -54,6 +54,9 @@ type Request struct {
 	Descriptors policy.Descriptors
 	Cost        int64 // 0 means 1
 	Lease       int64 // concurrency rules' lease id
+	// Peek asks without consuming: each rule answers for a cost of 0, with
+	// its remaining and reset as they stand, and Cost is ignored.
+	Peek bool
 }
 
 // RuleResult is one rule's answer within a decision.
@@ -190,9 +193,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if err := refuse(c, req); err != nil {
 		return Decision{}, false, err
 	}
-	cost := req.Cost
-	if cost == 0 {
-		cost = 1
+	cost := max(req.Cost, 1)
+	if req.Peek {
+		cost = 0
 	}
 	sel, err := d.selectRules(c, req, cost)
 	if err != nil {

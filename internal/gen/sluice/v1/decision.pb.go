@@ -30,8 +30,12 @@ type CheckRequest struct {
 	// Cost units; 0 means 1.
 	Cost int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
 	// Lease identifies a concurrency lease to take (or, with release, to end).
-	Lease         string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
-	Release       bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	Lease   string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	Release bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
+	// Peek asks without consuming: each rule answers for a cost of 0, with its
+	// remaining and reset as they stand; cost is ignored and no event is
+	// published.
+	Peek          bool `protobuf:"varint,6,opt,name=peek,proto3" json:"peek,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,6 +101,13 @@ func (x *CheckRequest) GetLease() string {
 func (x *CheckRequest) GetRelease() bool {
 	if x != nil {
 		return x.Release
+	}
+	return false
+}
+
+func (x *CheckRequest) GetPeek() bool {
+	if x != nil {
+		return x.Peek
 	}
 	return false
 }
@@ -383,13 +394,14 @@ var File_sluice_v1_decision_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\n" +
-	"\x18sluice/v1/decision.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x16sluice/v1/policy.proto\"\x9f\x01\n" +
+	"\x18sluice/v1/decision.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x16sluice/v1/policy.proto\"\xb3\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x127\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
-	"\arelease\x18\x05 \x01(\bR\arelease\"\x84\x03\n" +
+	"\arelease\x18\x05 \x01(\bR\arelease\x12\x12\n" +
+	"\x04peek\x18\x06 \x01(\bR\x04peek\"\x84\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
