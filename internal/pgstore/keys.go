@@ -235,10 +235,22 @@ func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID stri
 }
 
 // KeyByHash returns the unrevoked key whose secret hashes to hash, and
-// records its use. An unknown or revoked key is Unauthenticated.
+// records its use, unless recorded in the last 10 seconds: a console
+// makes several calls a refresh, and a row version each would only bloat
+// the table. An unknown or revoked key is Unauthenticated.
 func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, error) {
-	k, err := scanKey(s.pool.QueryRow(ctx, `UPDATE api_keys SET last_used_at = now()
-		WHERE hash = $1 AND revoked_at IS NULL RETURNING `+keyColumns, hash[:]))
+	// The statement's snapshot cannot see its own update: the last use
+	// returned is now() when it touched the row.
+	k, err := scanKey(s.pool.QueryRow(ctx, `WITH k AS (
+			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL
+		), touched AS (
+			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id
+				AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '10 seconds')
+			RETURNING a.id
+		)
+		SELECT id::text, tenant_id::text, kind, name, prefix, hash, created_at,
+			CASE WHEN EXISTS (SELECT FROM touched) THEN now() ELSE last_used_at END, revoked_at
+		FROM api_keys WHERE id = (SELECT id FROM k)`, hash[:]))
 	if err != nil {
 		if policy.ErrorCode(translate(err, "key")) == policy.CodeNotFound {
 			return k, policy.Errorf(policy.CodeUnauthenticated, "invalid or revoked key")

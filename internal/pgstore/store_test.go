@@ -390,3 +390,36 @@ func TestTouchCheckKeys(t *testing.T) {
 		t.Fatalf("a use a minute old not brought up to now: %v (%v)", usedAt(), err)
 	}
 }
+
+// An admin call records its key's use, but writes the row at most once in
+// 10 s: a console's calls a refresh would otherwise each make a row version.
+func TestKeyByHashRecordsUseAtMostEvery10s(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	acme := newTenant(t, s, "acme")
+	admin, key, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "console")
+	row := func() (at time.Time, xmin string) {
+		if err := pool.QueryRow(ctx, `SELECT last_used_at, xmin::text FROM api_keys WHERE id = $1`, key.ID).Scan(&at, &xmin); err != nil {
+			t.Fatal(err)
+		}
+		return at, xmin
+	}
+	found, err := s.KeyByHash(ctx, policy.HashKey(admin))
+	at, xmin := row()
+	if err != nil || found.ID != key.ID || found.LastUsedAt.IsZero() || !found.LastUsedAt.Equal(at) {
+		t.Fatalf("first use: %+v %v; stored %v", found, err, at)
+	}
+	again, err := s.KeyByHash(ctx, policy.HashKey(admin))
+	if at2, xmin2 := row(); err != nil || !again.LastUsedAt.Equal(at) || at2 != at || xmin2 != xmin {
+		t.Fatalf("second use within 10 s: returned %v, stored %v (xmin %s → %s), %v", again.LastUsedAt, at2, xmin, xmin2, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() - interval '1 minute' WHERE id = $1`, key.ID); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := row()
+	later, err := s.KeyByHash(ctx, policy.HashKey(admin))
+	if at3, _ := row(); err != nil || !at3.After(old) || !later.LastUsedAt.Equal(at3) {
+		t.Fatalf("a use a minute old: returned %v, stored %v (was %v), %v", later.LastUsedAt, at3, old, err)
+	}
+}
