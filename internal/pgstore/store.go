@@ -88,8 +88,14 @@ func bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) 
 	return version, record(ctx, tx, actor, c, version)
 }
 
+// keptVersions is how many of a tenant's latest config_versions rows are
+// kept whatever their age; older rows go once a day old. A watcher further
+// behind than both still gets the latest version, which is all a decider
+// needs: each version is a whole snapshot.
+const keptVersions = 1000
+
 // record writes the version row, the audit row and the notification of c
-// at version.
+// at version, and prunes the tenant's old version rows.
 func record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64) error {
 	oldJSON, err := jsonOrNil(c.old)
 	if err != nil {
@@ -101,6 +107,8 @@ func record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(`INSERT INTO config_versions (tenant_id, version) VALUES ($1, $2)`, c.tenantID, version)
+	batch.Queue(`DELETE FROM config_versions WHERE tenant_id = $1 AND version <= $2
+		AND changed_at < now() - interval '1 day'`, c.tenantID, version-keptVersions)
 	batch.Queue(`INSERT INTO audit_log (tenant_id, actor, action, resource, resource_id, old_value, new_value, version)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, c.tenantID, string(actor), c.action, c.resource, c.resourceID, oldJSON, newJSON, version)
 	batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s:%d", c.tenantID, version))

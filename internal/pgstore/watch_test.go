@@ -120,3 +120,49 @@ func TestWatchWithoutNotificationsStillDelivers(t *testing.T) {
 		t.Fatal("deletion never delivered")
 	}
 }
+
+// A change prunes its tenant's version rows that are both more than
+// keptVersions behind and a day old; a watcher from the start still gets
+// what is left, ending at the latest.
+func TestOldVersionsArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	a, b := newTenant(t, s, "a"), newTenant(t, s, "b")
+	const at = 5000 // a's version before the change
+	for _, q := range []string{
+		`UPDATE tenants SET config_version = 5000 WHERE id = $1`,
+		`INSERT INTO config_versions (tenant_id, version, changed_at) SELECT $1, v, now() - interval '2 days' FROM generate_series(2, 10) v`,
+		`INSERT INTO config_versions (tenant_id, version, changed_at) VALUES ($1, 50, now()), ($1, 4500, now() - interval '2 days'), ($1, 5000, now())`,
+	} {
+		if _, err := pool.Exec(ctx, q, a.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO config_versions (tenant_id, version, changed_at) VALUES ($1, 2, now() - interval '2 days')`, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateTier(ctx, op, a.ID, "pro"); err != nil {
+		t.Fatal(err)
+	}
+	versions := func(tenant string) []int64 {
+		rows, _ := pool.Query(ctx, `SELECT version FROM config_versions WHERE tenant_id = $1 ORDER BY version`, tenant)
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	// 1 (a's creation, recent) and 50 are under a day old; 4500 is within
+	// keptVersions of 5001; b's rows are b's to prune.
+	if got, want := versions(a.ID), []int64{1, 50, 4500, at, at + 1}; !slices.Equal(got, want) {
+		t.Fatalf("a's versions %v, want %v", got, want)
+	}
+	if got := versions(b.ID); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("b's versions %v, want [1 2]", got)
+	}
+	out := watch(t, s, WatchConfig{Since: map[string]int64{a.ID: 20}})
+	if got := collect(t, out, map[string]int64{a.ID: at + 1}); !slices.Equal(got[a.ID], []int64{50, 4500, at, at + 1}) {
+		t.Fatalf("delivered %v", got[a.ID])
+	}
+}
