@@ -66,7 +66,7 @@ type Config struct {
 // Request is one check: the request's descriptors, and optionally the
 // tier to apply, the cost (0 means 1) and, for concurrency rules, the
 // name of the lease the check takes (end it with Release). Peek asks
-// without consuming: each rule answers with its remaining as it stands.
+// without consuming whether the request would be admitted now.
 type Request struct {
 	Tier        string
 	Descriptors map[string]string
@@ -204,7 +204,7 @@ func (c *Client) Check(ctx context.Context, r Request) (Decision, error) {
 		return c.failed(err)
 	}
 	d := fromProto(res)
-	if r.Lease == "" { // a lease may be released any time: its rejections are not cached
+	if cacheable(r) {
 		c.remember(key, d)
 	}
 	return d, nil
@@ -347,7 +347,7 @@ func (c *Client) CheckBatch(ctx context.Context, rs []Request) ([]Decision, erro
 	}
 	for j, i := range ask {
 		out[i] = fromProto(res.Msg.Responses[j])
-		if rs[i].Lease == "" {
+		if cacheable(rs[i]) {
 			c.remember(keys[i], out[i])
 		}
 	}
@@ -396,6 +396,11 @@ func (c *Client) cached(key string) (Decision, bool) {
 	d.Rules[d.Deciding].RetryAfter = e.until.Sub(now)
 	return d, true
 }
+
+// cacheable reports whether r's rejections may be cached until their
+// retry-after: not a lease's, which may be released any time, nor a
+// peek's, whose retry-after is only the latest it can take.
+func cacheable(r Request) bool { return r.Lease == "" && !r.Peek }
 
 // remember caches a rejection until its retry-after.
 func (c *Client) remember(key string, d Decision) {

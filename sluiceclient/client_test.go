@@ -112,6 +112,13 @@ func TestCheckAndTheDenyCache(t *testing.T) {
 	if d, _ := c.Check(ctx, dana); d.Rules[0].Remaining != 2 || calls.Load() != 9 {
 		t.Fatalf("check after peeks: %+v, %d calls", d, calls.Load())
 	}
+	// A peek's rejection says "at the latest": it is asked again each time.
+	peek.Cost = 3
+	for i := range 2 {
+		if d, err := c.Check(ctx, peek); err != nil || d.Allowed || d.Cached || calls.Load() != int64(10+i) {
+			t.Fatalf("peek of 3 with 2 left: %+v %v, %d calls", d, err, calls.Load())
+		}
+	}
 }
 
 func TestCheckBatch(t *testing.T) {

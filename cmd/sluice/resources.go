@@ -68,7 +68,7 @@ const resourceUsage = `usage:
   sluice rules     list [-tier ID] | create -tier ID -name N -algorithm A -limit N -window D [flags] | delete ID
   sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D) | delete ID
   sluice keys      list | create -kind admin|check [-name N] | revoke ID
-  sluice check     [-decider URL] [-tier T] [-cost N] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
+  sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
 `
 
@@ -263,9 +263,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.SetOutput(stderr)
 	decider := fs.String("decider", flagenv.Env(getenv).String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
 	tier, cost := fs.String("tier", "", "tier to apply"), fs.Int64("cost", 0, "cost units (default 1)")
+	peek := fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fmt.Fprint(stderr, "usage: sluice check [-decider URL] [-tier T] [-cost N] [-json] KEY=VALUE...\n")
+		fmt.Fprint(stderr, "usage: sluice check [-decider URL] [-tier T] [-cost N] [-peek] [-json] KEY=VALUE...\n")
 		return errUsage
 	}
 	key := getenv("SLUICE_CHECK_KEY")
@@ -273,7 +274,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
 		return errUsage
 	}
-	req := &sluicev1.CheckRequest{Tier: *tier, Cost: *cost}
+	req := &sluicev1.CheckRequest{Tier: *tier, Cost: *cost, Peek: *peek}
 	for _, a := range fs.Args() {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {

@@ -83,6 +83,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	if !rejected {
 		t.Fatal("the 2-per-hour rule never rejected")
 	}
+	// A peek says the same without consuming: rejected for cli-user, and
+	// allowed (exit 0) for a client with its two left.
+	if out, err := sluice("check", "-peek", "-tier", "pro", "client_id=cli-user", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "rejected") {
+		t.Fatalf("check -peek of a rejected client: %v\n%s", err, out)
+	}
+	for range 3 {
+		if out, err := sluice("check", "-peek", "-tier", "pro", "client_id=cli-other", "route=/cli"); err != nil || !strings.Contains(out, "allowed") {
+			t.Fatalf("check -peek: %v\n%s", err, out)
+		}
+	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"
 	if _, err := sluice("keys", "list"); connect.CodeOf(err) != connect.CodeUnauthenticated {

@@ -181,6 +181,12 @@ func TestCheckPeeks(t *testing.T) {
 		if resp.Header.Get("X-RateLimit-Remaining") != "2" {
 			t.Fatalf("the check after peeks left %s, want 2", resp.Header.Get("X-RateLimit-Remaining"))
 		}
+		// 2 left: a peek of 3 would be rejected, at the latest until the
+		// window's end (45 s on).
+		resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"pia"},"cost":3,"peek":true}`)
+		if resp.StatusCode != 429 || m["violated_policies"] == nil || resp.Header.Get("Retry-After") != "45" {
+			t.Fatalf("a peek beyond what is left: %d %v %v", resp.StatusCode, m, resp.Header)
+		}
 	})
 }
 

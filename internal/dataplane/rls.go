@@ -28,8 +28,8 @@ const MaxRLSDescriptors = 64
 // must be the key's tenant. Each descriptor is one decision, its entries
 // the request's descriptors, hits_addend (the descriptor's, else the
 // request's, where 0 means 1) its cost. A descriptor's own hits_addend of 0
-// asks without consuming, as in envoyproxy/ratelimit: its status says what
-// remains.
+// asks without consuming, as in envoyproxy/ratelimit (decide.Request.Peek):
+// OVER_LIMIT when no hit is left.
 type RLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	cfg HTTPConfig

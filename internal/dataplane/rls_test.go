@@ -109,8 +109,14 @@ func TestEnvoyRLSWithAStockClient(t *testing.T) {
 		t.Fatalf("per-descriptor hits: %v %v", res, err)
 	}
 
-	// A descriptor's hits_addend of 0 asks without consuming: dave's
-	// peeks leave his 3 for the request after them.
+	// A descriptor's hits_addend of 0 asks without consuming: over the
+	// limit for carol, who has none left; dave's peeks leave his 3 for the
+	// request after them.
+	d.HitsAddend = wrapperspb.UInt64(0)
+	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+	if err != nil || res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("carol's peek: %v %v", res, err)
+	}
 	peek := descriptor("client_id", "dave")
 	peek.HitsAddend = wrapperspb.UInt64(0)
 	for range 2 {

@@ -54,8 +54,11 @@ type Request struct {
 	Descriptors policy.Descriptors
 	Cost        int64 // 0 means 1
 	Lease       int64 // concurrency rules' lease id
-	// Peek asks without consuming: each rule answers for a cost of 0, with
-	// its remaining and reset as they stand, and Cost is ignored.
+	// Peek asks without consuming whether a request of Cost would be
+	// admitted now: each rule is evaluated at a cost of 0 and answers with
+	// its remaining and reset as they stand, allowed when its remaining
+	// covers Cost. A rule that would reject gives its reset as the
+	// retry-after, the latest time it can take to admit.
 	Peek bool
 }
 
@@ -195,7 +198,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	cost := max(req.Cost, 1)
 	if req.Peek {
-		cost = 0
+		cost = 0 // the engines answer a zero cost from the state, writing nothing
 	}
 	sel, err := d.selectRules(c, req, cost)
 	if err != nil {
@@ -227,9 +230,12 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 		}
 		allowed, dec.Degraded = d.degrade(c, picked, params, reqs, res), true
 	}
+	if req.Peek {
+		allowed = peeked(reqs, res, max(req.Cost, 1))
+	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
-	if d.denied != nil && !allowed && !dec.Degraded {
+	if d.denied != nil && !allowed && !dec.Degraded && !req.Peek {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if !res[i].Allowed && !reqs[i].Shadow && cacheable(params[i]) {
@@ -241,6 +247,27 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
 	}
 	return dec, engaged, nil
+}
+
+// peeked turns the answers of a peek (rules evaluated at cost 0) into
+// those for a request of cost: a rule admits it when its remaining covers
+// it, and says retry at its reset otherwise (never, above its capacity).
+// It returns whether every enforced rule admits it.
+func peeked(reqs []limit.Request, res []limit.Result, cost int64) bool {
+	allowed := true
+	for i := range res {
+		r := &res[i]
+		if r.Allowed && r.Remaining < cost {
+			r.Allowed, r.RetryAfter = false, r.ResetAfter
+			if cost > reqs[i].Limiter.Capacity() {
+				r.RetryAfter = limit.Never
+			}
+		}
+		if !r.Allowed && !reqs[i].Shadow {
+			allowed = false
+		}
+	}
+	return allowed
 }
 
 // Validate returns the error Decide would refuse req with, without

@@ -183,3 +183,41 @@ func TestCompileRefusesAnInvalidSnapshot(t *testing.T) {
 		t.Fatalf("invalid rule compiled: %v", err)
 	}
 }
+
+// A peek consumes nothing and says whether a request of its cost would be
+// admitted, and when at the latest it would be.
+func TestPeek(t *testing.T) {
+	d, c := newDecider(t)
+	peek := func(cost int64) Decision {
+		t.Helper()
+		req := check("pat")
+		req.Peek, req.Cost = true, cost
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil || len(dec.Rules) != 2 || dec.Rules[0].Rule.Name != "per-client" || dec.Rules[1].Rule.Name != "shadow-global" {
+			t.Fatalf("peek of %d: %+v %v", cost, dec, err)
+		}
+		return dec
+	}
+	if dec := peek(0); !dec.Allowed || dec.Rules[0].Remaining != 3 || dec.Rules[1].Remaining != 2 {
+		t.Fatalf("a fresh client's peek: %+v", dec)
+	}
+	if dec := peek(3); !dec.Allowed {
+		t.Fatalf("peek of 3 of 3: %+v", dec)
+	}
+	if dec := peek(4); dec.Allowed || dec.Rules[0].RetryAfter != limit.Never {
+		t.Fatalf("peek of 4, above the limit of 3: %+v", dec)
+	}
+	if n := admitted(t, d, c, check("pat"), 2); n != 2 {
+		t.Fatalf("%d of 2 admitted after peeks", n)
+	}
+	// The shadow rule (2 a minute for everyone) would reject: reported, not enforced.
+	if dec := peek(1); !dec.Allowed || dec.Rules[0].Remaining != 1 || dec.Rules[1].Allowed {
+		t.Fatalf("peek of 1 with 1 left: %+v", dec)
+	}
+	if dec := peek(2); dec.Allowed || dec.Deciding != 0 || dec.Rules[0].RetryAfter != time.Minute {
+		t.Fatalf("peek of 2 with 1 left: %+v", dec)
+	}
+	if n := admitted(t, d, c, check("pat"), 2); n != 1 {
+		t.Fatalf("%d of 2 admitted with 1 left", n)
+	}
+}

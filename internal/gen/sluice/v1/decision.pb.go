@@ -32,9 +32,10 @@ type CheckRequest struct {
 	// Lease identifies a concurrency lease to take (or, with release, to end).
 	Lease   string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	Release bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
-	// Peek asks without consuming: each rule answers for a cost of 0, with its
-	// remaining and reset as they stand; cost is ignored and no event is
-	// published.
+	// Peek asks without consuming whether a request of cost would be admitted
+	// now: each rule answers with its remaining and reset as they stand,
+	// rejecting when its remaining does not cover the cost (its retry_after is
+	// then its reset, the latest it can take). No event is published.
 	Peek          bool `protobuf:"varint,6,opt,name=peek,proto3" json:"peek,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
