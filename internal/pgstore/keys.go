@@ -235,16 +235,18 @@ func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID stri
 }
 
 // KeyByHash returns the unrevoked key whose secret hashes to hash, and
-// records its use, unless recorded in the last 10 seconds: a console
-// makes several calls a refresh, and a row version each would only bloat
-// the table. An unknown or revoked key is Unauthenticated.
+// records the use of an admin key, unless recorded in the last 10
+// seconds: a console makes several calls a refresh, and a row version each
+// would only bloat the table. (A check key is used where a decider
+// accepts it: TouchCheckKeys.) An unknown or revoked key is
+// Unauthenticated.
 func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, error) {
 	// The statement's snapshot cannot see its own update: the last use
 	// returned is now() when it touched the row.
 	k, err := scanKey(s.pool.QueryRow(ctx, `WITH k AS (
 			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL
 		), touched AS (
-			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id
+			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id AND a.kind = 'admin'
 				AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '10 seconds')
 			RETURNING a.id
 		)
