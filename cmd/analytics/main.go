@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	fmt.Fprintf(stdout, "analytics consuming %s as %s; metrics on http://%s\n", *topic, *group, ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()

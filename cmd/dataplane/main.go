@@ -226,7 +226,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
 	fmt.Fprintf(stdout, "proxying http://%s to %s\n", ln.Addr(), u.Redacted())

@@ -56,7 +56,7 @@ const (
 func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 	h := newHTTPAPI(cfg)
 	s := &HTTPServer{}
-	s.std = &http.Server{Handler: next, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	s.std = &http.Server{Handler: next, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: httpIdleTimeout, Protocols: new(http.Protocols)}
 	s.std.Protocols.SetHTTP1(true)
 	s.std.Protocols.SetUnencryptedHTTP2(true)
 	s.fast = &fasthttp.Server{

@@ -180,7 +180,7 @@ func Run(ctx context.Context, cfg Config) error {
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator,
 		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, Protocols: new(http.Protocols)}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}
 	srv.RegisterOnShutdown(func() { close(closing) })
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
