@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,6 +38,7 @@ func TestMain(m *testing.M) {
 type child struct {
 	cmd  *exec.Cmd
 	done chan error
+	url  string // of its /healthz, /readyz and /metrics
 }
 
 func startChild(t *testing.T, env ...string) *child {
@@ -53,10 +55,12 @@ func startChild(t *testing.T, env ...string) *child {
 	}
 	c := &child{cmd: cmd, done: make(chan error, 1)}
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.Contains(line, "analytics consuming") {
+	_, url, found := strings.Cut(strings.TrimSpace(line), "metrics on ")
+	if err != nil || !strings.Contains(line, "analytics consuming") || !found {
 		_ = cmd.Process.Kill()
 		t.Fatalf("analytics did not start: %q %v", line, err)
 	}
+	c.url = url
 	go func() { _, _ = io.Copy(io.Discard, out); c.done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-c.done })
 	return c
@@ -202,4 +206,77 @@ func TestBrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	})
 	waitCommitted(t, pool, s.total())
 	s.check(t, pool)
+}
+
+// ready polls the child's /readyz until it answers want (true: 200).
+func (c *child) ready(t *testing.T, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(c.url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if (resp.StatusCode == http.StatusOK) == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never said ready=%v (last: %v %v)", want, resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDatabaseOutageMidStreamLosesAndDoublesNothing stops the analytics
+// database (a private server) while events stream in: the process stays
+// up, not ready, and once the database is back every count is exact.
+func TestDatabaseOutageMidStreamLosesAndDoublesNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Private(t)
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 3, []string{topic})
+	pool, err := pgxpool.New(context.Background(), db.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := startChild(t, "DATABASE_URL="+db.URL(), "KAFKA_BROKERS="+strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC="+topic, "SLUICE_ANALYTICS_BATCH=300")
+	s := stream{tenants: 6, clients: 50, chunks: 20}
+	var stoppedAt int64
+	s.produce(t, broker.Addrs(), topic, func(chunk int) {
+		switch chunk {
+		case s.chunks / 2:
+			waitCommitted(t, pool, 1)
+			if err := db.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			c.ready(t, false)
+		case s.chunks/2 + 3: // three chunks produced while the database is down
+			c.alive(t)
+			if _, err := db.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pool.Reset() // the test's own connections died with the server
+			stoppedAt = committed(t, pool)
+		}
+	})
+	if stoppedAt >= s.total() {
+		t.Fatalf("everything was committed before the outage ended (%d)", stoppedAt)
+	}
+	waitCommitted(t, pool, s.total())
+	s.check(t, pool)
+	c.ready(t, true)
+	c.alive(t) // the same process all along
+}
+
+// alive fails the test if the child has exited.
+func (c *child) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup
+		t.Fatalf("analytics exited: %v", err)
+	default:
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/containertest"
+	"github.com/sluicehq/sluice/internal/pgserver"
 	"github.com/sluicehq/sluice/migrations"
 )
 
@@ -86,6 +88,26 @@ func withSearchPath(u, schema string) string {
 	q.Set("search_path", schema)
 	p.RawQuery = q.Encode()
 	return p.String()
+}
+
+// Private starts a PostgreSQL server of the test's own, from the installed
+// server binaries (pgserver), for a test that stops and restarts its
+// database: never the shared one. The server and its data go when the
+// test ends; the test is skipped where no server binaries are installed.
+func Private(t testing.TB) *pgserver.Cluster {
+	t.Helper()
+	c, err := pgserver.Open(t.TempDir()) // as root, Open gives it and its parent to the postgres user
+	if errors.Is(err, pgserver.ErrNoBinaries) {
+		t.Skip("pgtest: no PostgreSQL server binaries to start a private server with")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	return c
 }
 
 // Schema creates a schema migrated to the latest version and returns a URL

@@ -62,3 +62,31 @@ func TestTxRollsBack(t *testing.T) {
 		t.Fatalf("a rolled-back row is visible: %d (err %v)", n, err)
 	}
 }
+
+// A private server keeps its URL and its data across a restart.
+func TestPrivateServerRestarts(t *testing.T) {
+	t.Parallel()
+	c := Private(t)
+	ctx := context.Background()
+	if err := execErr(c.URL(), "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if ping(c.URL()) == nil {
+		t.Fatal("a stopped server answers")
+	}
+	if u, err := c.Start(); err != nil || u != c.URL() {
+		t.Fatalf("restart: %s %v (was %s)", u, err, c.URL())
+	}
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v int
+	if err := conn.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 7 {
+		t.Fatalf("after the restart: %d %v", v, err)
+	}
+}
