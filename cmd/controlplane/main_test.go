@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -23,18 +24,7 @@ func TestRunServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"}
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, pw, io.Discard)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no banner: %v (run: %v)", err, <-done)
-	}
-	base := strings.Fields(line[strings.Index(line, "http://"):])[0]
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	base, done := start(t, ctx, env)
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(base + path)
@@ -94,6 +84,114 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 	for watch.Receive() {
 	}
+}
+
+// start runs the binary's run with env until ctx ends, and returns its
+// base URL and the channel of run's result.
+func start(t *testing.T, ctx context.Context, env map[string]string) (string, <-chan error) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no banner: %v (run: %v)", err, <-done)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return strings.Fields(line[strings.Index(line, "http://"):])[0], done
+}
+
+// waitReady polls base's /readyz until it answers want.
+func waitReady(t *testing.T, base string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for code := 0; code != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d, want %d", code, want)
+		}
+		if resp, err := http.Get(base + "/readyz"); err == nil {
+			code = resp.StatusCode
+			resp.Body.Close()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// While its database is down the control plane stays up, not ready, and
+// answers Unavailable (retry) rather than an internal error; once it is
+// back, calls succeed again and a decider's config watch, open across the
+// outage, delivers what changed after it.
+func TestDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Private(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done := start(t, ctx, map[string]string{"DATABASE_URL": db.URL(), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"})
+	tenants := sluicev1connect.NewTenantServiceClient(h2cClient(), base, connect.WithGRPC())
+	tiers := sluicev1connect.NewTierServiceClient(h2cClient(), base)
+	create := func(slug string) (*sluicev1.Tenant, error) {
+		req := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: slug, Name: slug}})
+		req.Header().Set("Authorization", "Bearer op-secret")
+		res, err := tenants.CreateTenant(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg.Tenant, nil
+	}
+	acme, err := create("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wreq := connect.NewRequest(&sluicev1.WatchRequest{Since: map[string]int64{acme.Id: acme.ConfigVersion}})
+	wreq.Header().Set("Authorization", "Bearer decider-secret")
+	watch, err := sluicev1connect.NewConfigServiceClient(h2cClient(), base, connect.WithGRPC()).Watch(ctx, wreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+
+	if err := db.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, base, http.StatusServiceUnavailable)
+	if _, err := create("globex"); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("create a tenant with the database down: %v, want unavailable", err)
+	}
+	lreq := connect.NewRequest(&sluicev1.ListTiersRequest{TenantId: acme.Id})
+	lreq.Header().Set("Authorization", "Bearer op-secret")
+	if _, err := tiers.ListTiers(ctx, lreq); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("list tiers with the database down: %v, want unavailable", err)
+	}
+	rreq := connect.NewRequest(&sluicev1.GetTopClientsRequest{TenantId: acme.Id, From: timestamppb.New(time.Now().Add(-time.Hour)), To: timestamppb.Now()})
+	rreq.Header().Set("Authorization", "Bearer op-secret")
+	if _, err := sluicev1connect.NewReportServiceClient(h2cClient(), base).GetTopClients(ctx, rreq); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("a report with the database down: %v, want unavailable", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the control plane stopped with its database: %v", err)
+	default:
+	}
+
+	if _, err := db.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, base, http.StatusOK)
+	creq := connect.NewRequest(&sluicev1.CreateTierRequest{TenantId: acme.Id, Name: "pro"})
+	creq.Header().Set("Authorization", "Bearer op-secret")
+	res, err := tiers.CreateTier(ctx, creq)
+	if err != nil {
+		t.Fatalf("create a tier once the database is back: %v", err)
+	}
+	for watch.Receive() {
+		if m := watch.Msg(); m.TenantId == acme.Id && m.Version >= res.Msg.ConfigVersion {
+			return
+		}
+	}
+	t.Fatalf("the watch ended before delivering version %d: %v", res.Msg.ConfigVersion, watch.Err())
 }
 
 // h2cClient speaks HTTP/2 without TLS, as gRPC clients do to a plaintext server.

@@ -105,6 +105,9 @@ func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.R
 		if errors.As(err, &ce) {
 			return nil, ce
 		}
+		if pgstore.Unavailable(err) { // a reports query, say: an outage, not a fault
+			err = pgstore.ErrUnavailable
+		}
 		return nil, protoconv.ToConnectError(ctx, s.logger, err)
 	}
 	return connect.NewResponse(msg), nil

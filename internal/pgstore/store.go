@@ -7,6 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -129,6 +133,35 @@ func jsonOrNil(v any) ([]byte, error) {
 	return b, nil
 }
 
+// ErrUnavailable is the store's answer while the database is unreachable.
+var ErrUnavailable = &policy.Error{Code: policy.CodeUnavailable, Message: "the database is unavailable; retry later"}
+
+// Unavailable reports whether err, of this store or any query on its
+// database, is an outage rather than a fault: the database could not be
+// reached or went away (refused, reset or closed connections, a server
+// shutting down, starting or out of connection slots). A caller's own
+// deadline or cancellation is not one.
+func Unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", "53300": // admin or crash shutdown, cannot connect now, too many connections
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08") // connection exceptions
+	}
+	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[net.Error](err); ok {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || pgconn.SafeToRetry(err)
+}
+
 // uniqueFields names the field a unique constraint protects, for the
 // field-level detail of a conflict.
 var uniqueFields = map[string]string{
@@ -147,6 +180,9 @@ var uniqueFields = map[string]string{
 func translate(err error, what string) error {
 	if err == nil {
 		return nil
+	}
+	if Unavailable(err) {
+		return ErrUnavailable
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return policy.Errorf(policy.CodeNotFound, "%s not found", what)

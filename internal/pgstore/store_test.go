@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/decide"
@@ -423,5 +424,39 @@ func TestKeyByHashRecordsUseAtMostEvery10s(t *testing.T) {
 	later, err := s.KeyByHash(ctx, policy.HashKey(admin))
 	if at3, _ := row(); err != nil || !at3.After(old) || !later.LastUsedAt.Equal(at3) {
 		t.Fatalf("a use a minute old: returned %v, stored %v (was %v), %v", later.LastUsedAt, at3, old, err)
+	}
+}
+
+// Outages are told from faults: what a retry can cure is Unavailable, a
+// bug or bad input is not, and neither is the caller's own deadline.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	refused := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2")
+		return err
+	}()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"connection refused", refused, true},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true},
+		{"connection failure", fmt.Errorf("query: %w", &pgconn.PgError{Code: "08006"}), true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"syntax error", &pgconn.PgError{Code: "42601"}, false},
+		{"no rows", pgx.ErrNoRows, false},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), false},
+		{"canceled", context.Canceled, false},
+	} {
+		if got := Unavailable(tc.err); got != tc.want {
+			t.Errorf("%s (%v): %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if got := translate(refused, "tier"); !errors.Is(got, policy.ErrUnavailable) {
+		t.Errorf("translate of a refused connection: %v", got)
 	}
 }
