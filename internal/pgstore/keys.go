@@ -74,12 +74,8 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 		}
 	}
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID).Scan(&n); err != nil {
-			return change{}, translate(err, "override")
-		}
-		if n >= policy.MaxOverrides {
-			return change{}, policy.Errorf(policy.CodeResourceExhausted, "a tenant holds at most %d overrides", policy.MaxOverrides)
+		if err := belowLimit(ctx, tx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID, policy.MaxOverrides, "overrides"); err != nil {
+			return change{}, err
 		}
 		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
 			return change{}, err
@@ -187,7 +183,10 @@ func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kin
 	hash := policy.HashKey(secret)
 	var k policy.APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
+		err := belowLimit(ctx, tx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL`, tenantID, policy.MaxLiveKeys, "unrevoked keys")
+		if err != nil {
+			return err
+		}
 		k, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash) VALUES ($1, $2, $3, $4, $5)
 			RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:]))
 		if err != nil {

@@ -25,6 +25,9 @@ func (s *Store) CreateTier(ctx context.Context, actor Actor, tenantID, name stri
 		return policy.Tier{}, 0, err
 	}
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		if err := belowLimit(ctx, tx, `SELECT count(*) FROM tiers WHERE tenant_id = $1`, tenantID, policy.MaxTiers, "tiers"); err != nil {
+			return change{}, err
+		}
 		err := tx.QueryRow(ctx, `INSERT INTO tiers (tenant_id, name) VALUES ($1, $2) RETURNING id::text`, tenantID, name).Scan(&t.ID)
 		if err != nil {
 			return change{}, translate(err, "tier")

@@ -79,6 +79,21 @@ func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (chan
 	return version, err
 }
 
+// belowLimit refuses, as ResourceExhausted, one more of what count (a
+// query of one count, $1 the tenant) counts when the tenant holds max
+// already. Concurrent additions may each see room for one: the bound
+// holds within the changes in flight at once.
+func belowLimit(ctx context.Context, tx pgx.Tx, count, tenantID string, max int, what string) error {
+	var n int
+	if err := tx.QueryRow(ctx, count, tenantID).Scan(&n); err != nil {
+		return translate(err, what)
+	}
+	if n >= max {
+		return policy.Errorf(policy.CodeResourceExhausted, "a tenant holds at most %d %s", max, what)
+	}
+	return nil
+}
+
 // bump records c in tx: the tenant's next config version (the row lock of
 // the UPDATE orders concurrent changes of one tenant), its config_versions
 // row, the audit row and the notification. It returns the new version.

@@ -460,3 +460,47 @@ func TestUnavailable(t *testing.T) {
 		t.Errorf("translate of a refused connection: %v", got)
 	}
 }
+
+// A tenant holds at most MaxTiers tiers and MaxLiveKeys unrevoked keys:
+// one more is ResourceExhausted, and a revoked key frees its place.
+func TestTenantLimits(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	acme := newTenant(t, s, "acme")
+	fill := func(count, insert string, upTo int) {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, count, acme.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, insert, acme.ID, upTo-n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(`SELECT count(*) FROM tiers WHERE tenant_id = $1`,
+		`INSERT INTO tiers (tenant_id, name) SELECT $1, 'filler-' || i FROM generate_series(1, $2) i`, policy.MaxTiers-1)
+	if _, _, err := s.CreateTier(ctx, op, acme.ID, "last"); err != nil {
+		t.Fatalf("the %dth tier: %v", policy.MaxTiers, err)
+	}
+	_, _, err := s.CreateTier(ctx, op, acme.ID, "over")
+	wantCode(t, err, policy.CodeResourceExhausted, "")
+
+	// Revoked keys (five of them here) take no place.
+	fill(`SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL`,
+		`INSERT INTO api_keys (tenant_id, kind, prefix, hash, revoked_at)
+			SELECT $1::uuid, 'check', 'sk_check_x', sha256(($1::text || '-' || i)::bytea), CASE WHEN i > $2::int THEN now() END
+			FROM generate_series(1, $2::int + 5) i`, policy.MaxLiveKeys-1)
+	_, last, err := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, "last")
+	if err != nil {
+		t.Fatalf("the %dth key: %v", policy.MaxLiveKeys, err)
+	}
+	_, _, err = s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "over")
+	wantCode(t, err, policy.CodeResourceExhausted, "")
+	if _, err := s.RevokeKey(ctx, op, acme.ID, last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "in its place"); err != nil {
+		t.Fatalf("a key in a revoked one's place: %v", err)
+	}
+}

@@ -141,6 +141,14 @@ const (
 	DefaultColdFactor = 3
 )
 
+// Bounds on what one tenant holds: every decider keeps each tenant's whole
+// configuration, its check keys' hashes included, in memory, so no tenant
+// may grow it without end at the others' cost.
+const (
+	MaxTiers    = 100   // per tenant
+	MaxLiveKeys = 1_000 // unrevoked keys per tenant
+)
+
 // Capacity returns the largest cost one request can have and still be
 // admitted: Burst (or Limit) for bucket algorithms, Limit otherwise.
 func (p Params) Capacity() int64 {
