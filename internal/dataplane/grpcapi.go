@@ -23,12 +23,18 @@ import (
 // decider's CPU with one worker per core.
 const streamWorkers = 256
 
+// maxStreams bounds the calls in flight on one connection (grpc-go's
+// default is unbounded: one connection could hold any number of
+// goroutines). A client with more to send, Envoy's connection pool for
+// one, opens another connection.
+const maxStreams = 1000
+
 // NewGRPCServer returns the decider's grpc-go server: Envoy's rate limit
 // service and sluice.v1.DecisionService. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
 // per CPU second (docs/benchmarks.md).
 func NewGRPCServer(cfg HTTPConfig) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20))
+	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20), grpc.MaxConcurrentStreams(maxStreams))
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	return s

@@ -2,12 +2,14 @@ package dataplane
 
 import (
 	"context"
+	"io"
 	"net"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -185,5 +187,36 @@ func TestDecisionServiceOnGRPCGo(t *testing.T) {
 	}
 	if _, err := client.Check(context.Background(), req); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no key: %v", err)
+	}
+}
+
+// The decider's gRPC server tells each client how many calls one
+// connection may have in flight: a bound, not grpc-go's unbounded default.
+func TestGRPCServerBoundsStreams(t *testing.T) {
+	t.Parallel()
+	cfg, _ := testAPI(t)
+	conn, err := net.Dial("tcp", listenGRPC(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("first frame %v, want SETTINGS", f)
+	}
+	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != maxStreams {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want %d", v, ok, maxStreams)
 	}
 }
