@@ -48,7 +48,7 @@ type HTTPConfig struct {
 func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
 	start := time.Now()
 	dec, err := cfg.Decider.Decide(ctx, c, req)
-	cfg.Metrics.observe(c.Tenant.Slug, dec, err, time.Since(start))
+	cfg.Metrics.observe(c.Tenant.Slug, req.Peek, dec, err, time.Since(start))
 	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
 		cost := max(req.Cost, 1)
 		for _, r := range dec.Rules {

@@ -11,8 +11,12 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -170,7 +174,14 @@ func testCheckUntilRejected(t *testing.T, srv served, key string) {
 // A peek answers with what remains and consumes nothing.
 func TestCheckPeeks(t *testing.T) {
 	t.Parallel()
-	eachServer(t, testAPI, func(t *testing.T, srv served, key string) {
+	var metrics sync.Map // of each server's config
+	withMetrics := func(t testing.TB) (HTTPConfig, string) {
+		cfg, key := testAPI(t)
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+		metrics.Store(key, cfg.Metrics)
+		return cfg, key
+	}
+	eachServer(t, withMetrics, func(t *testing.T, srv served, key string) {
 		for i := range 3 {
 			resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"pia"},"cost":2,"peek":true}`)
 			if resp.StatusCode != 200 || m["allowed"] != true || resp.Header.Get("X-RateLimit-Remaining") != "3" {
@@ -186,6 +197,16 @@ func TestCheckPeeks(t *testing.T) {
 		resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"pia"},"cost":3,"peek":true}`)
 		if resp.StatusCode != 429 || m["violated_policies"] == nil || resp.Header.Get("Retry-After") != "45" {
 			t.Fatalf("a peek beyond what is left: %d %v %v", resp.StatusCode, m, resp.Header)
+		}
+		// Peeks have an outcome of their own: a rejected one is not a
+		// rejection in the decider's metrics.
+		v, _ := metrics.Load(key)
+		decisions := v.(*Metrics).decisions
+		for outcome, want := range map[string]float64{"peek": 4, "allowed": 1, "rejected": 0} {
+			var d dto.Metric
+			if err := decisions.WithLabelValues("acme", outcome).Write(&d); err != nil || d.GetCounter().GetValue() != want {
+				t.Errorf("decisions %s: %v, want %v (%v)", outcome, d.GetCounter().GetValue(), want, err)
+			}
 		}
 	})
 }

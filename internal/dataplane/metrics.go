@@ -23,7 +23,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_decisions_total",
-			Help: "Decisions by tenant and outcome (allowed, rejected, error)."}, []string{"tenant", "outcome"}),
+			Help: "Decisions by tenant and outcome (allowed, rejected, peek, error)."}, []string{"tenant", "outcome"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
 			Help: "Decisions answered by the rules' failure modes because the engine failed or its breaker was open."}, []string{"tenant"}),
 		denyHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deny_cache_hits_total",
@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 }
 
 // observe records one decision of tenant.
-func (m *Metrics) observe(tenant string, dec decide.Decision, err error, took time.Duration) {
+func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err error, took time.Duration) {
 	if m == nil {
 		return
 	}
@@ -48,6 +48,8 @@ func (m *Metrics) observe(tenant string, dec decide.Decision, err error, took ti
 	switch {
 	case err != nil:
 		outcome = "error"
+	case peek: // asked, not admitted or rejected: kept out of the rejected share
+		outcome = "peek"
 	case !dec.Allowed:
 		outcome = "rejected"
 	}
