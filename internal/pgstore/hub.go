@@ -63,11 +63,25 @@ func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(Versi
 	for k, v := range since {
 		known[k] = v
 	}
-	if err := h.store.catchUp(ctx, "", known, emit); err != nil {
+	// The database may be out now: read again until it answers, while
+	// what is committed meanwhile waits in w.ch.
+	for {
+		err := h.store.catchUp(ctx, "", known, emit)
+		if err == nil {
+			break
+		}
 		if ee, ok := errors.AsType[emitError](err); ok {
 			return ee.err
 		}
-		return err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h.logger().WarnContext(ctx, "config hub: catching up again", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	for {
 		select {
@@ -126,9 +140,7 @@ func (h *Hub) leave(w *hubWatcher) {
 // every version to every watcher.
 func (h *Hub) run(ctx context.Context, gen int, ready chan struct{}) {
 	cfg := h.cfg
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = h.logger()
 	var once sync.Once
 	cfg.Listening = func() { once.Do(func() { close(ready) }) }
 	for {
@@ -168,4 +180,12 @@ func (h *Hub) fanOut(gen int, v Version) {
 			close(w.ch)
 		}
 	}
+}
+
+// logger is the hub's configured logger, or slog's default.
+func (h *Hub) logger() *slog.Logger {
+	if h.cfg.Logger != nil {
+		return h.cfg.Logger
+	}
+	return slog.Default()
 }

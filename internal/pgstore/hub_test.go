@@ -8,6 +8,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/migrations"
 )
 
 // Many watchers of a hub share one LISTEN connection, each gets every
@@ -105,5 +110,68 @@ func TestHubServesManyWatchersFromOneListen(t *testing.T) {
 			t.Fatal("the shared watch outlived its watchers")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A watcher that joins while the database is down (the shared watch
+// listening already) waits for it rather than ending, and then gets what
+// is committed once it is back.
+func TestHubWatcherJoiningDuringAnOutage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Private(t)
+	if err := migrations.Apply(db.URL()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, err := pgxpool.New(ctx, db.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool)
+	hub := s.NewHub(WatchConfig{Recheck: 50 * time.Millisecond})
+	tn := newTenant(t, s, "acme")
+
+	first := make(chan Version, 10)
+	go func() { _ = hub.Watch(ctx, nil, func(v Version) error { first <- v; return nil }) }()
+	select { // the shared watch listens once the first watcher has its versions
+	case <-first:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first watcher got nothing")
+	}
+
+	if err := db.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan Version, 10)
+	ended := make(chan error, 1)
+	go func() { ended <- hub.Watch(ctx, nil, func(v Version) error { second <- v; return nil }) }()
+	if _, err := db.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var v int64
+	deadline := time.Now().Add(20 * time.Second)
+	for { // the pool's connections died with the server: retry until one is new
+		_, v, err = s.CreateTier(ctx, op, tn.ID, "pro")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		select {
+		case got := <-second:
+			if got.TenantID == tn.ID && got.Version >= v {
+				return
+			}
+		case err := <-ended:
+			t.Fatalf("the watcher that joined in the outage ended: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("version %d never reached the watcher that joined in the outage", v)
+		}
 	}
 }
