@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -58,11 +59,11 @@ func TestImportIntoARunningControlPlane(t *testing.T) {
 		return sum
 	}
 	first := importOnce()
-	if !first.TenantCreated || len(first.Created) != 2 || len(first.Updated) != 0 || len(first.UnlimitedPaths) != 1 {
+	if !first.TenantCreated || len(first.Created) != 3 || len(first.Updated) != 0 || len(first.UnlimitedPaths) != 1 {
 		t.Fatalf("first import %+v", first)
 	}
 	second := importOnce()
-	if second.TenantCreated || second.TenantID != first.TenantID || len(second.Created) != 0 || len(second.Updated) != 2 {
+	if second.TenantCreated || second.TenantID != first.TenantID || len(second.Created) != 0 || len(second.Updated) != 3 {
 		t.Fatalf("second import %+v: it must update, not duplicate", second)
 	}
 	tn, _, err := store.GetTenantBySlug(context.Background(), "edge-proxy")
@@ -70,8 +71,39 @@ func TestImportIntoARunningControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	tiers, _ := store.ListTiers(context.Background(), tn.ID)
-	if len(tiers) != 1 || len(tiers[0].Rules) != 2 || tiers[0].Rules[1].Name != "path=/login" || tiers[0].Rules[1].Limit != 2 {
+	// Stored as imported: exact rules, the unlimited path a shadow rule.
+	if len(tiers) != 1 || len(tiers[0].Rules) != 3 || tiers[0].Rules[1].Name != "path=/login" || tiers[0].Rules[1].Limit != 2 ||
+		!tiers[0].Rules[0].Exact || !tiers[0].Rules[1].Exact || !tiers[0].Rules[2].Shadow || !tiers[0].Rules[2].Exact {
 		t.Fatalf("stored %+v", tiers)
+	}
+
+	// The file loses its health path: -prune deletes its rule, and
+	// only with -prune.
+	var out, errOut strings.Builder
+	smaller := writeFile(t, strings.Split(ratelimitYAML, "  - key: health")[0])
+	for _, tc := range []struct {
+		args    []string
+		deleted int
+	}{{[]string{"import", smaller}, 0}, {[]string{"import", "-prune", smaller}, 1}, {[]string{"import", "-prune", smaller}, 0}} {
+		out.Reset()
+		if err := run(context.Background(), tc.args, &out, &errOut, getenv); err != nil {
+			t.Fatalf("%v: %v (%s)", tc.args, err, errOut.String())
+		}
+		if want := fmt.Sprintf("2 updated, %d deleted", tc.deleted); !strings.Contains(out.String(), want) {
+			t.Fatalf("%v printed %q, want %q", tc.args, out.String(), want)
+		}
+	}
+	tiers, _ = store.ListTiers(context.Background(), tn.ID)
+	if len(tiers[0].Rules) != 2 || tiers[0].Rules[0].Name != "remote_address" || tiers[0].Rules[1].Name != "path=/login" {
+		t.Fatalf("after -prune: %+v", tiers[0].Rules)
+	}
+	// -tier imports into another tier of the tenant.
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-tier", "pro", smaller}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "tier pro: 2 rules created") {
+		t.Fatalf("import -tier pro: %v, %q", err, out.String())
+	}
+	if tiers, _ = store.ListTiers(context.Background(), tn.ID); len(tiers) != 2 || len(tiers[1].Rules) != 2 || len(tiers[0].Rules) != 2 {
+		t.Fatalf("after -tier pro: %+v", tiers)
 	}
 }
 

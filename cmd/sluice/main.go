@@ -35,7 +35,7 @@ commands:
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
-  import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-json] FILE
+  import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
@@ -115,10 +115,12 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	fs := flag.NewFlagSet("sluice import", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dryRun := fs.Bool("dry-run", false, "print what would be imported, change nothing")
+	prune := fs.Bool("prune", false, "delete the tier's rules the file does not name")
+	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-json] [-server URL] FILE\n")
+		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n")
 		return errUsage
 	}
 	f, err := os.Open(fs.Arg(0))
@@ -138,6 +140,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 		return err
 	}
+	plan.Tenant.DefaultTier = *tier
 	if *dryRun {
 		return printResult(stdout, *asJSON, plan, func(w io.Writer) {
 			fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
@@ -145,7 +148,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 				fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
 			}
 			for _, u := range plan.Unlimited {
-				fmt.Fprintf(w, "  unlimited %s (no rule)\n", u)
+				fmt.Fprintf(w, "  unlimited %s (a shadow rule: never rejects)\n", u)
 			}
 		})
 	}
@@ -154,7 +157,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
 		return errUsage
 	}
-	sum, err := cli.NewClient(http.DefaultClient, *server, key).Import(ctx, plan)
+	sum, err := cli.NewClient(http.DefaultClient, *server, key).Import(ctx, plan, *prune)
 	if err != nil {
 		return err
 	}
@@ -162,9 +165,9 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if sum.TenantCreated {
 			fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
 		}
-		fmt.Fprintf(w, "tier %s: %d rules created, %d updated\n", sum.Tier, len(sum.Created), len(sum.Updated))
+		fmt.Fprintf(w, "tier %s: %d rules created, %d updated, %d deleted\n", sum.Tier, len(sum.Created), len(sum.Updated), len(sum.Deleted))
 		for _, u := range sum.UnlimitedPaths {
-			fmt.Fprintf(w, "unlimited %s: no rule\n", u)
+			fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
 		}
 	})
 }

@@ -46,12 +46,12 @@ func TestCLIAgainstDev(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(describe(err), "\n  limit: must be between") {
 		t.Fatalf("invalid rule: %v (%s)", err, describe(err))
 	}
-	out, err = sluice("rules", "create", "-tier", pro, "-name", "burst", "-algorithm", "fixed_window", "-limit", "2", "-window", "1h", "-match", "route=/cli", "-sync", "50ms")
+	out, err = sluice("rules", "create", "-tier", pro, "-name", "burst", "-algorithm", "fixed_window", "-limit", "2", "-window", "1h", "-match", "route=/cli,client_id=*", "-sync", "50ms", "-exact")
 	if err != nil || !strings.Contains(out, "created rule burst") {
 		t.Fatalf("rules create: %v\n%s", err, out)
 	}
 	if out, err = sluice("rules", "list", "-tier", pro); err != nil || !strings.Contains(out, "fixed_window") || !strings.Contains(out, "route=/cli") ||
-		!strings.Contains(out, "sync 50ms") {
+		!strings.Contains(out, "sync 50ms") || !strings.Contains(out, "exact") {
 		t.Fatalf("rules list: %v\n%s", err, out)
 	}
 	// Without -tier: every tier's rules (the free tier's login, pro's burst).

@@ -12,8 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/policy"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // Client reaches a control plane with a key.
@@ -48,14 +47,17 @@ type ImportSummary struct {
 	Tier           string   `json:"tier"`
 	Created        []string `json:"created"`
 	Updated        []string `json:"updated"`
+	Deleted        []string `json:"deleted,omitempty"` // with prune
 	UnlimitedPaths []string `json:"unlimited_paths"`
 }
 
 // Import applies plan: with the operator key, into the tenant whose slug is
 // the plan's (created if missing); with an admin key, into the key's own
 // tenant. Rules go to the tier "default" (created if missing); a rule of
-// the same name is updated, so importing twice changes nothing more.
-func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan) (ImportSummary, error) {
+// the same name is updated, so importing twice changes nothing more; with
+// prune, the tier's rules the plan does not name are deleted, so the tier
+// becomes what the file says, as envoyproxy/ratelimit's reload would.
+func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool) (ImportSummary, error) {
 	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited}
 	list, err := c.tenants.ListTenants(ctx, request(c, &sluicev1.ListTenantsRequest{}))
 	switch {
@@ -99,7 +101,7 @@ func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan) (ImportSumm
 		existing[r.Name] = r.Id
 	}
 	for _, r := range plan.Rules {
-		msg := ruleMessage(r)
+		msg := protoconv.RuleToProto(r)
 		if id, ok := existing[r.Name]; ok {
 			msg.Id = id
 			if _, err := c.rules.UpdateRule(ctx, request(c, &sluicev1.UpdateRuleRequest{TenantId: sum.TenantID, Rule: msg})); err != nil {
@@ -113,15 +115,21 @@ func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan) (ImportSumm
 		}
 		sum.Created = append(sum.Created, r.Name)
 	}
-	return sum, nil
-}
-
-// ruleMessage is the API form of an imported rule: a fixed window.
-func ruleMessage(r policy.Rule) *sluicev1.Rule {
-	m := &sluicev1.Rule{Name: r.Name, KeyBy: r.KeyBy, Shadow: r.Shadow, Enabled: r.Enabled,
-		Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(r.Algorithm), Limit: r.Limit, Window: durationpb.New(r.Window)}}
-	for _, x := range r.Match {
-		m.Match = append(m.Match, &sluicev1.Match{Key: x.Key, Value: x.Value})
+	if !prune {
+		return sum, nil
 	}
-	return m
+	named := map[string]bool{}
+	for _, r := range plan.Rules {
+		named[r.Name] = true
+	}
+	for _, r := range tier.Rules {
+		if named[r.Name] {
+			continue
+		}
+		if _, err := c.rules.DeleteRule(ctx, request(c, &sluicev1.DeleteRuleRequest{TenantId: sum.TenantID, RuleId: r.Id})); err != nil {
+			return sum, fmt.Errorf("delete rule %s: %w", r.Name, err)
+		}
+		sum.Deleted = append(sum.Deleted, r.Name)
+	}
+	return sum, nil
 }

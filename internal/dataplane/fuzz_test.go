@@ -15,6 +15,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
@@ -99,6 +100,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 		{Domain: "acme", HitsAddend: 3, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "a", "route", "/login"), descriptor("client_id", "b")}},
 		{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("client_id", "a").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)}}},
 		{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("client_id", "a").Entries, HitsAddend: wrapperspb.UInt64(0)}}},
+		{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("client_id", "a", "client_id", "b").Entries,
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR, UnitMultiplier: wrapperspb.UInt32(3)}}}},
+		{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: descriptor("client_id", "a").Entries,
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1 << 31, Unit: 99, UnitMultiplier: wrapperspb.UInt32(1 << 31)}}}},
 		{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("", "x")}},
 		{Domain: "acme"},
 		{Domain: "other", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "a")}},

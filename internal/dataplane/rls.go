@@ -2,10 +2,12 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,7 +31,10 @@ const MaxRLSDescriptors = 64
 // the request's descriptors, hits_addend (the descriptor's, else the
 // request's, where 0 means 1) its cost. A descriptor's own hits_addend of 0
 // asks without consuming, as in envoyproxy/ratelimit (decide.Request.Peek):
-// OVER_LIMIT when no hit is left.
+// OVER_LIMIT when no hit is left. A descriptor's limit (Envoy's
+// RateLimitOverride) decides it alone, as envoyproxy/ratelimit does: a
+// fixed window of requests_per_unit per unit (times unit_multiplier),
+// counted per the values of all its entries (decide.Request.Limit).
 type RLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	cfg HTTPConfig
@@ -57,18 +62,35 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	reqs := make([]decide.Request, len(req.Descriptors))
+	var limitErrs []error // of descriptors' limits, when any is invalid
 	for i, d := range req.Descriptors {
+		if d.GetLimit() != nil {
+			l, err := requestLimit(d.GetLimit())
+			if err != nil {
+				if limitErrs == nil {
+					limitErrs = make([]error, len(reqs))
+				}
+				limitErrs[i] = err
+			}
+			reqs[i].Limit = l
+		}
 		cost := int64(req.GetHitsAddend())
 		if d.GetHitsAddend() != nil {
 			cost = int64(min(d.GetHitsAddend().GetValue(), math.MaxInt32))
 		}
-		reqs[i] = decide.Request{Cost: cost, Peek: d.GetHitsAddend() != nil && cost == 0, Descriptors: make(policy.Descriptors, 0, len(d.GetEntries()))}
+		reqs[i].Cost, reqs[i].Peek = cost, d.GetHitsAddend() != nil && cost == 0
+		reqs[i].Descriptors = make(policy.Descriptors, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
 			reqs[i].Descriptors = append(reqs[i].Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}
 	}
 	decs := make([]decide.Decision, len(reqs))
-	err = s.cfg.refuseAny("descriptors", len(reqs), func(i int) error { return s.cfg.Decider.Validate(c, reqs[i]) })
+	err = s.cfg.refuseAny("descriptors", len(reqs), func(i int) error {
+		if limitErrs != nil && limitErrs[i] != nil {
+			return limitErrs[i]
+		}
+		return s.cfg.Decider.Validate(c, reqs[i])
+	})
 	if err == nil {
 		gctx := s.cfg.Decider.Gather(ctx, len(reqs))
 		err = together(len(reqs), func(i int) (err error) {
@@ -131,6 +153,33 @@ var envoyUnits = []struct {
 	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
 	{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+}
+
+// requestLimit is the limit an Envoy descriptor brings, or a field error.
+func requestLimit(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*decide.RequestLimit, error) {
+	var unit time.Duration
+	for _, u := range envoyUnits {
+		if u.unit == rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()) {
+			unit = u.d
+		}
+	}
+	n := int64(1)
+	if o.GetUnitMultiplier() != nil {
+		n = int64(o.GetUnitMultiplier().GetValue())
+	}
+	var field, problem string
+	switch {
+	case unit == 0:
+		field, problem = "limit.unit", "must be SECOND, MINUTE, HOUR, DAY, MONTH or YEAR"
+	case o.GetRequestsPerUnit() < 1 || o.GetRequestsPerUnit() > policy.MaxLimit:
+		field, problem = "limit.requests_per_unit", fmt.Sprintf("must be between 1 and %d", policy.MaxLimit)
+	case n < 1 || n > int64(policy.MaxWindow/unit):
+		field, problem = "limit.unit_multiplier", fmt.Sprintf("must make a period of at most %v", policy.MaxWindow)
+	default:
+		return &decide.RequestLimit{Requests: int64(o.GetRequestsPerUnit()), Window: time.Duration(n) * unit}, nil
+	}
+	return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid descriptor",
+		Fields: []policy.FieldError{{Field: field, Description: problem}}}
 }
 
 // setEnvoyLimit states a rule's limit in Envoy's terms: requests per the

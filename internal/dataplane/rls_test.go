@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"golang.org/x/net/http2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -18,7 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // serveRLS serves cfg's grpc-go server on a loopback port and returns a
@@ -173,16 +180,7 @@ func TestDecisionServiceOnGRPCGo(t *testing.T) {
 		t.Fatalf("batch %v %v", batch, err)
 	}
 	_, err = client.Check(ctx, &sluicev1.CheckRequest{Tier: "platinum"})
-	st := status.Convert(err)
-	var fields []string
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, f := range br.FieldViolations {
-				fields = append(fields, f.Field)
-			}
-		}
-	}
-	if st.Code() != codes.InvalidArgument || len(fields) != 1 || fields[0] != "tier" {
+	if code, fields := grpcFields(err); code != codes.InvalidArgument || len(fields) != 1 || fields[0] != "tier" {
 		t.Fatalf("unknown tier: %v, fields %v", err, fields)
 	}
 	if _, err := client.Check(context.Background(), req); status.Code(err) != codes.Unauthenticated {
@@ -218,5 +216,128 @@ func TestGRPCServerBoundsStreams(t *testing.T) {
 	}
 	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != maxStreams {
 		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS %d (sent: %v), want %d", v, ok, maxStreams)
+	}
+}
+
+// grpcFields is the code of a gRPC error and the fields its BadRequest
+// details name.
+func grpcFields(err error) (codes.Code, []string) {
+	st := status.Convert(err)
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, f := range br.FieldViolations {
+				fields = append(fields, f.Field)
+			}
+		}
+	}
+	return st.Code(), fields
+}
+
+// Envoy's per-descriptor limit decides its descriptor alone, in place of
+// the tenant's rules, as envoyproxy/ratelimit does: a fixed window counted
+// in Redis per the values of all the descriptor's entries.
+func TestEnvoyRLSDescriptorLimits(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	rc, prefix := redistest.Client(t)
+	var now atomic.Int64
+	now.Store(time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	cfg.Decider = decide.NewDecider(decide.Options{Engine: redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Now: clock}),
+		DenyCacheSize: 1024, Budget: time.Second, Now: clock})
+	client := serveRLS(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	limited := func(n uint32, unit typev3.RateLimitUnit, kv ...string) *ratelimitv3.RateLimitDescriptor {
+		d := descriptor(kv...)
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+		return d
+	}
+	ask := func(d *ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (res.OverallCode == rlsv3.RateLimitResponse_OK) != (res.Statuses[0].Code == rlsv3.RateLimitResponse_OK) {
+			t.Fatalf("overall %v, status %v", res.OverallCode, res.Statuses[0].Code)
+		}
+		return res.Statuses[0]
+	}
+	ok := func(st *rlsv3.RateLimitResponse_DescriptorStatus) bool { return st.Code == rlsv3.RateLimitResponse_OK }
+
+	// 5 a minute for erin, where the tenant's rule allows 3.
+	for i := range 5 {
+		st := ask(limited(5, typev3.RateLimitUnit_MINUTE, "client_id", "erin"))
+		if !ok(st) || st.LimitRemaining != uint32(4-i) || st.CurrentLimit.GetRequestsPerUnit() != 5 ||
+			st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.CurrentLimit.GetName() != "limit/60s/client_id" ||
+			st.DurationUntilReset.AsDuration() != 45*time.Second {
+			t.Fatalf("erin's request %d under her own limit: %v", i, st)
+		}
+	}
+	if st := ask(limited(5, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); ok(st) {
+		t.Fatalf("erin's sixth: %v, want OVER_LIMIT", st)
+	}
+	// The tenant's rules count apart and are untouched.
+	if st := ask(descriptor("client_id", "erin")); !ok(st) || st.CurrentLimit.GetName() != "per-client" || st.LimitRemaining != 2 {
+		t.Fatalf("erin under the tenant's rules: %v", st)
+	}
+	// A limit raised mid-window keeps the count, as in envoyproxy/ratelimit,
+	// and the rejection before it is not remembered against it.
+	if st := ask(limited(6, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); !ok(st) || st.LimitRemaining != 0 {
+		t.Fatalf("erin under a raised limit: %v", st)
+	}
+	if st := ask(limited(6, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); ok(st) {
+		t.Fatalf("erin over the raised limit: %v", st)
+	}
+	// Counters are per the entries' keys and values, in order, duplicate
+	// keys included.
+	for _, kv := range [][]string{{"user", "erin"}, {"h", "a", "h", "b"}, {"h", "a", "h", "c"}, {"h", "b", "h", "a"}} {
+		if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, kv...)); !ok(st) {
+			t.Fatalf("%v: first request %v, want its own counter", kv, st)
+		}
+	}
+	if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, "h", "a", "h", "b")); ok(st) {
+		t.Fatalf("second request of h=a,h=b: %v", st)
+	}
+	// unit_multiplier: a window of 30 seconds.
+	thirty := limited(1, typev3.RateLimitUnit_SECOND, "ip", "10.0.0.1")
+	thirty.Limit.UnitMultiplier = wrapperspb.UInt32(30)
+	if st := ask(thirty); !ok(st) || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND ||
+		st.CurrentLimit.GetUnitMultiplier().GetValue() != 30 || st.DurationUntilReset.AsDuration() != 15*time.Second {
+		t.Fatalf("30 s window: %v", st)
+	}
+	if st := ask(thirty); ok(st) {
+		t.Fatalf("second request in the 30 s window: %v", st)
+	}
+	now.Add(int64(15 * time.Second))
+	if st := ask(thirty); !ok(st) {
+		t.Fatalf("first request of the next 30 s window: %v", st)
+	}
+
+	// Invalid limits are refused with their fields, the whole request
+	// uncounted.
+	bad := func(mod func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride), want string) {
+		t.Helper()
+		d := limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "fay")
+		mod(d.Limit)
+		_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "gil"), d}})
+		if code, fields := grpcFields(err); code != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1]." + want}) {
+			t.Fatalf("%s: %v, fields %v", want, err, fields)
+		}
+	}
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.Unit = typev3.RateLimitUnit_UNKNOWN }, "limit.unit")
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.Unit = 42 }, "limit.unit")
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.RequestsPerUnit = 0 }, "limit.requests_per_unit")
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) {
+		o.RequestsPerUnit = policy.MaxLimit + 1
+	}, "limit.requests_per_unit")
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.UnitMultiplier = wrapperspb.UInt32(0) }, "limit.unit_multiplier")
+	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) {
+		o.Unit, o.UnitMultiplier = typev3.RateLimitUnit_YEAR, wrapperspb.UInt32(2)
+	}, "limit.unit_multiplier")
+	if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "gil")); !ok(st) {
+		t.Fatalf("gil after refused requests: %v, want his first", st)
 	}
 }

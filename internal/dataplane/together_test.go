@@ -16,7 +16,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -122,16 +121,7 @@ func TestCallsOfManyDecisions(t *testing.T) {
 			descriptor("client_id", "rls-whole"), descriptor("", "no key")}}
 		rctx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+secret))
 		_, err := NewRLS(cfg).ShouldRateLimit(rctx, req)
-		st, _ := status.FromError(err)
-		var fields []string
-		for _, d := range st.Details() {
-			if br, ok := d.(*errdetails.BadRequest); ok {
-				for _, f := range br.FieldViolations {
-					fields = append(fields, f.Field)
-				}
-			}
-		}
-		if st.Code() != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1].descriptors[0].key"}) {
+		if code, fields := grpcFields(err); code != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1].descriptors[0].key"}) {
 			t.Fatalf("a descriptor without a key: %v, fields %v", err, fields)
 		}
 		req.Descriptors = req.Descriptors[:1]

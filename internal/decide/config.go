@@ -6,8 +6,10 @@ package decide
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limit"
@@ -24,6 +26,10 @@ type Config struct {
 	prefix  []*compiledOverride // longest identifier first
 	idKeys  []string            // descriptor keys overrides match on
 	local   sync.Map            // localKey → *limit.Limiter, built on first failure
+	// requestLimits holds the limiters of requests' own limits
+	// (RequestLimit → *limit.Limiter), at most maxRequestLimits of them.
+	requestLimits  sync.Map
+	requestLimitsN atomic.Int64
 }
 
 type localKey struct {
@@ -50,6 +56,42 @@ func (c *Config) localLimiter(r *policy.Rule, p policy.Params, share float64) *l
 	}
 	c.local.Store(k, l)
 	return l
+}
+
+// maxRequestLimits bounds the limiters of request limits kept per Config;
+// others are compiled for their request.
+const maxRequestLimits = 1024
+
+// requestRule returns the rule deciding a request by its own limit l, and
+// its limiter: a fixed window, counted per the values of all of d's
+// descriptors in order, its ID naming l's window and d's keys (Rule.ID
+// stands for the key-by list in counter keys). It fails open.
+func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
+	p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
+	var lim *limit.Limiter
+	if v, ok := c.requestLimits.Load(l); ok {
+		lim = v.(*limit.Limiter)
+	} else {
+		lim, _ = limit.Compile(p) // valid: refuse checked it
+		if c.requestLimitsN.Add(1) <= maxRequestLimits {
+			c.requestLimits.Store(l, lim)
+		}
+	}
+	id := make([]byte, 0, 32)
+	id = append(id, "limit/"...)
+	id = strconv.AppendInt(id, int64(l.Window/time.Second), 10)
+	id = append(id, "s/"...)
+	keys := make([]string, len(d)) // for policy.ClientKey: whom events name
+	for i := range d {
+		if i > 0 {
+			id = append(id, ',') // no descriptor key holds a comma
+		}
+		id = append(id, d[i].Key...)
+		keys[i] = d[i].Key
+	}
+	r := &policy.Rule{ID: string(id), KeyBy: keys, Params: p, Enabled: true}
+	r.Name = r.ID
+	return r, lim
 }
 
 type compiledRule struct {

@@ -60,6 +60,18 @@ type Request struct {
 	// covers Cost. A rule that would reject gives its reset as the
 	// retry-after, the latest time it can take to admit.
 	Peek bool
+	// Limit, when set, decides the request by this limit alone, in place
+	// of its tier's rules and overrides (Envoy's per-descriptor limit
+	// override): a fixed window counted per the values of all the
+	// request's descriptors, failing open.
+	Limit *RequestLimit
+}
+
+// RequestLimit is a limit a request brings with it: a fixed window of
+// Requests per Window.
+type RequestLimit struct {
+	Requests int64
+	Window   time.Duration
 }
 
 // RuleResult is one rule's answer within a decision.
@@ -209,7 +221,10 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if len(reqs) == 0 {
 		return dec, false, nil
 	}
-	if d.denied != nil {
+	// A request's own limit can change from one request to the next under
+	// the same key, so what a rejection says of the next is not exact.
+	cache := d.denied != nil && req.Limit == nil
+	if cache {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
@@ -235,7 +250,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
-	if d.denied != nil && !allowed && !dec.Degraded && !req.Peek {
+	if cache && !allowed && !dec.Degraded && !req.Peek {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if !res[i].Allowed && !reqs[i].Shadow && cacheable(params[i]) {
@@ -291,6 +306,16 @@ func refuse(c *Config, req Request) error {
 	if req.Cost < 0 {
 		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
 			Fields: []policy.FieldError{{Field: "cost", Description: "must not be negative"}}}
+	}
+	if l := req.Limit; l != nil {
+		p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
+		if err := p.Validate(); err != nil {
+			fields := err.(*policy.Error).Fields
+			for i := range fields {
+				fields[i].Field = "limit." + fields[i].Field
+			}
+			return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: fields}
+		}
 	}
 	if c.Tenant.Status == policy.TenantSuspended {
 		return policy.Errorf(policy.CodePermissionDenied, "tenant %s is suspended", c.Tenant.Slug)
@@ -349,6 +374,16 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		return selection{}, err
 	}
 	sel := selection{tier: tier}
+	if req.Limit != nil {
+		rule, lim := c.requestRule(*req.Limit, req.Descriptors)
+		sel.one = new(oneRule)
+		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
+		key := policy.AppendRequestKey(nil, c.Tenant.ID, rule.ID, req.Descriptors)
+		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost})
+		sel.picked = append(sel.picked, rule)
+		sel.params = append(sel.params, rule.Params)
+		return sel, nil
+	}
 	if len(rules) == 1 {
 		sel.one = new(oneRule)
 		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
@@ -358,6 +393,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 	}
 	var kb [128]byte // most keys fit: one allocation each, the string's
 	key := kb[:0]
+	exact := 0
 	for i := range rules {
 		r := &rules[i]
 		if !r.Matches(req.Descriptors) {
@@ -374,8 +410,36 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
 		sel.picked = append(sel.picked, &r.Rule)
 		sel.params = append(sel.params, p)
+		if r.Exact {
+			exact++
+		}
+	}
+	if exact > 1 {
+		sel.keepMostSpecific()
 	}
 	return sel, nil
+}
+
+// keepMostSpecific drops the exact rules of sel that a more specific exact
+// rule of sel overrides (policy.Rule.MoreSpecific).
+func (sel *selection) keepMostSpecific() {
+	overridden := make([]bool, len(sel.picked))
+	for i, r := range sel.picked {
+		for _, s := range sel.picked {
+			if r.Exact && s.Exact && r.MoreSpecific(s) {
+				overridden[i] = true
+				break
+			}
+		}
+	}
+	n := 0
+	for i := range sel.picked {
+		if !overridden[i] {
+			sel.reqs[n], sel.picked[n], sel.params[n] = sel.reqs[i], sel.picked[i], sel.params[i]
+			n++
+		}
+	}
+	sel.reqs, sel.picked, sel.params = sel.reqs[:n], sel.picked[:n], sel.params[:n]
 }
 
 // Releaser is an Engine that can end concurrency leases.

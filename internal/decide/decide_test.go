@@ -221,3 +221,72 @@ func TestPeek(t *testing.T) {
 		t.Fatalf("%d of 2 admitted with 1 left", n)
 	}
 }
+
+// A request's own limit decides it in place of its tier's rules and
+// overrides, counted apart from them per all its descriptors' values.
+func TestRequestLimit(t *testing.T) {
+	d, c := newDecider(t)
+	own := func(n int64, extra ...policy.Descriptor) Request {
+		r := check("partner-1", extra...) // partner-1 has an override of the per-client rule
+		r.Limit = &RequestLimit{Requests: n, Window: time.Minute}
+		return r
+	}
+	login := policy.Descriptor{Key: "route", Value: "/login"} // the login rule allows 1
+	if got := admitted(t, d, c, own(2, login), 3); got != 2 {
+		t.Fatalf("own limit of 2 on /login: %d of 3 admitted", got)
+	}
+	dec, err := d.Decide(context.Background(), c, own(2, login))
+	if err != nil || len(dec.Rules) != 1 || dec.Rules[0].Rule.ID != "limit/60s/client_id,route" || dec.Rules[0].Limit != 2 || dec.Tier != "free" {
+		t.Fatalf("decision %+v %v", dec, err)
+	}
+	if got := policy.ClientKey(dec.Rules[0].Rule, own(2, login).Descriptors); got != "client_id=partner-1, route=/login" {
+		t.Fatalf("client key %q: events would name no one", got)
+	}
+	if got := admitted(t, d, c, check("partner-1", login), 2); got != 1 {
+		t.Fatalf("the tier's rules after own limits: %d of 2 admitted, want the login rule's 1", got)
+	}
+	if got := admitted(t, d, c, own(2), 3); got != 2 {
+		t.Fatalf("own limit without the route: %d of 3 admitted, want its own counter", got)
+	}
+
+	bad := own(0)
+	bad.Limit.Window = 0
+	var pe *policy.Error
+	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 2 || pe.Fields[0].Field != "limit.limit" || pe.Fields[1].Field != "limit.window" {
+		t.Fatalf("invalid own limit: %v", err)
+	}
+}
+
+// Of a tier's exact rules that match a request only the most specific
+// counts; rules that are not exact count as ever beside it.
+func TestMostSpecificExactRule(t *testing.T) {
+	fixed := func(n int64) policy.Params {
+		return policy.Params{Algorithm: policy.FixedWindow, Limit: n, Window: time.Minute}
+	}
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
+			{ID: "default", Name: "default", Exact: true, Enabled: true, Match: []policy.Match{{Key: "ip", Value: "*"}}, KeyBy: []string{"ip"}, Params: fixed(1)},
+			{ID: "vip", Name: "vip", Exact: true, Enabled: true, Match: []policy.Match{{Key: "ip", Value: "10.0.0.1"}}, Params: fixed(5)},
+			{ID: "global", Name: "global", Enabled: true, Params: fixed(4)},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	ip := func(v string) Request { return Request{Descriptors: policy.Descriptors{{Key: "ip", Value: v}}} }
+	dec, err := d.Decide(context.Background(), c, ip("10.0.0.1"))
+	if err != nil || len(dec.Rules) != 2 || dec.Rules[0].Rule.ID != "vip" || dec.Rules[1].Rule.ID != "global" {
+		t.Fatalf("decision %+v %v: want vip and global", dec, err)
+	}
+	if got := admitted(t, d, c, ip("10.0.0.1"), 5); got != 3 {
+		t.Fatalf("10.0.0.1: %d of 5 more admitted, want global's 3 left", got)
+	}
+	c2, _ := Compile(&policy.Snapshot{Tenant: c.Tenant, Version: 2, Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
+		{ID: "default", Name: "default", Exact: true, Enabled: true, Match: []policy.Match{{Key: "ip", Value: "*"}}, KeyBy: []string{"ip"}, Params: fixed(1)},
+		{ID: "vip", Name: "vip", Exact: true, Enabled: true, Match: []policy.Match{{Key: "ip", Value: "10.0.0.1"}}, Params: fixed(5)},
+	}}}})
+	if got := admitted(t, d, c2, ip("10.0.0.2"), 3); got != 1 {
+		t.Fatalf("10.0.0.2: %d of 3 admitted, want the default's 1", got)
+	}
+}

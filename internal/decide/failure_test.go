@@ -83,6 +83,11 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 	if d.BreakerState() != "open" {
 		t.Fatalf("breaker %s after repeated failures, want open", d.BreakerState())
 	}
+	own := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "c1"}, {Key: "route", Value: "/closed"}},
+		Limit: &RequestLimit{Requests: 1, Window: time.Hour}}
+	if dec, err := d.Decide(ctx, c, own); err != nil || !dec.Allowed || !dec.Degraded {
+		t.Fatalf("a request's own limit with Redis frozen: %+v %v, want admitted: it fails open", dec, err)
+	}
 	if n, _ := count("/closed", 4); n != 0 {
 		t.Fatalf("closed rule with Redis frozen: %d admitted", n)
 	}

@@ -5,9 +5,14 @@
 // entry with a rate_limit becomes a rule of the default tier: entries on
 // its path with a value become match conditions; entries without a value
 // match any value and partition the counter (key_by), as envoy keeps one
-// counter per value. requests_per_unit per unit becomes a fixed window (the
-// algorithm envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule.
-// Entries marked unlimited produce no rule: with no rule, nothing limits.
+// counter per value, and so do wildcard values ("/api/*": a prefix).
+// requests_per_unit per unit becomes a fixed window (the algorithm
+// envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule.
+// Every rule is exact (policy.Rule.Exact), envoyproxy/ratelimit's lookup:
+// a request descriptor meets the one limit at its path, not those of the
+// paths above it, and an entry with a value overrides its sibling without
+// one. An entry marked unlimited becomes a shadow rule that never rejects
+// (policy.MaxLimit per unit), so that it too overrides its default.
 package envoyimport
 
 import (
@@ -31,7 +36,7 @@ const MaxBytes = 1 << 20
 type Plan struct {
 	Tenant policy.Tenant
 	Rules  []policy.Rule
-	// Unlimited lists the descriptor paths marked unlimited (no rule).
+	// Unlimited names the rules of descriptor paths marked unlimited.
 	Unlimited []string
 }
 
@@ -46,7 +51,11 @@ type descriptor struct {
 	RateLimit      *rateLimit   `yaml:"rate_limit"`
 	Descriptors    []descriptor `yaml:"descriptors"`
 	ShadowMode     bool         `yaml:"shadow_mode"`
-	DetailedMetric bool         `yaml:"detailed_metric"` // accepted, no effect
+	DetailedMetric bool         `yaml:"detailed_metric"` // accepted, no effect (metrics)
+	ValueToMetric  bool         `yaml:"value_to_metric"` // accepted, no effect (metrics)
+	// ShareThreshold makes every value a wildcard matches share one
+	// counter, where each value has its own otherwise.
+	ShareThreshold bool `yaml:"share_threshold"`
 }
 
 type rateLimit struct {
@@ -54,6 +63,9 @@ type rateLimit struct {
 	RequestsPerUnit int64  `yaml:"requests_per_unit"`
 	Unlimited       bool   `yaml:"unlimited"`
 	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
 }
 
 var units = map[string]time.Duration{
@@ -104,7 +116,9 @@ func Parse(r io.Reader) (*Plan, error) {
 			m, kb := append(match[:len(match):len(match)], policy.Match{Key: d.Key, Value: d.Value}), keyBy
 			if d.Value == "" {
 				m[len(m)-1].Value = policy.AnyValue
-				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key)
+			}
+			if v := m[len(m)-1].Value; v == policy.AnyValue || strings.HasSuffix(v, "*") && !d.ShareThreshold {
+				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key) // a counter per value
 			}
 			if rl := d.RateLimit; rl != nil {
 				if r, ok := p.rule(rl, d.ShadowMode, m, kb, field, &errs); ok {
@@ -138,20 +152,32 @@ func (p *Plan) rule(rl *rateLimit, shadow bool, match []policy.Match, keyBy []st
 		}
 	}
 	name := strings.Join(parts, "/")
-	if rl.Unlimited {
-		p.Unlimited = append(p.Unlimited, name)
-		return policy.Rule{}, false
-	}
 	if rl.Name != "" {
 		name = rl.Name
 	}
+	r := policy.Rule{Name: name, Match: match, KeyBy: keyBy, Shadow: shadow, Enabled: true, Exact: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: rl.RequestsPerUnit}}
 	window, ok := units[strings.ToLower(rl.Unit)]
-	if !ok {
+	switch {
+	case len(rl.Replaces) > 0:
+		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.replaces",
+			Description: "not supported: every limit a request's descriptors meet applies; remove it, or the descriptor the limit replaces"})
+		return policy.Rule{}, false
+	case rl.Unlimited:
+		if !ok {
+			window = time.Second // envoyproxy/ratelimit needs no unit here
+		}
+		r.Shadow, r.Limit = true, policy.MaxLimit
+		p.Unlimited = append(p.Unlimited, name)
+	case !ok:
 		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.unit", Description: "must be second, minute, hour, day, week, month or year"})
 		return policy.Rule{}, false
+	case rl.RequestsPerUnit == 0:
+		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.requests_per_unit",
+			Description: "0 (reject every request) has no Sluice equivalent yet: give it a limit of 1 or more, or keep the value out of the descriptors Envoy sends"})
+		return policy.Rule{}, false
 	}
-	r := policy.Rule{Name: name, Match: match, KeyBy: keyBy, Shadow: shadow, Enabled: true,
-		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: rl.RequestsPerUnit, Window: window}}
+	r.Window = window
 	var pe *policy.Error
 	if err := r.Validate(); errors.As(err, &pe) {
 		for _, f := range pe.Fields {

@@ -1,12 +1,16 @@
 package envoyimport
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -53,13 +57,15 @@ func TestParseExample(t *testing.T) {
 			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 10, Window: time.Minute}},
 		{Name: "per-source", Match: []policy.Match{{Key: "destination_cluster", Value: "mock"}, {Key: "source_cluster", Value: "*"}},
 			KeyBy: []string{"source_cluster"}, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Hour}},
+		{Name: "health", Match: []policy.Match{{Key: "health", Value: "*"}}, KeyBy: []string{"health"},
+			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Window: time.Second}},
 	}
 	if len(p.Rules) != len(want) {
 		t.Fatalf("%d rules, want %d: %+v", len(p.Rules), len(want), p.Rules)
 	}
 	for i := range want {
 		g, w := p.Rules[i], want[i]
-		if g.Name != w.Name || !slices.Equal(g.Match, w.Match) || !slices.Equal(g.KeyBy, w.KeyBy) || g.Params != w.Params || g.Shadow != w.Shadow || !g.Enabled {
+		if g.Name != w.Name || !slices.Equal(g.Match, w.Match) || !slices.Equal(g.KeyBy, w.KeyBy) || g.Params != w.Params || g.Shadow != w.Shadow || !g.Enabled || !g.Exact {
 			t.Errorf("rule %d:\n got %+v\nwant %+v", i, g, w)
 		}
 	}
@@ -71,6 +77,127 @@ func TestParseExample(t *testing.T) {
 	d := policy.Descriptors{{Key: "destination_cluster", Value: "mock"}, {Key: "source_cluster", Value: "proxy"}}
 	if !p.Rules[2].Matches(d) || p.Rules[0].Matches(d) {
 		t.Fatal("matching")
+	}
+}
+
+// Imported rules decide as envoyproxy/ratelimit does: each descriptor
+// meets the one limit at its path, not those above it, and an entry with a
+// value (a limit, or unlimited) overrides its sibling without one.
+func TestImportedRulesDecideAsEnvoyDoes(t *testing.T) {
+	t.Parallel()
+	p, err := Parse(strings.NewReader(`
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: remote_address
+    value: 10.0.0.1
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: remote_address
+    value: 10.0.0.2
+    rate_limit: {unlimited: true}
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 1}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /api/v2/*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /api/v2/bulk
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: host
+    value: "web-*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: host
+    value: "api-*"
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range p.Rules {
+		p.Rules[i].ID = fmt.Sprint("r", i)
+	}
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: p.Tenant.Slug, Name: "edge", DefaultTier: p.Tenant.DefaultTier},
+		Version: 1, Tiers: []policy.Tier{{Name: p.Tenant.DefaultTier, Rules: p.Rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
+	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	allowed := func(kv ...string) bool {
+		t.Helper()
+		var req decide.Request
+		for i := 0; i < len(kv); i += 2 {
+			req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: kv[i], Value: kv[i+1]})
+		}
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec.Allowed
+	}
+	count := func(n int, kv ...string) (admitted int) {
+		t.Helper()
+		for range n {
+			if allowed(kv...) {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	for _, tc := range []struct {
+		ip   string
+		want int
+	}{{"1.2.3.4", 2}, {"10.0.0.1", 4}, {"10.0.0.2", 10}} {
+		if got := count(10, "remote_address", tc.ip); got != tc.want {
+			t.Errorf("remote_address %s: %d of 10 admitted, want %d", tc.ip, got, tc.want)
+		}
+	}
+	// Envoy sends two descriptors for a marketing message: the marketing
+	// path's and the number's own. The number's limit counts each message
+	// once.
+	if !allowed("message_type", "marketing", "to_number", "555") || !allowed("to_number", "555") {
+		t.Fatal("first marketing message")
+	}
+	if allowed("message_type", "marketing", "to_number", "555") || !allowed("to_number", "555") {
+		t.Fatal("second marketing message: the marketing limit (1) rejects, the number's (3) admits its second")
+	}
+	if got := count(2, "to_number", "555"); got != 1 {
+		t.Fatalf("the number's other messages: %d of 2 admitted, want its third", got)
+	}
+	// A value beats a wildcard, a longer wildcard a shorter one, any
+	// wildcard the entry without a value; each counts per value.
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/web", 1}, {"/api/v1/a", 2}, {"/api/v1/b", 2}, {"/api/v2/a", 3}, {"/api/v2/bulk", 4}} {
+		if got := count(5, "path", tc.path); got != tc.want {
+			t.Errorf("path %s: %d of 5 admitted, want %d", tc.path, got, tc.want)
+		}
+	}
+	// A wildcard counts per value, unless share_threshold: one counter for
+	// every value it matches.
+	if !allowed("host", "web-a") || !allowed("host", "web-b") || allowed("host", "web-a") {
+		t.Fatal("web-*: a counter per host")
+	}
+	if !allowed("host", "api-a") || allowed("host", "api-b") {
+		t.Fatal("api-* with share_threshold: one counter")
+	}
+	// Descriptors matching no path meet no limit.
+	if got := count(5, "remote_address", "1.2.3.4", "path", "/x"); got != 5 {
+		t.Fatalf("a path with no limit: %d of 5 admitted", got)
 	}
 }
 
@@ -86,6 +213,8 @@ descriptors:
     descriptors:
       - key: c
         rate_limit: {unit: second, requests_per_unit: 0}
+  - key: d
+    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -96,7 +225,8 @@ descriptors:
 	for _, f := range e.Fields {
 		got = append(got, f.Field)
 	}
-	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit"}
+	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
+		"descriptors[3].rate_limit.replaces"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}

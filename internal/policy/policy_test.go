@@ -152,6 +152,50 @@ func TestRuleMatches(t *testing.T) {
 	if !(&Rule{}).Matches(nil) {
 		t.Fatal("an empty match must match everything")
 	}
+	prefix := &Rule{Match: []Match{{Key: "route", Value: "/api/*"}}}
+	for v, want := range map[string]bool{"/api/": true, "/api/users": true, "/api": false, "/apis": false, "": false} {
+		if got := prefix.Matches(Descriptors{{"route", v}}); got != want {
+			t.Errorf("/api/* on %q: %v", v, got)
+		}
+	}
+}
+
+func TestExactRules(t *testing.T) {
+	t.Parallel()
+	rule := func(kv ...string) *Rule {
+		r := &Rule{Exact: true}
+		for i := 0; i < len(kv); i += 2 {
+			r.Match = append(r.Match, Match{Key: kv[i], Value: kv[i+1]})
+		}
+		return r
+	}
+	d := Descriptors{{"client_id", "c1"}, {"route", "/login"}}
+	if !rule("route", "*", "client_id", "c1").Matches(d) || rule("client_id", "*").Matches(d) || rule().Matches(d) || !rule().Matches(nil) {
+		t.Fatal("an exact rule matches requests with its match keys and no others")
+	}
+	if rule("client_id", "*", "route", "*").Matches(Descriptors{{"client_id", "c1"}, {"client_id", "c2"}}) {
+		t.Fatal("matched a repeated descriptor in place of a missing one")
+	}
+	// The first match key where one asks for a value and the other takes
+	// any decides, whatever follows.
+	defaults, specific := rule("client_id", "*", "route", "*"), rule("client_id", "*", "route", "/login")
+	first := rule("client_id", "c1", "route", "*")
+	short, long := rule("client_id", "*", "route", "/l*"), rule("client_id", "*", "route", "/log*")
+	for _, tc := range []struct {
+		r, s *Rule
+		want bool
+	}{
+		{defaults, specific, true}, {specific, defaults, false},
+		{specific, first, true}, {first, specific, false},
+		{defaults, defaults, false}, {first, first, false},
+		// A value beats a prefix, a longer prefix a shorter, a prefix any.
+		{defaults, short, true}, {short, long, true}, {long, specific, true},
+		{long, short, false}, {specific, long, false}, {short, defaults, false},
+	} {
+		if got := tc.r.MoreSpecific(tc.s); got != tc.want {
+			t.Errorf("%v.MoreSpecific(%v) = %v", tc.r.Match, tc.s.Match, got)
+		}
+	}
 }
 
 func TestCounterKeyIsInjective(t *testing.T) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -47,10 +48,29 @@ func (d Descriptors) Validate() error {
 const AnyValue = "*"
 
 // Match is one condition of a rule: the request has descriptor Key, with
-// value Value, or with any value when Value is AnyValue.
+// value Value, or with any value when Value is AnyValue, or with a value
+// starting with P when Value is P followed by "*" (as envoyproxy/ratelimit's
+// wildcard values).
 type Match struct {
 	Key   string
 	Value string
+}
+
+// Holds reports whether value v of the descriptor meets m.
+func (m Match) Holds(v string) bool {
+	if p, ok := strings.CutSuffix(m.Value, "*"); ok {
+		return strings.HasPrefix(v, p)
+	}
+	return m.Value == v
+}
+
+// specificity ranks m's value: a prefix by its length (AnyValue: 0), a
+// literal value above every prefix.
+func (m Match) specificity() int {
+	if p, ok := strings.CutSuffix(m.Value, "*"); ok {
+		return len(p)
+	}
+	return math.MaxInt
 }
 
 // Rule is one limit of a tier. The zero value is invalid; see Validate.
@@ -77,6 +97,13 @@ type Rule struct {
 	// reconcile; see docs/algorithms.md). Zero is strict: Redis decides
 	// every request. Token bucket without warm-up, GCRA and fixed window.
 	Sync time.Duration
+	// Exact narrows Match to envoyproxy/ratelimit's lookup, which `sluice
+	// import` gives every rule it makes: the rule applies only to requests
+	// whose descriptors are its match keys and no others, and of a tier's
+	// exact rules that apply to a request only the most specific counts
+	// (see MoreSpecific), so that each Envoy descriptor meets one limit
+	// and an entry with a value overrides its default.
+	Exact bool
 }
 
 // Bounds of Rule.Sync.
@@ -85,15 +112,42 @@ const (
 	MaxSync = time.Minute
 )
 
-// Matches reports whether every condition of r's Match holds for d.
+// Matches reports whether every condition of r's Match holds for d, and,
+// for an exact rule, that d has no other descriptors.
 func (r *Rule) Matches(d Descriptors) bool {
+	if r.Exact && len(d) != len(r.Match) { // with the keys distinct, as validation makes them
+		return false
+	}
 	for _, m := range r.Match {
 		v, ok := d.Get(m.Key)
-		if !ok || (m.Value != AnyValue && m.Value != v) {
+		if !ok || !m.Holds(v) {
 			return false
 		}
 	}
 	return true
+}
+
+// MoreSpecific reports whether exact rule s, matching the same request as
+// exact rule r, is the more specific of the two: at the first of r's match
+// keys where their values differ in kind, s has a value where r has a
+// prefix or any value, or a longer prefix, or a prefix where r takes any.
+// This is envoyproxy/ratelimit's descriptor tree walk, which at each entry
+// prefers the node with the entry's value, then a wildcard value, then the
+// node for any value (of two matching wildcards it takes the first listed,
+// Sluice the longer); unlike it, a request is never left without a limit
+// because a more specific path had none further down.
+func (r *Rule) MoreSpecific(s *Rule) bool {
+	for _, m := range r.Match {
+		for _, n := range s.Match {
+			if n.Key != m.Key {
+				continue
+			}
+			if a, b := m.specificity(), n.specificity(); a != b {
+				return b > a
+			}
+		}
+	}
+	return false
 }
 
 // Validate returns an *Error with CodeInvalid listing every invalid field, or nil.
@@ -200,7 +254,7 @@ func ClientKey(r *Rule, d Descriptors) string {
 // AppendCounterKey appends the counter key of rule r for tenant and the
 // request descriptors d to dst and returns the extended slice.
 //
-// It is the one place keys are built. The form is
+// With AppendRequestKey, it is the one place keys are built. The form is
 //
 //	{<tenant>|<len>:<value>|...}<rule id>
 //
@@ -213,11 +267,30 @@ func AppendCounterKey(dst []byte, tenant string, r *Rule, d Descriptors) []byte 
 	dst = append(dst, tenant...)
 	for _, k := range r.KeyBy {
 		v, _ := d.Get(k)
-		dst = append(dst, '|')
-		dst = strconv.AppendInt(dst, int64(len(v)), 10)
-		dst = append(dst, ':')
-		dst = append(dst, v...)
+		dst = appendKeyValue(dst, v)
 	}
 	dst = append(dst, '}')
 	return append(dst, r.ID...)
+}
+
+// AppendRequestKey appends the counter key of a limit that partitions by
+// every one of the request descriptors d, in their order, duplicates
+// included (a limit the request brings, such as Envoy's per-descriptor
+// override); id must name the descriptors' keys, as a rule's ID stands
+// for its key-by list. The form is AppendCounterKey's.
+func AppendRequestKey(dst []byte, tenant, id string, d Descriptors) []byte {
+	dst = append(dst, '{')
+	dst = append(dst, tenant...)
+	for i := range d {
+		dst = appendKeyValue(dst, d[i].Value)
+	}
+	dst = append(dst, '}')
+	return append(dst, id...)
+}
+
+func appendKeyValue(dst []byte, v string) []byte {
+	dst = append(dst, '|')
+	dst = strconv.AppendInt(dst, int64(len(v)), 10)
+	dst = append(dst, ':')
+	return append(dst, v...)
 }

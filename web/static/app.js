@@ -166,7 +166,7 @@ async function loadRules() {
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
   const limitText = `${p.limit || 0}${p.window ? ' per ' + fmtDur(p.window) : ''}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
-  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
+  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
     [ids[i], ids[i + d]] = [ids[i + d], ids[i]];
@@ -215,7 +215,7 @@ function ruleFromForm(f) {
   return {
     id: f.id.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
-    params, shadow: f.shadow.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
+    params, shadow: f.shadow.checked, exact: f.exact.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
   };
 }
@@ -238,6 +238,7 @@ function editRule(tier, r) {
   f.sync.value = r.sync || '0s';
   f.enabled.checked = !!r.enabled;
   f.shadow.checked = !!r.shadow;
+  f.exact.checked = !!r.exact;
   $('#rule-form-title').textContent = `Edit rule ${r.name}`;
   $('#rule-submit').textContent = 'Save rule';
   $('#rule-cancel').hidden = false;

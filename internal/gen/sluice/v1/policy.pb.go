@@ -330,7 +330,13 @@ type Rule struct {
 	// so decisions need no Redis round trip, at the price of a bounded
 	// overshoot (docs/algorithms.md). Unset is strict: Redis decides every
 	// request. Token bucket without warm-up, GCRA and fixed window.
-	Sync          *durationpb.Duration `protobuf:"bytes,9,opt,name=sync,proto3" json:"sync,omitempty"`
+	Sync *durationpb.Duration `protobuf:"bytes,9,opt,name=sync,proto3" json:"sync,omitempty"`
+	// Exact narrows match to envoyproxy/ratelimit's lookup (what `sluice
+	// import` makes): the rule applies only to requests whose descriptors are
+	// its match keys and no others, and of a tier's exact rules that apply to
+	// a request only the most specific counts, the one asking for a value
+	// where the others take any at the first match key they differ on.
+	Exact         bool `protobuf:"varint,10,opt,name=exact,proto3" json:"exact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +434,13 @@ func (x *Rule) GetSync() *durationpb.Duration {
 	return nil
 }
 
+func (x *Rule) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -499,7 +512,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xb5\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xcb\x02\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -509,7 +522,9 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x129\n" +
 	"\ffailure_mode\x18\a \x01(\x0e2\x16.sluice.v1.FailureModeR\vfailureMode\x12\x18\n" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12-\n" +
-	"\x04sync\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04sync\"4\n" +
+	"\x04sync\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04sync\x12\x14\n" +
+	"\x05exact\x18\n" +
+	" \x01(\bR\x05exact\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
