@@ -182,6 +182,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	shot("03-rules-and-try")
 
+	// Blocked: a client the rule never saw is rejected at once, with a
+	// limit of 0 and no Retry-After (it never can be admitted).
+	eval(`(() => { [...document.querySelectorAll('[data-rule="tiny"] button')].find((b) => b.textContent === 'Block').click(); return ''; })()`)
+	waitText(`[data-rule="tiny"]`, "blocked", nil)
+	do("a new client", chromedp.SetValue("#try-client", "zed"))
+	waitText("#try-result .headers", "X-RateLimit-Limit: 0", func() { do("check", chromedp.Click("#try-submit")) })
+	if h := eval(`document.querySelector('#try-result .headers').textContent`); strings.Contains(h, "Retry-After") {
+		t.Fatalf("a blocked client's headers: %q", h)
+	}
+
 	// The rejection reaches the dashboard (decider → Kafka → analytics → reports).
 	do("open the dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`), chromedp.WaitVisible("#view-dashboard"))
 	waitText("#top-table", "eve", func() { do("refresh", chromedp.Click("#refresh")) })

@@ -145,6 +145,10 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return printResult(stdout, *asJSON, plan, func(w io.Writer) {
 			fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
 			for _, r := range plan.Rules {
+				if r.Block {
+					fmt.Fprintf(w, "  rule %-40s blocks every request, key by %v, shadow %v\n", r.Name, r.KeyBy, r.Shadow)
+					continue
+				}
 				fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
 			}
 			for _, u := range plan.Unlimited {

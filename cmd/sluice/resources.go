@@ -96,6 +96,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	keyBy, match := fs.String("key-by", "client_id", "comma-separated descriptors keying the counter"), fs.String("match", "", "comma-separated key=value descriptors a request must carry")
 	shadow, disabled := fs.Bool("shadow", false, "report, never reject"), fs.Bool("disabled", false, "create disabled")
 	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
+	block := fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)")
 	syncEvery := fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)")
 	identifier, ruleID, kind := fs.String("identifier", "", "override: client id, or a prefix ending in *"), fs.String("rule", "", "override: rule id"), fs.String("kind", "check", "key kind: admin or check")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -187,7 +188,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			fmt.Fprintln(stderr, err)
 			return errUsage
 		}
-		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Exact: *exact, Enabled: !*disabled, Match: m,
+		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Exact: *exact, Block: *block, Enabled: !*disabled, Match: m,
 			Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(alg), Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}}
 		if *syncEvery != 0 {
 			rule.Sync = durationpb.New(*syncEvery)
@@ -341,6 +342,9 @@ func ruleFlags(r *sluicev1.Rule) string {
 	}
 	if r.Exact {
 		f = append(f, "exact")
+	}
+	if r.Block {
+		f = append(f, "block")
 	}
 	if r.Sync != nil {
 		f = append(f, "sync "+r.Sync.AsDuration().String())

@@ -50,8 +50,11 @@ func TestCLIAgainstDev(t *testing.T) {
 	if err != nil || !strings.Contains(out, "created rule burst") {
 		t.Fatalf("rules create: %v\n%s", err, out)
 	}
+	if out, err = sluice("rules", "create", "-tier", pro, "-name", "blocklist", "-limit", "1", "-window", "1s", "-match", "client_id=blocked-*", "-block"); err != nil {
+		t.Fatalf("rules create -block: %v\n%s", err, out)
+	}
 	if out, err = sluice("rules", "list", "-tier", pro); err != nil || !strings.Contains(out, "fixed_window") || !strings.Contains(out, "route=/cli") ||
-		!strings.Contains(out, "sync 50ms") || !strings.Contains(out, "exact") {
+		!strings.Contains(out, "sync 50ms") || !strings.Contains(out, "exact") || !strings.Contains(out, "block") {
 		t.Fatalf("rules list: %v\n%s", err, out)
 	}
 	// Without -tier: every tier's rules (the free tier's login, pro's burst).
@@ -92,6 +95,10 @@ func TestCLIAgainstDev(t *testing.T) {
 		if out, err := sluice("check", "-peek", "-tier", "pro", "client_id=cli-other", "route=/cli"); err != nil || !strings.Contains(out, "allowed") {
 			t.Fatalf("check -peek: %v\n%s", err, out)
 		}
+	}
+
+	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
+		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"

@@ -184,9 +184,13 @@ func requestLimit(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*decide
 
 // setEnvoyLimit states a rule's limit in Envoy's terms: requests per the
 // largest unit dividing its window, times a multiplier when the window is
-// several units.
+// several units. A blocking rule's limit is 0, as envoyproxy/ratelimit
+// states its requests_per_unit: 0.
 func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, r decide.RuleResult) {
 	l.Name, l.RequestsPerUnit = r.Rule.Name, uint32(min(max(r.Rule.Limit, 0), math.MaxUint32))
+	if r.Rule.Block {
+		l.RequestsPerUnit = 0
+	}
 	for _, u := range envoyUnits {
 		if w := r.Rule.Window; w >= u.d && w%u.d == 0 {
 			l.Unit = u.unit

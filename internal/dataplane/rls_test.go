@@ -341,3 +341,46 @@ func TestEnvoyRLSDescriptorLimits(t *testing.T) {
 		t.Fatalf("gil after refused requests: %v, want his first", st)
 	}
 }
+
+// A blocked client gets 429 naming the blocking rule, with a limit and
+// remaining of 0 and no Retry-After (it never can be admitted); Envoy gets
+// OVER_LIMIT with requests_per_unit 0, as envoyproxy/ratelimit answers
+// its blocklist entries.
+func TestBlockedClient(t *testing.T) {
+	t.Parallel()
+	blocking := func(t testing.TB) (HTTPConfig, string) {
+		return apiWith(t, []policy.Rule{
+			{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
+			{ID: "r2", Name: "blocklist", Match: []policy.Match{{Key: "client_id", Value: "50.0.0.5"}}, Enabled: true, Block: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Second}},
+		})
+	}
+	eachServer(t, blocking, func(t *testing.T, srv served, key string) {
+		resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"50.0.0.5"}}`)
+		if resp.StatusCode != 429 {
+			t.Fatalf("a blocked client: %d %v", resp.StatusCode, m)
+		}
+		if v, _ := m["violated_policies"].([]any); len(v) != 1 || v[0] != "blocklist" {
+			t.Fatalf("violated policies %v, want [blocklist]", m["violated_policies"])
+		}
+		if h := resp.Header; h.Get("X-RateLimit-Limit") != "0" || h.Get("X-RateLimit-Remaining") != "0" || h.Get("Retry-After") != "" {
+			t.Fatalf("headers %v", h)
+		}
+		if resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"50.0.0.6"}}`); resp.StatusCode != 200 {
+			t.Fatalf("another client: %d %v", resp.StatusCode, m)
+		}
+	})
+	cfg, key := blocking(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	res, err := serveRLS(t, cfg).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "50.0.0.5")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := res.Statuses[0]
+	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		st.CurrentLimit.GetName() != "blocklist" || st.CurrentLimit.GetRequestsPerUnit() != 0 || st.LimitRemaining != 0 {
+		t.Fatalf("Envoy's answer for a blocked client: %v", res)
+	}
+}

@@ -221,6 +221,16 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if len(reqs) == 0 {
 		return dec, false, nil
 	}
+	shadowBlocks := false
+	for i, r := range picked {
+		switch {
+		case !r.Block:
+		case !r.Shadow: // nothing is counted, nothing asked
+			return Decision{Deciding: 0, Rules: []RuleResult{{Rule: r, Key: reqs[i].Key, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+		default:
+			reqs[i].Cost, shadowBlocks = 0, true // what it would reject, without counting
+		}
+	}
 	// A request's own limit can change from one request to the next under
 	// the same key, so what a rejection says of the next is not exact.
 	cache := d.denied != nil && req.Limit == nil
@@ -248,6 +258,13 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if req.Peek {
 		allowed = peeked(reqs, res, max(req.Cost, 1))
 	}
+	if shadowBlocks {
+		for i, r := range picked {
+			if r.Block {
+				res[i] = blocked
+			}
+		}
+	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
 	if cache && !allowed && !dec.Degraded && !req.Peek {
@@ -263,6 +280,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	return dec, engaged, nil
 }
+
+// blocked is the answer of a Block rule: rejected, never to be admitted.
+var blocked = limit.Result{RetryAfter: limit.Never}
 
 // peeked turns the answers of a peek (rules evaluated at cost 0) into
 // those for a request of cost: a rule admits it when its remaining covers

@@ -290,3 +290,79 @@ func TestMostSpecificExactRule(t *testing.T) {
 		t.Fatalf("10.0.0.2: %d of 3 admitted, want the default's 1", got)
 	}
 }
+
+// A blocking rule rejects every request it applies to without asking the
+// engine or counting any rule; a shadow block reports what it would
+// reject while the other rules count as ever; lifting the block restores
+// the rule's limit, with nothing counted meanwhile.
+func TestBlockRules(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
+	d := NewDecider(Options{Engine: eng, Now: clk.now})
+	perClient := policy.Rule{ID: "pc", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}}
+	bad := policy.Rule{ID: "bad", Name: "blocklist", Match: []policy.Match{{Key: "client_id", Value: "bad-*"}}, Enabled: true, Block: true,
+		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}}
+	maybe := policy.Rule{ID: "maybe", Name: "maybe-block", Match: []policy.Match{{Key: "route", Value: "/beta"}}, Enabled: true, Block: true, Shadow: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
+	compile := func(version int64, rules ...policy.Rule) *Config {
+		t.Helper()
+		c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: version,
+			Tiers: []policy.Tier{{Name: "free", Rules: rules}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := compile(1, perClient, bad, maybe)
+	decide := func(c *Config, req Request) Decision {
+		t.Helper()
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec
+	}
+
+	for range 3 {
+		dec := decide(c, check("bad-1"))
+		if dec.Allowed || len(dec.Rules) != 1 || dec.Deciding != 0 {
+			t.Fatalf("a blocked client: %+v", dec)
+		}
+		if r := dec.Rules[0]; r.Rule.ID != "bad" || r.Limit != 0 || r.Remaining != 0 || r.RetryAfter != limit.Never || r.Key == "" {
+			t.Fatalf("the block's answer: %+v", r)
+		}
+	}
+	if dec := decide(c, Request{Descriptors: check("bad-1").Descriptors, Peek: true}); dec.Allowed {
+		t.Fatal("a peek at a blocked client admitted")
+	}
+	if n := eng.calls.Load(); n != 0 {
+		t.Fatalf("blocked requests reached the engine %d times", n)
+	}
+
+	// The shadow block would reject every /beta request, rejects none, and
+	// counts nothing of its own: the per-client rule decides.
+	for i := range 3 {
+		dec := decide(c, check("alice", policy.Descriptor{Key: "route", Value: "/beta"}))
+		if dec.Allowed != (i < 2) || dec.Rules[dec.Deciding].Rule.ID != "pc" {
+			t.Fatalf("/beta request %d: %+v", i, dec)
+		}
+		for _, r := range dec.Rules {
+			if r.Rule.ID == "maybe" && (r.Allowed || r.Limit != 0 || r.RetryAfter != limit.Never) {
+				t.Fatalf("/beta request %d: the shadow block's answer %+v", i, r)
+			}
+		}
+	}
+
+	// Lifted: the rule's own limit applies, from a counter the block left
+	// untouched, and per-client counts from the start too.
+	bad.Block = false
+	c = compile(2, perClient, bad, maybe)
+	if n := admitted(t, d, c, check("bad-1"), 4); n != 2 {
+		t.Fatalf("bad-1 once unblocked: %d of 4 admitted, want the per-client 2", n)
+	}
+	if dec := decide(c, check("bad-1")); dec.Allowed {
+		t.Fatalf("bad-1 past its limits: %+v", dec)
+	}
+}

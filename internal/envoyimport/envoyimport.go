@@ -12,7 +12,9 @@
 // a request descriptor meets the one limit at its path, not those of the
 // paths above it, and an entry with a value overrides its sibling without
 // one. An entry marked unlimited becomes a shadow rule that never rejects
-// (policy.MaxLimit per unit), so that it too overrides its default.
+// (policy.MaxLimit per unit), so that it too overrides its default; one
+// of requests_per_unit 0, which rejects every request, a blocking rule
+// (policy.Rule.Block).
 package envoyimport
 
 import (
@@ -172,10 +174,8 @@ func (p *Plan) rule(rl *rateLimit, shadow bool, match []policy.Match, keyBy []st
 	case !ok:
 		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.unit", Description: "must be second, minute, hour, day, week, month or year"})
 		return policy.Rule{}, false
-	case rl.RequestsPerUnit == 0:
-		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.requests_per_unit",
-			Description: "0 (reject every request) has no Sluice equivalent yet: give it a limit of 1 or more, or keep the value out of the descriptors Envoy sends"})
-		return policy.Rule{}, false
+	case rl.RequestsPerUnit == 0: // every request rejected: a blocklist entry
+		r.Block, r.Limit = true, 1 // the limit applies only if the block is lifted
 	}
 	r.Window = window
 	var pe *policy.Error

@@ -82,7 +82,8 @@ func TestParseExample(t *testing.T) {
 
 // Imported rules decide as envoyproxy/ratelimit does: each descriptor
 // meets the one limit at its path, not those above it, and an entry with a
-// value (a limit, or unlimited) overrides its sibling without one.
+// value (a limit, unlimited, or requests_per_unit 0: blocked) overrides
+// its sibling without one.
 func TestImportedRulesDecideAsEnvoyDoes(t *testing.T) {
 	t.Parallel()
 	p, err := Parse(strings.NewReader(`
@@ -96,6 +97,9 @@ descriptors:
   - key: remote_address
     value: 10.0.0.2
     rate_limit: {unlimited: true}
+  - key: remote_address
+    value: 50.0.0.5
+    rate_limit: {unit: second, requests_per_unit: 0}
   - key: message_type
     value: marketing
     descriptors:
@@ -160,7 +164,7 @@ descriptors:
 	for _, tc := range []struct {
 		ip   string
 		want int
-	}{{"1.2.3.4", 2}, {"10.0.0.1", 4}, {"10.0.0.2", 10}} {
+	}{{"1.2.3.4", 2}, {"10.0.0.1", 4}, {"10.0.0.2", 10}, {"50.0.0.5", 0}} {
 		if got := count(10, "remote_address", tc.ip); got != tc.want {
 			t.Errorf("remote_address %s: %d of 10 admitted, want %d", tc.ip, got, tc.want)
 		}
@@ -212,7 +216,7 @@ descriptors:
   - key: b
     descriptors:
       - key: c
-        rate_limit: {unit: second, requests_per_unit: 0}
+        rate_limit: {unit: second, requests_per_unit: -1}
   - key: d
     rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}
 `

@@ -104,6 +104,14 @@ type Rule struct {
 	// (see MoreSpecific), so that each Envoy descriptor meets one limit
 	// and an entry with a value overrides its default.
 	Exact bool
+	// Block rejects every request the rule applies to, counting nothing
+	// and asking no store (envoyproxy/ratelimit's requests_per_unit: 0,
+	// which `sluice import` makes a block): for blocklists, and to stop a
+	// client or route at once. Its Params stay, to apply again when Block
+	// is cleared. A blocked request never can be admitted: its answer has
+	// a limit and remaining of 0 and no retry-after. A shadow block
+	// reports what it would reject.
+	Block bool
 }
 
 // Bounds of Rule.Sync.

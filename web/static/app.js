@@ -166,7 +166,7 @@ async function loadRules() {
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
   const limitText = `${p.limit || 0}${p.window ? ' per ' + fmtDur(p.window) : ''}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
-  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
+  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
     [ids[i], ids[i + d]] = [ids[i + d], ids[i]];
@@ -189,6 +189,7 @@ function ruleRow(tier, rules, r, i) {
       el('button', { type: 'button', 'aria-label': `Move ${r.name} down`, disabled: i === rules.length - 1, onclick: () => move(1) }, '↓'),
       el('button', { type: 'button', onclick: () => editRule(tier, r) }, 'Edit'),
       el('button', { type: 'button', onclick: () => update({ enabled: !r.enabled }, `${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`) }, r.enabled ? 'Disable' : 'Enable'),
+      el('button', { type: 'button', onclick: () => update({ block: !r.block }, `${r.name}: ${r.block ? 'unblocked' : 'blocked'}`) }, r.block ? 'Unblock' : 'Block'),
       el('button', { type: 'button', onclick: () => update({ shadow: !r.shadow }, `${r.name}: shadow ${r.shadow ? 'off' : 'on'}`) }, r.shadow ? 'Enforce' : 'Shadow'),
       del));
 }
@@ -215,7 +216,7 @@ function ruleFromForm(f) {
   return {
     id: f.id.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
-    params, shadow: f.shadow.checked, exact: f.exact.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
+    params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
   };
 }
@@ -239,6 +240,7 @@ function editRule(tier, r) {
   f.enabled.checked = !!r.enabled;
   f.shadow.checked = !!r.shadow;
   f.exact.checked = !!r.exact;
+  f.block.checked = !!r.block;
   $('#rule-form-title').textContent = `Edit rule ${r.name}`;
   $('#rule-submit').textContent = 'Save rule';
   $('#rule-cancel').hidden = false;

@@ -336,7 +336,14 @@ type Rule struct {
 	// its match keys and no others, and of a tier's exact rules that apply to
 	// a request only the most specific counts, the one asking for a value
 	// where the others take any at the first match key they differ on.
-	Exact         bool `protobuf:"varint,10,opt,name=exact,proto3" json:"exact,omitempty"`
+	Exact bool `protobuf:"varint,10,opt,name=exact,proto3" json:"exact,omitempty"`
+	// Block rejects every request the rule applies to, counting nothing
+	// (envoyproxy/ratelimit's requests_per_unit: 0, which `sluice import`
+	// makes a block): for blocklists, and to stop a client or route at once.
+	// The params stay, to apply again when block is cleared. A blocked
+	// request's answer has a limit and remaining of 0 and no retry-after; a
+	// shadow block reports what it would reject.
+	Block         bool `protobuf:"varint,11,opt,name=block,proto3" json:"block,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +448,13 @@ func (x *Rule) GetExact() bool {
 	return false
 }
 
+func (x *Rule) GetBlock() bool {
+	if x != nil {
+		return x.Block
+	}
+	return false
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -512,7 +526,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xcb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xe1\x02\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -524,7 +538,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\aenabled\x18\b \x01(\bR\aenabled\x12-\n" +
 	"\x04sync\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04sync\x12\x14\n" +
 	"\x05exact\x18\n" +
-	" \x01(\bR\x05exact\"4\n" +
+	" \x01(\bR\x05exact\x12\x14\n" +
+	"\x05block\x18\v \x01(\bR\x05block\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
