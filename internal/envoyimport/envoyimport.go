@@ -7,7 +7,8 @@
 // match any value and partition the counter (key_by), as envoy keeps one
 // counter per value, and so do wildcard values ("/api/*": a prefix).
 // requests_per_unit per unit becomes a fixed window (the algorithm
-// envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule.
+// envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule, and so
+// does quota_mode (over the limit answered OK, the violation reported).
 // Every rule is exact (policy.Rule.Exact), envoyproxy/ratelimit's lookup:
 // a request descriptor meets the one limit at its path, not those of the
 // paths above it, and an entry with a value overrides its sibling without
@@ -48,13 +49,17 @@ type config struct {
 }
 
 type descriptor struct {
-	Key            string       `yaml:"key"`
-	Value          string       `yaml:"value"`
-	RateLimit      *rateLimit   `yaml:"rate_limit"`
-	Descriptors    []descriptor `yaml:"descriptors"`
-	ShadowMode     bool         `yaml:"shadow_mode"`
-	DetailedMetric bool         `yaml:"detailed_metric"` // accepted, no effect (metrics)
-	ValueToMetric  bool         `yaml:"value_to_metric"` // accepted, no effect (metrics)
+	Key         string       `yaml:"key"`
+	Value       string       `yaml:"value"`
+	RateLimit   *rateLimit   `yaml:"rate_limit"`
+	Descriptors []descriptor `yaml:"descriptors"`
+	ShadowMode  bool         `yaml:"shadow_mode"`
+	// QuotaMode answers OK over the limit and reports the violation in
+	// Envoy's dynamic metadata: a shadow rule here, which reports it in
+	// the analytics instead.
+	QuotaMode      bool `yaml:"quota_mode"`
+	DetailedMetric bool `yaml:"detailed_metric"` // accepted, no effect (metrics)
+	ValueToMetric  bool `yaml:"value_to_metric"` // accepted, no effect (metrics)
 	// ShareThreshold makes every value a wildcard matches share one
 	// counter, where each value has its own otherwise.
 	ShareThreshold bool `yaml:"share_threshold"`
@@ -123,7 +128,7 @@ func Parse(r io.Reader) (*Plan, error) {
 				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key) // a counter per value
 			}
 			if rl := d.RateLimit; rl != nil {
-				if r, ok := p.rule(rl, d.ShadowMode, m, kb, field, &errs); ok {
+				if r, ok := p.rule(rl, d.ShadowMode || d.QuotaMode, m, kb, field, &errs); ok {
 					if names[r.Name] {
 						errs = append(errs, policy.FieldError{Field: field, Description: "the same descriptor path appears twice"})
 					}

@@ -39,6 +39,11 @@ descriptors:
   - key: health
     rate_limit:
       unlimited: true
+  - key: tenant_quota
+    quota_mode: true
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000
 `
 
 func TestParseExample(t *testing.T) {
@@ -59,6 +64,8 @@ func TestParseExample(t *testing.T) {
 			KeyBy: []string{"source_cluster"}, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Hour}},
 		{Name: "health", Match: []policy.Match{{Key: "health", Value: "*"}}, KeyBy: []string{"health"},
 			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Window: time.Second}},
+		{Name: "tenant_quota", Match: []policy.Match{{Key: "tenant_quota", Value: "*"}}, KeyBy: []string{"tenant_quota"},
+			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1000, Window: 24 * time.Hour}},
 	}
 	if len(p.Rules) != len(want) {
 		t.Fatalf("%d rules, want %d: %+v", len(p.Rules), len(want), p.Rules)
