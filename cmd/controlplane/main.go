@@ -5,6 +5,7 @@
 //
 //	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
+//	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
 //	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only
 package main
@@ -24,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/prune"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/migrations"
 )
@@ -37,8 +39,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
+	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *auditRetention < 0 {
+		return fmt.Errorf("-audit-retention %v: must not be negative", *auditRetention)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	operatorKey := getenv("SLUICE_OPERATOR_KEY")
@@ -54,6 +60,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
+	store := pgstore.New(pool)
+	if *auditRetention > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop() // before the pool closes
+		go prune.Loop(pctx, store.PruneAudit, *auditRetention, time.Hour, time.Now, logger, "old audit log rows")
+	}
 
 	reg := telemetry.NewRegistry()
 	var ready telemetry.Readiness
@@ -61,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: pgstore.New(pool), OperatorKey: operatorKey,
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))
 
 	ln, err := net.Listen("tcp", *addr)

@@ -200,3 +200,45 @@ func h2cClient() *http.Client {
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: tr}
 }
+
+// With SLUICE_AUDIT_RETENTION the control plane deletes audit rows older
+// than it, from its start on, and keeps the newer ones; a negative
+// retention is refused.
+func TestAuditRetention(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url := pgtest.Schema(t)
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	if _, err := db.Exec(ctx, `INSERT INTO audit_log (actor, action, resource, at) VALUES
+		('operator', 'create', 'tenant', now() - interval '2 days'), ('operator', 'create', 'tenant', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": url, "SLUICE_AUDIT_RETENTION": "24h"}
+	start(t, ctx, env)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var old, recent int
+		if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE at < now() - interval '1 day'), count(*) FILTER (WHERE at >= now() - interval '1 day') FROM audit_log`).Scan(&old, &recent); err != nil {
+			t.Fatal(err)
+		}
+		if recent != 1 {
+			t.Fatalf("%d recent audit rows, want the 1 kept", recent)
+		}
+		if old == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the audit row older than the retention was never pruned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	err = run(ctx, []string{"-audit-retention", "-1h"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "must not be negative") {
+		t.Fatalf("a negative retention: %v", err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/sluicehq/sluice/internal/prune"
 )
 
 // Config configures a Consumer.
@@ -214,18 +216,5 @@ func (c *Consumer) add(b *Batch, m kafka.Message) {
 }
 
 func (c *Consumer) pruneLoop(ctx context.Context) {
-	t := time.NewTicker(c.cfg.PruneEvery)
-	defer t.Stop()
-	for {
-		if n, err := c.cfg.Store.Prune(ctx, c.cfg.Now().Add(-c.cfg.Retention)); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.WarnContext(ctx, "analytics: pruning old rollups failed", "err", err)
-		} else if n > 0 {
-			c.cfg.Logger.InfoContext(ctx, "analytics: pruned old rollups", "rows", n)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	prune.Loop(ctx, c.cfg.Store.Prune, c.cfg.Retention, c.cfg.PruneEvery, c.cfg.Now, c.cfg.Logger, "old analytics rollups")
 }

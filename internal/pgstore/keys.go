@@ -365,3 +365,24 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 	}
 	return &snap, keys, nil
 }
+
+// pruneBatch is how many audit rows one statement of PruneAudit deletes,
+// so that pruning a long backlog never holds one long transaction.
+const pruneBatch = 5000
+
+// PruneAudit deletes the audit rows of every tenant written before before,
+// oldest first, and returns how many went.
+func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM audit_log WHERE id IN
+			(SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)`, before, pruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("pgstore: prune audit: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return total, nil
+		}
+	}
+}

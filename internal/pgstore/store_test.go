@@ -504,3 +504,47 @@ func TestTenantLimits(t *testing.T) {
 		t.Fatalf("a key in a revoked one's place: %v", err)
 	}
 }
+
+// PruneAudit deletes the audit rows written before a time, every
+// tenant's, oldest first, in statements of pruneBatch rows, and keeps the
+// rest.
+func TestPruneAudit(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	acme, globex := newTenant(t, s, "acme"), newTenant(t, s, "globex")
+	for i := range 3 {
+		for _, tn := range []policy.Tenant{acme, globex} {
+			if _, _, err := s.CreateTier(ctx, op, tn.ID, fmt.Sprint("tier-", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func() (n int64) {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	total := count() // 2 tenants and 6 tiers
+	// A backlog of old rows, more than one statement deletes.
+	if _, err := pool.Exec(ctx, `INSERT INTO audit_log (tenant_id, actor, action, resource, at)
+		SELECT $1, 'operator', 'update', 'tier', now() - interval '100 days' - g * interval '1 second' FROM generate_series(1, $2) g`,
+		acme.ID, pruneBatch+10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE audit_log SET at = now() - interval '40 days' WHERE resource = 'tenant'`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.PruneAudit(ctx, time.Now().Add(-90*24*time.Hour))
+	if err != nil || n != pruneBatch+10 || count() != total {
+		t.Fatalf("pruned %d (%v), %d rows left, want %d pruned and %d left", n, err, count(), pruneBatch+10, total)
+	}
+	if n, err := s.PruneAudit(ctx, time.Now().Add(-30*24*time.Hour)); err != nil || n != 2 || count() != total-2 {
+		t.Fatalf("pruned %d (%v), %d left: want the two tenants' creations gone", n, err, count())
+	}
+	entries, err := s.ListAudit(ctx, acme.ID, 0, 100)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("acme's audit after pruning: %d entries, %v; want its 3 tiers", len(entries), err)
+	}
+}
