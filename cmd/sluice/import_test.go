@@ -38,13 +38,21 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
-func TestImportIntoARunningControlPlane(t *testing.T) {
-	t.Parallel()
+// importServer serves a control plane on a schema of the test's own, and
+// returns its store and the environment that points the CLI at it with
+// the operator key.
+func importServer(t *testing.T) (*pgstore.Store, func(string) string) {
+	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
 	srv := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: "op"}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	env := map[string]string{"SLUICE_SERVER": srv.URL, "SLUICE_KEY": "op"}
-	getenv := func(k string) string { return env[k] }
+	return store, func(k string) string { return env[k] }
+}
+
+func TestImportIntoARunningControlPlane(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
 	file := writeFile(t, ratelimitYAML)
 
 	importOnce := func() cli.ImportSummary {
@@ -125,5 +133,56 @@ func TestImportDryRunAndBadFiles(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"import"}, &out, &errOut, none); !errors.Is(err, errUsage) {
 		t.Fatalf("no file: %v", err)
+	}
+}
+
+// A config directory imports as envoyproxy/ratelimit loads it, each
+// .yaml or .yml file a domain and so a tenant; every file is checked
+// before anything changes, and two files of one domain are refused.
+func TestImportSeveralFiles(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("edge.yaml", ratelimitYAML)
+	write("mongo.yml", "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500}\n")
+	write("README.md", "not a configuration")
+	bad := write("bad.yaml", "domain: bad\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")
+
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{"import", dir}, &out, &errOut, getenv)
+	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "bad.yaml") || !strings.Contains(errOut.String(), "descriptors[0].rate_limit.unit") {
+		t.Fatalf("a directory with an invalid file: %v, %q", err, errOut.String())
+	}
+	if tenants, _ := store.ListTenants(context.Background()); len(tenants) != 0 {
+		t.Fatalf("a refused import created %d tenants", len(tenants))
+	}
+	if err := os.Remove(bad); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-json", dir}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("import of the directory: %v (%s)", err, errOut.String())
+	}
+	var sums []cli.ImportSummary
+	if err := json.Unmarshal([]byte(out.String()), &sums); err != nil || len(sums) != 2 || !sums[0].TenantCreated || !sums[1].TenantCreated ||
+		len(sums[0].Created) != 3 || len(sums[1].Created) != 1 {
+		t.Fatalf("summaries %q: %v", out.String(), err)
+	}
+	for _, slug := range []string{"edge-proxy", "mongo-cps"} {
+		if _, _, err := store.GetTenantBySlug(context.Background(), slug); err != nil {
+			t.Fatalf("tenant %s: %v", slug, err)
+		}
+	}
+	errOut.Reset()
+	err = run(context.Background(), []string{"import", "-dry-run", filepath.Join(dir, "edge.yaml"), write("again.yaml", ratelimitYAML)}, &out, &errOut, getenv)
+	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "one file per domain") {
+		t.Fatalf("two files of one domain: %v, %q", err, errOut.String())
 	}
 }

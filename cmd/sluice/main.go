@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 
 	"connectrpc.com/connect"
 	"syscall"
@@ -35,7 +37,7 @@ commands:
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
-  import   import an envoyproxy/ratelimit YAML file into a tenant: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE
+  import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
@@ -117,63 +119,141 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	dryRun := fs.Bool("dry-run", false, "print what would be imported, change nothing")
 	prune := fs.Bool("prune", false, "delete the tier's rules the file does not name")
 	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n")
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE|DIR...\n")
 		return errUsage
 	}
-	f, err := os.Open(fs.Arg(0))
+	plans, err := parseImports(fs.Args(), stderr)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	plan, err := envoyimport.Parse(f)
-	if err != nil {
-		var pe *policy.Error
-		if errors.As(err, &pe) {
-			fmt.Fprintf(stderr, "%s: %s\n", fs.Arg(0), pe.Message)
-			for _, fe := range pe.Fields {
-				fmt.Fprintf(stderr, "  %s: %s\n", fe.Field, fe.Description)
-			}
-			return errInput
+	for _, p := range plans {
+		p.Tenant.DefaultTier = *tier
+	}
+	// With several files, JSON is an array of what each printed alone.
+	results := make([]any, 0, len(plans))
+	emit := func(v any, human func(io.Writer)) error {
+		if !*asJSON {
+			human(stdout)
+			return nil
 		}
-		return err
+		if results = append(results, v); len(plans) > 1 && len(results) < len(plans) {
+			return nil
+		}
+		if len(plans) > 1 {
+			v = results
+		}
+		return printResult(stdout, true, v, nil)
 	}
-	plan.Tenant.DefaultTier = *tier
 	if *dryRun {
-		return printResult(stdout, *asJSON, plan, func(w io.Writer) {
-			fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
-			for _, r := range plan.Rules {
-				if r.Block {
-					fmt.Fprintf(w, "  rule %-40s blocks every request, key by %v, shadow %v\n", r.Name, r.KeyBy, r.Shadow)
-					continue
-				}
-				fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
+		for _, plan := range plans {
+			if err := emit(plan, func(w io.Writer) { printPlan(w, plan) }); err != nil {
+				return err
 			}
-			for _, u := range plan.Unlimited {
-				fmt.Fprintf(w, "  unlimited %s (a shadow rule: never rejects)\n", u)
-			}
-		})
+		}
+		return nil
 	}
 	key := getenv("SLUICE_KEY")
 	if key == "" {
 		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
 		return errUsage
 	}
-	sum, err := cli.NewClient(http.DefaultClient, *server, key).Import(ctx, plan, *prune)
-	if err != nil {
-		return err
+	client := cli.NewClient(http.DefaultClient, *server, key)
+	for _, plan := range plans {
+		sum, err := client.Import(ctx, plan, *prune)
+		if err != nil {
+			return fmt.Errorf("domain %s: %w", plan.Tenant.Name, err)
+		}
+		if err := emit(sum, func(w io.Writer) { printImported(w, plan, sum) }); err != nil {
+			return err
+		}
 	}
-	return printResult(stdout, *asJSON, sum, func(w io.Writer) {
-		if sum.TenantCreated {
-			fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+	return nil
+}
+
+// parseImports reads the envoyproxy/ratelimit configurations of paths, a
+// directory standing for its .yaml and .yml files (as envoyproxy/ratelimit
+// loads its config directory), and refuses them all, printing every
+// problem, when any is invalid or two have the same domain.
+func parseImports(paths []string, stderr io.Writer) ([]*envoyimport.Plan, error) {
+	var files []string
+	for _, p := range paths {
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			files = append(files, p) // a file, or an error os.Open reports
+			continue
 		}
-		fmt.Fprintf(w, "tier %s: %d rules created, %d updated, %d deleted\n", sum.Tier, len(sum.Created), len(sum.Updated), len(sum.Deleted))
-		for _, u := range sum.UnlimitedPaths {
-			fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
+		for _, e := range entries {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+				files = append(files, filepath.Join(p, e.Name()))
+			}
 		}
-	})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no .yaml or .yml file in %s", strings.Join(paths, ", "))
+	}
+	plans := make([]*envoyimport.Plan, 0, len(files))
+	domains := map[string]string{}
+	invalid := false
+	for _, name := range files {
+		plan, err := parseImport(name)
+		var pe *policy.Error
+		switch {
+		case errors.As(err, &pe):
+			fmt.Fprintf(stderr, "%s: %s\n", name, pe.Message)
+			for _, fe := range pe.Fields {
+				fmt.Fprintf(stderr, "  %s: %s\n", fe.Field, fe.Description)
+			}
+			invalid = true
+		case err != nil:
+			return nil, err
+		case domains[plan.Tenant.Slug] != "":
+			fmt.Fprintf(stderr, "%s: domain %s is also %s's: one file per domain\n", name, plan.Tenant.Name, domains[plan.Tenant.Slug])
+			invalid = true
+		default:
+			domains[plan.Tenant.Slug] = name
+			plans = append(plans, plan)
+		}
+	}
+	if invalid {
+		return nil, errInput
+	}
+	return plans, nil
+}
+
+func parseImport(name string) (*envoyimport.Plan, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return envoyimport.Parse(f)
+}
+
+func printPlan(w io.Writer, plan *envoyimport.Plan) {
+	fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
+	for _, r := range plan.Rules {
+		if r.Block {
+			fmt.Fprintf(w, "  rule %-40s blocks every request, key by %v, shadow %v\n", r.Name, r.KeyBy, r.Shadow)
+			continue
+		}
+		fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
+	}
+	for _, u := range plan.Unlimited {
+		fmt.Fprintf(w, "  unlimited %s (a shadow rule: never rejects)\n", u)
+	}
+}
+
+func printImported(w io.Writer, plan *envoyimport.Plan, sum cli.ImportSummary) {
+	if sum.TenantCreated {
+		fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+	}
+	fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d deleted\n", plan.Tenant.Slug, sum.Tier, len(sum.Created), len(sum.Updated), len(sum.Deleted))
+	for _, u := range sum.UnlimitedPaths {
+		fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
+	}
 }
 
 // printResult writes v as JSON, or text through human.
