@@ -313,6 +313,30 @@ func (c *Client) Release(ctx context.Context, r Request) error {
 	return err
 }
 
+// Reset resets the counters of the rules r meets (its Tier and
+// Descriptors; the rest is ignored), on every decider sharing the
+// decider's Redis, so that the next such request meets fresh limits: a
+// login attempts limit once a login succeeds, say. It returns the names of
+// the rules reset. The client's own cached rejections are dropped, all of
+// them: which of them the reset ends cannot be told.
+func (c *Client) Reset(ctx context.Context, r Request) ([]string, error) {
+	m := toProto(r)
+	res, err := withTimeout(c, ctx, func(ctx context.Context) (*connect.Response[sluicev1.ResetResponse], error) {
+		return c.rpc.Reset(ctx, authed(c, &sluicev1.ResetRequest{Tier: m.Tier, Descriptors: m.Descriptors}))
+	})
+	if c.deny != nil {
+		c.deny.Purge()
+	}
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(res.Msg.Rules))
+	for i, rr := range res.Msg.Rules {
+		names[i] = rr.RuleName
+	}
+	return names, nil
+}
+
 // CheckBatch asks for up to 100 independent decisions in one call; cached
 // rejections are answered without asking.
 func (c *Client) CheckBatch(ctx context.Context, rs []Request) ([]Decision, error) {

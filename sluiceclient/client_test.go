@@ -121,6 +121,33 @@ func TestCheckAndTheDenyCache(t *testing.T) {
 	}
 }
 
+// Reset resets the client's counters on the decider and drops the
+// client's own cached rejection, so the next check is asked and admitted.
+func TestReset(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, calls := decider(t, clk)
+	c := New(Config{URL: url, Key: key, Now: clk.now})
+	ctx := context.Background()
+	for range 4 {
+		_, _ = c.Check(ctx, alice())
+	}
+	if d, _ := c.Check(ctx, alice()); d.Allowed || !d.Cached {
+		t.Fatalf("alice past her limit: %+v, want a cached rejection", d)
+	}
+	rules, err := c.Reset(ctx, alice())
+	if err != nil || len(rules) != 1 || rules[0] != "per-client" {
+		t.Fatalf("reset: %v, %v", rules, err)
+	}
+	n := calls.Load()
+	if d, err := c.Check(ctx, alice()); err != nil || !d.Allowed || d.Cached || d.Rules[0].Remaining != 2 || calls.Load() != n+1 {
+		t.Fatalf("alice after her reset: %+v %v", d, err)
+	}
+	if _, err := New(Config{URL: url, Key: "sk_check_nope"}).Reset(ctx, alice()); err == nil {
+		t.Fatal("a reset with a bad key succeeded")
+	}
+}
+
 func TestCheckBatch(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}

@@ -138,6 +138,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000}
 	}
 	decider := decide.NewDecider(opts)
+	if redisEngine != nil { // resets made by other deciders
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go redisEngine.WatchResets(wctx, decider.Forget, logger, nil)
+	}
 
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))

@@ -17,10 +17,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-
-	"connectrpc.com/connect"
 	"syscall"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/devstack"
@@ -41,6 +41,7 @@ commands:
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
+  reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
   bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |
            -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000]
 
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr, getenv)
-	case "tenants", "tiers", "rules", "overrides", "keys", "check":
+	case "tenants", "tiers", "rules", "overrides", "keys", "check", "reset":
 		return runResource(ctx, args[0], args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

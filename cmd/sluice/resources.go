@@ -69,13 +69,17 @@ const resourceUsage = `usage:
   sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D) | delete ID
   sluice keys      list | create -kind admin|check [-name N] | revoke ID
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
+  sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
 `
 
 // runResource runs `sluice <resource> <verb> ...`.
 func runResource(ctx context.Context, resource string, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if resource == "check" {
+	switch resource {
+	case "check":
 		return runCheck(ctx, args, stdout, stderr, getenv)
+	case "reset":
+		return runReset(ctx, args, stdout, stderr, getenv)
 	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, resourceUsage)
@@ -261,32 +265,17 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 // runCheck asks a decider for a decision: exit 0 when allowed, 4 when
 // rejected.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("sluice check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	decider := fs.String("decider", flagenv.Env(getenv).String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
-	tier, cost := fs.String("tier", "", "tier to apply"), fs.Int64("cost", 0, "cost units (default 1)")
-	peek := fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fmt.Fprint(stderr, "usage: sluice check [-decider URL] [-tier T] [-cost N] [-peek] [-json] KEY=VALUE...\n")
-		return errUsage
+	var cost *int64
+	var peek *bool
+	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
+		cost = fs.Int64("cost", 0, "cost units (default 1)")
+		peek = fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
+	})
+	if err != nil {
+		return err
 	}
-	key := getenv("SLUICE_CHECK_KEY")
-	if key == "" {
-		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
-		return errUsage
-	}
-	req := &sluicev1.CheckRequest{Tier: *tier, Cost: *cost, Peek: *peek}
-	for _, a := range fs.Args() {
-		k, v, ok := strings.Cut(a, "=")
-		if !ok || k == "" {
-			fmt.Fprintf(stderr, "descriptor %q: want KEY=VALUE\n", a)
-			return errUsage
-		}
-		req.Descriptors = append(req.Descriptors, &sluicev1.Descriptor{Key: k, Value: v})
-	}
-	s := &session{ctx: ctx, key: key, json: *asJSON, out: stdout}
-	res, err := callFor(s, sluicev1connect.NewDecisionServiceClient(http.DefaultClient, *decider).Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
+	req := &sluicev1.CheckRequest{Tier: dc.tier, Cost: *cost, Peek: *peek, Descriptors: dc.descriptors}
+	res, err := callFor(dc.session, dc.client.Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
 		fmt.Fprintf(w, "%s\t(config version %d)\n", map[bool]string{true: "allowed", false: "rejected"}[r.Allowed], r.ConfigVersion)
 		fmt.Fprintln(w, "RULE\tALLOWED\tLIMIT\tREMAINING\tRESET\tRETRY AFTER")
 		for _, x := range r.Rules {
@@ -300,6 +289,67 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return errRejected
 	}
 	return nil
+}
+
+// runReset runs `sluice reset`: the counters the request of the
+// descriptors given meets are reset on every decider.
+func runReset(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	dc, err := parseDeciderCall(ctx, "reset", "", args, stdout, stderr, getenv, func(*flag.FlagSet) {})
+	if err != nil {
+		return err
+	}
+	_, err = callFor(dc.session, dc.client.Reset, &sluicev1.ResetRequest{Tier: dc.tier, Descriptors: dc.descriptors},
+		func(w *tabwriter.Writer, r *sluicev1.ResetResponse) {
+			if len(r.Rules) == 0 {
+				fmt.Fprintln(w, "no rule applies: nothing to reset")
+			}
+			for _, x := range r.Rules {
+				fmt.Fprintf(w, "reset %s\t(%s)\n", x.RuleName, x.RuleId)
+			}
+		})
+	return err
+}
+
+// deciderCall is what the commands asking a decider share: the session
+// (the check key), the decider's client, and the request's tier and
+// KEY=VALUE descriptors.
+type deciderCall struct {
+	session     *session
+	client      sluicev1connect.DecisionServiceClient
+	tier        string
+	descriptors []*sluicev1.Descriptor
+}
+
+// parseDeciderCall parses `sluice <name>`'s arguments: the flags every
+// such command has, those more adds (shown in usage as moreUsage), and
+// the descriptors.
+func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string, stdout, stderr io.Writer, getenv func(string) string, more func(*flag.FlagSet)) (*deciderCall, error) {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	decider := fs.String("decider", flagenv.Env(getenv).String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
+	tier := fs.String("tier", "", "tier to apply")
+	asJSON := fs.Bool("json", false, "print JSON")
+	more(fs)
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		fmt.Fprintf(stderr, "usage: sluice %s [-decider URL] [-tier T] %s[-json] KEY=VALUE...\n", name, moreUsage)
+		return nil, errUsage
+	}
+	key := getenv("SLUICE_CHECK_KEY")
+	if key == "" {
+		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
+		return nil, errUsage
+	}
+	dc := &deciderCall{session: &session{ctx: ctx, key: key, json: *asJSON, out: stdout},
+		client: sluicev1connect.NewDecisionServiceClient(http.DefaultClient, *decider), tier: *tier}
+	for _, a := range fs.Args() {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			fmt.Fprintf(stderr, "descriptor %q: want KEY=VALUE\n", a)
+			return nil, errUsage
+		}
+		dc.descriptors = append(dc.descriptors, &sluicev1.Descriptor{Key: k, Value: v})
+	}
+	return dc, nil
 }
 
 func algorithmName(a sluicev1.Algorithm) string {

@@ -100,6 +100,13 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
+	// A reset gives cli-user the 2 an hour again.
+	if out, err := sluice("reset", "-tier", "pro", "client_id=cli-user", "route=/cli"); err != nil || !strings.Contains(out, "reset burst") {
+		t.Fatalf("reset: %v\n%s", err, out)
+	}
+	if out, err := sluice("check", "-peek", "-tier", "pro", "-cost", "2", "client_id=cli-user", "route=/cli"); err != nil || !strings.Contains(out, "allowed") {
+		t.Fatalf("check -peek after the reset: %v\n%s", err, out)
+	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"
 	if _, err := sluice("keys", "list"); connect.CodeOf(err) != connect.CodeUnauthenticated {

@@ -56,6 +56,31 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 	return connect.NewResponse(res), nil
 }
 
+func (s decisionServer) Reset(ctx context.Context, req *connect.Request[sluicev1.ResetRequest]) (*connect.Response[sluicev1.ResetResponse], error) {
+	res, err := s.reset(ctx, req.Header().Get("Authorization"), req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(res), nil
+}
+
+// reset is Reset, whatever serves it (see checkOne).
+func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
+	c, err := s.cfg.Authenticate(auth)
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	rules, err := s.cfg.Decider.Reset(ctx, c, decide.Request{Tier: m.GetTier(), Descriptors: descriptorsFromProto(m.GetDescriptors())})
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	out := &sluicev1.ResetResponse{Rules: make([]*sluicev1.ResetRule, len(rules))}
+	for i, r := range rules {
+		out.Rules[i] = &sluicev1.ResetRule{RuleId: r.ID, RuleName: r.Name}
+	}
+	return out, nil
+}
+
 // checkOne and checkBatch are the service, whatever serves it: they
 // authenticate the caller from its Authorization header and answer, or
 // fail with a Connect error.
@@ -103,11 +128,17 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 
 // checkRequest is the decision a CheckRequest asks for.
 func checkRequest(m *sluicev1.CheckRequest) decide.Request {
-	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek()}
-	for _, d := range m.GetDescriptors() {
-		req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
+	return decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek(),
+		Descriptors: descriptorsFromProto(m.GetDescriptors())}
+}
+
+// descriptorsFromProto converts a request's descriptors.
+func descriptorsFromProto(ds []*sluicev1.Descriptor) policy.Descriptors {
+	var out policy.Descriptors
+	for _, d := range ds {
+		out = append(out, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
 	}
-	return req
+	return out
 }
 
 // refuseRelease refuses a release that names no lease.

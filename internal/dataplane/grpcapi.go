@@ -57,6 +57,11 @@ func (g grpcDecisions) CheckBatch(ctx context.Context, m *sluicev1.CheckBatchReq
 	return res, grpcStatus(err)
 }
 
+func (g grpcDecisions) Reset(ctx context.Context, m *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
+	res, err := g.s.reset(ctx, incomingAuth(ctx), m)
+	return res, grpcStatus(err)
+}
+
 // incomingAuth is a gRPC call's authorization metadata, as an HTTP
 // request's Authorization header: the first value.
 func incomingAuth(ctx context.Context) string {

@@ -61,13 +61,14 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 	return dec, err
 }
 
-// NewHTTPHandler returns the handler of POST /v1/check and the
-// seed-compatible POST /shouldAllowRequest.
+// NewHTTPHandler returns the handler of POST /v1/check, POST /v1/reset
+// and the seed-compatible POST /shouldAllowRequest.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	h := newHTTPAPI(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) { h.check(&stdExchange{w, r}) })
 	mux.HandleFunc("POST /shouldAllowRequest", func(w http.ResponseWriter, r *http.Request) { h.shouldAllow(&stdExchange{w, r}) })
+	mux.HandleFunc("POST /v1/reset", func(w http.ResponseWriter, r *http.Request) { h.reset(&stdExchange{w, r}) })
 	return mux
 }
 
@@ -168,6 +169,37 @@ func (h *httpAPI) check(ex exchange) {
 		return
 	}
 	h.decide(ex, c, req, false)
+}
+
+// resetBody is the JSON of POST /v1/reset: the tier and descriptors of a
+// check, which pick the rules and counters to reset.
+type resetBody struct {
+	Tier        string            `json:"tier"`
+	Descriptors map[string]string `json:"descriptors"`
+}
+
+// ResetJSON is the body of a reset's answer: the names of the rules whose
+// counters were reset.
+type ResetJSON struct {
+	Reset []string `json:"reset"`
+}
+
+func (h *httpAPI) reset(ex exchange) {
+	var body resetBody
+	c, ok := h.begin(ex, &body)
+	if !ok {
+		return
+	}
+	rules, err := h.cfg.Decider.Reset(ex.context(), c, decide.Request{Tier: body.Tier, Descriptors: descriptorsOf(body.Descriptors)})
+	if err != nil {
+		h.fail(ex, err)
+		return
+	}
+	out := ResetJSON{Reset: make([]string, len(rules))}
+	for i, r := range rules {
+		out.Reset[i] = r.Name
+	}
+	ex.reply(http.StatusOK, "application/json", out)
 }
 
 // shouldAllowBody is the seed API's request. The timestamp is accepted for

@@ -69,6 +69,9 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 				case "/shouldAllowRequest":
 					h.shouldAllow(&fastExchange{ctx})
 					return
+				case "/v1/reset":
+					h.reset(&fastExchange{ctx})
+					return
 				}
 			}
 			s.handOff(ctx)

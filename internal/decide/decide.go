@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,12 @@ type BudgetEngine interface {
 	AllowAllWithin(ctx context.Context, budget time.Duration, reqs []limit.Request, res []limit.Result) (bool, error)
 }
 
+// Resetter is an Engine whose counters can be reset: the next request of
+// each of reqs' keys meets a fresh limiter.
+type Resetter interface {
+	Reset(ctx context.Context, reqs []limit.Request) error
+}
+
 // LocalEngine runs decisions on the in-process engine, with the time from Now.
 type LocalEngine struct {
 	Engine *limit.Engine
@@ -37,6 +44,14 @@ func (l LocalEngine) Release(_ context.Context, reqs []limit.Request) error {
 	now := l.Now().UnixMicro()
 	for _, r := range reqs {
 		l.Engine.Release(r.Key, r.Limiter, now, r.Lease)
+	}
+	return nil
+}
+
+// Reset implements Resetter; it never fails.
+func (l LocalEngine) Reset(_ context.Context, reqs []limit.Request) error {
+	for _, r := range reqs {
+		l.Engine.Reset(r.Key, r.Limiter)
 	}
 	return nil
 }
@@ -460,6 +475,71 @@ func (sel *selection) keepMostSpecific() {
 		}
 	}
 	sel.reqs, sel.picked, sel.params = sel.reqs[:n], sel.picked[:n], sel.params[:n]
+}
+
+// Reset resets the counters of the rules req applies to (blocking rules,
+// which count nothing, aside) on the engine and the in-process fallback,
+// and forgets this decider's cached rejections of them; the next request
+// of each meets a fresh limiter. Other deciders forget theirs when told
+// (Forget). It returns the rules reset; an engine that cannot reset
+// (not a Resetter) or fails returns an error, after which the counters
+// may or may not have been reset.
+func (d *Decider) Reset(ctx context.Context, c *Config, req Request) ([]*policy.Rule, error) {
+	if err := refuse(c, req); err != nil {
+		return nil, err
+	}
+	if req.Limit != nil {
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid reset",
+			Fields: []policy.FieldError{{Field: "limit", Description: "a request's own limit has no counter to reset"}}}
+	}
+	sel, err := d.selectRules(c, req, 1)
+	if err != nil {
+		return nil, err
+	}
+	reqs, picked := sel.reqs[:0], sel.picked[:0]
+	for i, r := range sel.picked {
+		if !r.Block {
+			reqs, picked = append(reqs, sel.reqs[i]), append(picked, r)
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	rs, ok := d.opts.Engine.(Resetter)
+	if !ok {
+		return nil, errors.New("decide: the engine cannot reset counters")
+	}
+	ctx, cancel := d.budgeted(ctx)
+	defer cancel()
+	err = rs.Reset(ctx, reqs)
+	if d.opts.Local != nil {
+		for _, r := range reqs {
+			d.opts.Local.Reset(r.Key, r.Limiter)
+		}
+	}
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	d.Forget(keys)
+	if err != nil {
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			d.engineErrors.Add(1)
+		}
+		return nil, fmt.Errorf("%w: %w", policy.Errorf(policy.CodeUnavailable, "the counters could not be reset; retry"), err)
+	}
+	return picked, nil
+}
+
+// Forget drops this decider's cached rejections of keys: their counters
+// were reset, here or by another decider.
+func (d *Decider) Forget(keys []string) {
+	if d.denied == nil {
+		return
+	}
+	for _, k := range keys {
+		d.denied.forget(k)
+	}
 }
 
 // Releaser is an Engine that can end concurrency leases.

@@ -15,24 +15,21 @@ import (
 // whatever other clients do can only push the time later. Concurrency
 // leases (released early) and warm-up buckets (inexact retry) are never
 // cached. An entry covers requests of at least the rejected cost, under the
-// config version that rejected them: a new version starts afresh.
+// config version that rejected them: a new version starts afresh. Keys
+// name their tenant, so one key is one tenant's.
 type denyCache struct {
-	entries *lru.Cache[denyKey, denied]
-}
-
-type denyKey struct {
-	version int64
-	key     string
+	entries *lru.Cache[string, denied]
 }
 
 type denied struct {
-	until int64 // µs, the decider's clock
-	cost  int64
-	res   limit.Result
+	version int64
+	until   int64 // µs, the decider's clock
+	cost    int64
+	res     limit.Result
 }
 
 func newDenyCache(size int) *denyCache {
-	c, _ := lru.New[denyKey, denied](size) // size > 0: cannot fail
+	c, _ := lru.New[string, denied](size) // size > 0: cannot fail
 	return &denyCache{entries: c}
 }
 
@@ -44,8 +41,8 @@ func cacheable(p policy.Params) bool {
 // lookup returns the remembered rejection of key for cost at now, with its
 // RetryAfter counted from now.
 func (d *denyCache) lookup(version int64, key string, cost, now int64) (limit.Result, bool) {
-	e, ok := d.entries.Get(denyKey{version, key})
-	if !ok || now >= e.until || cost < e.cost {
+	e, ok := d.entries.Get(key)
+	if !ok || e.version != version || now >= e.until || cost < e.cost {
 		return limit.Result{}, false
 	}
 	r := e.res
@@ -58,5 +55,8 @@ func (d *denyCache) remember(version int64, key string, cost, now int64, r limit
 	if r.Allowed || r.RetryAfter <= 0 { // Never is negative: not worth a slot
 		return
 	}
-	d.entries.Add(denyKey{version, key}, denied{until: now + r.RetryAfter.Microseconds(), cost: cost, res: r})
+	d.entries.Add(key, denied{version: version, until: now + r.RetryAfter.Microseconds(), cost: cost, res: r})
 }
+
+// forget drops what is remembered of key.
+func (d *denyCache) forget(key string) { d.entries.Remove(key) }

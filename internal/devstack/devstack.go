@@ -147,6 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))
 	if eng, ok := decOpts.Engine.(*redisengine.Engine); ok {
+		go eng.WatchResets(ctx, decider.Forget, cfg.Logger, nil) // resets of other deciders on the same Redis
 		reg.MustRegister(telemetry.RedisEngineMetrics(eng)...)
 	}
 

@@ -142,6 +142,18 @@ func (e *Engine) Release(key string, l *Limiter, now, lease int64) {
 	e.store(sh, h, i, found, &ns, ExpiresAt(ns.T, r.ResetAfter), l, now)
 }
 
+// Reset forgets key's state under l: its next request meets a fresh
+// limiter (a concurrency rule's leases are dropped with it).
+func (e *Engine) Reset(key string, l *Limiter) {
+	h := e.hash(key, l)
+	sh := e.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if i, found := sh.t.find(h); found {
+		sh.remove(i)
+	}
+}
+
 // Request is one rule's part of a multi-rule decision.
 type Request struct {
 	Key     string

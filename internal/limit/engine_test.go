@@ -38,6 +38,33 @@ func TestEngineKeepsStatePerKey(t *testing.T) {
 	}
 }
 
+// Reset gives a key a fresh limiter and leaves other keys, and the same
+// key under another algorithm, as they were.
+func TestEngineReset(t *testing.T) {
+	t.Parallel()
+	e := NewEngine(EngineConfig{})
+	for _, key := range []string{"a", "b"} {
+		for range 5 {
+			e.Allow(key, perSecond5, Args{Now: t0, Cost: 1})
+		}
+	}
+	e.Allow("a", perSecond2, Args{Now: t0, Cost: 1})
+	e.Reset("a", perSecond5)
+	e.Reset("never-seen", perSecond5)
+	if r := e.Allow("a", perSecond5, Args{Now: t0, Cost: 1}); !r.Allowed || r.Remaining != 4 {
+		t.Fatalf("a after its reset: %+v", r)
+	}
+	if r := e.Allow("b", perSecond5, Args{Now: t0, Cost: 1}); r.Allowed {
+		t.Fatalf("b, not reset: %+v", r)
+	}
+	if r := e.Allow("a", perSecond2, Args{Now: t0, Cost: 1}); !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("a under the token bucket, not reset: %+v", r)
+	}
+	if n := e.Stats().Keys; n != 3 {
+		t.Fatalf("%d keys tracked, want 3", n)
+	}
+}
+
 func TestEngineAllOrNothing(t *testing.T) {
 	t.Parallel()
 	e := NewEngine(EngineConfig{})

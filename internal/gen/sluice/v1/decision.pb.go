@@ -22,6 +22,157 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ResetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tier and descriptors as a CheckRequest's: they pick the rules and the
+	// counters.
+	Tier          string        `protobuf:"bytes,1,opt,name=tier,proto3" json:"tier,omitempty"`
+	Descriptors   []*Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRequest) Reset() {
+	*x = ResetRequest{}
+	mi := &file_sluice_v1_decision_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRequest) ProtoMessage() {}
+
+func (x *ResetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_decision_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
+func (*ResetRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ResetRequest) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *ResetRequest) GetDescriptors() []*Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+type ResetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rules whose counters were reset (blocking rules count nothing).
+	Rules         []*ResetRule `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetResponse) Reset() {
+	*x = ResetResponse{}
+	mi := &file_sluice_v1_decision_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetResponse) ProtoMessage() {}
+
+func (x *ResetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_decision_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetResponse.ProtoReflect.Descriptor instead.
+func (*ResetResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ResetResponse) GetRules() []*ResetRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+type ResetRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RuleId        string                 `protobuf:"bytes,1,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	RuleName      string                 `protobuf:"bytes,2,opt,name=rule_name,json=ruleName,proto3" json:"rule_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRule) Reset() {
+	*x = ResetRule{}
+	mi := &file_sluice_v1_decision_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRule) ProtoMessage() {}
+
+func (x *ResetRule) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_decision_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRule.ProtoReflect.Descriptor instead.
+func (*ResetRule) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ResetRule) GetRuleId() string {
+	if x != nil {
+		return x.RuleId
+	}
+	return ""
+}
+
+func (x *ResetRule) GetRuleName() string {
+	if x != nil {
+		return x.RuleName
+	}
+	return ""
+}
+
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tier to apply; empty means the client's override tier, else the tenant default.
@@ -43,7 +194,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[0]
+	mi := &file_sluice_v1_decision_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -55,7 +206,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[0]
+	mi := &file_sluice_v1_decision_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -68,7 +219,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{0}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckRequest) GetTier() string {
@@ -135,7 +286,7 @@ type RuleStatus struct {
 
 func (x *RuleStatus) Reset() {
 	*x = RuleStatus{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[1]
+	mi := &file_sluice_v1_decision_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +298,7 @@ func (x *RuleStatus) String() string {
 func (*RuleStatus) ProtoMessage() {}
 
 func (x *RuleStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[1]
+	mi := &file_sluice_v1_decision_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +311,7 @@ func (x *RuleStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleStatus.ProtoReflect.Descriptor instead.
 func (*RuleStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RuleStatus) GetRuleId() string {
@@ -247,7 +398,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[2]
+	mi := &file_sluice_v1_decision_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +410,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[2]
+	mi := &file_sluice_v1_decision_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +423,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -312,7 +463,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[3]
+	mi := &file_sluice_v1_decision_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +475,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[3]
+	mi := &file_sluice_v1_decision_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +488,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckBatchRequest) GetRequests() []*CheckRequest {
@@ -356,7 +507,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	mi := &file_sluice_v1_decision_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +519,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	mi := &file_sluice_v1_decision_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +532,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckBatchResponse) GetResponses() []*CheckResponse {
@@ -395,7 +546,15 @@ var File_sluice_v1_decision_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\n" +
-	"\x18sluice/v1/decision.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x16sluice/v1/policy.proto\"\xb3\x01\n" +
+	"\x18sluice/v1/decision.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x16sluice/v1/policy.proto\"[\n" +
+	"\fResetRequest\x12\x12\n" +
+	"\x04tier\x18\x01 \x01(\tR\x04tier\x127\n" +
+	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\";\n" +
+	"\rResetResponse\x12*\n" +
+	"\x05rules\x18\x01 \x03(\v2\x14.sluice.v1.ResetRuleR\x05rules\"A\n" +
+	"\tResetRule\x12\x17\n" +
+	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
+	"\trule_name\x18\x02 \x01(\tR\bruleName\"\xb3\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x127\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\x12\x12\n" +
@@ -426,11 +585,12 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.sluice.v1.CheckRequestR\brequests\"L\n" +
 	"\x12CheckBatchResponse\x126\n" +
-	"\tresponses\x18\x01 \x03(\v2\x18.sluice.v1.CheckResponseR\tresponses2\x9c\x01\n" +
+	"\tresponses\x18\x01 \x03(\v2\x18.sluice.v1.CheckResponseR\tresponses2\xda\x01\n" +
 	"\x0fDecisionService\x12<\n" +
 	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\"\x00\x12K\n" +
 	"\n" +
-	"CheckBatch\x12\x1c.sluice.v1.CheckBatchRequest\x1a\x1d.sluice.v1.CheckBatchResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"CheckBatch\x12\x1c.sluice.v1.CheckBatchRequest\x1a\x1d.sluice.v1.CheckBatchResponse\"\x00\x12<\n" +
+	"\x05Reset\x12\x17.sluice.v1.ResetRequest\x1a\x18.sluice.v1.ResetResponse\"\x00B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_decision_proto_rawDescOnce sync.Once
@@ -444,34 +604,41 @@ func file_sluice_v1_decision_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_decision_proto_rawDescData
 }
 
-var file_sluice_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_sluice_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sluice_v1_decision_proto_goTypes = []any{
-	(*CheckRequest)(nil),        // 0: sluice.v1.CheckRequest
-	(*RuleStatus)(nil),          // 1: sluice.v1.RuleStatus
-	(*CheckResponse)(nil),       // 2: sluice.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 3: sluice.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),  // 4: sluice.v1.CheckBatchResponse
-	(*Descriptor)(nil),          // 5: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(*ResetRequest)(nil),        // 0: sluice.v1.ResetRequest
+	(*ResetResponse)(nil),       // 1: sluice.v1.ResetResponse
+	(*ResetRule)(nil),           // 2: sluice.v1.ResetRule
+	(*CheckRequest)(nil),        // 3: sluice.v1.CheckRequest
+	(*RuleStatus)(nil),          // 4: sluice.v1.RuleStatus
+	(*CheckResponse)(nil),       // 5: sluice.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 6: sluice.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),  // 7: sluice.v1.CheckBatchResponse
+	(*Descriptor)(nil),          // 8: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
 }
 var file_sluice_v1_decision_proto_depIdxs = []int32{
-	5,  // 0: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
-	6,  // 1: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
-	6,  // 2: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
-	6,  // 3: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
-	6,  // 4: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
-	1,  // 5: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
-	0,  // 6: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
-	2,  // 7: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
-	0,  // 8: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
-	3,  // 9: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
-	2,  // 10: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
-	4,  // 11: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	8,  // 0: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.Descriptor
+	2,  // 1: sluice.v1.ResetResponse.rules:type_name -> sluice.v1.ResetRule
+	8,  // 2: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
+	9,  // 3: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
+	9,  // 4: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
+	9,  // 5: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
+	9,  // 6: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
+	4,  // 7: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
+	3,  // 8: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
+	5,  // 9: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
+	3,  // 10: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
+	6,  // 11: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
+	0,  // 12: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
+	5,  // 13: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
+	7,  // 14: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
+	1,  // 15: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_decision_proto_init() }
@@ -486,7 +653,7 @@ func file_sluice_v1_decision_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_decision_proto_rawDesc), len(file_sluice_v1_decision_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	DecisionService_Check_FullMethodName      = "/sluice.v1.DecisionService/Check"
 	DecisionService_CheckBatch_FullMethodName = "/sluice.v1.DecisionService/CheckBatch"
+	DecisionService_Reset_FullMethodName      = "/sluice.v1.DecisionService/Reset"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -35,6 +36,10 @@ type DecisionServiceClient interface {
 	// CheckBatch decides several independent requests in one call, all at
 	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(ctx context.Context, in *CheckBatchRequest, opts ...grpc.CallOption) (*CheckBatchResponse, error)
+	// Reset resets the counters of the rules a request like this one meets:
+	// the next request of each counter meets a fresh limiter, on every
+	// decider (such as a login attempts limit once the login succeeds).
+	Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error)
 }
 
 type decisionServiceClient struct {
@@ -65,6 +70,16 @@ func (c *decisionServiceClient) CheckBatch(ctx context.Context, in *CheckBatchRe
 	return out, nil
 }
 
+func (c *decisionServiceClient) Reset(ctx context.Context, in *ResetRequest, opts ...grpc.CallOption) (*ResetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetResponse)
+	err := c.cc.Invoke(ctx, DecisionService_Reset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -77,6 +92,10 @@ type DecisionServiceServer interface {
 	// CheckBatch decides several independent requests in one call, all at
 	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error)
+	// Reset resets the counters of the rules a request like this one meets:
+	// the next request of each counter meets a fresh limiter, on every
+	// decider (such as a login attempts limit once the login succeeds).
+	Reset(context.Context, *ResetRequest) (*ResetResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -92,6 +111,9 @@ func (UnimplementedDecisionServiceServer) Check(context.Context, *CheckRequest) 
 }
 func (UnimplementedDecisionServiceServer) CheckBatch(context.Context, *CheckBatchRequest) (*CheckBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckBatch not implemented")
+}
+func (UnimplementedDecisionServiceServer) Reset(context.Context, *ResetRequest) (*ResetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reset not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -150,6 +172,24 @@ func _DecisionService_CheckBatch_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_Reset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).Reset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_Reset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).Reset(ctx, req.(*ResetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,6 +204,10 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckBatch",
 			Handler:    _DecisionService_CheckBatch_Handler,
+		},
+		{
+			MethodName: "Reset",
+			Handler:    _DecisionService_Reset_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

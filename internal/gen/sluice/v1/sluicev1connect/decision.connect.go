@@ -38,6 +38,8 @@ const (
 	// DecisionServiceCheckBatchProcedure is the fully-qualified name of the DecisionService's
 	// CheckBatch RPC.
 	DecisionServiceCheckBatchProcedure = "/sluice.v1.DecisionService/CheckBatch"
+	// DecisionServiceResetProcedure is the fully-qualified name of the DecisionService's Reset RPC.
+	DecisionServiceResetProcedure = "/sluice.v1.DecisionService/Reset"
 )
 
 // DecisionServiceClient is a client for the sluice.v1.DecisionService service.
@@ -47,6 +49,10 @@ type DecisionServiceClient interface {
 	// CheckBatch decides several independent requests in one call, all at
 	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
+	// Reset resets the counters of the rules a request like this one meets:
+	// the next request of each counter meets a fresh limiter, on every
+	// decider (such as a login attempts limit once the login succeeds).
+	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 }
 
 // NewDecisionServiceClient constructs a client for the sluice.v1.DecisionService service. By
@@ -72,6 +78,12 @@ func NewDecisionServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(decisionServiceMethods.ByName("CheckBatch")),
 			connect.WithClientOptions(opts...),
 		),
+		reset: connect.NewClient[v1.ResetRequest, v1.ResetResponse](
+			httpClient,
+			baseURL+DecisionServiceResetProcedure,
+			connect.WithSchema(decisionServiceMethods.ByName("Reset")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -79,6 +91,7 @@ func NewDecisionServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 type decisionServiceClient struct {
 	check      *connect.Client[v1.CheckRequest, v1.CheckResponse]
 	checkBatch *connect.Client[v1.CheckBatchRequest, v1.CheckBatchResponse]
+	reset      *connect.Client[v1.ResetRequest, v1.ResetResponse]
 }
 
 // Check calls sluice.v1.DecisionService.Check.
@@ -91,6 +104,11 @@ func (c *decisionServiceClient) CheckBatch(ctx context.Context, req *connect.Req
 	return c.checkBatch.CallUnary(ctx, req)
 }
 
+// Reset calls sluice.v1.DecisionService.Reset.
+func (c *decisionServiceClient) Reset(ctx context.Context, req *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error) {
+	return c.reset.CallUnary(ctx, req)
+}
+
 // DecisionServiceHandler is an implementation of the sluice.v1.DecisionService service.
 type DecisionServiceHandler interface {
 	// Check decides one request: every matching rule, all or nothing.
@@ -98,6 +116,10 @@ type DecisionServiceHandler interface {
 	// CheckBatch decides several independent requests in one call, all at
 	// once: two of them that share a counter are applied in no set order.
 	CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error)
+	// Reset resets the counters of the rules a request like this one meets:
+	// the next request of each counter meets a fresh limiter, on every
+	// decider (such as a login attempts limit once the login succeeds).
+	Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error)
 }
 
 // NewDecisionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -119,12 +141,20 @@ func NewDecisionServiceHandler(svc DecisionServiceHandler, opts ...connect.Handl
 		connect.WithSchema(decisionServiceMethods.ByName("CheckBatch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	decisionServiceResetHandler := connect.NewUnaryHandler(
+		DecisionServiceResetProcedure,
+		svc.Reset,
+		connect.WithSchema(decisionServiceMethods.ByName("Reset")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.v1.DecisionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case DecisionServiceCheckProcedure:
 			decisionServiceCheckHandler.ServeHTTP(w, r)
 		case DecisionServiceCheckBatchProcedure:
 			decisionServiceCheckBatchHandler.ServeHTTP(w, r)
+		case DecisionServiceResetProcedure:
+			decisionServiceResetHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -140,4 +170,8 @@ func (UnimplementedDecisionServiceHandler) Check(context.Context, *connect.Reque
 
 func (UnimplementedDecisionServiceHandler) CheckBatch(context.Context, *connect.Request[v1.CheckBatchRequest]) (*connect.Response[v1.CheckBatchResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.DecisionService.CheckBatch is not implemented"))
+}
+
+func (UnimplementedDecisionServiceHandler) Reset(context.Context, *connect.Request[v1.ResetRequest]) (*connect.Response[v1.ResetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.DecisionService.Reset is not implemented"))
 }
