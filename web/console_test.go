@@ -182,6 +182,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	shot("03-rules-and-try")
 
+	// Reset eve's counters: her next check is admitted.
+	do("reset", chromedp.Click("#try-reset"))
+	waitText("#try-result", "Reset: tiny", nil)
+	do("check after the reset", chromedp.Click("#try-submit"))
+	waitText("#try-result", "200: allowed", nil)
+
 	// Blocked: a client the rule never saw is rejected at once, with a
 	// limit of 0 and no Retry-After (it never can be admitted).
 	eval(`(() => { [...document.querySelectorAll('[data-rule="tiny"] button')].find((b) => b.textContent === 'Block').click(); return ''; })()`)

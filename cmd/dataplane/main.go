@@ -167,9 +167,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		apiCfg.Events = pub
 	}
 	api := dataplane.CORS(flagenv.List(*corsOrigins), dataplane.NewHTTPHandler(apiCfg))
-	mux.Handle("POST /v1/check", api)
-	mux.Handle("OPTIONS /v1/check", api)
-	mux.Handle("POST /shouldAllowRequest", api)
+	dataplane.MountHTTP(mux, api)
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 
 	ln, err := net.Listen("tcp", *addr)

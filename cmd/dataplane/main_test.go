@@ -96,11 +96,13 @@ func TestDeciderEndToEnd(t *testing.T) {
 		t.Fatalf("through the proxy: statuses %v, want %v", codes, want)
 	}
 	// The console's origin may call the check API from a browser.
-	pre, _ := http.NewRequest(http.MethodOptions, base+"/v1/check", nil)
-	pre.Header.Set("Origin", "http://console.example")
-	pre.Header.Set("Access-Control-Request-Method", "POST")
-	if resp, err := http.DefaultClient.Do(pre); err != nil || resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "http://console.example" {
-		t.Fatalf("CORS preflight: %v %v", resp, err)
+	for _, path := range []string{"/v1/check", "/v1/reset"} {
+		pre, _ := http.NewRequest(http.MethodOptions, base+path, nil)
+		pre.Header.Set("Origin", "http://console.example")
+		pre.Header.Set("Access-Control-Request-Method", "POST")
+		if resp, err := http.DefaultClient.Do(pre); err != nil || resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "http://console.example" {
+			t.Fatalf("CORS preflight of %s: %v %v", path, resp, err)
+		}
 	}
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {

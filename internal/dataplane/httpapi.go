@@ -72,6 +72,14 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	return mux
 }
 
+// MountHTTP routes the check API's paths of mux to h (NewHTTPHandler's,
+// wrapped in CORS or not), browsers' preflights of them included.
+func MountHTTP(mux *http.ServeMux, h http.Handler) {
+	for _, p := range []string{"POST /v1/check", "OPTIONS /v1/check", "POST /v1/reset", "OPTIONS /v1/reset", "POST /shouldAllowRequest"} {
+		mux.Handle(p, h)
+	}
+}
+
 func newHTTPAPI(cfg HTTPConfig) *httpAPI {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes

@@ -173,9 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
 		Metrics: dataplane.NewMetrics(reg, decider), Events: pub}
-	api := dataplane.NewHTTPHandler(apiCfg)
-	mux.Handle("POST /v1/check", api)
-	mux.Handle("POST /shouldAllowRequest", api)
+	dataplane.MountHTTP(mux, dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})

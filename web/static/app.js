@@ -297,18 +297,35 @@ async function submitTier(ev) {
   }
 }
 
+// tryCall posts the try panel's request to the decider's path.
+function tryCall(f, path) {
+  localStorage.setItem('sluice-decider', f.decider.value);
+  const descriptors = { client_id: f.client.value };
+  if (f.route.value) descriptors.route = f.route.value;
+  return fetch(f.decider.value.replace(/\/$/, '') + path, {
+    method: 'POST', headers: { Authorization: 'Bearer ' + f.key.value, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ descriptors, tier: f.tier.value || undefined }),
+  });
+}
+
+async function tryReset() {
+  const out = $('#try-result');
+  try {
+    const res = await tryCall($('#try-form'), '/v1/reset');
+    const body = await res.json().catch(() => ({}));
+    const text = res.status === 200 ? `Reset: ${(body.reset || []).join(', ') || 'no rule applies'}` : `error ${res.status}: ${body.detail || ''}`;
+    out.replaceChildren(el('p', { id: 'try-verdict', class: 'verdict ' + (res.status === 200 ? 'allowed' : 'error') }, text));
+  } catch (e) {
+    out.replaceChildren(el('p', { id: 'try-verdict', class: 'verdict error' }, `The decider did not answer: ${e.message}`));
+  }
+}
+
 async function tryCheck(ev) {
   ev.preventDefault();
   const f = ev.target;
   const out = $('#try-result');
-  localStorage.setItem('sluice-decider', f.decider.value);
-  const descriptors = { client_id: f.client.value };
-  if (f.route.value) descriptors.route = f.route.value;
   try {
-    const res = await fetch(f.decider.value.replace(/\/$/, '') + '/v1/check', {
-      method: 'POST', headers: { Authorization: 'Bearer ' + f.key.value, 'Content-Type': 'application/json' },
-      body: JSON.stringify({ descriptors, tier: f.tier.value || undefined }),
-    });
+    const res = await tryCall(f, '/v1/check');
     const body = await res.json().catch(() => ({}));
     const headers = ['RateLimit-Policy', 'RateLimit', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'Retry-After']
       .filter((h) => res.headers.get(h) !== null).map((h) => `${h}: ${res.headers.get(h)}`);
@@ -510,6 +527,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#rule-cancel').addEventListener('click', resetRuleForm);
   $('#rule-algorithm').addEventListener('change', algorithmHelp);
   $('#try-form').addEventListener('submit', tryCheck);
+  $('#try-reset').addEventListener('click', tryReset);
   $('#override-form').addEventListener('submit', submitOverride);
   $('#key-form').addEventListener('submit', submitKey);
   $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });
