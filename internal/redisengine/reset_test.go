@@ -2,12 +2,14 @@ package redisengine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // A reset on one engine deletes the counters, so the next request of each
@@ -70,5 +72,47 @@ func TestResetReachesEveryEngine(t *testing.T) {
 	}
 	if ok, _ := decideOne(t, b, other); ok {
 		t.Fatal("a reset of alice's counter admitted bob past his limit")
+	}
+}
+
+// On a cluster a reset deletes keys of several slots in one call, and the
+// broadcast reaches an engine subscribed through another connection.
+func TestResetOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	prefix := redistest.Prefix(t)
+	a := New(cl.Client(t), Config{Prefix: prefix, MinTTL: testTTL})
+	b := New(cl.Client(t), Config{Prefix: prefix, MinTTL: testTTL})
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	forgotten := make(chan []string, 1)
+	ready := make(chan struct{})
+	go b.WatchResets(ctx, func(keys []string) { forgotten <- keys }, slog.Default(), ready)
+	<-ready
+	var reqs []limit.Request
+	for i := range 6 { // keys of different slots
+		rq := limit.Request{Key: fmt.Sprintf("{client-%d}r", i), Limiter: window10, Cost: 10}
+		if ok, _ := decideOne(t, a, rq); !ok {
+			t.Fatalf("client %d: the first request of 10 rejected", i)
+		}
+		reqs = append(reqs, rq)
+	}
+	if err := a.Reset(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	for _, rq := range reqs {
+		if ok, _ := decideOne(t, b, rq); !ok {
+			t.Fatalf("%s after its reset: rejected", rq.Key)
+		}
+	}
+	select {
+	case keys := <-forgotten:
+		if len(keys) != len(reqs) {
+			t.Fatalf("the other engine was told of %v", keys)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other engine never heard of the reset")
 	}
 }
