@@ -29,8 +29,8 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// FuzzCheckBody sends arbitrary bodies to POST /v1/check and POST
-// /shouldAllowRequest, on net/http and on fasthttp's handler (each with its
+// FuzzCheckBody sends arbitrary bodies to POST /v1/check, POST /v1/reset
+// and POST /shouldAllowRequest, on net/http and on fasthttp's handler (each with its
 // own counters, in step): every answer is a decision (200, 429) or a
 // refusal of the input (400, 413), never an internal error, its body is
 // JSON, and both servers answer alike (within the body's bound).
@@ -48,6 +48,7 @@ func FuzzCheckBody(f *testing.F) {
 		`[]`, `null`, `{`, `{"cost":1e400}`, `{"descriptors":{"a":1}}`,
 	} {
 		f.Add("/v1/check", seed)
+		f.Add("/v1/reset", seed)
 		f.Add("/shouldAllowRequest", seed)
 	}
 	cfg, secret := testAPI(f)
@@ -65,7 +66,7 @@ func FuzzCheckBody(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, path, body string) {
-		if path != "/v1/check" {
+		if path != "/v1/check" && path != "/v1/reset" {
 			path = "/shouldAllowRequest"
 		}
 		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
