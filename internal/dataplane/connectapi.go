@@ -70,7 +70,7 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	rules, err := s.cfg.Decider.Reset(ctx, c, decide.Request{Tier: m.GetTier(), Descriptors: descriptorsFromProto(m.GetDescriptors())})
+	rules, err := s.cfg.reset(ctx, c, decide.Request{Tier: m.GetTier(), Descriptors: descriptorsFromProto(m.GetDescriptors())})
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}

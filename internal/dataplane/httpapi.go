@@ -44,6 +44,25 @@ type HTTPConfig struct {
 	Events *events.Publisher
 }
 
+// reset resets the counters req meets (decide.Decider.Reset), counts it,
+// and logs the tenant and the rules reset (not the descriptors: client ids).
+func (cfg *HTTPConfig) reset(ctx context.Context, c *decide.Config, req decide.Request) ([]*policy.Rule, error) {
+	rules, err := cfg.Decider.Reset(ctx, c, req)
+	cfg.Metrics.observeReset(c.Tenant.Slug, err)
+	if err == nil {
+		names := make([]string, len(rules))
+		for i, r := range rules {
+			names[i] = r.Name
+		}
+		logger := cfg.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.InfoContext(ctx, "counters reset", "tenant", c.Tenant.Slug, "rules", names)
+	}
+	return rules, err
+}
+
 // decide runs one decision and records it.
 func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
 	start := time.Now()
@@ -198,7 +217,7 @@ func (h *httpAPI) reset(ex exchange) {
 	if !ok {
 		return
 	}
-	rules, err := h.cfg.Decider.Reset(ex.context(), c, decide.Request{Tier: body.Tier, Descriptors: descriptorsOf(body.Descriptors)})
+	rules, err := h.cfg.reset(ex.context(), c, decide.Request{Tier: body.Tier, Descriptors: descriptorsOf(body.Descriptors)})
 	if err != nil {
 		h.fail(ex, err)
 		return

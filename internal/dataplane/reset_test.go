@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -107,6 +109,7 @@ func TestResetAcrossDeciders(t *testing.T) {
 func TestResetOverGRPC(t *testing.T) {
 	t.Parallel()
 	cfgs, key := twoDeciders(t)
+	cfgs[0].Metrics = NewMetrics(prometheus.NewRegistry(), cfgs[0].Decider)
 	client := sluicev1.NewDecisionServiceClient(serveGRPC(t, cfgs[0]))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
 	alice := &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}}
@@ -124,5 +127,14 @@ func TestResetOverGRPC(t *testing.T) {
 	}
 	if _, err := client.Reset(context.Background(), &sluicev1.ResetRequest{Descriptors: alice.Descriptors}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a reset without the key: %v", err)
+	}
+	if _, err := client.Reset(ctx, &sluicev1.ResetRequest{Tier: "gold"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a reset in an unknown tier: %v", err)
+	}
+	for outcome, want := range map[string]float64{"reset": 1, "error": 1} {
+		var d dto.Metric
+		if err := cfgs[0].Metrics.resets.WithLabelValues("acme", outcome).Write(&d); err != nil || d.GetCounter().GetValue() != want {
+			t.Errorf("resets %s: %v, want %v (%v)", outcome, d.GetCounter().GetValue(), want, err)
+		}
 	}
 }
