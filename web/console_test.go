@@ -208,6 +208,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("keys", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"),
 		chromedp.SendKeys("#key-name", "ci"), chromedp.Click("#key-form button[type=submit]"))
 	waitText("#key-secret", "sk_check_", nil)
+
+	// Overrides: a client blocked for a day (after an unreadable expiry),
+	// then rejected in the try panel by the block.
+	do("an override with a bad expiry", chromedp.SendKeys("#ov-identifier", "mallory"), chromedp.Click("#ov-block"),
+		chromedp.SendKeys("#ov-expires", "soon"), chromedp.Click("#override-form button[type=submit]"))
+	waitText(`[data-error-for="expires_at"]`, "a duration", nil)
+	do("block mallory for a day", chromedp.SetValue("#ov-expires", "24h"), chromedp.Click("#override-form button[type=submit]"))
+	waitText("#overrides-table", "blocked", nil)
+	do("back to the try panel", chromedp.Click(`#nav button[data-view="rules"]`), chromedp.WaitVisible("#view-rules"),
+		chromedp.SetValue("#try-client", "mallory"))
+	eval(`(() => { document.querySelector('#try-tier').value = ''; return ''; })()`)
+	waitText("#try-result", `"blocked"`, func() { do("check", chromedp.Click("#try-submit")) })
+	do("keys again", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"))
 	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
 	waitText("#audit-table", "rule", nil)
 

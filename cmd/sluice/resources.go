@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -66,7 +67,7 @@ const resourceUsage = `usage:
   sluice tenants   list | get ID | create -slug S -name N [-default-tier T] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier ID] | create -tier ID -name N -algorithm A -limit N -window D [flags] | delete ID
-  sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D) | delete ID
+  sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D | -block [-rule ID]) [-for D] | delete ID
   sluice keys      list | create -kind admin|check [-name N] | revoke ID
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
@@ -100,7 +101,8 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	keyBy, match := fs.String("key-by", "client_id", "comma-separated descriptors keying the counter"), fs.String("match", "", "comma-separated key=value descriptors a request must carry")
 	shadow, disabled := fs.Bool("shadow", false, "report, never reject"), fs.Bool("disabled", false, "create disabled")
 	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
-	block := fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)")
+	block := fs.Bool("block", false, "rule: reject every request it applies to, counting nothing (a blocklist entry); override: block the client (with -rule, on that rule only)")
+	lasts := fs.Duration("for", 0, "override: expires after this long, e.g. 24h (0: never)")
 	syncEvery := fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)")
 	identifier, ruleID, kind := fs.String("identifier", "", "override: client id, or a prefix ending in *"), fs.String("rule", "", "override: rule id"), fs.String("kind", "check", "key kind: admin or check")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -210,14 +212,21 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		})
 	case "overrides list":
 		return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).ListOverrides, &sluicev1.ListOverridesRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
-			fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW")
+			fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
 			for _, o := range r.Overrides {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), o.Params.GetWindow().AsDuration())
+				expires := "never"
+				if o.ExpiresAt != nil {
+					expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), o.Params.GetWindow().AsDuration(), o.Block, expires)
 			}
 		})
 	case "overrides create":
-		o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID}
-		if *ruleID != "" {
+		o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
+		if *lasts > 0 {
+			o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+		}
+		if *ruleID != "" && !*block {
 			o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(sluicev1.Algorithm_value["ALGORITHM_"+strings.ToUpper(*algorithm)]),
 				Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}
 		}

@@ -100,6 +100,24 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
+	// A client blocked for an hour by an override.
+	if out, err := sluice("overrides", "create", "-identifier", "banned-1", "-block", "-for", "1h"); err != nil || !strings.Contains(out, "created override") {
+		t.Fatalf("overrides create -block: %v\n%s", err, out)
+	}
+	if out, err := sluice("overrides", "list"); err != nil || !strings.Contains(out, "banned-1") || !strings.Contains(out, "true") || strings.Contains(out, "never") {
+		t.Fatalf("overrides list: %v\n%s", err, out)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		out, err := sluice("check", "client_id=banned-1")
+		if errors.Is(err, errRejected) && strings.Contains(out, "blocked") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the blocked client: %v\n%s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// A reset gives cli-user the 2 an hour again.
 	if out, err := sluice("reset", "-tier", "pro", "client_id=cli-user", "route=/cli"); err != nil || !strings.Contains(out, "reset burst") {
 		t.Fatalf("reset: %v\n%s", err, out)

@@ -523,4 +523,14 @@ func overridesAndAudit(t *testing.T, c clients, slug string) {
 	if len(older) == 0 || older[0].Id >= audit[1].Id {
 		t.Fatalf("paging: %v", older)
 	}
+
+	// A block of the client: no tier, no params.
+	_, err = call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "bad", Block: true, Tier: "pro"}})
+	if codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a block with a tier: %v", err)
+	}
+	callOK(t, admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "bad", Block: true}})
+	if list := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{}).Overrides; len(list) != 1 || !list[0].Block || list[0].Tier != "" {
+		t.Fatalf("overrides %v", list)
+	}
 }

@@ -101,7 +101,11 @@ type compiledRule struct {
 
 type compiledOverride struct {
 	policy.Override
-	limiter *limit.Limiter // with RuleID
+	limiter *limit.Limiter // with RuleID and Params
+	// blockRule, with Block, is the rule that rejects the client: its own,
+	// of no counter, or a blocking copy of rule RuleID (nil when that rule
+	// is not enabled: nothing to block).
+	blockRule *policy.Rule
 }
 
 type overrideKey struct{ descriptor, identifier string }
@@ -145,6 +149,9 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 			}
 			o.limiter = l
 		}
+		if o.Block {
+			o.blockRule = c.blockRule(o)
+		}
 		if !seen[o.IdentifierKey()] {
 			seen[o.IdentifierKey()] = true
 			c.idKeys = append(c.idKeys, o.IdentifierKey())
@@ -158,6 +165,27 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 	}
 	sort.SliceStable(c.prefix, func(i, j int) bool { return len(c.prefix[i].Identifier) > len(c.prefix[j].Identifier) })
 	return c, nil
+}
+
+// blockRule is the rule a blocking override rejects its client's requests
+// by: for every request, a rule of its own (named "blocked", counted in
+// the analytics as block/<key>=<identifier>, keyed by the identifier);
+// for rule RuleID, a blocking copy of it, nil when no tier enables it.
+func (c *Config) blockRule(o *compiledOverride) *policy.Rule {
+	if o.RuleID == "" {
+		return &policy.Rule{ID: "block/" + o.IdentifierKey() + "=" + o.Identifier, Name: "blocked", KeyBy: []string{o.IdentifierKey()},
+			Enabled: true, Block: true}
+	}
+	for _, rules := range c.tiers {
+		for i := range rules {
+			if rules[i].ID == o.RuleID {
+				r := rules[i].Rule
+				r.Block, r.Shadow = true, false // a client blocked is blocked
+				return &r
+			}
+		}
+	}
+	return nil
 }
 
 // overrides returns the overrides applying to a request at now: exact

@@ -232,6 +232,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 		return Decision{}, false, err
 	}
 	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
+	if sel.blocked != nil {
+		return Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+	}
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {
 		return dec, false, nil
@@ -380,7 +383,11 @@ func (c *Config) tierOf(tier string, ovs []*compiledOverride) (string, []compile
 // selection is the rules a request is decided by: for each, its counter
 // request, the rule, and the parameters in force (an override's or its own).
 type selection struct {
-	tier   string
+	tier string
+	// blocked, when set, is the rule of an override blocking the client's
+	// every request: the request is rejected by it, nothing else asked.
+	blocked *policy.Rule
+	// reqs, picked and params are the rules that apply, in order.
 	reqs   []limit.Request
 	picked []*policy.Rule
 	params []policy.Params
@@ -409,6 +416,12 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		return selection{}, err
 	}
 	sel := selection{tier: tier}
+	for _, o := range ovs {
+		if o.Block && o.RuleID == "" {
+			sel.blocked = o.blockRule
+			return sel, nil
+		}
+	}
 	if req.Limit != nil {
 		rule, lim := c.requestRule(*req.Limit, req.Descriptors)
 		sel.one = new(oneRule)
@@ -434,16 +447,19 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		if !r.Matches(req.Descriptors) {
 			continue
 		}
-		lim, p := r.limiter, r.Params
+		lim, p, rule := r.limiter, r.Params, &r.Rule
 		for _, o := range ovs {
-			if o.RuleID == r.ID && o.limiter != nil {
+			switch {
+			case o.RuleID != r.ID:
+			case o.Block: // the rule blocks this client, whatever else
+				rule = o.blockRule
+			case o.limiter != nil && rule == &r.Rule:
 				lim, p = o.limiter, *o.Params
-				break
 			}
 		}
 		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
 		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
-		sel.picked = append(sel.picked, &r.Rule)
+		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, p)
 		if r.Exact {
 			exact++

@@ -366,3 +366,66 @@ func TestBlockRules(t *testing.T) {
 		t.Fatalf("bad-1 past its limits: %+v", dec)
 	}
 }
+
+// A blocking override rejects its clients' every request without asking
+// the engine, by a rule of its own named "blocked", until it expires; one
+// with a rule_id blocks that rule's requests only, answering as that rule.
+func TestBlockingOverrides(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
+	d := NewDecider(Options{Engine: eng, Now: clk.now})
+	snap := snapshot()
+	snap.Overrides = append(snap.Overrides,
+		policy.Override{Identifier: "abuser-*", Block: true, ExpiresAt: clk.t.Add(time.Hour)},
+		policy.Override{Identifier: "eve", RuleID: "r-login", Block: true},
+		policy.Override{Identifier: "eve", RuleID: "r-login", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Minute}})
+	c, err := Compile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(req Request) Decision {
+		t.Helper()
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec
+	}
+	dec := decide(check("abuser-7", policy.Descriptor{Key: "route", Value: "/login"}))
+	if dec.Allowed || len(dec.Rules) != 1 || dec.Deciding != 0 {
+		t.Fatalf("a blocked client: %+v", dec)
+	}
+	if r := dec.Rules[0]; r.Rule.Name != "blocked" || r.Rule.ID != "block/client_id=abuser-*" || r.RetryAfter != limit.Never ||
+		policy.ClientKey(r.Rule, check("abuser-7").Descriptors) != "abuser-7" {
+		t.Fatalf("the block's answer: %+v, rule %+v", r, r.Rule)
+	}
+	if n := eng.calls.Load(); n != 0 {
+		t.Fatalf("a blocked client's request reached the engine %d times", n)
+	}
+	// Eve: blocked on /login (the block wins over her raised limit there),
+	// admitted elsewhere.
+	dec = decide(check("eve", policy.Descriptor{Key: "route", Value: "/login"}))
+	if dec.Allowed || dec.Rules[dec.Deciding].Rule.ID != "r-login" || !dec.Rules[dec.Deciding].Rule.Block {
+		t.Fatalf("eve on /login: %+v", dec)
+	}
+	if dec := decide(check("eve")); !dec.Allowed {
+		t.Fatalf("eve elsewhere: %+v", dec)
+	}
+	if dec := decide(check("abuser")); !dec.Allowed { // "abuser-*" needs the dash
+		t.Fatalf("a client the prefix misses: %+v", dec)
+	}
+	clk.t = clk.t.Add(time.Hour)
+	if dec := decide(check("abuser-7")); !dec.Allowed {
+		t.Fatalf("once the block expired: %+v", dec)
+	}
+	// A block names no tier and no params.
+	for _, o := range []policy.Override{
+		{Identifier: "x", Block: true, Tier: "pro"},
+		{Identifier: "x", Block: true, RuleID: "r-login", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Second}},
+	} {
+		if err := o.Validate(); policy.ErrorCode(err) != policy.CodeInvalid {
+			t.Errorf("override %+v: %v", o, err)
+		}
+	}
+}

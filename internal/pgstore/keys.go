@@ -11,7 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-const overrideColumns = `id::text, descriptor_key, identifier, coalesce(tier_name, ''), coalesce(rule_id::text, ''), params, expires_at`
+const overrideColumns = `id::text, descriptor_key, identifier, coalesce(tier_name, ''), coalesce(rule_id::text, ''), params, expires_at, block`
 
 // paramsJSON is the stored form of an override's replacement parameters.
 type paramsJSON struct {
@@ -49,7 +49,7 @@ func scanOverride(row pgx.Row) (policy.Override, error) {
 	var o policy.Override
 	var pj *paramsJSON
 	var expires *time.Time
-	err := row.Scan(&o.ID, &o.Key, &o.Identifier, &o.Tier, &o.RuleID, &pj, &expires)
+	err := row.Scan(&o.ID, &o.Key, &o.Identifier, &o.Tier, &o.RuleID, &pj, &expires, &o.Block)
 	o.Params = pj.params()
 	if expires != nil {
 		o.ExpiresAt = *expires
@@ -84,9 +84,9 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 		if !o.ExpiresAt.IsZero() {
 			expires = &o.ExpiresAt
 		}
-		err := tx.QueryRow(ctx, `INSERT INTO overrides (tenant_id, descriptor_key, identifier, tier_name, rule_id, params, expires_at)
-			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, '')::uuid, $6, $7) RETURNING id::text`,
-			tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expires).Scan(&o.ID)
+		err := tx.QueryRow(ctx, `INSERT INTO overrides (tenant_id, descriptor_key, identifier, tier_name, rule_id, params, expires_at, block)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, '')::uuid, $6, $7, $8) RETURNING id::text`,
+			tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expires, o.Block).Scan(&o.ID)
 		if err != nil {
 			return change{}, translate(err, "override")
 		}
@@ -99,6 +99,9 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 // overrideTargetExists checks that the override's tier or rule belongs to
 // the tenant, with a field error otherwise.
 func overrideTargetExists(ctx context.Context, tx pgx.Tx, tenantID string, o policy.Override) error {
+	if o.Tier == "" && o.RuleID == "" { // a block of every request
+		return nil
+	}
 	var ok bool
 	field, q, arg := "tier", `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, o.Tier
 	if o.RuleID != "" {
@@ -123,7 +126,7 @@ func (s *Store) ListOverrides(ctx context.Context, tenantID string) ([]policy.Ov
 }
 
 func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Override, error) {
-	rows, err := q.Query(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE tenant_id = $1 ORDER BY identifier, id`, tenantID)
+	rows, err := q.Query(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE tenant_id = $1 ORDER BY identifier, descriptor_key, block, created_at, id`, tenantID)
 	if err != nil {
 		return nil, translate(err, "override")
 	}

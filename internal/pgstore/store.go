@@ -186,6 +186,7 @@ var uniqueFields = map[string]string{
 	"rules_tier_id_position_key": "rule_ids",
 	"overrides_tier_move":        "identifier",
 	"overrides_rule_params":      "identifier",
+	"overrides_block":            "identifier",
 }
 
 // translate turns PostgreSQL errors into policy errors: no rows is

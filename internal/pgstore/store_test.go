@@ -205,8 +205,18 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 	if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "partner", RuleID: r.ID, Params: &p, ExpiresAt: exp}); err != nil {
 		t.Fatal(err)
 	}
+	// Blocks: of every request beside the tier move, and of one rule
+	// beside its parameters; one of each per identifier.
+	for _, o := range []policy.Override{{Identifier: "vip-*", Block: true}, {Identifier: "partner", RuleID: r.ID, Block: true}} {
+		if _, _, err := s.CreateOverride(ctx, op, acme.ID, o); err != nil {
+			t.Fatalf("block %+v: %v", o, err)
+		}
+		_, _, err = s.CreateOverride(ctx, op, acme.ID, o)
+		wantCode(t, err, policy.CodeConflict, "identifier")
+	}
 	ovs, err := s.ListOverrides(ctx, acme.ID)
-	if err != nil || len(ovs) != 2 || ovs[0].Identifier != "partner" || *ovs[0].Params != p || !ovs[0].ExpiresAt.Equal(exp) || ovs[1].Tier != "pro" {
+	if err != nil || len(ovs) != 4 || ovs[0].Identifier != "partner" || ovs[0].Params == nil || *ovs[0].Params != p || !ovs[0].ExpiresAt.Equal(exp) ||
+		!ovs[1].Block || ovs[1].RuleID != r.ID || ovs[1].Params != nil || ovs[2].Tier != "pro" || ovs[2].Block || !ovs[3].Block || ovs[3].Tier != "" || ovs[3].RuleID != "" {
 		t.Fatalf("overrides %+v %v", ovs, err)
 	}
 
@@ -230,7 +240,7 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 		t.Fatalf("snapshot keys: %d (the admin key must not be there)", len(checkKeys))
 	}
 	_, v, _ := s.GetTenant(ctx, acme.ID)
-	if snap.Version != v || len(snap.Tiers) != 2 || len(snap.Overrides) != 2 {
+	if snap.Version != v || len(snap.Tiers) != 2 || len(snap.Overrides) != 4 {
 		t.Fatalf("snapshot v%d (tenant at v%d): %d tiers, %d overrides", snap.Version, v, len(snap.Tiers), len(snap.Overrides))
 	}
 	if _, err := decide.Compile(snap); err != nil {

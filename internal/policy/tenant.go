@@ -85,7 +85,9 @@ func validateSlug(fe fieldErrors, field, s string) {
 // Override is a per-client exception. It applies to clients whose
 // identifier (the value of the descriptor Key, client_id by default) equals
 // Identifier, or starts with it when Identifier ends in '*'. It either moves
-// the client to Tier, or replaces the parameters of rule RuleID.
+// the client to Tier, or replaces the parameters of rule RuleID, or blocks
+// the client: every request (or, with RuleID, rule RuleID makes a blocking
+// rule for it; see Rule.Block), until ExpiresAt when set.
 type Override struct {
 	ID         string
 	Key        string // descriptor holding the identifier; "" means client_id
@@ -93,7 +95,10 @@ type Override struct {
 	Tier       string  // move the client to this tier, or
 	RuleID     string  // replace this rule's parameters
 	Params     *Params // the replacement, with RuleID
-	ExpiresAt  time.Time
+	// Block rejects the client's every request, counting nothing, or with
+	// RuleID the requests that rule applies to.
+	Block     bool
+	ExpiresAt time.Time
 }
 
 // DefaultIdentifierKey is the descriptor overrides match when Key is empty.
@@ -130,6 +135,13 @@ func (o *Override) Validate() error {
 		fe.add("identifier", "'*' is allowed only at the end (a prefix match)")
 	}
 	switch {
+	case o.Block:
+		if o.Tier != "" {
+			fe.add("tier", "a blocking override moves no client to a tier")
+		}
+		if o.Params != nil {
+			fe.add("params", "a blocking override has no params")
+		}
 	case o.Tier != "" && o.RuleID != "":
 		fe.add("tier", "set either tier or rule_id, not both")
 	case o.Tier != "":
@@ -144,7 +156,7 @@ func (o *Override) Validate() error {
 			o.Params.validate(fe.at("params"))
 		}
 	default:
-		fe.add("tier", "set a tier to move the client to, or a rule_id with params")
+		fe.add("tier", "set a tier to move the client to, a rule_id with params, or block")
 	}
 	return fe.err("override")
 }

@@ -129,7 +129,7 @@ func KeyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
 }
 
 func OverrideToProto(o policy.Override) *sluicev1.Override {
-	out := &sluicev1.Override{Id: o.ID, DescriptorKey: o.Key, Identifier: o.Identifier, Tier: o.Tier, RuleId: o.RuleID}
+	out := &sluicev1.Override{Id: o.ID, DescriptorKey: o.Key, Identifier: o.Identifier, Tier: o.Tier, RuleId: o.RuleID, Block: o.Block}
 	if o.Params != nil {
 		out.Params = ParamsToProto(*o.Params)
 	}
@@ -140,7 +140,7 @@ func OverrideToProto(o policy.Override) *sluicev1.Override {
 }
 
 func OverrideFromProto(p *sluicev1.Override) policy.Override {
-	o := policy.Override{ID: p.GetId(), Key: p.GetDescriptorKey(), Identifier: p.GetIdentifier(), Tier: p.GetTier(), RuleID: p.GetRuleId()}
+	o := policy.Override{ID: p.GetId(), Key: p.GetDescriptorKey(), Identifier: p.GetIdentifier(), Tier: p.GetTier(), RuleID: p.GetRuleId(), Block: p.GetBlock()}
 	if p.GetParams() != nil {
 		params := ParamsFromProto(p.GetParams())
 		o.Params = &params

@@ -26,6 +26,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		Overrides: []policy.Override{
 			{ID: "o1", Key: "user", Identifier: "vip-*", Tier: "free", ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
 			{ID: "o2", Key: "user", Identifier: "partner", RuleID: "r1", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Hour}},
+			{ID: "o3", Key: "user", Identifier: "abuser-*", Block: true, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
 		},
 	}
 	keys := [][32]byte{{1, 2, 3}}

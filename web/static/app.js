@@ -347,7 +347,7 @@ async function loadAccess() {
   const ruleName = (id) => (rules.find((r) => r.id === id) || {}).name || id || '–';
   $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
   $('#overrides-table tbody').replaceChildren(...(ovs.overrides || []).map((o) => el('tr', {},
-    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)),
+    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
     el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
     el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
   $('#keys-table tbody').replaceChildren(...(keys.keys || []).map((k) => el('tr', {},
@@ -359,8 +359,16 @@ async function loadAccess() {
 async function submitOverride(ev) {
   ev.preventDefault();
   const f = ev.target;
-  const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined };
-  if (o.ruleId) o.params = { limit: f.limit.value || '0', window: dur(f.window.value) };
+  const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
+  if (o.ruleId && !o.block) o.params = { limit: f.limit.value || '0', window: dur(f.window.value) };
+  if (f.expires.value.trim()) {
+    const expires = seconds(dur(f.expires.value));
+    if (!(expires > 0)) {
+      showErrors(f, { fields: [{ field: 'expires_at', description: 'a duration such as 90m, 24h or 7d' }] }, $('#override-error'));
+      return;
+    }
+    o.expiresAt = new Date(Date.now() + expires * 1000).toISOString();
+  }
   try {
     await api('OverrideService', 'CreateOverride', { override: o });
     f.reset();

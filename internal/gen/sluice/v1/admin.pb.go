@@ -1880,10 +1880,13 @@ type Override struct {
 	Identifier string `protobuf:"bytes,3,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Move the client to this tier, or
 	Tier string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
-	// replace this rule's parameters with params.
-	RuleId        string                 `protobuf:"bytes,5,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
-	Params        *LimitParams           `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// replace this rule's parameters with params, or
+	RuleId    string                 `protobuf:"bytes,5,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	Params    *LimitParams           `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// block the client: every request is rejected, counting nothing (with
+	// rule_id, only the requests that rule applies to). No tier or params.
+	Block         bool `protobuf:"varint,8,opt,name=block,proto3" json:"block,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1965,6 +1968,13 @@ func (x *Override) GetExpiresAt() *timestamppb.Timestamp {
 		return x.ExpiresAt
 	}
 	return nil
+}
+
+func (x *Override) GetBlock() bool {
+	if x != nil {
+		return x.Block
+	}
+	return false
 }
 
 type CreateOverrideRequest struct {
@@ -2716,7 +2726,7 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\":\n" +
 	"\x11RevokeKeyResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xf9\x01\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\x8f\x02\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0edescriptor_key\x18\x02 \x01(\tR\rdescriptorKey\x12\x1e\n" +
@@ -2727,7 +2737,8 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\arule_id\x18\x05 \x01(\tR\x06ruleId\x12.\n" +
 	"\x06params\x18\x06 \x01(\v2\x16.sluice.v1.LimitParamsR\x06params\x129\n" +
 	"\n" +
-	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"e\n" +
+	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
+	"\x05block\x18\b \x01(\bR\x05block\"e\n" +
 	"\x15CreateOverrideRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12/\n" +
 	"\boverride\x18\x02 \x01(\v2\x13.sluice.v1.OverrideR\boverride\"p\n" +
