@@ -190,7 +190,9 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// Blocked: a client the rule never saw is rejected at once, with a
 	// limit of 0 and no Retry-After (it never can be admitted).
-	eval(`(() => { [...document.querySelectorAll('[data-rule="tiny"] button')].find((b) => b.textContent === 'Block').click(); return ''; })()`)
+	for _, label := range []string{"Block", "Confirm block"} { // asked twice
+		eval(`(() => { [...document.querySelectorAll('[data-rule="tiny"] button')].find((b) => b.textContent === '` + label + `').click(); return ''; })()`)
+	}
 	waitText(`[data-rule="tiny"]`, "blocked", nil)
 	do("a new client", chromedp.SetValue("#try-client", "zed"))
 	waitText("#try-result .headers", "X-RateLimit-Limit: 0", func() { do("check", chromedp.Click("#try-submit")) })

@@ -173,6 +173,13 @@ function ruleRow(tier, rules, r, i) {
     await act(() => api('RuleService', 'ReorderRules', { tierId: tier.id, ruleIds: ids }), `Moved ${r.name}`);
   };
   const update = (change, msg) => act(() => api('RuleService', 'UpdateRule', { rule: { ...r, ...change } }), msg);
+  // Blocking rejects every request the rule applies to: asked twice, as deleting is.
+  const block = el('button', { type: 'button' }, r.block ? 'Unblock' : 'Block');
+  block.addEventListener('click', () => {
+    if (r.block || block.dataset.armed) return update({ block: !r.block }, `${r.name}: ${r.block ? 'unblocked' : 'blocked'}`);
+    block.dataset.armed = '1';
+    block.textContent = 'Confirm block';
+  });
   const del = el('button', { type: 'button', class: 'danger' }, 'Delete');
   del.addEventListener('click', () => {
     if (del.dataset.armed) return act(() => api('RuleService', 'DeleteRule', { ruleId: r.id }), `Deleted ${r.name}`);
@@ -189,7 +196,7 @@ function ruleRow(tier, rules, r, i) {
       el('button', { type: 'button', 'aria-label': `Move ${r.name} down`, disabled: i === rules.length - 1, onclick: () => move(1) }, '↓'),
       el('button', { type: 'button', onclick: () => editRule(tier, r) }, 'Edit'),
       el('button', { type: 'button', onclick: () => update({ enabled: !r.enabled }, `${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`) }, r.enabled ? 'Disable' : 'Enable'),
-      el('button', { type: 'button', onclick: () => update({ block: !r.block }, `${r.name}: ${r.block ? 'unblocked' : 'blocked'}`) }, r.block ? 'Unblock' : 'Block'),
+      block,
       el('button', { type: 'button', onclick: () => update({ shadow: !r.shadow }, `${r.name}: shadow ${r.shadow ? 'off' : 'on'}`) }, r.shadow ? 'Enforce' : 'Shadow'),
       del));
 }
