@@ -42,12 +42,12 @@ func testAPI(t testing.TB) (HTTPConfig, string) {
 	})
 }
 
-// apiWith is testAPI with the free tier's rules.
-func apiWith(t testing.TB, rules []policy.Rule) (HTTPConfig, string) {
+// apiWith is testAPI with the free tier's rules, and overrides.
+func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (HTTPConfig, string) {
 	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
-		Tiers: []policy.Tier{{Name: "free", Rules: rules}},
+		Tiers: []policy.Tier{{Name: "free", Rules: rules}}, Overrides: overrides,
 	}
 	c, err := decide.Compile(snap)
 	if err != nil {

@@ -354,7 +354,7 @@ func TestBlockedClient(t *testing.T) {
 				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
 			{ID: "r2", Name: "blocklist", Match: []policy.Match{{Key: "client_id", Value: "50.0.0.5"}}, Enabled: true, Block: true,
 				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Second}},
-		})
+		}, policy.Override{Identifier: "scraper-*", Block: true})
 	}
 	eachServer(t, blocking, func(t *testing.T, srv served, key string) {
 		resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"50.0.0.5"}}`)
@@ -370,6 +370,11 @@ func TestBlockedClient(t *testing.T) {
 		if resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"50.0.0.6"}}`); resp.StatusCode != 200 {
 			t.Fatalf("another client: %d %v", resp.StatusCode, m)
 		}
+		resp, m = post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"scraper-3"}}`)
+		if v, _ := m["violated_policies"].([]any); resp.StatusCode != 429 || len(v) != 1 || v[0] != "blocked" ||
+			resp.Header.Get("RateLimit-Policy") != `"blocked";q=0;w=1` || resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("a client blocked by an override: %d %v %v", resp.StatusCode, m, resp.Header)
+		}
 	})
 	cfg, key := blocking(t)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
@@ -382,5 +387,15 @@ func TestBlockedClient(t *testing.T) {
 	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
 		st.CurrentLimit.GetName() != "blocklist" || st.CurrentLimit.GetRequestsPerUnit() != 0 || st.LimitRemaining != 0 {
 		t.Fatalf("Envoy's answer for a blocked client: %v", res)
+	}
+	// A client blocked by an override: the rule "blocked", 0 a second.
+	res, err = serveRLS(t, cfg).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "scraper-3", "route", "/x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "blocked" ||
+		st.CurrentLimit.GetRequestsPerUnit() != 0 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
+		t.Fatalf("Envoy's answer for a client blocked by an override: %v", res)
 	}
 }

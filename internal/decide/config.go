@@ -173,8 +173,10 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 // for rule RuleID, a blocking copy of it, nil when no tier enables it.
 func (c *Config) blockRule(o *compiledOverride) *policy.Rule {
 	if o.RuleID == "" {
+		// A window of a second, for headers and Envoy's unit: a block of
+		// requests_per_unit 0 per second, as envoyproxy/ratelimit would say.
 		return &policy.Rule{ID: "block/" + o.IdentifierKey() + "=" + o.Identifier, Name: "blocked", KeyBy: []string{o.IdentifierKey()},
-			Enabled: true, Block: true}
+			Enabled: true, Block: true, Params: policy.Params{Window: time.Second}}
 	}
 	for _, rules := range c.tiers {
 		for i := range rules {
