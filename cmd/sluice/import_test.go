@@ -70,13 +70,16 @@ func TestImportIntoARunningControlPlane(t *testing.T) {
 	if !first.TenantCreated || len(first.Created) != 3 || len(first.Updated) != 0 || len(first.UnlimitedPaths) != 1 {
 		t.Fatalf("first import %+v", first)
 	}
-	second := importOnce()
-	if second.TenantCreated || second.TenantID != first.TenantID || len(second.Created) != 0 || len(second.Updated) != 3 {
-		t.Fatalf("second import %+v: it must update, not duplicate", second)
-	}
-	tn, _, err := store.GetTenantBySlug(context.Background(), "edge-proxy")
+	tn, v1, err := store.GetTenantBySlug(context.Background(), "edge-proxy")
 	if err != nil {
 		t.Fatal(err)
+	}
+	second := importOnce()
+	if second.TenantCreated || second.TenantID != first.TenantID || len(second.Created) != 0 || len(second.Updated) != 0 || len(second.Unchanged) != 3 {
+		t.Fatalf("second import %+v: it must change nothing, not duplicate", second)
+	}
+	if _, v2, _ := store.GetTenantBySlug(context.Background(), "edge-proxy"); v2 != v1 {
+		t.Fatalf("the second import moved the config version from %d to %d", v1, v2)
 	}
 	tiers, _ := store.ListTiers(context.Background(), tn.ID)
 	// Stored as imported: exact rules, the unlimited path a shadow rule.
@@ -97,13 +100,19 @@ func TestImportIntoARunningControlPlane(t *testing.T) {
 		if err := run(context.Background(), tc.args, &out, &errOut, getenv); err != nil {
 			t.Fatalf("%v: %v (%s)", tc.args, err, errOut.String())
 		}
-		if want := fmt.Sprintf("2 updated, %d deleted", tc.deleted); !strings.Contains(out.String(), want) {
+		if want := fmt.Sprintf("0 updated, 2 unchanged, %d deleted", tc.deleted); !strings.Contains(out.String(), want) {
 			t.Fatalf("%v printed %q, want %q", tc.args, out.String(), want)
 		}
 	}
 	tiers, _ = store.ListTiers(context.Background(), tn.ID)
 	if len(tiers[0].Rules) != 2 || tiers[0].Rules[0].Name != "remote_address" || tiers[0].Rules[1].Name != "path=/login" {
 		t.Fatalf("after -prune: %+v", tiers[0].Rules)
+	}
+	// A changed limit updates its rule alone.
+	out.Reset()
+	raised := writeFile(t, strings.Replace(strings.Split(ratelimitYAML, "  - key: health")[0], "requests_per_unit: 60", "requests_per_unit: 120", 1))
+	if err := run(context.Background(), []string{"import", raised}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "1 updated, 1 unchanged") {
+		t.Fatalf("import of a raised limit: %v, %q", err, out.String())
 	}
 	// -tier imports into another tier of the tenant.
 	out.Reset()

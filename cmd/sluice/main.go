@@ -251,7 +251,8 @@ func printImported(w io.Writer, plan *envoyimport.Plan, sum cli.ImportSummary) {
 	if sum.TenantCreated {
 		fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
 	}
-	fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d deleted\n", plan.Tenant.Slug, sum.Tier, len(sum.Created), len(sum.Updated), len(sum.Deleted))
+	fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d unchanged, %d deleted\n", plan.Tenant.Slug, sum.Tier,
+		len(sum.Created), len(sum.Updated), len(sum.Unchanged), len(sum.Deleted))
 	for _, u := range sum.UnlimitedPaths {
 		fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -47,6 +48,7 @@ type ImportSummary struct {
 	Tier           string   `json:"tier"`
 	Created        []string `json:"created"`
 	Updated        []string `json:"updated"`
+	Unchanged      []string `json:"unchanged"` // already as the plan says: not written, no new config version
 	Deleted        []string `json:"deleted,omitempty"` // with prune
 	UnlimitedPaths []string `json:"unlimited_paths"`
 }
@@ -54,7 +56,8 @@ type ImportSummary struct {
 // Import applies plan: with the operator key, into the tenant whose slug is
 // the plan's (created if missing); with an admin key, into the key's own
 // tenant. Rules go to the tier "default" (created if missing); a rule of
-// the same name is updated, so importing twice changes nothing more; with
+// the same name is updated when it differs, so importing twice changes
+// nothing (no new config version, no audit row) the second time; with
 // prune, the tier's rules the plan does not name are deleted, so the tier
 // becomes what the file says, as envoyproxy/ratelimit's reload would.
 func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool) (ImportSummary, error) {
@@ -96,14 +99,18 @@ func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool)
 		}
 		tier = created.Msg.Tier
 	}
-	existing := map[string]string{}
+	existing := map[string]*sluicev1.Rule{}
 	for _, r := range tier.Rules {
-		existing[r.Name] = r.Id
+		existing[r.Name] = r
 	}
 	for _, r := range plan.Rules {
 		msg := protoconv.RuleToProto(r)
-		if id, ok := existing[r.Name]; ok {
-			msg.Id = id
+		if old, ok := existing[r.Name]; ok {
+			msg.Id = old.Id
+			if proto.Equal(msg, old) {
+				sum.Unchanged = append(sum.Unchanged, r.Name)
+				continue
+			}
 			if _, err := c.rules.UpdateRule(ctx, request(c, &sluicev1.UpdateRuleRequest{TenantId: sum.TenantID, Rule: msg})); err != nil {
 				return sum, fmt.Errorf("update rule %s: %w", r.Name, err)
 			}
