@@ -48,7 +48,7 @@ type ImportSummary struct {
 	Tier           string   `json:"tier"`
 	Created        []string `json:"created"`
 	Updated        []string `json:"updated"`
-	Unchanged      []string `json:"unchanged"` // already as the plan says: not written, no new config version
+	Unchanged      []string `json:"unchanged"`         // already as the plan says: not written, no new config version
 	Deleted        []string `json:"deleted,omitempty"` // with prune
 	UnlimitedPaths []string `json:"unlimited_paths"`
 }
