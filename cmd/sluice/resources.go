@@ -102,6 +102,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	shadow, disabled := fs.Bool("shadow", false, "report, never reject"), fs.Bool("disabled", false, "create disabled")
 	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
 	block := fs.Bool("block", false, "rule: reject every request it applies to, counting nothing (a blocklist entry); override: block the client (with -rule, on that rule only)")
+	replaces := fs.String("replaces", "", "rule: comma-separated names of rules this one replaces where it applies")
 	lasts := fs.Duration("for", 0, "override: expires after this long, e.g. 24h (0: never)")
 	syncEvery := fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)")
 	identifier, ruleID, kind := fs.String("identifier", "", "override: client id, or a prefix ending in *"), fs.String("rule", "", "override: rule id"), fs.String("kind", "check", "key kind: admin or check")
@@ -194,7 +195,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			fmt.Fprintln(stderr, err)
 			return errUsage
 		}
-		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Exact: *exact, Block: *block, Enabled: !*disabled, Match: m,
+		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Exact: *exact, Block: *block, Replaces: flagenv.List(*replaces), Enabled: !*disabled, Match: m,
 			Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(alg), Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}}
 		if *syncEvery != 0 {
 			rule.Sync = durationpb.New(*syncEvery)
@@ -404,6 +405,9 @@ func ruleFlags(r *sluicev1.Rule) string {
 	}
 	if r.Block {
 		f = append(f, "block")
+	}
+	if len(r.Replaces) > 0 {
+		f = append(f, "replaces "+strings.Join(r.Replaces, "+"))
 	}
 	if r.Sync != nil {
 		f = append(f, "sync "+r.Sync.AsDuration().String())

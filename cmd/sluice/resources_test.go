@@ -50,11 +50,12 @@ func TestCLIAgainstDev(t *testing.T) {
 	if err != nil || !strings.Contains(out, "created rule burst") {
 		t.Fatalf("rules create: %v\n%s", err, out)
 	}
-	if out, err = sluice("rules", "create", "-tier", pro, "-name", "blocklist", "-limit", "1", "-window", "1s", "-match", "client_id=blocked-*", "-block"); err != nil {
+	if out, err = sluice("rules", "create", "-tier", pro, "-name", "blocklist", "-limit", "1", "-window", "1s", "-match", "client_id=blocked-*", "-block", "-replaces", "burst"); err != nil {
 		t.Fatalf("rules create -block: %v\n%s", err, out)
 	}
 	if out, err = sluice("rules", "list", "-tier", pro); err != nil || !strings.Contains(out, "fixed_window") || !strings.Contains(out, "route=/cli") ||
-		!strings.Contains(out, "sync 50ms") || !strings.Contains(out, "exact") || !strings.Contains(out, "block") {
+		!strings.Contains(out, "sync 50ms") || !strings.Contains(out, "exact") || !strings.Contains(out, "block") ||
+		!strings.Contains(out, "replaces burst") {
 		t.Fatalf("rules list: %v\n%s", err, out)
 	}
 	// Without -tier: every tier's rules (the free tier's login, pro's burst).

@@ -127,14 +127,15 @@ func TestCRUDOverConnectAndGRPC(t *testing.T) {
 			}
 			upd := ruleMsg("b2")
 			upd.Id, upd.Shadow, upd.FailureMode = ids[1], true, sluicev1.FailureMode_FAILURE_MODE_CLOSED
-			upd.Params.Burst, upd.Sync, upd.Exact, upd.Block = 4, durationpb.New(250*time.Millisecond), true, true
+			upd.Params.Burst, upd.Sync, upd.Exact, upd.Block, upd.Replaces = 4, durationpb.New(250*time.Millisecond), true, true, []string{"c"}
 			callOK(t, admin, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: upd})
 			callOK(t, admin, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: tier.Id, RuleIds: []string{ids[2], ids[1], ids[0]}})
 			callOK(t, admin, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: ids[0]})
 			rules := callOK(t, admin, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: tier.Id}).Rules
 			if len(rules) != 2 || rules[0].Name != "c" || rules[1].Name != "b2" || !rules[1].Shadow ||
 				rules[1].FailureMode != sluicev1.FailureMode_FAILURE_MODE_CLOSED || rules[1].Params.Burst != 4 ||
-				rules[1].Params.Window.AsDuration() != time.Minute || rules[1].Sync.AsDuration() != 250*time.Millisecond || !rules[1].Exact || rules[0].Exact || !rules[1].Block || rules[0].Block {
+				rules[1].Params.Window.AsDuration() != time.Minute || rules[1].Sync.AsDuration() != 250*time.Millisecond || !rules[1].Exact || rules[0].Exact || !rules[1].Block || rules[0].Block ||
+				!slices.Equal(rules[1].Replaces, []string{"c"}) || len(rules[0].Replaces) != 0 {
 				t.Fatalf("rules after update, reorder and delete: %v", rules)
 			}
 			tiers := callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}).Tiers

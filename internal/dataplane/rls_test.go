@@ -2,9 +2,11 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -397,5 +400,65 @@ func TestBlockedClient(t *testing.T) {
 	if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "blocked" ||
 		st.CurrentLimit.GetRequestsPerUnit() != 0 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
 		t.Fatalf("Envoy's answer for a client blocked by an override: %v", res)
+	}
+}
+
+// envoyproxy/ratelimit's "replaces" (its README's example 7, imported): in
+// a call whose descriptors meet both limits, the replacing one applies and
+// the replaced one is neither counted nor checked; alone, the replaced one
+// applies as ever.
+func TestEnvoyRLSReplaces(t *testing.T) {
+	t.Parallel()
+	plan, err := envoyimport.Parse(strings.NewReader(`
+domain: acme
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces: [{name: specific_limit}]
+          requests_per_unit: 10
+          unit: second
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plan.Rules {
+		plan.Rules[i].ID = fmt.Sprint("r", i)
+	}
+	cfg, key := apiWith(t, plan.Rules)
+	client := serveRLS(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	both := []*ratelimitv3.RateLimitDescriptor{descriptor("key_1", "value_1", "user", "bkthomps"), descriptor("key_2", "value_2", "user", "bkthomps")}
+	ask := func(ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for i := range 10 {
+		res := ask(both...)
+		if res.OverallCode != rlsv3.RateLimitResponse_OK || res.Statuses[0].CurrentLimit != nil || res.Statuses[1].LimitRemaining != uint32(9-i) {
+			t.Fatalf("call %d with both descriptors: %v", i, res)
+		}
+	}
+	if res := ask(both...); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the 11th call with both: %v, want the 10 a second of the replacing limit", res)
+	}
+	for i := range 6 { // the replaced limit, alone, untouched by the calls above
+		res := ask(both[0])
+		if want := i < 5; (res.OverallCode == rlsv3.RateLimitResponse_OK) != want || res.Statuses[0].CurrentLimit.GetName() != "specific_limit" {
+			t.Fatalf("call %d with the first descriptor alone: %v", i, res)
+		}
 	}
 }

@@ -30,7 +30,14 @@ type Config struct {
 	// (RequestLimit → *limit.Limiter), at most maxRequestLimits of them.
 	requestLimits  sync.Map
 	requestLimitsN atomic.Int64
+	// replaces is set when an enabled rule replaces others (Rule.Replaces).
+	replaces bool
 }
+
+// HasReplaces reports whether an enabled rule of c replaces others: a
+// caller deciding several requests as one call (Envoy's descriptors)
+// then asks each which rules it replaces (Decider.Replacing) first.
+func (c *Config) HasReplaces() bool { return c.replaces }
 
 type localKey struct {
 	rule   *policy.Rule
@@ -133,6 +140,7 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 				return nil, fmt.Errorf("decide: rule %s: %w", r.Name, err)
 			}
 			rules = append(rules, compiledRule{Rule: r, limiter: l})
+			c.replaces = c.replaces || len(r.Replaces) > 0
 		}
 		c.tiers[t.Name] = rules
 	}

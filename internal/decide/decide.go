@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,10 @@ type Request struct {
 	// override): a fixed window counted per the values of all the
 	// request's descriptors, failing open.
 	Limit *RequestLimit
+	// Replaced names rules that do not apply to this request: rules the
+	// other requests of the same call replace (Rule.Replaces), as
+	// Decider.Replacing tells.
+	Replaced map[string]bool
 }
 
 // RequestLimit is a limit a request brings with it: a fixed window of
@@ -468,7 +473,45 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 	if exact > 1 {
 		sel.keepMostSpecific()
 	}
+	if c.replaces || len(req.Replaced) > 0 {
+		sel.dropReplaced(req.Replaced)
+	}
 	return sel, nil
+}
+
+// dropReplaced drops the rules of sel that replaced names, or that another
+// rule of sel replaces.
+func (sel *selection) dropReplaced(replaced map[string]bool) {
+	var byPicked []string // what the picked rules replace, taken before any is dropped
+	for _, r := range sel.picked {
+		byPicked = append(byPicked, r.Replaces...)
+	}
+	n := 0
+	for i, r := range sel.picked {
+		if !replaced[r.Name] && !slices.Contains(byPicked, r.Name) {
+			sel.reqs[n], sel.picked[n], sel.params[n] = sel.reqs[i], sel.picked[i], sel.params[i]
+			n++
+		}
+	}
+	sel.reqs, sel.picked, sel.params = sel.reqs[:n], sel.picked[:n], sel.params[:n]
+}
+
+// Replacing returns the names of the rules that the rules req meets
+// replace (Rule.Replaces), for the other requests of the same call
+// (Request.Replaced); nil when none.
+func (d *Decider) Replacing(c *Config, req Request) []string {
+	if !c.replaces {
+		return nil
+	}
+	sel, err := d.selectRules(c, req, 1)
+	if err != nil {
+		return nil // the decision itself reports it
+	}
+	var out []string
+	for _, r := range sel.picked {
+		out = append(out, r.Replaces...)
+	}
+	return out
 }
 
 // keepMostSpecific drops the exact rules of sel that a more specific exact

@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -427,5 +428,44 @@ func TestBlockingOverrides(t *testing.T) {
 		if err := o.Validate(); policy.ErrorCode(err) != policy.CodeInvalid {
 			t.Errorf("override %+v: %v", o, err)
 		}
+	}
+}
+
+// A rule that applies replaces the rules it names: they are neither
+// counted nor checked for that request (or for the requests of Replaced);
+// where it does not apply they count as ever. A rule cannot replace
+// itself.
+func TestReplaces(t *testing.T) {
+	t.Parallel()
+	general := policy.Rule{ID: "g", Name: "general", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}}
+	search := policy.Rule{ID: "s", Name: "search", KeyBy: []string{"client_id"}, Enabled: true, Replaces: []string{"general"},
+		Match:  []policy.Match{{Key: "route", Value: "/search"}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{general, search}}}})
+	if err != nil || !c.HasReplaces() {
+		t.Fatalf("compile: %v, replaces %v", err, c.HasReplaces())
+	}
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	searching := check("ann", policy.Descriptor{Key: "route", Value: "/search"})
+	if got := d.Replacing(c, searching); !slices.Equal(got, []string{"general"}) {
+		t.Fatalf("Replacing: %v", got)
+	}
+	if n := admitted(t, d, c, searching, 7); n != 5 {
+		t.Fatalf("/search: %d of 7 admitted, want search's 5 (general replaced)", n)
+	}
+	if n := admitted(t, d, c, check("ann"), 3); n != 2 {
+		t.Fatalf("elsewhere: %d of 3 admitted, want general's 2, untouched by /search", n)
+	}
+	// Replaced by another request of the call: general is out.
+	if n := admitted(t, d, c, Request{Descriptors: check("bo").Descriptors, Replaced: map[string]bool{"general": true}}, 3); n != 3 {
+		t.Fatalf("general replaced by the call: %d of 3 admitted, want all (no rule left)", n)
+	}
+	self := search
+	self.Replaces = []string{"search"}
+	if err := self.Validate(); policy.ErrorCode(err) != policy.CodeInvalid {
+		t.Fatalf("a rule replacing itself: %v", err)
 	}
 }

@@ -15,7 +15,9 @@
 // one. An entry marked unlimited becomes a shadow rule that never rejects
 // (policy.MaxLimit per unit), so that it too overrides its default; one
 // of requests_per_unit 0, which rejects every request, a blocking rule
-// (policy.Rule.Block).
+// (policy.Rule.Block). A rate_limit's replaces become the rule's Replaces:
+// the names of the limits it replaces (their rate_limit names, which name
+// the rules made of them).
 package envoyimport
 
 import (
@@ -165,11 +167,10 @@ func (p *Plan) rule(rl *rateLimit, shadow bool, match []policy.Match, keyBy []st
 	r := policy.Rule{Name: name, Match: match, KeyBy: keyBy, Shadow: shadow, Enabled: true, Exact: true,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: rl.RequestsPerUnit}}
 	window, ok := units[strings.ToLower(rl.Unit)]
+	for _, rp := range rl.Replaces {
+		r.Replaces = append(r.Replaces, rp.Name)
+	}
 	switch {
-	case len(rl.Replaces) > 0:
-		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.replaces",
-			Description: "not supported: every limit a request's descriptors meet applies; remove it, or the descriptor the limit replaces"})
-		return policy.Rule{}, false
 	case rl.Unlimited:
 		if !ok {
 			window = time.Second // envoyproxy/ratelimit needs no unit here
@@ -202,6 +203,8 @@ func envoyField(f string) string {
 		return "rate_limit.name"
 	case strings.HasPrefix(f, "match"), strings.HasPrefix(f, "key_by"):
 		return "key"
+	case strings.HasPrefix(f, "replaces["): // replaces[i] names replaces[i].name
+		return "rate_limit." + f + ".name"
 	}
 	return f
 }

@@ -225,7 +225,7 @@ descriptors:
       - key: c
         rate_limit: {unit: second, requests_per_unit: -1}
   - key: d
-    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}
+    rate_limit: {unit: second, requests_per_unit: 1, name: d, replaces: [{name: d}]}
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -237,7 +237,7 @@ descriptors:
 		got = append(got, f.Field)
 	}
 	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
-		"descriptors[3].rate_limit.replaces"}
+		"descriptors[3].rate_limit.replaces[0].name"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}

@@ -112,7 +112,15 @@ type Rule struct {
 	// a limit and remaining of 0 and no retry-after. A shadow block
 	// reports what it would reject.
 	Block bool
+	// Replaces names rules this one replaces (envoyproxy/ratelimit's
+	// replaces): when this rule applies, rules of those names do not, in
+	// the same request or, on Envoy's rate limit service, in the other
+	// descriptors of the same call.
+	Replaces []string
 }
+
+// MaxReplaces bounds Rule.Replaces.
+const MaxReplaces = 16
 
 // Bounds of Rule.Sync.
 const (
@@ -197,6 +205,15 @@ func (r *Rule) validate(fe fieldErrors) {
 			fe.add("key_by["+strconv.Itoa(i)+"]", "%q appears twice", k)
 		}
 		seen[k] = true
+	}
+	if len(r.Replaces) > MaxReplaces {
+		fe.add("replaces", "at most %d rule names", MaxReplaces)
+	}
+	for i, n := range r.Replaces {
+		validateName(fe, "replaces["+strconv.Itoa(i)+"]", n)
+		if n == r.Name {
+			fe.add("replaces["+strconv.Itoa(i)+"]", "a rule cannot replace itself")
+		}
 	}
 	r.Params.validate(fe)
 	if r.FailureMode > FailLocal {

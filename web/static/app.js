@@ -166,7 +166,7 @@ async function loadRules() {
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
   const limitText = `${p.limit || 0}${p.window ? ' per ' + fmtDur(p.window) : ''}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
-  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
+  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', (r.replaces || []).length ? `replaces ${r.replaces.join(', ')}` : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
     [ids[i], ids[i + d]] = [ids[i + d], ids[i]];
@@ -223,6 +223,7 @@ function ruleFromForm(f) {
   return {
     id: f.id.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
+    replaces: f.replaces.value.split(',').map((s) => s.trim()).filter(Boolean),
     params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
   };
@@ -242,6 +243,7 @@ function editRule(tier, r) {
   f.maxDelay.value = p.maxDelay || '0s';
   f.keyBy.value = (r.keyBy || []).join(', ');
   f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
+  f.replaces.value = (r.replaces || []).join(', ');
   f.failureMode.value = r.failureMode && r.failureMode !== 'FAILURE_MODE_UNSPECIFIED' ? r.failureMode : 'FAILURE_MODE_OPEN';
   f.sync.value = r.sync || '0s';
   f.enabled.checked = !!r.enabled;

@@ -343,7 +343,12 @@ type Rule struct {
 	// The params stay, to apply again when block is cleared. A blocked
 	// request's answer has a limit and remaining of 0 and no retry-after; a
 	// shadow block reports what it would reject.
-	Block         bool `protobuf:"varint,11,opt,name=block,proto3" json:"block,omitempty"`
+	Block bool `protobuf:"varint,11,opt,name=block,proto3" json:"block,omitempty"`
+	// Names of rules this one replaces (envoyproxy/ratelimit's replaces):
+	// when this rule applies, rules of those names do not, in the same
+	// request or, on Envoy's rate limit service, in the other descriptors of
+	// the same call. At most 16.
+	Replaces      []string `protobuf:"bytes,12,rep,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,6 +460,13 @@ func (x *Rule) GetBlock() bool {
 	return false
 }
 
+func (x *Rule) GetReplaces() []string {
+	if x != nil {
+		return x.Replaces
+	}
+	return nil
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -526,7 +538,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xe1\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xfd\x02\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -539,7 +551,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x04sync\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04sync\x12\x14\n" +
 	"\x05exact\x18\n" +
 	" \x01(\bR\x05exact\x12\x14\n" +
-	"\x05block\x18\v \x01(\bR\x05block\"4\n" +
+	"\x05block\x18\v \x01(\bR\x05block\x12\x1a\n" +
+	"\breplaces\x18\f \x03(\tR\breplaces\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
