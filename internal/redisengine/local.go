@@ -85,6 +85,9 @@ type entry struct {
 	synced       int64 // local µs of the last reconciliation; 0: none yet
 	dirty        bool  // in its shard's due lists
 	loading      *fetch
+	// resets counts the key's resets (reset.go): a reconciliation under
+	// way across one brings a state from before it, which is dropped.
+	resets uint32
 }
 
 // fetch is a reconciliation that decisions wait for: a key's first.
@@ -490,12 +493,13 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 	type item struct {
 		en        *entry
 		cost, win int64
+		resets    uint32
 	}
 	items := make([]item, len(ents))
 	for k, en := range ents {
 		sh := &l.shards[l.shardOf(en.key)]
 		sh.mu.Lock()
-		items[k] = item{en: en, cost: en.pending, win: en.win}
+		items[k] = item{en: en, cost: en.pending, win: en.win, resets: en.resets}
 		en.pending = 0
 		sh.mu.Unlock()
 	}
@@ -545,7 +549,7 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 				if err == nil {
 					t, v = reply[2*k], reply[2*k+1]
 				}
-				l.settle(it.en, it.cost, it.win, t, v, local, err)
+				l.settle(it.en, it.cost, it.win, t, v, local, it.resets, err)
 			}
 		})
 	}
@@ -554,12 +558,19 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 
 // settle applies one key's reconciliation answer: the shared state (t, v)
 // plus what was admitted here since the cost sent (of window win) went
-// out; or, after err, keeps that cost to send it again.
-func (l *localCounts) settle(en *entry, sent, win, t, v, now int64, err error) {
+// out; or, after err, keeps that cost to send it again. An answer of
+// before a reset of the key (resets, as the reconciliation began, behind
+// the entry's) is dropped: the next decision fetches the state again.
+func (l *localCounts) settle(en *entry, sent, win, t, v, now int64, resets uint32, err error) {
 	sh := &l.shards[l.shardOf(en.key)]
 	sh.mu.Lock()
 	f := en.loading
 	en.loading = nil
+	if resets != en.resets {
+		sh.mu.Unlock()
+		close(f.done) // its waiters fetch again, or decide on the reset view
+		return
+	}
 	if err != nil {
 		if en.counts(win) {
 			en.pending += sent

@@ -93,6 +93,7 @@ func (l *localCounts) reset(keys []string) {
 		sh.mu.Lock()
 		if en, ok := sh.m[k]; ok {
 			en.view, en.pending, en.synced = limit.State{}, 0, 0
+			en.resets++
 		}
 		sh.mu.Unlock()
 	}

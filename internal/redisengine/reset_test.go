@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -31,7 +34,8 @@ func TestResetReachesEveryEngine(t *testing.T) {
 
 	strict := limit.Request{Key: "{alice}strict", Limiter: window10, Cost: 1}
 	local := limit.Request{Key: "{alice}local", Limiter: bucket10, Cost: 1, Sync: 100 * time.Millisecond}
-	for _, rq := range []limit.Request{strict, local} {
+	localWindow := limit.Request{Key: "{alice}window", Limiter: window10, Cost: 1, Sync: 100 * time.Millisecond}
+	for _, rq := range []limit.Request{strict, local, localWindow} {
 		for _, e := range es {
 			for range 10 {
 				decideOne(t, e, rq)
@@ -44,18 +48,18 @@ func TestResetReachesEveryEngine(t *testing.T) {
 		}
 	}
 
-	if err := a.Reset(ctx, []limit.Request{strict, local}); err != nil {
+	if err := a.Reset(ctx, []limit.Request{strict, local, localWindow}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case keys := <-forgotten:
-		if !slices.Equal(keys, []string{strict.Key, local.Key}) {
+		if !slices.Equal(keys, []string{strict.Key, local.Key, localWindow.Key}) {
 			t.Fatalf("engine b was told of %v", keys)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("engine b never heard of the reset")
 	}
-	for _, rq := range []limit.Request{strict, local} {
+	for _, rq := range []limit.Request{strict, local, localWindow} {
 		for i, e := range es {
 			if ok, r := decideOne(t, e, rq); !ok || r.Remaining < 8 {
 				t.Fatalf("%s on engine %d after the reset: %v %+v, want a fresh limiter", rq.Key, i, ok, r)
@@ -114,5 +118,64 @@ func TestResetOnCluster(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other engine never heard of the reset")
+	}
+}
+
+// holdSync holds the replies of sync.lua calls, once armed: each call runs
+// on Redis, then waits for release before its caller sees the reply.
+type holdSync struct {
+	armed   atomic.Bool
+	held    chan struct{} // a reply is held
+	release chan struct{}
+}
+
+func (h *holdSync) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdSync) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *holdSync) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); h.armed.Load() && len(args) > 1 && args[1] == syncScript.Hash() {
+			h.held <- struct{}{}
+			<-h.release
+		}
+		return err
+	}
+}
+
+// A reconciliation that read a key's state before its reset and answers
+// after it does not bring the old state back into the local view.
+func TestResetDuringAReconciliation(t *testing.T) {
+	t.Parallel()
+	_, prefix := redistest.Client(t)
+	hold := &holdSync{held: make(chan struct{}), release: make(chan struct{})}
+	c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+	c.AddHook(hold)
+	t.Cleanup(func() { c.Close() })
+	clk := newClock()
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, SyncTick: -1, Now: clk.Now})
+	t.Cleanup(e.Close)
+	ctx := context.Background()
+	if err := e.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rq := limit.Request{Key: "{alice}window", Limiter: window10, Cost: 1, Sync: 100 * time.Millisecond}
+	for range 10 {
+		decideOne(t, e, rq)
+	}
+	clk.advance(100 * time.Millisecond)
+	hold.armed.Store(true)
+	done := make(chan struct{})
+	go func() { e.Reconcile(ctx); close(done) }() // sends the 10, reads them back, held
+	<-hold.held
+	if err := e.Reset(ctx, []limit.Request{rq}); err != nil {
+		t.Fatal(err)
+	}
+	hold.armed.Store(false)
+	close(hold.release)
+	<-done
+	if ok, r := decideOne(t, e, rq); !ok || r.Remaining != 9 {
+		t.Fatalf("after the reset: %v %+v, want a fresh window", ok, r)
 	}
 }
