@@ -253,6 +253,7 @@ descriptors:
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(example))
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: j\n        rate_limit: {unit: day, requests_per_unit: 3}\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 0, name: n, replaces: [{name: m}]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(strings.NewReader(string(data)))
 		if err != nil {

@@ -246,14 +246,15 @@ func TestParseNames(t *testing.T) {
 // FuzzRuleValidate: validation never panics, and whatever it accepts is
 // within the bounds every engine relies on.
 func FuzzRuleValidate(f *testing.F) {
-	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0))
-	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5, int64(-1))
-	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(1e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(1e8))
-	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64, sync int64) {
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "x")
+	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5, int64(-1), "")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(1e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(1e8), "other")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "name")
+	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64, sync int64, replaces string) {
 		r := Rule{ID: id, Name: name, Match: []Match{{mk, mv}}, KeyBy: []string{kb},
 			Params: Params{Algorithm: Algorithm(alg), Limit: limit, Window: time.Duration(window), Burst: burst,
 				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold},
-			Sync: time.Duration(sync)}
+			Sync: time.Duration(sync), Block: limit%2 == 0, Replaces: []string{replaces}}
 		err := r.Validate()
 		if err != nil {
 			var e *Error
@@ -268,6 +269,9 @@ func FuzzRuleValidate(f *testing.F) {
 		}
 		if p.Algorithm != Concurrency && (p.Window < MinWindow || p.Window > MaxWindow || p.Window%time.Microsecond != 0) {
 			t.Fatalf("accepted window %v", p.Window)
+		}
+		if replaces == r.Name || replaces == "" {
+			t.Fatalf("accepted replaces %q of rule %q", replaces, r.Name)
 		}
 		if r.Sync != 0 && (r.Sync < MinSync || r.Sync > MaxSync || p.WarmUp != 0 ||
 			p.Algorithm != TokenBucket && p.Algorithm != GCRA && p.Algorithm != FixedWindow) {
