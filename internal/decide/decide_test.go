@@ -298,9 +298,7 @@ func TestMostSpecificExactRule(t *testing.T) {
 // the rule's limit, with nothing counted meanwhile.
 func TestBlockRules(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
-	d := NewDecider(Options{Engine: eng, Now: clk.now})
+	d, eng, _ := countingDecider(Options{})
 	perClient := policy.Rule{ID: "pc", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}}
 	bad := policy.Rule{ID: "bad", Name: "blocklist", Match: []policy.Match{{Key: "client_id", Value: "bad-*"}}, Enabled: true, Block: true,
@@ -317,14 +315,7 @@ func TestBlockRules(t *testing.T) {
 		return c
 	}
 	c := compile(1, perClient, bad, maybe)
-	decide := func(c *Config, req Request) Decision {
-		t.Helper()
-		dec, err := d.Decide(context.Background(), c, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dec
-	}
+	decide := func(c *Config, req Request) Decision { t.Helper(); return mustDecide(t, d, c, req) }
 
 	for range 3 {
 		dec := decide(c, check("bad-1"))
@@ -373,9 +364,7 @@ func TestBlockRules(t *testing.T) {
 // with a rule_id blocks that rule's requests only, answering as that rule.
 func TestBlockingOverrides(t *testing.T) {
 	t.Parallel()
-	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
-	d := NewDecider(Options{Engine: eng, Now: clk.now})
+	d, eng, clk := countingDecider(Options{})
 	snap := snapshot()
 	snap.Overrides = append(snap.Overrides,
 		policy.Override{Identifier: "abuser-*", Block: true, ExpiresAt: clk.t.Add(time.Hour)},
@@ -385,14 +374,7 @@ func TestBlockingOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decide := func(req Request) Decision {
-		t.Helper()
-		dec, err := d.Decide(context.Background(), c, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dec
-	}
+	decide := func(req Request) Decision { t.Helper(); return mustDecide(t, d, c, req) }
 	dec := decide(check("abuser-7", policy.Descriptor{Key: "route", Value: "/login"}))
 	if dec.Allowed || len(dec.Rules) != 1 || dec.Deciding != 0 {
 		t.Fatalf("a blocked client: %+v", dec)

@@ -21,11 +21,28 @@ func (e *countingEngine) AllowAll(ctx context.Context, reqs []limit.Request, res
 	return e.LocalEngine.AllowAll(ctx, reqs, res)
 }
 
-func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
-	t.Parallel()
+// countingDecider is a Decider configured by o on a countingEngine, both
+// on a clock the test moves.
+func countingDecider(o Options) (*Decider, *countingEngine, *clock) {
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
 	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
-	d := NewDecider(Options{Engine: eng, DenyCacheSize: 100, Now: clk.now})
+	o.Engine, o.Now = eng, clk.now
+	return NewDecider(o), eng, clk
+}
+
+// mustDecide is d.Decide, failing the test on an error.
+func mustDecide(t *testing.T, d *Decider, c *Config, req Request) Decision {
+	t.Helper()
+	dec, err := d.Decide(context.Background(), c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dec
+}
+
+func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
+	t.Parallel()
+	d, eng, clk := countingDecider(Options{DenyCacheSize: 100})
 	rules := []policy.Rule{
 		{ID: "w", Name: "window", Match: []policy.Match{{Key: "route", Value: "/w"}}, KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
@@ -41,13 +58,7 @@ func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
 	req := func(route string, cost int64) Request {
 		return Request{Cost: cost, Lease: int64(eng.calls.Load()), Descriptors: policy.Descriptors{{Key: "client_id", Value: "a"}, {Key: "route", Value: route}}}
 	}
-	decide := func(c *Config, r Request) Decision {
-		dec, err := d.Decide(context.Background(), c, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dec
-	}
+	decide := func(c *Config, r Request) Decision { return mustDecide(t, d, c, r) }
 	decide(c, req("/w", 1)) // 1 of 2
 	if dec := decide(c, req("/w", 2)); dec.Allowed || dec.Cached || eng.calls.Load() != 2 {
 		t.Fatalf("cost 2 over a limit of 2 with 1 used: %+v", dec)
