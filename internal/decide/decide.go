@@ -244,14 +244,15 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if len(reqs) == 0 {
 		return dec, false, nil
 	}
-	shadowBlocks := false
-	for i, r := range picked {
-		switch {
-		case !r.Block:
-		case !r.Shadow: // nothing is counted, nothing asked
-			return Decision{Deciding: 0, Rules: []RuleResult{{Rule: r, Key: reqs[i].Key, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
-		default:
-			reqs[i].Cost, shadowBlocks = 0, true // what it would reject, without counting
+	if sel.blocks {
+		for i, r := range picked {
+			switch {
+			case !r.Block:
+			case !r.Shadow: // nothing is counted, nothing asked
+				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: r, Key: reqs[i].Key, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+			default:
+				reqs[i].Cost = 0 // what it would reject, without counting
+			}
 		}
 	}
 	// A request's own limit can change from one request to the next under
@@ -281,7 +282,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	if req.Peek {
 		allowed = peeked(reqs, res, max(req.Cost, 1))
 	}
-	if shadowBlocks {
+	if sel.blocks {
 		for i, r := range picked {
 			if r.Block {
 				res[i] = blocked
@@ -392,6 +393,9 @@ type selection struct {
 	// blocked, when set, is the rule of an override blocking the client's
 	// every request: the request is rejected by it, nothing else asked.
 	blocked *policy.Rule
+	// blocks is set when a rule picked blocks (Rule.Block): only then
+	// does a decision look for them.
+	blocks bool
 	// reqs, picked and params are the rules that apply, in order.
 	reqs   []limit.Request
 	picked []*policy.Rule
@@ -466,6 +470,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
 		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, p)
+		sel.blocks = sel.blocks || rule.Block
 		if r.Exact {
 			exact++
 		}
