@@ -48,8 +48,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
@@ -78,6 +76,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", env("SLUICE_DATAPLANE_ADDR", "127.0.0.1:8080"), "listen address")
 	cpURL := fs.String("control-plane", env("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8081"), "control plane URL")
 	redisURL := fs.String("redis-url", env("REDIS_URL", ""), "redis:// URL; empty decides in this process only")
+	redisCluster := fs.Bool("redis-cluster", env("SLUICE_REDIS_CLUSTER", "false") == "true", "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
+	redisSpin := fs.Duration("redis-spin", e.Duration("SLUICE_REDIS_SPIN", redisengine.DefaultSpin), "how long a read waiting for Redis polls before it sleeps; 0 never")
 	redisPrefix := fs.String("redis-prefix", env("SLUICE_REDIS_PREFIX", ""), "prefix of every counter key")
 	batch := fs.Bool("redis-batch", env("SLUICE_REDIS_BATCH", "true") != "false", "coalesce concurrent decisions into pipelines")
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
@@ -117,18 +117,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
 	if *redisURL != "" {
-		ropts, err := redis.ParseURL(*redisURL)
+		eng, err := redisengine.Open(*redisURL, redisengine.ClientOptions{Cluster: *redisCluster, Spin: *redisSpin},
+			redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
-		ropts.ContextTimeoutEnabled = true // the decision budget must bound every call
-		client := redis.NewClient(ropts)
-		defer client.Close()
-		eng := redisengine.New(client, redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
 		defer func() { // after the servers have stopped (deferred after this)
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			eng.Shutdown(sctx)
+			eng.Shutdown(sctx) // and closes the client
 		}()
 		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {

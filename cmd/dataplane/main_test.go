@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
@@ -31,21 +32,8 @@ import (
 func TestDeciderEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := pgstore.New(pgtest.Pool(t))
-	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tiers, _ := store.ListTiers(ctx, tn.ID)
-	rule := policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}}
-	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
-		t.Fatal(err)
-	}
-	checkKey, _, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app")
-	_, version, _ := store.GetTenant(ctx, tn.ID)
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
-	defer func() { cp.CloseClientConnections(); cp.Close() }()
+	tn, version, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}})
 	rc, prefix := redistest.Client(t)
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "from upstream") }))
@@ -56,7 +44,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 
 	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_PROXY_KEY": checkKey,
 		"KAFKA_BROKERS": strings.Join(broker.Addrs(), ","), "SLUICE_EVENTS_TOPIC": topic}
-	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
 		"-cors-origins", "http://console.example"}
 	base, proxy, done := startDecider(t, ctx, args, env)
@@ -171,6 +159,31 @@ func TestDeciderEndToEnd(t *testing.T) {
 	}
 }
 
+// acme creates the tenant acme with rule in its default tier and a check
+// key, and serves it from a control plane (decider key "dk") until the
+// test ends; it returns the tenant, its config version, the check key and
+// the control plane's URL.
+func acme(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, checkKey, cpURL string) {
+	t.Helper()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(ctx, tn.ID)
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
+		t.Fatal(err)
+	}
+	if checkKey, _, err = store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app"); err != nil {
+		t.Fatal(err)
+	}
+	_, version, _ = store.GetTenant(ctx, tn.ID)
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
+	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
+	return tn, version, checkKey, cp.URL
+}
+
 // startDecider runs the decider with args and env until ctx ends, and
 // returns the addresses it prints, of its HTTP port and of its proxy (""
 // without -upstream), once it has printed them, and where run's error
@@ -258,24 +271,12 @@ func metricValue(t *testing.T, body []byte, name string) float64 {
 // when it stops, not one interval later or never: a decider started after
 // it sees every admission.
 func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
-	store := pgstore.New(pgtest.Pool(t))
 	ctx := context.Background()
-	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tiers, _ := store.ListTiers(ctx, tn.ID)
-	rule := policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Sync: time.Minute,
-		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour}}
-	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
-		t.Fatal(err)
-	}
-	checkKey, _, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app")
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
-	defer func() { cp.CloseClientConnections(); cp.Close() }()
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Sync: time.Minute,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour}})
 	_, prefix := redistest.Client(t)
 	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix}
-	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cp.URL, "-redis-url", "redis://" + redistest.Addr(t),
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
 
 	remaining := func(base string) []string {
@@ -296,5 +297,54 @@ func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("decider %d: %v", i+1, err)
 		}
+	}
+}
+
+// -redis-cluster: a decider given one seed node of a Redis Cluster (and
+// the others as addr parameters) enforces its rules across the cluster's
+// nodes, each client's counter on the node owning its slot. A client of
+// one node alone would be answered MOVED for most clients' keys.
+func TestDeciderOnRedisCluster(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
+	cluster := redistest.StartCluster(t)
+	url := "redis://" + cluster.Addrs[0] + "?addr=" + cluster.Addrs[1] + "&addr=" + cluster.Addrs[2]
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", url, "-redis-cluster",
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+	base, _, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+	waitReady(t, base)
+
+	const clients = 12
+	for i := range clients {
+		var codes []int
+		for range 3 {
+			codes = append(codes, check(t, base, checkKey, "client-"+strconv.Itoa(i)).StatusCode)
+		}
+		if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
+			t.Fatalf("client-%d: statuses %v, want %v", i, codes, want)
+		}
+	}
+	var total int
+	nodes := 0
+	for _, s := range cluster.Servers {
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		keys, err := n.Keys(ctx, "*").Result()
+		n.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(keys)
+		if len(keys) > 0 {
+			nodes++
+		}
+	}
+	if total != clients || nodes < 2 {
+		t.Fatalf("%d counter keys on %d nodes, want %d keys spread over the nodes", total, nodes, clients)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }

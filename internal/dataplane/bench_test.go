@@ -63,7 +63,8 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 // token bucket of limitPerSecond per client, publishing to pub (nil: none).
 // SLUICE_BENCH_SYNC (a duration) gives the rule that sync interval: local
 // counting instead of a Redis call per decision. SLUICE_BENCH_FLUSHERS (a
-// number) sets the engine's flushers, and SLUICE_BENCH_NOBATCH (any value)
+// number) sets the engine's flushers, SLUICE_BENCH_SPIN (a duration) how long
+// its reads poll (redisengine.DefaultSpin when unset), and SLUICE_BENCH_NOBATCH (any value)
 // turns batching off, for comparisons.
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
 	var sync time.Duration
@@ -87,9 +88,19 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	b.Cleanup(func() { stopGC(); debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
 	c, prefix := redistest.Client(b)
 	_ = c
-	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b), ContextTimeoutEnabled: true, PoolSize: 64})
-	b.Cleanup(func() { client.Close() })
-	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Batch: os.Getenv("SLUICE_BENCH_NOBATCH") == "", Flushers: flushers})
+	// The decider's client (reads that spin, SLUICE_BENCH_SPIN long).
+	spin := redisengine.DefaultSpin
+	if v := os.Getenv("SLUICE_BENCH_SPIN"); v != "" {
+		var err error
+		if spin, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("SLUICE_BENCH_SPIN: %v", err)
+		}
+	}
+	eng, err := redisengine.Open("redis://"+redistest.Addr(b)+"?pool_size=64", redisengine.ClientOptions{Spin: spin},
+		redisengine.Config{Prefix: prefix, Batch: os.Getenv("SLUICE_BENCH_NOBATCH") == "", Flushers: flushers})
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(eng.Close)
 	benchEngine = eng
 	if err := eng.Preload(context.Background()); err != nil {

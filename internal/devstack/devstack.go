@@ -27,7 +27,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/sluicehq/sluice/internal/analytics"
@@ -297,29 +296,24 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	if u == "" {
 		u = LocalRedis
 	}
-	opts, err := redis.ParseURL(u)
+	eng, err := redisengine.Open(u, redisengine.ClientOptions{Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
 	if err != nil {
 		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)
 		return inProcess, "in-process engine", func() {}
 	}
-	opts.ContextTimeoutEnabled = true
-	client := redis.NewClient(opts)
-	eng := redisengine.New(client, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := eng.Preload(pctx); err != nil {
 		eng.Close()
-		client.Close()
 		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redactURL(u))
 		return inProcess, "in-process engine", func() {}
 	}
 	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
 			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
-		"Redis " + opts.Addr, func() {
+		"Redis " + redactURL(u), func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			eng.Shutdown(sctx) // what was counted locally, to Redis
-			client.Close()
+			eng.Shutdown(sctx) // what was counted locally, to Redis; closes the client
 		}
 }
 

@@ -70,12 +70,23 @@ func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string,
 	}
 }
 
+// mustClient is a client as the decider makes it (NewClient: reads that
+// spin), so these tests also hold spinning reads to every byte.
+func mustClient(t *testing.T, url string, cluster bool) redis.UniversalClient {
+	t.Helper()
+	c, err := NewClient(url, ClientOptions{Cluster: cluster, Spin: DefaultSpin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestAccuracyUnderConcurrencySingleNode(t *testing.T) {
 	t.Parallel()
 	_, prefix := redistest.Client(t)
 	addr := redistest.Addr(t)
 	for _, batch := range []bool{false, true} {
-		hammer(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 50}) }, fmt.Sprintf("%s%v:", prefix, batch), batch)
+		hammer(t, func() redis.UniversalClient { return mustClient(t, "redis://"+addr+"?pool_size=50", false) }, fmt.Sprintf("%s%v:", prefix, batch), batch)
 	}
 }
 
@@ -84,7 +95,7 @@ func TestAccuracyUnderConcurrencyCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	for _, batch := range []bool{false, true} {
 		hammer(t, func() redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs, PoolSize: 50})
+			return mustClient(t, "redis://"+cl.Addrs[0]+"?addr="+cl.Addrs[1]+"&addr="+cl.Addrs[2]+"&pool_size=50", true)
 		}, fmt.Sprintf("%s%v:", redistest.Prefix(t), batch), batch)
 	}
 }

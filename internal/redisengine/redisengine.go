@@ -146,6 +146,10 @@ type Engine struct {
 	minTTL  any
 	statics argCache
 	local   *localCounts
+	// waiting counts script calls waiting on Redis (Open's spin condition).
+	waiting atomic.Int64
+	// ownClient: Close closes the client (Open made it).
+	ownClient bool
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
@@ -188,7 +192,12 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 // Close stops the flushers of a batching engine and local counting's
 // reconciliations; calls after it fail.
 func (e *Engine) Close() {
-	e.once.Do(func() { close(e.stop) })
+	e.once.Do(func() {
+		close(e.stop)
+		if e.ownClient {
+			_ = e.client.Close()
+		}
+	})
 }
 
 // Preload loads the scripts on every master, so the first decisions need
@@ -320,6 +329,8 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 
 // eval runs one script call, through the flushers' pipelines when batching.
 func (e *Engine) eval(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	e.waiting.Add(1)
+	defer e.waiting.Add(-1)
 	if e.calls != nil {
 		return e.batched(ctx, sc, keys, args)
 	}

@@ -1,0 +1,90 @@
+package redisengine
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/spinconn"
+)
+
+// DefaultSpin is how long a decider's read waiting for Redis polls before
+// it sleeps (package spinconn): a strict decision at low load here took
+// 75–115 µs through the reverse proxy with it against 115–160 µs without.
+const DefaultSpin = 100 * time.Microsecond
+
+// ClientOptions are how a decider connects to Redis.
+type ClientOptions struct {
+	// Cluster takes the URL's host and its addr parameters
+	// (redis://h1:6379?addr=h2:6379&addr=h3:6379) as the seed nodes of
+	// a Redis Cluster; otherwise the URL is one Redis.
+	Cluster bool
+	// Spin is how long a read waiting for a reply polls before it sleeps;
+	// 0 never polls. Through NewClient reads always may; through Open,
+	// only while the engine is nearly idle.
+	Spin time.Duration
+}
+
+// quiet is how many decisions may be waiting on Redis for an Open
+// engine's reads to spin: the process is then nearly idle, and a sleeping
+// thread's wake-up a large share of a decision's time.
+const quiet = 2
+
+// Open connects to Redis at url (NewClient) and returns an Engine on it
+// that closes the client when closed. Its reads spin only while at most
+// two decisions are waiting on Redis.
+func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
+	var eng atomic.Pointer[Engine]
+	client, err := newClient(url, o, func() bool {
+		e := eng.Load()
+		return e == nil || e.waiting.Load() <= quiet
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := New(client, cfg)
+	e.ownClient = true
+	eng.Store(e)
+	return e, nil
+}
+
+// NewClient connects to the Redis, or the Redis Cluster, at url (a
+// redis://, rediss:// or unix:// URL as go-redis parses them), with
+// contexts bounding every call so that a decision's time budget holds.
+func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
+	return newClient(url, o, nil)
+}
+
+func newClient(url string, o ClientOptions, spinWhen func() bool) (redis.UniversalClient, error) {
+	if o.Cluster {
+		opts, err := redis.ParseClusterURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster URL: %w", err)
+		}
+		opts.ContextTimeoutEnabled = true
+		opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis URL: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
+	return redis.NewClient(opts), nil
+}
+
+// dialer is go-redis's own dialer (its timeout, keep-alives and TLS) on
+// connections whose reads spin.
+func dialer(timeout, spin time.Duration, tlsConfig *tls.Config, when func() bool) func(context.Context, string, string) (net.Conn, error) {
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	return spinconn.Dialer(d, spin, tlsConfig, when)
+}
