@@ -26,9 +26,14 @@ import (
 func TestFailureModesWhenRedisHangs(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 4})
-	defer client.Close()
-	eng := redisengine.New(client, redisengine.Config{Prefix: redistest.Prefix(t)})
+	// The engine as the decider opens it: reads that poll, on a Redis
+	// that stops answering.
+	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=4", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+		redisengine.Config{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
 	rule := func(name, route string, mode policy.FailureMode, limit int64) policy.Rule {
 		return policy.Rule{ID: name, Name: name, Match: []policy.Match{{Key: "route", Value: route}}, KeyBy: []string{"client_id"},
 			FailureMode: mode, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}}
@@ -121,9 +126,11 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 func TestRedisFrozenUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 16})
-	defer client.Close()
-	eng := redisengine.New(client, redisengine.Config{Prefix: redistest.Prefix(t), Batch: true})
+	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+		redisengine.Config{Prefix: redistest.Prefix(t), Batch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer eng.Close()
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "r", KeyBy: []string{"client_id"}, Enabled: true,
