@@ -2,8 +2,19 @@ package redisengine
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +89,76 @@ func TestOpen(t *testing.T) {
 	if _, err := Open("http://x", ClientOptions{}, Config{}); err == nil {
 		t.Fatal("Open of an http URL succeeded")
 	}
+}
+
+// The decider's URLs beyond redis://: rediss:// (TLS, through the
+// spinning dialer's own handshake) and unix:// sockets decide alike.
+func TestOpenOverTLSAndUnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	tlsPort := freeLoopbackPort(t)
+	sock := filepath.Join(dir, "redis.sock")
+	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
+		"--tls-auth-clients", "no", "--unixsocket", sock, "--unixsocketperm", "700")
+	lim := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour})
+	for _, url := range []string{
+		"rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?skip_verify=true",
+		"unix://" + sock,
+	} {
+		e, err := Open(url, ClientOptions{Spin: DefaultSpin}, Config{Prefix: redistest.Prefix(t), Batch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make([]limit.Result, 1)
+		var got []bool
+		for range 3 {
+			ok, err := e.AllowAll(context.Background(), []limit.Request{{Key: "{c}r", Limiter: lim, Cost: 1}}, res)
+			if err != nil {
+				t.Fatalf("%s: %v", url, err)
+			}
+			got = append(got, ok)
+		}
+		e.Close()
+		if !slices.Equal(got, []bool{true, true, false}) {
+			t.Fatalf("%s: decisions %v, want allowed, allowed, rejected", url, got)
+		}
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key to dir.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for f, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
+}
+
+// freeLoopbackPort is a port nothing listens on at the moment.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
