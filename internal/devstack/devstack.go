@@ -53,8 +53,10 @@ type Config struct {
 	// DatabaseURL, else the local server's sluice_dev database.
 	DatabaseURL string
 	// RedisURL, else the local server, else the in-process engine.
-	RedisURL    string
-	RedisPrefix string
+	RedisURL string
+	// RedisCluster: RedisURL names a Redis Cluster's seed nodes.
+	RedisCluster bool
+	RedisPrefix  string
 	// KafkaBrokers (comma-separated), else an embedded Kafka-protocol
 	// broker (kfake) keeping its data in Dir.
 	KafkaBrokers string
@@ -296,7 +298,7 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	if u == "" {
 		u = LocalRedis
 	}
-	eng, err := redisengine.Open(u, redisengine.ClientOptions{Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
+	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cfg.RedisCluster && cfg.RedisURL != "", Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
 	if err != nil {
 		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)
 		return inProcess, "in-process engine", func() {}
