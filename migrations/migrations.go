@@ -14,6 +14,8 @@ import (
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // FS holds every migration file.
@@ -31,12 +33,12 @@ func Apply(dsn string) error {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	m, err := migrate.NewWithSourceInstance("iofs", src, migrateURL(dsn))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
+	if err != nil { // golang-migrate quotes the URL, password and all
+		return fmt.Errorf("migrations: %w", redact.Error(err, migrateURL(dsn)))
 	}
 	defer m.Close()
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("migrations: up: %w", err)
+		return fmt.Errorf("migrations: up: %w", redact.Error(err, migrateURL(dsn)))
 	}
 	return nil
 }

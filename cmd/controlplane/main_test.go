@@ -242,3 +242,18 @@ func TestAuditRetention(t *testing.T) {
 		t.Fatalf("a negative retention: %v", err)
 	}
 }
+
+// A malformed DATABASE_URL is refused without its password showing, in
+// the error or in what the binary writes.
+func TestMalformedDatabaseURLKeepsItsPassword(t *testing.T) {
+	for _, u := range []string{"postgres://u:s3cretpw@127.0.0.1:bad/db", "postgres://u:s3cretpw@127.0.0.1:5432/%zz"} {
+		var out strings.Builder
+		err := run(context.Background(), []string{"-database-url", u}, func(string) string { return "" }, &out, &out)
+		if err == nil {
+			t.Fatalf("%s: started", u)
+		}
+		if strings.Contains(err.Error()+out.String(), "s3cretpw") {
+			t.Fatalf("%s: the password shows: %v\n%s", u, err, out.String())
+		}
+	}
+}

@@ -348,3 +348,22 @@ func TestDeciderOnRedisCluster(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 }
+
+// A malformed REDIS_URL is refused without its password showing.
+func TestMalformedRedisURLKeepsItsPassword(t *testing.T) {
+	for _, args := range [][]string{
+		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:bad"},
+		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:6379/%zz"},
+		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:bad?addr=127.0.0.1:7001", "-redis-cluster"},
+	} {
+		var out strings.Builder
+		args = append(args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
+		err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+			t.Fatalf("%v: %v, want a REDIS_URL error", args, err)
+		}
+		if strings.Contains(err.Error()+out.String(), "s3cretpw") {
+			t.Fatalf("%v: the password shows: %v\n%s", args, err, out.String())
+		}
+	}
+}

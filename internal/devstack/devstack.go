@@ -38,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/migrations"
@@ -236,12 +237,12 @@ Ctrl-C stops it.
 func database(ctx context.Context, cfg Config) (string, string, func(), error) {
 	if cfg.DatabaseURL != "" {
 		if pingDB(ctx, cfg.DatabaseURL) == nil {
-			return cfg.DatabaseURL, redactURL(cfg.DatabaseURL), func() {}, nil
+			return cfg.DatabaseURL, redact.URL(cfg.DatabaseURL), func() {}, nil
 		}
-		cfg.Logger.WarnContext(ctx, "devstack: DATABASE_URL does not answer; starting a private PostgreSQL", "url", redactURL(cfg.DatabaseURL))
+		cfg.Logger.WarnContext(ctx, "devstack: DATABASE_URL does not answer; starting a private PostgreSQL", "url", redact.URL(cfg.DatabaseURL))
 	} else if pingDB(ctx, LocalDatabase) == nil {
 		u, err := devDatabase(ctx, LocalDatabase)
-		return u, redactURL(u), func() {}, err
+		return u, redact.URL(u), func() {}, err
 	}
 	dir := privateDir(cfg.Dir)
 	base, stop, err := privatePostgres(dir)
@@ -273,7 +274,7 @@ func devDatabase(ctx context.Context, base string) (string, error) {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, base)
 	if err != nil {
-		return "", fmt.Errorf("devstack: PostgreSQL at %s: %w", redactURL(base), err)
+		return "", fmt.Errorf("devstack: PostgreSQL at %s: %w", redact.URL(base), err)
 	}
 	defer conn.Close(ctx)
 	var exists bool
@@ -307,12 +308,12 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	defer cancel()
 	if err := eng.Preload(pctx); err != nil {
 		eng.Close()
-		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redactURL(u))
+		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redact.URL(u))
 		return inProcess, "in-process engine", func() {}
 	}
 	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
 			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
-		"Redis " + redactURL(u), func() {
+		"Redis " + redact.URL(u), func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			eng.Shutdown(sctx) // what was counted locally, to Redis; closes the client
@@ -402,15 +403,6 @@ func newDemoKeys(ctx context.Context, s *pgstore.Store, tenant string, k *devKey
 	}
 	b, _ := json.MarshalIndent(k, "", "  ")
 	return os.WriteFile(path, b, 0o600)
-}
-
-// redactURL drops a URL's password, for printing.
-func redactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return p.Redacted()
 }
 
 // secret returns a random secret with prefix.

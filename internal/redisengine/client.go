@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/spinconn"
 )
 
@@ -66,15 +67,15 @@ func newClient(url string, o ClientOptions, spinWhen func() bool) (redis.Univers
 	if o.Cluster {
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {
-			return nil, fmt.Errorf("redis cluster URL: %w", err)
+			return nil, fmt.Errorf("redis cluster URL: %w", redact.Error(err, url))
 		}
 		opts.ContextTimeoutEnabled = true
 		opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
 		return redis.NewClusterClient(opts), nil
 	}
 	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis URL: %w", err)
+	if err != nil { // url.Parse's errors quote the URL, password and all
+		return nil, fmt.Errorf("redis URL: %w", redact.Error(err, url))
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
