@@ -65,6 +65,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	// What run starts stops when it returns, an error at start included.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	e := flagenv.Env(getenv)
 	env := e.String
 	cache, err := os.UserCacheDir()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 6`,
-		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`} {
+		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`, `sluice_redis_read_spins_total `, `sluice_redis_read_spins_missed_total `} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -356,7 +357,7 @@ func TestMalformedRedisURLKeepsItsPassword(t *testing.T) {
 		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:6379/%zz"},
 		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:bad?addr=127.0.0.1:7001", "-redis-cluster"},
 	} {
-		var out strings.Builder
+		var out lockedBuffer // the config syncer may still be logging as run returns
 		args = append(args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
 		err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
@@ -366,4 +367,22 @@ func TestMalformedRedisURLKeepsItsPassword(t *testing.T) {
 			t.Fatalf("%v: the password shows: %v\n%s", args, err, out.String())
 		}
 	}
+}
+
+// lockedBuffer is a strings.Builder safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -2,7 +2,6 @@ package redisengine
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -42,8 +41,11 @@ const quiet = 2
 // that closes the client when closed. Its reads spin only while at most
 // two decisions are waiting on Redis.
 func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
-	var eng atomic.Pointer[Engine]
-	client, err := newClient(url, o, func() bool {
+	var (
+		eng   atomic.Pointer[Engine]
+		stats spinconn.Stats
+	)
+	client, err := newClient(url, o, &stats, func() bool {
 		e := eng.Load()
 		return e == nil || e.waiting.Load() <= quiet
 	})
@@ -51,7 +53,7 @@ func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := New(client, cfg)
-	e.ownClient = true
+	e.ownClient, e.spins = true, &stats
 	eng.Store(e)
 	return e, nil
 }
@@ -60,17 +62,17 @@ func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
 // redis://, rediss:// or unix:// URL as go-redis parses them), with
 // contexts bounding every call so that a decision's time budget holds.
 func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
-	return newClient(url, o, nil)
+	return newClient(url, o, nil, nil)
 }
 
-func newClient(url string, o ClientOptions, spinWhen func() bool) (redis.UniversalClient, error) {
+func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func() bool) (redis.UniversalClient, error) {
 	if o.Cluster {
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {
 			return nil, fmt.Errorf("redis cluster URL: %w", redact.Error(err, url))
 		}
 		opts.ContextTimeoutEnabled = true
-		opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
+		opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
 		return redis.NewClusterClient(opts), nil
 	}
 	opts, err := redis.ParseURL(url)
@@ -78,16 +80,26 @@ func newClient(url string, o ClientOptions, spinWhen func() bool) (redis.Univers
 		return nil, fmt.Errorf("redis URL: %w", redact.Error(err, url))
 	}
 	opts.ContextTimeoutEnabled = true
-	opts.Dialer = dialer(opts.DialTimeout, o.Spin, opts.TLSConfig, spinWhen)
+	opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
 	return redis.NewClient(opts), nil
 }
 
 // dialer is go-redis's own dialer (its timeout, keep-alives and TLS) on
 // connections whose reads spin.
-func dialer(timeout, spin time.Duration, tlsConfig *tls.Config, when func() bool) func(context.Context, string, string) (net.Conn, error) {
+func dialer(timeout time.Duration, o spinconn.Options) func(context.Context, string, string) (net.Conn, error) {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
 	d := &net.Dialer{Timeout: timeout, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
-	return spinconn.Dialer(d, spin, tlsConfig, when)
+	return spinconn.Dialer(d, o)
+}
+
+// Spins counts the reads of an Open engine that spun and got Redis's
+// reply, and those that spun out their time (zeros for an engine made
+// with New).
+func (e *Engine) Spins() (spins, misses int64) {
+	if e.spins == nil {
+		return 0, 0
+	}
+	return e.spins.Spins(), e.spins.Misses()
 }

@@ -82,6 +82,11 @@ func TestOpen(t *testing.T) {
 	if e.waiting.Load() != 0 {
 		t.Fatalf("%d calls still counted as waiting", e.waiting.Load())
 	}
+	// One decision at a time: the first read took the spinner, whether
+	// its reply came in time or not.
+	if spins, misses := e.Spins(); spins+misses < 1 {
+		t.Fatalf("spins %d, misses %d: no read spun", spins, misses)
+	}
 	e.Close()
 	if err := e.client.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("the engine's client after Close: %v, want closed", err)

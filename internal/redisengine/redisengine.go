@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/spinconn"
 )
 
 //go:embed scripts/*.lua
@@ -148,8 +149,10 @@ type Engine struct {
 	local   *localCounts
 	// waiting counts script calls waiting on Redis (Open's spin condition).
 	waiting atomic.Int64
-	// ownClient: Close closes the client (Open made it).
+	// ownClient: Close closes the client (Open made it); spins counts
+	// its reads' spins.
 	ownClient bool
+	spins     *spinconn.Stats
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).

@@ -36,13 +36,39 @@ import (
 // the one before, and a spin that gets its reply starts over.
 const maxBackoff = 64
 
-// Dialer dials with d and wraps each connection so that a read, when
-// when() is true (nil: always), spins up to spin before sleeping (spin <=
-// 0: plain connections); with tlsConfig the wrapped connection then
-// carries TLS, its handshake done. The dialed connections share one
-// spinner and one back-off.
-func Dialer(d *net.Dialer, spin time.Duration, tlsConfig *tls.Config, when func() bool) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	s := &spinner{budget: spin, when: when}
+// Options configure a Dialer.
+type Options struct {
+	// Spin is how long a read polls before it sleeps; <= 0 dials plain
+	// connections.
+	Spin time.Duration
+	// TLS, if set, is spoken over the wrapped connection, its handshake
+	// done by the Dialer.
+	TLS *tls.Config
+	// When says whether reads may spin now; nil means always.
+	When func() bool
+	// Stats, if set, counts the spins.
+	Stats *Stats
+}
+
+// Stats counts a Dialer's spins.
+type Stats struct {
+	spins  atomic.Int64 // reads that held the spinner and got their reply
+	misses atomic.Int64 // spins that ran out
+}
+
+// Spins is how many reads spun (or found their reply at once) and got
+// it; Misses, how many spun out their time and then slept.
+func (s *Stats) Spins() int64  { return s.spins.Load() }
+func (s *Stats) Misses() int64 { return s.misses.Load() }
+
+// Dialer dials with d and wraps each connection so that its reads spin
+// as o says. The dialed connections share one spinner and one back-off.
+func Dialer(d *net.Dialer, o Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.Stats == nil {
+		o.Stats = new(Stats)
+	}
+	s := &spinner{budget: o.Spin, when: o.When, Stats: o.Stats}
+	spin, tlsConfig := o.Spin, o.TLS
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -75,8 +101,7 @@ type spinner struct {
 	busy   atomic.Bool  // a read is spinning
 	skip   atomic.Int32 // reads left to sleep at once after a spin ran out
 	next   atomic.Int32 // the skip after the next miss
-	spins  atomic.Int64 // spins that got their reply (for tests)
-	misses atomic.Int64 // spins that ran out
+	*Stats
 }
 
 func (s *spinner) wrap(c net.Conn) net.Conn {

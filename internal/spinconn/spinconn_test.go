@@ -30,7 +30,7 @@ func pair(t *testing.T, spin time.Duration, when func() bool) (client net.Conn, 
 		c, _ := ln.Accept()
 		accepted <- c
 	}()
-	dial := Dialer(&net.Dialer{}, spin, nil, when)
+	dial := Dialer(&net.Dialer{}, Options{Spin: spin, When: when})
 	c, err := dial(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "over tls") }))
 	defer srv.Close()
 	cfg := srv.Client().Transport.(*http.Transport).TLSClientConfig
-	dial := Dialer(&net.Dialer{}, time.Millisecond, cfg, nil)
+	dial := Dialer(&net.Dialer{}, Options{Spin: time.Millisecond, TLS: cfg})
 	client := &http.Client{Transport: &http.Transport{DialTLSContext: dial}}
 	for range 3 {
 		resp, err := client.Get(srv.URL)
