@@ -194,6 +194,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("grpc: %w", err)
 		}
 		gs := dataplane.NewGRPCServer(apiCfg)
+		stopHealth := dataplane.ServeHealth(gs, syncer.Loaded())
+		go func() { <-ctx.Done(); stopHealth() }() // balancers drain first
 		go func() { _ = gs.Serve(rln) }()
 		defer gs.GracefulStop()
 		fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())

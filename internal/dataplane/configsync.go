@@ -48,8 +48,10 @@ type SyncConfig struct {
 // swapped atomically; one that does not compile leaves the previous one in
 // force. It is ready once a first configuration is loaded.
 type Syncer struct {
-	cfg   SyncConfig
-	ready atomic.Bool
+	cfg       SyncConfig
+	ready     atomic.Bool
+	loaded    chan struct{} // closed with the first configuration
+	readyOnce sync.Once
 
 	mu      sync.Mutex // serialises pulls
 	current map[string]*sluicev1.Snapshot
@@ -67,13 +69,16 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}}
+	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{})}
 	s.configs.Store(&map[string]*decide.Config{})
 	return s
 }
 
 // Ready reports whether a configuration has been loaded.
 func (s *Syncer) Ready() bool { return s.ready.Load() }
+
+// Loaded is closed once a configuration has been loaded.
+func (s *Syncer) Loaded() <-chan struct{} { return s.loaded }
 
 // Config returns the enforced config of a tenant, or nil.
 func (s *Syncer) Config(tenantID string) *decide.Config { return (*s.configs.Load())[tenantID] }
@@ -206,6 +211,7 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 	}
 	s.configs.Store(&next)
 	s.ready.Store(true)
+	s.readyOnce.Do(func() { close(s.loaded) })
 }
 
 // saveState writes the current snapshots atomically (write, sync, rename).

@@ -72,6 +72,14 @@ func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
 
 	state := filepath.Join(t.TempDir(), "snapshot.pb")
 	s, keys, stop := startSyncer(t, client, state)
+	select {
+	case <-s.Loaded(): // the gRPC health service's signal
+	case <-time.After(20 * time.Second):
+		t.Fatal("Loaded never closed")
+	}
+	if !s.Ready() {
+		t.Fatal("Loaded closed before Ready")
+	}
 	eventually(t, "ready with the tenant", func() bool { return s.Ready() && s.Config(tn.ID) != nil })
 	_, v, _ := store.GetTenant(ctx, tn.ID)
 	if got := s.Config(tn.ID).Version; got != v {

@@ -3,11 +3,14 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
@@ -38,6 +41,38 @@ func NewGRPCServer(cfg HTTPConfig) *grpc.Server {
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	return s
+}
+
+// ServeHealth registers the standard grpc.health.v1.Health service on s,
+// for Envoy's and Kubernetes' gRPC health checks: NOT_SERVING until ready
+// is closed (the decider's first configuration), SERVING after, and
+// NOT_SERVING again once stop is called, at shutdown, so that balancers
+// drain the decider before it stops answering. It answers for the server
+// as a whole ("") and for each of its services.
+func ServeHealth(s *grpc.Server, ready <-chan struct{}) (stop func()) {
+	hs := health.NewServer()
+	names := []string{"", rlsv3.RateLimitService_ServiceDesc.ServiceName, sluicev1.DecisionService_ServiceDesc.ServiceName}
+	for _, n := range names {
+		hs.SetServingStatus(n, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	healthpb.RegisterHealthServer(s, hs)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ready:
+			for _, n := range names {
+				hs.SetServingStatus(n, healthpb.HealthCheckResponse_SERVING)
+			}
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			hs.Shutdown() // every service NOT_SERVING, for good
+		})
+	}
 }
 
 // grpcDecisions serves DecisionService on grpc-go, sharing decisionServer's

@@ -193,6 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("devstack: listen (gRPC): %w", err)
 	}
 	gs := dataplane.NewGRPCServer(apiCfg)
+	defer dataplane.ServeHealth(gs, syncer.Loaded())()
 	go func() { _ = gs.Serve(gln) }()
 	defer gs.Stop()
 
