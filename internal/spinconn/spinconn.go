@@ -14,12 +14,11 @@
 // would take CPU that the load generator, or Redis, on the same cores
 // needs: 5% fewer decisions per second here without this condition).
 // Between polls the reader yields to any runnable goroutine; one read of
-// all a Dialer's connections spins at a time; and a read whose
-// reply did not come within the budget (a busy server, or one that
-// answers slowly) turns spinning off for the Dialer's next reads, for
-// longer after each miss in a row, so under load, when replies queue
-// behind each other, reads simply sleep (one in 65 spins), while at low
-// load an occasional slow reply costs little.
+// all a Dialer's connections spins at a time; and a read whose reply did
+// not come within the budget (a busy server, or one that answers slowly)
+// turns spinning off for the Dialer's next reads, for longer after each
+// miss in a row, so that when replies keep coming late reads sleep (one
+// read in 65 tries a spin), while an occasional slow reply costs little.
 package spinconn
 
 import (
