@@ -3,12 +3,14 @@ package dataplane
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -17,20 +19,8 @@ import (
 // once it begins to stop; the same for each of its services, and NotFound
 // for a service it does not have.
 func TestGRPCHealth(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewGRPCServer(HTTPConfig{})
 	ready := make(chan struct{})
-	stop := ServeHealth(srv, ready)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, stop := serveWithHealth(t, ready)
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
 
@@ -66,4 +56,60 @@ func TestGRPCHealth(t *testing.T) {
 	next(healthpb.HealthCheckResponse_NOT_SERVING)
 	check("sluice.v1.DecisionService", healthpb.HealthCheckResponse_NOT_SERVING)
 	stop() // twice is harmless
+}
+
+// The port describes itself (server reflection): grpcurl lists and calls
+// its services without .proto files.
+func TestGRPCReflection(t *testing.T) {
+	conn, stop := serveWithHealth(t, nil)
+	defer stop()
+	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range res.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	for _, want := range []string{"envoy.service.ratelimit.v3.RateLimitService", "sluice.v1.DecisionService", "grpc.health.v1.Health"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("reflection lists %v, without %s", names, want)
+		}
+	}
+	// And describes a service's file, so a tool can build its requests.
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{
+		FileContainingSymbol: "sluice.v1.DecisionService"}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := stream.Recv(); err != nil || len(res.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
+		t.Fatalf("no file describes sluice.v1.DecisionService: %v %v", res, err)
+	}
+}
+
+// serveWithHealth serves the decider's gRPC server (no tenants) with its
+// health service on a loopback port until the test ends, and returns a
+// client connection to it and the health service's stop.
+func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewGRPCServer(HTTPConfig{})
+	stop := ServeHealth(srv, ready)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, stop
 }
