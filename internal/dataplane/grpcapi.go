@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -37,8 +39,19 @@ const maxStreams = 1000
 // service and sluice.v1.DecisionService, with server reflection. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
 // per CPU second (docs/benchmarks.md).
-func NewGRPCServer(cfg HTTPConfig) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20), grpc.MaxConcurrentStreams(maxStreams))
+func NewGRPCServer(cfg HTTPConfig) *grpc.Server { return newGRPCServer(cfg, keepalivePolicy) }
+
+// keepalivePolicy lets a client keep its connections alive with HTTP/2
+// PINGs as often as every 10 s, calls in flight or not: Envoy's
+// connection_keepalive on its rate limit cluster, say. grpc-go's default
+// (one PING per 5 minutes while calls are in flight, none in 2 hours
+// without) answers such a client's third PING on an idle connection with
+// GOAWAY too_many_pings, and its next check waits for a new connection.
+var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
+
+func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy) *grpc.Server {
+	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20), grpc.MaxConcurrentStreams(maxStreams),
+		grpc.KeepaliveEnforcementPolicy(kep))
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	reflection.Register(s) // grpcurl and similar tools need no .proto files
