@@ -6,7 +6,9 @@
 //
 //	-addr           SLUICE_DATAPLANE_ADDR     listen address (default 127.0.0.1:8080)
 //	-control-plane  SLUICE_CONTROL_PLANE_URL  control plane URL (default http://127.0.0.1:8081)
-//	-redis-url      REDIS_URL                 redis:// URL; empty decides in this process only
+//	-redis-url      REDIS_URL                 redis://, rediss:// or unix:// URL; empty decides in this process only
+//	-redis-cluster  SLUICE_REDIS_CLUSTER      the URL's host and addr parameters are a Redis Cluster's seed nodes (default false)
+//	-redis-spin     SLUICE_REDIS_SPIN         how long a read waiting for Redis polls before it sleeps, at low load (default 200µs; 0 never)
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
 //	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)

@@ -172,3 +172,36 @@ func TestDocumentedEnvIsRead(t *testing.T) {
 		}
 	}
 }
+
+// Every flag a server binary defines, with the variable it falls back
+// to, is in the binary's doc comment and in docs/configuration.md: a new
+// flag cannot go undocumented.
+func TestEveryFlagIsDocumented(t *testing.T) {
+	t.Parallel()
+	conf, err := os.ReadFile(filepath.Join(root(t), "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64)\("([a-z0-9-]+)",\s*(?:env|e\.[A-Za-z]+)\("([A-Z0-9_]+)"`)
+	for _, binary := range []string{"controlplane", "dataplane", "analytics"} {
+		src, err := os.ReadFile(filepath.Join(root(t), "cmd", binary, "main.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := def.FindAllStringSubmatch(string(src), -1)
+		all := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64|Var|Func|TextVar)\(`).FindAllIndex(src, -1)
+		if len(flags) == 0 || len(flags) != len(all) {
+			t.Fatalf("cmd/%s: %d flags read of %d defined: is one defined another way?", binary, len(flags), len(all))
+		}
+		for _, f := range flags {
+			name, env := f[1], f[2]
+			doc := regexp.MustCompile(`(?m)^//\t-` + regexp.QuoteMeta(name) + `\s+` + env + `\s`)
+			if !doc.Match(src) {
+				t.Errorf("cmd/%s: -%s (%s) is not in the doc comment", binary, name, env)
+			}
+			if !strings.Contains(string(conf), "| `-"+name+"` | `"+env+"` |") {
+				t.Errorf("docs/configuration.md: no row for %s's -%s (%s)", binary, name, env)
+			}
+		}
+	}
+}
