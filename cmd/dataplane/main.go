@@ -18,6 +18,8 @@
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
 //	-sync-max-keys  SLUICE_SYNC_MAX_KEYS      keys counted locally at once for rules with a sync interval, ~200 B each (default 262144)
 //	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service and sluice.v1.DecisionService (default 127.0.0.1:8089; "off" disables)
+//	-grpc-max-connection-age SLUICE_GRPC_MAX_CONNECTION_AGE gRPC connections are closed gracefully after this long, so clients spread over new deciders (default 0: never)
+//	-grpc-max-connection-age-grace SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE how long calls in flight on such a connection may finish (default 30s)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
@@ -49,6 +51,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -100,6 +105,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
+	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
+	grpcMaxAgeGrace := fs.Duration("grpc-max-connection-age-grace", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", 30*time.Second), "how long calls in flight on such a connection may finish")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -195,15 +202,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			ln.Close()
 			return fmt.Errorf("grpc: %w", err)
 		}
-		gs := dataplane.NewGRPCServer(apiCfg)
+		var opts []grpc.ServerOption
+		if *grpcMaxAge > 0 {
+			opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: *grpcMaxAge, MaxConnectionAgeGrace: *grpcMaxAgeGrace}))
+		}
+		gs := dataplane.NewGRPCServer(apiCfg, opts...)
 		stopHealth := dataplane.ServeHealth(gs, syncer.Loaded())
 		go func() { <-ctx.Done(); stopHealth() }() // balancers drain first
 		go func() { _ = gs.Serve(rln) }()
-		defer gs.GracefulStop()
+		defer dataplane.StopGRPC(gs, grpcStopGrace)
 		fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }
+
+// grpcStopGrace bounds how long a stopping decider waits for its gRPC
+// calls and streams (a health Watch never ends by itself) after the HTTP
+// side has drained.
+const grpcStopGrace = 5 * time.Second
 
 // deciderName names this decider in events and the control plane's list:
 // host/pid.

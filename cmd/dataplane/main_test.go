@@ -18,6 +18,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
@@ -48,7 +52,8 @@ func TestDeciderEndToEnd(t *testing.T) {
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
 		"-cors-origins", "http://console.example"}
-	base, proxy, done := startDecider(t, ctx, args, env)
+	addrs, done := startDecider(t, ctx, args, env)
+	base, proxy := addrs.base, addrs.proxy
 
 	ready := waitReady(t, base)
 	if ready[tn.ID] != version {
@@ -185,32 +190,40 @@ func acme(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, chec
 	return tn, version, checkKey, cp.URL
 }
 
+// deciderAddrs are the addresses a decider prints: its HTTP port, its
+// proxy ("" without -upstream) and its gRPC port ("" with -grpc-addr off).
+type deciderAddrs struct{ base, proxy, grpc string }
+
 // startDecider runs the decider with args and env until ctx ends, and
-// returns the addresses it prints, of its HTTP port and of its proxy (""
-// without -upstream), once it has printed them, and where run's error
-// comes.
-func startDecider(t *testing.T, ctx context.Context, args []string, env map[string]string) (base, proxy string, done <-chan error) {
+// returns the addresses it prints, once it has printed them, and where
+// run's error comes.
+func startDecider(t *testing.T, ctx context.Context, args []string, env map[string]string) (deciderAddrs, <-chan error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
 	lines := bufio.NewReader(pr)
 	proxied := slices.Contains(args, "-upstream")
-	for base == "" || (proxied && proxy == "") {
+	withGRPC := !slices.Contains(args, "off")
+	var a deciderAddrs
+	for a.base == "" || (proxied && a.proxy == "") || (withGRPC && a.grpc == "") {
 		line, err := lines.ReadString('\n')
 		if err != nil {
 			t.Fatalf("no banner: %v", err)
 		}
+		fields := strings.Fields(line)
 		url := strings.Fields(line[max(strings.Index(line, "http://"), 0):])[0]
 		switch {
 		case strings.HasPrefix(line, "decider listening"):
-			base = url
+			a.base = url
 		case strings.HasPrefix(line, "proxying"):
-			proxy = url
+			a.proxy = url
+		case strings.HasPrefix(line, "gRPC"):
+			a.grpc = fields[len(fields)-1]
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	return base, proxy, errc
+	return a, errc
 }
 
 // check asks the decider at base for a decision on client, and returns
@@ -289,7 +302,8 @@ func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
 	}
 	for i, want := range [][]string{{"99", "98", "97", "96", "95"}, {"94", "93", "92", "91", "90"}} {
 		dctx, stop := context.WithCancel(ctx)
-		base, _, done := startDecider(t, dctx, args, env)
+		addrs, done := startDecider(t, dctx, args, env)
+		base := addrs.base
 		waitReady(t, base)
 		if got := remaining(base); !slices.Equal(got, want) {
 			t.Fatalf("decider %d: remaining %v, want %v", i+1, got, want)
@@ -314,7 +328,8 @@ func TestDeciderOnRedisCluster(t *testing.T) {
 	url := "redis://" + cluster.Addrs[0] + "?addr=" + cluster.Addrs[1] + "&addr=" + cluster.Addrs[2]
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", url, "-redis-cluster",
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
-	base, _, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+	addrs, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+	base := addrs.base
 	waitReady(t, base)
 
 	const clients = 12
@@ -385,4 +400,82 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// The gRPC port as the binary wires it: health SERVING once ready, the
+// connection age limit sending clients away, and a stop that neither
+// waits for a health Watch that never ends nor keeps it SERVING.
+func TestDeciderGRPCPort(t *testing.T) {
+	_, _, _, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}})
+	start := func(ctx context.Context, extra ...string) (deciderAddrs, <-chan error) {
+		args := append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cpURL,
+			"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, extra...)
+		a, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+		waitReady(t, a.base)
+		return a, done
+	}
+	dial := func(addr string) healthpb.HealthClient {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return healthpb.NewHealthClient(conn)
+	}
+
+	t.Run("max connection age", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		a, done := start(ctx, "-grpc-max-connection-age", "200ms", "-grpc-max-connection-age-grace", "1s")
+		defer func() { cancel(); <-done }() // before the test's directories go
+		if res, err := dial(a.grpc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health once ready: %v %v", res, err)
+		}
+		c, err := net.Dial("tcp", a.grpc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = c.Write([]byte(http2.ClientPreface))
+		fr := http2.NewFramer(c, bufio.NewReader(c))
+		_ = fr.WriteSettings()
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("no GOAWAY from a connection past its age: %v", err)
+			}
+			if _, ok := f.(*http2.GoAwayFrame); ok {
+				break
+			}
+			if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		}
+	})
+
+	t.Run("stop with a Watch open", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		a, done := start(ctx)
+		watch, err := dial(a.grpc).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := watch.Recv(); err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("watched %v %v, want SERVING", res, err)
+		}
+		cancel()
+		if res, err := watch.Recv(); err != nil || res.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("watched %v %v once stopping, want NOT_SERVING", res, err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		case <-time.After(grpcStopGrace + 10*time.Second):
+			t.Fatal("the decider did not stop while a health Watch was open")
+		}
+	})
 }

@@ -39,7 +39,26 @@ const maxStreams = 1000
 // service and sluice.v1.DecisionService, with server reflection. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
 // per CPU second (docs/benchmarks.md).
-func NewGRPCServer(cfg HTTPConfig) *grpc.Server { return newGRPCServer(cfg, keepalivePolicy) }
+func NewGRPCServer(cfg HTTPConfig, opts ...grpc.ServerOption) *grpc.Server {
+	return newGRPCServer(cfg, keepalivePolicy, opts...)
+}
+
+// StopGRPC stops s gracefully, letting calls in flight finish, but for at
+// most grace: a long-lived stream (a health Watch, which clients hold open
+// for as long as they like) would otherwise keep the decider from ever
+// stopping. What is still open then is cut.
+func StopGRPC(s *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.Stop()
+		<-done
+	}
+}
 
 // keepalivePolicy lets a client keep its connections alive with HTTP/2
 // PINGs as often as every 10 s, calls in flight or not: Envoy's
@@ -49,9 +68,9 @@ func NewGRPCServer(cfg HTTPConfig) *grpc.Server { return newGRPCServer(cfg, keep
 // GOAWAY too_many_pings, and its next check waits for a new connection.
 var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
 
-func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy) *grpc.Server {
-	s := grpc.NewServer(grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1<<20), grpc.MaxConcurrentStreams(maxStreams),
-		grpc.KeepaliveEnforcementPolicy(kep))
+func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy, opts ...grpc.ServerOption) *grpc.Server {
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1 << 20),
+		grpc.MaxConcurrentStreams(maxStreams), grpc.KeepaliveEnforcementPolicy(kep)}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	reflection.Register(s) // grpcurl and similar tools need no .proto files

@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -97,6 +98,12 @@ func TestGRPCReflection(t *testing.T) {
 // health service on a loopback port until the test ends, and returns a
 // client connection to it and the health service's stop.
 func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func()) {
+	conn, stop, _ := serveGRPCWithHealth(t, ready)
+	return conn, stop
+}
+
+// serveGRPCWithHealth is serveWithHealth, with the server.
+func serveGRPCWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpc.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,5 +118,36 @@ func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, fun
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, stop
+	return conn, stop, srv
+}
+
+// StopGRPC lets a call in flight finish but does not wait on a stream
+// that never ends (a health Watch): past its grace it cuts it.
+func TestStopGRPCBoundsTheWait(t *testing.T) {
+	conn, stop, srv := serveGRPCWithHealth(t, nil)
+	watch, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Recv(); err != nil { // the stream is open on the server
+		t.Fatal(err)
+	}
+	stop()
+	stopped := make(chan struct{})
+	go func() { StopGRPC(srv, 100*time.Millisecond); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("StopGRPC waited on an open Watch past its grace")
+	}
+	// The watcher saw NOT_SERVING, then its stream end.
+	for {
+		res, err := watch.Recv()
+		if err != nil {
+			break
+		}
+		if res.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("after stop: %v", res.Status)
+		}
+	}
 }
