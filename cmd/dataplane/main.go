@@ -20,6 +20,9 @@
 //	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service and sluice.v1.DecisionService (default 127.0.0.1:8089; "off" disables)
 //	-grpc-max-connection-age SLUICE_GRPC_MAX_CONNECTION_AGE gRPC connections are closed gracefully after this long, so clients spread over new deciders (default 0: never)
 //	-grpc-max-connection-age-grace SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE how long calls in flight on such a connection may finish (default 30s)
+//	-grpc-tls-cert  SLUICE_GRPC_TLS_CERT      PEM certificate: with -grpc-tls-key the gRPC port serves TLS, the pair reread when the files change (default none: plaintext)
+//	-grpc-tls-key   SLUICE_GRPC_TLS_KEY       PEM private key of -grpc-tls-cert
+//	-grpc-tls-client-ca SLUICE_GRPC_TLS_CLIENT_CA PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS; default none)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
@@ -53,6 +56,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/dataplane"
@@ -64,6 +68,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 func main() {
@@ -107,6 +112,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
 	grpcMaxAgeGrace := fs.Duration("grpc-max-connection-age-grace", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", 30*time.Second), "how long calls in flight on such a connection may finish")
+	grpcCert := fs.String("grpc-tls-cert", env("SLUICE_GRPC_TLS_CERT", ""), "PEM certificate: with -grpc-tls-key the gRPC port serves TLS (reread when the files change)")
+	grpcKey := fs.String("grpc-tls-key", env("SLUICE_GRPC_TLS_KEY", ""), "PEM private key of -grpc-tls-cert")
+	grpcClientCA := fs.String("grpc-tls-client-ca", env("SLUICE_GRPC_TLS_CLIENT_CA", ""), "PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -203,6 +211,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("grpc: %w", err)
 		}
 		var opts []grpc.ServerOption
+		if *grpcCert != "" || *grpcKey != "" || *grpcClientCA != "" {
+			tlsCfg, err := tlsfiles.ServerConfig(*grpcCert, *grpcKey, *grpcClientCA)
+			if err != nil {
+				ln.Close()
+				rln.Close()
+				return fmt.Errorf("grpc: %w", err)
+			}
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
 		if *grpcMaxAge > 0 {
 			opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: *grpcMaxAge, MaxConnectionAgeGrace: *grpcMaxAgeGrace}))
 		}

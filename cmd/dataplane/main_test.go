@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +22,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -30,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // A decider started against a control plane and Redis becomes ready with
@@ -451,6 +455,45 @@ func TestDeciderGRPCPort(t *testing.T) {
 			if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
 				_ = fr.WriteSettingsAck()
 			}
+		}
+	})
+
+	t.Run("mutual TLS", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ca := tlstest.NewCA(t)
+		cert, key, caFile := ca.ServerFiles(t, t.TempDir(), 1)
+		a, done := start(ctx, "-grpc-tls-cert", cert, "-grpc-tls-key", key, "-grpc-tls-client-ca", caFile)
+		defer func() { cancel(); <-done }()
+		check := func(creds credentials.TransportCredentials) error {
+			conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(creds))
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			cctx, stop := context.WithTimeout(ctx, 5*time.Second)
+			defer stop()
+			res, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{})
+			if err == nil && res.Status != healthpb.HealthCheckResponse_SERVING {
+				return fmt.Errorf("status %v", res.Status)
+			}
+			return err
+		}
+		client := ca.Client(t)
+		if err := check(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{client}})); err != nil {
+			t.Fatalf("a client with a certificate the CA signed: %v", err)
+		}
+		if err := check(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool()})); err == nil {
+			t.Fatal("a client without a certificate got an answer")
+		}
+		if err := check(insecure.NewCredentials()); err == nil {
+			t.Fatal("a plaintext client got an answer from a TLS port")
+		}
+		// A key that is not there stops the decider at start, saying so.
+		err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-grpc-tls-cert", cert,
+			"-grpc-tls-key", filepath.Join(t.TempDir(), "none.pem"), "-state-file", filepath.Join(t.TempDir(), "s.pb")},
+			func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "grpc: tls") {
+			t.Fatalf("a missing key: %v, want a grpc: tls error", err)
 		}
 	})
 

@@ -2,16 +2,8 @@ package redisengine
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // NewClient makes a node's or a cluster's client from a URL, and names
@@ -100,7 +93,7 @@ func TestOpen(t *testing.T) {
 // spinning dialer's own handshake) and unix:// sockets decide alike.
 func TestOpenOverTLSAndUnixSocket(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key, _ := tlstest.NewCA(t).ServerFiles(t, dir, 1)
 	tlsPort := freeLoopbackPort(t)
 	sock := filepath.Join(dir, "redis.sock")
 	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
@@ -128,33 +121,6 @@ func TestOpenOverTLSAndUnixSocket(t *testing.T) {
 			t.Fatalf("%s: decisions %v, want allowed, allowed, rejected", url, got)
 		}
 	}
-}
-
-// selfSigned writes a certificate for 127.0.0.1 and its key to dir.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	for f, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
-		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile
 }
 
 // freeLoopbackPort is a port nothing listens on at the moment.
