@@ -8,6 +8,7 @@
 //	-control-plane  SLUICE_CONTROL_PLANE_URL  control plane URL (default http://127.0.0.1:8081)
 //	-redis-url      REDIS_URL                 redis://, rediss:// or unix:// URL; empty decides in this process only
 //	-redis-cluster  SLUICE_REDIS_CLUSTER      the URL's host and addr parameters are a Redis Cluster's seed nodes (default false)
+//	-redis-sentinel SLUICE_REDIS_SENTINEL     the URL's host and addr parameters are Sentinels, its master_name the master they watch (default false)
 //	-redis-spin     SLUICE_REDIS_SPIN         how long a read waiting for Redis polls before it sleeps, at low load (default 200µs; 0 never)
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
 //	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
@@ -92,6 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cpURL := fs.String("control-plane", env("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8081"), "control plane URL")
 	redisURL := fs.String("redis-url", env("REDIS_URL", ""), "redis:// URL; empty decides in this process only")
 	redisCluster := fs.Bool("redis-cluster", env("SLUICE_REDIS_CLUSTER", "false") == "true", "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
+	redisSentinel := fs.Bool("redis-sentinel", env("SLUICE_REDIS_SENTINEL", "false") == "true", "the Redis URL names Sentinels (host and addr parameters) and, as master_name, the master they watch")
 	redisSpin := fs.Duration("redis-spin", e.Duration("SLUICE_REDIS_SPIN", redisengine.DefaultSpin), "how long a read waiting for Redis polls before it sleeps; 0 never")
 	redisPrefix := fs.String("redis-prefix", env("SLUICE_REDIS_PREFIX", ""), "prefix of every counter key")
 	batch := fs.Bool("redis-batch", env("SLUICE_REDIS_BATCH", "true") != "false", "coalesce concurrent decisions into pipelines")
@@ -137,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
 	if *redisURL != "" {
-		eng, err := redisengine.Open(*redisURL, redisengine.ClientOptions{Cluster: *redisCluster, Spin: *redisSpin},
+		eng, err := redisengine.Open(*redisURL, redisengine.ClientOptions{Cluster: *redisCluster, Sentinel: *redisSentinel, Spin: *redisSpin},
 			redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)

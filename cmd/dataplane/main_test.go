@@ -319,54 +319,68 @@ func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
 	}
 }
 
-// -redis-cluster: a decider given one seed node of a Redis Cluster (and
-// the others as addr parameters) enforces its rules across the cluster's
-// nodes, each client's counter on the node owning its slot. A client of
-// one node alone would be answered MOVED for most clients' keys.
-func TestDeciderOnRedisCluster(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// A decider on a Redis Cluster (-redis-cluster: one seed node, the others
+// as addr parameters) enforces its rules across the cluster's nodes, each
+// client's counter on the node owning its slot; a client of one node
+// alone would be answered MOVED for most keys. On Sentinels
+// (-redis-sentinel) it decides on the master they name.
+func TestDeciderOnRedisTopologies(t *testing.T) {
 	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
-	cluster := redistest.StartCluster(t)
-	url := "redis://" + cluster.Addrs[0] + "?addr=" + cluster.Addrs[1] + "&addr=" + cluster.Addrs[2]
-	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", url, "-redis-cluster",
-		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
-	addrs, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
-	base := addrs.base
-	waitReady(t, base)
-
-	const clients = 12
-	for i := range clients {
-		var codes []int
-		for range 3 {
-			codes = append(codes, check(t, base, checkKey, "client-"+strconv.Itoa(i)).StatusCode)
+	// decide runs a decider on url with flag, makes 12 clients' checks
+	// until each is rejected, and returns the counter keys on each server.
+	decide := func(t *testing.T, url, flag string, servers []*redistest.Server) []int {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", url, flag,
+			"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+		addrs, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+		waitReady(t, addrs.base)
+		for i := range 12 {
+			var codes []int
+			for range 3 {
+				codes = append(codes, check(t, addrs.base, checkKey, "client-"+strconv.Itoa(i)).StatusCode)
+			}
+			if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
+				t.Fatalf("client-%d: statuses %v, want %v", i, codes, want)
+			}
 		}
-		if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
-			t.Fatalf("client-%d: statuses %v, want %v", i, codes, want)
+		var perServer []int
+		for _, s := range servers {
+			n := redis.NewClient(&redis.Options{Addr: s.Addr})
+			keys, err := n.Keys(ctx, "*").Result()
+			n.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			perServer = append(perServer, len(keys))
 		}
-	}
-	var total int
-	nodes := 0
-	for _, s := range cluster.Servers {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr})
-		keys, err := n.Keys(ctx, "*").Result()
-		n.Close()
-		if err != nil {
-			t.Fatal(err)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("run: %v", err)
 		}
-		total += len(keys)
-		if len(keys) > 0 {
-			nodes++
+		return perServer
+	}
+	t.Run("cluster", func(t *testing.T) {
+		cluster := redistest.StartCluster(t)
+		keys := decide(t, "redis://"+cluster.Addrs[0]+"?addr="+cluster.Addrs[1]+"&addr="+cluster.Addrs[2], "-redis-cluster", cluster.Servers)
+		nodes := 0
+		for _, n := range keys {
+			if n > 0 {
+				nodes++
+			}
 		}
-	}
-	if total != clients || nodes < 2 {
-		t.Fatalf("%d counter keys on %d nodes, want %d keys spread over the nodes", total, nodes, clients)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
+		if keys[0]+keys[1]+keys[2] != 12 || nodes < 2 {
+			t.Fatalf("counter keys per node %v, want 12 spread over the nodes", keys)
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		master := redistest.StartServer(t)
+		sentinel := redistest.StartSentinel(t, "sluice", master)
+		if keys := decide(t, "redis://"+sentinel.Addr+"?master_name=sluice", "-redis-sentinel", []*redistest.Server{master}); keys[0] != 12 {
+			t.Fatalf("%d counter keys on the master, want 12", keys[0])
+		}
+	})
 }
 
 // A malformed REDIS_URL is refused without its password showing.

@@ -55,9 +55,10 @@ type Config struct {
 	DatabaseURL string
 	// RedisURL, else the local server, else the in-process engine.
 	RedisURL string
-	// RedisCluster: RedisURL names a Redis Cluster's seed nodes.
-	RedisCluster bool
-	RedisPrefix  string
+	// RedisCluster: RedisURL names a Redis Cluster's seed nodes;
+	// RedisSentinel: Sentinels and, as master_name, their master.
+	RedisCluster, RedisSentinel bool
+	RedisPrefix                 string
 	// KafkaBrokers (comma-separated), else an embedded Kafka-protocol
 	// broker (kfake) keeping its data in Dir.
 	KafkaBrokers string
@@ -300,7 +301,8 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 	if u == "" {
 		u = LocalRedis
 	}
-	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cfg.RedisCluster && cfg.RedisURL != "", Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
+	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cfg.RedisCluster && cfg.RedisURL != "",
+		Sentinel: cfg.RedisSentinel && cfg.RedisURL != "", Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
 	if err != nil {
 		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)
 		return inProcess, "in-process engine", func() {}

@@ -26,6 +26,11 @@ type ClientOptions struct {
 	// (redis://h1:6379?addr=h2:6379&addr=h3:6379) as the seed nodes of
 	// a Redis Cluster; otherwise the URL is one Redis.
 	Cluster bool
+	// Sentinel takes the URL's host and its addr parameters as Redis
+	// Sentinels, and its master_name parameter as the name of the master
+	// they watch (redis://s1:26379?addr=s2:26379&master_name=mymaster):
+	// the engine follows the master through failovers.
+	Sentinel bool
 	// Spin is how long a read waiting for a reply polls before it sleeps;
 	// 0 never polls. Through NewClient reads always may; through Open,
 	// only while the engine is nearly idle.
@@ -58,14 +63,30 @@ func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// NewClient connects to the Redis, or the Redis Cluster, at url (a
-// redis://, rediss:// or unix:// URL as go-redis parses them), with
+// NewClient connects to the Redis, the Redis Cluster or the master
+// behind Redis Sentinels at url (a redis://, rediss:// or unix:// URL as
+// go-redis parses them), with
 // contexts bounding every call so that a decision's time budget holds.
 func NewClient(url string, o ClientOptions) (redis.UniversalClient, error) {
 	return newClient(url, o, nil, nil)
 }
 
 func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func() bool) (redis.UniversalClient, error) {
+	if o.Cluster && o.Sentinel {
+		return nil, fmt.Errorf("redis: a URL names a cluster or sentinels, not both")
+	}
+	if o.Sentinel {
+		opts, err := redis.ParseFailoverURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redis sentinel URL: %w", redact.Error(err, url))
+		}
+		if opts.MasterName == "" {
+			return nil, fmt.Errorf("redis sentinel URL: no master_name parameter")
+		}
+		opts.ContextTimeoutEnabled = true
+		opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
+		return redis.NewFailoverClient(opts), nil
+	}
 	if o.Cluster {
 		opts, err := redis.ParseClusterURL(url)
 		if err != nil {

@@ -133,3 +133,54 @@ func freeLoopbackPort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// Through Sentinel the engine decides on the master, and on the replica
+// Sentinel promotes when the master dies: decisions fail while there is no
+// master (the decider's failure modes answer then), and succeed again on
+// the new one without a restart.
+func TestOpenThroughSentinelFollowsAFailover(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	sentinel := redistest.StartSentinel(t, "sluice", master)
+	prefix := redistest.Prefix(t)
+	e, err := Open("redis://"+sentinel.Addr+"?master_name=sluice", ClientOptions{Sentinel: true, Spin: DefaultSpin},
+		Config{Prefix: prefix, Batch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	lim := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 1_000_000, Window: time.Hour})
+	decide := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := e.AllowAll(ctx, []limit.Request{{Key: "{c}r", Limiter: lim, Cost: 1}}, make([]limit.Result, 1))
+		return err
+	}
+	if err := decide(); err != nil {
+		t.Fatalf("through Sentinel: %v", err)
+	}
+	master.Stop(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for decide() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no decision succeeded after the failover")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Decided on the promoted replica.
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if role, err := rc.Do(context.Background(), "ROLE").Slice(); err != nil || role[0] != "master" {
+		t.Fatalf("the replica's role after the failover: %v %v", role, err)
+	}
+	if n, err := rc.Exists(context.Background(), prefix+"{c}r").Result(); err != nil || n != 1 {
+		t.Fatalf("the counter on the promoted replica: %d %v", n, err)
+	}
+	if _, err := NewClient("redis://"+sentinel.Addr, ClientOptions{Sentinel: true}); err == nil || !strings.Contains(err.Error(), "master_name") {
+		t.Fatalf("a sentinel URL without master_name: %v", err)
+	}
+	if _, err := NewClient("redis://"+sentinel.Addr+"?master_name=x", ClientOptions{Sentinel: true, Cluster: true}); err == nil {
+		t.Fatal("cluster and sentinel at once were accepted")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -135,6 +136,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string
+	conf string // a configuration file, first on the command line (Sentinel's)
 	cmd  *exec.Cmd
 }
 
@@ -149,6 +151,29 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 	return s
 }
 
+// StartReplica starts a throwaway replica of master.
+func StartReplica(t testing.TB, master *Server) *Server {
+	t.Helper()
+	return StartServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+}
+
+// StartSentinel starts a throwaway Redis Sentinel watching master under
+// name, alone in its quorum, quick to act: it calls the master down after
+// 500 ms without an answer and promotes a replica.
+func StartSentinel(t testing.TB, name string, master *Server) *Server {
+	t.Helper()
+	port := freePort(t, false)
+	s := &Server{port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir()}
+	s.conf = filepath.Join(s.dir, "sentinel.conf")
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %[1]s 500\nsentinel failover-timeout %[1]s 2000\n", name, master.port)
+	if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+		t.Fatalf("redistest: sentinel config: %v", err)
+	}
+	s.Start(t)
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
 // Start starts the stopped server again on the same port and waits until it
 // answers.
 func (s *Server) Start(t testing.TB) {
@@ -157,6 +182,9 @@ func (s *Server) Start(t testing.TB) {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "redis.log",
 	}, s.args...)
+	if s.conf != "" {
+		args = append([]string{s.conf, "--sentinel"}, args...)
+	}
 	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("redistest: start redis-server (is it installed?): %v", err)
