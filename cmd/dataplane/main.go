@@ -24,6 +24,7 @@
 //	-grpc-tls-cert  SLUICE_GRPC_TLS_CERT      PEM certificate: with -grpc-tls-key the gRPC port serves TLS, the pair reread when the files change (default none: plaintext)
 //	-grpc-tls-key   SLUICE_GRPC_TLS_KEY       PEM private key of -grpc-tls-cert
 //	-grpc-tls-client-ca SLUICE_GRPC_TLS_CLIENT_CA PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS; default none)
+//	-shadow-mode    SLUICE_SHADOW_MODE        every rule of every tenant in shadow: decisions reported as ever, none rejected (default false)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
@@ -103,6 +104,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
+	shadowMode := fs.Bool("shadow-mode", env("SLUICE_SHADOW_MODE", "false") == "true", "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
@@ -128,7 +130,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	keys := dataplane.NewKeys()
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL),
-		Key:    getenv("SLUICE_DECIDER_KEY"), Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(),
+		Key:    getenv("SLUICE_DECIDER_KEY"), Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
 	})
 	go func() { _ = syncer.Run(ctx) }()
 

@@ -536,3 +536,33 @@ func TestDeciderGRPCPort(t *testing.T) {
 		}
 	})
 }
+
+// -shadow-mode: the decider rejects nothing its rules would reject (what
+// they would have done goes to the analytics as shadow would-rejects,
+// decide's TestShadowAllRejectsNothing); without it the same checks are
+// rejected from the third.
+func TestDeciderShadowMode(t *testing.T) {
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
+	for _, tc := range []struct {
+		flag string
+		want []int
+	}{{"-shadow-mode", []int{200, 200, 200, 200}}, {"-shadow-mode=false", []int{200, 200, 429, 429}}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, tc.flag,
+			"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+		a, done := startDecider(t, ctx, args, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+		waitReady(t, a.base)
+		var codes []int
+		for range 4 {
+			codes = append(codes, check(t, a.base, checkKey, "alice").StatusCode)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(codes, tc.want) {
+			t.Fatalf("%s: statuses %v, want %v", tc.flag, codes, tc.want)
+		}
+	}
+}

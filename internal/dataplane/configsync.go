@@ -29,6 +29,10 @@ type SyncConfig struct {
 	// Name identifies this decider to the control plane's list of
 	// deciders (such as host/pid); "" leaves it unlisted.
 	Name string
+	// ShadowAll puts every rule of every tenant in shadow (decide.Config.
+	// ShadowAll): the decider reports what its limits would do and
+	// rejects nothing.
+	ShadowAll bool
 	// Keys is the check-key table the Syncer keeps current.
 	Keys *Keys
 	// StateFile keeps the last good configuration, loaded at start when the
@@ -199,6 +203,9 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 		if err != nil {
 			s.cfg.Logger.Error("config: snapshot refused; the previous one stays", "tenant", snap.Tenant.ID, "version", snap.Version, "err", err)
 			continue
+		}
+		if s.cfg.ShadowAll {
+			c.ShadowAll()
 		}
 		next[c.Tenant.ID] = c
 		s.current[c.Tenant.ID] = p

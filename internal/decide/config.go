@@ -32,6 +32,35 @@ type Config struct {
 	requestLimitsN atomic.Int64
 	// replaces is set when an enabled rule replaces others (Rule.Replaces).
 	replaces bool
+	// shadowAll: every rule is in shadow (ShadowAll).
+	shadowAll bool
+}
+
+// ShadowAll puts every rule of c in shadow, blocks and requests' own
+// limits included: decisions are evaluated, counted and reported as
+// ever, and none is rejected (a decider's -shadow-mode, as
+// envoyproxy/ratelimit's global shadow mode: a first rollout that shows
+// what the limits would do). Call it before c is in use.
+func (c *Config) ShadowAll() {
+	c.shadowAll = true
+	for _, rules := range c.tiers {
+		for i := range rules {
+			rules[i].Shadow = true
+		}
+	}
+	shadowBlock := func(o *compiledOverride) {
+		if o.blockRule != nil {
+			o.blockRule.Shadow = true
+		}
+	}
+	for _, os := range c.exact {
+		for _, o := range os {
+			shadowBlock(o)
+		}
+	}
+	for _, o := range c.prefix {
+		shadowBlock(o)
+	}
 }
 
 // HasReplaces reports whether an enabled rule of c replaces others: a
@@ -96,7 +125,7 @@ func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule
 		id = append(id, d[i].Key...)
 		keys[i] = d[i].Key
 	}
-	r := &policy.Rule{ID: string(id), KeyBy: keys, Params: p, Enabled: true}
+	r := &policy.Rule{ID: string(id), KeyBy: keys, Params: p, Enabled: true, Shadow: c.shadowAll}
 	r.Name = r.ID
 	return r, lim
 }

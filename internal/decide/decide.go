@@ -238,6 +238,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
 	if sel.blocked != nil {
+		if sel.blocked.Shadow { // every rule in shadow (ShadowAll): reported, not rejected
+			return Decision{Allowed: true, Deciding: -1, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+		}
 		return Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
 	}
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
@@ -436,7 +439,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.one = new(oneRule)
 		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
 		key := policy.AppendRequestKey(nil, c.Tenant.ID, rule.ID, req.Descriptors)
-		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost})
+		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Shadow: rule.Shadow})
 		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, rule.Params)
 		return sel, nil

@@ -451,3 +451,52 @@ func TestReplaces(t *testing.T) {
 		t.Fatalf("a rule replacing itself: %v", err)
 	}
 }
+
+// With every rule in shadow (ShadowAll, a decider's -shadow-mode) nothing
+// is rejected, not even a blocked client or a request's own limit, and
+// every rule still reports what it would have done.
+func TestShadowAllRejectsNothing(t *testing.T) {
+	t.Parallel()
+	c, err := Compile(&policy.Snapshot{
+		Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "one", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Hour}}}}},
+		Overrides: []policy.Override{{ID: "o", Identifier: "bad", Block: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ShadowAll()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	// wouldBlock reports whether some rule would have rejected.
+	decide := func(req Request) (allowed, wouldBlock bool) {
+		t.Helper()
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range dec.Rules {
+			if !r.Rule.Shadow {
+				t.Fatalf("rule %s not in shadow", r.Rule.Name)
+			}
+			wouldBlock = wouldBlock || !r.Allowed
+		}
+		return dec.Allowed, wouldBlock
+	}
+	for i, want := range []bool{false, true, true} {
+		if ok, would := decide(check("alice")); !ok || would != want {
+			t.Fatalf("alice's check %d: allowed %v, would block %v; want allowed, %v", i+1, ok, would, want)
+		}
+	}
+	if ok, would := decide(check("bad")); !ok || !would {
+		t.Fatalf("a blocked client: allowed %v, would block %v; want allowed, would block", ok, would)
+	}
+	own := check("carol")
+	own.Limit = &RequestLimit{Requests: 1, Window: time.Minute}
+	for i, want := range []bool{false, true} {
+		if ok, would := decide(own); !ok || would != want {
+			t.Fatalf("a request's own limit, check %d: allowed %v, would block %v; want allowed, %v", i+1, ok, would, want)
+		}
+	}
+}
