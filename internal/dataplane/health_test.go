@@ -21,7 +21,7 @@ import (
 // for a service it does not have.
 func TestGRPCHealth(t *testing.T) {
 	ready := make(chan struct{})
-	conn, stop := serveWithHealth(t, ready)
+	conn, stop, _ := serveWithHealth(t, ready)
 	hc := healthpb.NewHealthClient(conn)
 	ctx := context.Background()
 
@@ -62,7 +62,7 @@ func TestGRPCHealth(t *testing.T) {
 // The port describes itself (server reflection): grpcurl lists and calls
 // its services without .proto files.
 func TestGRPCReflection(t *testing.T) {
-	conn, stop := serveWithHealth(t, nil)
+	conn, stop, _ := serveWithHealth(t, nil)
 	defer stop()
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(context.Background())
 	if err != nil {
@@ -96,14 +96,8 @@ func TestGRPCReflection(t *testing.T) {
 
 // serveWithHealth serves the decider's gRPC server (no tenants) with its
 // health service on a loopback port until the test ends, and returns a
-// client connection to it and the health service's stop.
-func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func()) {
-	conn, stop, _ := serveGRPCWithHealth(t, ready)
-	return conn, stop
-}
-
-// serveGRPCWithHealth is serveWithHealth, with the server.
-func serveGRPCWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpc.Server) {
+// client connection to it, the health service's stop and the server.
+func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpc.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -124,7 +118,7 @@ func serveGRPCWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn,
 // StopGRPC lets a call in flight finish but does not wait on a stream
 // that never ends (a health Watch): past its grace it cuts it.
 func TestStopGRPCBoundsTheWait(t *testing.T) {
-	conn, stop, srv := serveGRPCWithHealth(t, nil)
+	conn, stop, srv := serveWithHealth(t, nil)
 	watch, err := healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)

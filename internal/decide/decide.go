@@ -238,10 +238,11 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
 	if sel.blocked != nil {
+		dec := Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}
 		if sel.blocked.Shadow { // every rule in shadow (ShadowAll): reported, not rejected
-			return Decision{Allowed: true, Deciding: -1, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+			dec.Allowed, dec.Deciding = true, -1
 		}
-		return Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+		return dec, false, nil
 	}
 	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {

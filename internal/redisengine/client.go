@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -75,6 +76,9 @@ func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func
 	if o.Cluster && o.Sentinel {
 		return nil, fmt.Errorf("redis: a URL names a cluster or sentinels, not both")
 	}
+	dial := func(timeout time.Duration, tlsConfig *tls.Config) func(context.Context, string, string) (net.Conn, error) {
+		return dialer(timeout, spinconn.Options{Spin: o.Spin, TLS: tlsConfig, When: spinWhen, Stats: stats})
+	}
 	if o.Sentinel {
 		opts, err := redis.ParseFailoverURL(url)
 		if err != nil {
@@ -84,7 +88,7 @@ func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func
 			return nil, fmt.Errorf("redis sentinel URL: no master_name parameter")
 		}
 		opts.ContextTimeoutEnabled = true
-		opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
+		opts.Dialer = dial(opts.DialTimeout, opts.TLSConfig)
 		return redis.NewFailoverClient(opts), nil
 	}
 	if o.Cluster {
@@ -93,7 +97,7 @@ func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func
 			return nil, fmt.Errorf("redis cluster URL: %w", redact.Error(err, url))
 		}
 		opts.ContextTimeoutEnabled = true
-		opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
+		opts.Dialer = dial(opts.DialTimeout, opts.TLSConfig)
 		return redis.NewClusterClient(opts), nil
 	}
 	opts, err := redis.ParseURL(url)
@@ -101,7 +105,7 @@ func newClient(url string, o ClientOptions, stats *spinconn.Stats, spinWhen func
 		return nil, fmt.Errorf("redis URL: %w", redact.Error(err, url))
 	}
 	opts.ContextTimeoutEnabled = true
-	opts.Dialer = dialer(opts.DialTimeout, spinconn.Options{Spin: o.Spin, TLS: opts.TLSConfig, When: spinWhen, Stats: stats})
+	opts.Dialer = dial(opts.DialTimeout, opts.TLSConfig)
 	return redis.NewClient(opts), nil
 }
 

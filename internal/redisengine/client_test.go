@@ -3,7 +3,6 @@ package redisengine
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -94,7 +93,7 @@ func TestOpen(t *testing.T) {
 func TestOpenOverTLSAndUnixSocket(t *testing.T) {
 	dir := t.TempDir()
 	cert, key, _ := tlstest.NewCA(t).ServerFiles(t, dir, 1)
-	tlsPort := freeLoopbackPort(t)
+	tlsPort := redistest.FreePort(t)
 	sock := filepath.Join(dir, "redis.sock")
 	redistest.StartServer(t, "--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", cert, "--tls-key-file", key,
 		"--tls-auth-clients", "no", "--unixsocket", sock, "--unixsocketperm", "700")
@@ -121,17 +120,6 @@ func TestOpenOverTLSAndUnixSocket(t *testing.T) {
 			t.Fatalf("%s: decisions %v, want allowed, allowed, rejected", url, got)
 		}
 	}
-}
-
-// freeLoopbackPort is a port nothing listens on at the moment.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Through Sentinel the engine decides on the master, and on the replica

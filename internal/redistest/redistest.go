@@ -300,6 +300,9 @@ func waitFor(f func() error) error {
 	}
 }
 
+// FreePort returns a loopback port nothing listens on at the moment.
+func FreePort(t testing.TB) int { return freePort(t, false) }
+
 // freePort returns a loopback port nothing listens on; with bus, port+10000
 // (a cluster node's bus port) is free too.
 func freePort(t testing.TB, bus bool) int {
