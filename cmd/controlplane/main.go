@@ -6,6 +6,8 @@
 //	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
+//	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
+//	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
 //	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only
 package main
@@ -16,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/prune"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 	"github.com/sluicehq/sluice/migrations"
 )
 
@@ -40,6 +42,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
 	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
+	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
+	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,15 +80,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)            // with TLS, by ALPN
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC without TLS, behind a proxy that terminates it
 	srv.RegisterOnShutdown(func() { close(closing) })
 	ready.SetReady(true)
-	fmt.Fprintf(stdout, "control plane listening on http://%s (console: http://%[1]s/console/)\n", ln.Addr())
+	fmt.Fprintf(stdout, "control plane listening on %s://%s (console: %[1]s://%[2]s/console/)\n", scheme, ln.Addr())
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // The binary's run starts on a fresh schema, serves the API over plain
@@ -86,14 +89,14 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 }
 
-// start runs the binary's run with env until ctx ends, and returns its
-// base URL and the channel of run's result.
-func start(t *testing.T, ctx context.Context, env map[string]string) (string, <-chan error) {
+// start runs the binary's run with env and the extra flags until ctx
+// ends, and returns its base URL and the channel of run's result.
+func start(t *testing.T, ctx context.Context, env map[string]string, extra ...string) (string, <-chan error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, pw, io.Discard)
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, extra...), func(k string) string { return env[k] }, pw, io.Discard)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -101,7 +104,51 @@ func start(t *testing.T, ctx context.Context, env map[string]string) (string, <-
 		t.Fatalf("no banner: %v (run: %v)", err, <-done)
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	return strings.Fields(line[strings.Index(line, "http://"):])[0], done
+	return strings.Fields(line[strings.Index(line, "http"):])[0], done
+}
+
+// With -tls-cert and -tls-key the port serves HTTPS only: gRPC over the
+// HTTP/2 that ALPN chose, HTTP/1.1 to a client that offers nothing else;
+// a plaintext request gets no answer of the API. A key that cannot be
+// read stops the control plane at start.
+func TestServesHTTPS(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ca := tlstest.NewCA(t)
+	cert, key, _ := ca.ServerFiles(t, t.TempDir(), 1)
+	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret"}
+	base, done := start(t, ctx, env, "-tls-cert", cert, "-tls-key", key)
+	defer func() { cancel(); <-done }()
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("banner says %s, want an https:// URL", base)
+	}
+
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}}
+	req := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "Acme"}})
+	req.Header().Set("Authorization", "Bearer op-secret")
+	if res, err := sluicev1connect.NewTenantServiceClient(h2, base, connect.WithGRPC()).CreateTenant(ctx, req); err != nil || res.Msg.Tenant.Id == "" {
+		t.Fatalf("create tenant over gRPC on TLS: %v", err)
+	}
+	h1 := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()},
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+	resp, err := h1.Get(base + "/console/")
+	if err != nil || resp.StatusCode != 200 || resp.ProtoMajor != 1 {
+		t.Fatalf("the console over HTTP/1.1 on TLS: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("a plaintext request was answered by a TLS port")
+		}
+	}
+
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-tls-cert", cert, "-tls-key", filepath.Join(t.TempDir(), "none.pem")},
+		func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "tls") {
+		t.Fatalf("a missing key: %v, want a tls error", err)
+	}
 }
 
 // waitReady polls base's /readyz until it answers want.

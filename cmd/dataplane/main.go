@@ -5,7 +5,10 @@
 // Configuration (flags override the environment):
 //
 //	-addr           SLUICE_DATAPLANE_ADDR     listen address (default 127.0.0.1:8080)
-//	-control-plane  SLUICE_CONTROL_PLANE_URL  control plane URL (default http://127.0.0.1:8081)
+//	-tls-cert       SLUICE_DATAPLANE_TLS_CERT PEM certificate: with -tls-key the HTTP port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
+//	-tls-key        SLUICE_DATAPLANE_TLS_KEY  PEM private key of -tls-cert
+//	-tls-client-ca  SLUICE_DATAPLANE_TLS_CLIENT_CA PEM CA bundle: HTTP clients must present a certificate it signed (mutual TLS; default none)
+//	-control-plane  SLUICE_CONTROL_PLANE_URL  control plane URL, http:// or https:// (default http://127.0.0.1:8081; a private CA's certificate via SSL_CERT_FILE)
 //	-redis-url      REDIS_URL                 redis://, rediss:// or unix:// URL; empty decides in this process only
 //	-redis-cluster  SLUICE_REDIS_CLUSTER      the URL's host and addr parameters are a Redis Cluster's seed nodes (default false)
 //	-redis-sentinel SLUICE_REDIS_SENTINEL     the URL's host and addr parameters are Sentinels, its master_name the master they watch (default false)
@@ -28,6 +31,8 @@
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
+//	-proxy-tls-cert SLUICE_PROXY_TLS_CERT     proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS, the pair reread when the files change (default none: plaintext)
+//	-proxy-tls-key  SLUICE_PROXY_TLS_KEY      proxy: PEM private key of -proxy-tls-cert
 //	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
 //	-identity-header SLUICE_IDENTITY_HEADER   proxy: header naming the client (else the cookie, else the client IP)
 //	-identity-cookie SLUICE_IDENTITY_COOKIE   proxy: cookie naming the client
@@ -108,6 +113,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
+	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
+	proxyKey := fs.String("proxy-tls-key", env("SLUICE_PROXY_TLS_KEY", ""), "proxy: PEM private key of -proxy-tls-cert")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
 	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
@@ -116,6 +123,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
 	grpcMaxAgeGrace := fs.Duration("grpc-max-connection-age-grace", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", 30*time.Second), "how long calls in flight on such a connection may finish")
+	tlsCert := fs.String("tls-cert", env("SLUICE_DATAPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the HTTP port serves HTTPS (reread when the files change)")
+	tlsKey := fs.String("tls-key", env("SLUICE_DATAPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", env("SLUICE_DATAPLANE_TLS_CLIENT_CA", ""), "PEM CA bundle: HTTP clients must present a certificate it signed (mutual TLS)")
 	grpcCert := fs.String("grpc-tls-cert", env("SLUICE_GRPC_TLS_CERT", ""), "PEM certificate: with -grpc-tls-key the gRPC port serves TLS (reread when the files change)")
 	grpcKey := fs.String("grpc-tls-key", env("SLUICE_GRPC_TLS_KEY", ""), "PEM private key of -grpc-tls-cert")
 	grpcClientCA := fs.String("grpc-tls-client-ca", env("SLUICE_GRPC_TLS_CLIENT_CA", ""), "PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS)")
@@ -191,17 +201,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dataplane.MountHTTP(mux, api)
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, *tlsClientCA)
 	if err != nil {
 		return err
 	}
 	// The check routes on fasthttp, everything else (and browsers' checks,
-	// for CORS) through mux; HTTP/2 for gRPC checks without TLS.
+	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
+	// the connections that chose h2 by ALPN).
 	srv := dataplane.NewHTTPServer(apiCfg, mux)
-	fmt.Fprintf(stdout, "decider listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
 		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"),
-			dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}, *trusted)
+			dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}, *trusted,
+			[2]string{*proxyCert, *proxyKey})
 		if err != nil {
 			ln.Close()
 			return err
@@ -250,9 +262,10 @@ func deciderName() string {
 }
 
 // serveProxy starts the reverse proxy of pc in front of upstream, for the
-// tenant of the check key, and returns what stops it.
+// tenant of the check key, over TLS with the certificate and key files of
+// tlsPair when they are named, and returns what stops it.
 func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
-	pc dataplane.ProxyConfig, trusted string) (func(), error) {
+	pc dataplane.ProxyConfig, trusted string, tlsPair [2]string) (func(), error) {
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
@@ -266,13 +279,13 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	hash := policy.HashKey(key) // once, not per proxied request
 	pc.API, pc.Upstream = api, u
 	pc.Tenant = func() (*decide.Config, error) { return keys.Lookup(hash) }
-	ln, err := net.Listen("tcp", addr)
+	ln, scheme, err := tlsfiles.Listen(addr, tlsPair[0], tlsPair[1], "")
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
-	fmt.Fprintf(stdout, "proxying http://%s to %s\n", ln.Addr(), u.Redacted())
+	fmt.Fprintf(stdout, "proxying %s://%s to %s\n", scheme, ln.Addr(), u.Redacted())
 	return func() { <-done }, nil
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/net/http2"
@@ -28,6 +29,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
@@ -216,7 +219,7 @@ func startDecider(t *testing.T, ctx context.Context, args []string, env map[stri
 			t.Fatalf("no banner: %v", err)
 		}
 		fields := strings.Fields(line)
-		url := strings.Fields(line[max(strings.Index(line, "http://"), 0):])[0]
+		url := strings.Fields(line[max(strings.Index(line, "http"), 0):])[0]
 		switch {
 		case strings.HasPrefix(line, "decider listening"):
 			a.base = url
@@ -248,6 +251,12 @@ func check(t *testing.T, base, key, client string) *http.Response {
 // returns the config versions it reports.
 func waitReady(t *testing.T, base string) map[string]int64 {
 	t.Helper()
+	return waitReadyOn(t, http.DefaultClient, base)
+}
+
+// waitReadyOn is waitReady through client.
+func waitReadyOn(t *testing.T, client *http.Client, base string) map[string]int64 {
+	t.Helper()
 	var ready struct {
 		Ready bool
 		Info  struct {
@@ -259,7 +268,7 @@ func waitReady(t *testing.T, base string) map[string]int64 {
 		if time.Now().After(deadline) {
 			t.Fatal("never ready")
 		}
-		if resp, err := http.Get(base + "/readyz"); err == nil {
+		if resp, err := client.Get(base + "/readyz"); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&ready)
 			resp.Body.Close()
 		}
@@ -535,6 +544,96 @@ func TestDeciderGRPCPort(t *testing.T) {
 			t.Fatal("the decider did not stop while a health Watch was open")
 		}
 	})
+}
+
+// With -tls-cert, -tls-key and -tls-client-ca the HTTP port serves only
+// clients with a certificate the CA signed, over TLS: checks over HTTP/1.1
+// (fasthttp's side of the port) and over the HTTP/2 that ALPN chose
+// (net/http's, here Connect's gRPC), and the routes fasthttp hands to
+// net/http (/metrics). Without a certificate, or in plaintext, nothing is
+// answered.
+func TestDeciderHTTPS(t *testing.T) {
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
+	ctx, cancel := context.WithCancel(context.Background())
+	ca := tlstest.NewCA(t)
+	cert, key, caFile := ca.ServerFiles(t, t.TempDir(), 1)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "from upstream, forwarded as "+r.Header.Get("X-Forwarded-Proto"))
+	}))
+	defer upstream.Close()
+	a, done := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-tls-cert", cert, "-tls-key", key, "-tls-client-ca", caFile,
+		"-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0", "-proxy-tls-cert", cert, "-proxy-tls-key", key},
+		map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_PROXY_KEY": checkKey})
+	defer func() { cancel(); <-done }()
+	if !strings.HasPrefix(a.base, "https://") {
+		t.Fatalf("banner says %s, want an https:// URL", a.base)
+	}
+	client := func(withCert, h2 bool) *http.Client {
+		cfg := &tls.Config{RootCAs: ca.Pool()}
+		if withCert {
+			cfg.Certificates = []tls.Certificate{ca.Client(t)}
+		}
+		tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: h2}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	h1, h2 := client(true, false), client(true, true)
+	waitReadyOn(t, h1, a.base)
+
+	for i, want := range []int{200, 200, 429} {
+		req, _ := http.NewRequest("POST", a.base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"alice"}}`))
+		req.Header.Set("Authorization", "Bearer "+checkKey)
+		resp, err := h1.Do(req)
+		if err != nil {
+			t.Fatalf("check %d over HTTP/1.1 on TLS: %v", i+1, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.ProtoMajor != 1 {
+			t.Fatalf("check %d: %s %s, want %d over HTTP/1.1", i+1, resp.Proto, resp.Status, want)
+		}
+	}
+	creq := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "bob"}}})
+	creq.Header().Set("Authorization", "Bearer "+checkKey)
+	if res, err := sluicev1connect.NewDecisionServiceClient(h2, a.base, connect.WithGRPC()).Check(ctx, creq); err != nil || !res.Msg.Allowed {
+		t.Fatalf("Check over gRPC on TLS: %v %v", res, err)
+	}
+	resp, err := h1.Get(a.base + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/metrics over HTTP/1.1 on TLS: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	// The proxy's port serves TLS of its own, without client certificates
+	// (the client here is its IP), and tells the upstream so.
+	if !strings.HasPrefix(a.proxy, "https://") {
+		t.Fatalf("the proxy's banner says %s, want an https:// URL", a.proxy)
+	}
+	for i, want := range []int{200, 200, 429} {
+		resp, err := client(false, true).Get(a.proxy + "/anything")
+		if err != nil {
+			t.Fatalf("request %d through the proxy on TLS: %v", i+1, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || resp.ProtoMajor != 2 || (want == 200 && string(b) != "from upstream, forwarded as https") {
+			t.Fatalf("request %d through the proxy: %s %s %q, want %d over HTTP/2", i+1, resp.Proto, resp.Status, b, want)
+		}
+	}
+
+	if resp, err := client(false, false).Get(a.base + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a client without a certificate got %s", resp.Status)
+	}
+	if resp, err := http.Get("http://" + strings.TrimPrefix(a.base, "https://") + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("a plaintext request was answered by a TLS port")
+		}
+	}
 }
 
 // -shadow-mode: the decider rejects nothing its rules would reject (what

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -79,4 +80,26 @@ func (k *keyPair) get() (*tls.Certificate, error) {
 	}
 	k.cert, k.certMod, k.keyMod = &c, cs.ModTime(), ks.ModTime()
 	return k.cert, nil
+}
+
+// Listen listens on the TCP address addr, serving TLS with ServerConfig's
+// configuration of the files when any is named, HTTP/2 and HTTP/1.1
+// offered by ALPN, and says which scheme the listener serves: "https" or
+// "http". A TLS handshake happens on a connection's first read or write,
+// so servers bound it with their header timeouts.
+func Listen(addr, certFile, keyFile, clientCAFile string) (ln net.Listener, scheme string, err error) {
+	var cfg *tls.Config
+	if certFile != "" || keyFile != "" || clientCAFile != "" {
+		if cfg, err = ServerConfig(certFile, keyFile, clientCAFile); err != nil {
+			return nil, "", err
+		}
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, "", err
+	}
+	if cfg == nil {
+		return ln, "http", nil
+	}
+	return tls.NewListener(ln, cfg), "https", nil
 }
