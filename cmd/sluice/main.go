@@ -1,7 +1,8 @@
 // Command sluice is Sluice's command-line tool: `sluice dev` runs the whole
 // system in one process; the other commands manage tenants, tiers, rules,
 // overrides and keys through the control plane's API, import an
-// envoyproxy/ratelimit config, and ask a decider for decisions.
+// envoyproxy/ratelimit config, export and apply tenant files (a tenant's
+// configuration kept in Git), and ask a decider for decisions.
 package main
 
 import (
@@ -12,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,6 +38,8 @@ commands:
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
+  export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
+  apply    make a tenant match a tenant file (created if missing): sluice apply -f FILE [-dry-run] [-prune] [-json]
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
@@ -102,6 +104,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
+	case "apply":
+		return runApply(ctx, args[1:], stdout, stderr, getenv)
+	case "export":
+		return runExport(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr, getenv)
 	case "tenants", "tiers", "rules", "overrides", "keys", "check", "reset":
@@ -156,12 +162,10 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		}
 		return nil
 	}
-	key := getenv("SLUICE_KEY")
-	if key == "" {
-		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
-		return errUsage
+	client, err := controlPlane(*server, getenv, stderr)
+	if err != nil {
+		return err
 	}
-	client := cli.NewClient(http.DefaultClient, *server, key)
 	for _, plan := range plans {
 		sum, err := client.Import(ctx, plan, *prune)
 		if err != nil {

@@ -18,20 +18,25 @@ import (
 
 // Client reaches a control plane with a key.
 type Client struct {
-	tenants sluicev1connect.TenantServiceClient
-	tiers   sluicev1connect.TierServiceClient
-	rules   sluicev1connect.RuleServiceClient
-	key     string
+	tenants   sluicev1connect.TenantServiceClient
+	tiers     sluicev1connect.TierServiceClient
+	rules     sluicev1connect.RuleServiceClient
+	overrides sluicev1connect.OverrideServiceClient
+	key       string
+	// operator is whether key is the operator's, as the last look for a
+	// tenant found (see findTenant).
+	operator bool
 }
 
 // NewClient returns a client of the control plane at server (a base URL)
 // authenticating with key (the operator's or a tenant admin's).
 func NewClient(httpClient *http.Client, server, key string) *Client {
 	return &Client{
-		tenants: sluicev1connect.NewTenantServiceClient(httpClient, server),
-		tiers:   sluicev1connect.NewTierServiceClient(httpClient, server),
-		rules:   sluicev1connect.NewRuleServiceClient(httpClient, server),
-		key:     key,
+		tenants:   sluicev1connect.NewTenantServiceClient(httpClient, server),
+		tiers:     sluicev1connect.NewTierServiceClient(httpClient, server),
+		rules:     sluicev1connect.NewRuleServiceClient(httpClient, server),
+		overrides: sluicev1connect.NewOverrideServiceClient(httpClient, server),
+		key:       key,
 	}
 }
 
@@ -62,25 +67,19 @@ type ImportSummary struct {
 // becomes what the file says, as envoyproxy/ratelimit's reload would.
 func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool) (ImportSummary, error) {
 	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited}
-	list, err := c.tenants.ListTenants(ctx, request(c, &sluicev1.ListTenantsRequest{}))
+	tenant, err := c.findTenant(ctx, plan.Tenant.Slug)
 	switch {
-	case connect.CodeOf(err) == connect.CodePermissionDenied: // an admin key: its own tenant
 	case err != nil:
 		return sum, err
-	default:
-		for _, t := range list.Msg.Tenants {
-			if t.Slug == plan.Tenant.Slug {
-				sum.TenantID = t.Id
-			}
+	case tenant != nil:
+		sum.TenantID = tenant.Id
+	case c.operator: // (an admin key acts in its own tenant)
+		created, err := c.tenants.CreateTenant(ctx, request(c, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{
+			Slug: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}}))
+		if err != nil {
+			return sum, fmt.Errorf("create tenant %s: %w", plan.Tenant.Slug, err)
 		}
-		if sum.TenantID == "" {
-			created, err := c.tenants.CreateTenant(ctx, request(c, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{
-				Slug: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}}))
-			if err != nil {
-				return sum, fmt.Errorf("create tenant %s: %w", plan.Tenant.Slug, err)
-			}
-			sum.TenantID, sum.TenantCreated = created.Msg.Tenant.Id, true
-		}
+		sum.TenantID, sum.TenantCreated = created.Msg.Tenant.Id, true
 	}
 	tiers, err := c.tiers.ListTiers(ctx, request(c, &sluicev1.ListTiersRequest{TenantId: sum.TenantID}))
 	if err != nil {

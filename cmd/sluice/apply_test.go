@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tenantfile"
+)
+
+const tenantYAML = `
+tenant: shop
+name: Shop
+default_tier: free
+tiers:
+  - name: free
+    rules:
+      - name: per-client
+        key_by: [client_id]
+        algorithm: token_bucket
+        limit: 100
+        window: 1m
+      - name: search
+        match: {path: /search}
+        key_by: [client_id]
+        algorithm: fixed_window
+        limit: 10
+        window: 1h
+  - name: pro
+    rules:
+      - name: per-client
+        key_by: [client_id]
+        algorithm: gcra
+        limit: 1000
+        window: 1m
+overrides:
+  - identifier: alice
+    rule: free/per-client
+    algorithm: token_bucket
+    limit: 500
+    window: 1m
+  - identifier: bigco-*
+    tier: pro
+`
+
+// sluice apply makes a tenant what its file says, and a second apply of
+// the same file changes nothing (no new config version); export writes the
+// file back; a changed file is shown by -dry-run without a write, applied
+// rule by rule without -prune (what the file drops stays), and with -prune
+// the tenant becomes the file.
+func TestApplyAndExport(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, getenv := importServer(t)
+	apply := func(body string, flags ...string) cli.ApplyResult {
+		t.Helper()
+		var out, errOut strings.Builder
+		args := append([]string{"apply", "-json", "-f", writeFile(t, body)}, flags...)
+		if err := run(ctx, args, &out, &errOut, getenv); err != nil {
+			t.Fatalf("apply %v: %v\n%s", flags, err, errOut.String())
+		}
+		var res cli.ApplyResult
+		if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
+			t.Fatalf("%v: %s", err, out.String())
+		}
+		return res
+	}
+	changes := func(res cli.ApplyResult) []string {
+		var out []string
+		for _, c := range res.Changes {
+			out = append(out, c.String())
+		}
+		return out
+	}
+	version := func() int64 {
+		_, v, err := store.GetTenantBySlug(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	first := apply(tenantYAML)
+	for _, want := range []string{"create tenant shop", "create tier pro", "create rule free/per-client", "create rule free/search",
+		"create rule pro/per-client", "create override alice on free/per-client", "create override bigco-* to pro"} {
+		if !slices.Contains(changes(first), want) {
+			t.Errorf("first apply: no %q in %v", want, changes(first))
+		}
+	}
+	tenant, v1, _ := store.GetTenantBySlug(ctx, "shop")
+	if tenant.DefaultTier != "free" || tenant.Name != "Shop" {
+		t.Fatalf("tenant %+v", tenant)
+	}
+	if again := apply(tenantYAML); len(again.Changes) != 0 || version() != v1 {
+		t.Fatalf("second apply changed %v (version %d → %d)", changes(again), v1, version())
+	}
+
+	// Export writes what apply reads back to the same file.
+	var out, errOut strings.Builder
+	if err := run(ctx, []string{"export", "shop"}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("export: %v %s", err, errOut.String())
+	}
+	exported, err := tenantfile.Parse([]byte(out.String()))
+	if err != nil {
+		t.Fatalf("export does not parse: %v\n%s", err, out.String())
+	}
+	want, _ := tenantfile.Parse([]byte(tenantYAML))
+	if !reflect.DeepEqual(exported, want) {
+		t.Fatalf("export:\n%s\nwant the applied file's content", out.String())
+	}
+
+	// The file changes: search before per-client with a new limit, pro and
+	// alice's override gone, a block for mallory.
+	changed := `
+tenant: shop
+name: Shop
+default_tier: free
+tiers:
+  - name: free
+    rules:
+      - name: search
+        match: {path: /search}
+        key_by: [client_id]
+        algorithm: fixed_window
+        limit: 20
+        window: 1h
+      - name: per-client
+        key_by: [client_id]
+        algorithm: token_bucket
+        limit: 100
+        window: 1m
+overrides:
+  - identifier: mallory
+    block: true
+`
+	dry := apply(changed, "-dry-run")
+	if !dry.DryRun || version() != v1 {
+		t.Fatalf("a dry run wrote: version %d → %d", v1, version())
+	}
+	if want := []string{"update rule free/search", "reorder rule free", "create override mallory blocked"}; !reflect.DeepEqual(changes(dry), want) {
+		t.Fatalf("dry run: %v, want %v", changes(dry), want)
+	}
+	if got := apply(changed); !reflect.DeepEqual(changes(got), changes(dry)) {
+		t.Fatalf("apply: %v, want what the dry run said, %v", changes(got), changes(dry))
+	}
+	tiers, _ := store.ListTiers(ctx, tenant.ID)
+	var free *policy.Tier
+	for i := range tiers {
+		if tiers[i].Name == "free" {
+			free = &tiers[i]
+		}
+	}
+	if len(tiers) != 2 || free == nil || len(free.Rules) != 2 || free.Rules[0].Name != "search" || free.Rules[0].Limit != 20 {
+		t.Fatalf("after apply without -prune: %+v", tiers)
+	}
+	pruned := apply(changed, "-prune")
+	if want := []string{"delete override alice", "delete override bigco-*", "delete tier pro"}; !reflect.DeepEqual(changes(pruned), want) {
+		t.Fatalf("prune: %v, want %v", changes(pruned), want)
+	}
+	overrides, _ := store.ListOverrides(ctx, tenant.ID)
+	if tiers, _ := store.ListTiers(ctx, tenant.ID); len(tiers) != 1 || len(overrides) != 1 || !overrides[0].Block {
+		t.Fatalf("after -prune: tiers %+v, overrides %+v", tiers, overrides)
+	}
+
+	// A tenant admin key applies to its own tenant, leaving the tenant's
+	// own fields to the operator.
+	secret, _, err := store.CreateKey(ctx, "operator", tenant.ID, policy.KeyAdmin, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	operatorEnv := getenv
+	getenv = func(k string) string {
+		if k == "SLUICE_KEY" {
+			return secret
+		}
+		return operatorEnv(k)
+	}
+	renamed := strings.Replace(changed, "name: Shop", "name: Renamed", 1) + `  - identifier: bob
+    rule: free/search
+    algorithm: fixed_window
+    limit: 1
+    window: 1h
+`
+	byAdmin := apply(renamed)
+	if want := []string{"create override bob on free/search"}; !reflect.DeepEqual(changes(byAdmin), want) || byAdmin.Skipped == "" {
+		t.Fatalf("apply with an admin key: %v (skipped %q), want %v and the tenant's fields skipped", changes(byAdmin), byAdmin.Skipped, want)
+	}
+	if tn, _, _ := store.GetTenantBySlug(ctx, "shop"); tn.Name != "Shop" {
+		t.Fatalf("an admin key renamed its tenant to %q", tn.Name)
+	}
+}
+
+// An invalid file is refused whole, every field named, before anything is
+// written (exit code 3).
+func TestApplyRefusesAnInvalidFile(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	var out, errOut strings.Builder
+	err := run(context.Background(), []string{"apply", "-f", writeFile(t, `
+tenant: shop
+tiers:
+  - name: free
+    rules:
+      - name: r
+        algorithm: token_bucket
+        limit: 0
+        window: 1m
+      - name: s
+        algorithm: leaky
+        limit: 1
+        window: 1m
+`)}, &out, &errOut, getenv)
+	if !errors.Is(err, errInput) {
+		t.Fatalf("got %v, want errInput", err)
+	}
+	for _, want := range []string{"tiers[0].rules[0].limit", "tiers[0].rules[1].algorithm"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %s:\n%s", want, errOut.String())
+		}
+	}
+	if _, _, err := store.GetTenantBySlug(context.Background(), "shop"); err == nil {
+		t.Fatal("an invalid file created its tenant")
+	}
+}

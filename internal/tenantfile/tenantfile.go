@@ -1,0 +1,445 @@
+// Package tenantfile is Sluice's own file format for one tenant's
+// configuration: its tiers with their rules in order, and its overrides.
+// `sluice export` writes it and `sluice apply` makes a tenant match it, so
+// that a tenant's limits can live in Git and be reviewed like code.
+//
+//	tenant: acme
+//	default_tier: free
+//	tiers:
+//	  - name: free
+//	    rules:
+//	      - name: per-client
+//	        key_by: [client_id]
+//	        algorithm: token_bucket
+//	        limit: 100
+//	        window: 1m
+//	overrides:
+//	  - identifier: alice
+//	    rule: free/per-client
+//	    algorithm: token_bucket
+//	    limit: 1000
+//	    window: 1m
+//
+// A file is checked whole before anything is applied: unknown fields are
+// refused with their line, and every invalid value is reported with its
+// path in the file (tiers[0].rules[1].limit), by the same validation the
+// control plane applies.
+package tenantfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// File is one tenant's configuration.
+type File struct {
+	// Tenant is the tenant's slug.
+	Tenant      string     `yaml:"tenant"`
+	Name        string     `yaml:"name,omitempty"`
+	DefaultTier string     `yaml:"default_tier,omitempty"`
+	Tiers       []Tier     `yaml:"tiers"`
+	Overrides   []Override `yaml:"overrides,omitempty"`
+}
+
+// Tier is a tier and its rules, in the order they are evaluated.
+type Tier struct {
+	Name  string `yaml:"name"`
+	Rules []Rule `yaml:"rules,omitempty"`
+}
+
+// Params are a limit's parameters (see docs/algorithms.md).
+type Params struct {
+	Algorithm   string   `yaml:"algorithm,omitempty"`
+	Limit       int64    `yaml:"limit,omitempty"`
+	Window      Duration `yaml:"window,omitempty"`
+	Burst       int64    `yaml:"burst,omitempty"`
+	WarmUp      Duration `yaml:"warm_up,omitempty"`
+	ColdFactor  float64  `yaml:"cold_factor,omitempty"`
+	MaxDelay    Duration `yaml:"max_delay,omitempty"`
+	Granularity Duration `yaml:"granularity,omitempty"`
+	LeaseTTL    Duration `yaml:"lease_ttl,omitempty"`
+}
+
+// Rule is a rule. Match is a map: its conditions all hold or the rule
+// does not apply, in no order.
+type Rule struct {
+	Name   string            `yaml:"name"`
+	Match  map[string]string `yaml:"match,omitempty"`
+	KeyBy  []string          `yaml:"key_by,omitempty"`
+	Params `yaml:",inline"`
+	Shadow bool `yaml:"shadow,omitempty"`
+	// Disabled rules are kept but not evaluated (rules are enabled unless
+	// the file says otherwise).
+	Disabled    bool     `yaml:"disabled,omitempty"`
+	FailureMode string   `yaml:"failure_mode,omitempty"` // open (default), closed or local
+	Sync        Duration `yaml:"sync,omitempty"`
+	Exact       bool     `yaml:"exact,omitempty"`
+	Block       bool     `yaml:"block,omitempty"`
+	Replaces    []string `yaml:"replaces,omitempty"`
+}
+
+// Override is a per-client exception: it moves the client to Tier, or
+// gives it its own Params for Rule, or blocks it (on Rule only, when
+// named).
+type Override struct {
+	Identifier    string `yaml:"identifier"`
+	DescriptorKey string `yaml:"descriptor_key,omitempty"` // default client_id
+	Tier          string `yaml:"tier,omitempty"`
+	// Rule names a rule as "tier/rule".
+	Rule      string    `yaml:"rule,omitempty"`
+	Block     bool      `yaml:"block,omitempty"`
+	Params    `yaml:",inline"`
+	ExpiresAt time.Time `yaml:"expires_at,omitempty"`
+}
+
+// Duration is a time.Duration written as Go writes durations ("1m",
+// "250ms").
+type Duration time.Duration
+
+// MarshalYAML writes d without the zero units Go's String adds ("1m", not
+// "1m0s").
+func (d Duration) MarshalYAML() (any, error) {
+	s := time.Duration(d).String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s, nil
+}
+
+// UnmarshalYAML reads a duration such as "90s" or "1h30m".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %q is not a duration (such as 1m or 250ms)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MaxBytes bounds a file: a tenant's configuration at the control plane's
+// own limits is far smaller.
+const MaxBytes = 8 << 20
+
+// Parse reads and checks a file. Errors name the line (YAML, unknown
+// fields) or the path of each invalid field (a *policy.Error).
+func Parse(data []byte) (*File, error) {
+	if len(data) > MaxBytes {
+		return nil, fmt.Errorf("tenant file: %d bytes, at most %d", len(data), MaxBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var f File
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tenant file: %w", err)
+	}
+	var more File
+	if err := dec.Decode(&more); err == nil {
+		return nil, errors.New("tenant file: one tenant per file, and this one holds another document")
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Validate checks every field as the control plane would, and that names
+// are unique and references resolve within the file, returning a
+// *policy.Error listing every invalid field by its path.
+func (f *File) Validate() error {
+	var fields []policy.FieldError
+	add := func(path string, err error) {
+		var pe *policy.Error
+		if errors.As(err, &pe) && len(pe.Fields) > 0 {
+			for _, fe := range pe.Fields {
+				fields = append(fields, policy.FieldError{Field: path + "." + fe.Field, Description: fe.Description})
+			}
+		} else if err != nil {
+			fields = append(fields, policy.FieldError{Field: path, Description: err.Error()})
+		}
+	}
+	t := policy.Tenant{Slug: f.Tenant, Name: f.Name, DefaultTier: f.DefaultTier}
+	if t.Name == "" {
+		t.Name = t.Slug // the control plane's default
+	}
+	if err := t.Validate(); err != nil {
+		for _, fe := range err.(*policy.Error).Fields {
+			name := map[string]string{"slug": "tenant", "default_tier": "default_tier", "name": "name"}[fe.Field]
+			fields = append(fields, policy.FieldError{Field: name, Description: fe.Description})
+		}
+	}
+	tiers := map[string]bool{}
+	for i, tf := range f.Tiers {
+		path := fmt.Sprintf("tiers[%d]", i)
+		tier, err := tf.Policy()
+		add(path, err)
+		add(path, strip(tier.Validate(), "tier"))
+		if tiers[tf.Name] {
+			fields = append(fields, policy.FieldError{Field: path + ".name", Description: fmt.Sprintf("%q names another tier of this file", tf.Name)})
+		}
+		tiers[tf.Name] = true
+	}
+	if f.DefaultTier != "" && !tiers[f.DefaultTier] {
+		fields = append(fields, policy.FieldError{Field: "default_tier", Description: fmt.Sprintf("no tier %q in this file", f.DefaultTier)})
+	}
+	for i, o := range f.Overrides {
+		path := fmt.Sprintf("overrides[%d]", i)
+		if o.Rule != "" && f.rule(o.Rule) == nil {
+			fields = append(fields, policy.FieldError{Field: path + ".rule", Description: fmt.Sprintf("no rule %q in this file (write tier/rule)", o.Rule)})
+		}
+		if o.Tier != "" && !tiers[o.Tier] {
+			fields = append(fields, policy.FieldError{Field: path + ".tier", Description: fmt.Sprintf("no tier %q in this file", o.Tier)})
+		}
+		po, err := o.Policy("rule") // a stand-in id: the rule is resolved above
+		add(path, err)
+		add(path, po.Validate())
+	}
+	if len(fields) > 0 {
+		// Once per field: an unknown algorithm is also a missing one to
+		// the domain's validation.
+		seen := map[string]bool{}
+		out := fields[:0]
+		for _, fe := range fields {
+			if fe.Field = f.fileField(fe.Field); !seen[fe.Field] {
+				seen[fe.Field] = true
+				out = append(out, fe)
+			}
+		}
+		fields = out
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant file", Fields: fields}
+	}
+	return nil
+}
+
+// matchField finds a rule's match condition in a validation's path.
+var matchField = regexp.MustCompile(`^tiers\[(\d+)\]\.rules\[(\d+)\]\.match\[(\d+)\]`)
+
+// fileField renames a path of the domain's validation to the file's
+// names: parameters are inline, a rule's match conditions are a map, and
+// an override names its descriptor_key and its rule.
+func (f *File) fileField(path string) string {
+	path = strings.Replace(path, ".params.", ".", 1)
+	path = strings.TrimSuffix(path, ".params")
+	if m := matchField.FindStringSubmatch(path); m != nil {
+		ti, _ := strconv.Atoi(m[1])
+		ri, _ := strconv.Atoi(m[2])
+		mi, _ := strconv.Atoi(m[3])
+		if keys := sortedKeys(f.Tiers[ti].Rules[ri].Match); mi < len(keys) {
+			path = strings.Replace(path, m[0], m[0][:len(m[0])-len(m[3])-2]+"."+keys[mi], 1)
+			path = strings.TrimSuffix(strings.TrimSuffix(path, ".key"), ".value")
+		}
+	}
+	if strings.HasPrefix(path, "overrides[") {
+		if p, ok := strings.CutSuffix(path, ".key"); ok {
+			path = p + ".descriptor_key"
+		}
+		if p, ok := strings.CutSuffix(path, ".rule_id"); ok {
+			path = p + ".rule"
+		}
+	}
+	return path
+}
+
+// strip returns err with what's own prefix ("tier.") taken off its fields.
+func strip(err error, what string) error {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	for i := range pe.Fields {
+		pe.Fields[i].Field = strings.TrimPrefix(pe.Fields[i].Field, what+".")
+	}
+	return pe
+}
+
+// rule returns the rule named "tier/rule", or nil.
+func (f *File) rule(ref string) *Rule {
+	tier, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return nil
+	}
+	for i := range f.Tiers {
+		if f.Tiers[i].Name != tier {
+			continue
+		}
+		for j := range f.Tiers[i].Rules {
+			if f.Tiers[i].Rules[j].Name == name {
+				return &f.Tiers[i].Rules[j]
+			}
+		}
+	}
+	return nil
+}
+
+// TenantPolicy is the file's tenant, without an id.
+func (f *File) TenantPolicy() policy.Tenant {
+	t := policy.Tenant{Slug: f.Tenant, Name: f.Name, DefaultTier: f.DefaultTier}
+	if t.Name == "" {
+		t.Name = t.Slug
+	}
+	return t
+}
+
+// Policy is the tier with its rules, without ids. An unknown algorithm or
+// failure mode is an error naming its field.
+func (t Tier) Policy() (policy.Tier, error) {
+	out := policy.Tier{Name: t.Name}
+	var fields []policy.FieldError
+	for i, r := range t.Rules {
+		pr, err := r.Policy()
+		var pe *policy.Error
+		if errors.As(err, &pe) {
+			for _, fe := range pe.Fields {
+				fields = append(fields, policy.FieldError{Field: fmt.Sprintf("rules[%d].%s", i, fe.Field), Description: fe.Description})
+			}
+		}
+		out.Rules = append(out.Rules, pr)
+	}
+	if len(fields) > 0 {
+		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid tier", Fields: fields}
+	}
+	return out, nil
+}
+
+// Policy is the rule, without an id.
+func (r Rule) Policy() (policy.Rule, error) {
+	var fields []policy.FieldError
+	params, err := r.Params.policy()
+	if err != nil {
+		fields = append(fields, policy.FieldError{Field: "algorithm", Description: err.Error()})
+	}
+	mode, err := policy.ParseFailureMode(r.FailureMode)
+	if err != nil {
+		fields = append(fields, policy.FieldError{Field: "failure_mode", Description: "must be open, closed or local"})
+	}
+	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
+		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces}
+	for _, k := range sortedKeys(r.Match) {
+		out.Match = append(out.Match, policy.Match{Key: k, Value: r.Match[k]})
+	}
+	if len(fields) > 0 {
+		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid rule", Fields: fields}
+	}
+	return out, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func (p Params) policy() (policy.Params, error) {
+	out := policy.Params{Limit: p.Limit, Window: time.Duration(p.Window), Burst: p.Burst, WarmUp: time.Duration(p.WarmUp),
+		ColdFactor: p.ColdFactor, MaxDelay: time.Duration(p.MaxDelay), Granularity: time.Duration(p.Granularity), LeaseTTL: time.Duration(p.LeaseTTL)}
+	alg, err := policy.ParseAlgorithm(p.Algorithm)
+	if err != nil {
+		return out, fmt.Errorf("must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency")
+	}
+	out.Algorithm = alg
+	return out, nil
+}
+
+// Policy is the override, without an id, its rule the one of ruleID.
+func (o Override) Policy(ruleID string) (policy.Override, error) {
+	out := policy.Override{Key: o.DescriptorKey, Identifier: o.Identifier, Tier: o.Tier, Block: o.Block, ExpiresAt: o.ExpiresAt}
+	if o.Rule != "" {
+		out.RuleID = ruleID
+	}
+	if o.Params == (Params{}) {
+		return out, nil
+	}
+	if o.Rule == "" || o.Block {
+		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
+			Fields: []policy.FieldError{{Field: "algorithm", Description: "limit parameters need a rule (tier/rule) and no block"}}}
+	}
+	params, err := o.Params.policy()
+	if err != nil {
+		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: []policy.FieldError{{Field: "algorithm", Description: err.Error()}}}
+	}
+	out.Params = &params
+	return out, nil
+}
+
+// From returns the file of a tenant as the control plane holds it: its
+// tiers (rules in order) and overrides, whose rules are named by tier and
+// name.
+func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *File {
+	f := &File{Tenant: t.Slug, DefaultTier: t.DefaultTier}
+	if t.Name != t.Slug {
+		f.Name = t.Name
+	}
+	refs := map[string]string{}
+	for _, tier := range tiers {
+		ft := Tier{Name: tier.Name}
+		for _, r := range tier.Rules {
+			refs[r.ID] = tier.Name + "/" + r.Name
+			ft.Rules = append(ft.Rules, ruleFrom(r))
+		}
+		f.Tiers = append(f.Tiers, ft)
+	}
+	for _, o := range overrides {
+		fo := Override{Identifier: o.Identifier, Tier: o.Tier, Rule: refs[o.RuleID], Block: o.Block, ExpiresAt: o.ExpiresAt.UTC()}
+		if o.Key != policy.DefaultIdentifierKey {
+			fo.DescriptorKey = o.Key
+		}
+		if o.ExpiresAt.IsZero() {
+			fo.ExpiresAt = time.Time{}
+		}
+		if o.Params != nil {
+			fo.Params = paramsFrom(*o.Params)
+		}
+		f.Overrides = append(f.Overrides, fo)
+	}
+	return f
+}
+
+func ruleFrom(r policy.Rule) Rule {
+	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
+		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces}
+	if r.FailureMode != policy.FailOpen {
+		out.FailureMode = r.FailureMode.String()
+	}
+	if len(r.Match) > 0 {
+		out.Match = map[string]string{}
+		for _, m := range r.Match {
+			out.Match[m.Key] = m.Value
+		}
+	}
+	return out
+}
+
+func paramsFrom(p policy.Params) Params {
+	return Params{Algorithm: p.Algorithm.String(), Limit: p.Limit, Window: Duration(p.Window), Burst: p.Burst, WarmUp: Duration(p.WarmUp),
+		ColdFactor: p.ColdFactor, MaxDelay: Duration(p.MaxDelay), Granularity: Duration(p.Granularity), LeaseTTL: Duration(p.LeaseTTL)}
+}
+
+// Marshal writes f as YAML, which Parse reads back to an equal File.
+func (f *File) Marshal() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("# Sluice tenant file: sluice apply -f FILE makes the tenant match it (docs/api.md)\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

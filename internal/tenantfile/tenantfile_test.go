@@ -1,0 +1,256 @@
+package tenantfile
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+const sample = `
+tenant: acme
+name: Acme Corp
+default_tier: free
+tiers:
+  - name: free
+    rules:
+      - name: per-client
+        key_by: [client_id]
+        algorithm: token_bucket
+        limit: 100
+        window: 1m
+        burst: 20
+      - name: search
+        match: {path: /search, method: GET}
+        key_by: [client_id]
+        algorithm: sliding_buckets
+        limit: 10
+        window: 1h
+        granularity: 5m
+        failure_mode: local
+        shadow: true
+  - name: pro
+    rules:
+      - name: per-client
+        algorithm: gcra
+        limit: 1000
+        window: 1s
+        sync: 100ms
+        disabled: true
+overrides:
+  - identifier: alice
+    rule: free/per-client
+    algorithm: token_bucket
+    limit: 500
+    window: 1m
+  - identifier: bigco-*
+    tier: pro
+  - identifier: mallory
+    block: true
+    expires_at: 2030-01-02T03:04:05Z
+`
+
+// A file reads into the domain's types as written: rules in order, match
+// conditions sorted, enabled unless disabled, overrides' rules by
+// tier/name.
+func TestParse(t *testing.T) {
+	f, err := Parse([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.TenantPolicy(); got != (policy.Tenant{Slug: "acme", Name: "Acme Corp", DefaultTier: "free"}) {
+		t.Fatalf("tenant %+v", got)
+	}
+	free, err := f.Tiers[0].Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	search := free.Rules[1]
+	if search.Name != "search" || !search.Enabled || !search.Shadow || search.FailureMode != policy.FailLocal ||
+		search.Algorithm != policy.SlidingBuckets || search.Granularity != 5*time.Minute ||
+		!slices.Equal(search.Match, []policy.Match{{Key: "method", Value: "GET"}, {Key: "path", Value: "/search"}}) {
+		t.Fatalf("search rule %+v", search)
+	}
+	pro, _ := f.Tiers[1].Policy()
+	if r := pro.Rules[0]; r.Enabled || r.Sync != 100*time.Millisecond || r.Algorithm != policy.GCRA {
+		t.Fatalf("pro rule %+v", r)
+	}
+	if f.rule(f.Overrides[0].Rule) != &f.Tiers[0].Rules[0] {
+		t.Fatalf("override's rule %q not resolved to free/per-client", f.Overrides[0].Rule)
+	}
+	o, err := f.Overrides[0].Policy("r1")
+	if err != nil || o.RuleID != "r1" || o.Params == nil || o.Params.Limit != 500 {
+		t.Fatalf("override %+v %v", o, err)
+	}
+	if o, _ := f.Overrides[2].Policy(""); !o.Block || !o.ExpiresAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("blocking override %+v", o)
+	}
+}
+
+// What From writes, Parse reads back to the same file, and the domain's
+// values survive the trip.
+func TestExportRoundTrip(t *testing.T) {
+	f, err := Parse([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tiers []policy.Tier
+	for i, ft := range f.Tiers {
+		tier, _ := ft.Policy()
+		for j := range tier.Rules {
+			tier.Rules[j].ID = ft.Name + "-id-" + string(rune('a'+j))
+		}
+		tier.ID = "tier" + string(rune('0'+i))
+		tiers = append(tiers, tier)
+	}
+	var overrides []policy.Override
+	for _, fo := range f.Overrides {
+		o, _ := fo.Policy("free-id-a")
+		if o.Key == "" {
+			o.Key = policy.DefaultIdentifierKey // as the store answers
+		}
+		overrides = append(overrides, o)
+	}
+	out, err := From(f.TenantPolicy(), tiers, overrides).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("export lacks %q:\n%s", want, out)
+		}
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(back, f) {
+		t.Fatalf("round trip:\n%+v\nwant\n%+v\n%s", back, f, out)
+	}
+}
+
+// Every invalid value is reported at once, by its path in the file.
+func TestFieldErrors(t *testing.T) {
+	_, err := Parse([]byte(`
+tenant: Acme!
+default_tier: gold
+tiers:
+  - name: free
+    rules:
+      - name: r
+        match: {path: ""}
+        algorithm: token_bucket
+        limit: -1
+        window: 1m
+      - name: r
+        algorithm: fixed_window
+        limit: 1
+        window: 1m
+        failure_mode: sometimes
+  - name: free
+    rules:
+      - name: x
+        algorithm: bogus
+overrides:
+  - identifier: alice
+    rule: free/none
+    algorithm: token_bucket
+    limit: 5
+    window: 1m
+  - identifier: bob
+    tier: platinum
+  - identifier: carol
+    descriptor_key: "bad key"
+    block: true
+`))
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("got %v, want a *policy.Error", err)
+	}
+	got := map[string]bool{}
+	for _, f := range pe.Fields {
+		got[f.Field] = true
+	}
+	for _, want := range []string{"tenant", "default_tier", "tiers[0].rules[0].limit", "tiers[0].rules[1].name",
+		"tiers[0].rules[1].failure_mode", "tiers[1].name", "tiers[1].rules[0].algorithm", "overrides[0].rule",
+		"overrides[1].tier", "overrides[2].descriptor_key"} {
+		if !got[want] {
+			t.Errorf("no error for %s; got %v", want, pe.Fields)
+		}
+	}
+}
+
+// Malformed files are refused with their line; unknown fields too (a
+// typo must not silently drop a limit).
+func TestMalformed(t *testing.T) {
+	for name, c := range map[string]struct{ in, want string }{
+		"unknown field":  {"tenant: acme\ntiers:\n  - name: free\n    rules:\n      - name: r\n        limt: 5\n", "line 6"},
+		"bad duration":   {"tenant: acme\ntiers:\n  - name: free\n    rules:\n      - name: r\n        window: soon\n", "line 6"},
+		"not a mapping":  {"- a\n- b\n", "cannot unmarshal"},
+		"two documents":  {"tenant: a\ntiers: []\n---\ntenant: b\n", "one tenant per file"},
+		"wrong type":     {"tenant: acme\ntiers:\n  - name: free\n    rules:\n      - name: r\n        limit: lots\n", "line 6"},
+		"empty":          {"", "EOF"},
+		"too large file": {strings.Repeat("#", MaxBytes+1), "at most"},
+	} {
+		if _, err := Parse([]byte(c.in)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
+		}
+	}
+}
+
+// FuzzParse: no input panics Parse, and what it accepts exports to a
+// file it accepts again, equal.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(sample))
+	f.Add([]byte("tenant: a\ntiers: [{name: b, rules: [{name: c, algorithm: fixed_window, limit: 1, window: 1s}]}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data)
+		if err != nil {
+			return
+		}
+		out, err := file.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(out)
+		if err != nil {
+			t.Fatalf("an accepted file's own output is refused: %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(normal(back), normal(file)) {
+			t.Fatalf("round trip changed the file:\n%+v\n%+v", back, file)
+		}
+	})
+}
+
+// normal clears what YAML may write differently yet means the same: an
+// empty match or list and a missing one.
+func normal(f *File) *File {
+	for i := range f.Tiers {
+		if len(f.Tiers[i].Rules) == 0 {
+			f.Tiers[i].Rules = nil
+		}
+		for j := range f.Tiers[i].Rules {
+			r := &f.Tiers[i].Rules[j]
+			if len(r.Match) == 0 {
+				r.Match = nil
+			}
+			if len(r.KeyBy) == 0 {
+				r.KeyBy = nil
+			}
+			if len(r.Replaces) == 0 {
+				r.Replaces = nil
+			}
+		}
+	}
+	if len(f.Tiers) == 0 {
+		f.Tiers = nil
+	}
+	if len(f.Overrides) == 0 {
+		f.Overrides = nil
+	}
+	return f
+}
