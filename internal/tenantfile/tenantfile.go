@@ -96,8 +96,8 @@ type Override struct {
 	DescriptorKey string `yaml:"descriptor_key,omitempty"` // default client_id
 	Tier          string `yaml:"tier,omitempty"`
 	// Rule names a rule as "tier/rule".
-	Rule      string    `yaml:"rule,omitempty"`
-	Block     bool      `yaml:"block,omitempty"`
+	Rule      string `yaml:"rule,omitempty"`
+	Block     bool   `yaml:"block,omitempty"`
 	Params    `yaml:",inline"`
 	ExpiresAt time.Time `yaml:"expires_at,omitempty"`
 }
