@@ -246,6 +246,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#tenants-table", "demo", nil)
 	waitText("#deciders-table", "demo: v", nil)
 	shot("06-operator")
+	// A tenant into shadow mode and out again, as the table (reloaded from
+	// the API after each) shows.
+	do("shadow on", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
+	waitText("#tenants-table", "On: rejects nothing", nil)
+	do("shadow off", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
+	waitText("#tenants-table", "Off", nil)
 }
 
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ const tenantYAML = `
 tenant: shop
 name: Shop
 default_tier: free
+shadow: true
 tiers:
   - name: free
     rules:
@@ -94,7 +96,7 @@ func TestApplyAndExport(t *testing.T) {
 		}
 	}
 	tenant, v1, _ := store.GetTenantBySlug(ctx, "shop")
-	if tenant.DefaultTier != "free" || tenant.Name != "Shop" {
+	if tenant.DefaultTier != "free" || tenant.Name != "Shop" || !tenant.Shadow {
 		t.Fatalf("tenant %+v", tenant)
 	}
 	if again := apply(tenantYAML); len(again.Changes) != 0 || version() != v1 {
@@ -115,8 +117,9 @@ func TestApplyAndExport(t *testing.T) {
 		t.Fatalf("export:\n%s\nwant the applied file's content", out.String())
 	}
 
-	// The file changes: search before per-client with a new limit, pro and
-	// alice's override gone, a block for mallory.
+	// The file changes: search before per-client with a new limit, the
+	// tenant out of shadow, pro and alice's override gone, a block for
+	// mallory.
 	changed := `
 tenant: shop
 name: Shop
@@ -143,7 +146,7 @@ overrides:
 	if !dry.DryRun || version() != v1 {
 		t.Fatalf("a dry run wrote: version %d → %d", v1, version())
 	}
-	if want := []string{"update rule free/search", "reorder rule free", "create override mallory blocked"}; !reflect.DeepEqual(changes(dry), want) {
+	if want := []string{"update rule free/search", "reorder rule free", "update tenant shop", "create override mallory blocked"}; !reflect.DeepEqual(changes(dry), want) {
 		t.Fatalf("dry run: %v, want %v", changes(dry), want)
 	}
 	if got := apply(changed); !reflect.DeepEqual(changes(got), changes(dry)) {
@@ -158,6 +161,9 @@ overrides:
 	}
 	if len(tiers) != 2 || free == nil || len(free.Rules) != 2 || free.Rules[0].Name != "search" || free.Rules[0].Limit != 20 {
 		t.Fatalf("after apply without -prune: %+v", tiers)
+	}
+	if tn, _, _ := store.GetTenantBySlug(ctx, "shop"); tn.Shadow {
+		t.Fatal("the tenant stayed in shadow")
 	}
 	pruned := apply(changed, "-prune")
 	if want := []string{"delete override alice", "delete override bigco-*", "delete tier pro"}; !reflect.DeepEqual(changes(pruned), want) {
@@ -226,5 +232,24 @@ tiers:
 	}
 	if _, _, err := store.GetTenantBySlug(context.Background(), "shop"); err == nil {
 		t.Fatal("an invalid file created its tenant")
+	}
+}
+
+// sluice tenants create -shadow makes a tenant in shadow, and tenants list
+// shows it.
+func TestTenantsCreateInShadow(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"tenants", "create", "-slug", "trial", "-name", "Trial", "-shadow"}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("%v %s", err, errOut.String())
+	}
+	if tn, _, err := store.GetTenantBySlug(context.Background(), "trial"); err != nil || !tn.Shadow {
+		t.Fatalf("tenant %+v %v, want it in shadow", tn, err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"tenants", "list"}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "SHADOW") ||
+		!regexp.MustCompile(`trial\s+Trial\s+default\s+ACTIVE\s+true`).MatchString(out.String()) {
+		t.Fatalf("tenants list: %v\n%s", err, out.String())
 	}
 }

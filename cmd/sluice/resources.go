@@ -99,7 +99,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	limit, burst := fs.Int64("limit", 0, "requests per window"), fs.Int64("burst", 0, "token bucket / GCRA capacity")
 	window := fs.Duration("window", 0, "window, e.g. 1m")
 	keyBy, match := fs.String("key-by", "client_id", "comma-separated descriptors keying the counter"), fs.String("match", "", "comma-separated key=value descriptors a request must carry")
-	shadow, disabled := fs.Bool("shadow", false, "report, never reject"), fs.Bool("disabled", false, "create disabled")
+	shadow, disabled := fs.Bool("shadow", false, "rule, or tenant: report, never reject"), fs.Bool("disabled", false, "create disabled")
 	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
 	block := fs.Bool("block", false, "rule: reject every request it applies to, counting nothing (a blocklist entry); override: block the client (with -rule, on that rule only)")
 	replaces := fs.String("replaces", "", "rule: comma-separated names of rules this one replaces where it applies")
@@ -124,9 +124,9 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	switch resource + " " + verb {
 	case "tenants list":
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants, &sluicev1.ListTenantsRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
-			fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS")
+			fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW")
 			for _, t := range r.Tenants {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow)
 			}
 		})
 	case "tenants get":
@@ -135,10 +135,10 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			return err
 		}
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).GetTenant, &sluicev1.GetTenantRequest{TenantId: id}, func(w *tabwriter.Writer, r *sluicev1.GetTenantResponse) {
-			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, r.Tenant.ConfigVersion)
+			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, r.Tenant.Shadow, r.Tenant.ConfigVersion)
 		})
 	case "tenants create":
-		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
+		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier, Shadow: *shadow}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
 			fmt.Fprintf(w, "created tenant %s (%s)\n", r.Tenant.Slug, r.Tenant.Id)
 		})
 	case "tenants delete":

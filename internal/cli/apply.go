@@ -31,7 +31,8 @@ type ApplyResult struct {
 	DryRun   bool     `json:"dry_run"`
 	Changes  []Change `json:"changes"`
 	// Skipped says what the file holds that the key may not apply: with a
-	// tenant admin key, the tenant's own fields (name, default tier).
+	// tenant admin key, the tenant's own fields (name, default tier,
+	// shadow).
 	Skipped string `json:"skipped,omitempty"`
 }
 
@@ -122,7 +123,7 @@ func (c *Client) Apply(ctx context.Context, f *tenantfile.File, prune, dryRun bo
 	}
 	want := f.TenantPolicy()
 	if !c.operator {
-		res.Skipped = "the tenant's name and default tier: they need the operator key"
+		res.Skipped = "the tenant's name, default tier and shadow mode: they need the operator key"
 	}
 	var tiers []policy.Tier
 	var overrides []policy.Override
@@ -235,7 +236,7 @@ func (c *Client) Apply(ctx context.Context, f *tenantfile.File, prune, dryRun bo
 	// The tenant's own fields, once its tiers are there.
 	if c.operator && tenant != nil {
 		have := protoconv.TenantFromProto(tenant)
-		if have.Name != want.Name || have.DefaultTier != want.DefaultTier && want.DefaultTier != "" {
+		if have.Name != want.Name || have.Shadow != want.Shadow || have.DefaultTier != want.DefaultTier && want.DefaultTier != "" {
 			note("update", "tenant", f.Tenant)
 			if !dryRun {
 				want.ID, want.Status = have.ID, have.Status

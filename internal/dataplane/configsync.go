@@ -204,7 +204,7 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 			s.cfg.Logger.Error("config: snapshot refused; the previous one stays", "tenant", snap.Tenant.ID, "version", snap.Version, "err", err)
 			continue
 		}
-		if s.cfg.ShadowAll {
+		if s.cfg.ShadowAll || snap.Tenant.Shadow {
 			c.ShadowAll()
 		}
 		next[c.Tenant.ID] = c

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -204,5 +205,56 @@ func TestKeysTrackUse(t *testing.T) {
 	keys.MarkUsed(got)
 	if again := keys.TakeUsed(100); len(again) != 1 || again[0] != a {
 		t.Fatalf("after MarkUsed: %x", again)
+	}
+}
+
+// A tenant in shadow (policy.Tenant.Shadow) reaches the decider with its
+// snapshot: its rules report what they would reject and reject nothing,
+// until the tenant leaves shadow, which the next version enforces.
+func TestTenantShadowReachesTheDecider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
+	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme", Shadow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(ctx, tn.ID)
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, policy.Rule{Name: "one", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	s, _, _ := startSyncer(t, sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL), filepath.Join(t.TempDir(), "snapshot.pb"))
+	_, v, _ := store.GetTenant(ctx, tn.ID)
+	eventually(t, "the tenant enforced", func() bool { c := s.Config(tn.ID); return c != nil && c.Version == v })
+
+	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	req := decide.Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "alice"}}}
+	decideOnce := func() (allowed, wouldReject bool) {
+		t.Helper()
+		dec, err := d.Decide(ctx, s.Config(tn.ID), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range dec.Rules {
+			wouldReject = wouldReject || !r.Allowed
+		}
+		return dec.Allowed, wouldReject
+	}
+	for i, wantWould := range []bool{false, true, true} {
+		if ok, would := decideOnce(); !ok || would != wantWould {
+			t.Fatalf("in shadow, decision %d: allowed %v, would reject %v; want allowed, would reject %v", i+1, ok, would, wantWould)
+		}
+	}
+
+	tn.Shadow = false
+	if v, err = store.UpdateTenant(ctx, "operator", tn); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the tenant out of shadow", func() bool { return s.Config(tn.ID).Version == v })
+	if ok, _ := decideOnce(); ok {
+		t.Fatal("out of shadow, a request over the limit was admitted")
 	}
 }

@@ -53,13 +53,13 @@ func statusOf(s string) policy.TenantStatus {
 	return policy.TenantActive
 }
 
-const tenantColumns = `id::text, slug, name, status, default_tier, config_version`
+const tenantColumns = `id::text, slug, name, status, default_tier, shadow, config_version`
 
 func scanTenant(row pgx.Row) (policy.Tenant, int64, error) {
 	var t policy.Tenant
 	var status string
 	var version int64
-	err := row.Scan(&t.ID, &t.Slug, &t.Name, &status, &t.DefaultTier, &version)
+	err := row.Scan(&t.ID, &t.Slug, &t.Name, &status, &t.DefaultTier, &t.Shadow, &version)
 	t.Status = statusOf(status)
 	return t, version, err
 }
@@ -75,8 +75,8 @@ func (s *Store) CreateTenant(ctx context.Context, actor Actor, t policy.Tenant) 
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		t, _, err = scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (slug, name, status, default_tier)
-			VALUES ($1, $2, $3, $4) RETURNING `+tenantColumns, t.Slug, t.Name, statusNames[t.Status], t.DefaultTier))
+		t, _, err = scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (slug, name, status, default_tier, shadow)
+			VALUES ($1, $2, $3, $4, $5) RETURNING `+tenantColumns, t.Slug, t.Name, statusNames[t.Status], t.DefaultTier, t.Shadow))
 		if err != nil {
 			return translate(err, "tenant")
 		}
@@ -121,7 +121,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
 	return out, translate(rows.Err(), "tenant")
 }
 
-// UpdateTenant replaces the tenant's name, status and default tier (the slug
+// UpdateTenant replaces the tenant's name, status, default tier and shadow (the slug
 // is permanent: it keys Envoy domains) and returns the new config version.
 func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant) (int64, error) {
 	if err := checkID(t.ID, "tenant"); err != nil {
@@ -147,8 +147,8 @@ func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant) 
 			return change{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant",
 				Fields: []policy.FieldError{{Field: "default_tier", Description: "no tier " + t.DefaultTier + " in this tenant"}}}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE tenants SET name = $2, status = $3, default_tier = $4 WHERE id = $1`,
-			t.ID, t.Name, statusNames[t.Status], t.DefaultTier); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET name = $2, status = $3, default_tier = $4, shadow = $5 WHERE id = $1`,
+			t.ID, t.Name, statusNames[t.Status], t.DefaultTier, t.Shadow); err != nil {
 			return change{}, translate(err, "tenant")
 		}
 		return change{tenantID: t.ID, action: "update", resource: "tenant", resourceID: t.ID, old: old, new: t}, nil

@@ -23,6 +23,11 @@ type Tenant struct {
 	Name        string
 	Status      TenantStatus
 	DefaultTier string // tier name
+	// Shadow puts every rule of the tenant in shadow: its decisions are
+	// reported (shadow would-rejects in the analytics) and none rejects,
+	// for a tenant's first rollout. The deciders' -shadow-mode does the
+	// same for every tenant.
+	Shadow bool
 }
 
 // Validate returns an *Error with CodeInvalid listing every invalid field, or nil.

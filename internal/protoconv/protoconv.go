@@ -19,11 +19,11 @@ func TenantToProto(t policy.Tenant, version int64) *sluicev1.Tenant {
 	if t.Status == policy.TenantSuspended {
 		status = sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED
 	}
-	return &sluicev1.Tenant{Id: t.ID, Slug: t.Slug, Name: t.Name, Status: status, DefaultTier: t.DefaultTier, ConfigVersion: version}
+	return &sluicev1.Tenant{Id: t.ID, Slug: t.Slug, Name: t.Name, Status: status, DefaultTier: t.DefaultTier, ConfigVersion: version, Shadow: t.Shadow}
 }
 
 func TenantFromProto(p *sluicev1.Tenant) policy.Tenant {
-	t := policy.Tenant{ID: p.GetId(), Slug: p.GetSlug(), Name: p.GetName(), DefaultTier: p.GetDefaultTier()}
+	t := policy.Tenant{ID: p.GetId(), Slug: p.GetSlug(), Name: p.GetName(), DefaultTier: p.GetDefaultTier(), Shadow: p.GetShadow()}
 	if p.GetStatus() == sluicev1.TenantStatus_TENANT_STATUS_SUSPENDED {
 		t.Status = policy.TenantSuspended
 	}

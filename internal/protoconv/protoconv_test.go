@@ -20,7 +20,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	lease := policy.Rule{ID: "r3", Name: "lease", Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 3, LeaseTTL: time.Minute}}
 	buckets := policy.Rule{ID: "r4", Name: "buckets", Params: policy.Params{Algorithm: policy.SlidingBuckets, Limit: 7, Window: time.Minute, Granularity: time.Second}}
 	in := &policy.Snapshot{
-		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free", Status: policy.TenantSuspended},
+		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free", Status: policy.TenantSuspended, Shadow: true},
 		Version: 42,
 		Tiers:   []policy.Tier{{ID: "tier1", Name: "free", Rules: []policy.Rule{rule, leaky, lease, buckets}}},
 		Overrides: []policy.Override{

@@ -44,11 +44,14 @@ import (
 // File is one tenant's configuration.
 type File struct {
 	// Tenant is the tenant's slug.
-	Tenant      string     `yaml:"tenant"`
-	Name        string     `yaml:"name,omitempty"`
-	DefaultTier string     `yaml:"default_tier,omitempty"`
-	Tiers       []Tier     `yaml:"tiers"`
-	Overrides   []Override `yaml:"overrides,omitempty"`
+	Tenant      string `yaml:"tenant"`
+	Name        string `yaml:"name,omitempty"`
+	DefaultTier string `yaml:"default_tier,omitempty"`
+	// Shadow puts every rule of the tenant in shadow: decisions are
+	// reported, none rejects (a first rollout).
+	Shadow    bool       `yaml:"shadow,omitempty"`
+	Tiers     []Tier     `yaml:"tiers"`
+	Overrides []Override `yaml:"overrides,omitempty"`
 }
 
 // Tier is a tier and its rules, in the order they are evaluated.
@@ -285,7 +288,7 @@ func (f *File) rule(ref string) *Rule {
 
 // TenantPolicy is the file's tenant, without an id.
 func (f *File) TenantPolicy() policy.Tenant {
-	t := policy.Tenant{Slug: f.Tenant, Name: f.Name, DefaultTier: f.DefaultTier}
+	t := policy.Tenant{Slug: f.Tenant, Name: f.Name, DefaultTier: f.DefaultTier, Shadow: f.Shadow}
 	if t.Name == "" {
 		t.Name = t.Slug
 	}
@@ -380,7 +383,7 @@ func (o Override) Policy(ruleID string) (policy.Override, error) {
 // tiers (rules in order) and overrides, whose rules are named by tier and
 // name.
 func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *File {
-	f := &File{Tenant: t.Slug, DefaultTier: t.DefaultTier}
+	f := &File{Tenant: t.Slug, DefaultTier: t.DefaultTier, Shadow: t.Shadow}
 	if t.Name != t.Slug {
 		f.Name = t.Name
 	}

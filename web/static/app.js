@@ -503,10 +503,25 @@ async function loadOperator() {
   fillTenantSelect();
   const slug = (id) => (state.tenants.find((x) => x.id === id) || {}).slug || id;
   $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => el('tr', {},
-    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()), el('td', { class: 'mono' }, x.id))));
+    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()),
+    el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
+      onclick: () => toggleTenantShadow(x) }, x.shadow ? 'On: rejects nothing' : 'Off')),
+    el('td', { class: 'mono' }, x.id))));
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
     el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
     el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'))));
+}
+
+// toggleTenantShadow puts a tenant's every rule in shadow (decisions
+// reported, none rejected: a first rollout), or takes them out.
+async function toggleTenantShadow(x) {
+  try {
+    await api('TenantService', 'UpdateTenant', { tenant: { ...x, shadow: !x.shadow } });
+    await loadOperator();
+    say(`Tenant ${x.slug}: shadow mode ${x.shadow ? 'off' : 'on'}`);
+  } catch (e) {
+    say(`Tenant ${x.slug} was not changed: ${e.message}`);
+  }
 }
 
 async function submitTenant(ev) {

@@ -129,6 +129,8 @@ type Tenant struct {
 	Status        TenantStatus `protobuf:"varint,4,opt,name=status,proto3,enum=sluice.v1.TenantStatus" json:"status,omitempty"`
 	DefaultTier   string       `protobuf:"bytes,5,opt,name=default_tier,json=defaultTier,proto3" json:"default_tier,omitempty"`
 	ConfigVersion int64        `protobuf:"varint,6,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// Every rule of the tenant in shadow: decisions reported, none rejected.
+	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +205,13 @@ func (x *Tenant) GetConfigVersion() int64 {
 		return x.ConfigVersion
 	}
 	return 0
+}
+
+func (x *Tenant) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 type CreateTenantRequest struct {
@@ -2627,14 +2636,15 @@ var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xbb\x01\n" +
+	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xd3\x01\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12/\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x17.sluice.v1.TenantStatusR\x06status\x12!\n" +
 	"\fdefault_tier\x18\x05 \x01(\tR\vdefaultTier\x12%\n" +
-	"\x0econfig_version\x18\x06 \x01(\x03R\rconfigVersion\"@\n" +
+	"\x0econfig_version\x18\x06 \x01(\x03R\rconfigVersion\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"@\n" +
 	"\x13CreateTenantRequest\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\"A\n" +
 	"\x14CreateTenantResponse\x12)\n" +
