@@ -188,7 +188,7 @@ func (f *File) Validate() error {
 		path := fmt.Sprintf("tiers[%d]", i)
 		tier, err := tf.Policy()
 		add(path, err)
-		add(path, strip(tier.Validate(), "tier"))
+		add(path, tier.Validate())
 		if tiers[tf.Name] {
 			fields = append(fields, policy.FieldError{Field: path + ".name", Description: fmt.Sprintf("%q names another tier of this file", tf.Name)})
 		}
@@ -253,18 +253,6 @@ func (f *File) fileField(path string) string {
 		}
 	}
 	return path
-}
-
-// strip returns err with what's own prefix ("tier.") taken off its fields.
-func strip(err error, what string) error {
-	var pe *policy.Error
-	if !errors.As(err, &pe) {
-		return err
-	}
-	for i := range pe.Fields {
-		pe.Fields[i].Field = strings.TrimPrefix(pe.Fields[i].Field, what+".")
-	}
-	return pe
 }
 
 // rule returns the rule named "tier/rule", or nil.
