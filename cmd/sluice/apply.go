@@ -30,11 +30,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
-	f, err := client.Export(ctx, fs.Arg(0))
-	if err != nil {
-		return err
-	}
-	b, err := f.Marshal()
+	b, err := client.Export(ctx, fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -85,7 +81,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
-	res, err := client.Apply(ctx, f, *prune, *dryRun)
+	res, err := client.Apply(ctx, data, *prune, *dryRun)
 	if err != nil {
 		return err
 	}

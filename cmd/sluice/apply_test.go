@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
@@ -60,20 +59,20 @@ func TestApplyAndExport(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store, getenv := importServer(t)
-	apply := func(body string, flags ...string) cli.ApplyResult {
+	apply := func(body string, flags ...string) tenantfile.ApplyResult {
 		t.Helper()
 		var out, errOut strings.Builder
 		args := append([]string{"apply", "-json", "-f", writeFile(t, body)}, flags...)
 		if err := run(ctx, args, &out, &errOut, getenv); err != nil {
 			t.Fatalf("apply %v: %v\n%s", flags, err, errOut.String())
 		}
-		var res cli.ApplyResult
+		var res tenantfile.ApplyResult
 		if err := json.Unmarshal([]byte(out.String()), &res); err != nil {
 			t.Fatalf("%v: %s", err, out.String())
 		}
 		return res
 	}
-	changes := func(res cli.ApplyResult) []string {
+	changes := func(res tenantfile.ApplyResult) []string {
 		var out []string
 		for _, c := range res.Changes {
 			out = append(out, c.String())

@@ -22,6 +22,7 @@ type Client struct {
 	tiers     sluicev1connect.TierServiceClient
 	rules     sluicev1connect.RuleServiceClient
 	overrides sluicev1connect.OverrideServiceClient
+	files     sluicev1connect.TenantFileServiceClient
 	key       string
 	// operator is whether key is the operator's, as the last look for a
 	// tenant found (see findTenant).
@@ -36,6 +37,7 @@ func NewClient(httpClient *http.Client, server, key string) *Client {
 		tiers:     sluicev1connect.NewTierServiceClient(httpClient, server),
 		rules:     sluicev1connect.NewRuleServiceClient(httpClient, server),
 		overrides: sluicev1connect.NewOverrideServiceClient(httpClient, server),
+		files:     sluicev1connect.NewTenantFileServiceClient(httpClient, server),
 		key:       key,
 	}
 }

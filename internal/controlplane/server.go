@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/reports"
+	"github.com/sluicehq/sluice/internal/tenantfile"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -83,6 +84,9 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewReportServiceHandler(reportServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewDeciderServiceHandler(deciderServer{s}, opts...))
+	// A tenant file may be larger than other requests (many overrides).
+	mux.Handle(sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s},
+		connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
 	// The console: static files calling the API above with the signed-in key.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
 const (
@@ -38,6 +40,7 @@ type clients struct {
 	config   sluicev1connect.ConfigServiceClient
 	reports  sluicev1connect.ReportServiceClient
 	deciders sluicev1connect.DeciderServiceClient
+	files    sluicev1connect.TenantFileServiceClient
 }
 
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
@@ -64,6 +67,7 @@ func newClients(srv *httptest.Server, opts ...connect.ClientOption) clients {
 		config:   sluicev1connect.NewConfigServiceClient(c, srv.URL, opts...),
 		reports:  sluicev1connect.NewReportServiceClient(c, srv.URL, opts...),
 		deciders: sluicev1connect.NewDeciderServiceClient(c, srv.URL, opts...),
+		files:    sluicev1connect.NewTenantFileServiceClient(c, srv.URL, opts...),
 	}
 }
 
@@ -187,6 +191,23 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 	if codeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("invalid rule: %v", err)
 	}
+	if fields, want := fieldsOf(err), []string{"name", "match[0].key", "limit", "granularity", "sync"}; !slices.Equal(fields, want) {
+		t.Fatalf("field violations %v, want %v", fields, want)
+	}
+	// A missing rule, unknown enum values: still InvalidArgument, never internal.
+	for _, r := range []*sluicev1.Rule{nil, {Name: "x", Params: &sluicev1.LimitParams{Algorithm: 42}, FailureMode: 9}} {
+		if _, err := call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tiers[0].Id, Rule: r}); codeOf(err) != connect.CodeInvalidArgument {
+			t.Fatalf("rule %v: %v", r, err)
+		}
+	}
+	_, err = call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "dup"}})
+	if codeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("duplicate slug: %v", err)
+	}
+}
+
+// fieldsOf returns the fields an error's BadRequest detail names.
+func fieldsOf(err error) []string {
 	var fields []string
 	var ce *connect.Error
 	errors.As(err, &ce)
@@ -199,18 +220,43 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"name", "match[0].key", "limit", "granularity", "sync"}; !slices.Equal(fields, want) {
-		t.Fatalf("field violations %v, want %v", fields, want)
+	return fields
+}
+
+// A tenant file goes through the API (here over gRPC) and comes back the
+// same; an invalid one is refused with its fields by path, malformed YAML
+// as invalid too, and the file's own size bound, larger than other
+// requests', holds.
+func TestTenantFileOverTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv, connect.WithGRPC())
+	file := "tenant: shop\nname: Shop\ndefault_tier: free\ntiers:\n  - name: free\n    rules:\n      - name: per-client\n" +
+		"        key_by: [client_id]\n        algorithm: token_bucket\n        limit: 10\n        window: 1m\n"
+	res := callOK(t, operatorKey, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{Content: []byte(file)})
+	if res.TenantId == "" || res.ConfigVersion != 1 || len(res.Changes) != 2 {
+		t.Fatalf("apply: %v", res)
 	}
-	// A missing rule, unknown enum values: still InvalidArgument, never internal.
-	for _, r := range []*sluicev1.Rule{nil, {Name: "x", Params: &sluicev1.LimitParams{Algorithm: 42}, FailureMode: 9}} {
-		if _, err := call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tiers[0].Id, Rule: r}); codeOf(err) != connect.CodeInvalidArgument {
-			t.Fatalf("rule %v: %v", r, err)
-		}
+	exported := callOK(t, operatorKey, c.files.ExportTenantFile, &sluicev1.ExportTenantFileRequest{TenantId: res.TenantId})
+	got, err := tenantfile.Parse(exported.Content)
+	if want, _ := tenantfile.Parse([]byte(file)); err != nil || !reflect.DeepEqual(got, want) || exported.Slug != "shop" {
+		t.Fatalf("export of %s:\n%s\nwant\n%s", exported.Slug, exported.Content, file)
 	}
-	_, err = call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "dup"}})
-	if codeOf(err) != connect.CodeAlreadyExists {
-		t.Fatalf("duplicate slug: %v", err)
+
+	_, err = call(operatorKey, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{Content: []byte(strings.Replace(file, "limit: 10", "limit: 0", 1))})
+	if codeOf(err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(err), []string{"tiers[0].rules[0].limit"}) {
+		t.Fatalf("invalid file: %v (fields %v)", err, fieldsOf(err))
+	}
+	if _, err := call(operatorKey, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{Content: []byte("tenant: [")}); codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("malformed YAML: %v", err)
+	}
+	long := []byte(file + "# " + strings.Repeat("a", 2*MaxRequestBytes) + "\n")
+	if _, err := call(operatorKey, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{Content: long}); err != nil {
+		t.Fatalf("a file larger than other requests: %v", err)
+	}
+	huge := []byte(strings.Repeat("#", tenantfile.MaxBytes+128<<10))
+	if _, err := call(operatorKey, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{Content: huge}); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("oversized file: %v", err)
 	}
 }
 
@@ -331,6 +377,17 @@ func TestAuthorizationMatrix(t *testing.T) {
 		},
 		"ExportCSV": func(k string) error {
 			_, err := call(k, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{TenantId: tenantA, From: hourAgo, To: now})
+			return err
+		},
+		"ApplyTenantFile": func(k string) error {
+			// A dry run of tenant A's file with another tier: for an
+			// admin key of B, another tenant's file.
+			_, err := call(k, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{DryRun: true, Prune: true,
+				Content: []byte("tenant: tenant-a\ntiers:\n  - name: default\n  - name: extra\n")})
+			return err
+		},
+		"ExportTenantFile": func(k string) error {
+			_, err := call(k, c.files.ExportTenantFile, &sluicev1.ExportTenantFileRequest{TenantId: tenantA})
 			return err
 		},
 		"ListDeciders": func(k string) error {

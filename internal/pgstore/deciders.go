@@ -29,7 +29,7 @@ func (s *Store) RecordDecider(ctx context.Context, name string, versions map[str
 	batch.Queue(`INSERT INTO deciders (name, last_synced_at, versions) VALUES ($1, now(), $2)
 		ON CONFLICT (name) DO UPDATE SET last_synced_at = now(), versions = excluded.versions`, name, versions)
 	batch.Queue(`DELETE FROM deciders WHERE last_synced_at < now() - interval '7 days'`)
-	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+	if err := s.db.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("pgstore: record decider: %w", err)
 	}
 	return nil
@@ -38,7 +38,7 @@ func (s *Store) RecordDecider(ctx context.Context, name string, versions map[str
 // ListDeciders returns the deciders seen in the last 24 hours, most
 // recently synced first.
 func (s *Store) ListDeciders(ctx context.Context) ([]Decider, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, last_synced_at, versions FROM deciders
+	rows, err := s.db.Query(ctx, `SELECT name, last_synced_at, versions FROM deciders
 		WHERE last_synced_at > now() - interval '24 hours' ORDER BY last_synced_at DESC, name`)
 	if err != nil {
 		return nil, translate(err, "decider")

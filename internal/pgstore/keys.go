@@ -122,7 +122,7 @@ func (s *Store) ListOverrides(ctx context.Context, tenantID string) ([]policy.Ov
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
-	return listOverrides(ctx, s.pool, tenantID)
+	return listOverrides(ctx, s.db, tenantID)
 }
 
 func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Override, error) {
@@ -195,7 +195,7 @@ func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kin
 		if err != nil {
 			return translate(err, "key")
 		}
-		_, err = bump(ctx, tx, actor, change{tenantID: tenantID, action: "create", resource: "key", resourceID: k.ID,
+		_, err = s.bump(ctx, tx, actor, change{tenantID: tenantID, action: "create", resource: "key", resourceID: k.ID,
 			new: map[string]string{"kind": kindNames[kind], "name": name, "prefix": prefix}})
 		return err
 	})
@@ -210,7 +210,7 @@ func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey,
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
+	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
 	if err != nil {
 		return nil, translate(err, "key")
 	}
@@ -245,7 +245,7 @@ func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID stri
 func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, error) {
 	// The statement's snapshot cannot see its own update: the last use
 	// returned is now() when it touched the row.
-	k, err := scanKey(s.pool.QueryRow(ctx, `WITH k AS (
+	k, err := scanKey(s.db.QueryRow(ctx, `WITH k AS (
 			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL
 		), touched AS (
 			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id AND a.kind = 'admin'
@@ -283,7 +283,7 @@ func (s *Store) TouchCheckKeys(ctx context.Context, hashes [][]byte) error {
 	if len(valid) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now()
+	_, err := s.db.Exec(ctx, `UPDATE api_keys SET last_used_at = now()
 		WHERE hash = ANY($1) AND kind = 'check' AND revoked_at IS NULL
 			AND (last_used_at IS NULL OR last_used_at < now() - interval '10 seconds')`, valid)
 	if err != nil {
@@ -313,7 +313,7 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, actor, action, resource, resource_id, old_value, new_value, coalesce(version, 0), at
+	rows, err := s.db.Query(ctx, `SELECT id, actor, action, resource, resource_id, old_value, new_value, coalesce(version, 0), at
 		FROM audit_log WHERE tenant_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, tenantID, before, limit)
 	if err != nil {
 		return nil, translate(err, "audit")
@@ -378,7 +378,7 @@ const pruneBatch = 5000
 func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM audit_log WHERE id IN
+		tag, err := s.db.Exec(ctx, `DELETE FROM audit_log WHERE id IN
 			(SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)`, before, pruneBatch)
 		if err != nil {
 			return total, fmt.Errorf("pgstore: prune audit: %w", err)

@@ -42,7 +42,7 @@ func (s *Store) ListTiers(ctx context.Context, tenantID string) ([]policy.Tier, 
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
-	return listTiers(ctx, s.pool, tenantID)
+	return listTiers(ctx, s.db, tenantID)
 }
 
 // querier is what listTiers needs of a pool or a transaction.
@@ -181,7 +181,7 @@ func (s *Store) ListRules(ctx context.Context, tenantID, tierID string) ([]polic
 	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return nil, err
 	}
-	stored, err := listRules(ctx, s.pool, tenantID, tierID)
+	stored, err := listRules(ctx, s.db, tenantID, tierID)
 	out := make([]policy.Rule, len(stored))
 	for i, r := range stored {
 		out[i] = r.Rule

@@ -30,10 +30,74 @@ const NotifyChannel = "sluice_config"
 // in the change's transaction.
 type Store struct {
 	pool *pgxpool.Pool
+	db   db      // the pool, or the transaction of Atomically
+	tx   *atomic // non-nil within Atomically
+}
+
+// db is what the store's queries need of a pool or a transaction; a
+// transaction's Begin starts a savepoint.
+type db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// atomic is the state of one Atomically: the config version each tenant
+// it changed is at, and whether a change failed.
+type atomic struct {
+	versions map[string]int64
+	failed   bool
 }
 
 // New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool, db: pool} }
+
+// Atomically runs f with a store whose every change is made in one
+// transaction, committed when f returns nil and commit is true, else
+// rolled back: with commit false f makes its changes, sees them and
+// meets every error they would meet, and none stays (a dry run). The
+// changes of a tenant within it are one config version (one version row,
+// one notification, an audit row each). A change that fails ends the
+// transaction: Atomically then returns an error even when f does not.
+func (s *Store) Atomically(ctx context.Context, commit bool, f func(*Store) error) error {
+	if s.tx != nil {
+		return errors.New("pgstore: Atomically within Atomically")
+	}
+	errDryRun := errors.New("dry run")
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		in := &Store{pool: s.pool, db: tx, tx: &atomic{versions: map[string]int64{}}}
+		err := f(in)
+		switch {
+		case err != nil:
+			return err
+		case in.tx.failed:
+			return errors.New("pgstore: a change failed within Atomically")
+		case !commit:
+			return errDryRun
+		}
+		return nil
+	})
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	return err
+}
+
+// LockTenant locks the tenant's row until the end of the transaction of
+// Atomically, so that what f reads of the tenant stays current: changes
+// of the tenant elsewhere wait for it. Outside Atomically it does nothing.
+func (s *Store) LockTenant(ctx context.Context, tenantID string) error {
+	if s.tx == nil {
+		return nil
+	}
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return err
+	}
+	_, err := s.db.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenantID)
+	return translate(err, "tenant")
+}
 
 // Pool returns the store's pool, for readers of the same database (the
 // reports on the analytics tables).
@@ -52,10 +116,14 @@ type change struct {
 	old, new   any // JSON-encoded into the audit row; nil for none
 }
 
-// inTx runs f in a transaction and commits it, or rolls back on error.
-// Errors of the commit itself (deferred constraints) are translated too.
+// inTx runs f in a transaction (within Atomically, a savepoint) and
+// commits it, or rolls back on error. Errors of the commit itself
+// (deferred constraints) are translated too.
 func (s *Store) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, f)
+	err := pgx.BeginFunc(ctx, s.db, f)
+	if err != nil && s.tx != nil {
+		s.tx.failed = true
+	}
 	var pe *policy.Error
 	if err == nil || errors.As(err, &pe) {
 		return err
@@ -73,7 +141,7 @@ func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (chan
 		if err != nil {
 			return err
 		}
-		version, err = bump(ctx, tx, actor, c)
+		version, err = s.bump(ctx, tx, actor, c)
 		return err
 	})
 	return version, err
@@ -97,14 +165,19 @@ func belowLimit(ctx context.Context, tx pgx.Tx, count, tenantID string, max int,
 // bump records c in tx: the tenant's next config version (the row lock of
 // the UPDATE orders concurrent changes of one tenant), its config_versions
 // row, the audit row and the notification. It returns the new version.
-func bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) {
+// Within Atomically a tenant's second change takes its first's version.
+func (s *Store) bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) {
+	if s.tx != nil && s.tx.versions[c.tenantID] != 0 {
+		v := s.tx.versions[c.tenantID]
+		return v, s.record(ctx, tx, actor, c, v)
+	}
 	var version int64
 	err := tx.QueryRow(ctx, `UPDATE tenants SET config_version = config_version + 1, updated_at = now()
 		WHERE id = $1 RETURNING config_version`, c.tenantID).Scan(&version)
 	if err != nil {
 		return 0, translate(err, "tenant")
 	}
-	return version, record(ctx, tx, actor, c, version)
+	return version, s.record(ctx, tx, actor, c, version)
 }
 
 // keptVersions is how many of a tenant's latest config_versions rows are
@@ -114,8 +187,9 @@ func bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) 
 const keptVersions = 1000
 
 // record writes the version row, the audit row and the notification of c
-// at version, and prunes the tenant's old version rows.
-func record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64) error {
+// at version, and prunes the tenant's old version rows; within Atomically,
+// a version already recorded gets only the audit row.
+func (s *Store) record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64) error {
 	oldJSON, err := jsonOrNil(c.old)
 	if err != nil {
 		return err
@@ -125,14 +199,20 @@ func record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64
 		return err
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(`INSERT INTO config_versions (tenant_id, version) VALUES ($1, $2)`, c.tenantID, version)
-	batch.Queue(`DELETE FROM config_versions WHERE tenant_id = $1 AND version <= $2
+	first := s.tx == nil || s.tx.versions[c.tenantID] != version
+	if first {
+		batch.Queue(`INSERT INTO config_versions (tenant_id, version) VALUES ($1, $2)`, c.tenantID, version)
+		batch.Queue(`DELETE FROM config_versions WHERE tenant_id = $1 AND version <= $2
 		AND changed_at < now() - interval '1 day'`, c.tenantID, version-keptVersions)
+		batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s:%d", c.tenantID, version))
+	}
 	batch.Queue(`INSERT INTO audit_log (tenant_id, actor, action, resource, resource_id, old_value, new_value, version)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, c.tenantID, string(actor), c.action, c.resource, c.resourceID, oldJSON, newJSON, version)
-	batch.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprintf("%s:%d", c.tenantID, version))
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("pgstore: record %s %s: %w", c.action, c.resource, err)
+	}
+	if s.tx != nil {
+		s.tx.versions[c.tenantID] = version
 	}
 	return nil
 }

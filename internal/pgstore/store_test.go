@@ -324,7 +324,7 @@ func TestNotifyOnCommitOnly(t *testing.T) {
 	acme := newTenant(t, s, "acme")
 	boom := errors.New("boom")
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := bump(ctx, tx, op, change{tenantID: acme.ID, action: "update", resource: "tenant"}); err != nil {
+		if _, err := s.bump(ctx, tx, op, change{tenantID: acme.ID, action: "update", resource: "tenant"}); err != nil {
 			return err
 		}
 		return boom

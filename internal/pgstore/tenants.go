@@ -83,7 +83,7 @@ func (s *Store) CreateTenant(ctx context.Context, actor Actor, t policy.Tenant) 
 		if _, err := tx.Exec(ctx, `INSERT INTO tiers (tenant_id, name) VALUES ($1, $2)`, t.ID, t.DefaultTier); err != nil {
 			return translate(err, "tier")
 		}
-		return record(ctx, tx, actor, change{tenantID: t.ID, action: "create", resource: "tenant", resourceID: t.ID, new: t}, 1)
+		return s.record(ctx, tx, actor, change{tenantID: t.ID, action: "create", resource: "tenant", resourceID: t.ID, new: t}, 1)
 	})
 	return t, err
 }
@@ -93,19 +93,19 @@ func (s *Store) GetTenant(ctx context.Context, id string) (policy.Tenant, int64,
 	if err := checkID(id, "tenant"); err != nil {
 		return policy.Tenant{}, 0, err
 	}
-	t, v, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id))
+	t, v, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, id))
 	return t, v, translate(err, "tenant")
 }
 
 // GetTenantBySlug returns the tenant whose slug (Envoy RLS domain) is slug.
 func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant, int64, error) {
-	t, v, err := scanTenant(s.pool.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE slug = $1`, slug))
+	t, v, err := scanTenant(s.db.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE slug = $1`, slug))
 	return t, v, translate(err, "tenant")
 }
 
 // ListTenants returns every tenant, by slug.
 func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug`)
+	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug`)
 	if err != nil {
 		return nil, translate(err, "tenant")
 	}
@@ -169,7 +169,7 @@ func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error 
 		}
 		// Record first: the version row goes with the tenant, but the audit
 		// row stays and the notification tells deciders to drop it.
-		if _, err := bump(ctx, tx, actor, change{tenantID: id, action: "delete", resource: "tenant", resourceID: id, old: old}); err != nil {
+		if _, err := s.bump(ctx, tx, actor, change{tenantID: id, action: "delete", resource: "tenant", resourceID: id, old: old}); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, id)
@@ -179,7 +179,7 @@ func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error 
 
 // TenantVersions returns every tenant's config version, by tenant id.
 func (s *Store) TenantVersions(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id::text, config_version FROM tenants`)
+	rows, err := s.db.Query(ctx, `SELECT id::text, config_version FROM tenants`)
 	if err != nil {
 		return nil, translate(err, "tenant")
 	}

@@ -125,7 +125,7 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 	for id, v := range known {
 		ids, vers = append(ids, id), append(vers, v)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT v.tenant_id::text, v.version FROM config_versions v
+	rows, err := s.db.Query(ctx, `SELECT v.tenant_id::text, v.version FROM config_versions v
 		LEFT JOIN unnest($1::uuid[], $2::bigint[]) AS k(id, ver) ON k.id = v.tenant_id
 		WHERE ($3 = '' OR v.tenant_id::text = $3) AND v.version > coalesce(k.ver, 0)
 		ORDER BY v.tenant_id, v.version`, ids, vers, tenant)
@@ -145,7 +145,7 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 		}
 		known[v.TenantID] = v.Version
 	}
-	rows, err = s.pool.Query(ctx, `SELECT k.id::text FROM unnest($1::uuid[]) AS k(id)
+	rows, err = s.db.Query(ctx, `SELECT k.id::text FROM unnest($1::uuid[]) AS k(id)
 		WHERE ($2 = '' OR k.id::text = $2) AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = k.id)`, ids, tenant)
 	if err != nil {
 		return fmt.Errorf("pgstore: watch: %w", err)

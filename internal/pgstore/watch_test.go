@@ -68,7 +68,7 @@ func TestWatchDeliversEveryCommittedVersionInOrder(t *testing.T) {
 				}
 				// A change that rolls back after taking a version.
 				_ = s.inTx(ctx, func(tx pgx.Tx) error {
-					if _, err := bump(ctx, tx, op, change{tenantID: tn, action: "update", resource: "tenant"}); err != nil {
+					if _, err := s.bump(ctx, tx, op, change{tenantID: tn, action: "update", resource: "tenant"}); err != nil {
 						return err
 					}
 					return errors.New("roll back")

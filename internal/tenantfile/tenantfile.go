@@ -434,3 +434,23 @@ func (f *File) Marshal() ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// Change is one write an apply of a file makes (or, dry, would make).
+type Change struct {
+	Op   string `json:"op"`   // create, update, reorder or delete
+	Kind string `json:"kind"` // tenant, tier, rule or override
+	Name string `json:"name"` // the tenant's slug, the tier, tier/rule, or the override's identifier and what it does
+}
+
+func (c Change) String() string { return c.Op + " " + c.Kind + " " + c.Name }
+
+// ApplyResult says what an apply of a file did.
+type ApplyResult struct {
+	TenantID string   `json:"tenant_id,omitempty"` // empty: a dry run's tenant to be created
+	Version  int64    `json:"config_version"`      // after the apply; dry: the tenant's version now
+	DryRun   bool     `json:"dry_run"`
+	Changes  []Change `json:"changes"`
+	// Skipped says what the file holds that the caller may not apply:
+	// with a tenant admin key, the tenant's own fields.
+	Skipped string `json:"skipped,omitempty"`
+}

@@ -638,6 +638,309 @@ func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
 	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
+type ApplyTenantFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file, YAML or JSON, at most 8 MiB.
+	Content []byte `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Delete the tiers, rules and overrides the file does not name.
+	Prune bool `protobuf:"varint,2,opt,name=prune,proto3" json:"prune,omitempty"`
+	// Make the changes, meet every error they would, and keep none.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyTenantFileRequest) Reset() {
+	*x = ApplyTenantFileRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyTenantFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyTenantFileRequest) ProtoMessage() {}
+
+func (x *ApplyTenantFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyTenantFileRequest.ProtoReflect.Descriptor instead.
+func (*ApplyTenantFileRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ApplyTenantFileRequest) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ApplyTenantFileRequest) GetPrune() bool {
+	if x != nil {
+		return x.Prune
+	}
+	return false
+}
+
+func (x *ApplyTenantFileRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type TenantFileChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// create, update, reorder or delete.
+	Op string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// tenant, tier, rule or override.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The tenant's slug, the tier, tier/rule, or the override's identifier
+	// and what it does.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantFileChange) Reset() {
+	*x = TenantFileChange{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantFileChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantFileChange) ProtoMessage() {}
+
+func (x *TenantFileChange) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantFileChange.ProtoReflect.Descriptor instead.
+func (*TenantFileChange) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TenantFileChange) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *TenantFileChange) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TenantFileChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ApplyTenantFileResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Changes  []*TenantFileChange    `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	// The tenant's config version after the apply; with a dry run, or when
+	// nothing changed, the version it is at.
+	ConfigVersion int64 `protobuf:"varint,3,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	DryRun        bool  `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// What the file holds that the key may not apply, if anything.
+	Skipped       string `protobuf:"bytes,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyTenantFileResponse) Reset() {
+	*x = ApplyTenantFileResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyTenantFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyTenantFileResponse) ProtoMessage() {}
+
+func (x *ApplyTenantFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyTenantFileResponse.ProtoReflect.Descriptor instead.
+func (*ApplyTenantFileResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ApplyTenantFileResponse) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ApplyTenantFileResponse) GetChanges() []*TenantFileChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *ApplyTenantFileResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+func (x *ApplyTenantFileResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ApplyTenantFileResponse) GetSkipped() string {
+	if x != nil {
+		return x.Skipped
+	}
+	return ""
+}
+
+type ExportTenantFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportTenantFileRequest) Reset() {
+	*x = ExportTenantFileRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportTenantFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportTenantFileRequest) ProtoMessage() {}
+
+func (x *ExportTenantFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportTenantFileRequest.ProtoReflect.Descriptor instead.
+func (*ExportTenantFileRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExportTenantFileRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+type ExportTenantFileResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Content []byte                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// The slug, for the file's name.
+	Slug          string `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportTenantFileResponse) Reset() {
+	*x = ExportTenantFileResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportTenantFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportTenantFileResponse) ProtoMessage() {}
+
+func (x *ExportTenantFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportTenantFileResponse.ProtoReflect.Descriptor instead.
+func (*ExportTenantFileResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ExportTenantFileResponse) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+func (x *ExportTenantFileResponse) GetSlug() string {
+	if x != nil {
+		return x.Slug
+	}
+	return ""
+}
+
 type Tier struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -649,7 +952,7 @@ type Tier struct {
 
 func (x *Tier) Reset() {
 	*x = Tier{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +964,7 @@ func (x *Tier) String() string {
 func (*Tier) ProtoMessage() {}
 
 func (x *Tier) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +977,7 @@ func (x *Tier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tier.ProtoReflect.Descriptor instead.
 func (*Tier) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Tier) GetId() string {
@@ -708,7 +1011,7 @@ type CreateTierRequest struct {
 
 func (x *CreateTierRequest) Reset() {
 	*x = CreateTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +1023,7 @@ func (x *CreateTierRequest) String() string {
 func (*CreateTierRequest) ProtoMessage() {}
 
 func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +1036,7 @@ func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierRequest.ProtoReflect.Descriptor instead.
 func (*CreateTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateTierRequest) GetTenantId() string {
@@ -760,7 +1063,7 @@ type CreateTierResponse struct {
 
 func (x *CreateTierResponse) Reset() {
 	*x = CreateTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +1075,7 @@ func (x *CreateTierResponse) String() string {
 func (*CreateTierResponse) ProtoMessage() {}
 
 func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +1088,7 @@ func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierResponse.ProtoReflect.Descriptor instead.
 func (*CreateTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateTierResponse) GetTier() *Tier {
@@ -811,7 +1114,7 @@ type ListTiersRequest struct {
 
 func (x *ListTiersRequest) Reset() {
 	*x = ListTiersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1126,7 @@ func (x *ListTiersRequest) String() string {
 func (*ListTiersRequest) ProtoMessage() {}
 
 func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1139,7 @@ func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersRequest.ProtoReflect.Descriptor instead.
 func (*ListTiersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListTiersRequest) GetTenantId() string {
@@ -855,7 +1158,7 @@ type ListTiersResponse struct {
 
 func (x *ListTiersResponse) Reset() {
 	*x = ListTiersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1170,7 @@ func (x *ListTiersResponse) String() string {
 func (*ListTiersResponse) ProtoMessage() {}
 
 func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1183,7 @@ func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersResponse.ProtoReflect.Descriptor instead.
 func (*ListTiersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListTiersResponse) GetTiers() []*Tier {
@@ -900,7 +1203,7 @@ type DeleteTierRequest struct {
 
 func (x *DeleteTierRequest) Reset() {
 	*x = DeleteTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1215,7 @@ func (x *DeleteTierRequest) String() string {
 func (*DeleteTierRequest) ProtoMessage() {}
 
 func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1228,7 @@ func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteTierRequest) GetTenantId() string {
@@ -951,7 +1254,7 @@ type DeleteTierResponse struct {
 
 func (x *DeleteTierResponse) Reset() {
 	*x = DeleteTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1266,7 @@ func (x *DeleteTierResponse) String() string {
 func (*DeleteTierResponse) ProtoMessage() {}
 
 func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1279,7 @@ func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteTierResponse) GetConfigVersion() int64 {
@@ -997,7 +1300,7 @@ type CreateRuleRequest struct {
 
 func (x *CreateRuleRequest) Reset() {
 	*x = CreateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1312,7 @@ func (x *CreateRuleRequest) String() string {
 func (*CreateRuleRequest) ProtoMessage() {}
 
 func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1325,7 @@ func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateRuleRequest) GetTenantId() string {
@@ -1056,7 +1359,7 @@ type CreateRuleResponse struct {
 
 func (x *CreateRuleResponse) Reset() {
 	*x = CreateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1371,7 @@ func (x *CreateRuleResponse) String() string {
 func (*CreateRuleResponse) ProtoMessage() {}
 
 func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1384,7 @@ func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleResponse.ProtoReflect.Descriptor instead.
 func (*CreateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateRuleResponse) GetRule() *Rule {
@@ -1108,7 +1411,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1423,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1436,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRulesRequest) GetTenantId() string {
@@ -1159,7 +1462,7 @@ type ListRulesResponse struct {
 
 func (x *ListRulesResponse) Reset() {
 	*x = ListRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1474,7 @@ func (x *ListRulesResponse) String() string {
 func (*ListRulesResponse) ProtoMessage() {}
 
 func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1487,7 @@ func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRulesResponse) GetRules() []*Rule {
@@ -1204,7 +1507,7 @@ type UpdateRuleRequest struct {
 
 func (x *UpdateRuleRequest) Reset() {
 	*x = UpdateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1519,7 @@ func (x *UpdateRuleRequest) String() string {
 func (*UpdateRuleRequest) ProtoMessage() {}
 
 func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1532,7 @@ func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateRuleRequest) GetTenantId() string {
@@ -1255,7 +1558,7 @@ type UpdateRuleResponse struct {
 
 func (x *UpdateRuleResponse) Reset() {
 	*x = UpdateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1570,7 @@ func (x *UpdateRuleResponse) String() string {
 func (*UpdateRuleResponse) ProtoMessage() {}
 
 func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1583,7 @@ func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleResponse.ProtoReflect.Descriptor instead.
 func (*UpdateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UpdateRuleResponse) GetConfigVersion() int64 {
@@ -1300,7 +1603,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1615,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1628,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeleteRuleRequest) GetTenantId() string {
@@ -1351,7 +1654,7 @@ type DeleteRuleResponse struct {
 
 func (x *DeleteRuleResponse) Reset() {
 	*x = DeleteRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1666,7 @@ func (x *DeleteRuleResponse) String() string {
 func (*DeleteRuleResponse) ProtoMessage() {}
 
 func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1679,7 @@ func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteRuleResponse) GetConfigVersion() int64 {
@@ -1397,7 +1700,7 @@ type ReorderRulesRequest struct {
 
 func (x *ReorderRulesRequest) Reset() {
 	*x = ReorderRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1712,7 @@ func (x *ReorderRulesRequest) String() string {
 func (*ReorderRulesRequest) ProtoMessage() {}
 
 func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1725,7 @@ func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesRequest.ProtoReflect.Descriptor instead.
 func (*ReorderRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReorderRulesRequest) GetTenantId() string {
@@ -1455,7 +1758,7 @@ type ReorderRulesResponse struct {
 
 func (x *ReorderRulesResponse) Reset() {
 	*x = ReorderRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1770,7 @@ func (x *ReorderRulesResponse) String() string {
 func (*ReorderRulesResponse) ProtoMessage() {}
 
 func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1783,7 @@ func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesResponse.ProtoReflect.Descriptor instead.
 func (*ReorderRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReorderRulesResponse) GetConfigVersion() int64 {
@@ -1506,7 +1809,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1821,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1834,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApiKey) GetId() string {
@@ -1594,7 +1897,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1909,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1922,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateKeyRequest) GetTenantId() string {
@@ -1654,7 +1957,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1969,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1982,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -1705,7 +2008,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2020,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2033,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -1749,7 +2052,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2064,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2077,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -1794,7 +2097,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2109,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2122,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RevokeKeyRequest) GetTenantId() string {
@@ -1845,7 +2148,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2160,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2173,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RevokeKeyResponse) GetConfigVersion() int64 {
@@ -1902,7 +2205,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +2217,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +2230,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Override) GetId() string {
@@ -1996,7 +2299,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2311,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2324,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2048,7 +2351,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2363,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2376,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2099,7 +2402,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2414,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2427,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -2143,7 +2446,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2458,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2471,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2188,7 +2491,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2503,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2516,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -2239,7 +2542,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2554,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2567,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -2293,7 +2596,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2608,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2621,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -2397,7 +2700,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2712,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2725,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -2455,7 +2758,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2770,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2783,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2502,7 +2805,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2817,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2830,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Decider) GetName() string {
@@ -2559,7 +2862,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2874,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2887,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 type ListDecidersResponse struct {
@@ -2597,7 +2900,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2912,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2925,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -2662,7 +2965,26 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"2\n" +
 	"\x13DeleteTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\x16\n" +
-	"\x14DeleteTenantResponse\"Q\n" +
+	"\x14DeleteTenantResponse\"a\n" +
+	"\x16ApplyTenantFileRequest\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x12\x14\n" +
+	"\x05prune\x18\x02 \x01(\bR\x05prune\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"J\n" +
+	"\x10TenantFileChange\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"\xc7\x01\n" +
+	"\x17ApplyTenantFileResponse\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x125\n" +
+	"\achanges\x18\x02 \x03(\v2\x1b.sluice.v1.TenantFileChangeR\achanges\x12%\n" +
+	"\x0econfig_version\x18\x03 \x01(\x03R\rconfigVersion\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\tR\askipped\"6\n" +
+	"\x17ExportTenantFileRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"H\n" +
+	"\x18ExportTenantFileResponse\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
+	"\x04slug\x18\x02 \x01(\tR\x04slug\"Q\n" +
 	"\x04Tier\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -2806,7 +3128,10 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\tGetTenant\x12\x1b.sluice.v1.GetTenantRequest\x1a\x1c.sluice.v1.GetTenantResponse\"\x00\x12N\n" +
 	"\vListTenants\x12\x1d.sluice.v1.ListTenantsRequest\x1a\x1e.sluice.v1.ListTenantsResponse\"\x00\x12Q\n" +
 	"\fUpdateTenant\x12\x1e.sluice.v1.UpdateTenantRequest\x1a\x1f.sluice.v1.UpdateTenantResponse\"\x00\x12Q\n" +
-	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\xf1\x01\n" +
+	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\xce\x01\n" +
+	"\x11TenantFileService\x12Z\n" +
+	"\x0fApplyTenantFile\x12!.sluice.v1.ApplyTenantFileRequest\x1a\".sluice.v1.ApplyTenantFileResponse\"\x00\x12]\n" +
+	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x002\xf1\x01\n" +
 	"\vTierService\x12K\n" +
 	"\n" +
 	"CreateTier\x12\x1c.sluice.v1.CreateTierRequest\x1a\x1d.sluice.v1.CreateTierResponse\"\x00\x12H\n" +
@@ -2849,62 +3174,67 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_sluice_v1_admin_proto_goTypes = []any{
-	(TenantStatus)(0),              // 0: sluice.v1.TenantStatus
-	(KeyKind)(0),                   // 1: sluice.v1.KeyKind
-	(*Tenant)(nil),                 // 2: sluice.v1.Tenant
-	(*CreateTenantRequest)(nil),    // 3: sluice.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),   // 4: sluice.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),       // 5: sluice.v1.GetTenantRequest
-	(*GetTenantResponse)(nil),      // 6: sluice.v1.GetTenantResponse
-	(*ListTenantsRequest)(nil),     // 7: sluice.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),    // 8: sluice.v1.ListTenantsResponse
-	(*UpdateTenantRequest)(nil),    // 9: sluice.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),   // 10: sluice.v1.UpdateTenantResponse
-	(*DeleteTenantRequest)(nil),    // 11: sluice.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),   // 12: sluice.v1.DeleteTenantResponse
-	(*Tier)(nil),                   // 13: sluice.v1.Tier
-	(*CreateTierRequest)(nil),      // 14: sluice.v1.CreateTierRequest
-	(*CreateTierResponse)(nil),     // 15: sluice.v1.CreateTierResponse
-	(*ListTiersRequest)(nil),       // 16: sluice.v1.ListTiersRequest
-	(*ListTiersResponse)(nil),      // 17: sluice.v1.ListTiersResponse
-	(*DeleteTierRequest)(nil),      // 18: sluice.v1.DeleteTierRequest
-	(*DeleteTierResponse)(nil),     // 19: sluice.v1.DeleteTierResponse
-	(*CreateRuleRequest)(nil),      // 20: sluice.v1.CreateRuleRequest
-	(*CreateRuleResponse)(nil),     // 21: sluice.v1.CreateRuleResponse
-	(*ListRulesRequest)(nil),       // 22: sluice.v1.ListRulesRequest
-	(*ListRulesResponse)(nil),      // 23: sluice.v1.ListRulesResponse
-	(*UpdateRuleRequest)(nil),      // 24: sluice.v1.UpdateRuleRequest
-	(*UpdateRuleResponse)(nil),     // 25: sluice.v1.UpdateRuleResponse
-	(*DeleteRuleRequest)(nil),      // 26: sluice.v1.DeleteRuleRequest
-	(*DeleteRuleResponse)(nil),     // 27: sluice.v1.DeleteRuleResponse
-	(*ReorderRulesRequest)(nil),    // 28: sluice.v1.ReorderRulesRequest
-	(*ReorderRulesResponse)(nil),   // 29: sluice.v1.ReorderRulesResponse
-	(*ApiKey)(nil),                 // 30: sluice.v1.ApiKey
-	(*CreateKeyRequest)(nil),       // 31: sluice.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),      // 32: sluice.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),        // 33: sluice.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),       // 34: sluice.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),       // 35: sluice.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),      // 36: sluice.v1.RevokeKeyResponse
-	(*Override)(nil),               // 37: sluice.v1.Override
-	(*CreateOverrideRequest)(nil),  // 38: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil), // 39: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),   // 40: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 41: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),  // 42: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil), // 43: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),             // 44: sluice.v1.AuditEntry
-	(*ListAuditRequest)(nil),       // 45: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 46: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                // 47: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),    // 48: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),   // 49: sluice.v1.ListDecidersResponse
-	nil,                            // 50: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                   // 51: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
-	(*LimitParams)(nil),            // 53: sluice.v1.LimitParams
+	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
+	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
+	(*Tenant)(nil),                   // 2: sluice.v1.Tenant
+	(*CreateTenantRequest)(nil),      // 3: sluice.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),     // 4: sluice.v1.CreateTenantResponse
+	(*GetTenantRequest)(nil),         // 5: sluice.v1.GetTenantRequest
+	(*GetTenantResponse)(nil),        // 6: sluice.v1.GetTenantResponse
+	(*ListTenantsRequest)(nil),       // 7: sluice.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),      // 8: sluice.v1.ListTenantsResponse
+	(*UpdateTenantRequest)(nil),      // 9: sluice.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 10: sluice.v1.UpdateTenantResponse
+	(*DeleteTenantRequest)(nil),      // 11: sluice.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),     // 12: sluice.v1.DeleteTenantResponse
+	(*ApplyTenantFileRequest)(nil),   // 13: sluice.v1.ApplyTenantFileRequest
+	(*TenantFileChange)(nil),         // 14: sluice.v1.TenantFileChange
+	(*ApplyTenantFileResponse)(nil),  // 15: sluice.v1.ApplyTenantFileResponse
+	(*ExportTenantFileRequest)(nil),  // 16: sluice.v1.ExportTenantFileRequest
+	(*ExportTenantFileResponse)(nil), // 17: sluice.v1.ExportTenantFileResponse
+	(*Tier)(nil),                     // 18: sluice.v1.Tier
+	(*CreateTierRequest)(nil),        // 19: sluice.v1.CreateTierRequest
+	(*CreateTierResponse)(nil),       // 20: sluice.v1.CreateTierResponse
+	(*ListTiersRequest)(nil),         // 21: sluice.v1.ListTiersRequest
+	(*ListTiersResponse)(nil),        // 22: sluice.v1.ListTiersResponse
+	(*DeleteTierRequest)(nil),        // 23: sluice.v1.DeleteTierRequest
+	(*DeleteTierResponse)(nil),       // 24: sluice.v1.DeleteTierResponse
+	(*CreateRuleRequest)(nil),        // 25: sluice.v1.CreateRuleRequest
+	(*CreateRuleResponse)(nil),       // 26: sluice.v1.CreateRuleResponse
+	(*ListRulesRequest)(nil),         // 27: sluice.v1.ListRulesRequest
+	(*ListRulesResponse)(nil),        // 28: sluice.v1.ListRulesResponse
+	(*UpdateRuleRequest)(nil),        // 29: sluice.v1.UpdateRuleRequest
+	(*UpdateRuleResponse)(nil),       // 30: sluice.v1.UpdateRuleResponse
+	(*DeleteRuleRequest)(nil),        // 31: sluice.v1.DeleteRuleRequest
+	(*DeleteRuleResponse)(nil),       // 32: sluice.v1.DeleteRuleResponse
+	(*ReorderRulesRequest)(nil),      // 33: sluice.v1.ReorderRulesRequest
+	(*ReorderRulesResponse)(nil),     // 34: sluice.v1.ReorderRulesResponse
+	(*ApiKey)(nil),                   // 35: sluice.v1.ApiKey
+	(*CreateKeyRequest)(nil),         // 36: sluice.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 37: sluice.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 38: sluice.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 39: sluice.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 40: sluice.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 41: sluice.v1.RevokeKeyResponse
+	(*Override)(nil),                 // 42: sluice.v1.Override
+	(*CreateOverrideRequest)(nil),    // 43: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 44: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 45: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 46: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 47: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 48: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 49: sluice.v1.AuditEntry
+	(*ListAuditRequest)(nil),         // 50: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 51: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 52: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 53: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 54: sluice.v1.ListDecidersResponse
+	nil,                              // 55: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 56: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
+	(*LimitParams)(nil),              // 58: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -2913,77 +3243,82 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
 	2,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	51, // 6: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
-	13, // 7: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
-	13, // 8: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	51, // 9: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	51, // 10: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	51, // 11: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	51, // 12: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
-	1,  // 13: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	52, // 14: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	52, // 15: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	52, // 16: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	1,  // 17: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	30, // 18: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	30, // 19: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	53, // 20: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	52, // 21: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 22: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	37, // 23: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	37, // 24: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	52, // 25: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	44, // 26: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	52, // 27: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	50, // 28: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	47, // 29: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 30: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 31: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 32: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 33: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 34: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	14, // 35: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	16, // 36: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	18, // 37: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	20, // 38: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	22, // 39: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	24, // 40: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	26, // 41: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	28, // 42: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	31, // 43: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	33, // 44: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	35, // 45: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	38, // 46: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	40, // 47: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	42, // 48: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	45, // 49: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	48, // 50: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 51: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 52: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 53: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 54: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 55: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	15, // 56: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	17, // 57: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	19, // 58: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	21, // 59: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	23, // 60: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	25, // 61: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	27, // 62: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	29, // 63: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	32, // 64: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	34, // 65: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	36, // 66: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	39, // 67: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	41, // 68: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	43, // 69: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	46, // 70: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	49, // 71: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	51, // [51:72] is the sub-list for method output_type
-	30, // [30:51] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	14, // 6: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
+	56, // 7: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	18, // 8: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
+	18, // 9: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
+	56, // 10: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	56, // 11: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	56, // 12: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	56, // 13: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	1,  // 14: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
+	57, // 15: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	57, // 16: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	57, // 17: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	1,  // 18: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
+	35, // 19: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	35, // 20: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
+	58, // 21: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	57, // 22: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 23: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	42, // 24: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	42, // 25: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	57, // 26: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49, // 27: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	57, // 28: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	55, // 29: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	52, // 30: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 31: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 32: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 33: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 34: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 35: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 36: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	16, // 37: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	19, // 38: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	21, // 39: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	23, // 40: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	25, // 41: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	27, // 42: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	29, // 43: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	31, // 44: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	33, // 45: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	36, // 46: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	38, // 47: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	40, // 48: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	43, // 49: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	45, // 50: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	47, // 51: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	50, // 52: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	53, // 53: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 54: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 55: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 56: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 57: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 58: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	15, // 59: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	17, // 60: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	20, // 61: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	22, // 62: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	24, // 63: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	26, // 64: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	28, // 65: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	30, // 66: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	32, // 67: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	34, // 68: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	37, // 69: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	39, // 70: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	41, // 71: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	44, // 72: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	46, // 73: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	48, // 74: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	51, // 75: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	54, // 76: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	54, // [54:77] is the sub-list for method output_type
+	31, // [31:54] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -2998,9 +3333,9 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   54,
 			NumExtensions: 0,
-			NumServices:   7,
+			NumServices:   8,
 		},
 		GoTypes:           file_sluice_v1_admin_proto_goTypes,
 		DependencyIndexes: file_sluice_v1_admin_proto_depIdxs,

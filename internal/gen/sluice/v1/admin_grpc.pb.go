@@ -277,6 +277,174 @@ var TenantService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	TenantFileService_ApplyTenantFile_FullMethodName  = "/sluice.v1.TenantFileService/ApplyTenantFile"
+	TenantFileService_ExportTenantFile_FullMethodName = "/sluice.v1.TenantFileService/ExportTenantFile"
+)
+
+// TenantFileServiceClient is the client API for TenantFileService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// TenantFileService reads and writes a tenant's configuration whole, as a
+// tenant file: its tiers (rules in order) and overrides, in YAML (see
+// docs/api.md, "Tenant files"). The operator key acts in the tenant the
+// file names, creating it if missing; an admin key only in its own tenant,
+// and not on the tenant's own fields (name, default tier, shadow).
+type TenantFileServiceClient interface {
+	// ApplyTenantFile makes the tenant match the file in one transaction and
+	// one config version: tiers and rules created or updated where they
+	// differ, each tier's rules in the file's order, overrides created or
+	// replaced; with prune, what the file does not name deleted. Nothing is
+	// written when nothing differs. An invalid file is InvalidArgument with
+	// every field named by its path (tiers[0].rules[1].limit); a change the
+	// store refuses fails the whole apply, nothing written.
+	ApplyTenantFile(ctx context.Context, in *ApplyTenantFileRequest, opts ...grpc.CallOption) (*ApplyTenantFileResponse, error)
+	// ExportTenantFile returns the tenant's file.
+	ExportTenantFile(ctx context.Context, in *ExportTenantFileRequest, opts ...grpc.CallOption) (*ExportTenantFileResponse, error)
+}
+
+type tenantFileServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewTenantFileServiceClient(cc grpc.ClientConnInterface) TenantFileServiceClient {
+	return &tenantFileServiceClient{cc}
+}
+
+func (c *tenantFileServiceClient) ApplyTenantFile(ctx context.Context, in *ApplyTenantFileRequest, opts ...grpc.CallOption) (*ApplyTenantFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyTenantFileResponse)
+	err := c.cc.Invoke(ctx, TenantFileService_ApplyTenantFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenantFileServiceClient) ExportTenantFile(ctx context.Context, in *ExportTenantFileRequest, opts ...grpc.CallOption) (*ExportTenantFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportTenantFileResponse)
+	err := c.cc.Invoke(ctx, TenantFileService_ExportTenantFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TenantFileServiceServer is the server API for TenantFileService service.
+// All implementations must embed UnimplementedTenantFileServiceServer
+// for forward compatibility.
+//
+// TenantFileService reads and writes a tenant's configuration whole, as a
+// tenant file: its tiers (rules in order) and overrides, in YAML (see
+// docs/api.md, "Tenant files"). The operator key acts in the tenant the
+// file names, creating it if missing; an admin key only in its own tenant,
+// and not on the tenant's own fields (name, default tier, shadow).
+type TenantFileServiceServer interface {
+	// ApplyTenantFile makes the tenant match the file in one transaction and
+	// one config version: tiers and rules created or updated where they
+	// differ, each tier's rules in the file's order, overrides created or
+	// replaced; with prune, what the file does not name deleted. Nothing is
+	// written when nothing differs. An invalid file is InvalidArgument with
+	// every field named by its path (tiers[0].rules[1].limit); a change the
+	// store refuses fails the whole apply, nothing written.
+	ApplyTenantFile(context.Context, *ApplyTenantFileRequest) (*ApplyTenantFileResponse, error)
+	// ExportTenantFile returns the tenant's file.
+	ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error)
+	mustEmbedUnimplementedTenantFileServiceServer()
+}
+
+// UnimplementedTenantFileServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedTenantFileServiceServer struct{}
+
+func (UnimplementedTenantFileServiceServer) ApplyTenantFile(context.Context, *ApplyTenantFileRequest) (*ApplyTenantFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyTenantFile not implemented")
+}
+func (UnimplementedTenantFileServiceServer) ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportTenantFile not implemented")
+}
+func (UnimplementedTenantFileServiceServer) mustEmbedUnimplementedTenantFileServiceServer() {}
+func (UnimplementedTenantFileServiceServer) testEmbeddedByValue()                           {}
+
+// UnsafeTenantFileServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to TenantFileServiceServer will
+// result in compilation errors.
+type UnsafeTenantFileServiceServer interface {
+	mustEmbedUnimplementedTenantFileServiceServer()
+}
+
+func RegisterTenantFileServiceServer(s grpc.ServiceRegistrar, srv TenantFileServiceServer) {
+	// If the following call panics, it indicates UnimplementedTenantFileServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&TenantFileService_ServiceDesc, srv)
+}
+
+func _TenantFileService_ApplyTenantFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyTenantFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenantFileServiceServer).ApplyTenantFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TenantFileService_ApplyTenantFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenantFileServiceServer).ApplyTenantFile(ctx, req.(*ApplyTenantFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TenantFileService_ExportTenantFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportTenantFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenantFileServiceServer).ExportTenantFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TenantFileService_ExportTenantFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenantFileServiceServer).ExportTenantFile(ctx, req.(*ExportTenantFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// TenantFileService_ServiceDesc is the grpc.ServiceDesc for TenantFileService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var TenantFileService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "sluice.v1.TenantFileService",
+	HandlerType: (*TenantFileServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ApplyTenantFile",
+			Handler:    _TenantFileService_ApplyTenantFile_Handler,
+		},
+		{
+			MethodName: "ExportTenantFile",
+			Handler:    _TenantFileService_ExportTenantFile_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "sluice/v1/admin.proto",
+}
+
+const (
 	TierService_CreateTier_FullMethodName = "/sluice.v1.TierService/CreateTier"
 	TierService_ListTiers_FullMethodName  = "/sluice.v1.TierService/ListTiers"
 	TierService_DeleteTier_FullMethodName = "/sluice.v1.TierService/DeleteTier"

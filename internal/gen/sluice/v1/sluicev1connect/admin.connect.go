@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// TenantServiceName is the fully-qualified name of the TenantService service.
 	TenantServiceName = "sluice.v1.TenantService"
+	// TenantFileServiceName is the fully-qualified name of the TenantFileService service.
+	TenantFileServiceName = "sluice.v1.TenantFileService"
 	// TierServiceName is the fully-qualified name of the TierService service.
 	TierServiceName = "sluice.v1.TierService"
 	// RuleServiceName is the fully-qualified name of the RuleService service.
@@ -59,6 +61,12 @@ const (
 	// TenantServiceDeleteTenantProcedure is the fully-qualified name of the TenantService's
 	// DeleteTenant RPC.
 	TenantServiceDeleteTenantProcedure = "/sluice.v1.TenantService/DeleteTenant"
+	// TenantFileServiceApplyTenantFileProcedure is the fully-qualified name of the TenantFileService's
+	// ApplyTenantFile RPC.
+	TenantFileServiceApplyTenantFileProcedure = "/sluice.v1.TenantFileService/ApplyTenantFile"
+	// TenantFileServiceExportTenantFileProcedure is the fully-qualified name of the TenantFileService's
+	// ExportTenantFile RPC.
+	TenantFileServiceExportTenantFileProcedure = "/sluice.v1.TenantFileService/ExportTenantFile"
 	// TierServiceCreateTierProcedure is the fully-qualified name of the TierService's CreateTier RPC.
 	TierServiceCreateTierProcedure = "/sluice.v1.TierService/CreateTier"
 	// TierServiceListTiersProcedure is the fully-qualified name of the TierService's ListTiers RPC.
@@ -270,6 +278,118 @@ func (UnimplementedTenantServiceHandler) UpdateTenant(context.Context, *connect.
 
 func (UnimplementedTenantServiceHandler) DeleteTenant(context.Context, *connect.Request[v1.DeleteTenantRequest]) (*connect.Response[v1.DeleteTenantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantService.DeleteTenant is not implemented"))
+}
+
+// TenantFileServiceClient is a client for the sluice.v1.TenantFileService service.
+type TenantFileServiceClient interface {
+	// ApplyTenantFile makes the tenant match the file in one transaction and
+	// one config version: tiers and rules created or updated where they
+	// differ, each tier's rules in the file's order, overrides created or
+	// replaced; with prune, what the file does not name deleted. Nothing is
+	// written when nothing differs. An invalid file is InvalidArgument with
+	// every field named by its path (tiers[0].rules[1].limit); a change the
+	// store refuses fails the whole apply, nothing written.
+	ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error)
+	// ExportTenantFile returns the tenant's file.
+	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
+}
+
+// NewTenantFileServiceClient constructs a client for the sluice.v1.TenantFileService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewTenantFileServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) TenantFileServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	tenantFileServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("TenantFileService").Methods()
+	return &tenantFileServiceClient{
+		applyTenantFile: connect.NewClient[v1.ApplyTenantFileRequest, v1.ApplyTenantFileResponse](
+			httpClient,
+			baseURL+TenantFileServiceApplyTenantFileProcedure,
+			connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFile")),
+			connect.WithClientOptions(opts...),
+		),
+		exportTenantFile: connect.NewClient[v1.ExportTenantFileRequest, v1.ExportTenantFileResponse](
+			httpClient,
+			baseURL+TenantFileServiceExportTenantFileProcedure,
+			connect.WithSchema(tenantFileServiceMethods.ByName("ExportTenantFile")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// tenantFileServiceClient implements TenantFileServiceClient.
+type tenantFileServiceClient struct {
+	applyTenantFile  *connect.Client[v1.ApplyTenantFileRequest, v1.ApplyTenantFileResponse]
+	exportTenantFile *connect.Client[v1.ExportTenantFileRequest, v1.ExportTenantFileResponse]
+}
+
+// ApplyTenantFile calls sluice.v1.TenantFileService.ApplyTenantFile.
+func (c *tenantFileServiceClient) ApplyTenantFile(ctx context.Context, req *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error) {
+	return c.applyTenantFile.CallUnary(ctx, req)
+}
+
+// ExportTenantFile calls sluice.v1.TenantFileService.ExportTenantFile.
+func (c *tenantFileServiceClient) ExportTenantFile(ctx context.Context, req *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error) {
+	return c.exportTenantFile.CallUnary(ctx, req)
+}
+
+// TenantFileServiceHandler is an implementation of the sluice.v1.TenantFileService service.
+type TenantFileServiceHandler interface {
+	// ApplyTenantFile makes the tenant match the file in one transaction and
+	// one config version: tiers and rules created or updated where they
+	// differ, each tier's rules in the file's order, overrides created or
+	// replaced; with prune, what the file does not name deleted. Nothing is
+	// written when nothing differs. An invalid file is InvalidArgument with
+	// every field named by its path (tiers[0].rules[1].limit); a change the
+	// store refuses fails the whole apply, nothing written.
+	ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error)
+	// ExportTenantFile returns the tenant's file.
+	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
+}
+
+// NewTenantFileServiceHandler builds an HTTP handler from the service implementation. It returns
+// the path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewTenantFileServiceHandler(svc TenantFileServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	tenantFileServiceMethods := v1.File_sluice_v1_admin_proto.Services().ByName("TenantFileService").Methods()
+	tenantFileServiceApplyTenantFileHandler := connect.NewUnaryHandler(
+		TenantFileServiceApplyTenantFileProcedure,
+		svc.ApplyTenantFile,
+		connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	tenantFileServiceExportTenantFileHandler := connect.NewUnaryHandler(
+		TenantFileServiceExportTenantFileProcedure,
+		svc.ExportTenantFile,
+		connect.WithSchema(tenantFileServiceMethods.ByName("ExportTenantFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/sluice.v1.TenantFileService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case TenantFileServiceApplyTenantFileProcedure:
+			tenantFileServiceApplyTenantFileHandler.ServeHTTP(w, r)
+		case TenantFileServiceExportTenantFileProcedure:
+			tenantFileServiceExportTenantFileHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedTenantFileServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedTenantFileServiceHandler struct{}
+
+func (UnimplementedTenantFileServiceHandler) ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ApplyTenantFile is not implemented"))
+}
+
+func (UnimplementedTenantFileServiceHandler) ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ExportTenantFile is not implemented"))
 }
 
 // TierServiceClient is a client for the sluice.v1.TierService service.
