@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
@@ -81,7 +82,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if err != nil {
 		return err
 	}
-	res, err := client.Apply(ctx, data, *prune, *dryRun)
+	res, err := client.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: data, Prune: *prune, DryRun: *dryRun})
 	if err != nil {
 		return err
 	}

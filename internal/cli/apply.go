@@ -56,11 +56,11 @@ func (c *Client) findTenant(ctx context.Context, slug string) (*sluicev1.Tenant,
 	return nil, nil
 }
 
-// Apply has the control plane make a tenant match the tenant file content,
-// in one transaction (see sluice.v1.TenantFileService): with the operator
-// key the tenant the file names, with an admin key the key's own.
-func (c *Client) Apply(ctx context.Context, content []byte, prune, dryRun bool) (tenantfile.ApplyResult, error) {
-	res, err := c.files.ApplyTenantFile(ctx, request(c, &sluicev1.ApplyTenantFileRequest{Content: content, Prune: prune, DryRun: dryRun}))
+// Apply has the control plane make a tenant match a tenant file, in one
+// transaction (see sluice.v1.TenantFileService): with the operator key
+// the tenant the file names, with an admin key the key's own.
+func (c *Client) Apply(ctx context.Context, req *sluicev1.ApplyTenantFileRequest) (tenantfile.ApplyResult, error) {
+	res, err := c.files.ApplyTenantFile(ctx, request(c, req))
 	if err != nil {
 		return tenantfile.ApplyResult{}, err
 	}

@@ -6,24 +6,22 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/protoconv"
+	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
 // Client reaches a control plane with a key.
 type Client struct {
-	tenants   sluicev1connect.TenantServiceClient
-	tiers     sluicev1connect.TierServiceClient
-	rules     sluicev1connect.RuleServiceClient
-	overrides sluicev1connect.OverrideServiceClient
-	files     sluicev1connect.TenantFileServiceClient
-	key       string
+	tenants sluicev1connect.TenantServiceClient
+	files   sluicev1connect.TenantFileServiceClient
+	key     string
 	// operator is whether key is the operator's, as the last look for a
 	// tenant found (see findTenant).
 	operator bool
@@ -33,12 +31,9 @@ type Client struct {
 // authenticating with key (the operator's or a tenant admin's).
 func NewClient(httpClient *http.Client, server, key string) *Client {
 	return &Client{
-		tenants:   sluicev1connect.NewTenantServiceClient(httpClient, server),
-		tiers:     sluicev1connect.NewTierServiceClient(httpClient, server),
-		rules:     sluicev1connect.NewRuleServiceClient(httpClient, server),
-		overrides: sluicev1connect.NewOverrideServiceClient(httpClient, server),
-		files:     sluicev1connect.NewTenantFileServiceClient(httpClient, server),
-		key:       key,
+		tenants: sluicev1connect.NewTenantServiceClient(httpClient, server),
+		files:   sluicev1connect.NewTenantFileServiceClient(httpClient, server),
+		key:     key,
 	}
 }
 
@@ -62,82 +57,94 @@ type ImportSummary struct {
 
 // Import applies plan: with the operator key, into the tenant whose slug is
 // the plan's (created if missing); with an admin key, into the key's own
-// tenant. Rules go to the tier "default" (created if missing); a rule of
-// the same name is updated when it differs, so importing twice changes
-// nothing (no new config version, no audit row) the second time; with
-// prune, the tier's rules the plan does not name are deleted, so the tier
-// becomes what the file says, as envoyproxy/ratelimit's reload would.
+// tenant. Rules go to the plan's tier (created if missing); a rule of the
+// same name is updated when it differs, so importing twice changes nothing
+// (no new config version, no audit row) the second time; with prune, the
+// tier's rules the plan does not name are deleted (and the overrides of
+// those rules), so the tier becomes what the file says, as
+// envoyproxy/ratelimit's reload would. The import is the tenant's file
+// read, changed and applied back in one transaction, only over the
+// version it was read at: all of it or nothing, never over a change made
+// meanwhile (that is Aborted; import again).
 func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool) (ImportSummary, error) {
 	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited}
 	tenant, err := c.findTenant(ctx, plan.Tenant.Slug)
-	switch {
-	case err != nil:
-		return sum, err
-	case tenant != nil:
-		sum.TenantID = tenant.Id
-	case c.operator: // (an admin key acts in its own tenant)
-		created, err := c.tenants.CreateTenant(ctx, request(c, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{
-			Slug: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}}))
-		if err != nil {
-			return sum, fmt.Errorf("create tenant %s: %w", plan.Tenant.Slug, err)
-		}
-		sum.TenantID, sum.TenantCreated = created.Msg.Tenant.Id, true
-	}
-	tiers, err := c.tiers.ListTiers(ctx, request(c, &sluicev1.ListTiersRequest{TenantId: sum.TenantID}))
 	if err != nil {
 		return sum, err
 	}
-	var tier *sluicev1.Tier
-	for _, t := range tiers.Msg.Tiers {
-		if t.Name == sum.Tier {
-			tier = t
+	f := &tenantfile.File{Tenant: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}
+	var version int64
+	if tenant != nil || !c.operator {
+		var id string
+		if tenant != nil {
+			id = tenant.Id
 		}
-	}
-	if tier == nil {
-		created, err := c.tiers.CreateTier(ctx, request(c, &sluicev1.CreateTierRequest{TenantId: sum.TenantID, Name: sum.Tier}))
+		exp, err := c.files.ExportTenantFile(ctx, request(c, &sluicev1.ExportTenantFileRequest{TenantId: id}))
 		if err != nil {
-			return sum, fmt.Errorf("create tier %s: %w", sum.Tier, err)
+			return sum, err
 		}
-		tier = created.Msg.Tier
+		if f, err = tenantfile.Parse(exp.Msg.Content); err != nil {
+			return sum, fmt.Errorf("the tenant's file: %w", err)
+		}
+		version = exp.Msg.ConfigVersion
 	}
-	existing := map[string]*sluicev1.Rule{}
-	for _, r := range tier.Rules {
-		existing[r.Name] = r
+
+	// The plan's rules into its tier: in place when named, else last.
+	i := slices.IndexFunc(f.Tiers, func(t tenantfile.Tier) bool { return t.Name == sum.Tier })
+	if i < 0 {
+		f.Tiers = append(f.Tiers, tenantfile.Tier{Name: sum.Tier})
+		i = len(f.Tiers) - 1
 	}
+	tier := &f.Tiers[i]
+	planned := map[string]bool{}
 	for _, r := range plan.Rules {
-		msg := protoconv.RuleToProto(r)
-		if old, ok := existing[r.Name]; ok {
-			msg.Id = old.Id
-			if proto.Equal(msg, old) {
-				sum.Unchanged = append(sum.Unchanged, r.Name)
-				continue
-			}
-			if _, err := c.rules.UpdateRule(ctx, request(c, &sluicev1.UpdateRuleRequest{TenantId: sum.TenantID, Rule: msg})); err != nil {
-				return sum, fmt.Errorf("update rule %s: %w", r.Name, err)
-			}
-			sum.Updated = append(sum.Updated, r.Name)
+		planned[r.Name] = true
+		fr := tenantfile.RuleFrom(r)
+		if j := slices.IndexFunc(tier.Rules, func(o tenantfile.Rule) bool { return o.Name == r.Name }); j >= 0 {
+			tier.Rules[j] = fr
+		} else {
+			tier.Rules = append(tier.Rules, fr)
+		}
+	}
+	if prune {
+		tier.Rules = slices.DeleteFunc(tier.Rules, func(r tenantfile.Rule) bool { return !planned[r.Name] })
+		f.Overrides = slices.DeleteFunc(f.Overrides, func(o tenantfile.Override) bool {
+			name, ok := strings.CutPrefix(o.Rule, sum.Tier+"/")
+			return ok && !planned[name]
+		})
+	}
+	content, err := f.Marshal()
+	if err != nil {
+		return sum, err
+	}
+	res, err := c.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: content, Prune: prune, IfVersion: version})
+	if err != nil {
+		return sum, err
+	}
+	sum.TenantID = res.TenantID
+	changed := map[string]bool{}
+	for _, ch := range res.Changes {
+		name, inTier := strings.CutPrefix(ch.Name, sum.Tier+"/")
+		switch {
+		case ch.Kind == "tenant" && ch.Op == "create":
+			sum.TenantCreated = true
+		case ch.Kind != "rule" || !inTier:
+			continue
+		case ch.Op == "create":
+			sum.Created = append(sum.Created, name)
+		case ch.Op == "update":
+			sum.Updated = append(sum.Updated, name)
+		case ch.Op == "delete":
+			sum.Deleted = append(sum.Deleted, name)
+		default:
 			continue
 		}
-		if _, err := c.rules.CreateRule(ctx, request(c, &sluicev1.CreateRuleRequest{TenantId: sum.TenantID, TierId: tier.Id, Rule: msg})); err != nil {
-			return sum, fmt.Errorf("create rule %s: %w", r.Name, err)
-		}
-		sum.Created = append(sum.Created, r.Name)
+		changed[name] = true
 	}
-	if !prune {
-		return sum, nil
-	}
-	named := map[string]bool{}
 	for _, r := range plan.Rules {
-		named[r.Name] = true
-	}
-	for _, r := range tier.Rules {
-		if named[r.Name] {
-			continue
+		if !changed[r.Name] {
+			sum.Unchanged = append(sum.Unchanged, r.Name)
 		}
-		if _, err := c.rules.DeleteRule(ctx, request(c, &sluicev1.DeleteRuleRequest{TenantId: sum.TenantID, RuleId: r.Id})); err != nil {
-			return sum, fmt.Errorf("delete rule %s: %w", r.Name, err)
-		}
-		sum.Deleted = append(sum.Deleted, r.Name)
 	}
 	return sum, nil
 }

@@ -27,7 +27,7 @@ func (s tenantFileServer) ApplyTenantFile(ctx context.Context, req *connect.Requ
 	}
 	p := principalFrom(ctx)
 	who := tenantapply.Caller{Actor: p.actor(), Operator: p.Role == RoleOperator, TenantID: p.TenantID}
-	res, err := tenantapply.Apply(ctx, s.store, who, f, req.Msg.GetPrune(), req.Msg.GetDryRun())
+	res, err := tenantapply.Apply(ctx, s.store, who, f, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun(), IfVersion: req.Msg.GetIfVersion()})
 	out := &sluicev1.ApplyTenantFileResponse{TenantId: res.TenantID, ConfigVersion: res.Version, DryRun: res.DryRun, Skipped: res.Skipped}
 	for _, c := range res.Changes {
 		out.Changes = append(out.Changes, &sluicev1.TenantFileChange{Op: c.Op, Kind: c.Kind, Name: c.Name})
@@ -40,7 +40,7 @@ func (s tenantFileServer) ExportTenantFile(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	t, _, err := s.store.GetTenant(ctx, tenantID)
+	t, version, err := s.store.GetTenant(ctx, tenantID)
 	if err != nil {
 		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
 	}
@@ -53,5 +53,5 @@ func (s tenantFileServer) ExportTenantFile(ctx context.Context, req *connect.Req
 		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
 	}
 	b, err := tenantfile.From(t, tiers, overrides).Marshal()
-	return reply(ctx, s.server, &sluicev1.ExportTenantFileResponse{Content: b, Slug: t.Slug}, err)
+	return reply(ctx, s.server, &sluicev1.ExportTenantFileResponse{Content: b, Slug: t.Slug, ConfigVersion: version}, err)
 }

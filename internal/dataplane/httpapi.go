@@ -373,7 +373,7 @@ func HTTPStatus(c policy.Code) int {
 		return http.StatusBadRequest
 	case policy.CodeNotFound:
 		return http.StatusNotFound
-	case policy.CodeConflict:
+	case policy.CodeConflict, policy.CodeAborted:
 		return http.StatusConflict
 	case policy.CodeUnauthenticated:
 		return http.StatusUnauthorized

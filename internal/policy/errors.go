@@ -21,9 +21,12 @@ const (
 	CodePermissionDenied
 	CodeUnavailable
 	CodeResourceExhausted
+	// CodeAborted: a change conditioned on a state that no longer holds
+	// (another change came first); read again and retry.
+	CodeAborted
 )
 
-var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted"}
+var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {
@@ -81,6 +84,7 @@ var (
 	ErrPermissionDenied  = &Error{Code: CodePermissionDenied}
 	ErrUnavailable       = &Error{Code: CodeUnavailable}
 	ErrResourceExhausted = &Error{Code: CodeResourceExhausted}
+	ErrAborted           = &Error{Code: CodeAborted}
 )
 
 // Errorf returns an *Error with the code and a formatted message.

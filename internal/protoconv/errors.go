@@ -20,6 +20,7 @@ var connectCodes = map[policy.Code]connect.Code{
 	policy.CodePermissionDenied:  connect.CodePermissionDenied,
 	policy.CodeUnavailable:       connect.CodeUnavailable,
 	policy.CodeResourceExhausted: connect.CodeResourceExhausted,
+	policy.CodeAborted:           connect.CodeAborted,
 }
 
 // ToConnectError turns err into a Connect error: policy errors with their code,

@@ -28,25 +28,38 @@ type Caller struct {
 	TenantID string // an admin key's tenant
 }
 
+// Options are an apply's options.
+type Options struct {
+	// Prune deletes what the file does not name.
+	Prune bool
+	// DryRun makes the changes and rolls them back.
+	DryRun bool
+	// IfVersion, when not 0, refuses the apply (policy.CodeAborted) unless
+	// the tenant is at this config version: a file read, changed and
+	// applied back is not applied over a change made meanwhile.
+	IfVersion int64
+}
+
 // Apply makes the caller's tenant match f, valid (tenantfile.Parse), in one
 // transaction of store: tiers and rules the file names created, or updated
 // where they differ, each tier's rules in the file's order; overrides
-// created, or replaced where they differ; with prune, the rules, tiers and
+// created, or replaced where they differ; with Prune, the rules, tiers and
 // overrides the file does not name deleted, so that the tenant becomes the
 // file. The operator's apply creates a missing tenant and sets its name,
 // default tier and shadow mode. Nothing is written when nothing differs
-// (no new config version); all changes are one version. With dryRun every
+// (no new config version); all changes are one version. With DryRun every
 // change is made and rolled back, so the result is what the apply would
 // do, errors included. A change the store refuses fails the apply whole,
 // the error naming it.
-func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, prune, dryRun bool) (tenantfile.ApplyResult, error) {
+func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
+	dryRun := opt.DryRun
 	var res tenantfile.ApplyResult
 	var err error
 	for range 2 {
 		lost := false // the tenant's creation lost a race with another's
 		err = store.Atomically(ctx, !dryRun, func(s *pgstore.Store) error {
-			a := &applier{s: s, who: who, f: f, dryRun: dryRun}
-			err := a.apply(ctx, prune)
+			a := &applier{s: s, who: who, f: f, dryRun: dryRun, ifVersion: opt.IfVersion}
+			err := a.apply(ctx, opt.Prune)
 			res, lost = a.res, a.lost
 			return err
 		})
@@ -62,12 +75,13 @@ func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.
 }
 
 type applier struct {
-	s      *pgstore.Store
-	who    Caller
-	f      *tenantfile.File
-	dryRun bool
-	res    tenantfile.ApplyResult
-	lost   bool // creating the tenant met another's creation of it
+	s         *pgstore.Store
+	who       Caller
+	f         *tenantfile.File
+	dryRun    bool
+	ifVersion int64
+	res       tenantfile.ApplyResult
+	lost      bool // creating the tenant met another's creation of it
 }
 
 func (a *applier) note(op, kind, name string) {
@@ -113,6 +127,18 @@ func (a *applier) apply(ctx context.Context, prune bool) error {
 	}
 	if err := s.LockTenant(ctx, tenant.ID); err != nil {
 		return err
+	}
+	if a.ifVersion != 0 && len(a.res.Changes) > 0 { // the tenant was created
+		return policy.Errorf(policy.CodeAborted, "tenant %s does not exist (any more): read it again", f.Tenant)
+	}
+	if a.ifVersion != 0 {
+		// Read again under the lock: the version the changes start from.
+		if _, a.res.Version, err = s.GetTenant(ctx, tenant.ID); err != nil {
+			return err
+		}
+		if a.res.Version != a.ifVersion {
+			return policy.Errorf(policy.CodeAborted, "tenant %s is at config version %d, not %d: another change came first; read it again", f.Tenant, a.res.Version, a.ifVersion)
+		}
 	}
 	if !a.dryRun || a.res.Version != 0 {
 		a.res.TenantID = tenant.ID

@@ -89,7 +89,7 @@ func TestApplyIsOneVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Apply(ctx, s, operator, parse(t, shopFile), false, false)
+	res, err := Apply(ctx, s, operator, parse(t, shopFile), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestApplyIsOneVersion(t *testing.T) {
 	if audits != len(res.Changes) || atTwo != audits {
 		t.Fatalf("%d audit rows after version 1 (%d at 2), want one per change (%d)", audits, atTwo, len(res.Changes))
 	}
-	again, err := Apply(ctx, s, operator, parse(t, shopFile), false, false)
+	again, err := Apply(ctx, s, operator, parse(t, shopFile), Options{})
 	if err != nil || len(again.Changes) != 0 || again.Version != 2 {
 		t.Fatalf("second apply: %+v, %v; want no change at version 2", again, err)
 	}
@@ -132,7 +132,7 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 		fmt.Fprintf(&b, "  - name: t%d\n", i)
 	}
 	for _, dry := range []bool{true, false} {
-		_, err := Apply(ctx, s, operator, parse(t, b.String()), false, dry)
+		_, err := Apply(ctx, s, operator, parse(t, b.String()), Options{DryRun: dry})
 		if policy.ErrorCode(err) != policy.CodeResourceExhausted || !strings.Contains(err.Error(), "create tier t100") {
 			t.Fatalf("dry run %v: %v, want the 101st tier refused by name", dry, err)
 		}
@@ -142,7 +142,7 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	}
 
 	// On an existing tenant: its configuration and version stay.
-	if _, err := Apply(ctx, s, operator, parse(t, shopFile), false, false); err != nil {
+	if _, err := Apply(ctx, s, operator, parse(t, shopFile), Options{}); err != nil {
 		t.Fatal(err)
 	}
 	before, v := state(t, s, "shop")
@@ -151,7 +151,7 @@ func TestFailedApplyWritesNothing(t *testing.T) {
 	for i := range policy.MaxTiers {
 		f.Tiers = append(f.Tiers, tenantfile.Tier{Name: fmt.Sprintf("x%d", i)})
 	}
-	if _, err := Apply(ctx, s, operator, f, false, false); policy.ErrorCode(err) != policy.CodeResourceExhausted {
+	if _, err := Apply(ctx, s, operator, f, Options{}); policy.ErrorCode(err) != policy.CodeResourceExhausted {
 		t.Fatalf("got %v, want ResourceExhausted", err)
 	}
 	if after, v2 := state(t, s, "shop"); after != before || v2 != v {
@@ -165,14 +165,14 @@ func TestDryRunIsTheApply(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := pgstore.New(pgtest.Pool(t))
-	dry, err := Apply(ctx, s, operator, parse(t, shopFile), true, true)
+	dry, err := Apply(ctx, s, operator, parse(t, shopFile), Options{Prune: true, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := state(t, s, "shop"); got != "" || !dry.DryRun || dry.TenantID != "" || dry.Version != 0 {
 		t.Fatalf("a dry run wrote, or says it did: %+v\n%s", dry, got)
 	}
-	res, err := Apply(ctx, s, operator, parse(t, shopFile), true, false)
+	res, err := Apply(ctx, s, operator, parse(t, shopFile), Options{Prune: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,11 @@ func TestAdminKeyAppliesOnlyItsTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	admin := Caller{Actor: "key:x", TenantID: other.ID}
-	if _, err := Apply(ctx, s, admin, parse(t, shopFile), true, false); policy.ErrorCode(err) != policy.CodePermissionDenied {
+	if _, err := Apply(ctx, s, admin, parse(t, shopFile), Options{Prune: true}); policy.ErrorCode(err) != policy.CodePermissionDenied {
 		t.Fatalf("another tenant's file: %v, want PermissionDenied", err)
 	}
 	admin.TenantID = shop.ID
-	res, err := Apply(ctx, s, admin, parse(t, strings.Replace(shopFile, "default_tier: free", "name: Renamed\nshadow: true\ndefault_tier: free", 1)), false, false)
+	res, err := Apply(ctx, s, admin, parse(t, strings.Replace(shopFile, "default_tier: free", "name: Renamed\nshadow: true\ndefault_tier: free", 1)), Options{})
 	if err != nil || res.Skipped == "" {
 		t.Fatalf("%+v, %v", res, err)
 	}
@@ -228,12 +228,12 @@ func TestPruneKeepsTheDefaultTier(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := pgstore.New(pgtest.Pool(t))
-	if _, err := Apply(ctx, s, operator, parse(t, shopFile), false, false); err != nil {
+	if _, err := Apply(ctx, s, operator, parse(t, shopFile), Options{}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := state(t, s, "shop")
 	proOnly := "tenant: shop\ntiers:\n  - name: pro\n"
-	_, err := Apply(ctx, s, operator, parse(t, proOnly), true, false)
+	_, err := Apply(ctx, s, operator, parse(t, proOnly), Options{Prune: true})
 	pe, _ := err.(*policy.Error)
 	if pe == nil || pe.Code != policy.CodeInvalid || len(pe.Fields) != 1 || pe.Fields[0].Field != "default_tier" {
 		t.Fatalf("got %v, want the default tier named", err)
@@ -241,7 +241,7 @@ func TestPruneKeepsTheDefaultTier(t *testing.T) {
 	if after, _ := state(t, s, "shop"); after != before {
 		t.Fatal("the refused prune changed the tenant")
 	}
-	res, err := Apply(ctx, s, operator, parse(t, "tenant: shop\ndefault_tier: pro\ntiers:\n  - name: pro\n"), true, false)
+	res, err := Apply(ctx, s, operator, parse(t, "tenant: shop\ndefault_tier: pro\ntiers:\n  - name: pro\n"), Options{Prune: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestConcurrentAppliesEndAsOneFile(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for range 5 {
-				if _, err := Apply(ctx, s, operator, parse(t, files[w%2]), true, false); err != nil {
+				if _, err := Apply(ctx, s, operator, parse(t, files[w%2]), Options{Prune: true}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -274,5 +274,30 @@ func TestConcurrentAppliesEndAsOneFile(t *testing.T) {
 	got, _ := state(t, s, "shop")
 	if got != string(mustMarshal(t, parse(t, files[0]))) && got != string(mustMarshal(t, parse(t, files[1]))) {
 		t.Fatalf("the tenant is neither file:\n%s", got)
+	}
+}
+
+// IfVersion applies a file only over the version it was read at.
+func TestIfVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.New(pgtest.Pool(t))
+	if _, err := Apply(ctx, s, operator, parse(t, shopFile), Options{IfVersion: 1}); policy.ErrorCode(err) != policy.CodeAborted {
+		t.Fatalf("a missing tenant at version 1: %v, want Aborted", err)
+	}
+	res, err := Apply(ctx, s, operator, parse(t, shopFile), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := parse(t, strings.Replace(shopFile, "limit: 100\n", "limit: 50\n", 1))
+	if _, err := Apply(ctx, s, operator, changed, Options{IfVersion: res.Version + 1}); policy.ErrorCode(err) != policy.CodeAborted {
+		t.Fatalf("another version: %v, want Aborted", err)
+	}
+	if _, v := state(t, s, "shop"); v != res.Version {
+		t.Fatalf("an aborted apply moved the version %d → %d", res.Version, v)
+	}
+	next, err := Apply(ctx, s, operator, changed, Options{IfVersion: res.Version})
+	if err != nil || next.Version != res.Version+1 {
+		t.Fatalf("the current version: %+v, %v", next, err)
 	}
 }

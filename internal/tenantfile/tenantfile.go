@@ -380,7 +380,7 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 		ft := Tier{Name: tier.Name}
 		for _, r := range tier.Rules {
 			refs[r.ID] = tier.Name + "/" + r.Name
-			ft.Rules = append(ft.Rules, ruleFrom(r))
+			ft.Rules = append(ft.Rules, RuleFrom(r))
 		}
 		f.Tiers = append(f.Tiers, ft)
 	}
@@ -400,7 +400,8 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 	return f
 }
 
-func ruleFrom(r policy.Rule) Rule {
+// RuleFrom returns the file's form of rule r.
+func RuleFrom(r policy.Rule) Rule {
 	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
 		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces}
 	if r.FailureMode != policy.FailOpen {

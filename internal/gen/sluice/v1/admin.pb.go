@@ -645,7 +645,11 @@ type ApplyTenantFileRequest struct {
 	// Delete the tiers, rules and overrides the file does not name.
 	Prune bool `protobuf:"varint,2,opt,name=prune,proto3" json:"prune,omitempty"`
 	// Make the changes, meet every error they would, and keep none.
-	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// When set, apply only if the tenant is at this config version (as an
+	// export said), else Aborted: a read-modify-write of the file that
+	// another change overtook is refused, not merged.
+	IfVersion     int64 `protobuf:"varint,4,opt,name=if_version,json=ifVersion,proto3" json:"if_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +703,13 @@ func (x *ApplyTenantFileRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ApplyTenantFileRequest) GetIfVersion() int64 {
+	if x != nil {
+		return x.IfVersion
+	}
+	return 0
 }
 
 type TenantFileChange struct {
@@ -892,7 +903,9 @@ type ExportTenantFileResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Content []byte                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
 	// The slug, for the file's name.
-	Slug          string `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
+	Slug string `protobuf:"bytes,2,opt,name=slug,proto3" json:"slug,omitempty"`
+	// The config version the file is of.
+	ConfigVersion int64 `protobuf:"varint,3,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +952,13 @@ func (x *ExportTenantFileResponse) GetSlug() string {
 		return x.Slug
 	}
 	return ""
+}
+
+func (x *ExportTenantFileResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
 }
 
 type Tier struct {
@@ -2965,11 +2985,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"2\n" +
 	"\x13DeleteTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\x16\n" +
-	"\x14DeleteTenantResponse\"a\n" +
+	"\x14DeleteTenantResponse\"\x80\x01\n" +
 	"\x16ApplyTenantFileRequest\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x14\n" +
 	"\x05prune\x18\x02 \x01(\bR\x05prune\x12\x17\n" +
-	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"J\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x1d\n" +
+	"\n" +
+	"if_version\x18\x04 \x01(\x03R\tifVersion\"J\n" +
 	"\x10TenantFileChange\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2981,10 +3003,11 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x18\n" +
 	"\askipped\x18\x05 \x01(\tR\askipped\"6\n" +
 	"\x17ExportTenantFileRequest\x12\x1b\n" +
-	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"H\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"o\n" +
 	"\x18ExportTenantFileResponse\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x12\n" +
-	"\x04slug\x18\x02 \x01(\tR\x04slug\"Q\n" +
+	"\x04slug\x18\x02 \x01(\tR\x04slug\x12%\n" +
+	"\x0econfig_version\x18\x03 \x01(\x03R\rconfigVersion\"Q\n" +
 	"\x04Tier\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
