@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,8 +22,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // TestMain lets the tests run this binary's main in a child process (the
@@ -43,13 +47,19 @@ type child struct {
 
 func startChild(t *testing.T, env ...string) *child {
 	t.Helper()
+	return startChildLogging(t, io.Discard, env...)
+}
+
+// startChildLogging is startChild with the child's log written to logs.
+func startChildLogging(t *testing.T, logs io.Writer, env ...string) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), append(env, "SLUICE_ANALYTICS_CHILD=1")...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = io.Discard
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +90,7 @@ func (c *child) kill(t *testing.T) {
 // after each chunk.
 type stream struct {
 	tenants, clients, chunks int
+	transport                kafka.RoundTripper // nil: plaintext
 }
 
 func (s stream) rejections() int64 { return int64(s.tenants * s.clients * s.chunks) }
@@ -87,7 +98,7 @@ func (s stream) total() int64      { return int64((s.tenants*s.clients + s.tenan
 
 func (s stream) produce(t *testing.T, brokers []string, topic string, between func(chunk int)) {
 	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 2000,
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 2000, Transport: s.transport,
 		BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll, MaxAttempts: 20,
 		WriteBackoffMin: 50 * time.Millisecond, WriteBackoffMax: 500 * time.Millisecond}
 	defer w.Close()
@@ -278,5 +289,54 @@ func (c *child) alive(t *testing.T) {
 		c.done <- err // for the cleanup
 		t.Fatalf("analytics exited: %v", err)
 	default:
+	}
+}
+
+// TestKafkaOverTLSWithSASL consumes from a broker that asks for TLS and
+// SCRAM-SHA-512, configured by the environment, and serves its metrics
+// over HTTPS; the password is in no log line.
+func TestKafkaOverTLSWithSASL(t *testing.T) {
+	t.Parallel()
+	const password = "sc4am-pa55word"
+	topic := kafkatest.Topic(t)
+	broker, caFile := kafkatest.StartSecure(t, 2, []string{topic}, "SCRAM-SHA-512", "analytics", password)
+	ca := tlstest.NewCA(t) // of the metrics port
+	dir := t.TempDir()
+	cert, key, _ := ca.ServerFiles(t, dir, 1)
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	logs, err := os.Create(filepath.Join(dir, "analytics.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	c := startChildLogging(t, logs, "DATABASE_URL="+dsn, "KAFKA_BROKERS="+strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC="+topic, "KAFKA_TLS_CA="+caFile, "KAFKA_SASL_MECHANISM=scram-sha-512",
+		"KAFKA_SASL_USERNAME=analytics", "KAFKA_SASL_PASSWORD="+password,
+		"SLUICE_ANALYTICS_TLS_CERT="+cert, "SLUICE_ANALYTICS_TLS_KEY="+key)
+	if !strings.HasPrefix(c.url, "https://") {
+		t.Fatalf("metrics on %s, want https://", c.url)
+	}
+	tr, err := (&kafkasec.Config{CAFile: caFile, SASL: "scram-sha-512", Username: "analytics", Password: password}).Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stream{tenants: 2, clients: 10, chunks: 3, transport: tr}
+	s.produce(t, broker.Addrs(), topic, func(int) {})
+	waitCommitted(t, pool, s.total())
+	s.check(t, pool)
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	resp, err := client.Get(c.url + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz over HTTPS: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if b, err := os.ReadFile(logs.Name()); err != nil || strings.Contains(string(b), password) {
+		t.Fatalf("the log shows the SASL password (or cannot be read: %v)", err)
 	}
 }

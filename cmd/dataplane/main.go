@@ -18,6 +18,13 @@
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)
 //	-kafka-brokers  KAFKA_BROKERS             comma-separated brokers for decision events; empty sends none
 //	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
+//	-kafka-tls      KAFKA_TLS                 connect to Kafka over TLS, verified against the system's roots (default false)
+//	-kafka-tls-ca   KAFKA_TLS_CA              PEM CA bundle verifying the brokers (implies -kafka-tls)
+//	-kafka-tls-cert KAFKA_TLS_CERT            PEM client certificate for Kafka (implies -kafka-tls)
+//	-kafka-tls-key  KAFKA_TLS_KEY             PEM private key of -kafka-tls-cert
+//	-kafka-sasl     KAFKA_SASL_MECHANISM      SASL mechanism: plain, scram-sha-256 or scram-sha-512 (default none)
+//	-kafka-sasl-username KAFKA_SASL_USERNAME  SASL user name
+//	                KAFKA_SASL_PASSWORD       SASL password (the environment only: no flag shows it in a process listing)
 //	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
 //	-sync-max-keys  SLUICE_SYNC_MAX_KEYS      keys counted locally at once for rules with a sync interval, ~200 B each (default 262144)
@@ -71,6 +78,7 @@ import (
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -106,6 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
 	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", ""), "comma-separated brokers for decision events")
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
+	kafkaSec := kafkasec.Register(fs, e)
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
@@ -185,7 +194,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider)}
 	if *brokers != "" {
-		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic,
+		transport, err := kafkaSec.Transport()
+		if err != nil {
+			return err
+		}
+		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Transport: transport,
 			Decider: deciderName(), Logger: logger})
 		// The publisher outlives the servers: its last flush, after they
 		// have stopped, carries the events and counts of their last

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/devstack"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: getenv("SLUICE_REDIS_CLUSTER") == "true", RedisSentinel: getenv("SLUICE_REDIS_SENTINEL") == "true", RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
-			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
+			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)

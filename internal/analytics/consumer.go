@@ -19,6 +19,9 @@ import (
 type Config struct {
 	Brokers []string
 	Topic   string
+	// Dialer connects to the brokers (TLS, SASL: internal/kafkasec); nil
+	// is kafka-go's default, plaintext.
+	Dialer *kafka.Dialer
 	// Group is the consumer group; empty means "sluice-analytics".
 	Group string
 	Store *Store
@@ -97,7 +100,7 @@ func (c *Consumer) Ready() bool { return c.ready.Load() }
 func (c *Consumer) Run(ctx context.Context) error {
 	go c.pruneLoop(ctx)
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: c.cfg.Group, Brokers: c.cfg.Brokers, Topics: []string{c.cfg.Topic},
+		ID: c.cfg.Group, Brokers: c.cfg.Brokers, Topics: []string{c.cfg.Topic}, Dialer: c.cfg.Dialer,
 		HeartbeatInterval: time.Second, SessionTimeout: 10 * time.Second, RebalanceTimeout: 10 * time.Second,
 		JoinGroupBackoff: 500 * time.Millisecond, WatchPartitionChanges: true, PartitionWatchInterval: 5 * time.Second,
 	})
@@ -151,7 +154,7 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 	if err != nil {
 		return err
 	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Partition: partition,
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Partition: partition, Dialer: c.cfg.Dialer,
 		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: c.cfg.BatchWait, ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second})
 	defer r.Close()

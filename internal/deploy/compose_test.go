@@ -193,6 +193,17 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 		if len(flags) == 0 || len(flags) != len(all) {
 			t.Fatalf("cmd/%s: %d flags read of %d defined: is one defined another way?", binary, len(flags), len(all))
 		}
+		if binary != "controlplane" { // both Kafka clients: internal/kafkasec's flags too
+			sec, err := os.ReadFile(filepath.Join(root(t), "internal", "kafkasec", "kafkasec.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			secFlags := regexp.MustCompile(`fs\.(?:String|Bool)Var\(&c\.\w+, "([a-z0-9-]+)", e\("([A-Z0-9_]+)"\)`).FindAllStringSubmatch(string(sec), -1)
+			if len(secFlags) != 6 {
+				t.Fatalf("internal/kafkasec: %d flags read, want 6: is one defined another way?", len(secFlags))
+			}
+			flags = append(flags, secFlags...)
+		}
 		for _, f := range flags {
 			name, env := f[1], f[2]
 			doc := regexp.MustCompile(`(?m)^//\t-` + regexp.QuoteMeta(name) + `\s+` + env + `\s`)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/sluicehq/sluice/internal/analytics"
@@ -35,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -62,6 +64,9 @@ type Config struct {
 	// KafkaBrokers (comma-separated), else an embedded Kafka-protocol
 	// broker (kfake) keeping its data in Dir.
 	KafkaBrokers string
+	// KafkaSec connects to KafkaBrokers (TLS, SASL); nil is plaintext.
+	// The embedded broker needs none.
+	KafkaSec *kafkasec.Config
 	// EventsTopic is the decision-events topic; "" means sluice.decisions.
 	EventsTopic string
 	// DeltaInterval is how often the decider sends counter deltas; 0
@@ -160,9 +165,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeKafka()
-	pub := events.NewPublisher(events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Decider: "dev",
+	var transport kafka.RoundTripper
+	var dialer *kafka.Dialer
+	if sec := cfg.KafkaSec; sec != nil && !strings.HasPrefix(kafkaName, "embedded") {
+		if transport, err = sec.Transport(); err != nil {
+			return err
+		}
+		if dialer, err = sec.Dialer(); err != nil {
+			return err
+		}
+	}
+	pub := events.NewPublisher(events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Transport: transport, Decider: "dev",
 		DeltaInterval: cfg.DeltaInterval, Logger: cfg.Logger})
-	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic,
+	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic, Dialer: dialer,
 		Store: analytics.NewStore(pool, 0), Registerer: reg, Logger: cfg.Logger})
 	var background sync.WaitGroup
 	defer background.Wait() // after the server: the publisher's last flush, then Kafka closes

@@ -21,6 +21,9 @@ import (
 type Config struct {
 	Brokers []string
 	Topic   string
+	// Transport connects to the brokers (TLS, SASL: internal/kafkasec);
+	// nil is kafka-go's default, plaintext.
+	Transport kafka.RoundTripper
 	// Decider names this decider in its events.
 	Decider string
 	// Buffer is how many rejection events wait for Kafka (slow or down)
@@ -90,7 +93,7 @@ func NewPublisher(cfg Config) *Publisher {
 	}
 	return &Publisher{
 		cfg: cfg,
-		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.Topic, Balancer: &kafka.Hash{},
+		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.Topic, Balancer: &kafka.Hash{}, Transport: cfg.Transport,
 			BatchSize: cfg.BatchSize, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll,
 			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond},
 		queue:   make(chan rejection, cfg.Buffer),

@@ -6,7 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/sluicehq/sluice/internal/events/eventstest"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 )
 
@@ -111,4 +116,36 @@ func BenchmarkCount(b *testing.B) {
 			p.Count("tenant-1", "free", "rule-1", true, false)
 		}
 	})
+}
+
+// The publisher reaches a broker that asks for TLS and SASL through the
+// transport internal/kafkasec builds.
+func TestPublishesOverTLSWithSASL(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	b, caFile := kafkatest.StartSecure(t, 1, []string{topic}, "SCRAM-SHA-256", "decider", "pw")
+	sec := &kafkasec.Config{CAFile: caFile, SASL: "scram-sha-256", Username: "decider", Password: "pw"}
+	tr, err := sec.Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, Config{Brokers: b.Addrs(), Topic: topic, Transport: tr, Decider: "d1", FlushInterval: 10 * time.Millisecond})
+	p.Rejected("t1", "free", "r1", "alice", 1, time.Now(), false)
+
+	dialer, err := sec.Dialer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: b.Addrs(), Topic: topic, Partition: 0, Dialer: dialer, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, err := r.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev sluicev1.Event
+	if err := proto.Unmarshal(m.Value, &ev); err != nil || ev.GetRejection().GetClientKey() != "alice" {
+		t.Fatalf("event %v, %v", &ev, err)
+	}
 }

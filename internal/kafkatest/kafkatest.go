@@ -5,8 +5,10 @@ package kafkatest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // Broker is a kfake cluster owned by one test.
@@ -90,4 +94,22 @@ func Consume(t testing.TB, brokers []string, topic string, each func(kafka.Messa
 			return
 		}
 	}
+}
+
+// StartSecure is Start with a broker that asks for TLS (its certificate
+// signed by a fresh CA, whose PEM file it returns) and SASL with mechanism
+// (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) for user and password.
+func StartSecure(t testing.TB, partitions int32, topics []string, mechanism, user, password string, opts ...kfake.Opt) (b *Broker, caFile string) {
+	t.Helper()
+	ca := tlstest.NewCA(t)
+	certPEM, keyPEM := ca.Server(t, 1)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(t.TempDir(), "kafka-ca.pem")
+	tlstest.Write(t, caFile, ca.PEM, 0)
+	opts = append([]kfake.Opt{kfake.TLS(&tls.Config{Certificates: []tls.Certificate{pair}}), kfake.EnableSASL(),
+		kfake.Superuser(mechanism, user, password)}, opts...)
+	return Start(t, partitions, topics, opts...), caFile
 }
