@@ -226,6 +226,30 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
 	waitText("#audit-table", "rule", nil)
 
+	// The tenant file: loaded, edited, a dry run listing the change, a
+	// field error by its path, then applied.
+	do("tenant file", chromedp.Click(`#nav button[data-view="file"]`), chromedp.WaitVisible("#view-file"))
+	fileValue := `document.querySelector('#file-content').value`
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(eval(fileValue), "name: tiny"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant file never loaded: %q", eval(fileValue))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	setLimit := func(n string) {
+		t.Helper()
+		eval(`(() => { const a = document.querySelector('#file-content'); a.value = a.value.replace(/(name: tiny[\s\S]*?limit: )\d+/, '$1` + n + `'); return a.value; })()`)
+	}
+	setLimit("3")
+	waitText("#file-changes", "would update rule gold/tiny", func() { do("dry run", chromedp.Click("#file-dry")) })
+	setLimit("0")
+	waitText("#file-error", "].limit", func() { do("dry run of an invalid file", chromedp.Click("#file-dry")) })
+	shot("05b-tenant-file")
+	setLimit("3")
+	do("apply", chromedp.Click("#file-apply"))
+	waitText("#status", "Applied 1 change as config version", nil)
+	waitText("#file-changes", "update rule gold/tiny", nil)
+
 	// Usable at 390px: nothing wider than the screen.
 	for _, w := range []int64{390, 1280} {
 		do("resize", chromedp.EmulateViewport(w, 844), chromedp.Click(`#nav button[data-view="rules"]`))

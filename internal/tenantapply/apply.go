@@ -128,15 +128,17 @@ func (a *applier) apply(ctx context.Context, prune bool) error {
 	if err := s.LockTenant(ctx, tenant.ID); err != nil {
 		return err
 	}
-	if a.ifVersion != 0 && len(a.res.Changes) > 0 { // the tenant was created
+	created := len(a.res.Changes) > 0
+	if a.ifVersion != 0 && created {
 		return policy.Errorf(policy.CodeAborted, "tenant %s does not exist (any more): read it again", f.Tenant)
 	}
-	if a.ifVersion != 0 {
-		// Read again under the lock: the version the changes start from.
-		if _, a.res.Version, err = s.GetTenant(ctx, tenant.ID); err != nil {
+	if !created {
+		// Read again under the lock: the tenant and version the changes
+		// start from.
+		if tenant, a.res.Version, err = s.GetTenant(ctx, tenant.ID); err != nil {
 			return err
 		}
-		if a.res.Version != a.ifVersion {
+		if a.ifVersion != 0 && a.res.Version != a.ifVersion {
 			return policy.Errorf(policy.CodeAborted, "tenant %s is at config version %d, not %d: another change came first; read it again", f.Tenant, a.res.Version, a.ifVersion)
 		}
 	}

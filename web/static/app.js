@@ -45,7 +45,7 @@ function fieldsOf(body) {
 const TENANT_FREE = new Set(['TenantService', 'DeciderService']);
 
 async function api(service, method, body = {}) {
-  if (state.role === 'operator' && !TENANT_FREE.has(service) && !('tenantId' in body)) body = { tenantId: state.tenantId, ...body };
+  if (state.role === 'operator' && !TENANT_FREE.has(service) && method !== 'ApplyTenantFile' && !('tenantId' in body)) body = { tenantId: state.tenantId, ...body };
   const res = await fetch(`/sluice.v1.${service}/${method}`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.key },
@@ -138,7 +138,7 @@ function show(view) {
   $$('.view').forEach((s) => { s.hidden = s.id !== 'view-' + view; });
   $$('#nav button').forEach((b) => b.setAttribute('aria-current', b.dataset.view === view ? 'page' : 'false'));
   say('');
-  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), operator: loadOperator })[view]()
+  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), file: loadFile, operator: loadOperator })[view]()
     .catch((e) => say(`Could not load: ${e.message}`));
 }
 
@@ -495,6 +495,44 @@ async function loadAudit(fresh) {
   $('#audit-more').hidden = entries.length < 50;
 }
 
+// ---- tenant file ----
+
+// Bytes travel as base64 in Connect's JSON; the file is UTF-8.
+const toBase64 = (text) => btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+const fromBase64 = (b64) => new TextDecoder().decode(Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0)));
+
+async function loadFile() {
+  const res = await api('TenantFileService', 'ExportTenantFile');
+  $('#file-content').value = fromBase64(res.content);
+  state.fileVersion = res.configVersion || '0';
+  $('#file-error').textContent = '';
+  $('#file-changes').replaceChildren();
+}
+
+// applyFile applies the edited file (dry: a dry run), only over the
+// version it was loaded at, and lists the changes or the errors by path.
+async function applyFile(dry) {
+  const out = $('#file-changes');
+  const errBox = $('#file-error');
+  errBox.textContent = '';
+  out.replaceChildren();
+  say('');
+  try {
+    const res = await api('TenantFileService', 'ApplyTenantFile', {
+      content: toBase64($('#file-content').value), prune: $('#file-prune').checked, dryRun: dry, ifVersion: String(state.fileVersion || '0'),
+    });
+    const changes = res.changes || [];
+    out.append(...changes.map((c) => el('li', {}, `${dry ? 'would ' : ''}${c.op} ${c.kind} ${c.name}`)));
+    if (res.skipped) out.append(el('li', {}, `not applied: ${res.skipped}`));
+    const n = `${changes.length} change${changes.length === 1 ? '' : 's'}`;
+    say(changes.length === 0 ? 'The tenant already matches the file.' : dry ? `Dry run: ${n}, none made.` : `Applied ${n} as config version ${res.configVersion}.`);
+    if (!dry && changes.length) state.fileVersion = res.configVersion;
+  } catch (e) {
+    if (e.code === 'aborted') errBox.textContent = 'The tenant changed since the file was loaded: reload it and apply your edit again.';
+    else errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
+  }
+}
+
 // ---- operator ----
 
 async function loadOperator() {
@@ -567,6 +605,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $$('[data-export]').forEach((b) => b.addEventListener('click', () => exportCSV(b.dataset.export)));
   $('#audit-more').addEventListener('click', () => loadAudit(false).catch((e) => say(e.message)));
   $('#tenant-form').addEventListener('submit', submitTenant);
+  $('#file-form').addEventListener('submit', (ev) => { ev.preventDefault(); applyFile(false); });
+  $('#file-dry').addEventListener('click', () => applyFile(true));
+  $('#file-reload').addEventListener('click', () => loadFile().catch((e) => say(e.message)));
   algorithmHelp();
   autoRefresh();
   const saved = sessionStorage.getItem('sluice-key');
