@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey,
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))
 
 	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -40,7 +41,10 @@ type Config struct {
 	// shutdown need not wait for the deciders' streams (they reconnect,
 	// to another replica). Close it from http.Server.RegisterOnShutdown.
 	Closing <-chan struct{}
-	Logger  *slog.Logger
+	// Registerer receives the API's metrics (calls by procedure and
+	// answer, their latency, open config watches); nil registers none.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
 }
 
 func init() {
@@ -73,7 +77,9 @@ func NewHandler(cfg Config) http.Handler {
 	}
 	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
 		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger})}
-	opts := []connect.HandlerOption{connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(MaxRequestBytes)}
+	// The metrics outside the authentication: refusals are counted too.
+	calls := connect.WithInterceptors(newMetrics(cfg.Registerer), interceptor{auth})
+	opts := []connect.HandlerOption{calls, connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewTierServiceHandler(tierServer{s}, opts...))
@@ -86,7 +92,7 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewDeciderServiceHandler(deciderServer{s}, opts...))
 	// A tenant file may be larger than other requests (many overrides).
 	mux.Handle(sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s},
-		connect.WithInterceptors(interceptor{auth}), connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
+		calls, connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
 	// The console: static files calling the API above with the signed-in key.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))

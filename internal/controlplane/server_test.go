@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -590,5 +591,88 @@ func overridesAndAudit(t *testing.T, c clients, slug string) {
 	callOK(t, admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "bad", Block: true}})
 	if list := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{}).Overrides; len(list) != 1 || !list[0].Block || list[0].Tier != "" {
 		t.Fatalf("overrides %v", list)
+	}
+}
+
+// The API counts its calls by procedure and answer, refusals of the
+// authentication included, and gauges the open config watches.
+func TestAPIMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	store := pgstore.New(pgtest.Pool(t))
+	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey,
+		WatchRecheck: time.Minute, Registerer: reg}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{})
+	callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{})
+	if _, err := call("", c.tiers.ListTiers, &sluicev1.ListTiersRequest{}); codeOf(err) != connect.CodeUnauthenticated {
+		t.Fatal(err)
+	}
+	if _, err := call(admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "Not A Slug"}); codeOf(err) != connect.CodeInvalidArgument {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req := connect.NewRequest(&sluicev1.WatchRequest{})
+	req.Header().Set("Authorization", "Bearer "+deciderKey)
+	st, err := c.config.Watch(ctx, req)
+	if err != nil || !st.Receive() {
+		t.Fatalf("watch: %v", err)
+	}
+
+	value := func(name string, labels ...string) float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+		metric:
+			for _, m := range f.GetMetric() {
+				for i, l := range m.GetLabel() {
+					if i*2+1 >= len(labels) || l.GetName() != labels[i*2] || l.GetValue() != labels[i*2+1] {
+						continue metric
+					}
+				}
+				switch {
+				case m.Counter != nil:
+					return m.Counter.GetValue()
+				case m.Gauge != nil:
+					return m.Gauge.GetValue()
+				case m.Histogram != nil:
+					return float64(m.Histogram.GetSampleCount())
+				}
+			}
+		}
+		return 0
+	}
+	list := sluicev1connect.TierServiceListTiersProcedure
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"sluice_api_calls_total", []string{"code", "ok", "procedure", list}, 2},
+		{"sluice_api_calls_total", []string{"code", "unauthenticated", "procedure", list}, 1},
+		{"sluice_api_calls_total", []string{"code", "invalid_argument", "procedure", sluicev1connect.TierServiceCreateTierProcedure}, 1},
+		{"sluice_api_call_seconds", []string{"procedure", list}, 3},
+		{"sluice_config_watches", nil, 1},
+	} {
+		if got := value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	cancel()
+	st.Close()
+	for deadline := time.Now().Add(10 * time.Second); value("sluice_config_watches") != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch gauge stayed up after the stream closed")
+		}
 	}
 }

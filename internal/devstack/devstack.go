@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator,
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator, Registerer: reg,
 		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}
 	srv.RegisterOnShutdown(func() { close(closing) })
