@@ -206,10 +206,22 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#rule-table", "tiny", nil)
 	shot("04-dashboard")
 
-	// Keys: a new key's secret is shown once.
+	// Keys: a new key's secret is shown once; one that expires in 30 days
+	// says when.
 	do("keys", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"),
 		chromedp.SendKeys("#key-name", "ci"), chromedp.Click("#key-form button[type=submit]"))
 	waitText("#key-secret", "sk_check_", nil)
+	do("a trial key", chromedp.SetValue("#key-name", "trial"), chromedp.SetValue("#key-expires", "30d"), chromedp.Click("#key-form button[type=submit]"))
+	trialExpires := `([...document.querySelectorAll('#keys-table tbody tr')].find((r) => r.cells[0].textContent === 'trial') || {cells: []}).cells[6]?.textContent || ''`
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := eval(trialExpires)
+		if got != "" && got != "never" && strings.Contains(got, time.Now().Add(30*24*time.Hour).Format("2006")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trial key's expiry shows as %q", got)
+		}
+	}
 
 	// Overrides: a client blocked for a day (after an unreadable expiry),
 	// then rejected in the try panel by the block.

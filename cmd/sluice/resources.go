@@ -103,7 +103,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
 	block := fs.Bool("block", false, "rule: reject every request it applies to, counting nothing (a blocklist entry); override: block the client (with -rule, on that rule only)")
 	replaces := fs.String("replaces", "", "rule: comma-separated names of rules this one replaces where it applies")
-	lasts := fs.Duration("for", 0, "override: expires after this long, e.g. 24h (0: never)")
+	lasts := fs.Duration("for", 0, "override or key: expires after this long, e.g. 24h or 720h (0: never)")
 	syncEvery := fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)")
 	identifier, ruleID, kind := fs.String("identifier", "", "override: client id, or a prefix ending in *"), fs.String("rule", "", "override: rule id"), fs.String("kind", "check", "key kind: admin or check")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -244,10 +244,10 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		})
 	case "keys list":
 		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).ListKeys, &sluicev1.ListKeysRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListKeysResponse) {
-			fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED")
+			fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED\tEXPIRES")
 			for _, k := range r.Keys {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", k.Id, strings.ToLower(strings.TrimPrefix(k.Kind.String(), "KEY_KIND_")), k.Name, k.Prefix,
-					when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Id, strings.ToLower(strings.TrimPrefix(k.Kind.String(), "KEY_KIND_")), k.Name, k.Prefix,
+					when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), when(k.ExpiresAt.IsValid(), k.ExpiresAt.AsTime()))
 			}
 		})
 	case "keys create":
@@ -256,8 +256,15 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 			fmt.Fprintf(stderr, "unknown key kind %q: admin or check\n", *kind)
 			return errUsage
 		}
-		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).CreateKey, &sluicev1.CreateKeyRequest{TenantId: s.tenant, Kind: sluicev1.KeyKind(kv), Name: *name}, func(w *tabwriter.Writer, r *sluicev1.CreateKeyResponse) {
+		req := &sluicev1.CreateKeyRequest{TenantId: s.tenant, Kind: sluicev1.KeyKind(kv), Name: *name}
+		if *lasts > 0 {
+			req.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+		}
+		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).CreateKey, req, func(w *tabwriter.Writer, r *sluicev1.CreateKeyResponse) {
 			fmt.Fprintf(w, "created %s key %s\nsecret\t%s\t(shown once: store it now)\n", *kind, r.Key.Id, r.Secret)
+			if r.Key.ExpiresAt.IsValid() {
+				fmt.Fprintf(w, "expires\t%s\n", r.Key.ExpiresAt.AsTime().Format(time.RFC3339))
+			}
 		})
 	case "keys revoke":
 		id, err := arg()

@@ -69,6 +69,16 @@ func TestCLIAgainstDev(t *testing.T) {
 		t.Fatalf("keys create: %v\n%s", err, out)
 	}
 	env["SLUICE_CHECK_KEY"] = key.Secret
+	var expiring struct {
+		Key struct{ ExpiresAt time.Time }
+	}
+	out, err = sluice("keys", "create", "-kind", "check", "-name", "trial", "-for", "720h", "-json")
+	if err != nil || json.Unmarshal([]byte(out), &expiring) != nil || time.Until(expiring.Key.ExpiresAt) < 719*time.Hour {
+		t.Fatalf("keys create -for 720h: %v\n%s", err, out)
+	}
+	if out, err = sluice("keys", "list"); err != nil || !strings.Contains(out, "EXPIRES") || !strings.Contains(out, expiring.Key.ExpiresAt.Format("2006-01-02")) {
+		t.Fatalf("keys list: %v\n%s", err, out)
+	}
 	// The new key and rule reach the decider within moments (the config
 	// watch); until then the key is unknown.
 	var rejected bool

@@ -245,7 +245,15 @@ func (s keyServer) CreateKey(ctx context.Context, req *connect.Request[sluicev1.
 	if err != nil {
 		return nil, err
 	}
-	secret, k, err := s.store.CreateKey(ctx, principalFrom(ctx).actor(), tenant, protoconv.KeyKindFromProto(req.Msg.GetKind()), req.Msg.GetName())
+	var expires time.Time
+	if e := req.Msg.GetExpiresAt(); e != nil {
+		if e.CheckValid() != nil {
+			return reply[sluicev1.CreateKeyResponse](ctx, s.server, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
+				Fields: []policy.FieldError{{Field: "expires_at", Description: "not a valid time"}}})
+		}
+		expires = e.AsTime()
+	}
+	secret, k, err := s.store.CreateExpiringKey(ctx, principalFrom(ctx).actor(), tenant, protoconv.KeyKindFromProto(req.Msg.GetKind()), req.Msg.GetName(), expires)
 	return reply(ctx, s.server, &sluicev1.CreateKeyResponse{Key: protoconv.KeyToProto(k), Secret: secret}, err)
 }
 

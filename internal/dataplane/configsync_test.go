@@ -173,7 +173,7 @@ func TestKeysTrackUse(t *testing.T) {
 	keys := NewKeys()
 	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
 	a, b := policy.HashKey("a"), policy.HashKey("b")
-	keys.SetTenant("t1", [][32]byte{a, b}, c)
+	keys.SetTenant("t1", []policy.CheckKey{{Hash: a}, {Hash: b}}, c)
 	if got := keys.TakeUsed(100); len(got) != 0 {
 		t.Fatalf("unused keys reported: %d", len(got))
 	}
@@ -194,7 +194,7 @@ func TestKeysTrackUse(t *testing.T) {
 	if _, err := keys.Lookup(a); err != nil {
 		t.Fatal(err)
 	}
-	keys.SetTenant("t1", [][32]byte{a, b}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
+	keys.SetTenant("t1", []policy.CheckKey{{Hash: a}, {Hash: b}}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
 	got := keys.TakeUsed(100)
 	if len(got) != 1 || got[0] != a {
 		t.Fatalf("TakeUsed = %x, want a's hash", got)
@@ -256,5 +256,33 @@ func TestTenantShadowReachesTheDecider(t *testing.T) {
 	eventually(t, "the tenant out of shadow", func() bool { return s.Config(tn.ID).Version == v })
 	if ok, _ := decideOnce(); ok {
 		t.Fatal("out of shadow, a request over the limit was admitted")
+	}
+}
+
+// A check key is refused from its expiry on, by the decider's clock, with
+// no new config version needed.
+func TestCheckKeyExpires(t *testing.T) {
+	t.Parallel()
+	keys := NewKeys()
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	now := at.Add(-time.Nanosecond)
+	keys.now = func() time.Time { return now }
+	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
+	forever, trial := policy.HashKey("forever"), policy.HashKey("trial")
+	keys.SetTenant("t1", []policy.CheckKey{{Hash: forever}, {Hash: trial, ExpiresAt: at}}, c)
+	if _, err := keys.Lookup(trial); err != nil {
+		t.Fatalf("before its expiry: %v", err)
+	}
+	now = at
+	if _, err := keys.Lookup(trial); policy.ErrorCode(err) != policy.CodeUnauthenticated {
+		t.Fatalf("at its expiry: %v, want Unauthenticated", err)
+	}
+	if _, err := keys.Lookup(forever); err != nil {
+		t.Fatalf("a key without expiry: %v", err)
+	}
+	// A new config that no longer says the key expires lifts it.
+	keys.SetTenant("t1", []policy.CheckKey{{Hash: trial}}, c)
+	if _, err := keys.Lookup(trial); err != nil {
+		t.Fatalf("after a config without the expiry: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -15,60 +16,66 @@ import (
 type Keys struct {
 	mu       sync.RWMutex
 	m        map[[32]byte]*keyEntry
-	byTenant map[string][][32]byte
+	byTenant map[string][]policy.CheckKey
+	now      func() time.Time // the clock expiries are read against
 }
 
-// keyEntry is a check key's config and whether it was used since the
-// last TakeUsed. Its config is guarded by Keys.mu.
+// keyEntry is a check key's config, its expiry (Unix ns; 0: never) and
+// whether it was used since the last TakeUsed. Its config and expiry are
+// guarded by Keys.mu.
 type keyEntry struct {
-	c    *decide.Config
-	used atomic.Bool
+	c       *decide.Config
+	expires int64
+	used    atomic.Bool
 }
 
 // NewKeys returns an empty key table.
 func NewKeys() *Keys {
-	return &Keys{m: make(map[[32]byte]*keyEntry), byTenant: make(map[string][][32]byte)}
+	return &Keys{m: make(map[[32]byte]*keyEntry), byTenant: make(map[string][]policy.CheckKey), now: time.Now}
 }
 
 // Set makes the check key with hash h answer for config c.
 func (k *Keys) Set(h [32]byte, c *decide.Config) {
-	k.SetTenant(c.Tenant.ID, append(k.tenantKeys(c.Tenant.ID), h), c)
+	k.SetTenant(c.Tenant.ID, append(k.tenantKeys(c.Tenant.ID), policy.CheckKey{Hash: h}), c)
 }
 
-func (k *Keys) tenantKeys(tenant string) [][32]byte {
+func (k *Keys) tenantKeys(tenant string) []policy.CheckKey {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	return append([][32]byte(nil), k.byTenant[tenant]...)
+	return append([]policy.CheckKey(nil), k.byTenant[tenant]...)
 }
 
-// SetTenant makes exactly hashes answer for c's tenant, with c: keys of the
-// tenant not in hashes (revoked ones) stop answering. Kept keys keep their
-// use.
-func (k *Keys) SetTenant(tenant string, hashes [][32]byte, c *decide.Config) {
+// SetTenant makes exactly keys answer for c's tenant, with c, each until
+// its expiry: keys of the tenant not in keys (revoked ones) stop
+// answering. Kept keys keep their use.
+func (k *Keys) SetTenant(tenant string, keys []policy.CheckKey, c *decide.Config) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	kept := make(map[[32]byte]*keyEntry, len(hashes))
-	for _, h := range k.byTenant[tenant] {
-		kept[h] = k.m[h]
-		delete(k.m, h)
+	kept := make(map[[32]byte]*keyEntry, len(keys))
+	for _, ck := range k.byTenant[tenant] {
+		kept[ck.Hash] = k.m[ck.Hash]
+		delete(k.m, ck.Hash)
 	}
-	for _, h := range hashes {
-		e := kept[h]
+	for _, ck := range keys {
+		e := kept[ck.Hash]
 		if e == nil {
 			e = &keyEntry{}
 		}
-		e.c = c
-		k.m[h] = e
+		e.c, e.expires = c, 0
+		if !ck.ExpiresAt.IsZero() {
+			e.expires = max(ck.ExpiresAt.UnixNano(), 1)
+		}
+		k.m[ck.Hash] = e
 	}
-	k.byTenant[tenant] = hashes
+	k.byTenant[tenant] = keys
 }
 
 // RemoveTenant drops every key of tenant.
 func (k *Keys) RemoveTenant(tenant string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, h := range k.byTenant[tenant] {
-		delete(k.m, h)
+	for _, ck := range k.byTenant[tenant] {
+		delete(k.m, ck.Hash)
 	}
 	delete(k.byTenant, tenant)
 }
@@ -84,17 +91,22 @@ func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
 }
 
 // Lookup returns the config of the tenant whose check key hashes to h, and
-// notes the key's use.
+// notes the key's use. An expired key is refused from its expiry on, not
+// from the tenant's next config version.
 func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
 	k.mu.RLock()
 	e := k.m[h]
 	var c *decide.Config
+	var expires int64
 	if e != nil {
-		c = e.c
+		c, expires = e.c, e.expires
 	}
 	k.mu.RUnlock()
 	if c == nil {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "invalid check key")
+	}
+	if expires != 0 && k.now().UnixNano() >= expires {
+		return nil, policy.Errorf(policy.CodeUnauthenticated, "expired check key")
 	}
 	if !e.used.Load() { // a load, not a store, on the hot path: the flag's line stays shared
 		e.used.Store(true)

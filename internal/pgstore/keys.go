@@ -151,13 +151,13 @@ func (s *Store) DeleteOverride(ctx context.Context, actor Actor, tenantID, id st
 
 var kindNames = map[policy.KeyKind]string{policy.KeyAdmin: "admin", policy.KeyCheck: "check"}
 
-const keyColumns = `id::text, tenant_id::text, kind, name, prefix, hash, created_at, last_used_at, revoked_at`
+const keyColumns = `id::text, tenant_id::text, kind, name, prefix, hash, created_at, last_used_at, revoked_at, expires_at`
 
 func scanKey(row pgx.Row) (policy.APIKey, error) {
 	var k policy.APIKey
 	var kind string
-	var used, revoked *time.Time
-	err := row.Scan(&k.ID, &k.TenantID, &kind, &k.Name, &k.Prefix, &k.Hash, &k.CreatedAt, &used, &revoked)
+	var used, revoked, expires *time.Time
+	err := row.Scan(&k.ID, &k.TenantID, &kind, &k.Name, &k.Prefix, &k.Hash, &k.CreatedAt, &used, &revoked, &expires)
 	k.Kind = policy.KeyCheck
 	if kind == "admin" {
 		k.Kind = policy.KeyAdmin
@@ -168,6 +168,9 @@ func scanKey(row pgx.Row) (policy.APIKey, error) {
 	if revoked != nil {
 		k.RevokedAt = *revoked
 	}
+	if expires != nil {
+		k.ExpiresAt = *expires
+	}
 	return k, err
 }
 
@@ -175,8 +178,22 @@ func scanKey(row pgx.Row) (policy.APIKey, error) {
 // which is not stored and cannot be shown again, with the key's record.
 // Check keys change what deciders accept, so they bump the config version.
 func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kind policy.KeyKind, name string) (string, policy.APIKey, error) {
+	return s.CreateExpiringKey(ctx, actor, tenantID, kind, name, time.Time{})
+}
+
+// CreateExpiringKey is CreateKey for a key that stops working at expires
+// (which must be ahead; zero: never).
+func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID string, kind policy.KeyKind, name string, expires time.Time) (string, policy.APIKey, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return "", policy.APIKey{}, err
+	}
+	var expiresAt *time.Time
+	if !expires.IsZero() {
+		if !time.Now().Before(expires) {
+			return "", policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
+				Fields: []policy.FieldError{{Field: "expires_at", Description: "must be in the future"}}}
+		}
+		expiresAt = &expires
 	}
 	if _, ok := kindNames[kind]; !ok || len(name) > policy.MaxNameLen {
 		return "", policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
@@ -186,17 +203,18 @@ func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kin
 	hash := policy.HashKey(secret)
 	var k policy.APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		err := belowLimit(ctx, tx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL`, tenantID, policy.MaxLiveKeys, "unrevoked keys")
+		err := belowLimit(ctx, tx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL
+			AND (expires_at IS NULL OR expires_at > now())`, tenantID, policy.MaxLiveKeys, "live keys")
 		if err != nil {
 			return err
 		}
-		k, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash) VALUES ($1, $2, $3, $4, $5)
-			RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:]))
+		k, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+			RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:], expiresAt))
 		if err != nil {
 			return translate(err, "key")
 		}
 		_, err = s.bump(ctx, tx, actor, change{tenantID: tenantID, action: "create", resource: "key", resourceID: k.ID,
-			new: map[string]string{"kind": kindNames[kind], "name": name, "prefix": prefix}})
+			new: map[string]any{"kind": kindNames[kind], "name": name, "prefix": prefix, "expires_at": expiresAt}})
 		return err
 	})
 	if err != nil {
@@ -246,18 +264,18 @@ func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, er
 	// The statement's snapshot cannot see its own update: the last use
 	// returned is now() when it touched the row.
 	k, err := scanKey(s.db.QueryRow(ctx, `WITH k AS (
-			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL
+			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
 		), touched AS (
 			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id AND a.kind = 'admin'
 				AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '10 seconds')
 			RETURNING a.id
 		)
 		SELECT id::text, tenant_id::text, kind, name, prefix, hash, created_at,
-			CASE WHEN EXISTS (SELECT FROM touched) THEN now() ELSE last_used_at END, revoked_at
+			CASE WHEN EXISTS (SELECT FROM touched) THEN now() ELSE last_used_at END, revoked_at, expires_at
 		FROM api_keys WHERE id = (SELECT id FROM k)`, hash[:]))
 	if err != nil {
 		if policy.ErrorCode(translate(err, "key")) == policy.CodeNotFound {
-			return k, policy.Errorf(policy.CodeUnauthenticated, "invalid or revoked key")
+			return k, policy.Errorf(policy.CodeUnauthenticated, "invalid, revoked or expired key")
 		}
 		return k, translate(err, "key")
 	}
@@ -326,13 +344,14 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 }
 
 // Snapshot returns the tenant's whole configuration at one version, read in
-// one repeatable-read transaction, with the hashes of its live check keys.
-func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot, [][32]byte, error) {
+// one repeatable-read transaction, with its live check keys (those expired
+// already left out).
+func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot, []policy.CheckKey, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, nil, err
 	}
 	var snap policy.Snapshot
-	var keys [][32]byte
+	var keys []policy.CheckKey
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		snap.Tenant, snap.Version, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, tenantID))
@@ -345,20 +364,25 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 		if snap.Overrides, err = listOverrides(ctx, tx, tenantID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT hash FROM api_keys WHERE tenant_id = $1 AND kind = 'check' AND revoked_at IS NULL`, tenantID)
+		rows, err := tx.Query(ctx, `SELECT hash, expires_at FROM api_keys WHERE tenant_id = $1 AND kind = 'check'
+			AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`, tenantID)
 		if err != nil {
 			return translate(err, "key")
 		}
-		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([32]byte, error) {
+		keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.CheckKey, error) {
 			var h []byte
-			var out [32]byte
-			if err := r.Scan(&h); err != nil {
+			var expires *time.Time
+			var out policy.CheckKey
+			if err := r.Scan(&h, &expires); err != nil {
 				return out, err
 			}
-			if len(h) != len(out) {
+			if len(h) != len(out.Hash) {
 				return out, fmt.Errorf("key hash of %d bytes", len(h))
 			}
-			copy(out[:], h)
+			copy(out.Hash[:], h)
+			if expires != nil {
+				out.ExpiresAt = *expires
+			}
 			return out, nil
 		})
 		return translate(err, "key")

@@ -236,7 +236,7 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(checkKeys) != 1 || checkKeys[0] != policy.HashKey(secret) {
+	if len(checkKeys) != 1 || checkKeys[0] != (policy.CheckKey{Hash: policy.HashKey(secret)}) {
 		t.Fatalf("snapshot keys: %d (the admin key must not be there)", len(checkKeys))
 	}
 	_, v, _ := s.GetTenant(ctx, acme.ID)
@@ -556,5 +556,49 @@ func TestPruneAudit(t *testing.T) {
 	entries, err := s.ListAudit(ctx, acme.ID, 0, 100)
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("acme's audit after pruning: %d entries, %v; want its 3 tiers", len(entries), err)
+	}
+}
+
+// A key with an expiry works until it, then is refused by KeyByHash and
+// left out of snapshots; an expiry already past is refused at creation.
+func TestKeysExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := newStore(t)
+	acme := newTenant(t, s, "acme")
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	adminSecret, admin, err := s.CreateExpiringKey(ctx, op, acme.ID, policy.KeyAdmin, "ci", later)
+	if err != nil || !admin.ExpiresAt.Equal(later) {
+		t.Fatalf("%+v, %v", admin, err)
+	}
+	checkSecret, check, err := s.CreateExpiringKey(ctx, op, acme.ID, policy.KeyCheck, "trial", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeyByHash(ctx, policy.HashKey(adminSecret)); err != nil {
+		t.Fatalf("a key before its expiry: %v", err)
+	}
+	_, keys, err := s.Snapshot(ctx, acme.ID)
+	if err != nil || len(keys) != 1 || keys[0].Hash != policy.HashKey(checkSecret) || !keys[0].ExpiresAt.Equal(later) {
+		t.Fatalf("snapshot keys %+v, %v", keys, err)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE api_keys SET expires_at = now() - interval '1 second' WHERE id = ANY($1::uuid[])`,
+		[]string{admin.ID, check.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeyByHash(ctx, policy.HashKey(adminSecret)); policy.ErrorCode(err) != policy.CodeUnauthenticated {
+		t.Fatalf("an expired key: %v, want Unauthenticated", err)
+	}
+	if _, keys, _ := s.Snapshot(ctx, acme.ID); len(keys) != 0 {
+		t.Fatalf("an expired check key is in the snapshot: %+v", keys)
+	}
+	listed, _ := s.ListKeys(ctx, acme.ID)
+	if len(listed) != 2 || listed[0].ExpiresAt.IsZero() {
+		t.Fatalf("listed %+v", listed)
+	}
+	_, _, err = s.CreateExpiringKey(ctx, op, acme.ID, policy.KeyCheck, "late", time.Now().Add(-time.Minute))
+	if pe, ok := err.(*policy.Error); !ok || pe.Code != policy.CodeInvalid || len(pe.Fields) != 1 || pe.Fields[0].Field != "expires_at" {
+		t.Fatalf("an expiry in the past: %v", err)
 	}
 }

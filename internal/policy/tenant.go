@@ -186,7 +186,18 @@ type APIKey struct {
 	CreatedAt  time.Time
 	LastUsedAt time.Time
 	RevokedAt  time.Time
+	ExpiresAt  time.Time // zero: never
 }
+
+// CheckKey is a live check key as deciders hold it: its hash, and when it
+// stops working (zero: never).
+type CheckKey struct {
+	Hash      [32]byte
+	ExpiresAt time.Time
+}
+
+// Live reports whether k works at now.
+func (k CheckKey) Live(now time.Time) bool { return k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt) }
 
 // Snapshot is an immutable, versioned copy of one tenant's configuration, as
 // deciders enforce it. Build it once, then share it read-only.

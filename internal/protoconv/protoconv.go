@@ -103,19 +103,21 @@ func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
 		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl())}
 }
 
-func KeyToProto(k policy.APIKey) *sluicev1.ApiKey {
-	ts := func(t time.Time) *timestamppb.Timestamp {
-		if t.IsZero() {
-			return nil
-		}
-		return timestamppb.New(t)
+// ts is t as a timestamp, nil for the zero time.
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
 	}
+	return timestamppb.New(t)
+}
+
+func KeyToProto(k policy.APIKey) *sluicev1.ApiKey {
 	kind := sluicev1.KeyKind_KEY_KIND_CHECK
 	if k.Kind == policy.KeyAdmin {
 		kind = sluicev1.KeyKind_KEY_KIND_ADMIN
 	}
 	return &sluicev1.ApiKey{Id: k.ID, Kind: kind, Name: k.Name, Prefix: k.Prefix,
-		CreatedAt: ts(k.CreatedAt), LastUsedAt: ts(k.LastUsedAt), RevokedAt: ts(k.RevokedAt)}
+		CreatedAt: ts(k.CreatedAt), LastUsedAt: ts(k.LastUsedAt), RevokedAt: ts(k.RevokedAt), ExpiresAt: ts(k.ExpiresAt)}
 }
 
 func KeyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
@@ -156,7 +158,7 @@ func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
 		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
 }
 
-func SnapshotToProto(s *policy.Snapshot, keys [][32]byte) *sluicev1.Snapshot {
+func SnapshotToProto(s *policy.Snapshot, keys []policy.CheckKey) *sluicev1.Snapshot {
 	out := &sluicev1.Snapshot{Tenant: TenantToProto(s.Tenant, s.Version), Version: s.Version}
 	for _, t := range s.Tiers {
 		out.Tiers = append(out.Tiers, TierToProto(t))
@@ -165,14 +167,18 @@ func SnapshotToProto(s *policy.Snapshot, keys [][32]byte) *sluicev1.Snapshot {
 		out.Overrides = append(out.Overrides, OverrideToProto(o))
 	}
 	for _, k := range keys {
-		out.CheckKeyHashes = append(out.CheckKeyHashes, k[:])
+		if k.ExpiresAt.IsZero() {
+			out.CheckKeyHashes = append(out.CheckKeyHashes, k.Hash[:])
+		} else {
+			out.ExpiringCheckKeys = append(out.ExpiringCheckKeys, &sluicev1.ExpiringKey{Hash: k.Hash[:], ExpiresAt: timestamppb.New(k.ExpiresAt)})
+		}
 	}
 	return out
 }
 
-// SnapshotFromProto returns the snapshot s carries and its check-key
-// hashes (malformed hashes are dropped: they could match nothing).
-func SnapshotFromProto(s *sluicev1.Snapshot) (*policy.Snapshot, [][32]byte) {
+// SnapshotFromProto returns the snapshot s carries and its check keys
+// (malformed hashes are dropped: they could match nothing).
+func SnapshotFromProto(s *sluicev1.Snapshot) (*policy.Snapshot, []policy.CheckKey) {
 	snap := &policy.Snapshot{Tenant: TenantFromProto(s.GetTenant()), Version: s.GetVersion()}
 	for _, t := range s.GetTiers() {
 		tier := policy.Tier{ID: t.GetId(), Name: t.GetName()}
@@ -184,11 +190,26 @@ func SnapshotFromProto(s *sluicev1.Snapshot) (*policy.Snapshot, [][32]byte) {
 	for _, o := range s.GetOverrides() {
 		snap.Overrides = append(snap.Overrides, OverrideFromProto(o))
 	}
-	var keys [][32]byte
+	var keys []policy.CheckKey
 	for _, h := range s.GetCheckKeyHashes() {
 		if len(h) == 32 {
-			keys = append(keys, [32]byte(h))
+			keys = append(keys, policy.CheckKey{Hash: [32]byte(h)})
+		}
+	}
+	for _, k := range s.GetExpiringCheckKeys() {
+		// An expiry that is not a valid time expires the key at once.
+		if h := k.GetHash(); len(h) == 32 {
+			keys = append(keys, policy.CheckKey{Hash: [32]byte(h), ExpiresAt: expiry(k.GetExpiresAt())})
 		}
 	}
 	return snap, keys
+}
+
+// expiry is an expiry from a message: a missing or invalid one is the
+// earliest time, long past.
+func expiry(t *timestamppb.Timestamp) time.Time {
+	if t == nil || t.CheckValid() != nil {
+		return time.Unix(0, 1)
+	}
+	return t.AsTime()
 }

@@ -29,7 +29,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			{ID: "o3", Key: "user", Identifier: "abuser-*", Block: true, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
 		},
 	}
-	keys := [][32]byte{{1, 2, 3}}
+	// A key without expiry, and one with (to the microsecond, as stored).
+	keys := []policy.CheckKey{{Hash: [32]byte{1, 2, 3}}, {Hash: [32]byte{4}, ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 1000, time.UTC)}}
 	out, gotKeys := SnapshotFromProto(SnapshotToProto(in, keys))
 	if !reflect.DeepEqual(out, in) || !reflect.DeepEqual(gotKeys, keys) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", out, in)

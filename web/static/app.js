@@ -362,6 +362,7 @@ async function loadAccess() {
   $('#keys-table tbody').replaceChildren(...(keys.keys || []).map((k) => el('tr', {},
     el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
     el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
+    el('td', {}, k.expiresAt ? (Date.parse(k.expiresAt) <= Date.now() ? `expired ${fmtTime(k.expiresAt)}` : fmtTime(k.expiresAt)) : 'never'),
     el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke')))));
 }
 
@@ -392,13 +393,24 @@ async function submitOverride(ev) {
 async function submitKey(ev) {
   ev.preventDefault();
   const f = ev.target;
+  clearErrors(f);
+  const key = { kind: f.kind.value, name: f.name.value };
+  if (f.expires.value.trim()) {
+    const expires = seconds(dur(f.expires.value));
+    if (!(expires > 0)) {
+      showErrors(f, { fields: [{ field: 'expires_at', description: 'a duration such as 90m, 24h or 30d' }] }, $('#key-error'));
+      return;
+    }
+    key.expiresAt = new Date(Date.now() + expires * 1000).toISOString();
+  }
   try {
-    const res = await api('KeyService', 'CreateKey', { kind: f.kind.value, name: f.name.value });
+    const res = await api('KeyService', 'CreateKey', key);
     const box = $('#key-secret');
     box.hidden = false;
     box.replaceChildren(el('p', {}, 'The secret, shown this once — store it now:'), el('code', { id: 'new-secret' }, res.secret));
     await loadAccess();
   } catch (e) {
+    showErrors(f, e, $('#key-error'));
     say(`The key was not created: ${e.message}`);
   }
 }

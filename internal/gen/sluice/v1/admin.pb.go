@@ -1819,10 +1819,13 @@ type ApiKey struct {
 	Kind  KeyKind                `protobuf:"varint,2,opt,name=kind,proto3,enum=sluice.v1.KeyKind" json:"kind,omitempty"`
 	Name  string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// The first characters of the secret, for recognising it.
-	Prefix        string                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	LastUsedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
-	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	Prefix     string                 `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	RevokedAt  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	// When set, the key stops working then (deciders refuse it from that
+	// moment, not at their next config version).
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1906,11 +1909,21 @@ func (x *ApiKey) GetRevokedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ApiKey) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 type CreateKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Kind          KeyKind                `protobuf:"varint,2,opt,name=kind,proto3,enum=sluice.v1.KeyKind" json:"kind,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Kind     KeyKind                `protobuf:"varint,2,opt,name=kind,proto3,enum=sluice.v1.KeyKind" json:"kind,omitempty"`
+	Name     string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// When set (in the future), the key stops working then; unset, it works
+	// until revoked.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1964,6 +1977,13 @@ func (x *CreateKeyRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *CreateKeyRequest) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
 }
 
 type CreateKeyResponse struct {
@@ -3054,7 +3074,7 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\atier_id\x18\x02 \x01(\tR\x06tierId\x12\x19\n" +
 	"\brule_ids\x18\x03 \x03(\tR\aruleIds\"=\n" +
 	"\x14ReorderRulesResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xa0\x02\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xdb\x02\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12&\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x12.sluice.v1.KeyKindR\x04kind\x12\x12\n" +
@@ -3065,11 +3085,15 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\flast_used_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastUsedAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"k\n" +
+	"revoked_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa6\x01\n" +
 	"\x10CreateKeyRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12&\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x12.sluice.v1.KeyKindR\x04kind\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"P\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"P\n" +
 	"\x11CreateKeyResponse\x12#\n" +
 	"\x03key\x18\x01 \x01(\v2\x11.sluice.v1.ApiKeyR\x03key\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\".\n" +
@@ -3278,70 +3302,72 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	57, // 15: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
 	57, // 16: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
 	57, // 17: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	1,  // 18: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	35, // 19: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	35, // 20: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	58, // 21: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	57, // 22: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 23: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	42, // 24: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	42, // 25: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	57, // 26: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	49, // 27: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	57, // 28: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	55, // 29: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	52, // 30: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 31: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 32: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 33: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 34: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 35: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 36: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	16, // 37: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	19, // 38: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	21, // 39: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	23, // 40: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	25, // 41: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	27, // 42: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	29, // 43: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	31, // 44: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	33, // 45: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	36, // 46: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	38, // 47: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	40, // 48: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	43, // 49: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	45, // 50: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	47, // 51: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	50, // 52: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	53, // 53: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 54: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 55: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 56: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 57: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 58: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	15, // 59: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	17, // 60: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	20, // 61: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	22, // 62: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	24, // 63: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	26, // 64: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	28, // 65: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	30, // 66: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	32, // 67: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	34, // 68: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	37, // 69: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	39, // 70: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	41, // 71: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	44, // 72: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	46, // 73: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	48, // 74: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	51, // 75: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	54, // 76: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	54, // [54:77] is the sub-list for method output_type
-	31, // [31:54] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	57, // 18: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 19: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
+	57, // 20: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 21: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	35, // 22: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
+	58, // 23: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	57, // 24: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 25: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	42, // 26: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	42, // 27: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	57, // 28: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49, // 29: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	57, // 30: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	55, // 31: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	52, // 32: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 33: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 34: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 35: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 36: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 37: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 38: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	16, // 39: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	19, // 40: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	21, // 41: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	23, // 42: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	25, // 43: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	27, // 44: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	29, // 45: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	31, // 46: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	33, // 47: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	36, // 48: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	38, // 49: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	40, // 50: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	43, // 51: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	45, // 52: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	47, // 53: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	50, // 54: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	53, // 55: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 56: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 57: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 58: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 59: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 60: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	15, // 61: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	17, // 62: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	20, // 63: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	22, // 64: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	24, // 65: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	26, // 66: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	28, // 67: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	30, // 68: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	32, // 69: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	34, // 70: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	37, // 71: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	39, // 72: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	41, // 73: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	44, // 74: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	46, // 75: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	48, // 76: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	51, // 77: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	54, // 78: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }

@@ -9,6 +9,7 @@ package sluicev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -27,10 +28,13 @@ type Snapshot struct {
 	Version   int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	Tiers     []*Tier                `protobuf:"bytes,3,rep,name=tiers,proto3" json:"tiers,omitempty"`
 	Overrides []*Override            `protobuf:"bytes,4,rep,name=overrides,proto3" json:"overrides,omitempty"`
-	// SHA-256 of each live check key of the tenant.
+	// SHA-256 of each live check key of the tenant without an expiry.
 	CheckKeyHashes [][]byte `protobuf:"bytes,5,rep,name=check_key_hashes,json=checkKeyHashes,proto3" json:"check_key_hashes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The live check keys of the tenant that expire (a decider that does not
+	// know this field accepts none of them).
+	ExpiringCheckKeys []*ExpiringKey `protobuf:"bytes,6,rep,name=expiring_check_keys,json=expiringCheckKeys,proto3" json:"expiring_check_keys,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -98,6 +102,67 @@ func (x *Snapshot) GetCheckKeyHashes() [][]byte {
 	return nil
 }
 
+func (x *Snapshot) GetExpiringCheckKeys() []*ExpiringKey {
+	if x != nil {
+		return x.ExpiringCheckKeys
+	}
+	return nil
+}
+
+// ExpiringKey is a check key that stops working at expires_at.
+type ExpiringKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 of the key.
+	Hash          []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpiringKey) Reset() {
+	*x = ExpiringKey{}
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpiringKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpiringKey) ProtoMessage() {}
+
+func (x *ExpiringKey) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpiringKey.ProtoReflect.Descriptor instead.
+func (*ExpiringKey) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ExpiringKey) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *ExpiringKey) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 type GetSnapshotsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The version the caller holds of each tenant.
@@ -115,7 +180,7 @@ type GetSnapshotsRequest struct {
 
 func (x *GetSnapshotsRequest) Reset() {
 	*x = GetSnapshotsRequest{}
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -127,7 +192,7 @@ func (x *GetSnapshotsRequest) String() string {
 func (*GetSnapshotsRequest) ProtoMessage() {}
 
 func (x *GetSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[1]
+	mi := &file_sluice_v1_config_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -140,7 +205,7 @@ func (x *GetSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetSnapshotsRequest) GetSince() map[string]int64 {
@@ -174,7 +239,7 @@ type GetSnapshotsResponse struct {
 
 func (x *GetSnapshotsResponse) Reset() {
 	*x = GetSnapshotsResponse{}
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +251,7 @@ func (x *GetSnapshotsResponse) String() string {
 func (*GetSnapshotsResponse) ProtoMessage() {}
 
 func (x *GetSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[2]
+	mi := &file_sluice_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +264,7 @@ func (x *GetSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -225,7 +290,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +302,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[3]
+	mi := &file_sluice_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +315,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchRequest) GetSince() map[string]int64 {
@@ -271,7 +336,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +348,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_config_proto_msgTypes[4]
+	mi := &file_sluice_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +361,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchResponse) GetTenantId() string {
@@ -324,13 +389,18 @@ var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x15sluice/v1/admin.proto\"\xd3\x01\n" +
+	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15sluice/v1/admin.proto\"\x9b\x02\n" +
 	"\bSnapshot\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12%\n" +
 	"\x05tiers\x18\x03 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\x121\n" +
 	"\toverrides\x18\x04 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\x12(\n" +
-	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\"\xdd\x01\n" +
+	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\x12F\n" +
+	"\x13expiring_check_keys\x18\x06 \x03(\v2\x16.sluice.v1.ExpiringKeyR\x11expiringCheckKeys\"\\\n" +
+	"\vExpiringKey\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\fR\x04hash\x129\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xdd\x01\n" +
 	"\x13GetSnapshotsRequest\x12?\n" +
 	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x12\x18\n" +
 	"\adecider\x18\x02 \x01(\tR\adecider\x121\n" +
@@ -368,35 +438,39 @@ func file_sluice_v1_config_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_config_proto_rawDescData
 }
 
-var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_sluice_v1_config_proto_goTypes = []any{
-	(*Snapshot)(nil),             // 0: sluice.v1.Snapshot
-	(*GetSnapshotsRequest)(nil),  // 1: sluice.v1.GetSnapshotsRequest
-	(*GetSnapshotsResponse)(nil), // 2: sluice.v1.GetSnapshotsResponse
-	(*WatchRequest)(nil),         // 3: sluice.v1.WatchRequest
-	(*WatchResponse)(nil),        // 4: sluice.v1.WatchResponse
-	nil,                          // 5: sluice.v1.GetSnapshotsRequest.SinceEntry
-	nil,                          // 6: sluice.v1.WatchRequest.SinceEntry
-	(*Tenant)(nil),               // 7: sluice.v1.Tenant
-	(*Tier)(nil),                 // 8: sluice.v1.Tier
-	(*Override)(nil),             // 9: sluice.v1.Override
+	(*Snapshot)(nil),              // 0: sluice.v1.Snapshot
+	(*ExpiringKey)(nil),           // 1: sluice.v1.ExpiringKey
+	(*GetSnapshotsRequest)(nil),   // 2: sluice.v1.GetSnapshotsRequest
+	(*GetSnapshotsResponse)(nil),  // 3: sluice.v1.GetSnapshotsResponse
+	(*WatchRequest)(nil),          // 4: sluice.v1.WatchRequest
+	(*WatchResponse)(nil),         // 5: sluice.v1.WatchResponse
+	nil,                           // 6: sluice.v1.GetSnapshotsRequest.SinceEntry
+	nil,                           // 7: sluice.v1.WatchRequest.SinceEntry
+	(*Tenant)(nil),                // 8: sluice.v1.Tenant
+	(*Tier)(nil),                  // 9: sluice.v1.Tier
+	(*Override)(nil),              // 10: sluice.v1.Override
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_sluice_v1_config_proto_depIdxs = []int32{
-	7, // 0: sluice.v1.Snapshot.tenant:type_name -> sluice.v1.Tenant
-	8, // 1: sluice.v1.Snapshot.tiers:type_name -> sluice.v1.Tier
-	9, // 2: sluice.v1.Snapshot.overrides:type_name -> sluice.v1.Override
-	5, // 3: sluice.v1.GetSnapshotsRequest.since:type_name -> sluice.v1.GetSnapshotsRequest.SinceEntry
-	0, // 4: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
-	6, // 5: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
-	1, // 6: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
-	3, // 7: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
-	2, // 8: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
-	4, // 9: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	8,  // 0: sluice.v1.Snapshot.tenant:type_name -> sluice.v1.Tenant
+	9,  // 1: sluice.v1.Snapshot.tiers:type_name -> sluice.v1.Tier
+	10, // 2: sluice.v1.Snapshot.overrides:type_name -> sluice.v1.Override
+	1,  // 3: sluice.v1.Snapshot.expiring_check_keys:type_name -> sluice.v1.ExpiringKey
+	11, // 4: sluice.v1.ExpiringKey.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: sluice.v1.GetSnapshotsRequest.since:type_name -> sluice.v1.GetSnapshotsRequest.SinceEntry
+	0,  // 6: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
+	7,  // 7: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
+	2,  // 8: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
+	4,  // 9: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
+	3,  // 10: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
+	5,  // 11: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_config_proto_init() }
@@ -411,7 +485,7 @@ func file_sluice_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_config_proto_rawDesc), len(file_sluice_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
