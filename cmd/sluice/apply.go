@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
@@ -42,67 +40,96 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	return os.WriteFile(*out, b, 0o644)
 }
 
-// runApply makes a tenant match a tenant file.
+// runApply makes tenants match their tenant files: every file checked
+// first, none applied if any is invalid or two name one tenant; then each
+// applied in a transaction of its own.
 func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	file := fs.String("f", "", "the tenant file (- for stdin)")
+	var paths listFlag
+	fs.Var(&paths, "f", "a tenant file, or a directory of them (.yaml, .yml); repeatable; - for stdin")
 	dryRun := fs.Bool("dry-run", false, "print what would change, change nothing")
-	prune := fs.Bool("prune", false, "delete the tiers, rules and overrides the file does not name")
-	asJSON := fs.Bool("json", false, "print JSON")
+	prune := fs.Bool("prune", false, "delete the tiers, rules and overrides a file does not name")
+	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	if err := fs.Parse(args); err != nil || *file == "" || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "usage: sluice apply -f FILE [-dry-run] [-prune] [-json] [-server URL]\n")
+	if err := fs.Parse(args); err != nil || len(paths) == 0 || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "usage: sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json] [-server URL]\n")
 		return errUsage
 	}
-	var data []byte
-	var err error
-	if *file == "-" {
-		data, err = io.ReadAll(io.LimitReader(os.Stdin, tenantfile.MaxBytes+1))
-	} else {
-		data, err = os.ReadFile(*file)
+	type tenantFile struct {
+		name string
+		data []byte
+		file *tenantfile.File
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", errInput, err)
-	}
-	f, err := tenantfile.Parse(data)
-	if err != nil {
-		var pe *policy.Error
-		if errors.As(err, &pe) {
-			fmt.Fprintf(stderr, "%s: %s\n", *file, pe.Message)
-			for _, fe := range pe.Fields {
-				fmt.Fprintf(stderr, "  %s: %s\n", fe.Field, fe.Description)
-			}
-		} else {
-			fmt.Fprintf(stderr, "%s: %v\n", *file, err)
+	var files []tenantFile
+	names := []string{"-"}
+	if len(paths) != 1 || paths[0] != "-" {
+		var err error
+		if names, err = yamlFiles(paths); err != nil {
+			return err
 		}
+	}
+	invalid := false
+	tenants := map[string]string{}
+	for _, name := range names {
+		var data []byte
+		var err error
+		if name == "-" {
+			data, err = io.ReadAll(io.LimitReader(os.Stdin, tenantfile.MaxBytes+1))
+		} else {
+			data, err = os.ReadFile(name)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errInput, err)
+		}
+		f, err := tenantfile.Parse(data)
+		switch {
+		case err != nil:
+			reportInvalid(stderr, name, err)
+			invalid = true
+		case tenants[f.Tenant] != "":
+			fmt.Fprintf(stderr, "%s: tenant %s is also %s's: one file per tenant\n", name, f.Tenant, tenants[f.Tenant])
+			invalid = true
+		default:
+			tenants[f.Tenant] = name
+			files = append(files, tenantFile{name, data, f})
+		}
+	}
+	if invalid {
 		return errInput
 	}
 	client, err := controlPlane(*server, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	res, err := client.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: data, Prune: *prune, DryRun: *dryRun})
-	if err != nil {
-		return err
+	out := &emitter{w: stdout, json: *asJSON, n: len(files)}
+	for _, tf := range files {
+		res, err := client.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: tf.data, Prune: *prune, DryRun: *dryRun})
+		if err != nil {
+			return fmt.Errorf("%s (tenant %s): %w", tf.name, tf.file.Tenant, err)
+		}
+		err = out.emit(res, func(w io.Writer) {
+			would := ""
+			if res.DryRun {
+				would = "would "
+			}
+			for _, c := range res.Changes {
+				fmt.Fprintf(w, "%s%s\n", would, c)
+			}
+			if len(res.Changes) == 0 {
+				fmt.Fprintf(w, "tenant %s: up to date\n", tf.file.Tenant)
+			} else {
+				fmt.Fprintf(w, "tenant %s: %d changes%s\n", tf.file.Tenant, len(res.Changes), map[bool]string{true: " (dry run: none made)"}[res.DryRun])
+			}
+			if res.Skipped != "" {
+				fmt.Fprintf(w, "not applied: %s\n", res.Skipped)
+			}
+		})
+		if err != nil {
+			return err
+		}
 	}
-	return printResult(stdout, *asJSON, res, func(w io.Writer) {
-		would := ""
-		if res.DryRun {
-			would = "would "
-		}
-		for _, c := range res.Changes {
-			fmt.Fprintf(w, "%s%s\n", would, c)
-		}
-		if len(res.Changes) == 0 {
-			fmt.Fprintf(w, "tenant %s: up to date\n", f.Tenant)
-		} else {
-			fmt.Fprintf(w, "tenant %s: %d changes%s\n", f.Tenant, len(res.Changes), map[bool]string{true: " (dry run: none made)"}[res.DryRun])
-		}
-		if res.Skipped != "" {
-			fmt.Fprintf(w, "not applied: %s\n", res.Skipped)
-		}
-	})
+	return nil
 }
 
 // controlPlane returns a client of the control plane at server with

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -250,5 +253,63 @@ func TestTenantsCreateInShadow(t *testing.T) {
 	if err := run(context.Background(), []string{"tenants", "list"}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "SHADOW") ||
 		!regexp.MustCompile(`trial\s+Trial\s+default\s+ACTIVE\s+true`).MatchString(out.String()) {
 		t.Fatalf("tenants list: %v\n%s", err, out.String())
+	}
+}
+
+// sluice apply -f DIR applies every tenant file of the directory, each in
+// its own transaction, after checking them all: one invalid file, or two
+// for one tenant, and none is applied.
+func TestApplyADirectory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, getenv := importServer(t)
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := func(slug string, limit int) string {
+		return fmt.Sprintf("tenant: %s\ntiers:\n  - name: default\n    rules:\n      - name: r\n        algorithm: fixed_window\n        limit: %d\n        window: 1m\n", slug, limit)
+	}
+	write("a.yaml", tenant("alpha", 5))
+	write("b.yml", tenant("beta", 7))
+	write("bad.yaml", tenant("gamma", 0))
+	write("notes.txt", "not a tenant file")
+	var out, errOut strings.Builder
+	if err := run(ctx, []string{"apply", "-f", dir}, &out, &errOut, getenv); !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "bad.yaml") {
+		t.Fatalf("a directory with an invalid file: %v\n%s", err, errOut.String())
+	}
+	for _, slug := range []string{"alpha", "beta"} {
+		if _, _, err := store.GetTenantBySlug(ctx, slug); err == nil {
+			t.Fatalf("tenant %s was applied beside an invalid file", slug)
+		}
+	}
+	write("bad.yaml", tenant("alpha", 9))
+	errOut.Reset()
+	if err := run(ctx, []string{"apply", "-f", dir}, &out, &errOut, getenv); !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "one file per tenant") {
+		t.Fatalf("two files for one tenant: %v\n%s", err, errOut.String())
+	}
+	if err := os.Remove(filepath.Join(dir, "bad.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"apply", "-json", "-f", dir}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("apply: %v\n%s", err, errOut.String())
+	}
+	var results []tenantfile.ApplyResult
+	if err := json.Unmarshal([]byte(out.String()), &results); err != nil || len(results) != 2 {
+		t.Fatalf("JSON of two files: %v\n%s", err, out.String())
+	}
+	for slug, limit := range map[string]int64{"alpha": 5, "beta": 7} {
+		tn, _, err := store.GetTenantBySlug(ctx, slug)
+		if err != nil {
+			t.Fatalf("tenant %s: %v", slug, err)
+		}
+		tiers, _ := store.ListTiers(ctx, tn.ID)
+		if len(tiers) != 1 || len(tiers[0].Rules) != 1 || tiers[0].Rules[0].Limit != limit {
+			t.Fatalf("tenant %s: %+v", slug, tiers)
+		}
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -40,7 +38,7 @@ commands:
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
-  apply    make a tenant match a tenant file (created if missing): sluice apply -f FILE [-dry-run] [-prune] [-json]
+  apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
   tenants, tiers, rules, overrides, keys
            list, create and delete (keys: revoke) through the control plane's API
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
@@ -141,23 +139,10 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		p.Tenant.DefaultTier = *tier
 	}
 	// With several files, JSON is an array of what each printed alone.
-	results := make([]any, 0, len(plans))
-	emit := func(v any, human func(io.Writer)) error {
-		if !*asJSON {
-			human(stdout)
-			return nil
-		}
-		if results = append(results, v); len(plans) > 1 && len(results) < len(plans) {
-			return nil
-		}
-		if len(plans) > 1 {
-			v = results
-		}
-		return printResult(stdout, true, v, nil)
-	}
+	out := &emitter{w: stdout, json: *asJSON, n: len(plans)}
 	if *dryRun {
 		for _, plan := range plans {
-			if err := emit(plan, func(w io.Writer) { printPlan(w, plan) }); err != nil {
+			if err := out.emit(plan, func(w io.Writer) { printPlan(w, plan) }); err != nil {
 				return err
 			}
 		}
@@ -172,7 +157,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("domain %s: %w", plan.Tenant.Name, err)
 		}
-		if err := emit(sum, func(w io.Writer) { printImported(w, plan, sum) }); err != nil {
+		if err := out.emit(sum, func(w io.Writer) { printImported(w, plan, sum) }); err != nil {
 			return err
 		}
 	}
@@ -184,34 +169,18 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 // loads its config directory), and refuses them all, printing every
 // problem, when any is invalid or two have the same domain.
 func parseImports(paths []string, stderr io.Writer) ([]*envoyimport.Plan, error) {
-	var files []string
-	for _, p := range paths {
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			files = append(files, p) // a file, or an error os.Open reports
-			continue
-		}
-		for _, e := range entries {
-			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
-				files = append(files, filepath.Join(p, e.Name()))
-			}
-		}
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no .yaml or .yml file in %s", strings.Join(paths, ", "))
+	files, err := yamlFiles(paths)
+	if err != nil {
+		return nil, err
 	}
 	plans := make([]*envoyimport.Plan, 0, len(files))
 	domains := map[string]string{}
 	invalid := false
 	for _, name := range files {
 		plan, err := parseImport(name)
-		var pe *policy.Error
 		switch {
-		case errors.As(err, &pe):
-			fmt.Fprintf(stderr, "%s: %s\n", name, pe.Message)
-			for _, fe := range pe.Fields {
-				fmt.Fprintf(stderr, "  %s: %s\n", fe.Field, fe.Description)
-			}
+		case policy.ErrorCode(err) != policy.CodeUnknown:
+			reportInvalid(stderr, name, err)
 			invalid = true
 		case err != nil:
 			return nil, err
