@@ -52,14 +52,13 @@ type Options struct {
 // do, errors included. A change the store refuses fails the apply whole,
 // the error naming it.
 func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
-	dryRun := opt.DryRun
 	var res tenantfile.ApplyResult
 	var err error
 	for range 2 {
 		lost := false // the tenant's creation lost a race with another's
-		err = store.Atomically(ctx, !dryRun, func(s *pgstore.Store) error {
-			a := &applier{s: s, who: who, f: f, dryRun: dryRun, ifVersion: opt.IfVersion}
-			err := a.apply(ctx, opt.Prune)
+		err = store.Atomically(ctx, !opt.DryRun, func(s *pgstore.Store) error {
+			a := &applier{s: s, who: who, f: f, opt: opt}
+			err := a.apply(ctx)
 			res, lost = a.res, a.lost
 			return err
 		})
@@ -70,18 +69,17 @@ func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.
 	if err != nil {
 		return tenantfile.ApplyResult{}, err
 	}
-	res.DryRun = dryRun
+	res.DryRun = opt.DryRun
 	return res, nil
 }
 
 type applier struct {
-	s         *pgstore.Store
-	who       Caller
-	f         *tenantfile.File
-	dryRun    bool
-	ifVersion int64
-	res       tenantfile.ApplyResult
-	lost      bool // creating the tenant met another's creation of it
+	s    *pgstore.Store
+	who  Caller
+	f    *tenantfile.File
+	opt  Options
+	res  tenantfile.ApplyResult
+	lost bool // creating the tenant met another's creation of it
 }
 
 func (a *applier) note(op, kind, name string) {
@@ -98,17 +96,19 @@ func refused(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func (a *applier) apply(ctx context.Context, prune bool) error {
+func (a *applier) apply(ctx context.Context) error {
 	s, f, actor := a.s, a.f, a.who.Actor
 	want := f.TenantPolicy()
 
 	// The tenant, locked until the end: what is read below stays current.
 	var tenant policy.Tenant
 	var err error
+	created := false
 	if a.who.Operator {
 		tenant, a.res.Version, err = s.GetTenantBySlug(ctx, f.Tenant)
 		if policy.ErrorCode(err) == policy.CodeNotFound {
 			a.note("create", "tenant", f.Tenant)
+			created = true
 			if tenant, err = s.CreateTenant(ctx, actor, want); err != nil {
 				a.lost = policy.ErrorCode(err) == policy.CodeConflict
 				return refused(err, "create tenant %s", f.Tenant)
@@ -128,8 +128,7 @@ func (a *applier) apply(ctx context.Context, prune bool) error {
 	if err := s.LockTenant(ctx, tenant.ID); err != nil {
 		return err
 	}
-	created := len(a.res.Changes) > 0
-	if a.ifVersion != 0 && created {
+	if a.opt.IfVersion != 0 && created {
 		return policy.Errorf(policy.CodeAborted, "tenant %s does not exist (any more): read it again", f.Tenant)
 	}
 	if !created {
@@ -138,11 +137,11 @@ func (a *applier) apply(ctx context.Context, prune bool) error {
 		if tenant, a.res.Version, err = s.GetTenant(ctx, tenant.ID); err != nil {
 			return err
 		}
-		if a.ifVersion != 0 && a.res.Version != a.ifVersion {
-			return policy.Errorf(policy.CodeAborted, "tenant %s is at config version %d, not %d: another change came first; read it again", f.Tenant, a.res.Version, a.ifVersion)
+		if a.opt.IfVersion != 0 && a.res.Version != a.opt.IfVersion {
+			return policy.Errorf(policy.CodeAborted, "tenant %s is at config version %d, not %d: another change came first; read it again", f.Tenant, a.res.Version, a.opt.IfVersion)
 		}
 	}
-	if !a.dryRun || a.res.Version != 0 {
+	if !created || !a.opt.DryRun {
 		a.res.TenantID = tenant.ID
 	}
 	tiers, err := s.ListTiers(ctx, tenant.ID)
@@ -178,12 +177,12 @@ func (a *applier) apply(ctx context.Context, prune bool) error {
 	if err != nil {
 		return err
 	}
-	if prune {
+	if a.opt.Prune {
 		if err := a.prune(ctx, tenant, tiers, overrides, keep, inFile); err != nil {
 			return err
 		}
 	}
-	if !a.dryRun && len(a.res.Changes) > 0 {
+	if !a.opt.DryRun && len(a.res.Changes) > 0 {
 		if _, a.res.Version, err = s.GetTenant(ctx, tenant.ID); err != nil {
 			return err
 		}

@@ -42,10 +42,13 @@ function fieldsOf(body) {
   return out;
 }
 
-const TENANT_FREE = new Set(['TenantService', 'DeciderService']);
+// Calls that name no tenant: the operator's own, and a tenant file's apply
+// (the file names its tenant).
+const TENANT_FREE = new Set(['TenantService', 'DeciderService', 'TenantFileService/ApplyTenantFile']);
 
 async function api(service, method, body = {}) {
-  if (state.role === 'operator' && !TENANT_FREE.has(service) && method !== 'ApplyTenantFile' && !('tenantId' in body)) body = { tenantId: state.tenantId, ...body };
+  const free = TENANT_FREE.has(service) || TENANT_FREE.has(`${service}/${method}`);
+  if (state.role === 'operator' && !free && !('tenantId' in body)) body = { tenantId: state.tenantId, ...body };
   const res = await fetch(`/sluice.v1.${service}/${method}`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + state.key },
