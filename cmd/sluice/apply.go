@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
+	"regexp"
+	"strconv"
+
+	"connectrpc.com/connect"
 	"flag"
 	"fmt"
 	"io"
@@ -41,8 +46,8 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 }
 
 // runApply makes tenants match their tenant files: every file checked
-// first, none applied if any is invalid or two name one tenant; then each
-// applied in a transaction of its own.
+// first, none sent if any is invalid or two name one tenant; then all
+// applied in one transaction of the control plane (every tenant or none).
 func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice apply", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -103,12 +108,27 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return err
 	}
 	out := &emitter{w: stdout, json: *asJSON, n: len(files)}
-	for _, tf := range files {
-		res, err := client.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: tf.data, Prune: *prune, DryRun: *dryRun})
+	var results []tenantfile.ApplyResult
+	if len(files) == 1 {
+		res, err := client.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: files[0].data, Prune: *prune, DryRun: *dryRun})
 		if err != nil {
-			return fmt.Errorf("%s (tenant %s): %w", tf.name, tf.file.Tenant, err)
+			return fmt.Errorf("%s (tenant %s): %w", files[0].name, files[0].file.Tenant, err)
 		}
-		err = out.emit(res, func(w io.Writer) {
+		results = append(results, res)
+	} else {
+		req := &sluicev1.ApplyTenantFilesRequest{Prune: *prune, DryRun: *dryRun}
+		var sent []string
+		for _, tf := range files {
+			req.Files, sent = append(req.Files, tf.data), append(sent, tf.name)
+		}
+		var err error
+		if results, err = client.ApplyAll(ctx, req); err != nil {
+			return fmt.Errorf("%s%w", fileOf(err, sent), err)
+		}
+	}
+	for i, res := range results {
+		tf := files[i]
+		err := out.emit(res, func(w io.Writer) {
 			would := ""
 			if res.DryRun {
 				would = "would "
@@ -130,6 +150,26 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 	}
 	return nil
+}
+
+// fileIndex finds the file an ApplyTenantFiles error is of.
+var fileIndex = regexp.MustCompile(`^files\[(\d+)\]`)
+
+// fileOf names the file of files an ApplyTenantFiles error is of ("a.yaml:
+// "), if it is of one.
+func fileOf(err error, names []string) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	m := fileIndex.FindStringSubmatch(ce.Message())
+	if m == nil {
+		return ""
+	}
+	if i, _ := strconv.Atoi(m[1]); i < len(names) {
+		return names[i] + ": "
+	}
+	return ""
 }
 
 // controlPlane returns a client of the control plane at server with

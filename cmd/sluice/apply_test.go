@@ -312,4 +312,23 @@ func TestApplyADirectory(t *testing.T) {
 			t.Fatalf("tenant %s: %+v", slug, tiers)
 		}
 	}
+
+	// The files go in one transaction: one the server refuses (a tenant
+	// holds at most 100 tiers) leaves the others unapplied, and the error
+	// names it.
+	write("a.yaml", tenant("alpha", 6))
+	var many strings.Builder
+	many.WriteString("tenant: gamma\ndefault_tier: t0\ntiers:\n")
+	for i := range policy.MaxTiers + 1 {
+		fmt.Fprintf(&many, "  - name: t%d\n", i)
+	}
+	write("c.yaml", many.String())
+	err := run(ctx, []string{"apply", "-f", dir}, &out, &errOut, getenv)
+	if msg := describe(err); !strings.HasPrefix(msg, filepath.Join(dir, "c.yaml")+": resource exhausted: files[2] (tenant gamma)") {
+		t.Fatalf("a refused file: %q", msg)
+	}
+	tn, _, _ := store.GetTenantBySlug(ctx, "alpha")
+	if tiers, _ := store.ListTiers(ctx, tn.ID); tiers[0].Rules[0].Limit != 5 {
+		t.Fatalf("alpha applied beside a refused file: %+v", tiers)
+	}
 }

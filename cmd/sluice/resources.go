@@ -441,7 +441,8 @@ func when(ok bool, t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// describe renders a failed call for people: its message, and each field
+// describe renders a failed call for people: what the command was doing
+// (the wrapping of the call's error), the call's message, and each field
 // of an InvalidArgument's BadRequest details.
 func describe(err error) string {
 	var ce *connect.Error
@@ -449,6 +450,7 @@ func describe(err error) string {
 		return err.Error()
 	}
 	var b strings.Builder
+	b.WriteString(strings.TrimSuffix(err.Error(), ce.Error()))
 	b.WriteString(strings.ReplaceAll(ce.Code().String(), "_", " ") + ": " + ce.Message())
 	for _, d := range ce.Details() {
 		v, err := d.Value()

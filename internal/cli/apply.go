@@ -64,10 +64,28 @@ func (c *Client) Apply(ctx context.Context, req *sluicev1.ApplyTenantFileRequest
 	if err != nil {
 		return tenantfile.ApplyResult{}, err
 	}
-	m := res.Msg
+	return applyResult(res.Msg), nil
+}
+
+// ApplyAll has the control plane make each tenant match its file, all in
+// one transaction: every tenant or none. The results are in the order of
+// the files.
+func (c *Client) ApplyAll(ctx context.Context, req *sluicev1.ApplyTenantFilesRequest) ([]tenantfile.ApplyResult, error) {
+	res, err := c.files.ApplyTenantFiles(ctx, request(c, req))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tenantfile.ApplyResult, len(res.Msg.Results))
+	for i, m := range res.Msg.Results {
+		out[i] = applyResult(m)
+	}
+	return out, nil
+}
+
+func applyResult(m *sluicev1.ApplyTenantFileResponse) tenantfile.ApplyResult {
 	out := tenantfile.ApplyResult{TenantID: m.TenantId, Version: m.ConfigVersion, DryRun: m.DryRun, Skipped: m.Skipped}
 	for _, ch := range m.Changes {
 		out.Changes = append(out.Changes, tenantfile.Change{Op: ch.Op, Kind: ch.Kind, Name: ch.Name})
 	}
-	return out, nil
+	return out
 }

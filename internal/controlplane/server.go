@@ -90,9 +90,12 @@ func NewHandler(cfg Config) http.Handler {
 	mux.Handle(sluicev1connect.NewConfigServiceHandler(configServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewReportServiceHandler(reportServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewDeciderServiceHandler(deciderServer{s}, opts...))
-	// A tenant file may be larger than other requests (many overrides).
+	// A tenant file may be larger than other requests (many overrides),
+	// and several files larger again.
 	mux.Handle(sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s},
 		calls, connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
+	_, files := sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s}, calls, connect.WithReadMaxBytes(MaxFilesBytes+64<<10))
+	mux.Handle(sluicev1connect.TenantFileServiceApplyTenantFilesProcedure, files)
 	// The console: static files calling the API above with the signed-in key.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))

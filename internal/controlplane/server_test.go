@@ -261,6 +261,45 @@ func TestTenantFileOverTheAPI(t *testing.T) {
 	}
 }
 
+// Several tenant files go in one call, all or none: an invalid one is
+// named by its index, with its fields under it, and nothing of the others
+// is applied; a set larger than one file may be, up to its own bound.
+func TestTenantFilesOverTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	file := func(slug string, limit int) []byte {
+		return fmt.Appendf(nil, "tenant: %s\ndefault_tier: free\ntiers:\n  - name: free\n    rules:\n      - name: per-client\n"+
+			"        key_by: [client_id]\n        algorithm: token_bucket\n        limit: %d\n        window: 1m\n", slug, limit)
+	}
+	_, err := call(operatorKey, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{Files: [][]byte{file("one", 10), file("two", 0)}})
+	if codeOf(err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(err), []string{"files[1].tiers[0].rules[0].limit"}) {
+		t.Fatalf("an invalid file in the set: %v (fields %v)", err, fieldsOf(err))
+	}
+	tenants := callOK(t, operatorKey, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{})
+	if len(tenants.Tenants) != 0 {
+		t.Fatalf("a refused set created %v", tenants.Tenants)
+	}
+	res := callOK(t, operatorKey, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{Files: [][]byte{file("one", 10), file("two", 20)}})
+	if len(res.Results) != 2 || res.Results[0].ConfigVersion != 1 || res.Results[1].ConfigVersion != 1 || len(res.Results[1].Changes) != 2 {
+		t.Fatalf("results %v", res.Results)
+	}
+	// Two files of 6 MiB each: more than one file's bound, within the set's.
+	pad := "# " + strings.Repeat("a", 6<<20) + "\n"
+	big := [][]byte{append(file("one", 11), pad...), append(file("two", 21), pad...)}
+	if _, err := call(operatorKey, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{Files: big}); err != nil {
+		t.Fatalf("a set larger than one file: %v", err)
+	}
+	huge := []byte(strings.Repeat("#", tenantfile.MaxBytes+1))
+	if _, err := call(operatorKey, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{Files: [][]byte{huge}}); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("an oversized file in a set: %v", err)
+	}
+	big = append(big, big[0])
+	if _, err := call(operatorKey, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{Files: big}); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("an oversized set: %v", err)
+	}
+}
+
 // TestAuthorizationMatrix calls every RPC with every kind of caller and
 // checks the answer: only the operator and the tenant's own admin key get
 // past authentication and scoping, only the decider reaches the config
@@ -385,6 +424,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 			// admin key of B, another tenant's file.
 			_, err := call(k, c.files.ApplyTenantFile, &sluicev1.ApplyTenantFileRequest{DryRun: true, Prune: true,
 				Content: []byte("tenant: tenant-a\ntiers:\n  - name: default\n  - name: extra\n")})
+			return err
+		},
+		"ApplyTenantFiles": func(k string) error {
+			_, err := call(k, c.files.ApplyTenantFiles, &sluicev1.ApplyTenantFilesRequest{DryRun: true, Prune: true,
+				Files: [][]byte{[]byte("tenant: tenant-a\ntiers:\n  - name: default\n  - name: extra\n")}})
 			return err
 		},
 		"ExportTenantFile": func(k string) error {

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -17,22 +18,72 @@ import (
 // an admin key (tenantapply checks it).
 type tenantFileServer struct{ *server }
 
+// MaxFilesBytes bounds the files of one ApplyTenantFiles together.
+const MaxFilesBytes = 2 * tenantfile.MaxBytes
+
 func (s tenantFileServer) ApplyTenantFile(ctx context.Context, req *connect.Request[sluicev1.ApplyTenantFileRequest]) (*connect.Response[sluicev1.ApplyTenantFileResponse], error) {
-	f, err := tenantfile.Parse(req.Msg.GetContent())
+	f, err := parseFile(req.Msg.GetContent())
+	if err != nil {
+		return reply[sluicev1.ApplyTenantFileResponse](ctx, s.server, nil, err)
+	}
+	res, err := tenantapply.Apply(ctx, s.store, applyCaller(ctx), f, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun(), IfVersion: req.Msg.GetIfVersion()})
+	return reply(ctx, s.server, applyResponse(res), err)
+}
+
+func (s tenantFileServer) ApplyTenantFiles(ctx context.Context, req *connect.Request[sluicev1.ApplyTenantFilesRequest]) (*connect.Response[sluicev1.ApplyTenantFilesResponse], error) {
+	contents := req.Msg.GetFiles()
+	if len(contents) > tenantapply.MaxFiles {
+		err := &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("%d tenant files", len(contents)),
+			Fields: []policy.FieldError{{Field: "files", Description: fmt.Sprintf("at most %d", tenantapply.MaxFiles)}}}
+		return reply[sluicev1.ApplyTenantFilesResponse](ctx, s.server, nil, err)
+	}
+	files := make([]*tenantfile.File, len(contents))
+	for i, content := range contents {
+		f, err := parseFile(content)
+		if err != nil {
+			err = policy.Within(err, fmt.Sprintf("files[%d]", i), fmt.Sprintf("files[%d]", i))
+			return reply[sluicev1.ApplyTenantFilesResponse](ctx, s.server, nil, err)
+		}
+		files[i] = f
+	}
+	results, err := tenantapply.ApplyAll(ctx, s.store, applyCaller(ctx), files, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun()})
+	out := &sluicev1.ApplyTenantFilesResponse{}
+	for _, res := range results {
+		out.Results = append(out.Results, applyResponse(res))
+	}
+	return reply(ctx, s.server, out, err)
+}
+
+// parseFile reads a tenant file from a request: a file over
+// tenantfile.MaxBytes is ResourceExhausted, a malformed or invalid one
+// InvalidArgument.
+func parseFile(content []byte) (*tenantfile.File, error) {
+	if len(content) > tenantfile.MaxBytes {
+		return nil, policy.Errorf(policy.CodeResourceExhausted, "tenant file of %d bytes: at most %d", len(content), tenantfile.MaxBytes)
+	}
+	f, err := tenantfile.Parse(content)
 	if err != nil {
 		if _, ok := errors.AsType[*policy.Error](err); !ok {
 			err = policy.Errorf(policy.CodeInvalid, "%v", err) // a YAML error: the caller's, and safe to show
 		}
-		return reply[sluicev1.ApplyTenantFileResponse](ctx, s.server, nil, err)
+		return nil, err
 	}
+	return f, nil
+}
+
+// applyCaller is who applies a tenant file: the operator, or a tenant
+// admin key in its own tenant.
+func applyCaller(ctx context.Context) tenantapply.Caller {
 	p := principalFrom(ctx)
-	who := tenantapply.Caller{Actor: p.actor(), Operator: p.Role == RoleOperator, TenantID: p.TenantID}
-	res, err := tenantapply.Apply(ctx, s.store, who, f, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun(), IfVersion: req.Msg.GetIfVersion()})
+	return tenantapply.Caller{Actor: p.actor(), Operator: p.Role == RoleOperator, TenantID: p.TenantID}
+}
+
+func applyResponse(res tenantfile.ApplyResult) *sluicev1.ApplyTenantFileResponse {
 	out := &sluicev1.ApplyTenantFileResponse{TenantId: res.TenantID, ConfigVersion: res.Version, DryRun: res.DryRun, Skipped: res.Skipped}
 	for _, c := range res.Changes {
 		out.Changes = append(out.Changes, &sluicev1.TenantFileChange{Op: c.Op, Kind: c.Kind, Name: c.Name})
 	}
-	return reply(ctx, s.server, out, err)
+	return out
 }
 
 func (s tenantFileServer) ExportTenantFile(ctx context.Context, req *connect.Request[sluicev1.ExportTenantFileRequest]) (*connect.Response[sluicev1.ExportTenantFileResponse], error) {

@@ -102,6 +102,22 @@ func ErrorCode(err error) Code {
 	return CodeUnknown
 }
 
+// Within returns err as met within an element of a larger input: an
+// *Error's message prefixed with what ("files[2] (tenant acme): …") and its
+// fields nested under path (files[2].tiers[0].limit), its code kept; any
+// other error wrapped with what, its chain kept.
+func Within(err error, path, what string) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	out := &Error{Code: e.Code, Message: what + ": " + e.Message}
+	for _, f := range e.Fields {
+		out.Fields = append(out.Fields, FieldError{Field: joinField(path, f.Field), Description: f.Description})
+	}
+	return out
+}
+
 // fieldErrors collects field-level problems during validation.
 type fieldErrors struct {
 	prefix string // the path so far

@@ -52,25 +52,81 @@ type Options struct {
 // do, errors included. A change the store refuses fails the apply whole,
 // the error naming it.
 func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
-	var res tenantfile.ApplyResult
+	res, err := apply(ctx, store, who, []*tenantfile.File{f}, opt)
+	if err != nil {
+		return tenantfile.ApplyResult{}, err
+	}
+	return res[0], nil
+}
+
+// MaxFiles bounds the files of one ApplyAll.
+const MaxFiles = 1000
+
+// ApplyAll applies files, each of another tenant, as Apply does each, all
+// in one transaction of store: every tenant comes to match its file, or
+// nothing is written. Each tenant's changes are one config version of its
+// own. The results are in the order of files; an error names the file by
+// its index (files[1]: its message prefixed, its fields nested under
+// files[1]). Options.IfVersion, which is of one tenant, is refused.
+func ApplyAll(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
+	switch {
+	case len(files) == 0:
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "no tenant file", Fields: []policy.FieldError{{Field: "files", Description: "at least one"}}}
+	case len(files) > MaxFiles:
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("%d tenant files", len(files)), Fields: []policy.FieldError{{Field: "files", Description: fmt.Sprintf("at most %d", MaxFiles)}}}
+	case opt.IfVersion != 0:
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "if_version is of one tenant", Fields: []policy.FieldError{{Field: "if_version", Description: "only when applying one file"}}}
+	}
+	first := map[string]int{}
+	for i, f := range files {
+		if j, ok := first[f.Tenant]; ok {
+			return nil, &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("files[%d] and files[%d] are both of tenant %s", j, i, f.Tenant),
+				Fields: []policy.FieldError{{Field: fmt.Sprintf("files[%d].tenant", i), Description: fmt.Sprintf("also files[%d]'s: one file per tenant", j)}}}
+		}
+		first[f.Tenant] = i
+	}
+	return apply(ctx, store, who, files, opt)
+}
+
+// apply makes each tenant match its file in one transaction, the tenants
+// taken in the order of their slugs so that two applies locking the same
+// tenants cannot deadlock. It tries again once when a tenant's creation
+// lost a race with another's.
+func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
+	order := make([]int, len(files))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(files[a].Tenant, files[b].Tenant) })
+	results := make([]tenantfile.ApplyResult, len(files))
 	var err error
 	for range 2 {
-		lost := false // the tenant's creation lost a race with another's
+		lost := false // a tenant's creation lost a race with another's
 		err = store.Atomically(ctx, !opt.DryRun, func(s *pgstore.Store) error {
-			a := &applier{s: s, who: who, f: f, opt: opt}
-			err := a.apply(ctx)
-			res, lost = a.res, a.lost
-			return err
+			for _, i := range order {
+				a := &applier{s: s, who: who, f: files[i], opt: opt}
+				err := a.apply(ctx)
+				results[i], lost = a.res, a.lost
+				if err != nil {
+					if len(files) > 1 {
+						err = policy.Within(err, fmt.Sprintf("files[%d]", i), fmt.Sprintf("files[%d] (tenant %s)", i, files[i].Tenant))
+					}
+					return err
+				}
+			}
+			return nil
 		})
 		if !lost {
 			break
 		}
 	}
 	if err != nil {
-		return tenantfile.ApplyResult{}, err
+		return nil, err
 	}
-	res.DryRun = opt.DryRun
-	return res, nil
+	for i := range results {
+		results[i].DryRun = opt.DryRun
+	}
+	return results, nil
 }
 
 type applier struct {

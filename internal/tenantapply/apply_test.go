@@ -2,6 +2,7 @@ package tenantapply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -299,5 +300,84 @@ func TestIfVersion(t *testing.T) {
 	next, err := Apply(ctx, s, operator, changed, Options{IfVersion: res.Version})
 	if err != nil || next.Version != res.Version+1 {
 		t.Fatalf("the current version: %+v, %v", next, err)
+	}
+}
+
+// Several files are applied all or none: when the last tenant's file (in
+// slug order, applied last) meets a refusal, the tenants before it are
+// left as they were, the error naming the file by its index; once it is
+// fixed every tenant matches its file, each at a version of its own.
+func TestApplyAllIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.New(pgtest.Pool(t))
+	if _, err := Apply(ctx, s, operator, parse(t, shopFile), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	shopBefore, shopV := state(t, s, "shop")
+	shop := parse(t, strings.Replace(shopFile, "limit: 1000", "limit: 2000", 1))
+	var big strings.Builder
+	big.WriteString("tenant: zoo\ndefault_tier: t0\ntiers:\n")
+	for i := range policy.MaxTiers + 1 {
+		fmt.Fprintf(&big, "  - name: t%d\n", i)
+	}
+	for _, dry := range []bool{true, false} {
+		_, err := ApplyAll(ctx, s, operator, []*tenantfile.File{parse(t, big.String()), shop}, Options{DryRun: dry})
+		if policy.ErrorCode(err) != policy.CodeResourceExhausted || !strings.HasPrefix(err.Error(), "files[0] (tenant zoo): create tier t100") {
+			t.Fatalf("dry run %v: %v, want files[0]'s 101st tier refused", dry, err)
+		}
+		if got, v := state(t, s, "shop"); got != shopBefore || v != shopV {
+			t.Fatalf("dry run %v: the set's refusal left shop changed (version %d → %d)", dry, shopV, v)
+		}
+		if got, _ := state(t, s, "zoo"); got != "" {
+			t.Fatalf("dry run %v: the refused tenant was created", dry)
+		}
+	}
+
+	zoo := parse(t, "tenant: zoo\ndefault_tier: t0\ntiers:\n  - name: t0\n")
+	res, err := ApplyAll(ctx, s, operator, []*tenantfile.File{zoo, shop}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Version != 1 || res[1].Version != shopV+1 || len(res[1].Changes) != 1 || res[1].Changes[0] != (tenantfile.Change{Op: "update", Kind: "rule", Name: "pro/per-client"}) {
+		t.Fatalf("results %+v, want zoo at 1 and shop's one update at %d", res, shopV+1)
+	}
+	for _, f := range []*tenantfile.File{zoo, shop} {
+		got, _ := state(t, s, f.Tenant)
+		if want := string(mustMarshal(t, f)); got != want {
+			t.Fatalf("tenant %s:\n%s\nwant\n%s", f.Tenant, got, want)
+		}
+	}
+}
+
+// A set names each tenant once, its files are refused whole when one is
+// of a tenant an admin key may not touch, and if_version (of one tenant)
+// is refused.
+func TestApplyAllRefusals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.New(pgtest.Pool(t))
+	other, err := s.CreateTenant(ctx, "operator", policy.Tenant{Slug: "other", Name: "Other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shop := parse(t, shopFile)
+	_, err = ApplyAll(ctx, s, operator, []*tenantfile.File{shop, parse(t, "tenant: x\n"), parse(t, shopFile)}, Options{})
+	if pe, ok := errors.AsType[*policy.Error](err); !ok || pe.Code != policy.CodeInvalid || len(pe.Fields) != 1 || pe.Fields[0].Field != "files[2].tenant" {
+		t.Fatalf("two files of one tenant: %v", err)
+	}
+	if _, err := ApplyAll(ctx, s, operator, []*tenantfile.File{shop}, Options{IfVersion: 3}); policy.ErrorCode(err) != policy.CodeInvalid {
+		t.Fatalf("if_version: %v", err)
+	}
+	if _, err := ApplyAll(ctx, s, operator, nil, Options{}); policy.ErrorCode(err) != policy.CodeInvalid {
+		t.Fatalf("no file: %v", err)
+	}
+	admin := Caller{Actor: "key:x", TenantID: other.ID}
+	_, err = ApplyAll(ctx, s, admin, []*tenantfile.File{parse(t, "tenant: other\ntiers:\n  - name: extra\n"), shop}, Options{})
+	if pe, ok := errors.AsType[*policy.Error](err); !ok || pe.Code != policy.CodePermissionDenied || !strings.HasPrefix(pe.Message, "files[1] (tenant shop)") {
+		t.Fatalf("an admin key with another tenant's file: %v", err)
+	}
+	if got, v := state(t, s, "other"); strings.Contains(got, "extra") || v != 1 {
+		t.Fatalf("the refused set changed the admin's own tenant (version %d):\n%s", v, got)
 	}
 }

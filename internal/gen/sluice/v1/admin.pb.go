@@ -712,6 +712,115 @@ func (x *ApplyTenantFileRequest) GetIfVersion() int64 {
 	return 0
 }
 
+type ApplyTenantFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The files, YAML or JSON, each for another tenant: at most 1,000 files,
+	// each at most 8 MiB, 16 MiB in all.
+	Files [][]byte `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// Delete what each file does not name in its tenant.
+	Prune bool `protobuf:"varint,2,opt,name=prune,proto3" json:"prune,omitempty"`
+	// Make the changes, meet every error they would, and keep none.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyTenantFilesRequest) Reset() {
+	*x = ApplyTenantFilesRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyTenantFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyTenantFilesRequest) ProtoMessage() {}
+
+func (x *ApplyTenantFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyTenantFilesRequest.ProtoReflect.Descriptor instead.
+func (*ApplyTenantFilesRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ApplyTenantFilesRequest) GetFiles() [][]byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ApplyTenantFilesRequest) GetPrune() bool {
+	if x != nil {
+		return x.Prune
+	}
+	return false
+}
+
+func (x *ApplyTenantFilesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ApplyTenantFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per file, in the request's order.
+	Results       []*ApplyTenantFileResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyTenantFilesResponse) Reset() {
+	*x = ApplyTenantFilesResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyTenantFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyTenantFilesResponse) ProtoMessage() {}
+
+func (x *ApplyTenantFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyTenantFilesResponse.ProtoReflect.Descriptor instead.
+func (*ApplyTenantFilesResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ApplyTenantFilesResponse) GetResults() []*ApplyTenantFileResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type TenantFileChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// create, update, reorder or delete.
@@ -727,7 +836,7 @@ type TenantFileChange struct {
 
 func (x *TenantFileChange) Reset() {
 	*x = TenantFileChange{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +848,7 @@ func (x *TenantFileChange) String() string {
 func (*TenantFileChange) ProtoMessage() {}
 
 func (x *TenantFileChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +861,7 @@ func (x *TenantFileChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantFileChange.ProtoReflect.Descriptor instead.
 func (*TenantFileChange) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TenantFileChange) GetOp() string {
@@ -792,7 +901,7 @@ type ApplyTenantFileResponse struct {
 
 func (x *ApplyTenantFileResponse) Reset() {
 	*x = ApplyTenantFileResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +913,7 @@ func (x *ApplyTenantFileResponse) String() string {
 func (*ApplyTenantFileResponse) ProtoMessage() {}
 
 func (x *ApplyTenantFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +926,7 @@ func (x *ApplyTenantFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTenantFileResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTenantFileResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyTenantFileResponse) GetTenantId() string {
@@ -864,7 +973,7 @@ type ExportTenantFileRequest struct {
 
 func (x *ExportTenantFileRequest) Reset() {
 	*x = ExportTenantFileRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +985,7 @@ func (x *ExportTenantFileRequest) String() string {
 func (*ExportTenantFileRequest) ProtoMessage() {}
 
 func (x *ExportTenantFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +998,7 @@ func (x *ExportTenantFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportTenantFileRequest.ProtoReflect.Descriptor instead.
 func (*ExportTenantFileRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExportTenantFileRequest) GetTenantId() string {
@@ -912,7 +1021,7 @@ type ExportTenantFileResponse struct {
 
 func (x *ExportTenantFileResponse) Reset() {
 	*x = ExportTenantFileResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1033,7 @@ func (x *ExportTenantFileResponse) String() string {
 func (*ExportTenantFileResponse) ProtoMessage() {}
 
 func (x *ExportTenantFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1046,7 @@ func (x *ExportTenantFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportTenantFileResponse.ProtoReflect.Descriptor instead.
 func (*ExportTenantFileResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExportTenantFileResponse) GetContent() []byte {
@@ -972,7 +1081,7 @@ type Tier struct {
 
 func (x *Tier) Reset() {
 	*x = Tier{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1093,7 @@ func (x *Tier) String() string {
 func (*Tier) ProtoMessage() {}
 
 func (x *Tier) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1106,7 @@ func (x *Tier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tier.ProtoReflect.Descriptor instead.
 func (*Tier) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Tier) GetId() string {
@@ -1031,7 +1140,7 @@ type CreateTierRequest struct {
 
 func (x *CreateTierRequest) Reset() {
 	*x = CreateTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1043,7 +1152,7 @@ func (x *CreateTierRequest) String() string {
 func (*CreateTierRequest) ProtoMessage() {}
 
 func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1056,7 +1165,7 @@ func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierRequest.ProtoReflect.Descriptor instead.
 func (*CreateTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateTierRequest) GetTenantId() string {
@@ -1083,7 +1192,7 @@ type CreateTierResponse struct {
 
 func (x *CreateTierResponse) Reset() {
 	*x = CreateTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1204,7 @@ func (x *CreateTierResponse) String() string {
 func (*CreateTierResponse) ProtoMessage() {}
 
 func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1217,7 @@ func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierResponse.ProtoReflect.Descriptor instead.
 func (*CreateTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateTierResponse) GetTier() *Tier {
@@ -1134,7 +1243,7 @@ type ListTiersRequest struct {
 
 func (x *ListTiersRequest) Reset() {
 	*x = ListTiersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1255,7 @@ func (x *ListTiersRequest) String() string {
 func (*ListTiersRequest) ProtoMessage() {}
 
 func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1268,7 @@ func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersRequest.ProtoReflect.Descriptor instead.
 func (*ListTiersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListTiersRequest) GetTenantId() string {
@@ -1178,7 +1287,7 @@ type ListTiersResponse struct {
 
 func (x *ListTiersResponse) Reset() {
 	*x = ListTiersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1299,7 @@ func (x *ListTiersResponse) String() string {
 func (*ListTiersResponse) ProtoMessage() {}
 
 func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1312,7 @@ func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersResponse.ProtoReflect.Descriptor instead.
 func (*ListTiersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTiersResponse) GetTiers() []*Tier {
@@ -1223,7 +1332,7 @@ type DeleteTierRequest struct {
 
 func (x *DeleteTierRequest) Reset() {
 	*x = DeleteTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1344,7 @@ func (x *DeleteTierRequest) String() string {
 func (*DeleteTierRequest) ProtoMessage() {}
 
 func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1357,7 @@ func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteTierRequest) GetTenantId() string {
@@ -1274,7 +1383,7 @@ type DeleteTierResponse struct {
 
 func (x *DeleteTierResponse) Reset() {
 	*x = DeleteTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1395,7 @@ func (x *DeleteTierResponse) String() string {
 func (*DeleteTierResponse) ProtoMessage() {}
 
 func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1408,7 @@ func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteTierResponse) GetConfigVersion() int64 {
@@ -1320,7 +1429,7 @@ type CreateRuleRequest struct {
 
 func (x *CreateRuleRequest) Reset() {
 	*x = CreateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1441,7 @@ func (x *CreateRuleRequest) String() string {
 func (*CreateRuleRequest) ProtoMessage() {}
 
 func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1454,7 @@ func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateRuleRequest) GetTenantId() string {
@@ -1379,7 +1488,7 @@ type CreateRuleResponse struct {
 
 func (x *CreateRuleResponse) Reset() {
 	*x = CreateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1500,7 @@ func (x *CreateRuleResponse) String() string {
 func (*CreateRuleResponse) ProtoMessage() {}
 
 func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1513,7 @@ func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleResponse.ProtoReflect.Descriptor instead.
 func (*CreateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateRuleResponse) GetRule() *Rule {
@@ -1431,7 +1540,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1552,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1565,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListRulesRequest) GetTenantId() string {
@@ -1482,7 +1591,7 @@ type ListRulesResponse struct {
 
 func (x *ListRulesResponse) Reset() {
 	*x = ListRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1603,7 @@ func (x *ListRulesResponse) String() string {
 func (*ListRulesResponse) ProtoMessage() {}
 
 func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1616,7 @@ func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListRulesResponse) GetRules() []*Rule {
@@ -1527,7 +1636,7 @@ type UpdateRuleRequest struct {
 
 func (x *UpdateRuleRequest) Reset() {
 	*x = UpdateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1648,7 @@ func (x *UpdateRuleRequest) String() string {
 func (*UpdateRuleRequest) ProtoMessage() {}
 
 func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1661,7 @@ func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateRuleRequest) GetTenantId() string {
@@ -1578,7 +1687,7 @@ type UpdateRuleResponse struct {
 
 func (x *UpdateRuleResponse) Reset() {
 	*x = UpdateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1699,7 @@ func (x *UpdateRuleResponse) String() string {
 func (*UpdateRuleResponse) ProtoMessage() {}
 
 func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1712,7 @@ func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleResponse.ProtoReflect.Descriptor instead.
 func (*UpdateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateRuleResponse) GetConfigVersion() int64 {
@@ -1623,7 +1732,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1744,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1757,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteRuleRequest) GetTenantId() string {
@@ -1674,7 +1783,7 @@ type DeleteRuleResponse struct {
 
 func (x *DeleteRuleResponse) Reset() {
 	*x = DeleteRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1795,7 @@ func (x *DeleteRuleResponse) String() string {
 func (*DeleteRuleResponse) ProtoMessage() {}
 
 func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1808,7 @@ func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteRuleResponse) GetConfigVersion() int64 {
@@ -1720,7 +1829,7 @@ type ReorderRulesRequest struct {
 
 func (x *ReorderRulesRequest) Reset() {
 	*x = ReorderRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1841,7 @@ func (x *ReorderRulesRequest) String() string {
 func (*ReorderRulesRequest) ProtoMessage() {}
 
 func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1854,7 @@ func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesRequest.ProtoReflect.Descriptor instead.
 func (*ReorderRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReorderRulesRequest) GetTenantId() string {
@@ -1778,7 +1887,7 @@ type ReorderRulesResponse struct {
 
 func (x *ReorderRulesResponse) Reset() {
 	*x = ReorderRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1899,7 @@ func (x *ReorderRulesResponse) String() string {
 func (*ReorderRulesResponse) ProtoMessage() {}
 
 func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1912,7 @@ func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesResponse.ProtoReflect.Descriptor instead.
 func (*ReorderRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReorderRulesResponse) GetConfigVersion() int64 {
@@ -1832,7 +1941,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1953,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1966,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ApiKey) GetId() string {
@@ -1930,7 +2039,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2051,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2064,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateKeyRequest) GetTenantId() string {
@@ -1997,7 +2106,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2118,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2131,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -2048,7 +2157,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2169,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2182,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -2092,7 +2201,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2213,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2226,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -2137,7 +2246,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2258,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2271,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RevokeKeyRequest) GetTenantId() string {
@@ -2188,7 +2297,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2309,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2322,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeKeyResponse) GetConfigVersion() int64 {
@@ -2245,7 +2354,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2366,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2379,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Override) GetId() string {
@@ -2339,7 +2448,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2460,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2473,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2391,7 +2500,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2512,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2525,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2442,7 +2551,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2563,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2576,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -2486,7 +2595,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2607,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2620,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2531,7 +2640,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2652,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2665,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -2582,7 +2691,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2703,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2716,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -2636,7 +2745,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +2757,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +2770,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -2740,7 +2849,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2861,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2874,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -2798,7 +2907,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2919,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2932,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2845,7 +2954,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2966,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2979,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Decider) GetName() string {
@@ -2902,7 +3011,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3023,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3036,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 type ListDecidersResponse struct {
@@ -2940,7 +3049,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3061,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3074,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3011,7 +3120,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x05prune\x18\x02 \x01(\bR\x05prune\x12\x17\n" +
 	"\adry_run\x18\x03 \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
-	"if_version\x18\x04 \x01(\x03R\tifVersion\"J\n" +
+	"if_version\x18\x04 \x01(\x03R\tifVersion\"^\n" +
+	"\x17ApplyTenantFilesRequest\x12\x14\n" +
+	"\x05files\x18\x01 \x03(\fR\x05files\x12\x14\n" +
+	"\x05prune\x18\x02 \x01(\bR\x05prune\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"X\n" +
+	"\x18ApplyTenantFilesResponse\x12<\n" +
+	"\aresults\x18\x01 \x03(\v2\".sluice.v1.ApplyTenantFileResponseR\aresults\"J\n" +
 	"\x10TenantFileChange\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -3175,9 +3290,10 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\tGetTenant\x12\x1b.sluice.v1.GetTenantRequest\x1a\x1c.sluice.v1.GetTenantResponse\"\x00\x12N\n" +
 	"\vListTenants\x12\x1d.sluice.v1.ListTenantsRequest\x1a\x1e.sluice.v1.ListTenantsResponse\"\x00\x12Q\n" +
 	"\fUpdateTenant\x12\x1e.sluice.v1.UpdateTenantRequest\x1a\x1f.sluice.v1.UpdateTenantResponse\"\x00\x12Q\n" +
-	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\xce\x01\n" +
+	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\xad\x02\n" +
 	"\x11TenantFileService\x12Z\n" +
 	"\x0fApplyTenantFile\x12!.sluice.v1.ApplyTenantFileRequest\x1a\".sluice.v1.ApplyTenantFileResponse\"\x00\x12]\n" +
+	"\x10ApplyTenantFiles\x12\".sluice.v1.ApplyTenantFilesRequest\x1a#.sluice.v1.ApplyTenantFilesResponse\"\x00\x12]\n" +
 	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x002\xf1\x01\n" +
 	"\vTierService\x12K\n" +
 	"\n" +
@@ -3221,7 +3337,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -3237,51 +3353,53 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*DeleteTenantRequest)(nil),      // 11: sluice.v1.DeleteTenantRequest
 	(*DeleteTenantResponse)(nil),     // 12: sluice.v1.DeleteTenantResponse
 	(*ApplyTenantFileRequest)(nil),   // 13: sluice.v1.ApplyTenantFileRequest
-	(*TenantFileChange)(nil),         // 14: sluice.v1.TenantFileChange
-	(*ApplyTenantFileResponse)(nil),  // 15: sluice.v1.ApplyTenantFileResponse
-	(*ExportTenantFileRequest)(nil),  // 16: sluice.v1.ExportTenantFileRequest
-	(*ExportTenantFileResponse)(nil), // 17: sluice.v1.ExportTenantFileResponse
-	(*Tier)(nil),                     // 18: sluice.v1.Tier
-	(*CreateTierRequest)(nil),        // 19: sluice.v1.CreateTierRequest
-	(*CreateTierResponse)(nil),       // 20: sluice.v1.CreateTierResponse
-	(*ListTiersRequest)(nil),         // 21: sluice.v1.ListTiersRequest
-	(*ListTiersResponse)(nil),        // 22: sluice.v1.ListTiersResponse
-	(*DeleteTierRequest)(nil),        // 23: sluice.v1.DeleteTierRequest
-	(*DeleteTierResponse)(nil),       // 24: sluice.v1.DeleteTierResponse
-	(*CreateRuleRequest)(nil),        // 25: sluice.v1.CreateRuleRequest
-	(*CreateRuleResponse)(nil),       // 26: sluice.v1.CreateRuleResponse
-	(*ListRulesRequest)(nil),         // 27: sluice.v1.ListRulesRequest
-	(*ListRulesResponse)(nil),        // 28: sluice.v1.ListRulesResponse
-	(*UpdateRuleRequest)(nil),        // 29: sluice.v1.UpdateRuleRequest
-	(*UpdateRuleResponse)(nil),       // 30: sluice.v1.UpdateRuleResponse
-	(*DeleteRuleRequest)(nil),        // 31: sluice.v1.DeleteRuleRequest
-	(*DeleteRuleResponse)(nil),       // 32: sluice.v1.DeleteRuleResponse
-	(*ReorderRulesRequest)(nil),      // 33: sluice.v1.ReorderRulesRequest
-	(*ReorderRulesResponse)(nil),     // 34: sluice.v1.ReorderRulesResponse
-	(*ApiKey)(nil),                   // 35: sluice.v1.ApiKey
-	(*CreateKeyRequest)(nil),         // 36: sluice.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 37: sluice.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 38: sluice.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 39: sluice.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 40: sluice.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 41: sluice.v1.RevokeKeyResponse
-	(*Override)(nil),                 // 42: sluice.v1.Override
-	(*CreateOverrideRequest)(nil),    // 43: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil),   // 44: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),     // 45: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 46: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 47: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 48: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),               // 49: sluice.v1.AuditEntry
-	(*ListAuditRequest)(nil),         // 50: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 51: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 52: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 53: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 54: sluice.v1.ListDecidersResponse
-	nil,                              // 55: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 56: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
-	(*LimitParams)(nil),              // 58: sluice.v1.LimitParams
+	(*ApplyTenantFilesRequest)(nil),  // 14: sluice.v1.ApplyTenantFilesRequest
+	(*ApplyTenantFilesResponse)(nil), // 15: sluice.v1.ApplyTenantFilesResponse
+	(*TenantFileChange)(nil),         // 16: sluice.v1.TenantFileChange
+	(*ApplyTenantFileResponse)(nil),  // 17: sluice.v1.ApplyTenantFileResponse
+	(*ExportTenantFileRequest)(nil),  // 18: sluice.v1.ExportTenantFileRequest
+	(*ExportTenantFileResponse)(nil), // 19: sluice.v1.ExportTenantFileResponse
+	(*Tier)(nil),                     // 20: sluice.v1.Tier
+	(*CreateTierRequest)(nil),        // 21: sluice.v1.CreateTierRequest
+	(*CreateTierResponse)(nil),       // 22: sluice.v1.CreateTierResponse
+	(*ListTiersRequest)(nil),         // 23: sluice.v1.ListTiersRequest
+	(*ListTiersResponse)(nil),        // 24: sluice.v1.ListTiersResponse
+	(*DeleteTierRequest)(nil),        // 25: sluice.v1.DeleteTierRequest
+	(*DeleteTierResponse)(nil),       // 26: sluice.v1.DeleteTierResponse
+	(*CreateRuleRequest)(nil),        // 27: sluice.v1.CreateRuleRequest
+	(*CreateRuleResponse)(nil),       // 28: sluice.v1.CreateRuleResponse
+	(*ListRulesRequest)(nil),         // 29: sluice.v1.ListRulesRequest
+	(*ListRulesResponse)(nil),        // 30: sluice.v1.ListRulesResponse
+	(*UpdateRuleRequest)(nil),        // 31: sluice.v1.UpdateRuleRequest
+	(*UpdateRuleResponse)(nil),       // 32: sluice.v1.UpdateRuleResponse
+	(*DeleteRuleRequest)(nil),        // 33: sluice.v1.DeleteRuleRequest
+	(*DeleteRuleResponse)(nil),       // 34: sluice.v1.DeleteRuleResponse
+	(*ReorderRulesRequest)(nil),      // 35: sluice.v1.ReorderRulesRequest
+	(*ReorderRulesResponse)(nil),     // 36: sluice.v1.ReorderRulesResponse
+	(*ApiKey)(nil),                   // 37: sluice.v1.ApiKey
+	(*CreateKeyRequest)(nil),         // 38: sluice.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 39: sluice.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 40: sluice.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 41: sluice.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 42: sluice.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 43: sluice.v1.RevokeKeyResponse
+	(*Override)(nil),                 // 44: sluice.v1.Override
+	(*CreateOverrideRequest)(nil),    // 45: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 46: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 47: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 48: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 49: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 50: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 51: sluice.v1.AuditEntry
+	(*ListAuditRequest)(nil),         // 52: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 53: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 54: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 55: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 56: sluice.v1.ListDecidersResponse
+	nil,                              // 57: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 58: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
+	(*LimitParams)(nil),              // 60: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -3290,84 +3408,87 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
 	2,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	14, // 6: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	56, // 7: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
-	18, // 8: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
-	18, // 9: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	56, // 10: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	56, // 11: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	56, // 12: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	56, // 13: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
-	1,  // 14: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	57, // 15: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	57, // 16: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	57, // 17: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	57, // 18: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 19: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	57, // 20: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 21: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	35, // 22: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	58, // 23: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	57, // 24: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 25: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	42, // 26: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	42, // 27: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	57, // 28: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	49, // 29: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	57, // 30: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	55, // 31: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	52, // 32: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 33: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 34: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 35: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 36: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 37: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 38: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	16, // 39: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	19, // 40: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	21, // 41: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	23, // 42: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	25, // 43: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	27, // 44: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	29, // 45: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	31, // 46: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	33, // 47: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	36, // 48: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	38, // 49: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	40, // 50: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	43, // 51: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	45, // 52: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	47, // 53: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	50, // 54: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	53, // 55: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 56: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 57: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 58: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 59: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 60: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	15, // 61: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	17, // 62: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	20, // 63: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	22, // 64: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	24, // 65: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	26, // 66: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	28, // 67: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	30, // 68: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	32, // 69: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	34, // 70: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	37, // 71: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	39, // 72: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	41, // 73: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	44, // 74: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	46, // 75: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	48, // 76: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	51, // 77: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	54, // 78: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	56, // [56:79] is the sub-list for method output_type
-	33, // [33:56] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
+	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
+	58, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
+	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
+	58, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	58, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	58, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	58, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
+	59, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	59, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	59, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	59, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
+	59, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	37, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
+	60, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	59, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 26: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	44, // 27: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	44, // 28: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	59, // 29: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	51, // 30: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	59, // 31: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	57, // 32: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	54, // 33: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 34: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 35: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 36: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 37: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 38: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 39: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	14, // 40: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	18, // 41: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	21, // 42: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	23, // 43: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	25, // 44: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	27, // 45: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	29, // 46: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	31, // 47: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	33, // 48: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	35, // 49: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	38, // 50: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	40, // 51: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	42, // 52: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	45, // 53: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	47, // 54: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	49, // 55: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	52, // 56: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	55, // 57: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 58: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 59: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 60: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 61: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 62: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 63: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 64: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 65: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 66: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 67: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 68: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	28, // 69: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	30, // 70: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	32, // 71: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	34, // 72: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	36, // 73: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	39, // 74: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	41, // 75: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	43, // 76: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	46, // 77: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	48, // 78: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	50, // 79: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	53, // 80: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	56, // 81: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	58, // [58:82] is the sub-list for method output_type
+	34, // [34:58] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -3382,7 +3503,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

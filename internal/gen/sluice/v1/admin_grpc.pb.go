@@ -278,6 +278,7 @@ var TenantService_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	TenantFileService_ApplyTenantFile_FullMethodName  = "/sluice.v1.TenantFileService/ApplyTenantFile"
+	TenantFileService_ApplyTenantFiles_FullMethodName = "/sluice.v1.TenantFileService/ApplyTenantFiles"
 	TenantFileService_ExportTenantFile_FullMethodName = "/sluice.v1.TenantFileService/ExportTenantFile"
 )
 
@@ -299,6 +300,13 @@ type TenantFileServiceClient interface {
 	// every field named by its path (tiers[0].rules[1].limit); a change the
 	// store refuses fails the whole apply, nothing written.
 	ApplyTenantFile(ctx context.Context, in *ApplyTenantFileRequest, opts ...grpc.CallOption) (*ApplyTenantFileResponse, error)
+	// ApplyTenantFiles applies several tenant files, one per tenant, as
+	// ApplyTenantFile does each, all in one transaction: every tenant comes
+	// to match its file, or, when one file is invalid or one change is
+	// refused, nothing is written. Each tenant's changes are one config
+	// version of its own. An admin key may apply only its own tenant's file.
+	// Errors name the file by its index (files[1].tiers[0].rules[2].limit).
+	ApplyTenantFiles(ctx context.Context, in *ApplyTenantFilesRequest, opts ...grpc.CallOption) (*ApplyTenantFilesResponse, error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(ctx context.Context, in *ExportTenantFileRequest, opts ...grpc.CallOption) (*ExportTenantFileResponse, error)
 }
@@ -315,6 +323,16 @@ func (c *tenantFileServiceClient) ApplyTenantFile(ctx context.Context, in *Apply
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ApplyTenantFileResponse)
 	err := c.cc.Invoke(ctx, TenantFileService_ApplyTenantFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tenantFileServiceClient) ApplyTenantFiles(ctx context.Context, in *ApplyTenantFilesRequest, opts ...grpc.CallOption) (*ApplyTenantFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyTenantFilesResponse)
+	err := c.cc.Invoke(ctx, TenantFileService_ApplyTenantFiles_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -349,6 +367,13 @@ type TenantFileServiceServer interface {
 	// every field named by its path (tiers[0].rules[1].limit); a change the
 	// store refuses fails the whole apply, nothing written.
 	ApplyTenantFile(context.Context, *ApplyTenantFileRequest) (*ApplyTenantFileResponse, error)
+	// ApplyTenantFiles applies several tenant files, one per tenant, as
+	// ApplyTenantFile does each, all in one transaction: every tenant comes
+	// to match its file, or, when one file is invalid or one change is
+	// refused, nothing is written. Each tenant's changes are one config
+	// version of its own. An admin key may apply only its own tenant's file.
+	// Errors name the file by its index (files[1].tiers[0].rules[2].limit).
+	ApplyTenantFiles(context.Context, *ApplyTenantFilesRequest) (*ApplyTenantFilesResponse, error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error)
 	mustEmbedUnimplementedTenantFileServiceServer()
@@ -363,6 +388,9 @@ type UnimplementedTenantFileServiceServer struct{}
 
 func (UnimplementedTenantFileServiceServer) ApplyTenantFile(context.Context, *ApplyTenantFileRequest) (*ApplyTenantFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyTenantFile not implemented")
+}
+func (UnimplementedTenantFileServiceServer) ApplyTenantFiles(context.Context, *ApplyTenantFilesRequest) (*ApplyTenantFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyTenantFiles not implemented")
 }
 func (UnimplementedTenantFileServiceServer) ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExportTenantFile not implemented")
@@ -406,6 +434,24 @@ func _TenantFileService_ApplyTenantFile_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TenantFileService_ApplyTenantFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyTenantFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenantFileServiceServer).ApplyTenantFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TenantFileService_ApplyTenantFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenantFileServiceServer).ApplyTenantFiles(ctx, req.(*ApplyTenantFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TenantFileService_ExportTenantFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ExportTenantFileRequest)
 	if err := dec(in); err != nil {
@@ -434,6 +480,10 @@ var TenantFileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyTenantFile",
 			Handler:    _TenantFileService_ApplyTenantFile_Handler,
+		},
+		{
+			MethodName: "ApplyTenantFiles",
+			Handler:    _TenantFileService_ApplyTenantFiles_Handler,
 		},
 		{
 			MethodName: "ExportTenantFile",

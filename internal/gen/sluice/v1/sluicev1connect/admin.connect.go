@@ -64,6 +64,9 @@ const (
 	// TenantFileServiceApplyTenantFileProcedure is the fully-qualified name of the TenantFileService's
 	// ApplyTenantFile RPC.
 	TenantFileServiceApplyTenantFileProcedure = "/sluice.v1.TenantFileService/ApplyTenantFile"
+	// TenantFileServiceApplyTenantFilesProcedure is the fully-qualified name of the TenantFileService's
+	// ApplyTenantFiles RPC.
+	TenantFileServiceApplyTenantFilesProcedure = "/sluice.v1.TenantFileService/ApplyTenantFiles"
 	// TenantFileServiceExportTenantFileProcedure is the fully-qualified name of the TenantFileService's
 	// ExportTenantFile RPC.
 	TenantFileServiceExportTenantFileProcedure = "/sluice.v1.TenantFileService/ExportTenantFile"
@@ -290,6 +293,13 @@ type TenantFileServiceClient interface {
 	// every field named by its path (tiers[0].rules[1].limit); a change the
 	// store refuses fails the whole apply, nothing written.
 	ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error)
+	// ApplyTenantFiles applies several tenant files, one per tenant, as
+	// ApplyTenantFile does each, all in one transaction: every tenant comes
+	// to match its file, or, when one file is invalid or one change is
+	// refused, nothing is written. Each tenant's changes are one config
+	// version of its own. An admin key may apply only its own tenant's file.
+	// Errors name the file by its index (files[1].tiers[0].rules[2].limit).
+	ApplyTenantFiles(context.Context, *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
 }
@@ -311,6 +321,12 @@ func NewTenantFileServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFile")),
 			connect.WithClientOptions(opts...),
 		),
+		applyTenantFiles: connect.NewClient[v1.ApplyTenantFilesRequest, v1.ApplyTenantFilesResponse](
+			httpClient,
+			baseURL+TenantFileServiceApplyTenantFilesProcedure,
+			connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFiles")),
+			connect.WithClientOptions(opts...),
+		),
 		exportTenantFile: connect.NewClient[v1.ExportTenantFileRequest, v1.ExportTenantFileResponse](
 			httpClient,
 			baseURL+TenantFileServiceExportTenantFileProcedure,
@@ -323,12 +339,18 @@ func NewTenantFileServiceClient(httpClient connect.HTTPClient, baseURL string, o
 // tenantFileServiceClient implements TenantFileServiceClient.
 type tenantFileServiceClient struct {
 	applyTenantFile  *connect.Client[v1.ApplyTenantFileRequest, v1.ApplyTenantFileResponse]
+	applyTenantFiles *connect.Client[v1.ApplyTenantFilesRequest, v1.ApplyTenantFilesResponse]
 	exportTenantFile *connect.Client[v1.ExportTenantFileRequest, v1.ExportTenantFileResponse]
 }
 
 // ApplyTenantFile calls sluice.v1.TenantFileService.ApplyTenantFile.
 func (c *tenantFileServiceClient) ApplyTenantFile(ctx context.Context, req *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error) {
 	return c.applyTenantFile.CallUnary(ctx, req)
+}
+
+// ApplyTenantFiles calls sluice.v1.TenantFileService.ApplyTenantFiles.
+func (c *tenantFileServiceClient) ApplyTenantFiles(ctx context.Context, req *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error) {
+	return c.applyTenantFiles.CallUnary(ctx, req)
 }
 
 // ExportTenantFile calls sluice.v1.TenantFileService.ExportTenantFile.
@@ -346,6 +368,13 @@ type TenantFileServiceHandler interface {
 	// every field named by its path (tiers[0].rules[1].limit); a change the
 	// store refuses fails the whole apply, nothing written.
 	ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error)
+	// ApplyTenantFiles applies several tenant files, one per tenant, as
+	// ApplyTenantFile does each, all in one transaction: every tenant comes
+	// to match its file, or, when one file is invalid or one change is
+	// refused, nothing is written. Each tenant's changes are one config
+	// version of its own. An admin key may apply only its own tenant's file.
+	// Errors name the file by its index (files[1].tiers[0].rules[2].limit).
+	ApplyTenantFiles(context.Context, *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
 }
@@ -363,6 +392,12 @@ func NewTenantFileServiceHandler(svc TenantFileServiceHandler, opts ...connect.H
 		connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	tenantFileServiceApplyTenantFilesHandler := connect.NewUnaryHandler(
+		TenantFileServiceApplyTenantFilesProcedure,
+		svc.ApplyTenantFiles,
+		connect.WithSchema(tenantFileServiceMethods.ByName("ApplyTenantFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
 	tenantFileServiceExportTenantFileHandler := connect.NewUnaryHandler(
 		TenantFileServiceExportTenantFileProcedure,
 		svc.ExportTenantFile,
@@ -373,6 +408,8 @@ func NewTenantFileServiceHandler(svc TenantFileServiceHandler, opts ...connect.H
 		switch r.URL.Path {
 		case TenantFileServiceApplyTenantFileProcedure:
 			tenantFileServiceApplyTenantFileHandler.ServeHTTP(w, r)
+		case TenantFileServiceApplyTenantFilesProcedure:
+			tenantFileServiceApplyTenantFilesHandler.ServeHTTP(w, r)
 		case TenantFileServiceExportTenantFileProcedure:
 			tenantFileServiceExportTenantFileHandler.ServeHTTP(w, r)
 		default:
@@ -386,6 +423,10 @@ type UnimplementedTenantFileServiceHandler struct{}
 
 func (UnimplementedTenantFileServiceHandler) ApplyTenantFile(context.Context, *connect.Request[v1.ApplyTenantFileRequest]) (*connect.Response[v1.ApplyTenantFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ApplyTenantFile is not implemented"))
+}
+
+func (UnimplementedTenantFileServiceHandler) ApplyTenantFiles(context.Context, *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ApplyTenantFiles is not implemented"))
 }
 
 func (UnimplementedTenantFileServiceHandler) ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error) {
