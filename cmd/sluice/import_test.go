@@ -189,6 +189,22 @@ func TestImportSeveralFiles(t *testing.T) {
 			t.Fatalf("tenant %s: %v", slug, err)
 		}
 	}
+	// With a key, a dry run asks the control plane what would change, and
+	// nothing does.
+	_, before, _ := store.GetTenantBySlug(context.Background(), "mongo-cps")
+	mongo := write("mongo.yml", "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 600}\n"+
+		"  - key: database\n    value: orders\n    rate_limit: {unit: second, requests_per_unit: 50}\n")
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-dry-run", "-json", mongo}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("dry run: %v (%s)", err, errOut.String())
+	}
+	var sum cli.ImportSummary
+	if err := json.Unmarshal([]byte(out.String()), &sum); err != nil || !sum.DryRun || len(sum.Updated) != 1 || len(sum.Created) != 1 || sum.TenantCreated {
+		t.Fatalf("dry run's summary %q: %v", out.String(), err)
+	}
+	if _, after, _ := store.GetTenantBySlug(context.Background(), "mongo-cps"); after != before {
+		t.Fatalf("a dry run moved the tenant from version %d to %d", before, after)
+	}
 	errOut.Reset()
 	err = run(context.Background(), []string{"import", "-dry-run", filepath.Join(dir, "edge.yaml"), write("again.yaml", ratelimitYAML)}, &out, &errOut, getenv)
 	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "one file per domain") {

@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice import", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dryRun := fs.Bool("dry-run", false, "print what would be imported, change nothing")
+	dryRun := fs.Bool("dry-run", false, "print what the import would change, change nothing (without SLUICE_KEY: the rules each file holds)")
 	prune := fs.Bool("prune", false, "delete the tier's rules the file does not name")
 	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
@@ -140,7 +140,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	// With several files, JSON is an array of what each printed alone.
 	out := &emitter{w: stdout, json: *asJSON, n: len(plans)}
-	if *dryRun {
+	if *dryRun && getenv("SLUICE_KEY") == "" { // no control plane to ask: the files alone
 		for _, plan := range plans {
 			if err := out.emit(plan, func(w io.Writer) { printPlan(w, plan) }); err != nil {
 				return err
@@ -153,7 +153,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		return err
 	}
 	for _, plan := range plans {
-		sum, err := client.Import(ctx, plan, *prune)
+		sum, err := client.Import(ctx, plan, *prune, *dryRun)
 		if err != nil {
 			return fmt.Errorf("domain %s: %w", plan.Tenant.Name, err)
 		}
@@ -222,11 +222,19 @@ func printPlan(w io.Writer, plan *envoyimport.Plan) {
 }
 
 func printImported(w io.Writer, plan *envoyimport.Plan, sum cli.ImportSummary) {
-	if sum.TenantCreated {
-		fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+	if sum.DryRun {
+		if sum.TenantCreated {
+			fmt.Fprintf(w, "would create tenant %s\n", plan.Tenant.Slug)
+		}
+		fmt.Fprintf(w, "tenant %s, tier %s: %d rules to create %v, %d to update %v, %d unchanged, %d to delete %v (dry run: none made)\n", plan.Tenant.Slug, sum.Tier,
+			len(sum.Created), sum.Created, len(sum.Updated), sum.Updated, len(sum.Unchanged), len(sum.Deleted), sum.Deleted)
+	} else {
+		if sum.TenantCreated {
+			fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+		}
+		fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d unchanged, %d deleted\n", plan.Tenant.Slug, sum.Tier,
+			len(sum.Created), len(sum.Updated), len(sum.Unchanged), len(sum.Deleted))
 	}
-	fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d unchanged, %d deleted\n", plan.Tenant.Slug, sum.Tier,
-		len(sum.Created), len(sum.Updated), len(sum.Unchanged), len(sum.Deleted))
 	for _, u := range sum.UnlimitedPaths {
 		fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
 	}

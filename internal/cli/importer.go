@@ -53,6 +53,7 @@ type ImportSummary struct {
 	Unchanged      []string `json:"unchanged"`         // already as the plan says: not written, no new config version
 	Deleted        []string `json:"deleted,omitempty"` // with prune
 	UnlimitedPaths []string `json:"unlimited_paths"`
+	DryRun         bool     `json:"dry_run"` // what the import would do: nothing was written
 }
 
 // Import applies plan: with the operator key, into the tenant whose slug is
@@ -65,9 +66,11 @@ type ImportSummary struct {
 // envoyproxy/ratelimit's reload would. The import is the tenant's file
 // read, changed and applied back in one transaction, only over the
 // version it was read at: all of it or nothing, never over a change made
-// meanwhile (that is Aborted; import again).
-func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool) (ImportSummary, error) {
-	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited}
+// meanwhile (that is Aborted; import again). With dryRun the control
+// plane makes the changes, meets every error they would, and keeps none:
+// the summary is what the import would do.
+func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune, dryRun bool) (ImportSummary, error) {
+	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited, DryRun: dryRun}
 	tenant, err := c.findTenant(ctx, plan.Tenant.Slug)
 	if err != nil {
 		return sum, err
@@ -117,7 +120,7 @@ func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune bool)
 	if err != nil {
 		return sum, err
 	}
-	res, err := c.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: content, Prune: prune, IfVersion: version})
+	res, err := c.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: content, Prune: prune, DryRun: dryRun, IfVersion: version})
 	if err != nil {
 		return sum, err
 	}
