@@ -149,11 +149,15 @@ type overrideKey struct{ descriptor, identifier string }
 // Compile validates the whole snapshot and compiles it. On any invalid part
 // it returns an error and no Config, so a decider keeps its previous one.
 func Compile(s *policy.Snapshot) (*Config, error) {
+	if s.Tenant.ID == "" {
+		return nil, fmt.Errorf("decide: tenant %s has no id", s.Tenant.Slug)
+	}
 	if err := s.Tenant.Validate(); err != nil {
 		return nil, fmt.Errorf("decide: tenant %s: %w", s.Tenant.Slug, err)
 	}
 	c := &Config{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)),
 		exact: make(map[overrideKey][]*compiledOverride)}
+	ruleIDs := map[string]bool{}
 	for i := range s.Tiers {
 		t := &s.Tiers[i]
 		if err := t.Validate(); err != nil {
@@ -161,6 +165,15 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 		}
 		rules := make([]compiledRule, 0, len(t.Rules))
 		for _, r := range t.Rules {
+			// A rule's counters are keyed by its id: two rules of one id
+			// would count each request twice on one counter.
+			switch {
+			case r.ID == "":
+				return nil, fmt.Errorf("decide: rule %s of tier %s has no id", r.Name, t.Name)
+			case ruleIDs[r.ID]:
+				return nil, fmt.Errorf("decide: rule id %s twice", r.ID)
+			}
+			ruleIDs[r.ID] = true
 			if !r.Enabled {
 				continue
 			}
