@@ -50,6 +50,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzAlgorithms$$' -fuzztime $(FUZZTIME) ./internal/limit/
 	$(GO) test -run '^$$' -fuzz '^FuzzRuleValidate$$' -fuzztime $(FUZZTIME) ./internal/policy/
 	$(GO) test -run '^$$' -fuzz '^FuzzSnapshot$$' -fuzztime $(FUZZTIME) ./internal/decide/
+	$(GO) test -run '^$$' -fuzz '^FuzzConformance$$' -fuzztime $(FUZZTIME) ./internal/redisengine/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/envoyimport/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/tenantfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzBatchAdd$$' -fuzztime $(FUZZTIME) ./internal/analytics/

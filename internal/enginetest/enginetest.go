@@ -78,6 +78,14 @@ func Run(t *testing.T, keyPrefix string, newEngine func(t *testing.T) Engine) {
 	})
 }
 
+// Scenario drives the random decisions of one scenario (seed) over three
+// rules of parameters p on under, failing t at the first answer that is
+// not the in-process engine's: for fuzzing over parameters Params does not
+// hold.
+func Scenario(t *testing.T, keyPrefix string, seed uint64, p policy.Params, under Engine) {
+	scenario(t, keyPrefix, seed, p, under)
+}
+
 // rule is a scenario's rule: a key and the limiter it is always used with.
 type rule struct {
 	key string

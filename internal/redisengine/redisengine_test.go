@@ -687,3 +687,45 @@ func TestMergedCallsRecoverFromNOSCRIPT(t *testing.T) {
 		}
 	}
 }
+
+// FuzzConformance runs a conformance scenario over rule parameters the
+// fuzzer picks (any that validate): the Lua scripts, batched, must answer
+// every decision as the in-process engine does.
+func FuzzConformance(f *testing.F) {
+	f.Add(uint8(policy.TokenBucket), int64(10), int64(1000), int64(5), int64(0), int64(0), uint64(1))
+	f.Add(uint8(policy.TokenBucket), int64(3), int64(1000), int64(9), int64(500), int64(25), uint64(2))
+	f.Add(uint8(policy.GCRA), int64(7), int64(1000), int64(3), int64(0), int64(0), uint64(3))
+	f.Add(uint8(policy.LeakyBucket), int64(5), int64(1000), int64(0), int64(700), int64(0), uint64(4))
+	f.Add(uint8(policy.FixedWindow), int64(5), int64(1300), int64(0), int64(0), int64(0), uint64(5))
+	f.Add(uint8(policy.SlidingLog), int64(6), int64(900), int64(0), int64(0), int64(0), uint64(6))
+	f.Add(uint8(policy.SlidingWindow), int64(7), int64(1000), int64(0), int64(0), int64(0), uint64(7))
+	f.Add(uint8(policy.SlidingBuckets), int64(9), int64(3000), int64(0), int64(1500), int64(0), uint64(8))
+	f.Add(uint8(policy.Concurrency), int64(3), int64(0), int64(0), int64(2000), int64(0), uint64(9))
+	c, _ := redistest.Client(f)
+	f.Fuzz(func(t *testing.T, alg uint8, lim, windowMs, burst, extraMs, cold int64, seed uint64) {
+		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+		p := policy.Params{Algorithm: policy.Algorithm(alg), Limit: lim, Window: ms(windowMs)}
+		switch p.Algorithm {
+		case policy.TokenBucket:
+			p.Burst, p.WarmUp = burst, ms(extraMs)
+			if p.WarmUp > 0 {
+				p.ColdFactor = float64(cold) / 10
+			}
+		case policy.GCRA:
+			p.Burst = burst
+		case policy.LeakyBucket:
+			p.MaxDelay = ms(extraMs)
+		case policy.SlidingBuckets:
+			p.Granularity = ms(extraMs)
+		case policy.Concurrency:
+			p.Window, p.LeaseTTL = 0, ms(extraMs)
+		}
+		if p.Validate() != nil {
+			return
+		}
+		e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t), Batch: true})
+		defer e.Close()
+		defer func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) }()
+		enginetest.Scenario(t, "", seed, p, e)
+	})
+}
