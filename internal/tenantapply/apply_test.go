@@ -381,3 +381,34 @@ func TestApplyAllRefusals(t *testing.T) {
 		t.Fatalf("the refused set changed the admin's own tenant (version %d):\n%s", v, got)
 	}
 }
+
+// Sets of the same tenants sent in opposite orders, concurrently, neither
+// deadlock nor fail (tenants are locked in slug order), and each tenant
+// ends as one of its files.
+func TestConcurrentSetsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.New(pgtest.Pool(t))
+	file := func(slug string, limit int) *tenantfile.File {
+		return parse(t, fmt.Sprintf("tenant: %s\ndefault_tier: free\ntiers:\n  - name: free\n    rules:\n      - name: r\n        algorithm: fixed_window\n        limit: %d\n        window: 1m\n", slug, limit))
+	}
+	sets := [][]*tenantfile.File{{file("a", 1), file("b", 1)}, {file("b", 2), file("a", 2)}}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for range 5 {
+				if _, err := ApplyAll(ctx, s, operator, sets[w%2], Options{}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, slug := range []string{"a", "b"} {
+		got, _ := state(t, s, slug)
+		if got != string(mustMarshal(t, file(slug, 1))) && got != string(mustMarshal(t, file(slug, 2))) {
+			t.Fatalf("tenant %s is neither file:\n%s", slug, got)
+		}
+	}
+}
