@@ -185,7 +185,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 
 	reg := telemetry.NewRegistry()
-	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))
+	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
 	if redisEngine != nil {
 		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
 	}

@@ -112,7 +112,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 6`,
-		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`, `sluice_redis_read_spins_total `, `sluice_redis_read_spins_missed_total `} {
+		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`, `sluice_config_refused_total 0`, `sluice_redis_read_spins_total `, `sluice_redis_read_spins_missed_total `} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

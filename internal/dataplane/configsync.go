@@ -60,6 +60,7 @@ type Syncer struct {
 	mu      sync.Mutex // serialises pulls
 	current map[string]*sluicev1.Snapshot
 	configs atomic.Pointer[map[string]*decide.Config]
+	refused atomic.Int64 // snapshots that did not compile
 }
 
 // NewSyncer returns a Syncer; Run starts it.
@@ -80,6 +81,11 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 
 // Ready reports whether a configuration has been loaded.
 func (s *Syncer) Ready() bool { return s.ready.Load() }
+
+// Refused counts the tenant snapshots that did not compile (the previous
+// one of the tenant, if any, stayed in force): a decider enforcing an
+// older config than the control plane holds.
+func (s *Syncer) Refused() int64 { return s.refused.Load() }
 
 // Loaded is closed once a configuration has been loaded.
 func (s *Syncer) Loaded() <-chan struct{} { return s.loaded }
@@ -201,6 +207,7 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 		snap, keys := protoconv.SnapshotFromProto(p)
 		c, err := decide.Compile(snap)
 		if err != nil {
+			s.refused.Add(1)
 			s.cfg.Logger.Error("config: snapshot refused; the previous one stays", "tenant", snap.Tenant.ID, "version", snap.Version, "err", err)
 			continue
 		}

@@ -10,11 +10,13 @@ import (
 
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // eventually polls cond until it holds or 20 seconds pass.
@@ -284,5 +286,26 @@ func TestCheckKeyExpires(t *testing.T) {
 	keys.SetTenant("t1", []policy.CheckKey{{Hash: trial}}, c)
 	if _, err := keys.Lookup(trial); err != nil {
 		t.Fatalf("after a config without the expiry: %v", err)
+	}
+}
+
+// A snapshot that does not compile (here two rules of one id, which would
+// count each request twice) is refused and counted, and the tenant's
+// previous config stays in force, its version the one enforced.
+func TestRefusedSnapshotKeepsThePrevious(t *testing.T) {
+	t.Parallel()
+	s := NewSyncer(SyncConfig{Keys: NewKeys()})
+	rule := policy.Rule{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
+	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule}}}}
+	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(snap, nil)}, nil)
+	bad := *snap
+	twin := rule
+	twin.Name = "twin"
+	bad.Version, bad.Tiers = 4, []policy.Tier{{Name: "free", Rules: []policy.Rule{rule, twin}}}
+	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(&bad, nil)}, nil)
+	if got := s.Versions()["t1"]; got != 3 || s.Refused() != 1 || s.Config("t1") == nil || s.Config("t1").Version != 3 {
+		t.Fatalf("version %d enforced, %d refused; want 3 and 1", got, s.Refused())
 	}
 }

@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	decider := decide.NewDecider(decOpts)
 
 	reg := telemetry.NewRegistry()
-	reg.MustRegister(telemetry.NewEngineCollector(local), telemetry.ConfigVersions(syncer.Versions))
+	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
 	if eng, ok := decOpts.Engine.(*redisengine.Engine); ok {
 		go eng.WatchResets(ctx, decider.Forget, cfg.Logger, nil) // resets of other deciders on the same Redis
 		reg.MustRegister(telemetry.RedisEngineMetrics(eng)...)

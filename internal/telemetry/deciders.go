@@ -26,10 +26,20 @@ func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// ConfigVersions exports versions (a Syncer's Versions) as
-// sluice_config_version, by tenant.
-func ConfigVersions(versions func() map[string]int64) prometheus.Collector {
-	return versionCollector(versions)
+// ConfigSync is what a decider's config syncer (dataplane.Syncer) tells.
+type ConfigSync interface {
+	// Versions are the config versions enforced, by tenant.
+	Versions() map[string]int64
+	// Refused counts the snapshots that did not compile.
+	Refused() int64
+}
+
+// ConfigMetrics export s: sluice_config_version by tenant, and
+// sluice_config_refused_total, the snapshots refused (to alert on: the
+// decider keeps enforcing the tenant's previous config).
+func ConfigMetrics(s ConfigSync) []prometheus.Collector {
+	return []prometheus.Collector{versionCollector(s.Versions),
+		counter("sluice_config_refused_total", "Tenant config snapshots that did not compile; the previous config stays in force.", s.Refused)}
 }
 
 func counter(name, help string, v func() int64) prometheus.Collector {
