@@ -3,15 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"regexp"
-	"strconv"
-
-	"connectrpc.com/connect"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"regexp"
+	"strconv"
+
+	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/flagenv"

@@ -32,9 +32,7 @@ func (s tenantFileServer) ApplyTenantFile(ctx context.Context, req *connect.Requ
 
 func (s tenantFileServer) ApplyTenantFiles(ctx context.Context, req *connect.Request[sluicev1.ApplyTenantFilesRequest]) (*connect.Response[sluicev1.ApplyTenantFilesResponse], error) {
 	contents := req.Msg.GetFiles()
-	if len(contents) > tenantapply.MaxFiles {
-		err := &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("%d tenant files", len(contents)),
-			Fields: []policy.FieldError{{Field: "files", Description: fmt.Sprintf("at most %d", tenantapply.MaxFiles)}}}
+	if err := tenantapply.CheckCount(len(contents)); err != nil {
 		return reply[sluicev1.ApplyTenantFilesResponse](ctx, s.server, nil, err)
 	}
 	files := make([]*tenantfile.File, len(contents))

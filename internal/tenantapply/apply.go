@@ -52,7 +52,7 @@ type Options struct {
 // do, errors included. A change the store refuses fails the apply whole,
 // the error naming it.
 func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
-	res, err := apply(ctx, store, who, []*tenantfile.File{f}, opt)
+	res, _, err := apply(ctx, store, who, []*tenantfile.File{f}, opt)
 	if err != nil {
 		return tenantfile.ApplyResult{}, err
 	}
@@ -69,12 +69,10 @@ const MaxFiles = 1000
 // its index (files[1]: its message prefixed, its fields nested under
 // files[1]). Options.IfVersion, which is of one tenant, is refused.
 func ApplyAll(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
-	switch {
-	case len(files) == 0:
-		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "no tenant file", Fields: []policy.FieldError{{Field: "files", Description: "at least one"}}}
-	case len(files) > MaxFiles:
-		return nil, &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("%d tenant files", len(files)), Fields: []policy.FieldError{{Field: "files", Description: fmt.Sprintf("at most %d", MaxFiles)}}}
-	case opt.IfVersion != 0:
+	if err := CheckCount(len(files)); err != nil {
+		return nil, err
+	}
+	if opt.IfVersion != 0 {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "if_version is of one tenant", Fields: []policy.FieldError{{Field: "if_version", Description: "only when applying one file"}}}
 	}
 	first := map[string]int{}
@@ -85,32 +83,47 @@ func ApplyAll(ctx context.Context, store *pgstore.Store, who Caller, files []*te
 		}
 		first[f.Tenant] = i
 	}
-	return apply(ctx, store, who, files, opt)
+	res, failed, err := apply(ctx, store, who, files, opt)
+	if err != nil && failed >= 0 {
+		err = policy.Within(err, fmt.Sprintf("files[%d]", failed), fmt.Sprintf("files[%d] (tenant %s)", failed, files[failed].Tenant))
+	}
+	return res, err
+}
+
+// CheckCount refuses a set of n files that ApplyAll would refuse for its
+// size alone, so that a caller need not read them first.
+func CheckCount(n int) error {
+	switch {
+	case n == 0:
+		return &policy.Error{Code: policy.CodeInvalid, Message: "no tenant file", Fields: []policy.FieldError{{Field: "files", Description: "at least one"}}}
+	case n > MaxFiles:
+		return &policy.Error{Code: policy.CodeInvalid, Message: fmt.Sprintf("%d tenant files", n), Fields: []policy.FieldError{{Field: "files", Description: fmt.Sprintf("at most %d", MaxFiles)}}}
+	}
+	return nil
 }
 
 // apply makes each tenant match its file in one transaction, the tenants
 // taken in the order of their slugs so that two applies locking the same
 // tenants cannot deadlock. It tries again once when a tenant's creation
-// lost a race with another's.
-func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
+// lost a race with another's. On an error, failed is the index of the file
+// it was met in (-1: none, the transaction's own).
+func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) (_ []tenantfile.ApplyResult, failed int, err error) {
 	order := make([]int, len(files))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(files[a].Tenant, files[b].Tenant) })
 	results := make([]tenantfile.ApplyResult, len(files))
-	var err error
 	for range 2 {
 		lost := false // a tenant's creation lost a race with another's
+		failed = -1
 		err = store.Atomically(ctx, !opt.DryRun, func(s *pgstore.Store) error {
 			for _, i := range order {
 				a := &applier{s: s, who: who, f: files[i], opt: opt}
 				err := a.apply(ctx)
 				results[i], lost = a.res, a.lost
 				if err != nil {
-					if len(files) > 1 {
-						err = policy.Within(err, fmt.Sprintf("files[%d]", i), fmt.Sprintf("files[%d] (tenant %s)", i, files[i].Tenant))
-					}
+					failed = i
 					return err
 				}
 			}
@@ -121,12 +134,12 @@ func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenan
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, failed, err
 	}
 	for i := range results {
 		results[i].DryRun = opt.DryRun
 	}
-	return results, nil
+	return results, -1, nil
 }
 
 type applier struct {

@@ -377,6 +377,12 @@ func TestApplyAllRefusals(t *testing.T) {
 	if pe, ok := errors.AsType[*policy.Error](err); !ok || pe.Code != policy.CodePermissionDenied || !strings.HasPrefix(pe.Message, "files[1] (tenant shop)") {
 		t.Fatalf("an admin key with another tenant's file: %v", err)
 	}
+	// A set of one file names it too.
+	_, err = ApplyAll(ctx, s, admin, []*tenantfile.File{shop}, Options{})
+	if pe, ok := errors.AsType[*policy.Error](err); !ok || pe.Code != policy.CodePermissionDenied || !strings.HasPrefix(pe.Message, "files[0] (tenant shop)") ||
+		len(pe.Fields) != 1 || pe.Fields[0].Field != "files[0].tenant" {
+		t.Fatalf("a set of one file of another tenant: %v", err)
+	}
 	if got, v := state(t, s, "other"); strings.Contains(got, "extra") || v != 1 {
 		t.Fatalf("the refused set changed the admin's own tenant (version %d):\n%s", v, got)
 	}
