@@ -50,7 +50,8 @@
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
 // at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
-// (see dataplane.TuneGC).
+// (see dataplane.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
+// machine the decider shares with Redis (docs/operations.md, "Scaling").
 package main
 
 import (

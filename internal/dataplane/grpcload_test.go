@@ -117,6 +117,9 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	b.ResetTimer()
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), grpcloadEnv+"=1")
+	if v := os.Getenv("SLUICE_LOADGEN_PROCS"); v != "" { // the generator's GOMAXPROCS, apart from the decider's
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+v)
+	}
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(spec), os.Stderr
 	out, err := cmd.Output()
 	b.StopTimer()
