@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,11 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click(`#nav button[data-view="operator"]`))
 	waitText("#tenants-table", "demo", nil)
 	waitText("#deciders-table", "demo: v", nil)
+	// At 1280px the operator's header (the sections, the tenant picker,
+	// the role and sign out) stays one row.
+	if h, _ := strconv.Atoi(eval(`String(Math.round(document.querySelector('header.top').getBoundingClientRect().height))`)); h > 70 {
+		t.Errorf("the operator's header is %dpx high at 1280px: it wraps", h)
+	}
 	shot("06-operator")
 	// A tenant into shadow mode and out again, as the table (reloaded from
 	// the API after each) shows.
