@@ -40,7 +40,8 @@ commands:
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
   tenants, tiers, rules, overrides, keys
-           list, create and delete (keys: revoke) through the control plane's API
+           list, create and delete (rules: update; keys: revoke) through the control plane's API;
+           "sluice rules" (or any of them) alone lists their commands, "sluice rules create -h" its flags
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
   reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
   bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |

@@ -64,154 +64,135 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
-  sluice tenants   list | get ID | create -slug S -name N [-default-tier T] | delete ID
+  sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | delete ID
   sluice tiers     list | create NAME | delete ID
-  sluice rules     list [-tier ID] | create -tier ID -name N -algorithm A -limit N -window D [flags] | delete ID
+  sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D | -block [-rule ID]) [-for D] | delete ID
-  sluice keys      list | create -kind admin|check [-name N] | revoke ID
+  sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
+a tier (-tier) is given by name or id; "sluice RESOURCE VERB -h" lists a command's flags
 `
 
-// runResource runs `sluice <resource> <verb> ...`.
-func runResource(ctx context.Context, resource string, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	switch resource {
-	case "check":
-		return runCheck(ctx, args, stdout, stderr, getenv)
-	case "reset":
-		return runReset(ctx, args, stdout, stderr, getenv)
-	}
-	if len(args) == 0 {
-		fmt.Fprint(stderr, resourceUsage)
-		return errUsage
-	}
-	verb := args[0]
-	fs := flag.NewFlagSet("sluice "+resource+" "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	s := &session{ctx: ctx, out: stdout, key: getenv("SLUICE_KEY")}
-	fs.StringVar(&s.server, "server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	fs.StringVar(&s.tenant, "tenant", "", "tenant id (required with the operator key)")
-	fs.BoolVar(&s.json, "json", false, "print JSON")
-	// Flags of the create verbs.
-	slug, name, defTier := fs.String("slug", "", "tenant slug"), fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
-	tier, algorithm := fs.String("tier", "", "tier id (rules), tier name (overrides)"), fs.String("algorithm", "token_bucket", "rule algorithm")
-	limit, burst := fs.Int64("limit", 0, "requests per window"), fs.Int64("burst", 0, "token bucket / GCRA capacity")
-	window := fs.Duration("window", 0, "window, e.g. 1m")
-	keyBy, match := fs.String("key-by", "client_id", "comma-separated descriptors keying the counter"), fs.String("match", "", "comma-separated key=value descriptors a request must carry")
-	shadow, disabled := fs.Bool("shadow", false, "rule, or tenant: report, never reject"), fs.Bool("disabled", false, "create disabled")
-	exact := fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins")
-	block := fs.Bool("block", false, "rule: reject every request it applies to, counting nothing (a blocklist entry); override: block the client (with -rule, on that rule only)")
-	replaces := fs.String("replaces", "", "rule: comma-separated names of rules this one replaces where it applies")
-	lasts := fs.Duration("for", 0, "override or key: expires after this long, e.g. 24h or 720h (0: never)")
-	syncEvery := fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)")
-	identifier, ruleID, kind := fs.String("identifier", "", "override: client id, or a prefix ending in *"), fs.String("rule", "", "override: rule id"), fs.String("kind", "check", "key kind: admin or check")
-	if err := fs.Parse(args[1:]); err != nil {
-		return errUsage
-	}
-	if s.key == "" {
-		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
-		return errUsage
-	}
-	arg := func() (string, error) {
-		if fs.NArg() != 1 {
-			fmt.Fprintf(stderr, "usage: sluice %s %s [flags] ID\n", resource, verb)
-			return "", errUsage
-		}
-		return fs.Arg(0), nil
-	}
-	c := http.DefaultClient
-	switch resource + " " + verb {
-	case "tenants list":
+// verb is one resource command: the argument it takes after its flags
+// ("" for none, else its name for the usage line) and its flags, defined
+// on the command's own flag set so that its -h lists them alone and a
+// flag of another command is refused. flags returns what runs once they
+// are parsed, given the session, the client and the argument.
+type verb struct {
+	arg   string
+	flags func(fs *flag.FlagSet) func(s *session, c *http.Client, arg string) error
+}
+
+// plain is a verb without flags of its own.
+func plain(arg string, run func(s *session, c *http.Client, arg string) error) verb {
+	return verb{arg, func(*flag.FlagSet) func(*session, *http.Client, string) error { return run }}
+}
+
+// verbNotes say more in a command's usage, where there is more to say.
+var verbNotes = map[string]string{
+	"rules update": "It changes what the flags given say and keeps the rest (the defaults below are create's);\na change someone made since the rule was read is overwritten.",
+}
+
+// verbs are the resource commands, by "resource verb".
+var verbs = map[string]verb{
+	"tenants list": plain("", func(s *session, c *http.Client, _ string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants, &sluicev1.ListTenantsRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
 			fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW")
 			for _, t := range r.Tenants {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow)
 			}
 		})
-	case "tenants get":
-		id, err := arg()
-		if err != nil {
-			return err
-		}
+	}),
+	"tenants get": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).GetTenant, &sluicev1.GetTenantRequest{TenantId: id}, func(w *tabwriter.Writer, r *sluicev1.GetTenantResponse) {
 			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, r.Tenant.Shadow, r.Tenant.ConfigVersion)
 		})
-	case "tenants create":
-		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier, Shadow: *shadow}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
-			fmt.Fprintf(w, "created tenant %s (%s)\n", r.Tenant.Slug, r.Tenant.Id)
-		})
-	case "tenants delete":
-		id, err := arg()
-		if err != nil {
-			return err
+	}),
+	"tenants create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		slug, name, defTier := fs.String("slug", "", "tenant slug (its Envoy domain)"), fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
+		shadow := fs.Bool("shadow", false, "shadow mode: the tenant's rules report, never reject")
+		return func(s *session, c *http.Client, _ string) error {
+			return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier, Shadow: *shadow}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
+				fmt.Fprintf(w, "created tenant %s (%s)\n", r.Tenant.Slug, r.Tenant.Id)
+			})
 		}
+	}},
+	"tenants delete": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: id}, func(w *tabwriter.Writer, _ *sluicev1.DeleteTenantResponse) {
 			fmt.Fprintf(w, "deleted tenant %s\n", id)
 		})
-	case "tiers list":
+	}),
+	"tiers list": plain("", func(s *session, c *http.Client, _ string) error {
 		return call(s, sluicev1connect.NewTierServiceClient(c, s.server).ListTiers, &sluicev1.ListTiersRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListTiersResponse) {
 			fmt.Fprintln(w, "ID\tNAME\tRULES")
 			for _, t := range r.Tiers {
 				fmt.Fprintf(w, "%s\t%s\t%d\n", t.Id, t.Name, len(t.Rules))
 			}
 		})
-	case "tiers create":
-		n, err := arg()
-		if err != nil {
-			return err
-		}
+	}),
+	"tiers create": plain("NAME", func(s *session, c *http.Client, n string) error {
 		return call(s, sluicev1connect.NewTierServiceClient(c, s.server).CreateTier, &sluicev1.CreateTierRequest{TenantId: s.tenant, Name: n}, func(w *tabwriter.Writer, r *sluicev1.CreateTierResponse) {
 			fmt.Fprintf(w, "created tier %s (%s), config version %d\n", r.Tier.Name, r.Tier.Id, r.ConfigVersion)
 		})
-	case "tiers delete":
-		id, err := arg()
-		if err != nil {
-			return err
-		}
+	}),
+	"tiers delete": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTierServiceClient(c, s.server).DeleteTier, &sluicev1.DeleteTierRequest{TenantId: s.tenant, TierId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteTierResponse) {
 			fmt.Fprintf(w, "deleted tier %s, config version %d\n", id, r.ConfigVersion)
 		})
-	case "rules list":
-		list := sluicev1connect.NewRuleServiceClient(c, s.server).ListRules
-		if *tier == "" {
-			list = everyTiersRules(sluicev1connect.NewTierServiceClient(c, s.server))
+	}),
+	"rules list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		tier := fs.String("tier", "", "only this tier's rules (name or id)")
+		return func(s *session, c *http.Client, _ string) error {
+			var tiers []string
+			return call(s, tiersRules(sluicev1connect.NewTierServiceClient(c, s.server), *tier, &tiers), &sluicev1.ListTiersRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListRulesResponse) {
+				fmt.Fprintln(w, "ID\tTIER\tNAME\tALGORITHM\tLIMIT\tWINDOW\tKEY BY\tMATCH\tFLAGS")
+				for i, x := range r.Rules {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.Id, tiers[i], x.Name, algorithmName(x.Params.GetAlgorithm()), x.Params.GetLimit(),
+						x.Params.GetWindow().AsDuration(), strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
+				}
+			})
 		}
-		return call(s, list, &sluicev1.ListRulesRequest{TenantId: s.tenant, TierId: *tier}, func(w *tabwriter.Writer, r *sluicev1.ListRulesResponse) {
-			fmt.Fprintln(w, "ID\tNAME\tALGORITHM\tLIMIT\tWINDOW\tKEY BY\tMATCH\tFLAGS")
-			for _, x := range r.Rules {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.Id, x.Name, algorithmName(x.Params.GetAlgorithm()), x.Params.GetLimit(),
-					x.Params.GetWindow().AsDuration(), strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
+	}},
+	"rules create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		tier := fs.String("tier", "", "the rule's tier (name or id)")
+		rf := defineRuleOpts(fs)
+		return func(s *session, c *http.Client, _ string) error {
+			tierID, err := tierIDOf(s, sluicev1connect.NewTierServiceClient(c, s.server), *tier)
+			if err != nil {
+				return err
 			}
-		})
-	case "rules create":
-		alg, ok := sluicev1.Algorithm_value["ALGORITHM_"+strings.ToUpper(*algorithm)]
-		if !ok {
-			fmt.Fprintf(stderr, "unknown algorithm %q: token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets or concurrency\n", *algorithm)
-			return errUsage
+			rule := &sluicev1.Rule{Enabled: true, KeyBy: []string{"client_id"}, Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET}}
+			if err := rf.apply(fs, rule); err != nil {
+				return err
+			}
+			return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).CreateRule, &sluicev1.CreateRuleRequest{TenantId: s.tenant, TierId: tierID, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.CreateRuleResponse) {
+				fmt.Fprintf(w, "created rule %s (%s), config version %d\n", r.Rule.Name, r.Rule.Id, r.ConfigVersion)
+			})
 		}
-		m, err := parsePairs(*match)
-		if err != nil {
-			fmt.Fprintln(stderr, err)
-			return errUsage
+	}},
+	"rules update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		rf := defineRuleOpts(fs)
+		return func(s *session, c *http.Client, id string) error {
+			rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), id)
+			if err != nil {
+				return err
+			}
+			if err := rf.apply(fs, rule); err != nil {
+				return err
+			}
+			return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).UpdateRule, &sluicev1.UpdateRuleRequest{TenantId: s.tenant, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.UpdateRuleResponse) {
+				fmt.Fprintf(w, "updated rule %s (%s), config version %d\n", rule.Name, rule.Id, r.ConfigVersion)
+			})
 		}
-		rule := &sluicev1.Rule{Name: *name, KeyBy: flagenv.List(*keyBy), Shadow: *shadow, Exact: *exact, Block: *block, Replaces: flagenv.List(*replaces), Enabled: !*disabled, Match: m,
-			Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(alg), Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}}
-		if *syncEvery != 0 {
-			rule.Sync = durationpb.New(*syncEvery)
-		}
-		return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).CreateRule, &sluicev1.CreateRuleRequest{TenantId: s.tenant, TierId: *tier, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.CreateRuleResponse) {
-			fmt.Fprintf(w, "created rule %s (%s), config version %d\n", r.Rule.Name, r.Rule.Id, r.ConfigVersion)
-		})
-	case "rules delete":
-		id, err := arg()
-		if err != nil {
-			return err
-		}
+	}},
+	"rules delete": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).DeleteRule, &sluicev1.DeleteRuleRequest{TenantId: s.tenant, RuleId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteRuleResponse) {
 			fmt.Fprintf(w, "deleted rule %s, config version %d\n", id, r.ConfigVersion)
 		})
-	case "overrides list":
+	}),
+	"overrides list": plain("", func(s *session, c *http.Client, _ string) error {
 		return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).ListOverrides, &sluicev1.ListOverridesRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
 			fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
 			for _, o := range r.Overrides {
@@ -222,27 +203,35 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), o.Params.GetWindow().AsDuration(), o.Block, expires)
 			}
 		})
-	case "overrides create":
-		o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
-		if *lasts > 0 {
-			o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+	}),
+	"overrides create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		identifier := fs.String("identifier", "", "the client id, or a prefix ending in *")
+		tier, ruleID := fs.String("tier", "", "move the client to this tier (name)"), fs.String("rule", "", "replace this rule's limit (rule id)")
+		block := fs.Bool("block", false, "block the client (with -rule, on that rule only)")
+		lasts := fs.Duration("for", 0, "expires after this long, e.g. 24h or 720h (0: never)")
+		pf := defineParamOpts(fs)
+		return func(s *session, c *http.Client, _ string) error {
+			o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
+			if *lasts > 0 {
+				o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+			}
+			if *ruleID != "" && !*block {
+				o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET}
+				if err := pf.apply(fs, o.Params); err != nil {
+					return err
+				}
+			}
+			return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.CreateOverrideResponse) {
+				fmt.Fprintf(w, "created override %s for %s, config version %d\n", r.Override.Id, r.Override.Identifier, r.ConfigVersion)
+			})
 		}
-		if *ruleID != "" && !*block {
-			o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(sluicev1.Algorithm_value["ALGORITHM_"+strings.ToUpper(*algorithm)]),
-				Limit: *limit, Burst: *burst, Window: durationpb.New(*window)}
-		}
-		return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.CreateOverrideResponse) {
-			fmt.Fprintf(w, "created override %s for %s, config version %d\n", r.Override.Id, r.Override.Identifier, r.ConfigVersion)
-		})
-	case "overrides delete":
-		id, err := arg()
-		if err != nil {
-			return err
-		}
+	}},
+	"overrides delete": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).DeleteOverride, &sluicev1.DeleteOverrideRequest{TenantId: s.tenant, OverrideId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteOverrideResponse) {
 			fmt.Fprintf(w, "deleted override %s, config version %d\n", id, r.ConfigVersion)
 		})
-	case "keys list":
+	}),
+	"keys list": plain("", func(s *session, c *http.Client, _ string) error {
 		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).ListKeys, &sluicev1.ListKeysRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListKeysResponse) {
 			fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED\tEXPIRES")
 			for _, k := range r.Keys {
@@ -250,33 +239,240 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 					when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), when(k.ExpiresAt.IsValid(), k.ExpiresAt.AsTime()))
 			}
 		})
-	case "keys create":
-		kv, ok := sluicev1.KeyKind_value["KEY_KIND_"+strings.ToUpper(*kind)]
-		if !ok {
-			fmt.Fprintf(stderr, "unknown key kind %q: admin or check\n", *kind)
-			return errUsage
-		}
-		req := &sluicev1.CreateKeyRequest{TenantId: s.tenant, Kind: sluicev1.KeyKind(kv), Name: *name}
-		if *lasts > 0 {
-			req.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
-		}
-		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).CreateKey, req, func(w *tabwriter.Writer, r *sluicev1.CreateKeyResponse) {
-			fmt.Fprintf(w, "created %s key %s\nsecret\t%s\t(shown once: store it now)\n", *kind, r.Key.Id, r.Secret)
-			if r.Key.ExpiresAt.IsValid() {
-				fmt.Fprintf(w, "expires\t%s\n", r.Key.ExpiresAt.AsTime().Format(time.RFC3339))
+	}),
+	"keys create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		kind, name := fs.String("kind", "check", "admin (the control plane) or check (the data plane)"), fs.String("name", "", "a name to tell the key by")
+		lasts := fs.Duration("for", 0, "expires after this long, e.g. 720h (0: never)")
+		return func(s *session, c *http.Client, _ string) error {
+			kv, err := enumFlag(sluicev1.KeyKind_value, "KEY_KIND_", fs.Lookup("kind"))
+			if err != nil {
+				return err
 			}
-		})
-	case "keys revoke":
-		id, err := arg()
-		if err != nil {
-			return err
+			req := &sluicev1.CreateKeyRequest{TenantId: s.tenant, Kind: sluicev1.KeyKind(kv), Name: *name}
+			if *lasts > 0 {
+				req.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+			}
+			return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).CreateKey, req, func(w *tabwriter.Writer, r *sluicev1.CreateKeyResponse) {
+				fmt.Fprintf(w, "created %s key %s\nsecret\t%s\t(shown once: store it now)\n", *kind, r.Key.Id, r.Secret)
+				if r.Key.ExpiresAt.IsValid() {
+					fmt.Fprintf(w, "expires\t%s\n", r.Key.ExpiresAt.AsTime().Format(time.RFC3339))
+				}
+			})
 		}
+	}},
+	"keys revoke": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: s.tenant, KeyId: id}, func(w *tabwriter.Writer, _ *sluicev1.RevokeKeyResponse) {
 			fmt.Fprintf(w, "revoked key %s\n", id)
 		})
+	}),
+}
+
+// usageError is a mistake in a command's arguments found after parsing
+// them (an unknown algorithm, a malformed match): exit code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string      { return e.msg }
+func (usageError) Is(target error) bool { return target == errUsage }
+
+func usageErrorf(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// runResource runs `sluice <resource> <verb> ...`.
+func runResource(ctx context.Context, resource string, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	switch resource {
+	case "check":
+		return runCheck(ctx, args, stdout, stderr, getenv)
+	case "reset":
+		return runReset(ctx, args, stdout, stderr, getenv)
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n%s", resource+" "+verb, resourceUsage)
-	return errUsage
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(stdout, resourceUsage)
+		return nil
+	}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, resourceUsage)
+		return errUsage
+	}
+	v, ok := verbs[resource+" "+args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "unknown command %q\n%s", resource+" "+args[0], resourceUsage)
+		return errUsage
+	}
+	name := "sluice " + resource + " " + args[0]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), strings.TrimSpace("usage: "+name+" [flags] "+v.arg))
+		if n := verbNotes[resource+" "+args[0]]; n != "" {
+			fmt.Fprintln(fs.Output(), n)
+		}
+		fs.PrintDefaults()
+	}
+	s := &session{ctx: ctx, out: stdout, key: getenv("SLUICE_KEY")}
+	fs.StringVar(&s.server, "server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	fs.StringVar(&s.tenant, "tenant", "", "tenant id (required with the operator key)")
+	fs.BoolVar(&s.json, "json", false, "print JSON")
+	run := v.flags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	if want := map[bool]int{true: 0, false: 1}[v.arg == ""]; fs.NArg() != want {
+		fs.Usage()
+		return errUsage
+	}
+	if s.key == "" {
+		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
+		return errUsage
+	}
+	err := run(s, http.DefaultClient, fs.Arg(0))
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, ue.msg)
+	}
+	return err
+}
+
+// ruleOpts are the flags that make or change a rule: rules create and
+// rules update define them all; apply sets on a rule those given on the
+// command line (create starts from a token bucket keyed by client_id,
+// enabled; update from the rule as it stands).
+type ruleOpts struct {
+	params                                paramOpts
+	name, keyBy, match, replaces, failure *string
+	shadow, enabled, exact, block         *bool
+	sync                                  *time.Duration
+}
+
+func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
+	return ruleOpts{
+		params:   defineParamOpts(fs),
+		name:     fs.String("name", "", "the rule's name, unique in its tier"),
+		keyBy:    fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
+		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any, prefix* for a prefix)"),
+		replaces: fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
+		failure:  fs.String("failure-mode", "open", "when Redis is unreachable: open (allow), closed (reject) or local (count on each decider)"),
+		shadow:   fs.Bool("shadow", false, "report, never reject"),
+		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
+		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
+		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
+		sync:     fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
+	}
+}
+
+// apply sets on r what the command line gives.
+func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
+	if r.Params == nil {
+		r.Params = &sluicev1.LimitParams{}
+	}
+	if err := f.params.apply(fs, r.Params); err != nil {
+		return err
+	}
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "name":
+			r.Name = *f.name
+		case "key-by":
+			r.KeyBy = flagenv.List(*f.keyBy)
+		case "match":
+			var m []*sluicev1.Match
+			if m, err = parsePairs(*f.match); err == nil {
+				r.Match = m
+			}
+		case "replaces":
+			r.Replaces = flagenv.List(*f.replaces)
+		case "failure-mode":
+			var v int32
+			v, err = enumFlag(sluicev1.FailureMode_value, "FAILURE_MODE_", fs.Lookup("failure-mode"))
+			r.FailureMode = sluicev1.FailureMode(v)
+		case "shadow":
+			r.Shadow = *f.shadow
+		case "enabled":
+			r.Enabled = *f.enabled
+		case "exact":
+			r.Exact = *f.exact
+		case "block":
+			r.Block = *f.block
+		case "sync":
+			r.Sync = nil
+			if *f.sync != 0 {
+				r.Sync = durationpb.New(*f.sync)
+			}
+		}
+	})
+	return err
+}
+
+// enumFlag is the value of the protobuf enum (its names and their
+// prefix) that fl names in lower case, or a usage error quoting fl's
+// usage, which lists the choices.
+func enumFlag(names map[string]int32, prefix string, fl *flag.Flag) (int32, error) {
+	v, ok := names[prefix+strings.ToUpper(fl.Value.String())]
+	if !ok {
+		return 0, usageErrorf("-%s %q: %s", fl.Name, fl.Value.String(), fl.Usage)
+	}
+	return v, nil
+}
+
+// paramOpts are the flags of an algorithm and its parameters, for rules
+// and for overrides that replace a rule's limit.
+type paramOpts struct {
+	algorithm                                       *string
+	limit, burst                                    *int64
+	window, warmUp, maxDelay, granularity, leaseTTL *time.Duration
+	coldFactor                                      *float64
+}
+
+func defineParamOpts(fs *flag.FlagSet) paramOpts {
+	return paramOpts{
+		algorithm:   fs.String("algorithm", "token_bucket", "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets or concurrency"),
+		limit:       fs.Int64("limit", 0, "requests per window"),
+		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
+		window:      fs.Duration("window", 0, "window, e.g. 1m"),
+		warmUp:      fs.Duration("warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
+		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
+		maxDelay:    fs.Duration("max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
+		granularity: fs.Duration("granularity", 0, "sliding buckets: the width of a bucket"),
+		leaseTTL:    fs.Duration("lease-ttl", 0, "concurrency: how long a lease lasts unless released"),
+	}
+}
+
+// apply sets on p what the command line gives.
+func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
+	dur := func(d time.Duration) *durationpb.Duration {
+		if d == 0 {
+			return nil
+		}
+		return durationpb.New(d)
+	}
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "algorithm":
+			var v int32
+			v, err = enumFlag(sluicev1.Algorithm_value, "ALGORITHM_", fs.Lookup("algorithm"))
+			p.Algorithm = sluicev1.Algorithm(v)
+		case "limit":
+			p.Limit = *f.limit
+		case "burst":
+			p.Burst = *f.burst
+		case "window":
+			p.Window = durationpb.New(*f.window)
+		case "warm-up":
+			p.WarmUp = dur(*f.warmUp)
+		case "cold-factor":
+			p.ColdFactor = *f.coldFactor
+		case "max-delay":
+			p.MaxDelay = dur(*f.maxDelay)
+		case "granularity":
+			p.Granularity = dur(*f.granularity)
+		case "lease-ttl":
+			p.LeaseTtl = dur(*f.leaseTTL)
+		}
+	})
+	return err
 }
 
 // runCheck asks a decider for a decision: exit 0 when allowed, 4 when
@@ -373,22 +569,77 @@ func algorithmName(a sluicev1.Algorithm) string {
 	return strings.ToLower(strings.TrimPrefix(a.String(), "ALGORITHM_"))
 }
 
-// everyTiersRules lists the rules of all the tenant's tiers, in the tiers'
-// order, for "rules list" without -tier.
-func everyTiersRules(tiers sluicev1connect.TierServiceClient) func(context.Context, *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
-	return func(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
-		treq := connect.NewRequest(&sluicev1.ListTiersRequest{TenantId: req.Msg.TenantId})
-		treq.Header().Set("Authorization", req.Header().Get("Authorization"))
-		res, err := tiers.ListTiers(ctx, treq)
+// listTiers is the tenant's tiers with their rules, for the commands
+// that look a tier or a rule up.
+func listTiers(s *session, tiers sluicev1connect.TierServiceClient) (*sluicev1.ListTiersResponse, error) {
+	req := connect.NewRequest(&sluicev1.ListTiersRequest{TenantId: s.tenant})
+	req.Header().Set("Authorization", "Bearer "+s.key)
+	res, err := tiers.ListTiers(s.ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
+// tiersRules lists the rules of the tenant's tiers in the tiers' order,
+// or of the one tier only names (by name or id), appending each rule's
+// tier name to names.
+func tiersRules(tiers sluicev1connect.TierServiceClient, only string, names *[]string) func(context.Context, *connect.Request[sluicev1.ListTiersRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
+	return func(ctx context.Context, req *connect.Request[sluicev1.ListTiersRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
+		res, err := tiers.ListTiers(ctx, req)
 		if err != nil {
 			return nil, err
 		}
 		out := &sluicev1.ListRulesResponse{}
+		found := false
 		for _, t := range res.Msg.Tiers {
+			if only != "" && only != t.Name && only != t.Id {
+				continue
+			}
+			found = true
 			out.Rules = append(out.Rules, t.Rules...)
+			for range t.Rules {
+				*names = append(*names, t.Name)
+			}
+		}
+		if !found && only != "" {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", only))
 		}
 		return connect.NewResponse(out), nil
 	}
+}
+
+// tierIDOf is the id of the tier v names, by name or id.
+func tierIDOf(s *session, tiers sluicev1connect.TierServiceClient, v string) (string, error) {
+	if v == "" {
+		return "", usageErrorf("-tier: the rule's tier, by name or id")
+	}
+	res, err := listTiers(s, tiers)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range res.Tiers {
+		if v == t.Name || v == t.Id {
+			return t.Id, nil
+		}
+	}
+	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", v))
+}
+
+// ruleByID is the rule of that id, as it stands.
+func ruleByID(s *session, tiers sluicev1connect.TierServiceClient, id string) (*sluicev1.Rule, error) {
+	res, err := listTiers(s, tiers)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range res.Tiers {
+		for _, r := range t.Rules {
+			if r.Id == id {
+				return r, nil
+			}
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", id))
 }
 
 func matchText(m []*sluicev1.Match) string {
@@ -418,6 +669,9 @@ func ruleFlags(r *sluicev1.Rule) string {
 	}
 	if r.Sync != nil {
 		f = append(f, "sync "+r.Sync.AsDuration().String())
+	}
+	if m := r.FailureMode; m != sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED && m != sluicev1.FailureMode_FAILURE_MODE_OPEN {
+		f = append(f, "fails "+strings.ToLower(strings.TrimPrefix(m.String(), "FAILURE_MODE_")))
 	}
 	return strings.Join(f, ",")
 }

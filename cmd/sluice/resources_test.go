@@ -58,9 +58,67 @@ func TestCLIAgainstDev(t *testing.T) {
 		!strings.Contains(out, "replaces burst") {
 		t.Fatalf("rules list: %v\n%s", err, out)
 	}
-	// Without -tier: every tier's rules (the free tier's login, pro's burst).
-	if out, err = sluice("rules", "list"); err != nil || !strings.Contains(out, "burst") || !strings.Contains(out, "login") {
+	// Without -tier: every tier's rules (the free tier's login, pro's
+	// burst), each with its tier's name.
+	if out, err = sluice("rules", "list"); err != nil || !regexp.MustCompile(`(?m)\sfree\s+login\s`).MatchString(out) || !regexp.MustCompile(`(?m)\spro\s+burst\s`).MatchString(out) {
 		t.Fatalf("rules list of every tier: %v\n%s", err, out)
+	}
+	// A tier by name; the parameters of other algorithms; a failure mode.
+	out, err = sluice("rules", "create", "-tier", "pro", "-name", "ramp", "-limit", "50", "-window", "1s", "-warm-up", "30s", "-cold-factor", "4", "-failure-mode", "closed", "-enabled=false")
+	if err != nil || !strings.Contains(out, "created rule ramp") {
+		t.Fatalf("rules create -tier NAME: %v\n%s", err, out)
+	}
+	var listed struct{ Rules []listedRule }
+	ruleNamed := func(name string) (r listedRule) {
+		t.Helper()
+		listed.Rules = nil
+		out, err := sluice("rules", "list", "-tier", "pro", "-json")
+		if err != nil || json.Unmarshal([]byte(out), &listed) != nil {
+			t.Fatalf("rules list -json: %v\n%s", err, out)
+		}
+		for _, r := range listed.Rules {
+			if r.Name == name {
+				return r
+			}
+		}
+		t.Fatalf("no rule %s in %s", name, out)
+		return r
+	}
+	ramp := ruleNamed("ramp")
+	if ramp.FailureMode != "FAILURE_MODE_CLOSED" || ramp.Enabled || ramp.Params.WarmUp != "30s" || ramp.Params.ColdFactor != 4 || ramp.Params.Limit != "50" {
+		t.Fatalf("created %+v", ramp)
+	}
+	// An update changes what its flags say and nothing else.
+	if out, err = sluice("rules", "update", "-enabled", "-shadow", "-limit", "60", ramp.ID); err != nil || !strings.Contains(out, "updated rule ramp") {
+		t.Fatalf("rules update: %v\n%s", err, out)
+	}
+	if got := ruleNamed("ramp"); !got.Enabled || !got.Shadow || got.Params.Limit != "60" || got.FailureMode != "FAILURE_MODE_CLOSED" ||
+		got.Params.WarmUp != "30s" || got.Params.ColdFactor != 4 || got.Params.Algorithm != "ALGORITHM_TOKEN_BUCKET" {
+		t.Fatalf("updated %+v", got)
+	}
+	if _, err = sluice("rules", "update", "-limit", "0", ramp.ID); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("an invalid update: %v", err)
+	}
+	if _, err = sluice("rules", "update", "-limit", "5", "no-such-rule"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("an update of no rule: %v", err)
+	}
+	if out, err = sluice("rules", "delete", ramp.ID); err != nil {
+		t.Fatalf("rules delete: %v\n%s", err, out)
+	}
+	// Each command takes its own flags only, and says which with -h.
+	for _, args := range [][]string{{"keys", "create", "-limit", "5"}, {"rules", "create", "-tier", "pro", "-kind", "admin"},
+		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-failure-mode", "sideways"},
+		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-algorithm", "magic"},
+		{"rules", "delete"}, {"tiers", "list", "extra"}} {
+		if out, err := sluice(args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error\n%s", args, err, out)
+		}
+	}
+	if _, err = sluice("rules", "create", "-tier", "no-such-tier", "-name", "x", "-limit", "1", "-window", "1s"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a rule in no tier: %v", err)
+	}
+	if out, err = sluice("rules", "update", "-h"); err != nil || !strings.Contains(out, "-failure-mode") || strings.Contains(out, "-kind") || !strings.Contains(out, "keeps the rest") {
+		t.Errorf("rules update -h: %v\n%s", err, out)
 	}
 
 	var key struct{ Secret string }
@@ -143,6 +201,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	if _, err := sluice("rules", "frobnicate"); !errors.Is(err, errUsage) {
 		t.Fatalf("unknown verb: %v", err)
+	}
+}
+
+// listedRule is what the tests read of a rule in `rules list -json`.
+type listedRule struct {
+	ID, Name, FailureMode string
+	Enabled, Shadow       bool
+	Params                struct {
+		Algorithm, Limit, WarmUp string
+		ColdFactor               float64
 	}
 }
 
