@@ -1,0 +1,153 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/flagenv"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+)
+
+// ruleOpts are the flags that make or change a rule: rules create and
+// rules update define them all; apply sets on a rule those given on the
+// command line (create starts from a token bucket keyed by client_id,
+// enabled; update from the rule as it stands).
+type ruleOpts struct {
+	params                                paramOpts
+	name, keyBy, match, replaces, failure *string
+	shadow, enabled, exact, block         *bool
+	sync                                  *time.Duration
+}
+
+func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
+	return ruleOpts{
+		params:   defineParamOpts(fs),
+		name:     fs.String("name", "", "the rule's name, unique in its tier"),
+		keyBy:    fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
+		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any, prefix* for a prefix)"),
+		replaces: fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
+		failure:  fs.String("failure-mode", "open", "when Redis is unreachable: open (allow), closed (reject) or local (count on each decider)"),
+		shadow:   fs.Bool("shadow", false, "report, never reject"),
+		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
+		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
+		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
+		sync:     fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
+	}
+}
+
+// apply sets on r what the command line gives.
+func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
+	if r.Params == nil {
+		r.Params = &sluicev1.LimitParams{}
+	}
+	if err := f.params.apply(fs, r.Params); err != nil {
+		return err
+	}
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "name":
+			r.Name = *f.name
+		case "key-by":
+			r.KeyBy = flagenv.List(*f.keyBy)
+		case "match":
+			var m []*sluicev1.Match
+			if m, err = parsePairs(*f.match); err == nil {
+				r.Match = m
+			}
+		case "replaces":
+			r.Replaces = flagenv.List(*f.replaces)
+		case "failure-mode":
+			var v int32
+			v, err = enumFlag(sluicev1.FailureMode_value, "FAILURE_MODE_", fs.Lookup("failure-mode"))
+			r.FailureMode = sluicev1.FailureMode(v)
+		case "shadow":
+			r.Shadow = *f.shadow
+		case "enabled":
+			r.Enabled = *f.enabled
+		case "exact":
+			r.Exact = *f.exact
+		case "block":
+			r.Block = *f.block
+		case "sync":
+			r.Sync = nil
+			if *f.sync != 0 {
+				r.Sync = durationpb.New(*f.sync)
+			}
+		}
+	})
+	return err
+}
+
+// enumFlag is the value of the protobuf enum (its names and their
+// prefix) that fl names in lower case, or a usage error quoting fl's
+// usage, which lists the choices.
+func enumFlag(names map[string]int32, prefix string, fl *flag.Flag) (int32, error) {
+	v, ok := names[prefix+strings.ToUpper(fl.Value.String())]
+	if !ok {
+		return 0, usageErrorf("-%s %q: %s", fl.Name, fl.Value.String(), fl.Usage)
+	}
+	return v, nil
+}
+
+// paramOpts are the flags of an algorithm and its parameters, for rules
+// and for overrides that replace a rule's limit.
+type paramOpts struct {
+	algorithm                                       *string
+	limit, burst                                    *int64
+	window, warmUp, maxDelay, granularity, leaseTTL *time.Duration
+	coldFactor                                      *float64
+}
+
+func defineParamOpts(fs *flag.FlagSet) paramOpts {
+	return paramOpts{
+		algorithm:   fs.String("algorithm", "token_bucket", "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets or concurrency"),
+		limit:       fs.Int64("limit", 0, "requests per window"),
+		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
+		window:      fs.Duration("window", 0, "window, e.g. 1m"),
+		warmUp:      fs.Duration("warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
+		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
+		maxDelay:    fs.Duration("max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
+		granularity: fs.Duration("granularity", 0, "sliding buckets: the width of a bucket"),
+		leaseTTL:    fs.Duration("lease-ttl", 0, "concurrency: how long a lease lasts unless released"),
+	}
+}
+
+// apply sets on p what the command line gives.
+func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
+	dur := func(d time.Duration) *durationpb.Duration {
+		if d == 0 {
+			return nil
+		}
+		return durationpb.New(d)
+	}
+	var err error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "algorithm":
+			var v int32
+			v, err = enumFlag(sluicev1.Algorithm_value, "ALGORITHM_", fs.Lookup("algorithm"))
+			p.Algorithm = sluicev1.Algorithm(v)
+		case "limit":
+			p.Limit = *f.limit
+		case "burst":
+			p.Burst = *f.burst
+		case "window":
+			p.Window = durationpb.New(*f.window)
+		case "warm-up":
+			p.WarmUp = dur(*f.warmUp)
+		case "cold-factor":
+			p.ColdFactor = *f.coldFactor
+		case "max-delay":
+			p.MaxDelay = dur(*f.maxDelay)
+		case "granularity":
+			p.Granularity = dur(*f.granularity)
+		case "lease-ttl":
+			p.LeaseTtl = dur(*f.leaseTTL)
+		}
+	})
+	return err
+}
