@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -68,6 +71,8 @@ const resourceUsage = `usage:
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D | -block [-rule ID]) [-for D] | delete ID
   sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
+  sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
+  sluice deciders  list                                 (operator: the config version each decider enforces)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
@@ -259,6 +264,34 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
+	"audit list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		limit := fs.Int("limit", 20, "at most this many entries, newest first (at most 1000)")
+		before := fs.Int64("before", 0, "entries older than this id (paging: the last id shown)")
+		return func(s *session, c *http.Client, _ string) error {
+			req := &sluicev1.ListAuditRequest{TenantId: s.tenant, Limit: int32(min(max(*limit, 1), 1000)), BeforeId: *before}
+			return call(s, sluicev1connect.NewAuditServiceClient(c, s.server).ListAudit, req, func(w *tabwriter.Writer, r *sluicev1.ListAuditResponse) {
+				fmt.Fprintln(w, "ID\tAT\tACTOR\tACTION\tRESOURCE\tVERSION")
+				for _, e := range r.Entries {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s %s\t%d\n", e.Id, when(e.At.IsValid(), e.At.AsTime()), e.Actor, e.Action, e.Resource, e.ResourceId, e.ConfigVersion)
+				}
+			})
+		}
+	}},
+	"deciders list": plain("", func(s *session, c *http.Client, _ string) error {
+		slugs := tenantSlugs(s, sluicev1connect.NewTenantServiceClient(c, s.server))
+		return call(s, sluicev1connect.NewDeciderServiceClient(c, s.server).ListDeciders, &sluicev1.ListDecidersRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListDecidersResponse) {
+			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION")
+			for _, d := range r.Deciders {
+				synced := when(d.LastSyncedAt.IsValid(), d.LastSyncedAt.AsTime())
+				if len(d.ConfigVersions) == 0 {
+					fmt.Fprintf(w, "%s\t%s\t-\t-\n", d.Name, synced)
+				}
+				for _, id := range slices.Sorted(maps.Keys(d.ConfigVersions)) {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", d.Name, synced, cmp.Or(slugs[id], id), d.ConfigVersions[id])
+				}
+			}
+		})
+	}),
 	"keys revoke": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: s.tenant, KeyId: id}, func(w *tabwriter.Writer, _ *sluicev1.RevokeKeyResponse) {
 			fmt.Fprintf(w, "revoked key %s\n", id)
@@ -425,6 +458,22 @@ func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string
 
 func algorithmName(a sluicev1.Algorithm) string {
 	return strings.ToLower(strings.TrimPrefix(a.String(), "ALGORITHM_"))
+}
+
+// tenantSlugs maps the tenants' ids to their slugs, for the operator's
+// listings; empty when the key may not list tenants (ids are shown then).
+func tenantSlugs(s *session, tenants sluicev1connect.TenantServiceClient) map[string]string {
+	req := connect.NewRequest(&sluicev1.ListTenantsRequest{})
+	req.Header().Set("Authorization", "Bearer "+s.key)
+	res, err := tenants.ListTenants(s.ctx, req)
+	if err != nil {
+		return nil
+	}
+	slugs := make(map[string]string, len(res.Msg.Tenants))
+	for _, t := range res.Msg.Tenants {
+		slugs[t.Id] = t.Slug
+	}
+	return slugs
 }
 
 // listTiers is the tenant's tiers with their rules, for the commands

@@ -105,6 +105,11 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err = sluice("rules", "delete", ramp.ID); err != nil {
 		t.Fatalf("rules delete: %v\n%s", err, out)
 	}
+	// The audit log has the rule's three changes, newest first.
+	out, err = sluice("audit", "list", "-limit", "3")
+	if err != nil || len(regexp.MustCompile(`(?m)^\d+\s.*`+ramp.ID).FindAllString(out, -1)) != 3 || strings.Index(out, "delete") > strings.Index(out, "create") {
+		t.Fatalf("audit list: %v\n%s", err, out)
+	}
 	// Each command takes its own flags only, and says which with -h.
 	for _, args := range [][]string{{"keys", "create", "-limit", "5"}, {"rules", "create", "-tier", "pro", "-kind", "admin"},
 		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-failure-mode", "sideways"},
@@ -193,6 +198,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	if out, err := sluice("check", "-peek", "-tier", "pro", "-cost", "2", "client_id=cli-user", "route=/cli"); err != nil || !strings.Contains(out, "allowed") {
 		t.Fatalf("check -peek after the reset: %v\n%s", err, out)
+	}
+
+	// The deciders, for the operator: the dev decider enforces the demo
+	// tenant's config.
+	if _, err := sluice("deciders", "list"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("deciders list with an admin key: %v", err)
+	}
+	env["SLUICE_KEY"] = regexp.MustCompile(`operator key\s+(\S+)`).FindStringSubmatch(banner)[1]
+	if out, err := sluice("deciders", "list"); err != nil || !regexp.MustCompile(`(?m)^dev\s+\S+\s+demo\s+\d+`).MatchString(out) {
+		t.Fatalf("deciders list: %v\n%s", err, out)
 	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"
