@@ -66,7 +66,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
-  sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | delete ID
+  sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D | -block [-rule ID]) [-for D] | delete ID
@@ -96,6 +96,7 @@ func plain(arg string, run func(s *session, c *http.Client, arg string) error) v
 
 // verbNotes say more in a command's usage, where there is more to say.
 var verbNotes = map[string]string{
+	"tenants update": "It changes what the flags given say and keeps the rest.",
 	"rules update": "It changes what the flags given say and keeps the rest (the defaults below are create's);\na change someone made since the rule was read is overwritten.",
 }
 
@@ -120,6 +121,41 @@ var verbs = map[string]verb{
 		return func(s *session, c *http.Client, _ string) error {
 			return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier, Shadow: *shadow}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
 				fmt.Fprintf(w, "created tenant %s (%s)\n", r.Tenant.Slug, r.Tenant.Id)
+			})
+		}
+	}},
+	"tenants update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		name, defTier := fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
+		shadow := fs.Bool("shadow", false, "shadow mode: the tenant's rules report, never reject")
+		fs.String("status", "active", "active, or suspended: every check of the tenant refused")
+		return func(s *session, c *http.Client, id string) error {
+			tenants := sluicev1connect.NewTenantServiceClient(c, s.server)
+			req := connect.NewRequest(&sluicev1.GetTenantRequest{TenantId: id})
+			req.Header().Set("Authorization", "Bearer "+s.key)
+			res, err := tenants.GetTenant(s.ctx, req)
+			if err != nil {
+				return err
+			}
+			t := res.Msg.Tenant
+			fs.Visit(func(fl *flag.Flag) {
+				switch fl.Name {
+				case "name":
+					t.Name = *name
+				case "default-tier":
+					t.DefaultTier = *defTier
+				case "shadow":
+					t.Shadow = *shadow
+				case "status":
+					var v int32
+					v, err = enumFlag(sluicev1.TenantStatus_value, "TENANT_STATUS_", fl)
+					t.Status = sluicev1.TenantStatus(v)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			return call(s, tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: t}, func(w *tabwriter.Writer, r *sluicev1.UpdateTenantResponse) {
+				fmt.Fprintf(w, "updated tenant %s (%s), config version %d\n", t.Slug, t.Id, r.ConfigVersion)
 			})
 		}
 	}},

@@ -209,6 +209,41 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("deciders", "list"); err != nil || !regexp.MustCompile(`(?m)^dev\s+\S+\s+demo\s+\d+`).MatchString(out) {
 		t.Fatalf("deciders list: %v\n%s", err, out)
 	}
+	// The operator suspends the tenant: its checks are refused until it is
+	// active again; only the flags given change.
+	var tenants struct{ Tenants []struct{ ID, Slug, Name string } }
+	if out, err := sluice("tenants", "list", "-json"); err != nil || json.Unmarshal([]byte(out), &tenants) != nil || len(tenants.Tenants) == 0 {
+		t.Fatalf("tenants list: %v\n%s", err, out)
+	}
+	demo := tenants.Tenants[0]
+	if _, err := sluice("tenants", "update", "-status", "asleep", demo.ID); !errors.Is(err, errUsage) {
+		t.Fatalf("a status that is not one: %v", err)
+	}
+	checkUntil := func(want connect.Code) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := sluice("check", "-peek", "client_id=suspense")
+			if connect.CodeOf(err) == want || (want == 0 && err == nil) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("check: %v, want code %v", err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if out, err := sluice("tenants", "update", "-status", "suspended", demo.ID); err != nil || !strings.Contains(out, "updated tenant demo") {
+		t.Fatalf("tenants update -status suspended: %v\n%s", err, out)
+	}
+	checkUntil(connect.CodePermissionDenied)
+	if out, err := sluice("tenants", "update", "-status", "active", demo.ID); err != nil {
+		t.Fatalf("tenants update -status active: %v\n%s", err, out)
+	}
+	checkUntil(0)
+	if out, err := sluice("tenants", "get", demo.ID); err != nil || !strings.Contains(out, demo.Name) {
+		t.Fatalf("the name changed: %v\n%s", err, out)
+	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"
 	if _, err := sluice("keys", "list"); connect.CodeOf(err) != connect.CodeUnauthenticated {
