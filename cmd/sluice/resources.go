@@ -97,7 +97,7 @@ func plain(arg string, run func(s *session, c *http.Client, arg string) error) v
 // verbNotes say more in a command's usage, where there is more to say.
 var verbNotes = map[string]string{
 	"tenants update": "It changes what the flags given say and keeps the rest.",
-	"rules update": "It changes what the flags given say and keeps the rest (the defaults below are create's);\na change someone made since the rule was read is overwritten.",
+	"rules update":   "It changes what the flags given say and keeps the rest (the defaults below are create's);\na change someone made since the rule was read is overwritten.",
 }
 
 // verbs are the resource commands, by "resource verb".

@@ -211,7 +211,9 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	// The operator suspends the tenant: its checks are refused until it is
 	// active again; only the flags given change.
-	var tenants struct{ Tenants []struct{ ID, Slug, Name string } }
+	var tenants struct {
+		Tenants []struct{ ID, Slug, Name string }
+	}
 	if out, err := sluice("tenants", "list", "-json"); err != nil || json.Unmarshal([]byte(out), &tenants) != nil || len(tenants.Tenants) == 0 {
 		t.Fatalf("tenants list: %v\n%s", err, out)
 	}
