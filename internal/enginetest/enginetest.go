@@ -36,7 +36,8 @@ func (l Local) ReleaseAt(_ context.Context, key string, lim *limit.Limiter, now,
 }
 
 // Params are the rule parameters the scenarios use: every algorithm, and
-// the edges (warm-up, a queue without delay, very long windows, big limits).
+// the edges (warm-up, a queue without delay, very long windows, big limits,
+// calendar windows).
 func Params() []policy.Params {
 	ms := time.Millisecond
 	return []policy.Params{
@@ -56,6 +57,9 @@ func Params() []policy.Params {
 		{Algorithm: policy.SlidingBuckets, Limit: 5, Window: time.Second, Granularity: 100 * ms},
 		{Algorithm: policy.SlidingBuckets, Limit: 9, Window: 3 * time.Second, Granularity: 1500 * ms},
 		{Algorithm: policy.Concurrency, Limit: 3, LeaseTTL: 2 * time.Second},
+		{Algorithm: policy.FixedWindow, Limit: 5, Calendar: policy.CalendarWeek},
+		{Algorithm: policy.FixedWindow, Limit: 4, Calendar: policy.CalendarMonth},
+		{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Calendar: policy.CalendarYear},
 	}
 }
 
@@ -120,6 +124,8 @@ func drive(t *testing.T, seed uint64, rules []rule, under Engine) {
 		switch d := rng.IntN(20); {
 		case d == 0:
 			now -= int64(rng.IntN(500_000)) // the clock goes back
+		case d == 1: // days: calendar windows end (t0 is in mid-November)
+			now += int64(rng.IntN(3 * 24 * 3600 * 1_000_000))
 		case d < 4:
 			now += int64(rng.IntN(5_000_000))
 		default:

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -110,6 +111,91 @@ func TestFixedWindow(t *testing.T) {
 		{at: 1999 * ms, cost: 4, want: no(1, Never, time.Millisecond)},
 		{at: 5000 * ms, cost: 0, want: ok(3, 0)},
 	})
+}
+
+func TestCalendarWindows(t *testing.T) {
+	t.Parallel()
+	at := func(s string) int64 {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	for _, c := range []struct {
+		cal        policy.Calendar
+		t          string
+		start, end string
+	}{
+		{policy.CalendarMonth, "2024-02-29T23:59:59.999999Z", "2024-02-01T00:00:00Z", "2024-03-01T00:00:00Z"},
+		{policy.CalendarMonth, "2024-03-01T00:00:00Z", "2024-03-01T00:00:00Z", "2024-04-01T00:00:00Z"},
+		{policy.CalendarMonth, "2023-12-31T12:00:00Z", "2023-12-01T00:00:00Z", "2024-01-01T00:00:00Z"},
+		{policy.CalendarMonth, "1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "1970-02-01T00:00:00Z"},
+		{policy.CalendarYear, "2024-07-04T10:00:00Z", "2024-01-01T00:00:00Z", "2025-01-01T00:00:00Z"},
+		{policy.CalendarYear, "2100-12-31T23:59:59Z", "2100-01-01T00:00:00Z", "2101-01-01T00:00:00Z"},
+		{policy.CalendarWeek, "2026-11-22T23:59:59Z", "2026-11-16T00:00:00Z", "2026-11-23T00:00:00Z"}, // a Sunday
+		{policy.CalendarWeek, "2026-11-23T00:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}, // a Monday
+		{policy.CalendarWeek, "1970-01-01T00:00:00Z", "1969-12-29T00:00:00Z", "1970-01-05T00:00:00Z"},
+	} {
+		if s, e := CalendarWindow(at(c.t), c.cal); s != at(c.start) || e != at(c.end) {
+			t.Errorf("%s of %s: %s to %s, want %s to %s", c.cal, c.t, time.UnixMicro(s).UTC(), time.UnixMicro(e).UTC(), c.start, c.end)
+		}
+	}
+	for range 20000 { // against the calendar as time.AddDate counts it
+		ts := rand.Int64N(at("2200-01-01T00:00:00Z"))
+		for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
+			if s, e := CalendarWindow(ts, cal); [2]int64{s, e} != calendarRef(ts, cal) {
+				t.Fatalf("%s of %s: %d to %d, want %v", cal, time.UnixMicro(ts).UTC(), s, e, calendarRef(ts, cal))
+			}
+		}
+	}
+
+	// 3 a month: the count starts afresh on the 1st, whatever the month's
+	// length, and reset and retry run to it.
+	p := policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Calendar: policy.CalendarMonth}
+	l := MustCompile(p)
+	var st State
+	var r Result
+	feb := at("2024-02-28T00:00:00Z")
+	for i, s := range []struct {
+		now    int64
+		cost   int64
+		allow  bool
+		remain int64
+	}{
+		{feb, 2, true, 1},
+		{feb + dayUS, 1, true, 0}, // Feb 29th
+		{feb + dayUS, 1, false, 0},
+		{at("2024-03-01T00:00:00Z"), 3, true, 0},
+		{at("2024-03-31T23:59:59Z"), 1, false, 0},
+	} {
+		st, r = l.Eval(st, Args{Now: s.now, Cost: s.cost}, nil)
+		_, end := CalendarWindow(s.now, p.Calendar)
+		left := time.Duration(end-s.now) * time.Microsecond
+		if r.Allowed != s.allow || r.Remaining != s.remain || r.ResetAfter != left || (!s.allow && r.RetryAfter != left) {
+			t.Fatalf("step %d: %+v, want allowed %v, remaining %d, reset %v", i, r, s.allow, s.remain, left)
+		}
+	}
+}
+
+// calendarRef is the calendar window holding t, as time.AddDate counts
+// it: the reference CalendarWindow is checked against.
+func calendarRef(t int64, c policy.Calendar) [2]int64 {
+	tm := time.UnixMicro(t).UTC()
+	day := time.Date(tm.Year(), tm.Month(), tm.Day(), 0, 0, 0, 0, time.UTC)
+	var start, end time.Time
+	switch c {
+	case policy.CalendarWeek:
+		start = day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
+		end = start.AddDate(0, 0, 7)
+	case policy.CalendarMonth:
+		start = day.AddDate(0, 0, 1-day.Day())
+		end = start.AddDate(0, 1, 0)
+	case policy.CalendarYear:
+		start = day.AddDate(0, 0, 1-day.YearDay())
+		end = start.AddDate(1, 0, 0)
+	}
+	return [2]int64{start.UnixMicro(), end.UnixMicro()}
 }
 
 func TestSlidingWindow(t *testing.T) {
@@ -271,5 +357,8 @@ func allParams() []policy.Params {
 		{Algorithm: policy.SlidingWindow, Limit: 5, Window: time.Second},
 		{Algorithm: policy.SlidingBuckets, Limit: 5, Window: time.Second, Granularity: 100 * time.Millisecond},
 		{Algorithm: policy.Concurrency, Limit: 5, LeaseTTL: time.Second},
+		{Algorithm: policy.FixedWindow, Limit: 5, Calendar: policy.CalendarWeek},
+		{Algorithm: policy.FixedWindow, Limit: 5, Calendar: policy.CalendarMonth},
+		{Algorithm: policy.FixedWindow, Limit: 5, Calendar: policy.CalendarYear},
 	}
 }

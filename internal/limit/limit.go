@@ -60,9 +60,10 @@ type Args struct {
 type Limiter struct {
 	alg      policy.Algorithm
 	limit    int64
-	capacity int64   // largest admissible cost
-	shown    int64   // what Result.Limit reports
-	window   int64   // µs
+	capacity int64 // largest admissible cost
+	shown    int64 // what Result.Limit reports
+	window   int64 // µs
+	calendar policy.Calendar
 	interval float64 // µs per unit: window / limit
 	perUS    float64 // 1 / interval: multiplying is cheaper than dividing
 	tau      float64 // meters: the debt bound in µs
@@ -86,6 +87,7 @@ func Compile(p policy.Params) (*Limiter, error) {
 		limit:    p.Limit,
 		capacity: p.Capacity(),
 		window:   p.Window.Microseconds(),
+		calendar: p.Calendar,
 		leaseTTL: p.LeaseTTL.Microseconds(),
 	}
 	if l.window > 0 {
@@ -239,6 +241,7 @@ const Slack = slack
 type Constants struct {
 	Algorithm                                      policy.Algorithm
 	Capacity, Shown, Limit, Window, Gran           int64
+	Calendar                                       policy.Calendar
 	Buckets                                        int
 	LeaseTTL                                       int64
 	Interval, PerUS, Bound                         float64
@@ -248,7 +251,7 @@ type Constants struct {
 
 // Constants returns l's derived values.
 func (l *Limiter) Constants() Constants {
-	c := Constants{Algorithm: l.alg, Capacity: l.capacity, Shown: l.shown, Limit: l.limit, Window: l.window,
+	c := Constants{Algorithm: l.alg, Capacity: l.capacity, Shown: l.shown, Limit: l.limit, Window: l.window, Calendar: l.calendar,
 		Gran: l.gran, Buckets: l.buckets, LeaseTTL: l.leaseTTL, Interval: l.interval, PerUS: l.perUS, Bound: l.bound}
 	if w := l.warm; w != nil {
 		c.Warm, c.Stable, c.Threshold, c.MaxPermits, c.Slope, c.CoolDown = true, w.stable, w.threshold, w.maxPermits, w.slope, w.coolDown

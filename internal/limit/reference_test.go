@@ -51,7 +51,7 @@ func decode(data []byte) (policy.Params, []event) {
 			p.Burst = max(p.Burst, 3)
 		}
 	}
-	if p.Algorithm != policy.Concurrency {
+	if p.Algorithm != policy.Concurrency && p.Calendar == policy.CalendarNone {
 		p.Window = time.Duration(rd(2)%5000+1) * time.Millisecond
 	}
 	if p.Algorithm == policy.SlidingBuckets {
@@ -74,6 +74,9 @@ func decode(data []byte) (policy.Params, []event) {
 		case 2:
 			ev.release = true
 		}
+		// Calendar windows: steps of up to 35 hours (weeks), 7 days
+		// (months) or 73 days (years), so that sequences cross windows.
+		ev.dt *= [...]int64{1, 20_000, 100_000, 1_000_000}[p.Calendar]
 		evs = append(evs, ev)
 	}
 	return p, evs
@@ -154,6 +157,10 @@ func (w *windowRef) allow(now, cost, _ int64) bool {
 	limit := w.p.Limit
 	switch w.p.Algorithm {
 	case policy.FixedWindow:
+		if w.p.Calendar != policy.CalendarNone {
+			cw := calendarRef(now, w.p.Calendar)
+			return w.sum(cw[0], cw[1])+cost <= limit
+		}
 		ws := now - now%win
 		return w.sum(ws, ws+win)+cost <= limit
 	case policy.SlidingLog:
@@ -337,7 +344,8 @@ func checkBound(t *testing.T, l *Limiter, p policy.Params, hist []admitted) {
 				}
 				bound = float64(p.Limit)
 			case policy.FixedWindow, policy.SlidingWindow:
-				if hist[i].t/l.window != hist[j].t/l.window {
+				if p.Calendar != policy.CalendarNone && calendarRef(hist[i].t, p.Calendar) != calendarRef(hist[j].t, p.Calendar) ||
+					p.Calendar == policy.CalendarNone && hist[i].t/l.window != hist[j].t/l.window {
 					continue
 				}
 				bound = float64(p.Limit)

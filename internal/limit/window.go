@@ -1,6 +1,10 @@
 package limit
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
 
 // Window algorithms align windows on the Unix epoch, so that every decider
 // and Redis agree on where a window starts. State: T = last time seen (µs);
@@ -9,16 +13,44 @@ import "time"
 // windowStart returns the start of the window of width w holding t (t ≥ 0).
 func windowStart(t, w int64) int64 { return t - t%w }
 
+const dayUS = 24 * 60 * 60 * 1_000_000
+
+// CalendarWindow returns the start and the end (µs since the Unix epoch)
+// of the calendar window c holding t (µs, t ≥ 0), in UTC. The Lua scripts
+// (window.lua) compute the same with integer arithmetic on days.
+func CalendarWindow(t int64, c policy.Calendar) (start, end int64) {
+	day := t / dayUS
+	switch c {
+	case policy.CalendarWeek:
+		monday := day - (day+3)%7 // day 0, 1970-01-01, was a Thursday
+		return monday * dayUS, (monday + 7) * dayUS
+	case policy.CalendarMonth, policy.CalendarYear:
+		y, m, _ := time.UnixMicro(t).UTC().Date()
+		if c == policy.CalendarYear {
+			m = time.January
+			return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(y+1, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		}
+		return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	}
+	return windowStart(t, dayUS), windowStart(t, dayUS) + dayUS // not reached: Compile checks c
+}
+
 // fixedWindow: X = units admitted in the window holding T.
 func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
 	now := effectiveNow(s.T, a.Now)
-	ws := windowStart(now, l.window)
+	var ws, we int64
+	if l.calendar == policy.CalendarNone {
+		ws = windowStart(now, l.window)
+		we = ws + l.window
+	} else {
+		ws, we = CalendarWindow(now, l.calendar)
+	}
 	var count float64
 	if s.T >= ws {
 		count = s.X
 	}
 	*r = Result{Limit: l.shown}
-	end := time.Duration(ws+l.window-now) * time.Microsecond
+	end := time.Duration(we-now) * time.Microsecond
 	if count+float64(a.Cost) <= float64(l.limit) {
 		r.Allowed = true
 		count += float64(a.Cost)

@@ -24,6 +24,7 @@ type paramsJSON struct {
 	MaxDelayUS int64   `json:"max_delay_us,omitempty"`
 	GranularUS int64   `json:"granularity_us,omitempty"`
 	LeaseTTLUS int64   `json:"lease_ttl_us,omitempty"`
+	Calendar   string  `json:"calendar,omitempty"`
 }
 
 func paramsToJSON(p *policy.Params) *paramsJSON {
@@ -32,7 +33,7 @@ func paramsToJSON(p *policy.Params) *paramsJSON {
 	}
 	return &paramsJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, WindowUS: p.Window.Microseconds(), Burst: p.Burst,
 		WarmUpUS: p.WarmUp.Microseconds(), ColdFactor: p.ColdFactor, MaxDelayUS: p.MaxDelay.Microseconds(),
-		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds()}
+		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds(), Calendar: p.Calendar.String()}
 }
 
 func (j *paramsJSON) params() *policy.Params {
@@ -40,9 +41,10 @@ func (j *paramsJSON) params() *policy.Params {
 		return nil
 	}
 	alg, _ := policy.ParseAlgorithm(j.Algorithm)
+	cal, _ := policy.ParseCalendar(j.Calendar) // written by paramsToJSON: a known name
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	return &policy.Params{Algorithm: alg, Limit: j.Limit, Window: us(j.WindowUS), Burst: j.Burst, WarmUp: us(j.WarmUpUS),
-		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS)}
+		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS), Calendar: cal}
 }
 
 func scanOverride(row pgx.Row) (policy.Override, error) {

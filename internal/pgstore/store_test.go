@@ -160,6 +160,40 @@ func TestTiersAndRules(t *testing.T) {
 		got.Window != time.Minute || !slices.Equal(got.KeyBy, []string{"client_id"}) || got.Match[0] != (policy.Match{Key: "route", Value: "/login"}) {
 		t.Fatalf("round trip: %+v", got)
 	}
+	// A calendar window round-trips, and turns back into a plain one.
+	monthly := rule("monthly", 1000)
+	monthly.Algorithm, monthly.Burst, monthly.Window, monthly.Calendar = policy.FixedWindow, 0, 0, policy.CalendarMonth
+	monthly, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, monthly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calendarOf := func() policy.Params {
+		t.Helper()
+		rules, err := s.ListRules(ctx, acme.ID, pro.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rules {
+			if r.ID == monthly.ID {
+				return r.Params
+			}
+		}
+		t.Fatal("the monthly rule is gone")
+		return policy.Params{}
+	}
+	if got := calendarOf(); got.Calendar != policy.CalendarMonth || got.Window != 0 || got.Limit != 1000 {
+		t.Fatalf("calendar round trip: %+v", got)
+	}
+	monthly.Calendar, monthly.Window = policy.CalendarNone, time.Hour
+	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly); err != nil {
+		t.Fatal(err)
+	}
+	if got := calendarOf(); got.Calendar != policy.CalendarNone || got.Window != time.Hour {
+		t.Fatalf("calendar cleared: %+v", got)
+	}
+	if _, err := s.DeleteRule(ctx, op, acme.ID, monthly.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.DeleteRule(ctx, op, acme.ID, ids[2]); err != nil {
 		t.Fatal(err)
 	}

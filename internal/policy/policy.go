@@ -25,7 +25,8 @@ const (
 	// LeakyBucket is a leaky bucket as a queue: requests drain at Limit per
 	// Window and wait up to MaxDelay instead of being rejected.
 	LeakyBucket
-	// FixedWindow counts per window aligned on the Unix epoch.
+	// FixedWindow counts per window aligned on the Unix epoch, or per
+	// calendar week, month or year (Params.Calendar).
 	FixedWindow
 	// SlidingLog keeps the time of every admitted request: exact, O(Limit)
 	// memory per key.
@@ -93,6 +94,55 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return FailOpen, Errorf(CodeInvalid, "unknown failure mode %q", s)
 }
 
+// Calendar aligns a FixedWindow rule's windows on the calendar, in UTC,
+// instead of on the Unix epoch: a quota of so many requests a calendar
+// month, say, that starts afresh on the 1st. The zero value is none: the
+// window is Params.Window.
+type Calendar uint8
+
+// The calendar windows.
+const (
+	CalendarNone  Calendar = iota
+	CalendarWeek           // from Monday 00:00 UTC (ISO 8601 weeks)
+	CalendarMonth          // from the 1st, 00:00 UTC
+	CalendarYear           // from January 1st, 00:00 UTC
+	calendarCount
+)
+
+var calendarNames = [...]string{"", "week", "month", "year"}
+
+func (c Calendar) String() string {
+	if int(c) < len(calendarNames) {
+		return calendarNames[c]
+	}
+	return fmt.Sprintf("calendar(%d)", c)
+}
+
+// ParseCalendar returns the calendar window named s; "" is CalendarNone.
+func ParseCalendar(s string) (Calendar, error) {
+	for i, n := range calendarNames {
+		if n == s {
+			return Calendar(i), nil
+		}
+	}
+	return CalendarNone, Errorf(CodeInvalid, "unknown calendar window %q: week, month or year", s)
+}
+
+// Span returns the nominal length of c's windows (7, 30 and 365 days),
+// for what reports a window as one duration: the RateLimit-Policy header's
+// w, Envoy's unit. The window holding a time is exact (see package limit).
+func (c Calendar) Span() time.Duration {
+	switch c {
+	case CalendarWeek:
+		return 7 * 24 * time.Hour
+	case CalendarMonth:
+		return 30 * 24 * time.Hour
+	case CalendarYear:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
 // Params are a rule's algorithm and its parameters. Which fields apply
 // depends on Algorithm; Validate rejects the ones that do not.
 type Params struct {
@@ -102,6 +152,9 @@ type Params struct {
 	Limit int64
 	// Window is the period of Limit. Resolution is one microsecond.
 	Window time.Duration
+	// Calendar (FixedWindow only) makes the windows calendar weeks,
+	// months or years, UTC, in place of Window, which is then 0.
+	Calendar Calendar
 	// Burst is the bucket capacity of TokenBucket and GCRA; 0 means Limit.
 	Burst int64
 	// WarmUp (TokenBucket only) is how long a cold bucket takes to reach
@@ -149,6 +202,15 @@ const (
 	MaxLiveKeys = 1_000 // unrevoked keys per tenant
 )
 
+// Period returns the length of p's window: Window, or a calendar
+// window's nominal span (Calendar.Span).
+func (p Params) Period() time.Duration {
+	if p.Calendar != CalendarNone {
+		return p.Calendar.Span()
+	}
+	return p.Window
+}
+
 // Capacity returns the largest cost one request can have and still be
 // admitted: Burst (or Limit) for bucket algorithms, Limit otherwise.
 func (p Params) Capacity() int64 {
@@ -181,9 +243,19 @@ func (p Params) validate(fe fieldErrors) {
 	if p.Limit < 1 || p.Limit > maxLimit {
 		fe.add("limit", "must be between 1 and %d for %s", maxLimit, p.Algorithm)
 	}
-	if p.Algorithm != Concurrency {
+	switch {
+	case p.Calendar != CalendarNone:
+		if p.Calendar >= calendarCount {
+			fe.add("calendar", "must be week, month or year")
+		} else if p.Algorithm != FixedWindow {
+			fe.add("calendar", "applies only to fixed_window")
+		}
+		if p.Window != 0 {
+			fe.add("window", "must be empty with a calendar window (the window is the calendar %s)", p.Calendar)
+		}
+	case p.Algorithm != Concurrency:
 		checkDuration(fe, "window", p.Window, MinWindow, MaxWindow)
-	} else if p.Window != 0 {
+	case p.Window != 0:
 		fe.add("window", "does not apply to concurrency")
 	}
 	switch p.Algorithm {

@@ -68,6 +68,13 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		}, []string{"granularity"}},
 		{"concurrency with a window", func(r *Rule) { r.Algorithm, r.LeaseTTL = Concurrency, time.Second }, []string{"window"}},
 		{"concurrency without ttl", func(r *Rule) { r.Algorithm, r.Window = Concurrency, 0 }, []string{"lease_ttl"}},
+		{"a calendar month", func(r *Rule) { r.Algorithm, r.Burst, r.Window, r.Calendar = FixedWindow, 0, 0, CalendarMonth }, nil},
+		{"a calendar window and a window", func(r *Rule) { r.Algorithm, r.Burst, r.Calendar = FixedWindow, 0, CalendarYear }, []string{"window"}},
+		{"a calendar token bucket", func(r *Rule) { r.Window, r.Calendar = 0, CalendarWeek }, []string{"calendar"}},
+		{"an unknown calendar", func(r *Rule) { r.Algorithm, r.Burst, r.Window, r.Calendar = FixedWindow, 0, 0, 9 }, []string{"calendar"}},
+		{"sync of a calendar window", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Sync = FixedWindow, 0, 0, CalendarMonth, time.Second
+		}, []string{"sync"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,6 +242,14 @@ func TestParseNames(t *testing.T) {
 	}
 	if _, err := ParseAlgorithm("unspecified"); ErrorCode(err) != CodeInvalid {
 		t.Errorf("unspecified parsed: %v", err)
+	}
+	for c := CalendarNone; c < calendarCount; c++ {
+		if got, err := ParseCalendar(c.String()); err != nil || got != c {
+			t.Errorf("ParseCalendar(%q) = %v, %v", c, got, err)
+		}
+	}
+	if _, err := ParseCalendar("fortnight"); ErrorCode(err) != CodeInvalid {
+		t.Errorf("fortnight parsed: %v", err)
 	}
 	for m := FailOpen; m <= FailLocal; m++ {
 		if got, err := ParseFailureMode(m.String()); err != nil || got != m {

@@ -225,6 +225,8 @@ func (r *Rule) validate(fe fieldErrors) {
 		fe.add("sync", "must be 0 (strict) or whole milliseconds from %v to %v", MinSync, MaxSync)
 	case !(r.Algorithm == TokenBucket && r.WarmUp == 0 || r.Algorithm == GCRA || r.Algorithm == FixedWindow):
 		fe.add("sync", "local counting applies to token_bucket (without warm_up), gcra and fixed_window")
+	case r.Calendar != CalendarNone:
+		fe.add("sync", "local counting does not apply to calendar windows")
 	}
 }
 

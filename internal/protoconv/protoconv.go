@@ -89,7 +89,8 @@ func durationFromProto(v *durationpb.Duration) time.Duration {
 func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
 	d := durationToProto
 	return &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(p.Algorithm), Limit: p.Limit, Window: d(p.Window), Burst: p.Burst,
-		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL)}
+		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL),
+		Calendar: sluicev1.Calendar(p.Calendar)}
 }
 
 func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
@@ -98,9 +99,13 @@ func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
 	if p.GetAlgorithm() < 0 || p.GetAlgorithm() > 255 {
 		alg = policy.AlgorithmUnspecified
 	}
+	cal := policy.Calendar(p.GetCalendar())
+	if p.GetCalendar() < 0 || p.GetCalendar() > 255 {
+		cal = 255 // refused by validation, as every unknown calendar
+	}
 	return policy.Params{Algorithm: alg, Limit: p.GetLimit(), Window: d(p.GetWindow()), Burst: p.GetBurst(),
 		WarmUp: d(p.GetWarmUp()), ColdFactor: p.GetColdFactor(), MaxDelay: d(p.GetMaxDelay()),
-		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl())}
+		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl()), Calendar: cal}
 }
 
 // ts is t as a timestamp, nil for the zero time.

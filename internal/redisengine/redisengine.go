@@ -501,17 +501,25 @@ type limiterArgs struct {
 
 func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	c := l.Constants()
-	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, c.Window,
+	window := c.Window
+	if c.Calendar != policy.CalendarNone {
+		// decide.lua's encoding of a calendar window (window.lua); only
+		// decide.lua decides such rules: the flat scripts and local
+		// counting take epoch-aligned windows alone.
+		window = -int64(c.Calendar)
+	}
+	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, window,
 		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
 		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)},
 		family: -1, interval: c.Interval, window: c.Window, shown: c.Shown}
 	switch {
 	case (c.Algorithm == policy.TokenBucket || c.Algorithm == policy.GCRA) && !c.Warm:
 		a.family, a.param = familyMeter, float(c.Interval)
-	case c.Algorithm == policy.FixedWindow:
+	case c.Algorithm == policy.FixedWindow && c.Calendar == policy.CalendarNone:
 		a.family, a.param = familyFixed, c.Window
 	}
 	switch {
+	case c.Calendar != policy.CalendarNone:
 	case c.Algorithm <= policy.LeakyBucket && !c.Warm:
 		a.singleScript = single
 		a.single = []any{c.Capacity, c.Shown, float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}

@@ -697,6 +697,7 @@ func FuzzConformance(f *testing.F) {
 	f.Add(uint8(policy.GCRA), int64(7), int64(1000), int64(3), int64(0), int64(0), uint64(3))
 	f.Add(uint8(policy.LeakyBucket), int64(5), int64(1000), int64(0), int64(700), int64(0), uint64(4))
 	f.Add(uint8(policy.FixedWindow), int64(5), int64(1300), int64(0), int64(0), int64(0), uint64(5))
+	f.Add(uint8(policy.FixedWindow), int64(4), int64(-2), int64(0), int64(0), int64(0), uint64(10))
 	f.Add(uint8(policy.SlidingLog), int64(6), int64(900), int64(0), int64(0), int64(0), uint64(6))
 	f.Add(uint8(policy.SlidingWindow), int64(7), int64(1000), int64(0), int64(0), int64(0), uint64(7))
 	f.Add(uint8(policy.SlidingBuckets), int64(9), int64(3000), int64(0), int64(1500), int64(0), uint64(8))
@@ -713,6 +714,10 @@ func FuzzConformance(f *testing.F) {
 			}
 		case policy.GCRA:
 			p.Burst = burst
+		case policy.FixedWindow:
+			if windowMs < 0 { // a calendar window: -1 week, -2 month, -3 year
+				p.Window, p.Calendar = 0, policy.Calendar(-windowMs)
+			}
 		case policy.LeakyBucket:
 			p.MaxDelay = ms(extraMs)
 		case policy.SlidingBuckets:
@@ -728,4 +733,41 @@ func FuzzConformance(f *testing.F) {
 		defer func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) }()
 		enginetest.Scenario(t, "", seed, p, e)
 	})
+}
+
+// Calendar windows end where the in-process engine says, across month
+// and year ends, leap days and centuries: decide.lua computes them from
+// day counts (window.lua), limit.CalendarWindow from package time. At
+// each boundary a fresh key is checked just before it, at it and a day
+// later; the answers (remaining, reset, retry) must be the same.
+func TestCalendarWindowBoundaries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := redistest.Client(t)
+	e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+	t.Cleanup(e.Close)
+	ref := limit.NewEngine(limit.EngineConfig{})
+	for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
+		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Calendar: cal})
+		for _, y := range []int{1970, 1999, 2000, 2023, 2024, 2099, 2100, 2200} {
+			for m := time.January; m <= time.December; m++ {
+				b, _ := limit.CalendarWindow(time.Date(y, m, 1, 12, 0, 0, 0, time.UTC).UnixMicro(), cal)
+				key := fmt.Sprintf("{cal|%s}%d-%d", cal, y, m)
+				for _, now := range []int64{b - 1, b, b + 24*3600*1_000_000} {
+					if b-1 < 0 && now < 0 {
+						continue
+					}
+					reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
+					want, got := make([]limit.Result, 1), make([]limit.Result, 1)
+					ref.AllowAll(reqs, now, want)
+					if _, err := e.AllowAllAt(ctx, reqs, now, got); err != nil {
+						t.Fatal(err)
+					}
+					if got[0] != want[0] {
+						t.Fatalf("%s window, %s: Redis %+v, in process %+v", cal, time.UnixMicro(now).UTC(), got[0], want[0])
+					}
+				}
+			}
+		}
+	}
 }

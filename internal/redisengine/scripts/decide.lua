@@ -182,7 +182,7 @@ local function refund(p, key)
     end
     s.x = math.max(s.x - back, 0)
   elseif alg == 4 or alg == 6 then
-    if window_start(s.t, p.window) == window_start(t, p.window) then s.x = math.max(s.x - cost, 0) end
+    if window_of(s.t, p.window) == window_of(t, p.window) then s.x = math.max(s.x - cost, 0) end
   elseif alg == 7 then
     local b = math.floor(t / p.gran)
     if math.floor(s.t / p.gran) == b and #s.ext == p.buckets then

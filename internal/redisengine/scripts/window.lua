@@ -1,16 +1,57 @@
--- window.lua: fixed window (limit.fixedWindow), the weighted sliding window
+-- window.lua: fixed window (limit.fixedWindow, on the epoch or the
+-- calendar), the weighted sliding window
 -- (limit.slidingWindow) and sub-buckets (limit.slidingBuckets).
 -- State: t = last time seen; x, y = counts; ext = the sub-bucket ring.
 
 local function window_start(t, w) return t - t % w end
 
+-- Calendar windows (limit.CalendarWindow), UTC: w is -1 for weeks from
+-- Monday, -2 for months, -3 for years. days_from_civil and its inverse
+-- are Howard Hinnant's algorithms, in whole days (exact in doubles).
+local DAY = 86400000000
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local mp = m > 2 and m - 3 or m + 9
+  local doy = math.floor((153 * mp + 2) / 5) + d - 1
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
+end
+local function calendar_window(t, w)
+  local z = math.floor(t / DAY)
+  if w == -1 then
+    local monday = z - (z + 3) % 7 -- day 0, 1970-01-01, was a Thursday
+    return monday * DAY, (monday + 7) * DAY
+  end
+  local zz = z + 719468
+  local era = math.floor(zz / 146097)
+  local doe = zz - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  if w == -3 then return days_from_civil(y, 1, 1) * DAY, days_from_civil(y + 1, 1, 1) * DAY end
+  local ny, nm = y, m + 1
+  if nm == 13 then ny, nm = y + 1, 1 end
+  return days_from_civil(y, m, 1) * DAY, days_from_civil(ny, nm, 1) * DAY
+end
+
+-- window_of returns the start and the end of the window w holding t.
+local function window_of(t, w)
+  if w < 0 then return calendar_window(t, w) end
+  local ws = t - t % w
+  return ws, ws + w
+end
+
 local function fixed_window(p, s, now, cost)
   now = effective_now(s.t, now)
-  local ws = window_start(now, p.window)
+  local ws, we = window_of(now, p.window)
   local count = 0
   if s.t >= ws then count = s.x end
   local r = result(p.shown)
-  local finish = ws + p.window - now
+  local finish = we - now
   local ns = nil
   if count + cost <= p.limit then
     r.allowed = true

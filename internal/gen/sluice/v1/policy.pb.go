@@ -151,6 +151,60 @@ func (FailureMode) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
+// Calendar makes a fixed window's windows calendar weeks (from Monday),
+// months (from the 1st) or years, in UTC, in place of a window length.
+type Calendar int32
+
+const (
+	Calendar_CALENDAR_UNSPECIFIED Calendar = 0 // none: the window is LimitParams.window
+	Calendar_CALENDAR_WEEK        Calendar = 1
+	Calendar_CALENDAR_MONTH       Calendar = 2
+	Calendar_CALENDAR_YEAR        Calendar = 3
+)
+
+// Enum value maps for Calendar.
+var (
+	Calendar_name = map[int32]string{
+		0: "CALENDAR_UNSPECIFIED",
+		1: "CALENDAR_WEEK",
+		2: "CALENDAR_MONTH",
+		3: "CALENDAR_YEAR",
+	}
+	Calendar_value = map[string]int32{
+		"CALENDAR_UNSPECIFIED": 0,
+		"CALENDAR_WEEK":        1,
+		"CALENDAR_MONTH":       2,
+		"CALENDAR_YEAR":        3,
+	}
+)
+
+func (x Calendar) Enum() *Calendar {
+	p := new(Calendar)
+	*p = x
+	return p
+}
+
+func (x Calendar) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Calendar) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_v1_policy_proto_enumTypes[2].Descriptor()
+}
+
+func (Calendar) Type() protoreflect.EnumType {
+	return &file_sluice_v1_policy_proto_enumTypes[2]
+}
+
+func (x Calendar) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Calendar.Descriptor instead.
+func (Calendar) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
 // LimitParams are an algorithm and its parameters.
 type LimitParams struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -158,12 +212,15 @@ type LimitParams struct {
 	Limit     int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Window    *durationpb.Duration   `protobuf:"bytes,3,opt,name=window,proto3" json:"window,omitempty"`
 	// Token bucket and GCRA capacity; 0 means limit.
-	Burst         int64                `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
-	WarmUp        *durationpb.Duration `protobuf:"bytes,5,opt,name=warm_up,json=warmUp,proto3" json:"warm_up,omitempty"`
-	ColdFactor    float64              `protobuf:"fixed64,6,opt,name=cold_factor,json=coldFactor,proto3" json:"cold_factor,omitempty"`
-	MaxDelay      *durationpb.Duration `protobuf:"bytes,7,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
-	Granularity   *durationpb.Duration `protobuf:"bytes,8,opt,name=granularity,proto3" json:"granularity,omitempty"`
-	LeaseTtl      *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	Burst       int64                `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	WarmUp      *durationpb.Duration `protobuf:"bytes,5,opt,name=warm_up,json=warmUp,proto3" json:"warm_up,omitempty"`
+	ColdFactor  float64              `protobuf:"fixed64,6,opt,name=cold_factor,json=coldFactor,proto3" json:"cold_factor,omitempty"`
+	MaxDelay    *durationpb.Duration `protobuf:"bytes,7,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
+	Granularity *durationpb.Duration `protobuf:"bytes,8,opt,name=granularity,proto3" json:"granularity,omitempty"`
+	LeaseTtl    *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// Fixed window only: calendar windows, UTC; window is then unset. A
+	// quota of so many requests a month starts afresh on the 1st.
+	Calendar      Calendar `protobuf:"varint,10,opt,name=calendar,proto3,enum=sluice.v1.Calendar" json:"calendar,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +316,13 @@ func (x *LimitParams) GetLeaseTtl() *durationpb.Duration {
 		return x.LeaseTtl
 	}
 	return nil
+}
+
+func (x *LimitParams) GetCalendar() Calendar {
+	if x != nil {
+		return x.Calendar
+	}
+	return Calendar_CALENDAR_UNSPECIFIED
 }
 
 // Match is one condition on a request descriptor; value "*" matches any value.
@@ -524,7 +588,7 @@ var File_sluice_v1_policy_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xa2\x03\n" +
+	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd3\x03\n" +
 	"\vLimitParams\x122\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x121\n" +
@@ -535,7 +599,9 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"coldFactor\x126\n" +
 	"\tmax_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\bmaxDelay\x12;\n" +
 	"\vgranularity\x18\b \x01(\v2\x19.google.protobuf.DurationR\vgranularity\x126\n" +
-	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"/\n" +
+	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12/\n" +
+	"\bcalendar\x18\n" +
+	" \x01(\x0e2\x13.sluice.v1.CalendarR\bcalendar\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xfd\x02\n" +
@@ -571,7 +637,12 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
 	"\x13FAILURE_MODE_CLOSED\x10\x02\x12\x16\n" +
-	"\x12FAILURE_MODE_LOCAL\x10\x03B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"\x12FAILURE_MODE_LOCAL\x10\x03*^\n" +
+	"\bCalendar\x12\x18\n" +
+	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rCALENDAR_WEEK\x10\x01\x12\x12\n" +
+	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
+	"\rCALENDAR_YEAR\x10\x03B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_policy_proto_rawDescOnce sync.Once
@@ -585,33 +656,35 @@ func file_sluice_v1_policy_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_policy_proto_rawDescData
 }
 
-var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_sluice_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_sluice_v1_policy_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: sluice.v1.Algorithm
 	(FailureMode)(0),            // 1: sluice.v1.FailureMode
-	(*LimitParams)(nil),         // 2: sluice.v1.LimitParams
-	(*Match)(nil),               // 3: sluice.v1.Match
-	(*Rule)(nil),                // 4: sluice.v1.Rule
-	(*Descriptor)(nil),          // 5: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(Calendar)(0),               // 2: sluice.v1.Calendar
+	(*LimitParams)(nil),         // 3: sluice.v1.LimitParams
+	(*Match)(nil),               // 4: sluice.v1.Match
+	(*Rule)(nil),                // 5: sluice.v1.Rule
+	(*Descriptor)(nil),          // 6: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
 }
 var file_sluice_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
-	6,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
-	6,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
-	6,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
-	6,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
-	6,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
-	3,  // 6: sluice.v1.Rule.match:type_name -> sluice.v1.Match
-	2,  // 7: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
-	1,  // 8: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
-	6,  // 9: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
+	7,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
+	7,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
+	7,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
+	7,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
+	2,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
+	4,  // 7: sluice.v1.Rule.match:type_name -> sluice.v1.Match
+	3,  // 8: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
+	1,  // 9: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
+	7,  // 10: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_policy_proto_init() }
@@ -624,7 +697,7 @@ func file_sluice_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_policy_proto_rawDesc), len(file_sluice_v1_policy_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
