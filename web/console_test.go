@@ -174,6 +174,29 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText(`[data-tier="gold"]`, "local, synced every 50ms", nil)
 	waitText("#status", "Created rule tiny", nil)
 
+	// Every algorithm's parameters have a field: a monthly quota (a
+	// calendar window) and a concurrency limit (a lease lifetime, no
+	// window), both only for requests of a route the checks below do not
+	// send; an edit keeps what the form does not show in the table.
+	gold := func() {
+		eval(`(() => { const s = document.querySelector('#rule-tier'); s.value = [...s.options].find(o => o.text === 'gold').value; return ''; })()`)
+	}
+	gold()
+	do("a monthly quota", chromedp.SetValue("#rule-name", "quota"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_FIXED_WINDOW"),
+		chromedp.SetValue("#rule-limit", "1000"), chromedp.SetValue("#rule-calendar", "CALENDAR_MONTH"), chromedp.SetValue("#rule-match", "route=/reports"),
+		chromedp.Click("#rule-submit"))
+	waitText(`[data-rule="quota"]`, "1000 per calendar month", nil)
+	eval(`(() => { [...document.querySelectorAll('[data-rule="quota"] button')].find((b) => b.textContent === 'Edit').click(); return ''; })()`)
+	do("edit the quota", chromedp.SetValue("#rule-limit", "2000"), chromedp.Click("#rule-submit"))
+	waitText("#status", "Saved rule quota", nil)
+	waitText(`[data-rule="quota"]`, "2000 per calendar month", nil)
+	gold()
+	do("a concurrency limit", chromedp.SetValue("#rule-name", "inflight"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_CONCURRENCY"),
+		chromedp.SetValue("#rule-limit", "5"), chromedp.SetValue("#rule-lease-ttl", "30s"), chromedp.SetValue("#rule-match", "route=/reports"),
+		chromedp.Click("#rule-submit"))
+	waitText("#status", "Created rule inflight", nil)
+	waitText(`[data-rule="inflight"]`, "concurrency", nil)
+
 	// The try panel, until a check is rejected (the new rule reaches the
 	// decider through the config watch within moments).
 	do("fill the try panel", chromedp.SendKeys("#try-key", checkKey), chromedp.SetValue("#try-client", "eve"), chromedp.SetValue("#try-tier", "gold"))

@@ -190,7 +190,7 @@ var verbs = map[string]verb{
 				fmt.Fprintln(w, "ID\tTIER\tNAME\tALGORITHM\tLIMIT\tWINDOW\tKEY BY\tMATCH\tFLAGS")
 				for i, x := range r.Rules {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.Id, tiers[i], x.Name, algorithmName(x.Params.GetAlgorithm()), x.Params.GetLimit(),
-						x.Params.GetWindow().AsDuration(), strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
+						windowText(x.Params), strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
 				}
 			})
 		}
@@ -240,7 +240,7 @@ var verbs = map[string]verb{
 				if o.ExpiresAt != nil {
 					expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), o.Params.GetWindow().AsDuration(), o.Block, expires)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
 			}
 		})
 	}),
@@ -583,6 +583,15 @@ func ruleByID(s *session, tiers sluicev1connect.TierServiceClient, id string) (*
 		}
 	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", id))
+}
+
+// windowText is a limit's window as people read it: a duration, or a
+// calendar unit ("month").
+func windowText(p *sluicev1.LimitParams) string {
+	if c := p.GetCalendar(); c != sluicev1.Calendar_CALENDAR_UNSPECIFIED {
+		return strings.ToLower(strings.TrimPrefix(c.String(), "CALENDAR_"))
+	}
+	return p.GetWindow().AsDuration().String()
 }
 
 func matchText(m []*sluicev1.Match) string {

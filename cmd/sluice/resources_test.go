@@ -110,6 +110,23 @@ func TestCLIAgainstDev(t *testing.T) {
 	if err != nil || len(regexp.MustCompile(`(?m)^\d+\s.*`+ramp.ID).FindAllString(out, -1)) != 3 || strings.Index(out, "delete") > strings.Index(out, "create") {
 		t.Fatalf("audit list: %v\n%s", err, out)
 	}
+	// A monthly quota: a calendar window, shown as one.
+	if out, err = sluice("rules", "create", "-tier", "pro", "-name", "quota", "-algorithm", "fixed_window", "-limit", "1000", "-calendar", "month"); err != nil {
+		t.Fatalf("rules create -calendar month: %v\n%s", err, out)
+	}
+	if out, err = sluice("rules", "list", "-tier", "pro"); err != nil || !regexp.MustCompile(`(?m)\squota\s+fixed_window\s+1000\s+month\s`).MatchString(out) {
+		t.Fatalf("rules list of a calendar window: %v\n%s", err, out)
+	}
+	quota := ruleNamed("quota")
+	if _, err = sluice("rules", "update", "-window", "1h", quota.ID); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("a window beside a calendar one: %v", err)
+	}
+	if out, err = sluice("rules", "update", "-calendar", "none", "-window", "1h", quota.ID); err != nil {
+		t.Fatalf("rules update -calendar none: %v\n%s", err, out)
+	}
+	if out, err = sluice("rules", "delete", quota.ID); err != nil {
+		t.Fatalf("rules delete: %v\n%s", err, out)
+	}
 	// Each command takes its own flags only, and says which with -h.
 	for _, args := range [][]string{{"keys", "create", "-limit", "5"}, {"rules", "create", "-tier", "pro", "-kind", "admin"},
 		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-failure-mode", "sideways"},

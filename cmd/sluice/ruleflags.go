@@ -93,10 +93,17 @@ func enumFlag(names map[string]int32, prefix string, fl *flag.Flag) (int32, erro
 	return v, nil
 }
 
+// isSet reports whether the command line gives the flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
 // paramOpts are the flags of an algorithm and its parameters, for rules
 // and for overrides that replace a rule's limit.
 type paramOpts struct {
-	algorithm                                       *string
+	algorithm, calendar                             *string
 	limit, burst                                    *int64
 	window, warmUp, maxDelay, granularity, leaseTTL *time.Duration
 	coldFactor                                      *float64
@@ -108,6 +115,7 @@ func defineParamOpts(fs *flag.FlagSet) paramOpts {
 		limit:       fs.Int64("limit", 0, "requests per window"),
 		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
 		window:      fs.Duration("window", 0, "window, e.g. 1m"),
+		calendar:    fs.String("calendar", "", "fixed window: calendar windows in place of -window, UTC: week (from Monday), month or year (none: the window)"),
 		warmUp:      fs.Duration("warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
 		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
 		maxDelay:    fs.Duration("max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
@@ -137,6 +145,15 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 			p.Burst = *f.burst
 		case "window":
 			p.Window = durationpb.New(*f.window)
+		case "calendar":
+			var v int32
+			if *f.calendar != "" && *f.calendar != "none" {
+				v, err = enumFlag(sluicev1.Calendar_value, "CALENDAR_", fl)
+			}
+			p.Calendar = sluicev1.Calendar(v)
+			if p.Calendar != sluicev1.Calendar_CALENDAR_UNSPECIFIED && !isSet(fs, "window") {
+				p.Window = nil // the calendar's, when an update turns a window into one
+			}
 		case "warm-up":
 			p.WarmUp = dur(*f.warmUp)
 		case "cold-factor":

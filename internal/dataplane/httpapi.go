@@ -472,7 +472,7 @@ func appendHeaderRules(dst []rlheaders.Rule, dec decide.Decision) []rlheaders.Ru
 		if retry == limit.Never {
 			retry = -1
 		}
-		dst = append(dst, rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Rule.Window,
+		dst = append(dst, rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Rule.Period(),
 			ResetAfter: r.ResetAfter, RetryAfter: retry})
 	}
 	return dst

@@ -213,7 +213,7 @@ func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, r decide.RuleResult) {
 		l.RequestsPerUnit = 0
 	}
 	for _, u := range envoyUnits {
-		if w := r.Rule.Window; w >= u.d && w%u.d == 0 {
+		if w := r.Rule.Period(); w >= u.d && w%u.d == 0 {
 			l.Unit = u.unit
 			if n := w / u.d; n > 1 {
 				l.UnitMultiplier = wrapperspb.UInt32(uint32(min(int64(n), math.MaxUint32)))

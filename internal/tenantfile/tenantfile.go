@@ -71,6 +71,7 @@ type Params struct {
 	MaxDelay    Duration `yaml:"max_delay,omitempty"`
 	Granularity Duration `yaml:"granularity,omitempty"`
 	LeaseTTL    Duration `yaml:"lease_ttl,omitempty"`
+	Calendar    string   `yaml:"calendar,omitempty"` // week, month or year: fixed_window only, without window
 }
 
 // Rule is a rule. Match is a map: its conditions all hold or the rule
@@ -306,11 +307,7 @@ func (t Tier) Policy() (policy.Tier, error) {
 
 // Policy is the rule, without an id.
 func (r Rule) Policy() (policy.Rule, error) {
-	var fields []policy.FieldError
-	params, err := r.Params.policy()
-	if err != nil {
-		fields = append(fields, policy.FieldError{Field: "algorithm", Description: err.Error()})
-	}
+	params, fields := r.Params.policy()
 	mode, err := policy.ParseFailureMode(r.FailureMode)
 	if err != nil {
 		fields = append(fields, policy.FieldError{Field: "failure_mode", Description: "must be open, closed or local"})
@@ -335,15 +332,22 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-func (p Params) policy() (policy.Params, error) {
+// policy is p in the domain's terms, and the fields whose names are
+// not names of anything.
+func (p Params) policy() (policy.Params, []policy.FieldError) {
 	out := policy.Params{Limit: p.Limit, Window: time.Duration(p.Window), Burst: p.Burst, WarmUp: time.Duration(p.WarmUp),
 		ColdFactor: p.ColdFactor, MaxDelay: time.Duration(p.MaxDelay), Granularity: time.Duration(p.Granularity), LeaseTTL: time.Duration(p.LeaseTTL)}
+	var fields []policy.FieldError
 	alg, err := policy.ParseAlgorithm(p.Algorithm)
 	if err != nil {
-		return out, fmt.Errorf("must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency")
+		fields = append(fields, policy.FieldError{Field: "algorithm", Description: "must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency"})
 	}
-	out.Algorithm = alg
-	return out, nil
+	cal, err := policy.ParseCalendar(p.Calendar)
+	if err != nil {
+		fields = append(fields, policy.FieldError{Field: "calendar", Description: "must be week, month or year"})
+	}
+	out.Algorithm, out.Calendar = alg, cal
+	return out, fields
 }
 
 // Policy is the override, without an id, its rule the one of ruleID.
@@ -359,9 +363,9 @@ func (o Override) Policy(ruleID string) (policy.Override, error) {
 		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
 			Fields: []policy.FieldError{{Field: "algorithm", Description: "limit parameters need a rule (tier/rule) and no block"}}}
 	}
-	params, err := o.Params.policy()
-	if err != nil {
-		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: []policy.FieldError{{Field: "algorithm", Description: err.Error()}}}
+	params, fields := o.Params.policy()
+	if fields != nil {
+		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: fields}
 	}
 	out.Params = &params
 	return out, nil
@@ -418,7 +422,8 @@ func RuleFrom(r policy.Rule) Rule {
 
 func paramsFrom(p policy.Params) Params {
 	return Params{Algorithm: p.Algorithm.String(), Limit: p.Limit, Window: Duration(p.Window), Burst: p.Burst, WarmUp: Duration(p.WarmUp),
-		ColdFactor: p.ColdFactor, MaxDelay: Duration(p.MaxDelay), Granularity: Duration(p.Granularity), LeaseTTL: Duration(p.LeaseTTL)}
+		ColdFactor: p.ColdFactor, MaxDelay: Duration(p.MaxDelay), Granularity: Duration(p.Granularity), LeaseTTL: Duration(p.LeaseTTL),
+		Calendar: p.Calendar.String()}
 }
 
 // Marshal writes f as YAML, which Parse reads back to an equal File.

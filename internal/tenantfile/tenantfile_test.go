@@ -41,6 +41,10 @@ tiers:
         window: 1s
         sync: 100ms
         disabled: true
+      - name: monthly
+        algorithm: fixed_window
+        limit: 100000
+        calendar: month
 overrides:
   - identifier: alice
     rule: free/per-client
@@ -119,7 +123,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n"} {
+	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}
@@ -155,6 +159,15 @@ tiers:
     rules:
       - name: x
         algorithm: bogus
+      - name: y
+        algorithm: fixed_window
+        limit: 5
+        calendar: fortnight
+      - name: z
+        algorithm: fixed_window
+        limit: 5
+        window: 1h
+        calendar: month
 overrides:
   - identifier: alice
     rule: free/none
@@ -176,7 +189,7 @@ overrides:
 		got[f.Field] = true
 	}
 	for _, want := range []string{"tenant", "default_tier", "tiers[0].rules[0].limit", "tiers[0].rules[1].name",
-		"tiers[0].rules[1].failure_mode", "tiers[1].name", "tiers[1].rules[0].algorithm", "overrides[0].rule",
+		"tiers[0].rules[1].failure_mode", "tiers[1].name", "tiers[1].rules[0].algorithm", "tiers[1].rules[1].calendar", "tiers[1].rules[2].window", "overrides[0].rule",
 		"overrides[1].tier", "overrides[2].descriptor_key"} {
 		if !got[want] {
 			t.Errorf("no error for %s; got %v", want, pe.Fields)

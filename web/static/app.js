@@ -9,14 +9,14 @@ const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, timer: null, view: 'rules' };
 
 const ALGORITHM_HELP = {
-  ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held.',
+  ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
   ALGORITHM_GCRA: 'Generic cell rate: requests are spaced evenly at limit per window, with "burst" extra allowed at once. Smooth, exact, and one number of state.',
   ALGORITHM_LEAKY_BUCKET: 'A queue draining at limit per window: a request that would exceed the rate waits (up to "max delay") instead of being rejected.',
-  ALGORITHM_FIXED_WINDOW: 'At most limit requests per calendar window (each window starts on the clock). Simple; a client can send twice the limit around a window edge.',
+  ALGORITHM_FIXED_WINDOW: 'At most limit requests per window (each window starts on the clock: on the minute, the hour). Simple; a client can send twice the limit around a window edge. With a calendar window, a quota per calendar week, month or year (UTC) that starts afresh on the Monday, the 1st or January 1st.',
   ALGORITHM_SLIDING_LOG: 'Exactly limit requests in any window-long period, counting each request\'s time. Exact, but keeps one entry per request.',
   ALGORITHM_SLIDING_WINDOW: 'Approximately limit requests in any window-long period: the previous window\'s count weighted by its overlap. Cheap and close.',
-  ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows: the finer, the more exact.',
-  ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its time-to-live ends.',
+  ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows of the bucket width (which must divide the window): the finer, the more exact.',
+  ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its lease lifetime ends. No window.',
 };
 
 // el builds an element: el('td', {class: 'x'}, 'text', child, ...).
@@ -168,7 +168,8 @@ async function loadRules() {
 
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
-  const limitText = `${p.limit || 0}${p.window ? ' per ' + fmtDur(p.window) : ''}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
+  const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() : p.window ? ' per ' + fmtDur(p.window) : '';
+  const limitText = `${p.limit || 0}${per}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
   const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', (r.replaces || []).length ? `replaces ${r.replaces.join(', ')}` : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
@@ -223,6 +224,13 @@ function ruleFromForm(f) {
   });
   const params = { algorithm: f.algorithm.value, limit: f.limit.value || '0', window: dur(f.window.value), burst: f.burst.value || '0' };
   if (f.algorithm.value === 'ALGORITHM_LEAKY_BUCKET') params.maxDelay = dur(f.maxDelay.value);
+  // The parameters of one algorithm each go only when given, so that the
+  // others' rules are not refused for them; a calendar window, or a
+  // concurrency limit, has no window.
+  for (const k of ['warmUp', 'granularity', 'leaseTtl']) if (seconds(dur(f[k].value))) params[k] = dur(f[k].value);
+  if (Number(f.coldFactor.value)) params.coldFactor = Number(f.coldFactor.value);
+  if (f.calendar.value) params.calendar = f.calendar.value;
+  if (f.calendar.value || f.algorithm.value === 'ALGORITHM_CONCURRENCY') delete params.window;
   return {
     id: f.id.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
@@ -244,6 +252,11 @@ function editRule(tier, r) {
   f.window.value = p.window || '0s';
   f.burst.value = p.burst || 0;
   f.maxDelay.value = p.maxDelay || '0s';
+  f.warmUp.value = p.warmUp || '0s';
+  f.coldFactor.value = p.coldFactor || 0;
+  f.granularity.value = p.granularity || '0s';
+  f.leaseTtl.value = p.leaseTtl || '0s';
+  f.calendar.value = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? p.calendar : '';
   f.keyBy.value = (r.keyBy || []).join(', ');
   f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
   f.replaces.value = (r.replaces || []).join(', ');

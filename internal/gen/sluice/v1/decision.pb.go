@@ -278,7 +278,8 @@ type RuleStatus struct {
 	RetryAfter *durationpb.Duration `protobuf:"bytes,8,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	// Leaky bucket: how long to wait before proceeding.
 	Delay *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
-	// The rule's window, for RateLimit-Policy; absent for concurrency rules.
+	// The rule's window, for RateLimit-Policy (a calendar window's nominal
+	// span: 7, 30 or 365 days); absent for concurrency rules.
 	Window        *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
