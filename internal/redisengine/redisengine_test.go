@@ -771,3 +771,36 @@ func TestCalendarWindowBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// On Redis's own clock, as deciders run, a calendar window ends where the
+// calendar says: a monthly quota's reset runs to the next 1st, UTC, a
+// weekly one's to the next Monday; a second check counts in the same
+// window.
+func TestCalendarWindowOnRedisClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := redistest.Client(t)
+	e := New(c, Config{Prefix: redistest.Prefix(t), Batch: true})
+	t.Cleanup(e.Close)
+	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
+	for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
+		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Calendar: cal})
+		reqs := []limit.Request{{Key: "{cal}" + cal.String(), Limiter: l, Cost: 2}}
+		res := make([]limit.Result, 1)
+		for want := int64(3); want >= 1; want -= 2 {
+			rt, err := c.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := e.AllowAll(ctx, reqs, res); err != nil || !ok {
+				t.Fatalf("%s: %v %v", cal, ok, err)
+			}
+			_, end := limit.CalendarWindow(rt.UnixMicro(), cal)
+			left := time.Duration(end-rt.UnixMicro()) * time.Microsecond
+			// Redis's clock moved on by the call's round trip, at most.
+			if res[0].Remaining != want || res[0].ResetAfter > left || res[0].ResetAfter < left-time.Second {
+				t.Fatalf("%s window: %+v, want remaining %d and a reset of about %v", cal, res[0], want, left)
+			}
+		}
+	}
+}
