@@ -182,7 +182,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		eval(`(() => { const s = document.querySelector('#rule-tier'); s.value = [...s.options].find(o => o.text === 'gold').value; return ''; })()`)
 	}
 	gold()
-	do("a monthly quota", chromedp.SetValue("#rule-name", "quota"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_FIXED_WINDOW"),
+	do("choose a fixed window", chromedp.SetValue("#rule-algorithm", "ALGORITHM_FIXED_WINDOW"))
+	eval(`(document.querySelector('#rule-algorithm').dispatchEvent(new Event('change')), '')`)
+	// The form shows the chosen algorithm's parameters alone.
+	if shown := eval(`['#rule-calendar', '#rule-window', '#rule-burst', '#rule-lease-ttl', '#rule-warm-up'].map((s) => document.querySelector(s).offsetParent !== null).join(',')`); shown != "true,true,false,false,false" {
+		t.Fatalf("fields shown for a fixed window (calendar, window, burst, lease, warm-up): %s", shown)
+	}
+	do("a monthly quota", chromedp.SetValue("#rule-name", "quota"),
 		chromedp.SetValue("#rule-limit", "1000"), chromedp.SetValue("#rule-calendar", "CALENDAR_MONTH"), chromedp.SetValue("#rule-match", "route=/reports"),
 		chromedp.Click("#rule-submit"))
 	waitText(`[data-rule="quota"]`, "1000 per calendar month", nil)

@@ -222,15 +222,20 @@ function ruleFromForm(f) {
     const i = kv.indexOf('=');
     return i < 0 ? { key: kv, value: '' } : { key: kv.slice(0, i).trim(), value: kv.slice(i + 1).trim() };
   });
-  const params = { algorithm: f.algorithm.value, limit: f.limit.value || '0', window: dur(f.window.value), burst: f.burst.value || '0' };
-  if (f.algorithm.value === 'ALGORITHM_LEAKY_BUCKET') params.maxDelay = dur(f.maxDelay.value);
-  // The parameters of one algorithm each go only when given, so that the
-  // others' rules are not refused for them; a calendar window, or a
-  // concurrency limit, has no window.
-  for (const k of ['warmUp', 'granularity', 'leaseTtl']) if (seconds(dur(f[k].value))) params[k] = dur(f[k].value);
-  if (Number(f.coldFactor.value)) params.coldFactor = Number(f.coldFactor.value);
-  if (f.calendar.value) params.calendar = f.calendar.value;
-  if (f.calendar.value || f.algorithm.value === 'ALGORITHM_CONCURRENCY') delete params.window;
+  // Only the parameters of the chosen algorithm go (those of another,
+  // left in the form, would be refused), the optional ones when given; a
+  // calendar window has no window.
+  const params = { algorithm: f.algorithm.value, limit: f.limit.value || '0' };
+  const applies = (name) => f[name].closest('[data-for]').dataset.for.split(' ').includes(f.algorithm.value);
+  for (const k of ['window', 'maxDelay', 'warmUp', 'granularity', 'leaseTtl']) {
+    if (applies(k) && (k === 'window' || k === 'maxDelay' || seconds(dur(f[k].value)))) params[k] = dur(f[k].value);
+  }
+  if (applies('burst')) params.burst = f.burst.value || '0';
+  if (applies('coldFactor') && Number(f.coldFactor.value)) params.coldFactor = Number(f.coldFactor.value);
+  if (applies('calendar') && f.calendar.value) {
+    params.calendar = f.calendar.value;
+    delete params.window;
+  }
   return {
     id: f.id.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
@@ -285,8 +290,12 @@ function resetRuleForm() {
   algorithmHelp();
 }
 
+// algorithmHelp explains the chosen algorithm and shows its parameters'
+// fields alone.
 function algorithmHelp() {
-  $('#algorithm-help').textContent = ALGORITHM_HELP[$('#rule-algorithm').value] || '';
+  const alg = $('#rule-algorithm').value;
+  $('#algorithm-help').textContent = ALGORITHM_HELP[alg] || '';
+  for (const d of document.querySelectorAll('#rule-form [data-for]')) d.hidden = !d.dataset.for.split(' ').includes(alg);
 }
 
 async function submitRule(ev) {
