@@ -234,7 +234,7 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 	}
 	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "vip-*", Tier: pro.Name})
 	wantCode(t, err, policy.CodeConflict, "identifier")
-	p := policy.Params{Algorithm: policy.FixedWindow, Limit: 500, Window: time.Hour}
+	p := policy.Params{Algorithm: policy.FixedWindow, Limit: 500, Calendar: policy.CalendarMonth} // 500 a month
 	exp := time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)
 	if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "partner", RuleID: r.ID, Params: &p, ExpiresAt: exp}); err != nil {
 		t.Fatal(err)
