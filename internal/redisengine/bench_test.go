@@ -36,6 +36,8 @@ func BenchmarkScriptCPU(b *testing.B) {
 		{"token-bucket", []policy.Params{{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second}}, false},
 		{"fixed-window", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1000, Window: time.Second}}, false},
 		{"sliding-window", []policy.Params{{Algorithm: policy.SlidingWindow, Limit: 1000, Window: time.Second}}, false},
+		{"calendar-month-merged", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarMonth}}, true},
+		{"calendar-month", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarMonth}}, false},
 		{"two-rules", []policy.Params{
 			{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second},
 			{Algorithm: policy.FixedWindow, Limit: 100000, Window: time.Hour},

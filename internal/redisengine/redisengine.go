@@ -503,9 +503,8 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	c := l.Constants()
 	window := c.Window
 	if c.Calendar != policy.CalendarNone {
-		// decide.lua's encoding of a calendar window (window.lua); only
-		// decide.lua decides such rules: the flat scripts and local
-		// counting take epoch-aligned windows alone.
+		// decide.lua's encoding of a calendar window (window.lua); local
+		// counting takes epoch-aligned windows alone.
 		window = -int64(c.Calendar)
 	}
 	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, window,
@@ -519,14 +518,18 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 		a.family, a.param = familyFixed, c.Window
 	}
 	switch {
-	case c.Calendar != policy.CalendarNone:
 	case c.Algorithm <= policy.LeakyBucket && !c.Warm:
 		a.singleScript = single
 		a.single = []any{c.Capacity, c.Shown, float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}
 		a.multi = append([]any{0}, a.single...)
 	case c.Algorithm == policy.FixedWindow || c.Algorithm == policy.SlidingWindow:
 		a.singleScript = window1
-		a.single = []any{c.Capacity, c.Shown, c.Limit, c.Window, flag(c.Algorithm == policy.SlidingWindow), float(limit.Slack)}
+		// window1.lua's kind: 0 fixed, 1 sliding, 1 + the calendar.
+		kind := flag(c.Algorithm == policy.SlidingWindow)
+		if c.Calendar != policy.CalendarNone {
+			kind = 1 + int(c.Calendar)
+		}
+		a.single = []any{c.Capacity, c.Shown, c.Limit, c.Window, kind, float(limit.Slack)}
 		a.multi = append([]any{1}, a.single...)
 	}
 	return a

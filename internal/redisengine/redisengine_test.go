@@ -736,8 +736,9 @@ func FuzzConformance(f *testing.F) {
 }
 
 // Calendar windows end where the in-process engine says, across month
-// and year ends, leap days and centuries: decide.lua computes them from
-// day counts (window.lua), limit.CalendarWindow from package time. At
+// and year ends, leap days and centuries: the scripts compute them from
+// day counts (window1.lua, window.lua), limit.CalendarWindow from package
+// time. At
 // each boundary a fresh key is checked just before it, at it and a day
 // later; the answers (remaining, reset, retry) must be the same.
 func TestCalendarWindowBoundaries(t *testing.T) {
@@ -747,24 +748,30 @@ func TestCalendarWindowBoundaries(t *testing.T) {
 	e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
 	t.Cleanup(e.Close)
 	ref := limit.NewEngine(limit.EngineConfig{})
+	// Alone, a calendar rule is decided by the flat script (window1.lua);
+	// beside a sliding log, by decide.lua (window.lua).
+	logRule := limit.MustCompile(policy.Params{Algorithm: policy.SlidingLog, Limit: 100, Window: time.Second})
 	for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
 		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Calendar: cal})
 		for _, y := range []int{1970, 1999, 2000, 2023, 2024, 2099, 2100, 2200} {
 			for m := time.January; m <= time.December; m++ {
 				b, _ := limit.CalendarWindow(time.Date(y, m, 1, 12, 0, 0, 0, time.UTC).UnixMicro(), cal)
-				key := fmt.Sprintf("{cal|%s}%d-%d", cal, y, m)
-				for _, now := range []int64{b - 1, b, b + 24*3600*1_000_000} {
+				for i, now := range []int64{b - 1, b, b + 24*3600*1_000_000, b - 1, b, b + 24*3600*1_000_000} {
 					if b-1 < 0 && now < 0 {
 						continue
 					}
+					key := fmt.Sprintf("{cal|%s}%d-%d", cal, y, m)
 					reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
-					want, got := make([]limit.Result, 1), make([]limit.Result, 1)
+					if i >= 3 {
+						reqs = []limit.Request{{Key: key + "g", Limiter: l, Cost: 1}, {Key: key + "log", Limiter: logRule, Cost: 1}}
+					}
+					want, got := make([]limit.Result, len(reqs)), make([]limit.Result, len(reqs))
 					ref.AllowAll(reqs, now, want)
 					if _, err := e.AllowAllAt(ctx, reqs, now, got); err != nil {
 						t.Fatal(err)
 					}
 					if got[0] != want[0] {
-						t.Fatalf("%s window, %s: Redis %+v, in process %+v", cal, time.UnixMicro(now).UTC(), got[0], want[0])
+						t.Fatalf("%s window, %s, %d rules: Redis %+v, in process %+v", cal, time.UnixMicro(now).UTC(), len(reqs), got[0], want[0])
 					}
 				}
 			}

@@ -6,36 +6,34 @@
 local function window_start(t, w) return t - t % w end
 
 -- Calendar windows (limit.CalendarWindow), UTC: w is -1 for weeks from
--- Monday, -2 for months, -3 for years. days_from_civil and its inverse
--- are Howard Hinnant's algorithms, in whole days (exact in doubles).
-local DAY = 86400000000
-local function days_from_civil(y, m, d)
-  if m <= 2 then y = y - 1 end
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local mp = m > 2 and m - 3 or m + 9
-  local doy = math.floor((153 * mp + 2) / 5) + d - 1
-  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
-end
+-- Monday, -2 for months, -3 for years. The arithmetic is window1.lua's
+-- (Howard Hinnant's civil_from_days), in whole days, exact in doubles.
 local function calendar_window(t, w)
-  local z = math.floor(t / DAY)
+  local day = 86400000000
+  local z = math.floor(t / day)
   if w == -1 then
     local monday = z - (z + 3) % 7 -- day 0, 1970-01-01, was a Thursday
-    return monday * DAY, (monday + 7) * DAY
+    return monday * day, (monday + 7) * day
   end
   local zz = z + 719468
   local era = math.floor(zz / 146097)
   local doe = zz - era * 146097
   local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local m = mp < 10 and mp + 3 or mp - 9
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100)) -- from March 1st
+  local mp = math.floor((5 * doy + 2) / 153) -- the month from March, 0 ... 11
   local y = yoe + era * 400
-  if m <= 2 then y = y + 1 end
-  if w == -3 then return days_from_civil(y, 1, 1) * DAY, days_from_civil(y + 1, 1, 1) * DAY end
-  local ny, nm = y, m + 1
-  if nm == 13 then ny, nm = y + 1, 1 end
-  return days_from_civil(y, m, 1) * DAY, days_from_civil(ny, nm, 1) * DAY
+  if mp >= 10 then y = y + 1 end -- January and February
+  local leap = 0
+  if (y % 4 == 0 and y % 100 ~= 0) or y % 400 == 0 then leap = 1 end
+  if w == -2 then
+    local len = 31
+    if mp == 11 then len = 28 + leap elseif mp == 1 or mp == 3 or mp == 6 or mp == 8 then len = 30 end
+    local first = z - (doy - math.floor((153 * mp + 2) / 5))
+    return first * day, (first + len) * day
+  end
+  local jan1 = z - (doy + 59 + leap)
+  if mp >= 10 then jan1 = z - (doy - 306) end
+  return jan1 * day, (jan1 + 365 + leap) * day
 end
 
 -- window_of returns the start and the end of the window w holding t.
