@@ -69,14 +69,14 @@ const resourceUsage = `usage:
   sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
-  sluice overrides list | create -identifier ID (-tier T | -rule ID -limit N -window D | -block [-rule ID]) [-for D] | delete ID
+  sluice overrides list | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | delete ID
   sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
-a tier (-tier) is given by name or id; "sluice RESOURCE VERB -h" lists a command's flags
+a tier (-tier) is given by name or id, a rule (-rule) by id or TIER/RULE; "sluice RESOURCE VERB -h" lists a command's flags
 `
 
 // verb is one resource command: the argument it takes after its flags
@@ -246,11 +246,18 @@ var verbs = map[string]verb{
 	}),
 	"overrides create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		identifier := fs.String("identifier", "", "the client id, or a prefix ending in *")
-		tier, ruleID := fs.String("tier", "", "move the client to this tier (name)"), fs.String("rule", "", "replace this rule's limit (rule id)")
+		tier, ruleID := fs.String("tier", "", "move the client to this tier (name)"), fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name")
 		block := fs.Bool("block", false, "block the client (with -rule, on that rule only)")
 		lasts := fs.Duration("for", 0, "expires after this long, e.g. 24h or 720h (0: never)")
 		pf := defineParamOpts(fs)
 		return func(s *session, c *http.Client, _ string) error {
+			if strings.Contains(*ruleID, "/") {
+				id, err := ruleIDByName(s, sluicev1connect.NewTierServiceClient(c, s.server), *ruleID)
+				if err != nil {
+					return err
+				}
+				*ruleID = id
+			}
 			o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
 			if *lasts > 0 {
 				o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
@@ -567,6 +574,23 @@ func tierIDOf(s *session, tiers sluicev1connect.TierServiceClient, v string) (st
 		}
 	}
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", v))
+}
+
+// ruleIDByName is the id of the rule "tier/rule" names.
+func ruleIDByName(s *session, tiers sluicev1connect.TierServiceClient, path string) (string, error) {
+	tierName, ruleName, _ := strings.Cut(path, "/")
+	res, err := listTiers(s, tiers)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range res.Tiers {
+		for _, r := range t.Rules {
+			if t.Name == tierName && r.Name == ruleName {
+				return r.Id, nil
+			}
+		}
+	}
+	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", path))
 }
 
 // ruleByID is the rule of that id, as it stands.

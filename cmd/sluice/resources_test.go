@@ -191,6 +191,14 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
+	// An override of a rule named tier/rule: one client gets 50 a second
+	// on pro's per-client rule.
+	if out, err := sluice("overrides", "create", "-identifier", "partner", "-rule", "pro/per-client", "-limit", "50", "-window", "1s", "-for", "24h"); err != nil || !strings.Contains(out, "created override") {
+		t.Fatalf("overrides create -rule TIER/RULE: %v\n%s", err, out)
+	}
+	if _, err := sluice("overrides", "create", "-identifier", "partner2", "-rule", "pro/nope", "-limit", "5", "-window", "1s"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("an override of no rule: %v", err)
+	}
 	// A client blocked for an hour by an override.
 	if out, err := sluice("overrides", "create", "-identifier", "banned-1", "-block", "-for", "1h"); err != nil || !strings.Contains(out, "created override") {
 		t.Fatalf("overrides create -block: %v\n%s", err, out)
