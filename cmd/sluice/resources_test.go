@@ -130,6 +130,7 @@ func TestCLIAgainstDev(t *testing.T) {
 	// Each command takes its own flags only, and says which with -h.
 	for _, args := range [][]string{{"keys", "create", "-limit", "5"}, {"rules", "create", "-tier", "pro", "-kind", "admin"},
 		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-failure-mode", "sideways"},
+		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-failure-mode", "sideways", "-match", "route=/x"}, // a later, valid flag does not hide it
 		{"rules", "create", "-tier", "pro", "-name", "x", "-limit", "1", "-window", "1s", "-algorithm", "magic"},
 		{"rules", "delete"}, {"tiers", "list", "extra"}} {
 		if out, err := sluice(args...); !errors.Is(err, errUsage) {

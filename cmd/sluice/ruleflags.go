@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"strings"
 	"time"
@@ -46,7 +47,7 @@ func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
 	if err := f.params.apply(fs, r.Params); err != nil {
 		return err
 	}
-	var err error
+	var err error // the first flag's that is wrong
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "name":
@@ -54,15 +55,14 @@ func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
 		case "key-by":
 			r.KeyBy = flagenv.List(*f.keyBy)
 		case "match":
-			var m []*sluicev1.Match
-			if m, err = parsePairs(*f.match); err == nil {
-				r.Match = m
-			}
+			m, e := parsePairs(*f.match)
+			err = cmp.Or(err, e)
+			r.Match = m
 		case "replaces":
 			r.Replaces = flagenv.List(*f.replaces)
 		case "failure-mode":
-			var v int32
-			v, err = enumFlag(sluicev1.FailureMode_value, "FAILURE_MODE_", fs.Lookup("failure-mode"))
+			v, e := enumFlag(sluicev1.FailureMode_value, "FAILURE_MODE_", fl)
+			err = cmp.Or(err, e)
 			r.FailureMode = sluicev1.FailureMode(v)
 		case "shadow":
 			r.Shadow = *f.shadow
@@ -136,8 +136,8 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 	fs.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
 		case "algorithm":
-			var v int32
-			v, err = enumFlag(sluicev1.Algorithm_value, "ALGORITHM_", fs.Lookup("algorithm"))
+			v, e := enumFlag(sluicev1.Algorithm_value, "ALGORITHM_", fl)
+			err = cmp.Or(err, e)
 			p.Algorithm = sluicev1.Algorithm(v)
 		case "limit":
 			p.Limit = *f.limit
@@ -148,7 +148,9 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 		case "calendar":
 			var v int32
 			if *f.calendar != "" && *f.calendar != "none" {
-				v, err = enumFlag(sluicev1.Calendar_value, "CALENDAR_", fl)
+				var e error
+				v, e = enumFlag(sluicev1.Calendar_value, "CALENDAR_", fl)
+				err = cmp.Or(err, e)
 			}
 			p.Calendar = sluicev1.Calendar(v)
 			if p.Calendar != sluicev1.Calendar_CALENDAR_UNSPECIFIED && !isSet(fs, "window") {
