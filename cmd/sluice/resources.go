@@ -393,7 +393,11 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		}
 		return errUsage
 	}
-	if want := map[bool]int{true: 0, false: 1}[v.arg == ""]; fs.NArg() != want {
+	want := 1 // the argument
+	if v.arg == "" {
+		want = 0
+	}
+	if fs.NArg() != want {
 		fs.Usage()
 		return errUsage
 	}
