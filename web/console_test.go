@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/internal/devstack"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -196,6 +200,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("edit the quota", chromedp.SetValue("#rule-limit", "2000"), chromedp.Click("#rule-submit"))
 	waitText("#status", "Saved rule quota", nil)
 	waitText(`[data-rule="quota"]`, "2000 per calendar month", nil)
+	// Two editors: the form holds the quota as it was read; a change saved
+	// meanwhile (through the API) is not overwritten, and the console says
+	// what happened and shows the newer state.
+	eval(`(() => { [...document.querySelectorAll('[data-rule="quota"] button')].find((b) => b.textContent === 'Edit').click(); return ''; })()`)
+	changeLimit(t, strings.TrimSuffix(console, "/console/"), adminKey, "quota", 3000)
+	do("save over a newer change", chromedp.SetValue("#rule-limit", "2500"), chromedp.Click("#rule-submit"))
+	waitText("#rule-error", "someone else changed it since you opened it", nil)
+	waitText(`[data-rule="quota"]`, "3000 per calendar month", nil)
+	do("leave the edit", chromedp.Click("#rule-cancel"))
 	gold()
 	do("a concurrency limit", chromedp.SetValue("#rule-name", "inflight"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_CONCURRENCY"),
 		chromedp.SetValue("#rule-limit", "5"), chromedp.SetValue("#rule-lease-ttl", "30s"), chromedp.SetValue("#rule-match", "route=/reports"),
@@ -323,6 +336,34 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#tenants-table", "On: rejects nothing", nil)
 	do("shadow off", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
 	waitText("#tenants-table", "Off", nil)
+}
+
+// changeLimit sets the limit of the rule named name through the API, as
+// another editor would.
+func changeLimit(t *testing.T, api, adminKey, name string, limit int64) {
+	t.Helper()
+	ctx := context.Background()
+	list := connect.NewRequest(&sluicev1.ListTiersRequest{})
+	list.Header().Set("Authorization", "Bearer "+adminKey)
+	tiers, err := sluicev1connect.NewTierServiceClient(http.DefaultClient, api).ListTiers(ctx, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tier := range tiers.Msg.Tiers {
+		for _, r := range tier.Rules {
+			if r.Name != name {
+				continue
+			}
+			r.Params.Limit = limit
+			update := connect.NewRequest(&sluicev1.UpdateRuleRequest{Rule: r})
+			update.Header().Set("Authorization", "Bearer "+adminKey)
+			if _, err := sluicev1connect.NewRuleServiceClient(http.DefaultClient, api).UpdateRule(ctx, update); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no rule %s", name)
 }
 
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }

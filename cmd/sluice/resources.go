@@ -96,8 +96,23 @@ func plain(arg string, run func(s *session, c *http.Client, arg string) error) v
 
 // verbNotes say more in a command's usage, where there is more to say.
 var verbNotes = map[string]string{
-	"tenants update": "It changes what the flags given say and keeps the rest.",
-	"rules update":   "It changes what the flags given say and keeps the rest (the defaults below are create's);\na change someone made since the rule was read is overwritten.",
+	"tenants update": "It changes what the flags given say and keeps the rest, as it finds them when it writes.",
+	"rules update":   "It changes what the flags given say and keeps the rest, as it finds them when it writes\n(the defaults below are create's).",
+}
+
+// edit runs a read-modify-write whose write carries the etag of its read,
+// again while the write is refused because another change came between
+// (Aborted), so that the change is applied to the latest state and overwrites
+// none. It gives up after a few rounds of such contention.
+func edit(readModifyWrite func() error) error {
+	const rounds = 5
+	var err error
+	for range rounds {
+		if err = readModifyWrite(); connect.CodeOf(err) != connect.CodeAborted {
+			return err
+		}
+	}
+	return fmt.Errorf("changed by others %d times while this change was being made; try again: %w", rounds, err)
 }
 
 // verbs are the resource commands, by "resource verb".
@@ -129,33 +144,35 @@ var verbs = map[string]verb{
 		shadow := fs.Bool("shadow", false, "shadow mode: the tenant's rules report, never reject")
 		fs.String("status", "active", "active, or suspended: every check of the tenant refused")
 		return func(s *session, c *http.Client, id string) error {
-			tenants := sluicev1connect.NewTenantServiceClient(c, s.server)
-			req := connect.NewRequest(&sluicev1.GetTenantRequest{TenantId: id})
-			req.Header().Set("Authorization", "Bearer "+s.key)
-			res, err := tenants.GetTenant(s.ctx, req)
-			if err != nil {
-				return err
-			}
-			t := res.Msg.Tenant
-			fs.Visit(func(fl *flag.Flag) {
-				switch fl.Name {
-				case "name":
-					t.Name = *name
-				case "default-tier":
-					t.DefaultTier = *defTier
-				case "shadow":
-					t.Shadow = *shadow
-				case "status":
-					var v int32
-					v, err = enumFlag(sluicev1.TenantStatus_value, "TENANT_STATUS_", fl)
-					t.Status = sluicev1.TenantStatus(v)
+			return edit(func() error {
+				tenants := sluicev1connect.NewTenantServiceClient(c, s.server)
+				req := connect.NewRequest(&sluicev1.GetTenantRequest{TenantId: id})
+				req.Header().Set("Authorization", "Bearer "+s.key)
+				res, err := tenants.GetTenant(s.ctx, req)
+				if err != nil {
+					return err
 				}
-			})
-			if err != nil {
-				return err
-			}
-			return call(s, tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: t}, func(w *tabwriter.Writer, r *sluicev1.UpdateTenantResponse) {
-				fmt.Fprintf(w, "updated tenant %s (%s), config version %d\n", t.Slug, t.Id, r.ConfigVersion)
+				t := res.Msg.Tenant
+				fs.Visit(func(fl *flag.Flag) {
+					switch fl.Name {
+					case "name":
+						t.Name = *name
+					case "default-tier":
+						t.DefaultTier = *defTier
+					case "shadow":
+						t.Shadow = *shadow
+					case "status":
+						var v int32
+						v, err = enumFlag(sluicev1.TenantStatus_value, "TENANT_STATUS_", fl)
+						t.Status = sluicev1.TenantStatus(v)
+					}
+				})
+				if err != nil {
+					return err
+				}
+				return call(s, tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: t}, func(w *tabwriter.Writer, r *sluicev1.UpdateTenantResponse) {
+					fmt.Fprintf(w, "updated tenant %s (%s), config version %d\n", t.Slug, t.Id, r.ConfigVersion)
+				})
 			})
 		}
 	}},
@@ -215,15 +232,17 @@ var verbs = map[string]verb{
 	"rules update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		rf := defineRuleOpts(fs)
 		return func(s *session, c *http.Client, id string) error {
-			rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), id)
-			if err != nil {
-				return err
-			}
-			if err := rf.apply(fs, rule); err != nil {
-				return err
-			}
-			return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).UpdateRule, &sluicev1.UpdateRuleRequest{TenantId: s.tenant, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.UpdateRuleResponse) {
-				fmt.Fprintf(w, "updated rule %s (%s), config version %d\n", rule.Name, rule.Id, r.ConfigVersion)
+			return edit(func() error {
+				rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), id)
+				if err != nil {
+					return err
+				}
+				if err := rf.apply(fs, rule); err != nil {
+					return err
+				}
+				return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).UpdateRule, &sluicev1.UpdateRuleRequest{TenantId: s.tenant, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.UpdateRuleResponse) {
+					fmt.Fprintf(w, "updated rule %s (%s), config version %d\n", rule.Name, rule.Id, r.ConfigVersion)
+				})
 			})
 		}
 	}},

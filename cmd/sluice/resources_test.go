@@ -340,3 +340,34 @@ func TestBenchAgainstDev(t *testing.T) {
 		t.Errorf("-raw over HTTP: %v, want a usage error", err)
 	}
 }
+
+// TestEditRetriesWhileAborted: an update refused because another change came
+// between its read and its write is read and applied again; other errors,
+// and contention that does not end, are the command's answer.
+func TestEditRetriesWhileAborted(t *testing.T) {
+	aborted := connect.NewError(connect.CodeAborted, errors.New("rule a changed since it was read"))
+	for _, c := range []struct {
+		name       string
+		answers    []error
+		calls      int
+		wantCode   connect.Code
+		wantRounds bool
+	}{
+		{"written at once", []error{nil}, 1, 0, false},
+		{"written on the third read", []error{aborted, aborted, nil}, 3, 0, false},
+		{"another error ends it", []error{aborted, connect.NewError(connect.CodeNotFound, errors.New("no rule"))}, 2, connect.CodeNotFound, false},
+		{"contention that does not end", []error{aborted, aborted, aborted, aborted, aborted, aborted, aborted}, 5, connect.CodeAborted, true},
+	} {
+		calls := 0
+		err := edit(func() error {
+			calls++
+			return c.answers[calls-1]
+		})
+		if calls != c.calls || (err == nil) != (c.wantCode == 0) || (err != nil && connect.CodeOf(err) != c.wantCode) {
+			t.Errorf("%s: %d calls, %v; want %d calls, code %v", c.name, calls, err, c.calls, c.wantCode)
+		}
+		if c.wantRounds && (err == nil || !strings.Contains(err.Error(), "changed by others 5 times")) {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

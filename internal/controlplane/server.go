@@ -126,29 +126,52 @@ func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.R
 	return connect.NewResponse(msg), nil
 }
 
+// tenantOut, tierOut and ruleOut are the admin API's tenants, tiers and
+// rules: protoconv's, with the etags that conditioned updates carry back
+// (the config snapshots for deciders have no use for them).
+func tenantOut(t policy.Tenant, version int64) *sluicev1.Tenant {
+	p := protoconv.TenantToProto(t, version)
+	p.Etag = t.ETag()
+	return p
+}
+
+func tierOut(t policy.Tier) *sluicev1.Tier {
+	p := protoconv.TierToProto(t)
+	for i := range t.Rules {
+		p.Rules[i].Etag = t.Rules[i].ETag()
+	}
+	return p
+}
+
+func ruleOut(r policy.Rule) *sluicev1.Rule {
+	p := protoconv.RuleToProto(r)
+	p.Etag = r.ETag()
+	return p
+}
+
 type tenantServer struct{ *server }
 
 func (s tenantServer) CreateTenant(ctx context.Context, req *connect.Request[sluicev1.CreateTenantRequest]) (*connect.Response[sluicev1.CreateTenantResponse], error) {
 	t, err := s.store.CreateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()))
-	return reply(ctx, s.server, &sluicev1.CreateTenantResponse{Tenant: protoconv.TenantToProto(t, 1)}, err)
+	return reply(ctx, s.server, &sluicev1.CreateTenantResponse{Tenant: tenantOut(t, 1)}, err)
 }
 
 func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluicev1.GetTenantRequest]) (*connect.Response[sluicev1.GetTenantResponse], error) {
 	t, v, err := s.store.GetTenant(ctx, req.Msg.GetTenantId())
-	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: protoconv.TenantToProto(t, v)}, err)
+	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantOut(t, v)}, err)
 }
 
 func (s tenantServer) ListTenants(ctx context.Context, _ *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
 	ts, err := s.store.ListTenants(ctx)
 	out := &sluicev1.ListTenantsResponse{}
 	for _, t := range ts {
-		out.Tenants = append(out.Tenants, protoconv.TenantToProto(t, 0))
+		out.Tenants = append(out.Tenants, tenantOut(t, 0))
 	}
 	return reply(ctx, s.server, out, err)
 }
 
 func (s tenantServer) UpdateTenant(ctx context.Context, req *connect.Request[sluicev1.UpdateTenantRequest]) (*connect.Response[sluicev1.UpdateTenantResponse], error) {
-	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()))
+	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()), req.Msg.GetTenant().GetEtag())
 	return reply(ctx, s.server, &sluicev1.UpdateTenantResponse{ConfigVersion: v}, err)
 }
 
@@ -165,7 +188,7 @@ func (s tierServer) CreateTier(ctx context.Context, req *connect.Request[sluicev
 		return nil, err
 	}
 	t, v, err := s.store.CreateTier(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetName())
-	return reply(ctx, s.server, &sluicev1.CreateTierResponse{Tier: protoconv.TierToProto(t), ConfigVersion: v}, err)
+	return reply(ctx, s.server, &sluicev1.CreateTierResponse{Tier: tierOut(t), ConfigVersion: v}, err)
 }
 
 func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1.ListTiersRequest]) (*connect.Response[sluicev1.ListTiersResponse], error) {
@@ -176,7 +199,7 @@ func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1
 	tiers, err := s.store.ListTiers(ctx, tenant)
 	out := &sluicev1.ListTiersResponse{}
 	for _, t := range tiers {
-		out.Tiers = append(out.Tiers, protoconv.TierToProto(t))
+		out.Tiers = append(out.Tiers, tierOut(t))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -198,7 +221,7 @@ func (s ruleServer) CreateRule(ctx context.Context, req *connect.Request[sluicev
 		return nil, err
 	}
 	r, v, err := s.store.CreateRule(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), protoconv.RuleFromProto(req.Msg.GetRule()))
-	return reply(ctx, s.server, &sluicev1.CreateRuleResponse{Rule: protoconv.RuleToProto(r), ConfigVersion: v}, err)
+	return reply(ctx, s.server, &sluicev1.CreateRuleResponse{Rule: ruleOut(r), ConfigVersion: v}, err)
 }
 
 func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
@@ -209,7 +232,7 @@ func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1
 	rules, err := s.store.ListRules(ctx, tenant, req.Msg.GetTierId())
 	out := &sluicev1.ListRulesResponse{}
 	for _, r := range rules {
-		out.Rules = append(out.Rules, protoconv.RuleToProto(r))
+		out.Rules = append(out.Rules, ruleOut(r))
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -219,7 +242,7 @@ func (s ruleServer) UpdateRule(ctx context.Context, req *connect.Request[sluicev
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.store.UpdateRule(ctx, principalFrom(ctx).actor(), tenant, protoconv.RuleFromProto(req.Msg.GetRule()))
+	v, err := s.store.UpdateRule(ctx, principalFrom(ctx).actor(), tenant, protoconv.RuleFromProto(req.Msg.GetRule()), req.Msg.GetRule().GetEtag())
 	return reply(ctx, s.server, &sluicev1.UpdateRuleResponse{ConfigVersion: v}, err)
 }
 

@@ -252,7 +252,7 @@ func TestTenantShadowReachesTheDecider(t *testing.T) {
 	}
 
 	tn.Shadow = false
-	if v, err = store.UpdateTenant(ctx, "operator", tn); err != nil {
+	if v, err = store.UpdateTenant(ctx, "operator", tn, ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the tenant out of shadow", func() bool { return s.Config(tn.ID).Version == v })

@@ -230,8 +230,10 @@ func (s *Store) CreateRule(ctx context.Context, actor Actor, tenantID, tierID st
 	return r, version, err
 }
 
-// UpdateRule replaces the rule r.ID (its tier and position stay).
-func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r policy.Rule) (int64, error) {
+// UpdateRule replaces the rule r.ID (its tier and position stay). When
+// ifMatch is not empty, the update is refused with policy.CodeAborted unless
+// the rule's etag (policy.Rule.ETag) is still ifMatch.
+func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r policy.Rule, ifMatch string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", r.ID, "rule"); err != nil {
 		return 0, err
 	}
@@ -246,6 +248,9 @@ func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r 
 		old, err := scanRule(tx.QueryRow(ctx, `SELECT `+ruleColumns+` FROM rules WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, r.ID, tenantID))
 		if err != nil {
 			return change{}, translate(err, "rule")
+		}
+		if err := checkETag("rule", old.Rule.Name, old.Rule.ETag(), ifMatch); err != nil {
+			return change{}, err
 		}
 		_, err = tx.Exec(ctx, `UPDATE rules SET name = $3, match = $4, key_by = $5, algorithm = $6, lim = $7, window_us = $8,
 			burst = $9, warm_up_us = $10, cold_factor = $11, max_delay_us = $12, granularity_us = $13, lease_ttl_us = $14,

@@ -76,16 +76,16 @@ func TestTenantCRUD(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "name")
 
 	acme.Name, acme.Status = "Acme Corp", policy.TenantSuspended
-	if v, err := s.UpdateTenant(ctx, op, acme); err != nil || v != 2 {
+	if v, err := s.UpdateTenant(ctx, op, acme, ""); err != nil || v != 2 {
 		t.Fatalf("update: v%d %v", v, err)
 	}
 	bad := acme
 	bad.Slug = "other"
-	_, err = s.UpdateTenant(ctx, op, bad)
+	_, err = s.UpdateTenant(ctx, op, bad, "")
 	wantCode(t, err, policy.CodeInvalid, "slug")
 	bad = acme
 	bad.DefaultTier = "gold"
-	_, err = s.UpdateTenant(ctx, op, bad)
+	_, err = s.UpdateTenant(ctx, op, bad, "")
 	wantCode(t, err, policy.CodeInvalid, "default_tier")
 
 	newTenant(t, s, "beta")
@@ -141,7 +141,7 @@ func TestTiersAndRules(t *testing.T) {
 
 	upd := rule("b2", 99)
 	upd.ID, upd.Shadow, upd.FailureMode, upd.Block = ids[1], true, policy.FailLocal, true
-	if _, err := s.UpdateRule(ctx, op, acme.ID, upd); err != nil {
+	if _, err := s.UpdateRule(ctx, op, acme.ID, upd, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReorderRules(ctx, op, acme.ID, pro.ID, []string{ids[2], ids[0], ids[1]}); err != nil {
@@ -185,7 +185,7 @@ func TestTiersAndRules(t *testing.T) {
 		t.Fatalf("calendar round trip: %+v", got)
 	}
 	monthly.Calendar, monthly.Window = policy.CalendarNone, time.Hour
-	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly); err != nil {
+	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := calendarOf(); got.Calendar != policy.CalendarNone || got.Window != time.Hour {
@@ -634,5 +634,80 @@ func TestKeysExpire(t *testing.T) {
 	_, _, err = s.CreateExpiringKey(ctx, op, acme.ID, policy.KeyCheck, "late", time.Now().Add(-time.Minute))
 	if pe, ok := err.(*policy.Error); !ok || pe.Code != policy.CodeInvalid || len(pe.Fields) != 1 || pe.Fields[0].Field != "expires_at" {
 		t.Fatalf("an expiry in the past: %v", err)
+	}
+}
+
+// TestConditionedUpdates: an update carrying the etag of a read applies
+// while nothing else changed the row, and is refused (aborted, the row
+// untouched) once another update came between; the etags of every read path
+// (a list of rules, of tiers, of tenants, a get) are the ones updates check.
+func TestConditionedUpdates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme := newTenant(t, s, "acme")
+	tier, _, err := s.CreateTier(ctx, op, acme.ID, "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _, err := s.CreateRule(ctx, op, acme.ID, tier.ID, rule("a", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := s.ListRules(ctx, acme.ID, tier.ID)
+	if err != nil || len(rules) != 1 {
+		t.Fatalf("list: %v %v", rules, err)
+	}
+	tiers, err := s.ListTiers(ctx, acme.ID)
+	i := slices.IndexFunc(tiers, func(x policy.Tier) bool { return x.ID == tier.ID })
+	if err != nil || i < 0 || len(tiers[i].Rules) != 1 {
+		t.Fatalf("tiers: %v %v", tiers, err)
+	}
+	read := rules[0].ETag()
+	if created.ETag() != read || tiers[i].Rules[0].ETag() != read {
+		t.Fatalf("etags of one state differ: created %s, listed %s, in its tier %s", created.ETag(), read, tiers[i].Rules[0].ETag())
+	}
+
+	first := rules[0]
+	first.Limit = 20
+	if _, err := s.UpdateRule(ctx, op, acme.ID, first, read); err != nil {
+		t.Fatalf("update with the etag read: %v", err)
+	}
+	second := rules[0] // a second editor, who read before the first wrote
+	second.Name = "renamed"
+	_, err = s.UpdateRule(ctx, op, acme.ID, second, read)
+	wantCode(t, err, policy.CodeAborted, "")
+	rules, _ = s.ListRules(ctx, acme.ID, tier.ID)
+	if rules[0].Limit != 20 || rules[0].Name != "a" {
+		t.Fatalf("an aborted update wrote: %+v", rules[0])
+	}
+	if _, err := s.UpdateRule(ctx, op, acme.ID, second, "anything"); err == nil {
+		t.Fatal("an etag that names no state of the rule was accepted")
+	}
+	second.Limit = rules[0].Limit // read again, reapplied
+	if _, err := s.UpdateRule(ctx, op, acme.ID, second, rules[0].ETag()); err != nil {
+		t.Fatalf("update after reading again: %v", err)
+	}
+
+	got, _, err := s.GetTenant(ctx, acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := s.ListTenants(ctx)
+	// The rules' changes bumped the tenant's config version, not its etag.
+	if list[0].ETag() != got.ETag() || got.ETag() != acme.ETag() {
+		t.Fatalf("tenant etags differ: created %s, got %s, listed %s", acme.ETag(), got.ETag(), list[0].ETag())
+	}
+	renamed := got
+	renamed.Name = "Acme Corp"
+	if _, err := s.UpdateTenant(ctx, op, renamed, got.ETag()); err != nil {
+		t.Fatalf("tenant update with its etag: %v", err)
+	}
+	shadowed := got
+	shadowed.Shadow = true
+	_, err = s.UpdateTenant(ctx, op, shadowed, got.ETag())
+	wantCode(t, err, policy.CodeAborted, "")
+	if now, _, _ := s.GetTenant(ctx, acme.ID); now.Shadow || now.Name != "Acme Corp" {
+		t.Fatalf("tenant after an aborted update: %+v", now)
 	}
 }

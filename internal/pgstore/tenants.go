@@ -26,6 +26,16 @@ func checkIDs(idWhat ...string) error {
 	return nil
 }
 
+// checkETag refuses a conditioned update (ifMatch not empty) of a row whose
+// etag is no longer the one the caller read: another change came first, and
+// writing over it would lose it.
+func checkETag(what, name, etag, ifMatch string) error {
+	if ifMatch == "" || ifMatch == etag {
+		return nil
+	}
+	return policy.Errorf(policy.CodeAborted, "%s %s changed since it was read (etag %s, now %s): read it again and reapply the edit", what, name, ifMatch, etag)
+}
+
 // required adds a "required" field error for an empty value to err, the
 // result of validating the rest of the input (nil if it was valid).
 func required(err error, field, value string) error {
@@ -123,7 +133,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
 
 // UpdateTenant replaces the tenant's name, status, default tier and shadow (the slug
 // is permanent: it keys Envoy domains) and returns the new config version.
-func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant) (int64, error) {
+func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant, ifMatch string) (int64, error) {
 	if err := checkID(t.ID, "tenant"); err != nil {
 		return 0, err
 	}
@@ -134,6 +144,9 @@ func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant) 
 		old, _, err := scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1 FOR UPDATE`, t.ID))
 		if err != nil {
 			return change{}, translate(err, "tenant")
+		}
+		if err := checkETag("tenant", old.Slug, old.ETag(), ifMatch); err != nil {
+			return change{}, err
 		}
 		if old.Slug != t.Slug {
 			return change{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant",

@@ -235,7 +235,7 @@ func (a *applier) apply(ctx context.Context) error {
 			if want.DefaultTier == "" {
 				want.DefaultTier = tenant.DefaultTier
 			}
-			if _, err := s.UpdateTenant(ctx, actor, want); err != nil {
+			if _, err := s.UpdateTenant(ctx, actor, want, ""); err != nil {
 				return refused(err, "update tenant %s", f.Tenant)
 			}
 			tenant.DefaultTier = want.DefaultTier
@@ -309,7 +309,7 @@ func (a *applier) tiers(ctx context.Context, tenantID string, tiers []policy.Tie
 				continue
 			}
 			a.note("update", "rule", ref)
-			if _, err := s.UpdateRule(ctx, actor, tenantID, r); err != nil {
+			if _, err := s.UpdateRule(ctx, actor, tenantID, r, ""); err != nil {
 				return nil, nil, refused(err, "update rule %s", ref)
 			}
 		}

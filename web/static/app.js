@@ -209,9 +209,10 @@ function ruleRow(tier, rules, r, i) {
 async function act(f, msg) {
   try {
     await f();
-    say(msg);
   } catch (e) {
-    say(`Failed: ${e.message}`);
+    // aborted: someone else changed the same thing since this page read it
+    // (the etag sent no longer matches).
+    msg = e.code === 'aborted' ? 'Not done: someone else changed it since the page showed it. The page shows it as it is now: make your change again.' : `Failed: ${e.message}`;
   }
   await show(state.view);
   say(msg);
@@ -237,7 +238,7 @@ function ruleFromForm(f) {
     delete params.window;
   }
   return {
-    id: f.id.value || undefined, name: f.name.value, match,
+    id: f.id.value || undefined, etag: f.etag.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
     replaces: f.replaces.value.split(',').map((s) => s.trim()).filter(Boolean),
     params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
@@ -249,6 +250,7 @@ function editRule(tier, r) {
   const f = $('#rule-form');
   const p = r.params || {};
   f.id.value = r.id;
+  f.etag.value = r.etag || '';
   f.tier.value = tier.id;
   f.tier.disabled = true;
   f.name.value = r.name;
@@ -282,6 +284,7 @@ function resetRuleForm() {
   const f = $('#rule-form');
   f.reset();
   f.id.value = '';
+  f.etag.value = '';
   f.tier.disabled = false;
   $('#rule-form-title').textContent = 'New rule';
   $('#rule-submit').textContent = 'Create rule';
@@ -310,6 +313,15 @@ async function submitRule(ev) {
     await loadRules();
     say(msg);
   } catch (e) {
+    if (e.code === 'aborted') {
+      // The form keeps the edit to copy from; the table shows what is
+      // there now, and Edit reads it again.
+      clearErrors(f);
+      $('#rule-error').textContent = 'This rule was not saved: someone else changed it since you opened it. The list shows it as it is now: choose Edit on it and make your change again.';
+      await loadRules();
+      say('The rule was not saved: someone else changed it first');
+      return;
+    }
     showErrors(f, e, $('#rule-error'));
     say(`The rule was not saved: ${e.message}`);
   }

@@ -130,7 +130,13 @@ type Tenant struct {
 	DefaultTier   string       `protobuf:"bytes,5,opt,name=default_tier,json=defaultTier,proto3" json:"default_tier,omitempty"`
 	ConfigVersion int64        `protobuf:"varint,6,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	// Every rule of the tenant in shadow: decisions reported, none rejected.
-	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Identifies this state of the tenant (its name, status, default tier
+	// and shadow; not its config version), in every answer that returns it.
+	// An UpdateTenant that carries it is refused with ABORTED when the tenant
+	// has changed since it was read: read it again and reapply the edit.
+	// Empty, the update applies whatever the tenant's state.
+	Etag          string `protobuf:"bytes,8,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +218,13 @@ func (x *Tenant) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *Tenant) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 type CreateTenantRequest struct {
@@ -3088,7 +3101,7 @@ var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xd3\x01\n" +
+	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xe7\x01\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x12\n" +
@@ -3096,7 +3109,8 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x17.sluice.v1.TenantStatusR\x06status\x12!\n" +
 	"\fdefault_tier\x18\x05 \x01(\tR\vdefaultTier\x12%\n" +
 	"\x0econfig_version\x18\x06 \x01(\x03R\rconfigVersion\x12\x16\n" +
-	"\x06shadow\x18\a \x01(\bR\x06shadow\"@\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\x12\x12\n" +
+	"\x04etag\x18\b \x01(\tR\x04etag\"@\n" +
 	"\x13CreateTenantRequest\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\"A\n" +
 	"\x14CreateTenantResponse\x12)\n" +

@@ -412,7 +412,13 @@ type Rule struct {
 	// when this rule applies, rules of those names do not, in the same
 	// request or, on Envoy's rate limit service, in the other descriptors of
 	// the same call. At most 16.
-	Replaces      []string `protobuf:"bytes,12,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	Replaces []string `protobuf:"bytes,12,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	// Identifies this state of the rule, in every answer of the admin API
+	// that returns it. An UpdateRule that carries it is refused with ABORTED
+	// when the rule has changed since it was read (another edit came
+	// first): read it again and reapply the edit. Empty, the update applies
+	// whatever the rule's state (last write wins).
+	Etag          string `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,6 +537,13 @@ func (x *Rule) GetReplaces() []string {
 	return nil
 }
 
+func (x *Rule) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -604,7 +617,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	" \x01(\x0e2\x13.sluice.v1.CalendarR\bcalendar\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xfd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x91\x03\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -618,7 +631,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x05exact\x18\n" +
 	" \x01(\bR\x05exact\x12\x14\n" +
 	"\x05block\x18\v \x01(\bR\x05block\x12\x1a\n" +
-	"\breplaces\x18\f \x03(\tR\breplaces\"4\n" +
+	"\breplaces\x18\f \x03(\tR\breplaces\x12\x12\n" +
+	"\x04etag\x18\r \x01(\tR\x04etag\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
