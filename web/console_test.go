@@ -3,6 +3,7 @@ package web_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -149,6 +150,19 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 
+	// waitJS polls (with the test's deadline) until js evaluates to want.
+	waitJS := func(js, want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for got := eval(js); got != want; got = eval(js) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %q, never %q", js, got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	api := strings.TrimSuffix(console, "/console/")
+
 	// Sign in with the keyboard: type the key, press Enter.
 	do("open the console", chromedp.Navigate(console), chromedp.WaitVisible("#signin-key"))
 	shot("01-sign-in")
@@ -204,7 +218,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// meanwhile (through the API) is not overwritten, and the console says
 	// what happened and shows the newer state.
 	eval(`(() => { [...document.querySelectorAll('[data-rule="quota"] button')].find((b) => b.textContent === 'Edit').click(); return ''; })()`)
-	changeLimit(t, strings.TrimSuffix(console, "/console/"), adminKey, "quota", 3000)
+	changeLimit(t, api, adminKey, "quota", 3000)
 	do("save over a newer change", chromedp.SetValue("#rule-limit", "2500"), chromedp.Click("#rule-submit"))
 	waitText("#rule-error", "someone else changed it since you opened it", nil)
 	waitText(`[data-rule="quota"]`, "3000 per calendar month", nil)
@@ -273,13 +287,24 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText(`[data-error-for="expires_at"]`, "a duration", nil)
 	do("block mallory for a day", chromedp.SetValue("#ov-expires", "24h"), chromedp.Click("#override-form button[type=submit]"))
 	waitText("#overrides-table", "blocked", nil)
+	// Many overrides come a page at a time, and a client's is found by the
+	// prefix of its id.
+	blockMany(t, api, adminKey, "bulk-", 120)
+	rows := `String(document.querySelectorAll('#overrides-table tbody tr').length) + (document.querySelector('#ov-more').hidden ? '' : '+')`
+	do("find bulk-", chromedp.SetValue("#ov-prefix", "bulk-"), chromedp.Click("#ov-find button[type=submit]"))
+	waitJS(rows, "100+")
+	do("more", chromedp.Click("#ov-more"))
+	waitJS(rows, "120")
+	do("find mall", chromedp.SetValue("#ov-prefix", "mall"), chromedp.Click("#ov-find button[type=submit]"))
+	waitJS(rows, "1")
+	waitText("#overrides-table", "mallory", nil)
 	do("back to the try panel", chromedp.Click(`#nav button[data-view="rules"]`), chromedp.WaitVisible("#view-rules"),
 		chromedp.SetValue("#try-client", "mallory"))
 	eval(`(() => { document.querySelector('#try-tier').value = ''; return ''; })()`)
 	waitText("#try-result", `"blocked"`, func() { do("check", chromedp.Click("#try-submit")) })
 	do("keys again", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"))
 	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
-	waitText("#audit-table", "rule", nil)
+	waitText("#audit-table", "override", nil)
 
 	// The tenant file: loaded, edited, a dry run listing the change, a
 	// field error by its path, then applied.
@@ -364,6 +389,19 @@ func changeLimit(t *testing.T, api, adminKey, name string, limit int64) {
 		}
 	}
 	t.Fatalf("no rule %s", name)
+}
+
+// blockMany creates n blocking overrides, prefix001 and on, through the API.
+func blockMany(t *testing.T, api, adminKey, prefix string, n int) {
+	t.Helper()
+	ovs := sluicev1connect.NewOverrideServiceClient(http.DefaultClient, api)
+	for i := range n {
+		req := connect.NewRequest(&sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: fmt.Sprintf("%s%03d", prefix, i), Block: true}})
+		req.Header().Set("Authorization", "Bearer "+adminKey)
+		if _, err := ovs.CreateOverride(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func jsString(s string) string { return "'" + strings.ReplaceAll(s, "'", `\'`) + "'" }

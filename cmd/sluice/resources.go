@@ -69,7 +69,7 @@ const resourceUsage = `usage:
   sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
-  sluice overrides list | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | delete ID
+  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | delete ID
   sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
@@ -251,18 +251,22 @@ var verbs = map[string]verb{
 			fmt.Fprintf(w, "deleted rule %s, config version %d\n", id, r.ConfigVersion)
 		})
 	}),
-	"overrides list": plain("", func(s *session, c *http.Client, _ string) error {
-		return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).ListOverrides, &sluicev1.ListOverridesRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
-			fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
-			for _, o := range r.Overrides {
-				expires := "never"
-				if o.ExpiresAt != nil {
-					expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
+	"overrides list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		prefix := fs.String("identifier", "", "only overrides whose identifier starts with this")
+		return func(s *session, c *http.Client, _ string) error {
+			req := &sluicev1.ListOverridesRequest{TenantId: s.tenant, IdentifierPrefix: *prefix, PageSize: 1000}
+			return call(s, allOverrides(sluicev1connect.NewOverrideServiceClient(c, s.server)), req, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
+				fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
+				for _, o := range r.Overrides {
+					expires := "never"
+					if o.ExpiresAt != nil {
+						expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
-			}
-		})
-	}),
+			})
+		}
+	}},
 	"overrides create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		identifier := fs.String("identifier", "", "the client id, or a prefix ending in *")
 		tier, ruleID := fs.String("tier", "", "move the client to this tier (name)"), fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name")
@@ -579,6 +583,25 @@ func tiersRules(tiers sluicev1connect.TierServiceClient, only string, names *[]s
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", only))
 		}
 		return connect.NewResponse(out), nil
+	}
+}
+
+// allOverrides is ListOverrides over every page: the overrides of all of
+// them in one answer.
+func allOverrides(ovs sluicev1connect.OverrideServiceClient) func(context.Context, *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
+	return func(ctx context.Context, req *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
+		out := &sluicev1.ListOverridesResponse{}
+		for {
+			res, err := ovs.ListOverrides(ctx, req)
+			if err != nil {
+				return nil, err
+			}
+			out.Overrides = append(out.Overrides, res.Msg.Overrides...)
+			if res.Msg.NextPageToken == "" {
+				return connect.NewResponse(out), nil
+			}
+			req.Msg.PageToken = res.Msg.NextPageToken
+		}
 	}
 }
 

@@ -207,6 +207,9 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("overrides", "list"); err != nil || !strings.Contains(out, "banned-1") || !strings.Contains(out, "true") || strings.Contains(out, "never") {
 		t.Fatalf("overrides list: %v\n%s", err, out)
 	}
+	if out, err := sluice("overrides", "list", "-identifier", "banned-"); err != nil || !strings.Contains(out, "banned-1") || strings.Contains(out, "partner") {
+		t.Fatalf("overrides list -identifier banned-: %v\n%s", err, out)
+	}
 	deadline = time.Now().Add(10 * time.Second)
 	for {
 		out, err := sluice("check", "client_id=banned-1")

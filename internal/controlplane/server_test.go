@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
@@ -801,5 +803,55 @@ func TestConcurrentEditsLoseNothing(t *testing.T) {
 	}
 	if now := callOK(t, operatorKey, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: tenantID}).Tenant; !now.Shadow || now.Name != tn.Name {
 		t.Fatalf("tenant after a refused update: %v", now)
+	}
+}
+
+// TestOverridesInPages: ListOverrides answers pages of 100 by default, and
+// following next_page_token visits each override once; a prefix finds one
+// client's among them; a token no page gave is invalid_argument.
+func TestOverridesInPages(t *testing.T) {
+	t.Parallel()
+	srv, store := newServer(t)
+	c := newClients(srv)
+	tenantID, admin := setupTenant(t, c, "acme")
+	const n = 230
+	for i := range n {
+		if _, _, err := store.CreateOverride(context.Background(), "test", tenantID, policy.Override{Identifier: fmt.Sprintf("client-%03d", i), Block: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	req := &sluicev1.ListOverridesRequest{}
+	var sizes []int
+	for {
+		res := callOK(t, admin, c.ovs.ListOverrides, req)
+		sizes = append(sizes, len(res.Overrides))
+		for _, o := range res.Overrides {
+			if seen[o.Identifier] {
+				t.Fatalf("%s twice", o.Identifier)
+			}
+			seen[o.Identifier] = true
+		}
+		if res.NextPageToken == "" {
+			break
+		}
+		req.PageToken = res.NextPageToken
+	}
+	if len(seen) != n || !slices.Equal(sizes, []int{100, 100, 30}) {
+		t.Fatalf("%d overrides seen in pages of %v", len(seen), sizes)
+	}
+	found := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "client-12", PageSize: 5})
+	if len(found.Overrides) != 5 || found.Overrides[0].Identifier != "client-120" || found.NextPageToken == "" {
+		t.Fatalf("prefix client-12, 5 a page: %v", found)
+	}
+	rest := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "client-12", PageSize: 5, PageToken: found.NextPageToken})
+	if len(rest.Overrides) != 5 || rest.Overrides[4].Identifier != "client-129" || rest.NextPageToken != "" {
+		t.Fatalf("prefix client-12, second page: %v", rest)
+	}
+	for _, token := range []string{"%%%", "bm8tbnVs", base64.RawURLEncoding.EncodeToString([]byte("client-001\x00not-a-uuid"))} {
+		_, err := call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{PageToken: token})
+		if codeOf(err) != connect.CodeInvalidArgument || !slices.Contains(fieldsOf(err), "page_token") {
+			t.Fatalf("token %q: %v", token, err)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -29,12 +31,33 @@ func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	ovs, err := s.store.ListOverrides(ctx, tenant)
+	after, err := pageCursor(req.Msg.GetPageToken())
+	if err != nil {
+		return reply[sluicev1.ListOverridesResponse](ctx, s.server, nil, err)
+	}
+	ovs, next, err := s.store.PageOverrides(ctx, tenant, req.Msg.GetIdentifierPrefix(), after, int(req.Msg.GetPageSize()))
 	out := &sluicev1.ListOverridesResponse{}
 	for _, o := range ovs {
 		out.Overrides = append(out.Overrides, protoconv.OverrideToProto(o))
 	}
+	if next != nil {
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(next.Identifier + "\x00" + next.ID))
+	}
 	return reply(ctx, s.server, out, err)
+}
+
+// pageCursor reads a ListOverrides page token: where the page before ended,
+// an identifier (which PostgreSQL's text cannot make hold a NUL) and an id.
+func pageCursor(token string) (*pgstore.OverrideCursor, error) {
+	if token == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	ident, id, ok := strings.Cut(string(b), "\x00")
+	if err != nil || !ok {
+		return nil, pgstore.ErrPageToken
+	}
+	return &pgstore.OverrideCursor{Identifier: ident, ID: id}, nil
 }
 
 func (s overrideServer) DeleteOverride(ctx context.Context, req *connect.Request[sluicev1.DeleteOverrideRequest]) (*connect.Response[sluicev1.DeleteOverrideResponse], error) {

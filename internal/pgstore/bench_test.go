@@ -50,6 +50,46 @@ func BenchmarkSnapshot(b *testing.B) {
 	})
 }
 
+// BenchmarkPageOverrides reads pages of 100 of a tenant with 100,000
+// overrides (the most it may have): the first, one deep into the list, and
+// the overrides of one client's id prefix. Each should cost about the same,
+// the index walked from where the page starts, never the whole list sorted.
+func BenchmarkPageOverrides(b *testing.B) {
+	ctx := context.Background()
+	pool := newPoolB(b)
+	s := New(pool)
+	tn, err := s.CreateTenant(ctx, op, tenantB("many"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO overrides (tenant_id, identifier, tier_name)
+		SELECT $1, 'client-' || lpad(g::text, 6, '0'), 'default' FROM generate_series(1, 100000) g`, tn.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE overrides`); err != nil {
+		b.Fatal(err)
+	}
+	_, deep, err := s.PageOverrides(ctx, tn.ID, "client-09", nil, 1)
+	if err != nil || deep == nil {
+		b.Fatalf("a cursor deep into the list: %v", err)
+	}
+	for _, c := range []struct {
+		name   string
+		prefix string
+		after  *OverrideCursor
+	}{{"first", "", nil}, {"deep", "", deep}, {"prefix", "client-0500", nil}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				page, _, err := s.PageOverrides(ctx, tn.ID, c.prefix, c.after, 100)
+				if err != nil || len(page) != 100 {
+					b.Fatalf("%d overrides, %v", len(page), err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkWatchPropagation measures the time from the start of a change to
 // its delivery by Watch (an upper bound of commit-to-subscriber latency:
 // it includes the change's own transaction), and reports p50 and p99.

@@ -1,9 +1,11 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,6 +136,49 @@ func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Ov
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Override, error) { return scanOverride(r) })
 	return out, translate(err, "override")
+}
+
+// ErrPageToken refuses a page token that no page gave.
+var ErrPageToken = &policy.Error{Code: policy.CodeInvalid, Message: "invalid page token",
+	Fields: []policy.FieldError{{Field: "page_token", Description: "not one this API gave"}}}
+
+// OverrideCursor is where a page of overrides ends: the identifier and id
+// of its last override.
+type OverrideCursor struct{ Identifier, ID string }
+
+// PageOverrides returns up to limit (0: 100; more than 1000: 1000) of the tenant's
+// overrides whose identifier starts with prefix, in the byte order of the
+// identifiers (then ids), from just after the cursor (nil: the first), and
+// the cursor of the page's end when more follow (nil on the last page).
+// Overrides created or deleted between pages are seen or not by later
+// pages as their place falls; none is seen twice.
+func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, after *OverrideCursor, limit int) ([]policy.Override, *OverrideCursor, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, nil, err
+	}
+	limit = min(cmp.Or(max(limit, 0), 100), 1000)
+	var afterIdent, afterID *string
+	if after != nil {
+		if !uuidRE.MatchString(after.ID) {
+			return nil, nil, ErrPageToken
+		}
+		afterIdent, afterID = &after.Identifier, &after.ID
+	}
+	like := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(prefix) + "%"
+	rows, err := s.db.Query(ctx, `SELECT `+overrideColumns+` FROM overrides
+		WHERE tenant_id = $1 AND identifier COLLATE "C" LIKE $2
+		AND ($3::text IS NULL OR (identifier COLLATE "C", id) > ($3::text COLLATE "C", $4::uuid))
+		ORDER BY identifier COLLATE "C", id LIMIT $5`, tenantID, like, afterIdent, afterID, limit+1)
+	if err != nil {
+		return nil, nil, translate(err, "override")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Override, error) { return scanOverride(r) })
+	if err != nil || len(out) <= limit {
+		return out, nil, translate(err, "override")
+	}
+	out = out[:limit]
+	last := out[limit-1]
+	return out, &OverrideCursor{Identifier: last.Identifier, ID: last.ID}, nil
 }
 
 // DeleteOverride removes an override.

@@ -711,3 +711,59 @@ func TestConditionedUpdates(t *testing.T) {
 		t.Fatalf("tenant after an aborted update: %+v", now)
 	}
 }
+
+// TestPageOverrides pages through a tenant's overrides: every one once, in
+// the byte order of identifiers whatever the database's collation, and a
+// prefix taken literally (LIKE's % and _ included).
+func TestPageOverrides(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme, other := newTenant(t, s, "acme"), newTenant(t, s, "other")
+	idents := []string{"b", "a_c", "abc", "a%b", "ab", "Z", "é", "a", `a\b`, "ab-2", "abd"}
+	for _, id := range idents {
+		if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: id, Block: true}); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	if _, _, err := s.CreateOverride(ctx, op, other.ID, policy.Override{Identifier: "ab-other", Block: true}); err != nil {
+		t.Fatal(err)
+	}
+	all := func(prefix string, size int) (got []string, pages int) {
+		t.Helper()
+		var after *OverrideCursor
+		for {
+			page, next, err := s.PageOverrides(ctx, acme.ID, prefix, after, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if len(page) > size || (next != nil && len(page) != size) {
+				t.Fatalf("a page of %d (size %d), next %v", len(page), size, next)
+			}
+			for _, o := range page {
+				got = append(got, o.Identifier)
+			}
+			if next == nil {
+				return got, pages
+			}
+			after = next
+		}
+	}
+	want := slices.Clone(idents)
+	slices.Sort(want) // Go compares strings byte by byte
+	for _, size := range []int{1, 2, 3, 1000} {
+		if got, pages := all("", size); !slices.Equal(got, want) || pages != (len(want)+size-1)/size {
+			t.Fatalf("size %d: %q in %d pages, want %q", size, got, pages, want)
+		}
+	}
+	for prefix, want := range map[string][]string{
+		"ab": {"ab", "ab-2", "abc", "abd"}, "a%": {"a%b"}, "a_": {"a_c"}, `a\`: {`a\b`}, "é": {"é"}, "x": nil,
+	} {
+		if got, _ := all(prefix, 2); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: %q, want %q", prefix, got, want)
+		}
+	}
+	_, _, err := s.PageOverrides(ctx, acme.ID, "", &OverrideCursor{Identifier: "a", ID: "not-an-id"}, 10)
+	wantCode(t, err, policy.CodeInvalid, "page_token")
+}

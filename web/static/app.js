@@ -6,7 +6,7 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, timer: null, view: 'rules' };
+const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', timer: null, view: 'rules' };
 
 const ALGORITHM_HELP = {
   ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
@@ -388,19 +388,29 @@ async function tryCheck(ev) {
 // ---- overrides and keys ----
 
 async function loadAccess() {
-  const [ovs, keys, tiers] = await Promise.all([api('OverrideService', 'ListOverrides'), api('KeyService', 'ListKeys'), api('TierService', 'ListTiers')]);
-  const rules = (tiers.tiers || []).flatMap((t) => (t.rules || []).map((r) => ({ ...r, tier: t.name })));
-  const ruleName = (id) => (rules.find((r) => r.id === id) || {}).name || id || '–';
-  $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
-  $('#overrides-table tbody').replaceChildren(...(ovs.overrides || []).map((o) => el('tr', {},
-    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
-    el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
-    el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
+  const [keys, tiers] = await Promise.all([api('KeyService', 'ListKeys'), api('TierService', 'ListTiers')]);
+  state.rules = (tiers.tiers || []).flatMap((t) => (t.rules || []).map((r) => ({ ...r, tier: t.name })));
+  $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...state.rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
+  await loadOverrides(true);
   $('#keys-table tbody').replaceChildren(...(keys.keys || []).map((k) => el('tr', {},
     el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
     el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
     el('td', {}, k.expiresAt ? (Date.parse(k.expiresAt) <= Date.now() ? `expired ${fmtTime(k.expiresAt)}` : fmtTime(k.expiresAt)) : 'never'),
     el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke')))));
+}
+
+// loadOverrides shows the first page of overrides (fresh) or appends the
+// next: a tenant may have 100,000 of them, found by their id's prefix.
+async function loadOverrides(fresh) {
+  if (fresh) { state.ovToken = ''; $('#overrides-table tbody').replaceChildren(); }
+  const res = await api('OverrideService', 'ListOverrides', { identifierPrefix: $('#ov-prefix').value.trim(), pageToken: state.ovToken, pageSize: 100 });
+  const ruleName = (id) => (state.rules.find((r) => r.id === id) || {}).name || id || '–';
+  $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
+    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
+    el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
+    el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
+  state.ovToken = res.nextPageToken || '';
+  $('#ov-more').hidden = !state.ovToken;
 }
 
 async function submitOverride(ev) {
@@ -648,6 +658,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#try-form').addEventListener('submit', tryCheck);
   $('#try-reset').addEventListener('click', tryReset);
   $('#override-form').addEventListener('submit', submitOverride);
+  $('#ov-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOverrides(true); });
+  $('#ov-more').addEventListener('click', () => loadOverrides(false));
   $('#key-form').addEventListener('submit', submitKey);
   $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });
   $('#range').addEventListener('change', () => loadDashboard().catch((e) => say(e.message)));

@@ -2555,11 +2555,20 @@ func (x *CreateOverrideResponse) GetConfigVersion() int64 {
 	return 0
 }
 
+// ListOverridesRequest asks for one page of the tenant's overrides, in the
+// byte order of their identifiers (AIP-158 paging: a tenant may have
+// 100,000 of them).
 type ListOverridesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// At most this many; 0 means 100, more than 1000 means 1000.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the page before; empty for the first page.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only overrides whose identifier starts with this (a client's id, say).
+	IdentifierPrefix string `protobuf:"bytes,4,opt,name=identifier_prefix,json=identifierPrefix,proto3" json:"identifier_prefix,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListOverridesRequest) Reset() {
@@ -2599,9 +2608,32 @@ func (x *ListOverridesRequest) GetTenantId() string {
 	return ""
 }
 
+func (x *ListOverridesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOverridesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetIdentifierPrefix() string {
+	if x != nil {
+		return x.IdentifierPrefix
+	}
+	return ""
+}
+
 type ListOverridesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Overrides     []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Overrides []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// Asks for the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2641,6 +2673,13 @@ func (x *ListOverridesResponse) GetOverrides() []*Override {
 		return x.Overrides
 	}
 	return nil
+}
+
+func (x *ListOverridesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteOverrideRequest struct {
@@ -3252,11 +3291,16 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\boverride\x18\x02 \x01(\v2\x13.sluice.v1.OverrideR\boverride\"p\n" +
 	"\x16CreateOverrideResponse\x12/\n" +
 	"\boverride\x18\x01 \x01(\v2\x13.sluice.v1.OverrideR\boverride\x12%\n" +
-	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\"3\n" +
+	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\"\x9c\x01\n" +
 	"\x14ListOverridesRequest\x12\x1b\n" +
-	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"J\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12+\n" +
+	"\x11identifier_prefix\x18\x04 \x01(\tR\x10identifierPrefix\"r\n" +
 	"\x15ListOverridesResponse\x121\n" +
-	"\toverrides\x18\x01 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\"U\n" +
+	"\toverrides\x18\x01 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"U\n" +
 	"\x15DeleteOverrideRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1f\n" +
 	"\voverride_id\x18\x02 \x01(\tR\n" +
