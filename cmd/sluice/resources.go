@@ -69,7 +69,7 @@ const resourceUsage = `usage:
   sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
-  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | delete ID
+  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
@@ -96,8 +96,9 @@ func plain(arg string, run func(s *session, c *http.Client, arg string) error) v
 
 // verbNotes say more in a command's usage, where there is more to say.
 var verbNotes = map[string]string{
-	"tenants update": "It changes what the flags given say and keeps the rest, as it finds them when it writes.",
-	"rules update":   "It changes what the flags given say and keeps the rest, as it finds them when it writes\n(the defaults below are create's).",
+	"tenants update":   "It changes what the flags given say and keeps the rest, as it finds them when it writes.",
+	"rules update":     "It changes what the flags given say and keeps the rest, as it finds them when it writes\n(the defaults below are create's).",
+	"overrides update": "It changes what the flags given say and keeps the rest, as it finds them when it writes,\nin one config version: the client is never without its override meanwhile.",
 }
 
 // edit runs a read-modify-write whose write carries the etag of its read,
@@ -268,18 +269,11 @@ var verbs = map[string]verb{
 		}
 	}},
 	"overrides create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
-		identifier := fs.String("identifier", "", "the client id, or a prefix ending in *")
-		tier, ruleID := fs.String("tier", "", "move the client to this tier (name)"), fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name")
-		block := fs.Bool("block", false, "block the client (with -rule, on that rule only)")
-		lasts := fs.Duration("for", 0, "expires after this long, e.g. 24h or 720h (0: never)")
-		pf := defineParamOpts(fs)
+		of := defineOverrideOpts(fs)
+		identifier, tier, ruleID, block, lasts, pf := of.identifier, of.tier, of.ruleID, of.block, of.lasts, of.params
 		return func(s *session, c *http.Client, _ string) error {
-			if strings.Contains(*ruleID, "/") {
-				id, err := ruleIDByName(s, sluicev1connect.NewTierServiceClient(c, s.server), *ruleID)
-				if err != nil {
-					return err
-				}
-				*ruleID = id
+			if err := of.resolveRule(s, c); err != nil {
+				return err
 			}
 			o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
 			if *lasts > 0 {
@@ -293,6 +287,52 @@ var verbs = map[string]verb{
 			}
 			return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.CreateOverrideResponse) {
 				fmt.Fprintf(w, "created override %s for %s, config version %d\n", r.Override.Id, r.Override.Identifier, r.ConfigVersion)
+			})
+		}
+	}},
+	"overrides update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		of := defineOverrideOpts(fs)
+		tier, ruleID, block, lasts, pf := of.tier, of.ruleID, of.block, of.lasts, of.params
+		return func(s *session, c *http.Client, id string) error {
+			if err := of.resolveRule(s, c); err != nil {
+				return err
+			}
+			ovs := sluicev1connect.NewOverrideServiceClient(c, s.server)
+			return edit(func() error {
+				o, err := overrideByID(s, ovs, id)
+				if err != nil {
+					return err
+				}
+				fs.Visit(func(fl *flag.Flag) {
+					switch fl.Name {
+					case "identifier":
+						o.Identifier = *of.identifier
+					case "tier":
+						o.Tier = *tier
+					case "rule":
+						o.RuleId = *ruleID
+					case "block":
+						o.Block = *block
+					case "for":
+						o.ExpiresAt = nil
+						if *lasts > 0 {
+							o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
+						}
+					}
+				})
+				if o.RuleId == "" || o.Block {
+					o.Params = nil
+				} else if o.Params == nil {
+					o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET}
+				}
+				if o.Params != nil {
+					if err := pf.apply(fs, o.Params); err != nil {
+						return err
+					}
+				}
+				return call(s, ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.UpdateOverrideResponse) {
+					fmt.Fprintf(w, "updated override %s for %s, config version %d\n", o.Id, o.Identifier, r.ConfigVersion)
+				})
 			})
 		}
 	}},
@@ -603,6 +643,51 @@ func allOverrides(ovs sluicev1connect.OverrideServiceClient) func(context.Contex
 			req.Msg.PageToken = res.Msg.NextPageToken
 		}
 	}
+}
+
+// overrideOpts are the flags of overrides create and update.
+type overrideOpts struct {
+	identifier, tier, ruleID *string
+	block                    *bool
+	lasts                    *time.Duration
+	params                   paramOpts
+}
+
+func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
+	return overrideOpts{
+		identifier: fs.String("identifier", "", "the client id, or a prefix ending in *"),
+		tier:       fs.String("tier", "", "move the client to this tier (name)"),
+		ruleID:     fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name"),
+		block:      fs.Bool("block", false, "block the client (with -rule, on that rule only)"),
+		lasts:      fs.Duration("for", 0, "expires after this long from now, e.g. 24h or 720h (0: never)"),
+		params:     defineParamOpts(fs),
+	}
+}
+
+// resolveRule turns a -rule of TIER/RULE into the rule's id.
+func (o overrideOpts) resolveRule(s *session, c *http.Client) error {
+	if !strings.Contains(*o.ruleID, "/") {
+		return nil
+	}
+	id, err := ruleIDByName(s, sluicev1connect.NewTierServiceClient(c, s.server), *o.ruleID)
+	*o.ruleID = id
+	return err
+}
+
+// overrideByID finds the override id among the tenant's.
+func overrideByID(s *session, ovs sluicev1connect.OverrideServiceClient, id string) (*sluicev1.Override, error) {
+	req := connect.NewRequest(&sluicev1.ListOverridesRequest{TenantId: s.tenant, PageSize: 1000})
+	req.Header().Set("Authorization", "Bearer "+s.key)
+	res, err := allOverrides(ovs)(s.ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range res.Msg.Overrides {
+		if o.Id == id {
+			return o, nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no override %q", id))
 }
 
 // tierIDOf is the id of the tier v names, by name or id.

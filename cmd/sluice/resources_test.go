@@ -221,6 +221,31 @@ func TestCLIAgainstDev(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Unblocked in place: the override becomes a move to the pro tier.
+	out, err = sluice("overrides", "list", "-identifier", "banned-1", "-json")
+	var banned struct{ Overrides []struct{ ID string } }
+	if err != nil || json.Unmarshal([]byte(out), &banned) != nil || len(banned.Overrides) != 1 {
+		t.Fatalf("overrides list -json: %v\n%s", err, out)
+	}
+	if out, err := sluice("overrides", "update", "-block=false", "-tier", "pro", "-for", "0", banned.Overrides[0].ID); err != nil || !strings.Contains(out, "updated override") {
+		t.Fatalf("overrides update: %v\n%s", err, out)
+	}
+	if out, err := sluice("overrides", "list", "-identifier", "banned-1"); err != nil || !regexp.MustCompile(`banned-1\s+pro\s.*false\s+never`).MatchString(out) {
+		t.Fatalf("overrides list after the update: %v\n%s", err, out)
+	}
+	for deadline = time.Now().Add(10 * time.Second); ; {
+		out, err := sluice("check", "client_id=banned-1")
+		if err == nil && strings.Contains(out, "allowed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unblocked client: %v\n%s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := sluice("overrides", "update", "-tier", "pro", "00000000-0000-0000-0000-000000000000"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("an update of no override: %v", err)
+	}
 	// A reset gives cli-user the 2 an hour again.
 	if out, err := sluice("reset", "-tier", "pro", "client_id=cli-user", "route=/cli"); err != nil || !strings.Contains(out, "reset burst") {
 		t.Fatalf("reset: %v\n%s", err, out)

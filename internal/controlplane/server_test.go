@@ -400,6 +400,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{TenantId: tenantA})
 			return err
 		},
+		"UpdateOverride": func(k string) error {
+			_, err := call(k, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{TenantId: tenantA, Override: &sluicev1.Override{Id: "00000000-0000-0000-0000-000000000000", Identifier: "x", Block: true}})
+			return err
+		},
 		"DeleteOverride": func(k string) error {
 			_, err := call(k, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{TenantId: tenantA, OverrideId: "00000000-0000-0000-0000-000000000000"})
 			return err
@@ -621,9 +625,18 @@ func overridesAndAudit(t *testing.T, c clients, slug string) {
 	if len(list) != 1 || list[0].Identifier != "vip-*" || !list[0].ExpiresAt.AsTime().Equal(exp) || list[0].DescriptorKey != "client_id" {
 		t.Fatalf("overrides %v", list)
 	}
+	// Changed in place: the client moves back, conditioned on the etag read.
+	list[0].Tier = "default"
+	callOK(t, admin, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{Override: list[0]})
+	if _, err := call(admin, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{Override: list[0]}); codeOf(err) != connect.CodeAborted {
+		t.Fatalf("an override updated with a stale etag: %v", err)
+	}
+	if got := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{}).Overrides; len(got) != 1 || got[0].Tier != "default" || got[0].Id != o.Id {
+		t.Fatalf("after the update: %v", got)
+	}
 	callOK(t, admin, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{OverrideId: o.Id})
 	audit := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{Limit: 2}).Entries
-	if len(audit) != 2 || audit[0].Action != "delete" || audit[0].Resource != "override" || audit[1].Action != "create" ||
+	if len(audit) != 2 || audit[0].Action != "delete" || audit[0].Resource != "override" || audit[1].Action != "update" ||
 		!strings.HasPrefix(audit[0].Actor, "key:") || audit[0].OldValue == "" || audit[0].ConfigVersion <= audit[1].ConfigVersion {
 		t.Fatalf("audit %v", audit)
 	}

@@ -23,7 +23,7 @@ func (s overrideServer) CreateOverride(ctx context.Context, req *connect.Request
 		return nil, err
 	}
 	o, v, err := s.store.CreateOverride(ctx, principalFrom(ctx).actor(), tenant, protoconv.OverrideFromProto(req.Msg.GetOverride()))
-	return reply(ctx, s.server, &sluicev1.CreateOverrideResponse{Override: protoconv.OverrideToProto(o), ConfigVersion: v}, err)
+	return reply(ctx, s.server, &sluicev1.CreateOverrideResponse{Override: overrideOut(o), ConfigVersion: v}, err)
 }
 
 func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
@@ -38,7 +38,7 @@ func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[
 	ovs, next, err := s.store.PageOverrides(ctx, tenant, req.Msg.GetIdentifierPrefix(), after, int(req.Msg.GetPageSize()))
 	out := &sluicev1.ListOverridesResponse{}
 	for _, o := range ovs {
-		out.Overrides = append(out.Overrides, protoconv.OverrideToProto(o))
+		out.Overrides = append(out.Overrides, overrideOut(o))
 	}
 	if next != nil {
 		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(next.Identifier + "\x00" + next.ID))
@@ -58,6 +58,23 @@ func pageCursor(token string) (*pgstore.OverrideCursor, error) {
 		return nil, pgstore.ErrPageToken
 	}
 	return &pgstore.OverrideCursor{Identifier: ident, ID: id}, nil
+}
+
+func (s overrideServer) UpdateOverride(ctx context.Context, req *connect.Request[sluicev1.UpdateOverrideRequest]) (*connect.Response[sluicev1.UpdateOverrideResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	o := req.Msg.GetOverride()
+	v, err := s.store.UpdateOverride(ctx, principalFrom(ctx).actor(), tenant, protoconv.OverrideFromProto(o), o.GetEtag())
+	return reply(ctx, s.server, &sluicev1.UpdateOverrideResponse{ConfigVersion: v}, err)
+}
+
+// overrideOut is an override as the API shows it, with its etag.
+func overrideOut(o policy.Override) *sluicev1.Override {
+	p := protoconv.OverrideToProto(o)
+	p.Etag = o.ETag()
+	return p
 }
 
 func (s overrideServer) DeleteOverride(ctx context.Context, req *connect.Request[sluicev1.DeleteOverrideRequest]) (*connect.Response[sluicev1.DeleteOverrideResponse], error) {

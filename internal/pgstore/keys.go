@@ -68,14 +68,8 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 		return o, 0, err
 	}
 	o.ID = ""
-	if err := o.Validate(); err != nil {
+	if err := validOverride(o); err != nil {
 		return o, 0, err
-	}
-	if o.RuleID != "" {
-		if err := checkID(o.RuleID, "rule"); err != nil {
-			return o, 0, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
-				Fields: []policy.FieldError{{Field: "rule_id", Description: "no such rule"}}}
-		}
 	}
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
 		if err := belowLimit(ctx, tx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID, policy.MaxOverrides, "overrides"); err != nil {
@@ -84,20 +78,71 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
 			return change{}, err
 		}
-		var expires *time.Time
-		if !o.ExpiresAt.IsZero() {
-			expires = &o.ExpiresAt
+		// The override as stored (its expiry to the microsecond), as reads
+		// will return it and its etag.
+		stored, err := scanOverride(tx.QueryRow(ctx, `INSERT INTO overrides (tenant_id, descriptor_key, identifier, tier_name, rule_id, params, expires_at, block)
+			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, '')::uuid, $6, $7, $8) RETURNING `+overrideColumns,
+			tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expiresAt(o), o.Block))
+		if err != nil {
+			return change{}, translate(err, "override")
 		}
-		err := tx.QueryRow(ctx, `INSERT INTO overrides (tenant_id, descriptor_key, identifier, tier_name, rule_id, params, expires_at, block)
-			VALUES ($1, $2, $3, nullif($4, ''), nullif($5, '')::uuid, $6, $7, $8) RETURNING id::text`,
-			tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expires, o.Block).Scan(&o.ID)
+		o = stored
+		return change{tenantID: tenantID, action: "create", resource: "override", resourceID: o.ID, new: o}, nil
+	})
+	return o, version, err
+}
+
+// expiresAt is o's expiry as stored: NULL for never.
+func expiresAt(o policy.Override) *time.Time {
+	if o.ExpiresAt.IsZero() {
+		return nil
+	}
+	return &o.ExpiresAt
+}
+
+// validOverride validates o, its rule id included, as far as it can
+// without the database.
+func validOverride(o policy.Override) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.RuleID != "" && checkID(o.RuleID, "rule") != nil {
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
+			Fields: []policy.FieldError{{Field: "rule_id", Description: "no such rule"}}}
+	}
+	return nil
+}
+
+// UpdateOverride replaces the override o.ID, in one config version. When
+// ifMatch is not empty, the update is refused with policy.CodeAborted unless
+// the override's etag (policy.Override.ETag) is still ifMatch.
+func (s *Store) UpdateOverride(ctx context.Context, actor Actor, tenantID string, o policy.Override, ifMatch string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", o.ID, "override"); err != nil {
+		return 0, err
+	}
+	if err := validOverride(o); err != nil {
+		return 0, err
+	}
+	return s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		old, err := scanOverride(tx.QueryRow(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, o.ID, tenantID))
+		if err != nil {
+			return change{}, translate(err, "override")
+		}
+		if err := checkETag("override", old.Identifier, old.ETag(), ifMatch); err != nil {
+			return change{}, err
+		}
+		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
+			return change{}, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE overrides SET descriptor_key = $3, identifier = $4, tier_name = nullif($5, ''), rule_id = nullif($6, '')::uuid,
+			params = $7, expires_at = $8, block = $9 WHERE id = $1 AND tenant_id = $2`,
+			o.ID, tenantID, o.IdentifierKey(), o.Identifier, o.Tier, o.RuleID, paramsToJSON(o.Params), expiresAt(o), o.Block)
 		if err != nil {
 			return change{}, translate(err, "override")
 		}
 		o.Key = o.IdentifierKey()
-		return change{tenantID: tenantID, action: "create", resource: "override", resourceID: o.ID, new: o}, nil
+		return change{tenantID: tenantID, action: "update", resource: "override", resourceID: o.ID, old: old, new: o}, nil
 	})
-	return o, version, err
 }
 
 // overrideTargetExists checks that the override's tier or rule belongs to

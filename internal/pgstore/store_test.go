@@ -767,3 +767,55 @@ func TestPageOverrides(t *testing.T) {
 	_, _, err := s.PageOverrides(ctx, acme.ID, "", &OverrideCursor{Identifier: "a", ID: "not-an-id"}, 10)
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
+
+// TestUpdateOverride: an override changes in place, in one config version
+// (no moment without it), conditioned on its etag like a rule; the etag of
+// a created override, its expiry given to the nanosecond, is the one reads
+// give.
+func TestUpdateOverride(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme, other := newTenant(t, s, "acme"), newTenant(t, s, "other")
+	pro, _, err := s.CreateTier(ctx, op, acme.ID, "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "bigcorp", Tier: pro.Name, ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "smallco", Tier: pro.Name}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := s.ListOverrides(ctx, acme.ID)
+	if list[0].ID != created.ID || list[0].ETag() != created.ETag() {
+		t.Fatalf("created %+v (etag %s), listed %+v (etag %s)", created, created.ETag(), list[0], list[0].ETag())
+	}
+	_, before, _ := s.GetTenant(ctx, acme.ID)
+	blocked := created
+	blocked.Tier, blocked.Block, blocked.ExpiresAt = "", true, time.Time{}
+	v, err := s.UpdateOverride(ctx, op, acme.ID, blocked, created.ETag())
+	if err != nil || v != before+1 {
+		t.Fatalf("update: v%d (was %d), %v", v, before, err)
+	}
+	list, _ = s.ListOverrides(ctx, acme.ID)
+	if len(list) != 2 || list[0].ID != created.ID || !list[0].Block || list[0].Tier != "" || !list[0].ExpiresAt.IsZero() {
+		t.Fatalf("after the update: %+v", list)
+	}
+	_, err = s.UpdateOverride(ctx, op, acme.ID, created, created.ETag())
+	wantCode(t, err, policy.CodeAborted, "")
+	renamed := list[0]
+	renamed.Identifier = "smallco" // the other's: one block, one tier move may stand beside each other
+	renamed.Block, renamed.Tier = false, pro.Name
+	_, err = s.UpdateOverride(ctx, op, acme.ID, renamed, "")
+	wantCode(t, err, policy.CodeConflict, "identifier")
+	renamed.Tier = "gold"
+	_, err = s.UpdateOverride(ctx, op, acme.ID, renamed, "")
+	wantCode(t, err, policy.CodeInvalid, "tier")
+	_, err = s.UpdateOverride(ctx, op, other.ID, list[0], "")
+	wantCode(t, err, policy.CodeNotFound, "")
+	if audit, _ := s.ListAudit(ctx, acme.ID, 0, 1); len(audit) != 1 || audit[0].Action != "update" || audit[0].Resource != "override" {
+		t.Fatalf("audit: %+v", audit)
+	}
+}

@@ -15,6 +15,14 @@ func (r *Rule) ETag() string { return etag(r) }
 // ETag identifies this state of the tenant, as Rule.ETag does a rule's.
 func (t *Tenant) ETag() string { return etag(t) }
 
+// ETag identifies this state of the override, as Rule.ETag does a rule's;
+// its expiry counts as an instant, whatever the time zone it was read in.
+func (o *Override) ETag() string {
+	c := *o
+	c.ExpiresAt = c.ExpiresAt.UTC()
+	return etag(&c)
+}
+
 // etag hashes v's JSON, which encoding/json writes deterministically for
 // the domain's structs (fields in order, no maps). 12 bytes of SHA-256
 // leave no practical chance of two states colliding.

@@ -2360,7 +2360,11 @@ type Override struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// block the client: every request is rejected, counting nothing (with
 	// rule_id, only the requests that rule applies to). No tier or params.
-	Block         bool `protobuf:"varint,8,opt,name=block,proto3" json:"block,omitempty"`
+	Block bool `protobuf:"varint,8,opt,name=block,proto3" json:"block,omitempty"`
+	// Identifies this state of the override, as a rule's etag does a rule's:
+	// an UpdateOverride that carries it is refused with ABORTED when the
+	// override has changed since it was read.
+	Etag          string `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2451,6 +2455,109 @@ func (x *Override) GetBlock() bool {
 	return false
 }
 
+func (x *Override) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+type UpdateOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Override      *Override              `protobuf:"bytes,2,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateOverrideRequest) Reset() {
+	*x = UpdateOverrideRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateOverrideRequest) ProtoMessage() {}
+
+func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateOverrideRequest.ProtoReflect.Descriptor instead.
+func (*UpdateOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateOverrideRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *UpdateOverrideRequest) GetOverride() *Override {
+	if x != nil {
+		return x.Override
+	}
+	return nil
+}
+
+type UpdateOverrideResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigVersion int64                  `protobuf:"varint,1,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateOverrideResponse) Reset() {
+	*x = UpdateOverrideResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateOverrideResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateOverrideResponse) ProtoMessage() {}
+
+func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateOverrideResponse.ProtoReflect.Descriptor instead.
+func (*UpdateOverrideResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateOverrideResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
 type CreateOverrideRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
@@ -2461,7 +2568,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2580,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2593,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2513,7 +2620,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2632,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2645,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2573,7 +2680,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2692,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2705,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -2640,7 +2747,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2759,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2772,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2692,7 +2799,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2811,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2824,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -2743,7 +2850,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2862,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2875,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -2797,7 +2904,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2916,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2929,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -2901,7 +3008,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3020,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3033,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -2959,7 +3066,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3078,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3091,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3006,7 +3113,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3125,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3138,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Decider) GetName() string {
@@ -3063,7 +3170,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3182,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3195,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 type ListDecidersResponse struct {
@@ -3101,7 +3208,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3220,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3233,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3273,7 +3380,7 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\":\n" +
 	"\x11RevokeKeyResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\x8f\x02\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xa3\x02\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0edescriptor_key\x18\x02 \x01(\tR\rdescriptorKey\x12\x1e\n" +
@@ -3285,7 +3392,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x06params\x18\x06 \x01(\v2\x16.sluice.v1.LimitParamsR\x06params\x129\n" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
-	"\x05block\x18\b \x01(\bR\x05block\"e\n" +
+	"\x05block\x18\b \x01(\bR\x05block\x12\x12\n" +
+	"\x04etag\x18\t \x01(\tR\x04etag\"e\n" +
+	"\x15UpdateOverrideRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12/\n" +
+	"\boverride\x18\x02 \x01(\v2\x13.sluice.v1.OverrideR\boverride\"?\n" +
+	"\x16UpdateOverrideResponse\x12%\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"e\n" +
 	"\x15CreateOverrideRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12/\n" +
 	"\boverride\x18\x02 \x01(\v2\x13.sluice.v1.OverrideR\boverride\"p\n" +
@@ -3372,10 +3485,11 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"KeyService\x12H\n" +
 	"\tCreateKey\x12\x1b.sluice.v1.CreateKeyRequest\x1a\x1c.sluice.v1.CreateKeyResponse\"\x00\x12E\n" +
 	"\bListKeys\x12\x1a.sluice.v1.ListKeysRequest\x1a\x1b.sluice.v1.ListKeysResponse\"\x00\x12H\n" +
-	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x002\x99\x02\n" +
+	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x002\xf2\x02\n" +
 	"\x0fOverrideService\x12W\n" +
 	"\x0eCreateOverride\x12 .sluice.v1.CreateOverrideRequest\x1a!.sluice.v1.CreateOverrideResponse\"\x00\x12T\n" +
 	"\rListOverrides\x12\x1f.sluice.v1.ListOverridesRequest\x1a .sluice.v1.ListOverridesResponse\"\x00\x12W\n" +
+	"\x0eUpdateOverride\x12 .sluice.v1.UpdateOverrideRequest\x1a!.sluice.v1.UpdateOverrideResponse\"\x00\x12W\n" +
 	"\x0eDeleteOverride\x12 .sluice.v1.DeleteOverrideRequest\x1a!.sluice.v1.DeleteOverrideResponse\"\x002X\n" +
 	"\fAuditService\x12H\n" +
 	"\tListAudit\x12\x1b.sluice.v1.ListAuditRequest\x1a\x1c.sluice.v1.ListAuditResponse\"\x002c\n" +
@@ -3395,7 +3509,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -3442,22 +3556,24 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*RevokeKeyRequest)(nil),         // 42: sluice.v1.RevokeKeyRequest
 	(*RevokeKeyResponse)(nil),        // 43: sluice.v1.RevokeKeyResponse
 	(*Override)(nil),                 // 44: sluice.v1.Override
-	(*CreateOverrideRequest)(nil),    // 45: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil),   // 46: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),     // 47: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 48: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 49: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 50: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),               // 51: sluice.v1.AuditEntry
-	(*ListAuditRequest)(nil),         // 52: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 53: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 54: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 55: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 56: sluice.v1.ListDecidersResponse
-	nil,                              // 57: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 58: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
-	(*LimitParams)(nil),              // 60: sluice.v1.LimitParams
+	(*UpdateOverrideRequest)(nil),    // 45: sluice.v1.UpdateOverrideRequest
+	(*UpdateOverrideResponse)(nil),   // 46: sluice.v1.UpdateOverrideResponse
+	(*CreateOverrideRequest)(nil),    // 47: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 48: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 49: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 50: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 51: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 52: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 53: sluice.v1.AuditEntry
+	(*ListAuditRequest)(nil),         // 54: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 55: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 56: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 57: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 58: sluice.v1.ListDecidersResponse
+	nil,                              // 59: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 60: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
+	(*LimitParams)(nil),              // 62: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -3468,85 +3584,88 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
 	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
 	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	58, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	60, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	58, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	58, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	58, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	58, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	60, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	60, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	60, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	60, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	59, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	59, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	59, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	59, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	61, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	61, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	61, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	59, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
 	37, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	37, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	60, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	59, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	44, // 26: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	44, // 27: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	44, // 28: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	59, // 29: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	51, // 30: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	59, // 31: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	57, // 32: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	54, // 33: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 34: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 35: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 36: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 37: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 38: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 39: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	14, // 40: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
-	18, // 41: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	21, // 42: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	23, // 43: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 44: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	27, // 45: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	29, // 46: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	31, // 47: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	33, // 48: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	35, // 49: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	38, // 50: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	40, // 51: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	42, // 52: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	45, // 53: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	47, // 54: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	49, // 55: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	52, // 56: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	55, // 57: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 58: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 59: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 60: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 61: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 62: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 63: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 64: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 65: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 66: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 67: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 68: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	28, // 69: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	30, // 70: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	32, // 71: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	34, // 72: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	36, // 73: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	39, // 74: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	41, // 75: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	43, // 76: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	46, // 77: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	48, // 78: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	50, // 79: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	53, // 80: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	56, // 81: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	58, // [58:82] is the sub-list for method output_type
-	34, // [34:58] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	62, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	61, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 26: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
+	44, // 27: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	44, // 28: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	44, // 29: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	61, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	53, // 31: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	61, // 32: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	59, // 33: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	56, // 34: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 35: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 36: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 37: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 38: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 39: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 40: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	14, // 41: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	18, // 42: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	21, // 43: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	23, // 44: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	25, // 45: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	27, // 46: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	29, // 47: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	31, // 48: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	33, // 49: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	35, // 50: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	38, // 51: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	40, // 52: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	42, // 53: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	47, // 54: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	49, // 55: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	45, // 56: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	51, // 57: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	54, // 58: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	57, // 59: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 60: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 61: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 62: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 63: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 64: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 65: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 66: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 67: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 68: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 69: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 70: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	28, // 71: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	30, // 72: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	32, // 73: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	34, // 74: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	36, // 75: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	39, // 76: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	41, // 77: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	43, // 78: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	48, // 79: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	50, // 80: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	46, // 81: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	52, // 82: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	55, // 83: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	58, // 84: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	60, // [60:85] is the sub-list for method output_type
+	35, // [35:60] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -3561,7 +3680,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

@@ -1107,6 +1107,7 @@ var KeyService_ServiceDesc = grpc.ServiceDesc{
 const (
 	OverrideService_CreateOverride_FullMethodName = "/sluice.v1.OverrideService/CreateOverride"
 	OverrideService_ListOverrides_FullMethodName  = "/sluice.v1.OverrideService/ListOverrides"
+	OverrideService_UpdateOverride_FullMethodName = "/sluice.v1.OverrideService/UpdateOverride"
 	OverrideService_DeleteOverride_FullMethodName = "/sluice.v1.OverrideService/DeleteOverride"
 )
 
@@ -1116,6 +1117,10 @@ const (
 type OverrideServiceClient interface {
 	CreateOverride(ctx context.Context, in *CreateOverrideRequest, opts ...grpc.CallOption) (*CreateOverrideResponse, error)
 	ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error)
+	// UpdateOverride replaces the override override.id in one config
+	// version: a client's limit changes with no moment under its tier's
+	// default, as deleting and creating again would leave.
+	UpdateOverride(ctx context.Context, in *UpdateOverrideRequest, opts ...grpc.CallOption) (*UpdateOverrideResponse, error)
 	DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error)
 }
 
@@ -1147,6 +1152,16 @@ func (c *overrideServiceClient) ListOverrides(ctx context.Context, in *ListOverr
 	return out, nil
 }
 
+func (c *overrideServiceClient) UpdateOverride(ctx context.Context, in *UpdateOverrideRequest, opts ...grpc.CallOption) (*UpdateOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateOverrideResponse)
+	err := c.cc.Invoke(ctx, OverrideService_UpdateOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *overrideServiceClient) DeleteOverride(ctx context.Context, in *DeleteOverrideRequest, opts ...grpc.CallOption) (*DeleteOverrideResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteOverrideResponse)
@@ -1163,6 +1178,10 @@ func (c *overrideServiceClient) DeleteOverride(ctx context.Context, in *DeleteOv
 type OverrideServiceServer interface {
 	CreateOverride(context.Context, *CreateOverrideRequest) (*CreateOverrideResponse, error)
 	ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error)
+	// UpdateOverride replaces the override override.id in one config
+	// version: a client's limit changes with no moment under its tier's
+	// default, as deleting and creating again would leave.
+	UpdateOverride(context.Context, *UpdateOverrideRequest) (*UpdateOverrideResponse, error)
 	DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error)
 	mustEmbedUnimplementedOverrideServiceServer()
 }
@@ -1179,6 +1198,9 @@ func (UnimplementedOverrideServiceServer) CreateOverride(context.Context, *Creat
 }
 func (UnimplementedOverrideServiceServer) ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOverrides not implemented")
+}
+func (UnimplementedOverrideServiceServer) UpdateOverride(context.Context, *UpdateOverrideRequest) (*UpdateOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateOverride not implemented")
 }
 func (UnimplementedOverrideServiceServer) DeleteOverride(context.Context, *DeleteOverrideRequest) (*DeleteOverrideResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteOverride not implemented")
@@ -1240,6 +1262,24 @@ func _OverrideService_ListOverrides_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OverrideService_UpdateOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverrideServiceServer).UpdateOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverrideService_UpdateOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverrideServiceServer).UpdateOverride(ctx, req.(*UpdateOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OverrideService_DeleteOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteOverrideRequest)
 	if err := dec(in); err != nil {
@@ -1272,6 +1312,10 @@ var OverrideService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOverrides",
 			Handler:    _OverrideService_ListOverrides_Handler,
+		},
+		{
+			MethodName: "UpdateOverride",
+			Handler:    _OverrideService_UpdateOverride_Handler,
 		},
 		{
 			MethodName: "DeleteOverride",

@@ -99,6 +99,9 @@ const (
 	// OverrideServiceListOverridesProcedure is the fully-qualified name of the OverrideService's
 	// ListOverrides RPC.
 	OverrideServiceListOverridesProcedure = "/sluice.v1.OverrideService/ListOverrides"
+	// OverrideServiceUpdateOverrideProcedure is the fully-qualified name of the OverrideService's
+	// UpdateOverride RPC.
+	OverrideServiceUpdateOverrideProcedure = "/sluice.v1.OverrideService/UpdateOverride"
 	// OverrideServiceDeleteOverrideProcedure is the fully-qualified name of the OverrideService's
 	// DeleteOverride RPC.
 	OverrideServiceDeleteOverrideProcedure = "/sluice.v1.OverrideService/DeleteOverride"
@@ -855,6 +858,10 @@ func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Reques
 type OverrideServiceClient interface {
 	CreateOverride(context.Context, *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error)
 	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// UpdateOverride replaces the override override.id in one config
+	// version: a client's limit changes with no moment under its tier's
+	// default, as deleting and creating again would leave.
+	UpdateOverride(context.Context, *connect.Request[v1.UpdateOverrideRequest]) (*connect.Response[v1.UpdateOverrideResponse], error)
 	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
 }
 
@@ -881,6 +888,12 @@ func NewOverrideServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
 			connect.WithClientOptions(opts...),
 		),
+		updateOverride: connect.NewClient[v1.UpdateOverrideRequest, v1.UpdateOverrideResponse](
+			httpClient,
+			baseURL+OverrideServiceUpdateOverrideProcedure,
+			connect.WithSchema(overrideServiceMethods.ByName("UpdateOverride")),
+			connect.WithClientOptions(opts...),
+		),
 		deleteOverride: connect.NewClient[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse](
 			httpClient,
 			baseURL+OverrideServiceDeleteOverrideProcedure,
@@ -894,6 +907,7 @@ func NewOverrideServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 type overrideServiceClient struct {
 	createOverride *connect.Client[v1.CreateOverrideRequest, v1.CreateOverrideResponse]
 	listOverrides  *connect.Client[v1.ListOverridesRequest, v1.ListOverridesResponse]
+	updateOverride *connect.Client[v1.UpdateOverrideRequest, v1.UpdateOverrideResponse]
 	deleteOverride *connect.Client[v1.DeleteOverrideRequest, v1.DeleteOverrideResponse]
 }
 
@@ -907,6 +921,11 @@ func (c *overrideServiceClient) ListOverrides(ctx context.Context, req *connect.
 	return c.listOverrides.CallUnary(ctx, req)
 }
 
+// UpdateOverride calls sluice.v1.OverrideService.UpdateOverride.
+func (c *overrideServiceClient) UpdateOverride(ctx context.Context, req *connect.Request[v1.UpdateOverrideRequest]) (*connect.Response[v1.UpdateOverrideResponse], error) {
+	return c.updateOverride.CallUnary(ctx, req)
+}
+
 // DeleteOverride calls sluice.v1.OverrideService.DeleteOverride.
 func (c *overrideServiceClient) DeleteOverride(ctx context.Context, req *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
 	return c.deleteOverride.CallUnary(ctx, req)
@@ -916,6 +935,10 @@ func (c *overrideServiceClient) DeleteOverride(ctx context.Context, req *connect
 type OverrideServiceHandler interface {
 	CreateOverride(context.Context, *connect.Request[v1.CreateOverrideRequest]) (*connect.Response[v1.CreateOverrideResponse], error)
 	ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error)
+	// UpdateOverride replaces the override override.id in one config
+	// version: a client's limit changes with no moment under its tier's
+	// default, as deleting and creating again would leave.
+	UpdateOverride(context.Context, *connect.Request[v1.UpdateOverrideRequest]) (*connect.Response[v1.UpdateOverrideResponse], error)
 	DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error)
 }
 
@@ -938,6 +961,12 @@ func NewOverrideServiceHandler(svc OverrideServiceHandler, opts ...connect.Handl
 		connect.WithSchema(overrideServiceMethods.ByName("ListOverrides")),
 		connect.WithHandlerOptions(opts...),
 	)
+	overrideServiceUpdateOverrideHandler := connect.NewUnaryHandler(
+		OverrideServiceUpdateOverrideProcedure,
+		svc.UpdateOverride,
+		connect.WithSchema(overrideServiceMethods.ByName("UpdateOverride")),
+		connect.WithHandlerOptions(opts...),
+	)
 	overrideServiceDeleteOverrideHandler := connect.NewUnaryHandler(
 		OverrideServiceDeleteOverrideProcedure,
 		svc.DeleteOverride,
@@ -950,6 +979,8 @@ func NewOverrideServiceHandler(svc OverrideServiceHandler, opts ...connect.Handl
 			overrideServiceCreateOverrideHandler.ServeHTTP(w, r)
 		case OverrideServiceListOverridesProcedure:
 			overrideServiceListOverridesHandler.ServeHTTP(w, r)
+		case OverrideServiceUpdateOverrideProcedure:
+			overrideServiceUpdateOverrideHandler.ServeHTTP(w, r)
 		case OverrideServiceDeleteOverrideProcedure:
 			overrideServiceDeleteOverrideHandler.ServeHTTP(w, r)
 		default:
@@ -967,6 +998,10 @@ func (UnimplementedOverrideServiceHandler) CreateOverride(context.Context, *conn
 
 func (UnimplementedOverrideServiceHandler) ListOverrides(context.Context, *connect.Request[v1.ListOverridesRequest]) (*connect.Response[v1.ListOverridesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.OverrideService.ListOverrides is not implemented"))
+}
+
+func (UnimplementedOverrideServiceHandler) UpdateOverride(context.Context, *connect.Request[v1.UpdateOverrideRequest]) (*connect.Response[v1.UpdateOverrideResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.OverrideService.UpdateOverride is not implemented"))
 }
 
 func (UnimplementedOverrideServiceHandler) DeleteOverride(context.Context, *connect.Request[v1.DeleteOverrideRequest]) (*connect.Response[v1.DeleteOverrideResponse], error) {
