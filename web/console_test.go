@@ -303,6 +303,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	eval(`(() => { document.querySelector('#try-tier').value = ''; return ''; })()`)
 	waitText("#try-result", `"blocked"`, func() { do("check", chromedp.Click("#try-submit")) })
 	do("keys again", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"))
+	// An override changed in place: mallory's block becomes a move to gold.
+	do("edit mallory's override", chromedp.Click(`#overrides-table button[aria-label="Edit the override of mallory"]`))
+	if got := eval(`document.querySelector('#ov-submit').textContent + ',' + document.querySelector('#ov-block').checked`); got != "Save override,true" {
+		t.Fatalf("the override form to edit mallory's: %s", got)
+	}
+	do("unblock mallory", chromedp.Click("#ov-block"), chromedp.SetValue("#ov-tier", "gold"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Saved the override of mallory", nil)
+	waitJS(`[...document.querySelectorAll('#overrides-table tbody tr')].map((r) => r.cells[0].textContent + ':' + r.cells[1].textContent + ':' + r.cells[3].textContent).join(' ')`, "mallory:gold:–")
 	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
 	waitText("#audit-table", "override", nil)
 

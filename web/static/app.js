@@ -6,7 +6,7 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', timer: null, view: 'rules' };
+const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', ovExpiresAt: '', timer: null, view: 'rules' };
 
 const ALGORITHM_HELP = {
   ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
@@ -408,9 +408,44 @@ async function loadOverrides(fresh) {
   $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
     el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
     el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
-    el('td', {}, el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
+    el('td', { class: 'actions' },
+      el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
+      el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
   state.ovToken = res.nextPageToken || '';
   $('#ov-more').hidden = !state.ovToken;
+}
+
+// editOverride puts o in the override form, to be saved in place
+// (UpdateOverride, conditioned on the etag it was read with).
+function editOverride(o) {
+  const f = $('#override-form');
+  resetOverrideForm();
+  f.id.value = o.id;
+  f.etag.value = o.etag || '';
+  f.identifier.value = o.identifier;
+  f.tier.value = o.tier || '';
+  f.rule.value = o.ruleId || '';
+  f.block.checked = !!o.block;
+  if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window || '60s'; }
+  state.ovExpiresAt = o.expiresAt || '';
+  $('#ov-expires-help').hidden = false;
+  $('#ov-form-title').textContent = `Edit the override of ${o.identifier}`;
+  $('#ov-submit').textContent = 'Save override';
+  $('#ov-cancel').hidden = false;
+  f.identifier.focus();
+}
+
+function resetOverrideForm() {
+  const f = $('#override-form');
+  f.reset();
+  f.id.value = '';
+  f.etag.value = '';
+  state.ovExpiresAt = '';
+  clearErrors(f);
+  $('#ov-expires-help').hidden = true;
+  $('#ov-form-title').textContent = 'New override';
+  $('#ov-submit').textContent = 'Create override';
+  $('#ov-cancel').hidden = true;
 }
 
 async function submitOverride(ev) {
@@ -418,7 +453,10 @@ async function submitOverride(ev) {
   const f = ev.target;
   const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
   if (o.ruleId && !o.block) o.params = { limit: f.limit.value || '0', window: dur(f.window.value) };
-  if (f.expires.value.trim()) {
+  const editing = f.id.value;
+  if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
+  if (f.expires.value.trim() === 'never') delete o.expiresAt;
+  else if (f.expires.value.trim()) {
     const expires = seconds(dur(f.expires.value));
     if (!(expires > 0)) {
       showErrors(f, { fields: [{ field: 'expires_at', description: 'a duration such as 90m, 24h or 7d' }] }, $('#override-error'));
@@ -427,12 +465,18 @@ async function submitOverride(ev) {
     o.expiresAt = new Date(Date.now() + expires * 1000).toISOString();
   }
   try {
-    await api('OverrideService', 'CreateOverride', { override: o });
-    f.reset();
-    clearErrors(f);
+    if (editing) await api('OverrideService', 'UpdateOverride', { override: o });
+    else await api('OverrideService', 'CreateOverride', { override: o });
+    resetOverrideForm();
     await loadAccess();
-    say(`Created an override for ${o.identifier}`);
+    say(`${editing ? 'Saved the override of' : 'Created an override for'} ${o.identifier}`);
   } catch (e) {
+    if (e.code === 'aborted') {
+      clearErrors(f);
+      $('#override-error').textContent = 'This override was not saved: someone else changed it since you opened it. The list shows it as it is now: choose Edit on it and make your change again.';
+      await loadOverrides(true);
+      return;
+    }
     showErrors(f, e, $('#override-error'));
   }
 }
@@ -660,6 +704,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#override-form').addEventListener('submit', submitOverride);
   $('#ov-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOverrides(true); });
   $('#ov-more').addEventListener('click', () => loadOverrides(false));
+  $('#ov-cancel').addEventListener('click', resetOverrideForm);
   $('#key-form').addEventListener('submit', submitKey);
   $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });
   $('#range').addEventListener('change', () => loadDashboard().catch((e) => say(e.message)));
