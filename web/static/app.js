@@ -6,7 +6,7 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', ovExpiresAt: '', timer: null, view: 'rules' };
+const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', ovExpiresAt: '', ovParams: {}, timer: null, view: 'rules' };
 
 const ALGORITHM_HELP = {
   ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
@@ -428,6 +428,7 @@ function editOverride(o) {
   f.block.checked = !!o.block;
   if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window || '60s'; }
   state.ovExpiresAt = o.expiresAt || '';
+  state.ovParams = o.params || {};
   $('#ov-expires-help').hidden = false;
   $('#ov-form-title').textContent = `Edit the override of ${o.identifier}`;
   $('#ov-submit').textContent = 'Save override';
@@ -452,8 +453,13 @@ async function submitOverride(ev) {
   ev.preventDefault();
   const f = ev.target;
   const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
-  if (o.ruleId && !o.block) o.params = { limit: f.limit.value || '0', window: dur(f.window.value) };
   const editing = f.id.value;
+  if (o.ruleId && !o.block) {
+    // An edit keeps what the form does not show: the algorithm, a burst,
+    // a calendar window (which has no window to set).
+    o.params = { ...(editing ? state.ovParams : {}), limit: f.limit.value || '0', window: dur(f.window.value) };
+    if (o.params.calendar && o.params.calendar !== 'CALENDAR_UNSPECIFIED') delete o.params.window;
+  }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;
   else if (f.expires.value.trim()) {
