@@ -303,6 +303,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	eval(`(() => { document.querySelector('#try-tier').value = ''; return ''; })()`)
 	waitText("#try-result", `"blocked"`, func() { do("check", chromedp.Click("#try-submit")) })
 	do("keys again", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"))
+	waitJS(`document.querySelector('#view-access').getAttribute('aria-busy')`, "false")
 	// An override changed in place: mallory's block becomes a move to gold.
 	do("edit mallory's override", chromedp.Click(`#overrides-table button[aria-label="Edit the override of mallory"]`))
 	if got := eval(`document.querySelector('#ov-submit').textContent + ',' + document.querySelector('#ov-block').checked`); got != "Save override,true" {
@@ -352,6 +353,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	// The operator: tenants, and the decider with the version it enforces.
+	createTenants(t, api, operatorKey, "shop-", 105)
 	do("sign out", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),
 		chromedp.SendKeys("#signin-key", operatorKey+"\r"), chromedp.WaitVisible(`#nav button[data-view="operator"]`),
 		chromedp.Click(`#nav button[data-view="operator"]`))
@@ -369,6 +371,28 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#tenants-table", "On: rejects nothing", nil)
 	do("shadow off", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
 	waitText("#tenants-table", "Off", nil)
+	// Many tenants come a page at a time, found by a slug prefix; the one
+	// worked on stays in the picker whatever a search finds.
+	tenantRows := `String(document.querySelectorAll('#tenants-table tbody tr').length) + (document.querySelector('#tenant-more').hidden ? '' : '+')`
+	waitJS(tenantRows, "100+")
+	do("more tenants", chromedp.Click("#tenant-more"))
+	waitJS(tenantRows, "106")
+	do("find shop-10", chromedp.SetValue("#tenant-prefix", "shop-10"), chromedp.Click("#tenant-find button[type=submit]"))
+	waitJS(`[...document.querySelectorAll('#tenants-table tbody tr')].map((r) => r.cells[0].textContent).join(' ') + '|' + [...document.querySelectorAll('#tenant-select option')].map((o) => o.textContent.split(' ')[0]).join(' ')`,
+		"shop-100 shop-101 shop-102 shop-103 shop-104|demo shop-100 shop-101 shop-102 shop-103 shop-104")
+}
+
+// createTenants creates n tenants, prefix000 and on, through the API.
+func createTenants(t *testing.T, api, operatorKey, prefix string, n int) {
+	t.Helper()
+	tenants := sluicev1connect.NewTenantServiceClient(http.DefaultClient, api)
+	for i := range n {
+		req := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: fmt.Sprintf("%s%03d", prefix, i), Name: "Shop"}})
+		req.Header().Set("Authorization", "Bearer "+operatorKey)
+		if _, err := tenants.CreateTenant(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // changeLimit sets the limit of the rule named name through the API, as

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -66,7 +67,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
-  sluice tenants   list | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
+  sluice tenants   list [-slug PREFIX] | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | update ID [flags] | delete ID
@@ -118,14 +119,18 @@ func edit(readModifyWrite func() error) error {
 
 // verbs are the resource commands, by "resource verb".
 var verbs = map[string]verb{
-	"tenants list": plain("", func(s *session, c *http.Client, _ string) error {
-		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants, &sluicev1.ListTenantsRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
-			fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW")
-			for _, t := range r.Tenants {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow)
-			}
-		})
-	}),
+	"tenants list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		prefix := fs.String("slug", "", "only tenants whose slug starts with this")
+		return func(s *session, c *http.Client, _ string) error {
+			req := &sluicev1.ListTenantsRequest{SlugPrefix: *prefix, PageSize: 1000}
+			return call(s, allTenants(sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants), req, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
+				fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW")
+				for _, t := range r.Tenants {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow)
+				}
+			})
+		}
+	}},
 	"tenants get": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).GetTenant, &sluicev1.GetTenantRequest{TenantId: id}, func(w *tabwriter.Writer, r *sluicev1.GetTenantResponse) {
 			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, r.Tenant.Shadow, r.Tenant.ConfigVersion)
@@ -573,9 +578,9 @@ func algorithmName(a sluicev1.Algorithm) string {
 // tenantSlugs maps the tenants' ids to their slugs, for the operator's
 // listings; empty when the key may not list tenants (ids are shown then).
 func tenantSlugs(s *session, tenants sluicev1connect.TenantServiceClient) map[string]string {
-	req := connect.NewRequest(&sluicev1.ListTenantsRequest{})
+	req := connect.NewRequest(&sluicev1.ListTenantsRequest{PageSize: 1000})
 	req.Header().Set("Authorization", "Bearer "+s.key)
-	res, err := tenants.ListTenants(s.ctx, req)
+	res, err := allTenants(tenants.ListTenants)(s.ctx, req)
 	if err != nil {
 		return nil
 	}
@@ -629,20 +634,16 @@ func tiersRules(tiers sluicev1connect.TierServiceClient, only string, names *[]s
 // allOverrides is ListOverrides over every page: the overrides of all of
 // them in one answer.
 func allOverrides(ovs sluicev1connect.OverrideServiceClient) func(context.Context, *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
-	return func(ctx context.Context, req *connect.Request[sluicev1.ListOverridesRequest]) (*connect.Response[sluicev1.ListOverridesResponse], error) {
-		out := &sluicev1.ListOverridesResponse{}
-		for {
-			res, err := ovs.ListOverrides(ctx, req)
-			if err != nil {
-				return nil, err
-			}
-			out.Overrides = append(out.Overrides, res.Msg.Overrides...)
-			if res.Msg.NextPageToken == "" {
-				return connect.NewResponse(out), nil
-			}
-			req.Msg.PageToken = res.Msg.NextPageToken
-		}
-	}
+	return cli.AllPages(ovs.ListOverrides, func(r *sluicev1.ListOverridesRequest, token string) { r.PageToken = token },
+		func(all, page *sluicev1.ListOverridesResponse) {
+			all.Overrides = append(all.Overrides, page.Overrides...)
+		})
+}
+
+// allTenants is ListTenants over every page.
+func allTenants(list func(context.Context, *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error)) func(context.Context, *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
+	return cli.AllPages(list, func(r *sluicev1.ListTenantsRequest, token string) { r.PageToken = token },
+		func(all, page *sluicev1.ListTenantsResponse) { all.Tenants = append(all.Tenants, page.Tenants...) })
 }
 
 // overrideOpts are the flags of overrides create and update.

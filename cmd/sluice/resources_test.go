@@ -272,6 +272,12 @@ func TestCLIAgainstDev(t *testing.T) {
 		t.Fatalf("tenants list: %v\n%s", err, out)
 	}
 	demo := tenants.Tenants[0]
+	if out, err := sluice("tenants", "list", "-slug", "de"); err != nil || !strings.Contains(out, demo.ID) {
+		t.Fatalf("tenants list -slug de: %v\n%s", err, out)
+	}
+	if out, err := sluice("tenants", "list", "-slug", "dz"); err != nil || strings.Contains(out, demo.ID) {
+		t.Fatalf("tenants list -slug dz: %v\n%s", err, out)
+	}
 	if _, err := sluice("tenants", "update", "-status", "asleep", demo.ID); !errors.Is(err, errUsage) {
 		t.Fatalf("a status that is not one: %v", err)
 	}

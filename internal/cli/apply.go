@@ -39,7 +39,8 @@ func (c *Client) Export(ctx context.Context, slug string) ([]byte, error) {
 // operator key, and nil with an admin key, whose calls act in its own
 // tenant; it records which of the two the key is.
 func (c *Client) findTenant(ctx context.Context, slug string) (*sluicev1.Tenant, error) {
-	list, err := c.tenants.ListTenants(ctx, request(c, &sluicev1.ListTenantsRequest{}))
+	// The slug, if a tenant has it, comes first of those it begins.
+	list, err := c.tenants.ListTenants(ctx, request(c, &sluicev1.ListTenantsRequest{SlugPrefix: slug, PageSize: 1}))
 	switch {
 	case connect.CodeOf(err) == connect.CodePermissionDenied:
 		c.operator = false
@@ -48,10 +49,8 @@ func (c *Client) findTenant(ctx context.Context, slug string) (*sluicev1.Tenant,
 		return nil, err
 	}
 	c.operator = true
-	for _, t := range list.Msg.Tenants {
-		if t.Slug == slug {
-			return t, nil
-		}
+	if ts := list.Msg.Tenants; len(ts) > 0 && ts[0].Slug == slug {
+		return ts[0], nil
 	}
 	return nil, nil
 }

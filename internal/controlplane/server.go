@@ -161,11 +161,24 @@ func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluice
 	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantOut(t, v)}, err)
 }
 
-func (s tenantServer) ListTenants(ctx context.Context, _ *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
-	ts, err := s.store.ListTenants(ctx)
+// ListTenants answers the tenants in pages by slug; a page token is the
+// slug its page ended at.
+func (s tenantServer) ListTenants(ctx context.Context, req *connect.Request[sluicev1.ListTenantsRequest]) (*connect.Response[sluicev1.ListTenantsResponse], error) {
+	after, err := readToken(req.Msg.GetPageToken(), 1)
+	if err != nil {
+		return reply[sluicev1.ListTenantsResponse](ctx, s.server, nil, err)
+	}
+	var afterSlug string
+	if after != nil {
+		afterSlug = after[0]
+	}
+	ts, next, err := s.store.PageTenants(ctx, req.Msg.GetSlugPrefix(), afterSlug, int(req.Msg.GetPageSize()))
 	out := &sluicev1.ListTenantsResponse{}
 	for _, t := range ts {
 		out.Tenants = append(out.Tenants, tenantOut(t, 0))
+	}
+	if next != "" {
+		out.NextPageToken = pageToken(next)
 	}
 	return reply(ctx, s.server, out, err)
 }

@@ -819,6 +819,41 @@ func TestConcurrentEditsLoseNothing(t *testing.T) {
 	}
 }
 
+// TestTenantsInPages: ListTenants answers pages of 100 by default, by
+// slug, and following next_page_token visits each tenant once; a slug
+// prefix finds some among them; a token no page gave is invalid_argument.
+func TestTenantsInPages(t *testing.T) {
+	t.Parallel()
+	srv, store := newServer(t)
+	c := newClients(srv)
+	const n = 205
+	for i := range n {
+		if _, err := store.CreateTenant(context.Background(), "test", policy.Tenant{Slug: fmt.Sprintf("shop-%03d", i), Name: "Shop"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages := func(req *sluicev1.ListTenantsRequest) ([]string, []int) {
+		return readPages(t, operatorKey, c.tenants.ListTenants, req,
+			func(r *sluicev1.ListTenantsRequest, token string) { r.PageToken = token },
+			func(r *sluicev1.ListTenantsResponse) (slugs []string) {
+				for _, tn := range r.Tenants {
+					slugs = append(slugs, tn.Slug)
+				}
+				return slugs
+			})
+	}
+	if seen, sizes := pages(&sluicev1.ListTenantsRequest{}); len(seen) != n || !slices.IsSorted(seen) || len(slices.Compact(seen)) != n || !slices.Equal(sizes, []int{100, 100, 5}) {
+		t.Fatalf("%d tenants seen in pages of %v", len(seen), sizes)
+	}
+	if seen, sizes := pages(&sluicev1.ListTenantsRequest{SlugPrefix: "shop-12", PageSize: 6}); !slices.Equal(sizes, []int{6, 4}) || seen[0] != "shop-120" || seen[9] != "shop-129" {
+		t.Fatalf("prefix shop-12, 6 a page: %v in pages of %v", seen, sizes)
+	}
+	wantBadTokens(t, func(token string) error {
+		_, err := call(operatorKey, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{PageToken: token})
+		return err
+	}, pageToken("shop-001"), "shop-001\x00x", "\xff")
+}
+
 // TestOverridesInPages: ListOverrides answers pages of 100 by default, and
 // following next_page_token visits each override once; a prefix finds one
 // client's among them; a token no page gave is invalid_argument.
@@ -833,37 +868,63 @@ func TestOverridesInPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seen := map[string]bool{}
-	req := &sluicev1.ListOverridesRequest{}
-	var sizes []int
-	for {
-		res := callOK(t, admin, c.ovs.ListOverrides, req)
-		sizes = append(sizes, len(res.Overrides))
-		for _, o := range res.Overrides {
-			if seen[o.Identifier] {
-				t.Fatalf("%s twice", o.Identifier)
-			}
-			seen[o.Identifier] = true
-		}
-		if res.NextPageToken == "" {
-			break
-		}
-		req.PageToken = res.NextPageToken
+	pages := func(req *sluicev1.ListOverridesRequest) ([]string, []int) {
+		return readPages(t, admin, c.ovs.ListOverrides, req,
+			func(r *sluicev1.ListOverridesRequest, token string) { r.PageToken = token },
+			func(r *sluicev1.ListOverridesResponse) (idents []string) {
+				for _, o := range r.Overrides {
+					idents = append(idents, o.Identifier)
+				}
+				return idents
+			})
 	}
-	if len(seen) != n || !slices.Equal(sizes, []int{100, 100, 30}) {
+	if seen, sizes := pages(&sluicev1.ListOverridesRequest{}); len(seen) != n || len(slices.Compact(seen)) != n || !slices.Equal(sizes, []int{100, 100, 30}) {
 		t.Fatalf("%d overrides seen in pages of %v", len(seen), sizes)
 	}
-	found := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "client-12", PageSize: 5})
-	if len(found.Overrides) != 5 || found.Overrides[0].Identifier != "client-120" || found.NextPageToken == "" {
-		t.Fatalf("prefix client-12, 5 a page: %v", found)
+	if seen, sizes := pages(&sluicev1.ListOverridesRequest{IdentifierPrefix: "client-12", PageSize: 5}); !slices.Equal(sizes, []int{5, 5}) || seen[0] != "client-120" || seen[9] != "client-129" {
+		t.Fatalf("prefix client-12, 5 a page: %v in pages of %v", seen, sizes)
 	}
-	rest := callOK(t, admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "client-12", PageSize: 5, PageToken: found.NextPageToken})
-	if len(rest.Overrides) != 5 || rest.Overrides[4].Identifier != "client-129" || rest.NextPageToken != "" {
-		t.Fatalf("prefix client-12, second page: %v", rest)
-	}
-	for _, token := range []string{"%%%", "bm8tbnVs", base64.RawURLEncoding.EncodeToString([]byte("client-001\x00not-a-uuid"))} {
+	wantBadTokens(t, func(token string) error {
 		_, err := call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{PageToken: token})
-		if codeOf(err) != connect.CodeInvalidArgument || !slices.Contains(fieldsOf(err), "page_token") {
+		return err
+	}, pageToken("client-001", tenantID), "no-nul", "client-001\x00not-a-uuid", "\xff\x00"+tenantID)
+}
+
+// readPages lists from req's page to the last, following next_page_token,
+// and answers the names of what it listed (items names a page's) and the
+// size of each page.
+func readPages[Req, Res any, PRes interface {
+	*Res
+	GetNextPageToken() string
+}](t *testing.T, key string, list func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req,
+	setToken func(*Req, string), items func(PRes) []string) (names []string, sizes []int) {
+	t.Helper()
+	for {
+		res := PRes(callOK(t, key, list, req))
+		names = append(names, items(res)...)
+		sizes = append(sizes, len(items(res)))
+		if res.GetNextPageToken() == "" {
+			return names, sizes
+		}
+		setToken(req, res.GetNextPageToken())
+	}
+}
+
+// wantBadTokens has list take good (a token a page gave) and refuse, as
+// an invalid page_token, tokens no page gave: not base64, good with a
+// newline in it (which base64 decoders skip), and the base64 of each of
+// contents.
+func wantBadTokens(t *testing.T, list func(token string) error, good string, contents ...string) {
+	t.Helper()
+	if err := list(good); err != nil {
+		t.Fatalf("token %q: %v", good, err)
+	}
+	tokens := []string{"%%%", "\r" + good, good[:2] + "\n" + good[2:]}
+	for _, c := range contents {
+		tokens = append(tokens, base64.RawURLEncoding.EncodeToString([]byte(c)))
+	}
+	for _, token := range tokens {
+		if err := list(token); codeOf(err) != connect.CodeInvalidArgument || !slices.Contains(fieldsOf(err), "page_token") {
 			t.Fatalf("token %q: %v", token, err)
 		}
 	}

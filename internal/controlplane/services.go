@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -41,23 +42,42 @@ func (s overrideServer) ListOverrides(ctx context.Context, req *connect.Request[
 		out.Overrides = append(out.Overrides, overrideOut(o))
 	}
 	if next != nil {
-		out.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(next.Identifier + "\x00" + next.ID))
+		out.NextPageToken = pageToken(next.Identifier, next.ID)
 	}
 	return reply(ctx, s.server, out, err)
 }
 
-// pageCursor reads a ListOverrides page token: where the page before ended,
-// an identifier (which PostgreSQL's text cannot make hold a NUL) and an id.
-func pageCursor(token string) (*pgstore.OverrideCursor, error) {
+// pageToken is the next_page_token of a page that ended at parts (a
+// listing's sort key and, where that is not unique, an id), for readToken.
+func pageToken(parts ...string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strings.Join(parts, "\x00")))
+}
+
+// readToken reads a page token of n parts that pageToken made ("": none,
+// the first page). The parts are text PostgreSQL's can hold (no NUL,
+// valid UTF-8), so a token no page gave is invalid_argument, never an
+// error of the database's.
+func readToken(token string, n int) ([]string, error) {
 	if token == "" {
 		return nil, nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(token)
-	ident, id, ok := strings.Cut(string(b), "\x00")
-	if err != nil || !ok {
+	parts := strings.Split(string(b), "\x00")
+	// The decoder skips newlines: only the token pageToken makes is one.
+	if err != nil || len(parts) != n || !utf8.Valid(b) || base64.RawURLEncoding.EncodeToString(b) != token {
 		return nil, pgstore.ErrPageToken
 	}
-	return &pgstore.OverrideCursor{Identifier: ident, ID: id}, nil
+	return parts, nil
+}
+
+// pageCursor reads a ListOverrides page token: where the page before ended,
+// an identifier and an id.
+func pageCursor(token string) (*pgstore.OverrideCursor, error) {
+	parts, err := readToken(token, 2)
+	if parts == nil {
+		return nil, err
+	}
+	return &pgstore.OverrideCursor{Identifier: parts[0], ID: parts[1]}, nil
 }
 
 func (s overrideServer) UpdateOverride(ctx context.Context, req *connect.Request[sluicev1.UpdateOverrideRequest]) (*connect.Response[sluicev1.UpdateOverrideResponse], error) {

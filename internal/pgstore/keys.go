@@ -1,11 +1,9 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -183,10 +181,6 @@ func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Ov
 	return out, translate(err, "override")
 }
 
-// ErrPageToken refuses a page token that no page gave.
-var ErrPageToken = &policy.Error{Code: policy.CodeInvalid, Message: "invalid page token",
-	Fields: []policy.FieldError{{Field: "page_token", Description: "not one this API gave"}}}
-
 // OverrideCursor is where a page of overrides ends: the identifier and id
 // of its last override.
 type OverrideCursor struct{ Identifier, ID string }
@@ -201,7 +195,7 @@ func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, afte
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, nil, err
 	}
-	limit = min(cmp.Or(max(limit, 0), 100), 1000)
+	limit = pageLimit(limit)
 	var afterIdent, afterID *string
 	if after != nil {
 		if !uuidRE.MatchString(after.ID) {
@@ -209,20 +203,19 @@ func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, afte
 		}
 		afterIdent, afterID = &after.Identifier, &after.ID
 	}
-	like := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(prefix) + "%"
 	rows, err := s.db.Query(ctx, `SELECT `+overrideColumns+` FROM overrides
 		WHERE tenant_id = $1 AND identifier COLLATE "C" LIKE $2
 		AND ($3::text IS NULL OR (identifier COLLATE "C", id) > ($3::text COLLATE "C", $4::uuid))
-		ORDER BY identifier COLLATE "C", id LIMIT $5`, tenantID, like, afterIdent, afterID, limit+1)
+		ORDER BY identifier COLLATE "C", id LIMIT $5`, tenantID, likePrefix(prefix), afterIdent, afterID, limit+1)
 	if err != nil {
 		return nil, nil, translate(err, "override")
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Override, error) { return scanOverride(r) })
-	if err != nil || len(out) <= limit {
+	out, more := cutPage(out, limit)
+	if err != nil || !more {
 		return out, nil, translate(err, "override")
 	}
-	out = out[:limit]
-	last := out[limit-1]
+	last := out[len(out)-1]
 	return out, &OverrideCursor{Identifier: last.Identifier, ID: last.ID}, nil
 }
 

@@ -768,6 +768,55 @@ func TestPageOverrides(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 
+// TestPageTenants pages through the tenants by slug in byte order (where
+// an en_US collation would ignore the hyphens) and finds them by a slug
+// prefix; the slug a page ends at is where the next begins.
+func TestPageTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	slugs := []string{"ab", "a-c", "b", "a", "a1", "abc", "ab-2", "z9", "0x"}
+	for _, slug := range slugs {
+		newTenant(t, s, slug)
+	}
+	want := slices.Clone(slugs)
+	slices.Sort(want)
+	all := func(prefix string, size int) (got []string, pages int) {
+		t.Helper()
+		after := ""
+		for {
+			page, next, err := s.PageTenants(ctx, prefix, after, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if len(page) > size || (next != "" && (len(page) != size || next != page[size-1].Slug)) {
+				t.Fatalf("a page of %d (size %d), next %q", len(page), size, next)
+			}
+			for _, tn := range page {
+				got = append(got, tn.Slug)
+			}
+			if next == "" {
+				return got, pages
+			}
+			after = next
+		}
+	}
+	for _, size := range []int{1, 2, 4, 1000} {
+		if got, pages := all("", size); !slices.Equal(got, want) || pages != (len(want)+size-1)/size {
+			t.Fatalf("size %d: %q in %d pages, want %q", size, got, pages, want)
+		}
+	}
+	if list, _ := s.ListTenants(ctx); len(list) != len(want) || list[1].Slug != want[1] {
+		t.Fatalf("ListTenants: %v", list)
+	}
+	for prefix, want := range map[string][]string{"ab": {"ab", "ab-2", "abc"}, "a-": {"a-c"}, "z9": {"z9"}, "_": nil, "%": nil} {
+		if got, _ := all(prefix, 2); !slices.Equal(got, want) {
+			t.Errorf("prefix %q: %q, want %q", prefix, got, want)
+		}
+	}
+}
+
 // TestUpdateOverride: an override changes in place, in one config version
 // (no moment without it), conditioned on its etag like a rule; the etag of
 // a created override, its expiry given to the nanosecond, is the one reads

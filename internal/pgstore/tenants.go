@@ -115,20 +115,35 @@ func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant
 
 // ListTenants returns every tenant, by slug.
 func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug`)
+	return s.queryTenants(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug COLLATE "C"`)
+}
+
+// PageTenants returns up to limit (0: 100; more than 1000: 1000) of the
+// tenants whose slug starts with prefix, by slug, from just after the slug
+// after ("": the first), and the slug to ask the next page after when more
+// follow ("" on the last page).
+func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]policy.Tenant, string, error) {
+	limit = pageLimit(limit)
+	out, err := s.queryTenants(ctx, `SELECT `+tenantColumns+` FROM tenants
+		WHERE slug COLLATE "C" LIKE $1 AND slug COLLATE "C" > $2
+		ORDER BY slug COLLATE "C" LIMIT $3`, likePrefix(prefix), after, limit+1)
+	out, more := cutPage(out, limit)
+	if err != nil || !more {
+		return out, "", err
+	}
+	return out, out[len(out)-1].Slug, nil
+}
+
+func (s *Store) queryTenants(ctx context.Context, sql string, args ...any) ([]policy.Tenant, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err, "tenant")
 	}
-	var out []policy.Tenant
-	for rows.Next() {
-		t, _, err := scanTenant(rows)
-		if err != nil {
-			rows.Close()
-			return nil, translate(err, "tenant")
-		}
-		out = append(out, t)
-	}
-	return out, translate(rows.Err(), "tenant")
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Tenant, error) {
+		t, _, err := scanTenant(r)
+		return t, err
+	})
+	return out, translate(err, "tenant")
 }
 
 // UpdateTenant replaces the tenant's name, status, default tier and shadow (the slug

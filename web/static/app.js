@@ -107,9 +107,10 @@ const algName = (a) => (a || '').replace('ALGORITHM_', '').toLowerCase().replace
 async function signIn(key) {
   state.key = key;
   try {
-    const t = await api('TenantService', 'ListTenants');
+    const t = await api('TenantService', 'ListTenants', { pageSize: 100 });
     state.role = 'operator';
     state.tenants = t.tenants || [];
+    state.tenantsToken = t.nextPageToken || '';
     state.tenantId = state.tenants.length ? state.tenants[0].id : '';
   } catch (e) {
     if (e.code !== 'permission_denied') throw e;
@@ -126,9 +127,14 @@ async function signIn(key) {
   show('rules');
 }
 
+// fillTenantSelect offers the tenants loaded, and the one being worked on
+// whatever a search of them found.
 function fillTenantSelect() {
   const sel = $('#tenant-select');
-  sel.replaceChildren(...state.tenants.map((t) => el('option', { value: t.id, selected: t.id === state.tenantId }, `${t.slug} (${t.name})`)));
+  const current = state.tenants.find((t) => t.id === state.tenantId) || state.current;
+  state.current = current;
+  const list = current && !state.tenants.includes(current) ? [current, ...state.tenants] : state.tenants;
+  sel.replaceChildren(...list.map((t) => el('option', { value: t.id, selected: t.id === state.tenantId }, `${t.slug} (${t.name})`)));
 }
 
 function signOut() {
@@ -141,8 +147,12 @@ function show(view) {
   $$('.view').forEach((s) => { s.hidden = s.id !== 'view-' + view; });
   $$('#nav button').forEach((b) => b.setAttribute('aria-current', b.dataset.view === view ? 'page' : 'false'));
   say('');
-  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), file: loadFile, operator: loadOperator })[view]()
-    .catch((e) => say(`Could not load: ${e.message}`));
+  // Busy until the view is loaded: its rows are about to be replaced.
+  const section = $('#view-' + view);
+  section.setAttribute('aria-busy', 'true');
+  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), file: loadFile, operator: () => loadOperator(true) })[view]()
+    .catch((e) => say(`Could not load: ${e.message}`))
+    .finally(() => section.setAttribute('aria-busy', 'false'));
 }
 
 // ---- tiers and rules ----
@@ -644,27 +654,39 @@ async function applyFile(dry) {
 
 // ---- operator ----
 
-async function loadOperator() {
-  const [t, d] = await Promise.all([api('TenantService', 'ListTenants'), api('DeciderService', 'ListDeciders')]);
-  state.tenants = t.tenants || [];
-  fillTenantSelect();
+// loadOperator shows the first page of tenants (fresh; those whose slug
+// starts with the search's prefix) or appends the next, and the deciders.
+async function loadOperator(fresh = true) {
+  const page = { slugPrefix: $('#tenant-prefix').value.trim(), pageSize: 100, pageToken: fresh ? '' : state.tenantsToken };
+  const [t, d] = await Promise.all([api('TenantService', 'ListTenants', page), api('DeciderService', 'ListDeciders')]);
+  state.tenants = fresh ? t.tenants || [] : [...state.tenants, ...(t.tenants || [])];
+  state.tenantsToken = t.nextPageToken || '';
+  $('#tenant-more').hidden = !state.tenantsToken;
+  renderTenants();
   const slug = (id) => (state.tenants.find((x) => x.id === id) || {}).slug || id;
-  $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => el('tr', {},
-    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()),
-    el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
-      onclick: () => toggleTenantShadow(x) }, x.shadow ? 'On: rejects nothing' : 'Off')),
-    el('td', { class: 'mono' }, x.id))));
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
     el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
     el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'))));
 }
 
+function renderTenants() {
+  fillTenantSelect();
+  $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => el('tr', {},
+    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()),
+    el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
+      onclick: () => toggleTenantShadow(x) }, x.shadow ? 'On: rejects nothing' : 'Off')),
+    el('td', { class: 'mono' }, x.id))));
+}
+
 // toggleTenantShadow puts a tenant's every rule in shadow (decisions
-// reported, none rejected: a first rollout), or takes them out.
+// reported, none rejected: a first rollout), or takes them out, and shows
+// the tenant as it now stands in its place in the pages loaded.
 async function toggleTenantShadow(x) {
   try {
     await api('TenantService', 'UpdateTenant', { tenant: { ...x, shadow: !x.shadow } });
-    await loadOperator();
+    const now = (await api('TenantService', 'GetTenant', { tenantId: x.id })).tenant;
+    state.tenants = state.tenants.map((t) => (t.id === x.id ? now : t));
+    renderTenants();
     say(`Tenant ${x.slug}: shadow mode ${x.shadow ? 'off' : 'on'}`);
   } catch (e) {
     say(`Tenant ${x.slug} was not changed: ${e.message}`);
@@ -710,6 +732,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#override-form').addEventListener('submit', submitOverride);
   $('#ov-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOverrides(true); });
   $('#ov-more').addEventListener('click', () => loadOverrides(false));
+  $('#tenant-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOperator(true).catch((e) => say(`Could not load: ${e.message}`)); });
+  $('#tenant-more').addEventListener('click', () => loadOperator(false).catch((e) => say(`Could not load: ${e.message}`)));
   $('#ov-cancel').addEventListener('click', resetOverrideForm);
   $('#key-form').addEventListener('submit', submitKey);
   $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });

@@ -404,7 +404,13 @@ func (x *GetTenantResponse) GetTenant() *Tenant {
 }
 
 type ListTenantsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many; 0 means 100, more than 1000 means 1000.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the page before; empty for the first page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only tenants whose slug starts with this.
+	SlugPrefix    string `protobuf:"bytes,3,opt,name=slug_prefix,json=slugPrefix,proto3" json:"slug_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -439,9 +445,33 @@ func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
 	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
+func (x *ListTenantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTenantsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListTenantsRequest) GetSlugPrefix() string {
+	if x != nil {
+		return x.SlugPrefix
+	}
+	return ""
+}
+
 type ListTenantsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenants       []*Tenant              `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By slug.
+	Tenants []*Tenant `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	// Asks for the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -481,6 +511,13 @@ func (x *ListTenantsResponse) GetTenants() []*Tenant {
 		return x.Tenants
 	}
 	return nil
+}
+
+func (x *ListTenantsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type UpdateTenantRequest struct {
@@ -3264,10 +3301,16 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x10GetTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\">\n" +
 	"\x11GetTenantResponse\x12)\n" +
-	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\"\x14\n" +
-	"\x12ListTenantsRequest\"B\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\"q\n" +
+	"\x12ListTenantsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x1f\n" +
+	"\vslug_prefix\x18\x03 \x01(\tR\n" +
+	"slugPrefix\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
-	"\atenants\x18\x01 \x03(\v2\x11.sluice.v1.TenantR\atenants\"@\n" +
+	"\atenants\x18\x01 \x03(\v2\x11.sluice.v1.TenantR\atenants\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"@\n" +
 	"\x13UpdateTenantRequest\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\"=\n" +
 	"\x14UpdateTenantResponse\x12%\n" +

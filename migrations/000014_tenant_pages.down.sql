@@ -1,0 +1,1 @@
+DROP INDEX tenants_page;
