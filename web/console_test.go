@@ -218,7 +218,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// meanwhile (through the API) is not overwritten, and the console says
 	// what happened and shows the newer state.
 	eval(`(() => { [...document.querySelectorAll('[data-rule="quota"] button')].find((b) => b.textContent === 'Edit').click(); return ''; })()`)
-	changeLimit(t, api, adminKey, "quota", 3000)
+	changeRule(t, api, adminKey, "gold", "quota", func(p *sluicev1.LimitParams) { p.Limit = 3000 })
 	do("save over a newer change", chromedp.SetValue("#rule-limit", "2500"), chromedp.Click("#rule-submit"))
 	waitText("#rule-error", "someone else changed it since you opened it", nil)
 	waitText(`[data-rule="quota"]`, "3000 per calendar month", nil)
@@ -263,6 +263,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#rule-table", "tiny", nil)
 	shot("04-dashboard")
 
+	// (pro/per-client, 100 a minute, now 20 at once, for a raised limit below)
+	changeRule(t, api, adminKey, "pro", "per-client", func(p *sluicev1.LimitParams) { p.Burst = 20 })
+
 	// Keys: a new key's secret is shown once; one that expires in 30 days
 	// says when.
 	do("keys", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"),
@@ -287,6 +290,18 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText(`[data-error-for="expires_at"]`, "a duration", nil)
 	do("block mallory for a day", chromedp.SetValue("#ov-expires", "24h"), chromedp.Click("#override-form button[type=submit]"))
 	waitText("#overrides-table", "blocked", nil)
+	// A raised limit: choosing the rule fills in its limit and window; the
+	// override keeps the rule's algorithm, its burst raised alike.
+	eval(`(() => { const s = document.querySelector('#ov-rule'); s.value = [...s.options].find(o => o.text === 'pro / per-client').value; s.dispatchEvent(new Event('change')); return ''; })()`)
+	if got := eval(`document.querySelector('#ov-limit').value + ' per ' + document.querySelector('#ov-window').value`); got != "100 per 1m" {
+		t.Fatalf("the rule chosen fills in %q", got)
+	}
+	do("raise partner's limit", chromedp.SendKeys("#ov-identifier", "partner"), chromedp.SetValue("#ov-limit", "1000"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Created an override for partner", nil)
+	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET ||
+		p.GetLimit() != 1000 || p.GetBurst() != 200 || p.GetWindow().AsDuration() != time.Minute {
+		t.Fatalf("partner's raised limit: %v", p)
+	}
 	// Many overrides come a page at a time, and a client's is found by the
 	// prefix of its id.
 	blockMany(t, api, adminKey, "bulk-", 120)
@@ -395,9 +410,9 @@ func createTenants(t *testing.T, api, operatorKey, prefix string, n int) {
 	}
 }
 
-// changeLimit sets the limit of the rule named name through the API, as
+// changeRule edits the params of the rule tier/name through the API, as
 // another editor would.
-func changeLimit(t *testing.T, api, adminKey, name string, limit int64) {
+func changeRule(t *testing.T, api, adminKey, tier, name string, edit func(*sluicev1.LimitParams)) {
 	t.Helper()
 	ctx := context.Background()
 	list := connect.NewRequest(&sluicev1.ListTiersRequest{})
@@ -406,12 +421,12 @@ func changeLimit(t *testing.T, api, adminKey, name string, limit int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tier := range tiers.Msg.Tiers {
-		for _, r := range tier.Rules {
-			if r.Name != name {
+	for _, tr := range tiers.Msg.Tiers {
+		for _, r := range tr.Rules {
+			if tr.Name != tier || r.Name != name {
 				continue
 			}
-			r.Params.Limit = limit
+			edit(r.Params)
 			update := connect.NewRequest(&sluicev1.UpdateRuleRequest{Rule: r})
 			update.Header().Set("Authorization", "Bearer "+adminKey)
 			if _, err := sluicev1connect.NewRuleServiceClient(http.DefaultClient, api).UpdateRule(ctx, update); err != nil {
@@ -420,7 +435,19 @@ func changeLimit(t *testing.T, api, adminKey, name string, limit int64) {
 			return
 		}
 	}
-	t.Fatalf("no rule %s", name)
+	t.Fatalf("no rule %s/%s", tier, name)
+}
+
+// overrideOf is the override of identifier, read through the API.
+func overrideOf(t *testing.T, api, adminKey, identifier string) *sluicev1.Override {
+	t.Helper()
+	req := connect.NewRequest(&sluicev1.ListOverridesRequest{IdentifierPrefix: identifier, PageSize: 1})
+	req.Header().Set("Authorization", "Bearer "+adminKey)
+	res, err := sluicev1connect.NewOverrideServiceClient(http.DefaultClient, api).ListOverrides(context.Background(), req)
+	if err != nil || len(res.Msg.Overrides) == 0 || res.Msg.Overrides[0].Identifier != identifier {
+		t.Fatalf("the override of %s: %v, %v", identifier, res, err)
+	}
+	return res.Msg.Overrides[0]
 }
 
 // blockMany creates n blocking overrides, prefix001 and on, through the API.

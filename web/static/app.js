@@ -459,16 +459,37 @@ function resetOverrideForm() {
   $('#ov-cancel').hidden = true;
 }
 
+// withLimit is params p with another limit and window, the rest kept: the
+// algorithm and its settings, a calendar window (which has no window to
+// set), and a burst in proportion to the limit (a rule's 100 a minute,
+// 10 at once, raised to 1,000 a minute allows 100 at once).
+function withLimit(p, limit, window) {
+  const out = { ...p, limit: String(limit), window };
+  if (+p.burst > 0 && +p.limit > 0) out.burst = String(Math.max(1, Math.round((+p.burst * +limit) / +p.limit)));
+  if (p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED') delete out.window;
+  return out;
+}
+
+// ruleChosen fills a new override's limit and window with the rule's, to
+// be raised or lowered from there.
+function ruleChosen() {
+  const f = $('#override-form');
+  const rule = state.rules.find((r) => r.id === f.rule.value);
+  if (f.id.value || !rule || !rule.params) return;
+  f.limit.value = rule.params.limit || 0;
+  f.window.value = fmtDur(rule.params.window) === '–' ? '' : fmtDur(rule.params.window);
+}
+
 async function submitOverride(ev) {
   ev.preventDefault();
   const f = ev.target;
   const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
   const editing = f.id.value;
   if (o.ruleId && !o.block) {
-    // An edit keeps what the form does not show: the algorithm, a burst,
-    // a calendar window (which has no window to set).
-    o.params = { ...(editing ? state.ovParams : {}), limit: f.limit.value || '0', window: dur(f.window.value) };
-    if (o.params.calendar && o.params.calendar !== 'CALENDAR_UNSPECIFIED') delete o.params.window;
+    // What the form does not show comes from the override edited, or for
+    // a new one from the rule: the algorithm, a calendar window, a burst.
+    const rule = state.rules.find((r) => r.id === o.ruleId) || {};
+    o.params = withLimit((editing ? state.ovParams : rule.params) || {}, f.limit.value || '0', dur(f.window.value));
   }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;
@@ -730,6 +751,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#try-form').addEventListener('submit', tryCheck);
   $('#try-reset').addEventListener('click', tryReset);
   $('#override-form').addEventListener('submit', submitOverride);
+  $('#ov-rule').addEventListener('change', ruleChosen);
   $('#ov-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOverrides(true); });
   $('#ov-more').addEventListener('click', () => loadOverrides(false));
   $('#tenant-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOperator(true).catch((e) => say(`Could not load: ${e.message}`)); });
