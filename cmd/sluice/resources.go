@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -70,7 +71,7 @@ const resourceUsage = `usage:
   sluice tenants   list [-slug PREFIX] | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
-  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R -limit N -window D | -block [-rule R]) [-for D] | update ID [flags] | delete ID
+  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
@@ -285,8 +286,11 @@ var verbs = map[string]verb{
 				o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
 			}
 			if *ruleID != "" && !*block {
-				o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET}
-				if err := pf.apply(fs, o.Params); err != nil {
+				rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), *ruleID)
+				if err != nil {
+					return err
+				}
+				if o.Params, err = overrideParams(fs, pf, rule.Params); err != nil {
 					return err
 				}
 			}
@@ -325,13 +329,18 @@ var verbs = map[string]verb{
 						}
 					}
 				})
-				if o.RuleId == "" || o.Block {
+				switch {
+				case o.RuleId == "" || o.Block:
 					o.Params = nil
-				} else if o.Params == nil {
-					o.Params = &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET}
+				case o.Params == nil || isSet(fs, "rule"):
+					rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), o.RuleId)
+					if err != nil {
+						return err
+					}
+					o.Params = rule.Params
 				}
 				if o.Params != nil {
-					if err := pf.apply(fs, o.Params); err != nil {
+					if o.Params, err = overrideParams(fs, pf, o.Params); err != nil {
 						return err
 					}
 				}
@@ -663,6 +672,22 @@ func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
 		lasts:      fs.Duration("for", 0, "expires after this long from now, e.g. 24h or 720h (0: never)"),
 		params:     defineParamOpts(fs),
 	}
+}
+
+// overrideParams is the params of an override from base (the rule's for
+// a new one, else its own) and the flags given: what they do not set is
+// kept, the algorithm included, and a burst grows or shrinks with -limit
+// unless -burst is given (a rule's 100 a minute, 10 at once, raised to
+// 1,000 a minute allows 100 at once).
+func overrideParams(fs *flag.FlagSet, pf paramOpts, base *sluicev1.LimitParams) (*sluicev1.LimitParams, error) {
+	p := proto.CloneOf(base)
+	if err := pf.apply(fs, p); err != nil {
+		return nil, err
+	}
+	if isSet(fs, "limit") && !isSet(fs, "burst") && base.GetBurst() > 0 && base.GetLimit() > 0 {
+		p.Burst = max(1, int64(math.Round(float64(base.Burst)*float64(p.Limit)/float64(base.Limit))))
+	}
+	return p, nil
 }
 
 // resolveRule turns a -rule of TIER/RULE into the rule's id.

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 )
 
 // TestCLIAgainstDev drives the resource commands and check against a
@@ -199,6 +202,43 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	if _, err := sluice("overrides", "create", "-identifier", "partner2", "-rule", "pro/nope", "-limit", "5", "-window", "1s"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("an override of no rule: %v", err)
+	}
+	// An override keeps what its flags do not set from the rule: free/login
+	// is a sliding window of 5 a minute, raised to 50 (and its update, to
+	// 20 a second, stays a sliding window).
+	overrideOf := func(ident string) *sluicev1.Override {
+		t.Helper()
+		out, err := sluice("overrides", "list", "-identifier", ident, "-json")
+		var list sluicev1.ListOverridesResponse
+		if err != nil || protojson.Unmarshal([]byte(out), &list) != nil || len(list.Overrides) != 1 {
+			t.Fatalf("overrides list -identifier %s -json: %v\n%s", ident, err, out)
+		}
+		return list.Overrides[0]
+	}
+	if _, err := sluice("overrides", "create", "-identifier", "slowpoke", "-rule", "free/login", "-limit", "50", "-for", "24h"); err != nil {
+		t.Fatalf("overrides create -rule free/login -limit 50: %v", err)
+	}
+	slowpoke := overrideOf("slowpoke")
+	if p := slowpoke.GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_SLIDING_WINDOW || p.GetLimit() != 50 || p.GetWindow().AsDuration() != time.Minute {
+		t.Fatalf("slowpoke's override: %v", p)
+	}
+	if _, err := sluice("overrides", "update", "-limit", "20", "-window", "1s", slowpoke.Id); err != nil {
+		t.Fatalf("overrides update -limit 20 -window 1s: %v", err)
+	}
+	if p := overrideOf("slowpoke").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_SLIDING_WINDOW || p.GetLimit() != 20 || p.GetWindow().AsDuration() != time.Second {
+		t.Fatalf("slowpoke's override updated: %v", p)
+	}
+	// A burst grows with the limit: partner's 50 a second, 10 at once,
+	// doubled allows 20 at once.
+	partner := overrideOf("partner")
+	if _, err := sluice("overrides", "update", "-burst", "10", partner.Id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sluice("overrides", "update", "-limit", "100", partner.Id); err != nil {
+		t.Fatal(err)
+	}
+	if p := overrideOf("partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET || p.GetLimit() != 100 || p.GetBurst() != 20 || p.GetWindow().AsDuration() != time.Second {
+		t.Fatalf("partner's override doubled: %v", p)
 	}
 	// A client blocked for an hour by an override.
 	if out, err := sluice("overrides", "create", "-identifier", "banned-1", "-block", "-for", "1h"); err != nil || !strings.Contains(out, "created override") {

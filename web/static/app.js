@@ -438,7 +438,8 @@ function editOverride(o) {
   f.block.checked = !!o.block;
   if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window || '60s'; }
   state.ovExpiresAt = o.expiresAt || '';
-  state.ovParams = o.params || {};
+  state.ovParams = o.params;
+  state.ovRuleId = o.ruleId || '';
   $('#ov-expires-help').hidden = false;
   $('#ov-form-title').textContent = `Edit the override of ${o.identifier}`;
   $('#ov-submit').textContent = 'Save override';
@@ -486,10 +487,12 @@ async function submitOverride(ev) {
   const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
   const editing = f.id.value;
   if (o.ruleId && !o.block) {
-    // What the form does not show comes from the override edited, or for
-    // a new one from the rule: the algorithm, a calendar window, a burst.
+    // What the form does not show comes from the override edited, or from
+    // the rule for a new one (or one moved to another rule): the
+    // algorithm, a calendar window, a burst.
     const rule = state.rules.find((r) => r.id === o.ruleId) || {};
-    o.params = withLimit((editing ? state.ovParams : rule.params) || {}, f.limit.value || '0', dur(f.window.value));
+    const own = editing && state.ovParams && state.ovRuleId === o.ruleId;
+    o.params = withLimit((own ? state.ovParams : rule.params) || {}, f.limit.value || '0', dur(f.window.value));
   }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;
