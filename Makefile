@@ -59,3 +59,5 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCheckBody$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckJSON$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./internal/h2sniff/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadToken$$' -fuzztime $(FUZZTIME) ./internal/controlplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzError$$' -fuzztime $(FUZZTIME) ./internal/redact/
