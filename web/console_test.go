@@ -282,6 +282,15 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatalf("the trial key's expiry shows as %q", got)
 		}
 	}
+	// Revoked, the trial key leaves the list, unless revoked keys are asked
+	// for.
+	keyNames := `[...document.querySelectorAll('#keys-table tbody tr')].map((r) => r.cells[0].textContent + (r.cells[5].textContent === '–' ? '' : ' (revoked)')).join(',')`
+	eval(`(() => { [...document.querySelectorAll('#keys-table tbody tr')].find((r) => r.cells[0].textContent === 'trial').querySelector('button').click(); return ''; })()`)
+	waitText("#status", "Revoked trial", nil)
+	waitJS(`String(`+keyNames+`.includes('trial'))`, "false")
+	do("show revoked keys", chromedp.Click("#keys-revoked"))
+	waitJS(`String(`+keyNames+`.includes('trial (revoked)'))`, "true")
+	do("hide revoked keys", chromedp.Click("#keys-revoked"))
 
 	// Overrides: a client blocked for a day (after an unreadable expiry),
 	// then rejected in the try panel by the block.

@@ -72,7 +72,7 @@ const resourceUsage = `usage:
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
-  sluice keys      list | create [-kind admin|check] [-name N] [-for D] | revoke ID
+  sluice keys      list [-revoked] | create [-kind admin|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
@@ -355,15 +355,20 @@ var verbs = map[string]verb{
 			fmt.Fprintf(w, "deleted override %s, config version %d\n", id, r.ConfigVersion)
 		})
 	}),
-	"keys list": plain("", func(s *session, c *http.Client, _ string) error {
-		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).ListKeys, &sluicev1.ListKeysRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListKeysResponse) {
-			fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED\tEXPIRES")
-			for _, k := range r.Keys {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Id, strings.ToLower(strings.TrimPrefix(k.Kind.String(), "KEY_KIND_")), k.Name, k.Prefix,
-					when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), when(k.ExpiresAt.IsValid(), k.ExpiresAt.AsTime()))
-			}
-		})
-	}),
+	"keys list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		revoked := fs.Bool("revoked", false, "revoked keys too")
+		return func(s *session, c *http.Client, _ string) error {
+			list := cli.AllPages(sluicev1connect.NewKeyServiceClient(c, s.server).ListKeys, func(r *sluicev1.ListKeysRequest, token string) { r.PageToken = token },
+				func(all, page *sluicev1.ListKeysResponse) { all.Keys = append(all.Keys, page.Keys...) })
+			return call(s, list, &sluicev1.ListKeysRequest{TenantId: s.tenant, PageSize: 1000, ShowRevoked: *revoked}, func(w *tabwriter.Writer, r *sluicev1.ListKeysResponse) {
+				fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED\tEXPIRES")
+				for _, k := range r.Keys {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Id, strings.ToLower(strings.TrimPrefix(k.Kind.String(), "KEY_KIND_")), k.Name, k.Prefix,
+						when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), when(k.ExpiresAt.IsValid(), k.ExpiresAt.AsTime()))
+				}
+			})
+		}
+	}},
 	"keys create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		kind, name := fs.String("kind", "check", "admin (the control plane) or check (the data plane)"), fs.String("name", "", "a name to tell the key by")
 		lasts := fs.Duration("for", 0, "expires after this long, e.g. 720h (0: never)")

@@ -154,7 +154,10 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	env["SLUICE_CHECK_KEY"] = key.Secret
 	var expiring struct {
-		Key struct{ ExpiresAt time.Time }
+		Key struct {
+			ID        string
+			ExpiresAt time.Time
+		}
 	}
 	out, err = sluice("keys", "create", "-kind", "check", "-name", "trial", "-for", "720h", "-json")
 	if err != nil || json.Unmarshal([]byte(out), &expiring) != nil || time.Until(expiring.Key.ExpiresAt) < 719*time.Hour {
@@ -162,6 +165,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	if out, err = sluice("keys", "list"); err != nil || !strings.Contains(out, "EXPIRES") || !strings.Contains(out, expiring.Key.ExpiresAt.Format("2006-01-02")) {
 		t.Fatalf("keys list: %v\n%s", err, out)
+	}
+	// A revoked key leaves the list, unless it is asked for.
+	if out, err = sluice("keys", "revoke", expiring.Key.ID); err != nil {
+		t.Fatalf("keys revoke: %v\n%s", err, out)
+	}
+	if out, err = sluice("keys", "list"); err != nil || strings.Contains(out, "trial") || !strings.Contains(out, "cli") {
+		t.Fatalf("keys list after a revocation: %v\n%s", err, out)
+	}
+	if out, err = sluice("keys", "list", "-revoked"); err != nil || !strings.Contains(out, "trial") {
+		t.Fatalf("keys list -revoked: %v\n%s", err, out)
 	}
 	// The new key and rule reach the decider within moments (the config
 	// watch); until then the key is unknown.

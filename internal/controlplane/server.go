@@ -301,10 +301,17 @@ func (s keyServer) ListKeys(ctx context.Context, req *connect.Request[sluicev1.L
 	if err != nil {
 		return nil, err
 	}
-	keys, err := s.store.ListKeys(ctx, tenant)
+	after, err := keyCursor(req.Msg.GetPageToken())
+	if err != nil {
+		return reply[sluicev1.ListKeysResponse](ctx, s.server, nil, err)
+	}
+	keys, next, err := s.store.PageKeys(ctx, tenant, req.Msg.GetShowRevoked(), after, int(req.Msg.GetPageSize()))
 	out := &sluicev1.ListKeysResponse{}
 	for _, k := range keys {
 		out.Keys = append(out.Keys, protoconv.KeyToProto(k))
+	}
+	if next != nil {
+		out.NextPageToken = pageToken(next.CreatedAt.Format(time.RFC3339Nano), next.ID)
 	}
 	return reply(ctx, s.server, out, err)
 }

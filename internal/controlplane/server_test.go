@@ -158,9 +158,12 @@ func TestCRUDOverConnectAndGRPC(t *testing.T) {
 				t.Fatalf("created key %v", ck)
 			}
 			callOK(t, admin, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: ck.Key.Id})
-			keys := callOK(t, admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{}).Keys
+			keys := callOK(t, admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{ShowRevoked: true}).Keys
 			if len(keys) != 2 || keys[1].RevokedAt == nil || keys[0].LastUsedAt == nil {
 				t.Fatalf("keys %v", keys)
+			}
+			if keys := callOK(t, admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{}).Keys; len(keys) != 1 || keys[0].RevokedAt != nil {
+				t.Fatalf("keys not revoked: %v", keys)
 			}
 			callOK(t, admin, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TierId: tier.Id})
 
@@ -835,12 +838,7 @@ func TestTenantsInPages(t *testing.T) {
 	pages := func(req *sluicev1.ListTenantsRequest) ([]string, []int) {
 		return readPages(t, operatorKey, c.tenants.ListTenants, req,
 			func(r *sluicev1.ListTenantsRequest, token string) { r.PageToken = token },
-			func(r *sluicev1.ListTenantsResponse) (slugs []string) {
-				for _, tn := range r.Tenants {
-					slugs = append(slugs, tn.Slug)
-				}
-				return slugs
-			})
+			func(r *sluicev1.ListTenantsResponse) []string { return mapped(r.Tenants, (*sluicev1.Tenant).GetSlug) })
 	}
 	if seen, sizes := pages(&sluicev1.ListTenantsRequest{}); len(seen) != n || !slices.IsSorted(seen) || len(slices.Compact(seen)) != n || !slices.Equal(sizes, []int{100, 100, 5}) {
 		t.Fatalf("%d tenants seen in pages of %v", len(seen), sizes)
@@ -871,11 +869,8 @@ func TestOverridesInPages(t *testing.T) {
 	pages := func(req *sluicev1.ListOverridesRequest) ([]string, []int) {
 		return readPages(t, admin, c.ovs.ListOverrides, req,
 			func(r *sluicev1.ListOverridesRequest, token string) { r.PageToken = token },
-			func(r *sluicev1.ListOverridesResponse) (idents []string) {
-				for _, o := range r.Overrides {
-					idents = append(idents, o.Identifier)
-				}
-				return idents
+			func(r *sluicev1.ListOverridesResponse) []string {
+				return mapped(r.Overrides, (*sluicev1.Override).GetIdentifier)
 			})
 	}
 	if seen, sizes := pages(&sluicev1.ListOverridesRequest{}); len(seen) != n || len(slices.Compact(seen)) != n || !slices.Equal(sizes, []int{100, 100, 30}) {
@@ -888,6 +883,43 @@ func TestOverridesInPages(t *testing.T) {
 		_, err := call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{PageToken: token})
 		return err
 	}, pageToken("client-001", tenantID), "no-nul", "client-001\x00not-a-uuid", "\xff\x00"+tenantID)
+}
+
+// TestKeysInPages: ListKeys answers the keys not revoked, oldest first,
+// in pages; show_revoked adds the revoked ones; a token no page gave is
+// invalid_argument.
+func TestKeysInPages(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	want, wantAll := []string{"admin"}, []string{"admin"}
+	for i := range 9 {
+		name := fmt.Sprintf("ci-%d", i)
+		k := callOK(t, admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK, Name: name})
+		wantAll = append(wantAll, name)
+		if i%3 == 0 {
+			callOK(t, admin, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: k.Key.Id})
+		} else {
+			want = append(want, name)
+		}
+	}
+	pages := func(req *sluicev1.ListKeysRequest) ([]string, []int) {
+		return readPages(t, admin, c.keys.ListKeys, req,
+			func(r *sluicev1.ListKeysRequest, token string) { r.PageToken = token },
+			func(r *sluicev1.ListKeysResponse) []string { return mapped(r.Keys, (*sluicev1.ApiKey).GetName) })
+	}
+	if got, sizes := pages(&sluicev1.ListKeysRequest{PageSize: 4}); !slices.Equal(got, want) || !slices.Equal(sizes, []int{4, 3}) {
+		t.Fatalf("keys %q in pages of %v, want %q", got, sizes, want)
+	}
+	if got, sizes := pages(&sluicev1.ListKeysRequest{PageSize: 4, ShowRevoked: true}); !slices.Equal(got, wantAll) || !slices.Equal(sizes, []int{4, 4, 2}) {
+		t.Fatalf("keys with the revoked %q in pages of %v, want %q", got, sizes, wantAll)
+	}
+	first := callOK(t, admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{PageSize: 1})
+	wantBadTokens(t, func(token string) error {
+		_, err := call(admin, c.keys.ListKeys, &sluicev1.ListKeysRequest{PageToken: token})
+		return err
+	}, first.NextPageToken, "yesterday\x00"+first.Keys[0].Id, time.Now().Format(time.RFC3339Nano)+"\x00not-a-uuid", "no-nul")
 }
 
 // readPages lists from req's page to the last, following next_page_token,
@@ -908,6 +940,15 @@ func readPages[Req, Res any, PRes interface {
 		}
 		setToken(req, res.GetNextPageToken())
 	}
+}
+
+// mapped is f of each of xs.
+func mapped[T, U any](xs []T, f func(T) U) []U {
+	out := make([]U, 0, len(xs))
+	for _, x := range xs {
+		out = append(out, f(x))
+	}
+	return out
 }
 
 // wantBadTokens has list take good (a token a page gave) and refuse, as

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -78,6 +79,20 @@ func pageCursor(token string) (*pgstore.OverrideCursor, error) {
 		return nil, err
 	}
 	return &pgstore.OverrideCursor{Identifier: parts[0], ID: parts[1]}, nil
+}
+
+// keyCursor reads a ListKeys page token: the creation time and id of the
+// key the page before ended at.
+func keyCursor(token string) (*pgstore.KeyCursor, error) {
+	parts, err := readToken(token, 2)
+	if parts == nil {
+		return nil, err
+	}
+	at, err := time.Parse(time.RFC3339Nano, parts[0])
+	if err != nil {
+		return nil, pgstore.ErrPageToken
+	}
+	return &pgstore.KeyCursor{CreatedAt: at, ID: parts[1]}, nil
 }
 
 func (s overrideServer) UpdateOverride(ctx context.Context, req *connect.Request[sluicev1.UpdateOverrideRequest]) (*connect.Response[sluicev1.UpdateOverrideResponse], error) {

@@ -308,7 +308,8 @@ func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID str
 	return secret, k, nil
 }
 
-// ListKeys returns the tenant's keys (never their secrets).
+// ListKeys returns the tenant's keys (never their secrets), revoked ones
+// too, oldest first.
 func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
@@ -319,6 +320,46 @@ func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey,
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.APIKey, error) { return scanKey(r) })
 	return out, translate(err, "key")
+}
+
+// KeyCursor is where a page of keys ends: its last key's creation time
+// and id.
+type KeyCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// PageKeys returns up to limit (0: 100; more than 1000: 1000) of the
+// tenant's keys (never their secrets), oldest first, revoked ones only
+// with revoked, from just after the cursor (nil: the first), and the
+// cursor of the page's end when more follow (nil on the last page).
+func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, after *KeyCursor, limit int) ([]policy.APIKey, *KeyCursor, error) {
+	if err := checkID(tenantID, "tenant"); err != nil {
+		return nil, nil, err
+	}
+	limit = pageLimit(limit)
+	var afterAt *time.Time
+	var afterID *string
+	if after != nil {
+		if !uuidRE.MatchString(after.ID) {
+			return nil, nil, ErrPageToken
+		}
+		afterAt, afterID = &after.CreatedAt, &after.ID
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys
+		WHERE tenant_id = $1 AND ($2 OR revoked_at IS NULL)
+		AND ($3::timestamptz IS NULL OR (created_at, id) > ($3, $4::uuid))
+		ORDER BY created_at, id LIMIT $5`, tenantID, revoked, afterAt, afterID, limit+1)
+	if err != nil {
+		return nil, nil, translate(err, "key")
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.APIKey, error) { return scanKey(r) })
+	out, more := cutPage(out, limit)
+	if err != nil || !more {
+		return out, nil, translate(err, "key")
+	}
+	last := out[len(out)-1]
+	return out, &KeyCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
 }
 
 // RevokeKey revokes a key at once. Revoking it again keeps the first

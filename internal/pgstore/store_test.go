@@ -817,6 +817,64 @@ func TestPageTenants(t *testing.T) {
 	}
 }
 
+// TestPageKeys pages through a tenant's keys oldest first, the revoked
+// ones only when asked, each once.
+func TestPageKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme, other := newTenant(t, s, "acme"), newTenant(t, s, "other")
+	var all, live []string
+	for i := range 7 {
+		_, k, err := s.CreateKey(ctx, op, acme.ID, policy.KeyCheck, fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, k.Name)
+		if i == 1 || i == 4 {
+			if _, err := s.RevokeKey(ctx, op, acme.ID, k.ID); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		live = append(live, k.Name)
+	}
+	if _, _, err := s.CreateKey(ctx, op, other.ID, policy.KeyCheck, "theirs"); err != nil {
+		t.Fatal(err)
+	}
+	pages := func(revoked bool, size int) (got []string, pages int) {
+		t.Helper()
+		var after *KeyCursor
+		for {
+			page, next, err := s.PageKeys(ctx, acme.ID, revoked, after, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			if len(page) > size || (next != nil && len(page) != size) {
+				t.Fatalf("a page of %d (size %d), next %v", len(page), size, next)
+			}
+			for _, k := range page {
+				got = append(got, k.Name)
+			}
+			if next == nil {
+				return got, pages
+			}
+			after = next
+		}
+	}
+	for _, size := range []int{1, 2, 3, 1000} {
+		if got, n := pages(false, size); !slices.Equal(got, live) || n != (len(live)+size-1)/size {
+			t.Fatalf("size %d, not revoked: %q in %d pages, want %q", size, got, n, live)
+		}
+		if got, _ := pages(true, size); !slices.Equal(got, all) {
+			t.Fatalf("size %d, revoked too: %q, want %q", size, got, all)
+		}
+	}
+	_, _, err := s.PageKeys(ctx, acme.ID, true, &KeyCursor{CreatedAt: time.Now(), ID: "not-an-id"}, 10)
+	wantCode(t, err, policy.CodeInvalid, "page_token")
+}
+
 // TestUpdateOverride: an override changes in place, in one config version
 // (no moment without it), conditioned on its etag like a rule; the etag of
 // a created override, its expiry given to the nanosecond, is the one reads

@@ -398,15 +398,26 @@ async function tryCheck(ev) {
 // ---- overrides and keys ----
 
 async function loadAccess() {
-  const [keys, tiers] = await Promise.all([api('KeyService', 'ListKeys'), api('TierService', 'ListTiers')]);
+  const tiers = await api('TierService', 'ListTiers');
   state.rules = (tiers.tiers || []).flatMap((t) => (t.rules || []).map((r) => ({ ...r, tier: t.name })));
   $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...state.rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
-  await loadOverrides(true);
-  $('#keys-table tbody').replaceChildren(...(keys.keys || []).map((k) => el('tr', {},
+  await Promise.all([loadOverrides(true), loadKeys(true)]);
+}
+
+// loadKeys shows the first page of keys (fresh) or appends the next,
+// the revoked ones only when asked for.
+async function loadKeys(fresh) {
+  if (fresh) { state.keysToken = ''; }
+  const res = await api('KeyService', 'ListKeys', { showRevoked: $('#keys-revoked').checked, pageToken: state.keysToken, pageSize: 100 });
+  const rows = (res.keys || []).map((k) => el('tr', {},
     el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
     el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
     el('td', {}, k.expiresAt ? (Date.parse(k.expiresAt) <= Date.now() ? `expired ${fmtTime(k.expiresAt)}` : fmtTime(k.expiresAt)) : 'never'),
-    el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke')))));
+    el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke'))));
+  if (fresh) $('#keys-table tbody').replaceChildren(...rows);
+  else $('#keys-table tbody').append(...rows);
+  state.keysToken = res.nextPageToken || '';
+  $('#keys-more').hidden = !state.keysToken;
 }
 
 // loadOverrides shows the first page of overrides (fresh) or appends the
@@ -757,6 +768,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#ov-rule').addEventListener('change', ruleChosen);
   $('#ov-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOverrides(true); });
   $('#ov-more').addEventListener('click', () => loadOverrides(false));
+  $('#keys-more').addEventListener('click', () => loadKeys(false).catch((e) => say(`Could not load: ${e.message}`)));
+  $('#keys-revoked').addEventListener('change', () => loadKeys(true).catch((e) => say(`Could not load: ${e.message}`)));
   $('#tenant-find').addEventListener('submit', (ev) => { ev.preventDefault(); loadOperator(true).catch((e) => say(`Could not load: ${e.message}`)); });
   $('#tenant-more').addEventListener('click', () => loadOperator(false).catch((e) => say(`Could not load: ${e.message}`)));
   $('#ov-cancel').addEventListener('click', resetOverrideForm);

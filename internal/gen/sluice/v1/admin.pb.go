@@ -2199,8 +2199,15 @@ func (x *CreateKeyResponse) GetSecret() string {
 }
 
 type ListKeysRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// At most this many; 0 means 100, more than 1000 means 1000.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the page before; empty for the first page.
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Revoked keys too (as AIP-164's show_deleted); without it, only keys
+	// not revoked (expired ones included, which say so).
+	ShowRevoked   bool `protobuf:"varint,4,opt,name=show_revoked,json=showRevoked,proto3" json:"show_revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2242,9 +2249,33 @@ func (x *ListKeysRequest) GetTenantId() string {
 	return ""
 }
 
+func (x *ListKeysRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListKeysRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListKeysRequest) GetShowRevoked() bool {
+	if x != nil {
+		return x.ShowRevoked
+	}
+	return false
+}
+
 type ListKeysResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []*ApiKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest first.
+	Keys []*ApiKey `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Asks for the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2284,6 +2315,13 @@ func (x *ListKeysResponse) GetKeys() []*ApiKey {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *ListKeysResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type RevokeKeyRequest struct {
@@ -3414,11 +3452,16 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"P\n" +
 	"\x11CreateKeyResponse\x12#\n" +
 	"\x03key\x18\x01 \x01(\v2\x11.sluice.v1.ApiKeyR\x03key\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret\".\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x8d\x01\n" +
 	"\x0fListKeysRequest\x12\x1b\n" +
-	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"9\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
+	"\fshow_revoked\x18\x04 \x01(\bR\vshowRevoked\"a\n" +
 	"\x10ListKeysResponse\x12%\n" +
-	"\x04keys\x18\x01 \x03(\v2\x11.sluice.v1.ApiKeyR\x04keys\"F\n" +
+	"\x04keys\x18\x01 \x03(\v2\x11.sluice.v1.ApiKeyR\x04keys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"F\n" +
 	"\x10RevokeKeyRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\":\n" +
