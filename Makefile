@@ -61,3 +61,4 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzSplit$$' -fuzztime $(FUZZTIME) ./internal/h2sniff/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadToken$$' -fuzztime $(FUZZTIME) ./internal/controlplane/
 	$(GO) test -run '^$$' -fuzz '^FuzzError$$' -fuzztime $(FUZZTIME) ./internal/redact/
+	$(GO) test -run '^$$' -fuzz '^FuzzChanges$$' -fuzztime $(FUZZTIME) ./internal/auditdiff/

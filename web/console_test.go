@@ -338,6 +338,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitJS(`[...document.querySelectorAll('#overrides-table tbody tr')].map((r) => r.cells[0].textContent + ':' + r.cells[1].textContent + ':' + r.cells[3].textContent).join(' ')`, "mallory:gold:–")
 	do("audit", chromedp.Click(`#nav button[data-view="audit"]`))
 	waitText("#audit-table", "override", nil)
+	// Each entry says what it changed; a rule's history is its entries
+	// alone, from its creation with a limit of 2.
+	waitText("#audit-table", "tier: gold", nil)
+	do("tiny's history", chromedp.Click(`#nav button[data-view="rules"]`))
+	waitJS(`document.querySelector('#view-rules').getAttribute('aria-busy')`, "false")
+	do("tiny's history", chromedp.Click(`button[aria-label="History of tiny"]`))
+	waitText("#audit-of-name", "rule gold / tiny", nil)
+	waitText("#audit-table", "limit: 2", nil)
+	if got := eval(`String(new Set([...document.querySelectorAll('#audit-table tbody tr')].map((r) => r.cells[3].textContent)).size)`); got != "1" {
+		t.Fatalf("tiny's history holds %s resources", got)
+	}
+	do("every change", chromedp.Click("#audit-all"))
+	waitText("#audit-table", "override", nil)
 
 	// The tenant file: loaded, edited, a dry run listing the change, a
 	// field error by its path, then applied.

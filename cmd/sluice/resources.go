@@ -73,7 +73,7 @@ const resourceUsage = `usage:
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list [-revoked] | create [-kind admin|check] [-name N] [-for D] | revoke ID
-  sluice audit     list [-limit N] [-before ID]         (who changed what, newest first)
+  sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
@@ -392,12 +392,13 @@ var verbs = map[string]verb{
 	"audit list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		limit := fs.Int("limit", 20, "at most this many entries, newest first (at most 1000)")
 		before := fs.Int64("before", 0, "entries older than this id (paging: the last id shown)")
+		resource := fs.String("resource", "", "only the history of this resource (a rule's, an override's or a key's id)")
 		return func(s *session, c *http.Client, _ string) error {
-			req := &sluicev1.ListAuditRequest{TenantId: s.tenant, Limit: int32(min(max(*limit, 1), 1000)), BeforeId: *before}
+			req := &sluicev1.ListAuditRequest{TenantId: s.tenant, Limit: int32(min(max(*limit, 1), 1000)), BeforeId: *before, ResourceId: *resource}
 			return call(s, sluicev1connect.NewAuditServiceClient(c, s.server).ListAudit, req, func(w *tabwriter.Writer, r *sluicev1.ListAuditResponse) {
-				fmt.Fprintln(w, "ID\tAT\tACTOR\tACTION\tRESOURCE\tVERSION")
+				fmt.Fprintln(w, "ID\tAT\tACTOR\tACTION\tRESOURCE\tVERSION\tCHANGES")
 				for _, e := range r.Entries {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s %s\t%d\n", e.Id, when(e.At.IsValid(), e.At.AsTime()), e.Actor, e.Action, e.Resource, e.ResourceId, e.ConfigVersion)
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s %s\t%d\t%s\n", e.Id, when(e.At.IsValid(), e.At.AsTime()), e.Actor, e.Action, e.Resource, e.ResourceId, e.ConfigVersion, changesText(e.Changes))
 				}
 			})
 		}
@@ -652,6 +653,23 @@ func allOverrides(ovs sluicev1connect.OverrideServiceClient) func(context.Contex
 		func(all, page *sluicev1.ListOverridesResponse) {
 			all.Overrides = append(all.Overrides, page.Overrides...)
 		})
+}
+
+// changesText is an audit entry's changes on one line: "limit 10→20" for
+// a field changed, "name=ci" for one set, "-name" for one unset.
+func changesText(changes []*sluicev1.AuditChange) string {
+	parts := make([]string, 0, len(changes))
+	for _, c := range changes {
+		switch {
+		case c.Old == "":
+			parts = append(parts, c.Field+"="+c.New)
+		case c.New == "":
+			parts = append(parts, "-"+c.Field)
+		default:
+			parts = append(parts, c.Field+" "+c.Old+"→"+c.New)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // allTenants is ListTenants over every page.

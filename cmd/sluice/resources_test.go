@@ -113,6 +113,13 @@ func TestCLIAgainstDev(t *testing.T) {
 	if err != nil || len(regexp.MustCompile(`(?m)^\d+\s.*`+ramp.ID).FindAllString(out, -1)) != 3 || strings.Index(out, "delete") > strings.Index(out, "create") {
 		t.Fatalf("audit list: %v\n%s", err, out)
 	}
+	// Its history alone, with what each change did: the update turned it
+	// on and into a shadow, and its limit from 50 to 60.
+	out, err = sluice("audit", "list", "-resource", ramp.ID)
+	if err != nil || len(regexp.MustCompile(`(?m)^\d+\s`).FindAllString(out, -1)) != 3 ||
+		!regexp.MustCompile(`update\s.*enabled=true, limit 50→60, shadow=true`).MatchString(out) || !regexp.MustCompile(`create\s.*cold_factor=4`).MatchString(out) {
+		t.Fatalf("audit list -resource: %v\n%s", err, out)
+	}
 	// A monthly quota: a calendar window, shown as one.
 	if out, err = sluice("rules", "create", "-tier", "pro", "-name", "quota", "-algorithm", "fixed_window", "-limit", "1000", "-calendar", "month"); err != nil {
 		t.Fatalf("rules create -calendar month: %v\n%s", err, out)

@@ -113,6 +113,18 @@ func ruleMsg(name string) *sluicev1.Rule {
 		Params: &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET, Limit: 10, Window: durationpb.New(time.Minute)}}
 }
 
+// ruleOfNewTenant makes a server with a tenant acme (its admin key), its
+// tier pro and the tier's rule a.
+func ruleOfNewTenant(t *testing.T) (srv *httptest.Server, tenantID, admin string, tier *sluicev1.Tier, rule *sluicev1.Rule) {
+	t.Helper()
+	srv, _ = newServer(t)
+	c := newClients(srv)
+	tenantID, admin = setupTenant(t, c, "acme")
+	tier = callOK(t, admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"}).Tier
+	rule = callOK(t, admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tier.Id, Rule: ruleMsg("a")}).Rule
+	return srv, tenantID, admin, tier, rule
+}
+
 // setupTenant creates a tenant and an admin key for it, as the operator.
 func setupTenant(t *testing.T, c clients, slug string) (tenantID, adminKey string) {
 	t.Helper()
@@ -750,11 +762,8 @@ func TestAPIMetrics(t *testing.T) {
 // well.
 func TestConcurrentEditsLoseNothing(t *testing.T) {
 	t.Parallel()
-	srv, _ := newServer(t)
+	srv, tenantID, admin, tier, created := ruleOfNewTenant(t)
 	c := newClients(srv)
-	tenantID, admin := setupTenant(t, c, "acme")
-	tier := callOK(t, admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"}).Tier
-	created := callOK(t, admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tier.Id, Rule: ruleMsg("a")}).Rule
 	if created.Etag == "" {
 		t.Fatal("a created rule has no etag")
 	}
@@ -883,6 +892,34 @@ func TestOverridesInPages(t *testing.T) {
 		_, err := call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{PageToken: token})
 		return err
 	}, pageToken("client-001", tenantID), "no-nul", "client-001\x00not-a-uuid", "\xff\x00"+tenantID)
+}
+
+// TestAuditHistory: a rule's history is its entries alone, newest first,
+// each saying which fields it changed and from what to what.
+func TestAuditHistory(t *testing.T) {
+	t.Parallel()
+	srv, _, admin, tier, r := ruleOfNewTenant(t)
+	c := newClients(srv)
+	callOK(t, admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tier.Id, Rule: ruleMsg("b")})
+	before := r.Params.Limit
+	r.Params.Limit = before * 2
+	r.Params.Window = durationpb.New(90 * time.Second)
+	callOK(t, admin, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: r})
+	history := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{ResourceId: r.Id}).Entries
+	if len(history) != 2 || history[0].Action != "update" || history[1].Action != "create" {
+		t.Fatalf("rule a's history: %v", history)
+	}
+	changes := mapped(history[0].Changes, func(c *sluicev1.AuditChange) string { return c.Field + ": " + c.Old + " → " + c.New })
+	want := []string{fmt.Sprintf("limit: %d → %d", before, before*2), "window: 1m0s → 1m30s"}
+	if !slices.Equal(changes, want) {
+		t.Fatalf("the update changed %q, want %q", changes, want)
+	}
+	if created := mapped(history[1].Changes, (*sluicev1.AuditChange).GetField); !slices.Contains(created, "name") || !slices.Contains(created, "limit") || slices.Contains(created, "burst") {
+		t.Fatalf("the creation set %q", created)
+	}
+	if all := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{}).Entries; len(all) <= 3 {
+		t.Fatalf("the whole log: %d entries", len(all))
+	}
 }
 
 // TestKeysInPages: ListKeys answers the keys not revoked, oldest first,

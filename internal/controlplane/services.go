@@ -128,7 +128,7 @@ func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev
 	if err != nil {
 		return nil, err
 	}
-	entries, err := s.store.ListAudit(ctx, tenant, req.Msg.GetBeforeId(), int(req.Msg.GetLimit()))
+	entries, err := s.store.ListAudit(ctx, tenant, req.Msg.GetBeforeId(), int(req.Msg.GetLimit()), req.Msg.GetResourceId())
 	out := &sluicev1.ListAuditResponse{}
 	for _, a := range entries {
 		out.Entries = append(out.Entries, protoconv.AuditToProto(a))

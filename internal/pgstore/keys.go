@@ -449,8 +449,9 @@ type AuditEntry struct {
 }
 
 // ListAudit returns the tenant's audit log, newest first, at most limit
-// entries with ids below before (0: from the newest).
-func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, limit int) ([]AuditEntry, error) {
+// entries with ids below before (0: from the newest), only those of the
+// resource resourceID unless it is "".
+func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, limit int, resourceID string) ([]AuditEntry, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
@@ -458,7 +459,8 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 		limit = 100
 	}
 	rows, err := s.db.Query(ctx, `SELECT id, actor, action, resource, resource_id, old_value, new_value, coalesce(version, 0), at
-		FROM audit_log WHERE tenant_id = $1 AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3`, tenantID, before, limit)
+		FROM audit_log WHERE tenant_id = $1 AND ($2 = 0 OR id < $2) AND ($4 = '' OR resource_id = $4)
+		ORDER BY id DESC LIMIT $3`, tenantID, before, limit, resourceID)
 	if err != nil {
 		return nil, translate(err, "audit")
 	}

@@ -100,7 +100,7 @@ func TestTenantCRUD(t *testing.T) {
 	wantCode(t, err, policy.CodeNotFound, "")
 	_, _, err = s.GetTenant(ctx, "not-a-uuid")
 	wantCode(t, err, policy.CodeNotFound, "")
-	audit, err := s.ListAudit(ctx, acme.ID, 0, 10)
+	audit, err := s.ListAudit(ctx, acme.ID, 0, 10, "")
 	if err != nil || len(audit) != 3 || audit[0].Action != "delete" || audit[2].Action != "create" {
 		t.Fatalf("the audit log must outlive the tenant: %+v %v", audit, err)
 	}
@@ -587,7 +587,7 @@ func TestPruneAudit(t *testing.T) {
 	if n, err := s.PruneAudit(ctx, time.Now().Add(-30*24*time.Hour)); err != nil || n != 2 || count() != total-2 {
 		t.Fatalf("pruned %d (%v), %d left: want the two tenants' creations gone", n, err, count())
 	}
-	entries, err := s.ListAudit(ctx, acme.ID, 0, 100)
+	entries, err := s.ListAudit(ctx, acme.ID, 0, 100, "")
 	if err != nil || len(entries) != 3 {
 		t.Fatalf("acme's audit after pruning: %d entries, %v; want its 3 tiers", len(entries), err)
 	}
@@ -922,7 +922,7 @@ func TestUpdateOverride(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "tier")
 	_, err = s.UpdateOverride(ctx, op, other.ID, list[0], "")
 	wantCode(t, err, policy.CodeNotFound, "")
-	if audit, _ := s.ListAudit(ctx, acme.ID, 0, 1); len(audit) != 1 || audit[0].Action != "update" || audit[0].Resource != "override" {
+	if audit, _ := s.ListAudit(ctx, acme.ID, 0, 1, ""); len(audit) != 1 || audit[0].Action != "update" || audit[0].Resource != "override" {
 		t.Fatalf("audit: %+v", audit)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluicehq/sluice/internal/auditdiff"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -158,9 +159,14 @@ func OverrideFromProto(p *sluicev1.Override) policy.Override {
 	return o
 }
 
+// AuditToProto is an audit entry with the fields it changed.
 func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
-	return &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
+	out := &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
 		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
+	for _, c := range auditdiff.Changes(a.Old, a.New) {
+		out.Changes = append(out.Changes, &sluicev1.AuditChange{Field: c.Field, Old: c.Old, New: c.New})
+	}
+	return out
 }
 
 func SnapshotToProto(s *policy.Snapshot, keys []policy.CheckKey) *sluicev1.Snapshot {

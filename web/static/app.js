@@ -209,6 +209,7 @@ function ruleRow(tier, rules, r, i) {
       el('button', { type: 'button', 'aria-label': `Move ${r.name} up`, disabled: i === 0, onclick: () => move(-1) }, '↑'),
       el('button', { type: 'button', 'aria-label': `Move ${r.name} down`, disabled: i === rules.length - 1, onclick: () => move(1) }, '↓'),
       el('button', { type: 'button', onclick: () => editRule(tier, r) }, 'Edit'),
+      el('button', { type: 'button', 'aria-label': `History of ${r.name}`, onclick: () => history(r.id, `rule ${tier.name} / ${r.name}`) }, 'History'),
       el('button', { type: 'button', onclick: () => update({ enabled: !r.enabled }, `${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`) }, r.enabled ? 'Disable' : 'Enable'),
       block,
       el('button', { type: 'button', onclick: () => update({ shadow: !r.shadow }, `${r.name}: shadow ${r.shadow ? 'off' : 'on'}`) }, r.shadow ? 'Enforce' : 'Shadow'),
@@ -431,6 +432,7 @@ async function loadOverrides(fresh) {
     el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
     el('td', { class: 'actions' },
       el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
+      el('button', { type: 'button', 'aria-label': `History of the override of ${o.identifier}`, onclick: () => history(o.id, `the override of ${o.identifier}`) }, 'History'),
       el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
   state.ovToken = res.nextPageToken || '';
   $('#ov-more').hidden = !state.ovToken;
@@ -641,12 +643,30 @@ function autoRefresh() {
 
 async function loadAudit(fresh) {
   if (fresh) { state.auditBefore = 0; $('#audit-table tbody').replaceChildren(); }
-  const res = await api('AuditService', 'ListAudit', { beforeId: String(state.auditBefore), limit: 50 });
+  const of = state.auditOf;
+  $('#audit-of').hidden = !of;
+  $('#audit-of-name').textContent = of ? of.label : '';
+  const res = await api('AuditService', 'ListAudit', { beforeId: String(state.auditBefore), limit: 50, resourceId: of ? of.id : '' });
   const entries = res.entries || [];
   $('#audit-table tbody').append(...entries.map((a) => el('tr', {},
-    el('td', {}, fmtTime(a.at)), el('td', {}, a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'))));
+    el('td', {}, fmtTime(a.at)), el('td', {}, a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'),
+    el('td', {}, el('ul', { class: 'changes' }, ...(a.changes || []).map(changeItem))))));
   if (entries.length) state.auditBefore = entries[entries.length - 1].id;
   $('#audit-more').hidden = entries.length < 50;
+}
+
+// changeItem is one field an audit entry changed: "limit: 10 → 20", or
+// the value set (a creation) or removed (a deletion).
+function changeItem(c) {
+  if (!c.old) return el('li', {}, `${c.field || 'value'}: ${c.new}`);
+  if (!c.new) return el('li', {}, `${c.field || 'value'}: ${c.old} → (none)`);
+  return el('li', {}, `${c.field || 'value'}: ${c.old} → ${c.new}`);
+}
+
+// history shows the audit log of one resource (a rule, an override).
+function history(id, label) {
+  state.auditOf = { id, label };
+  return show('audit');
 }
 
 // ---- tenant file ----
@@ -756,7 +776,8 @@ document.addEventListener('DOMContentLoaded', () => {
     }
   });
   $('#sign-out').addEventListener('click', signOut);
-  $$('#nav button').forEach((b) => b.addEventListener('click', () => show(b.dataset.view)));
+  $$('#nav button').forEach((b) => b.addEventListener('click', () => { state.auditOf = null; show(b.dataset.view); }));
+  $('#audit-all').addEventListener('click', () => { state.auditOf = null; loadAudit(true).catch((e) => say(e.message)); });
   $('#tenant-select').addEventListener('change', (ev) => { state.tenantId = ev.target.value; show(state.view); });
   $('#tier-form').addEventListener('submit', submitTier);
   $('#rule-form').addEventListener('submit', submitRule);

@@ -2973,6 +2973,10 @@ type AuditEntry struct {
 	NewValue      string                 `protobuf:"bytes,7,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"`
 	ConfigVersion int64                  `protobuf:"varint,8,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	At            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	// The fields that differ between old_value and new_value, by their
+	// path (limit, params.window, match…); a creation or deletion lists
+	// those that are set.
+	Changes       []*AuditChange `protobuf:"bytes,10,rep,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3070,20 +3074,92 @@ func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AuditEntry) GetChanges() []*AuditChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// AuditChange is one field of a change, its values as text (durations
+// as 1m30s, lists and objects as JSON; empty when unset).
+type AuditChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Field         string                 `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	Old           string                 `protobuf:"bytes,2,opt,name=old,proto3" json:"old,omitempty"`
+	New           string                 `protobuf:"bytes,3,opt,name=new,proto3" json:"new,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditChange) Reset() {
+	*x = AuditChange{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditChange) ProtoMessage() {}
+
+func (x *AuditChange) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditChange.ProtoReflect.Descriptor instead.
+func (*AuditChange) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *AuditChange) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *AuditChange) GetOld() string {
+	if x != nil {
+		return x.Old
+	}
+	return ""
+}
+
+func (x *AuditChange) GetNew() string {
+	if x != nil {
+		return x.New
+	}
+	return ""
+}
+
 type ListAuditRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// Entries with ids below this one (0: from the newest), newest first.
 	BeforeId int64 `protobuf:"varint,2,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
 	// At most this many; 0 means 100, at most 1000.
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only the entries of this resource (a rule's, an override's, a key's
+	// id): its history.
+	ResourceId    string `protobuf:"bytes,4,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3171,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3184,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -3132,6 +3208,13 @@ func (x *ListAuditRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListAuditRequest) GetResourceId() string {
+	if x != nil {
+		return x.ResourceId
+	}
+	return ""
+}
+
 type ListAuditResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -3141,7 +3224,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3236,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3249,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3188,7 +3271,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3283,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3296,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Decider) GetName() string {
@@ -3245,7 +3328,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3340,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3353,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 type ListDecidersResponse struct {
@@ -3283,7 +3366,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3295,7 +3378,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3308,7 +3391,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3505,7 +3588,7 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\voverride_id\x18\x02 \x01(\tR\n" +
 	"overrideId\"?\n" +
 	"\x16DeleteOverrideResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\x94\x02\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xc6\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
@@ -3517,11 +3600,19 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\told_value\x18\x06 \x01(\tR\boldValue\x12\x1b\n" +
 	"\tnew_value\x18\a \x01(\tR\bnewValue\x12%\n" +
 	"\x0econfig_version\x18\b \x01(\x03R\rconfigVersion\x12*\n" +
-	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"b\n" +
+	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x120\n" +
+	"\achanges\x18\n" +
+	" \x03(\v2\x16.sluice.v1.AuditChangeR\achanges\"G\n" +
+	"\vAuditChange\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x10\n" +
+	"\x03old\x18\x02 \x01(\tR\x03old\x12\x10\n" +
+	"\x03new\x18\x03 \x01(\tR\x03new\"\x83\x01\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
 	"\tbefore_id\x18\x02 \x01(\x03R\bbeforeId\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"D\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1f\n" +
+	"\vresource_id\x18\x04 \x01(\tR\n" +
+	"resourceId\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
 	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries\"\xf3\x01\n" +
 	"\aDecider\x12\x12\n" +
@@ -3595,7 +3686,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -3651,15 +3742,16 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*DeleteOverrideRequest)(nil),    // 51: sluice.v1.DeleteOverrideRequest
 	(*DeleteOverrideResponse)(nil),   // 52: sluice.v1.DeleteOverrideResponse
 	(*AuditEntry)(nil),               // 53: sluice.v1.AuditEntry
-	(*ListAuditRequest)(nil),         // 54: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 55: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 56: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 57: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 58: sluice.v1.ListDecidersResponse
-	nil,                              // 59: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 60: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 61: google.protobuf.Timestamp
-	(*LimitParams)(nil),              // 62: sluice.v1.LimitParams
+	(*AuditChange)(nil),              // 54: sluice.v1.AuditChange
+	(*ListAuditRequest)(nil),         // 55: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 56: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 57: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 58: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 59: sluice.v1.ListDecidersResponse
+	nil,                              // 60: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 61: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
+	(*LimitParams)(nil),              // 63: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -3670,88 +3762,89 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
 	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
 	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	60, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	61, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	60, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	60, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	60, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	60, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	61, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	61, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	61, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	61, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	61, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	61, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	61, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	61, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	62, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	62, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	62, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	61, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
 	37, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	37, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	62, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	61, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	63, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	62, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
 	44, // 26: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
 	44, // 27: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
 	44, // 28: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
 	44, // 29: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	61, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	53, // 31: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	61, // 32: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	59, // 33: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	56, // 34: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 35: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 36: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 37: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 38: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 39: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 40: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	14, // 41: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
-	18, // 42: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	21, // 43: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	23, // 44: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 45: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	27, // 46: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	29, // 47: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	31, // 48: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	33, // 49: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	35, // 50: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	38, // 51: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	40, // 52: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	42, // 53: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	47, // 54: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	49, // 55: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	45, // 56: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
-	51, // 57: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	54, // 58: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	57, // 59: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 60: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 61: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 62: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 63: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 64: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 65: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 66: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 67: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 68: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 69: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 70: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	28, // 71: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	30, // 72: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	32, // 73: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	34, // 74: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	36, // 75: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	39, // 76: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	41, // 77: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	43, // 78: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	48, // 79: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	50, // 80: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	46, // 81: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
-	52, // 82: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	55, // 83: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	58, // 84: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	60, // [60:85] is the sub-list for method output_type
-	35, // [35:60] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	62, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	54, // 31: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
+	53, // 32: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	62, // 33: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	60, // 34: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	57, // 35: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 36: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 37: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 38: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 39: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 40: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 41: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	14, // 42: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	18, // 43: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	21, // 44: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	23, // 45: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	25, // 46: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	27, // 47: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	29, // 48: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	31, // 49: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	33, // 50: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	35, // 51: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	38, // 52: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	40, // 53: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	42, // 54: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	47, // 55: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	49, // 56: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	45, // 57: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	51, // 58: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	55, // 59: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	58, // 60: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 61: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 62: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 63: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 64: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 65: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 66: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 67: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 68: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 69: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 70: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 71: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	28, // 72: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	30, // 73: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	32, // 74: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	34, // 75: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	36, // 76: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	39, // 77: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	41, // 78: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	43, // 79: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	48, // 80: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	50, // 81: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	46, // 82: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	52, // 83: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	56, // 84: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	59, // 85: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	61, // [61:86] is the sub-list for method output_type
+	36, // [36:61] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -3766,7 +3859,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   8,
 		},
