@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Change is one field whose value differs; Old or New is "" where the
@@ -27,11 +29,26 @@ type Change struct {
 // durations are the fields held as nanoseconds.
 var durations = map[string]bool{"window": true, "warm_up": true, "max_delay": true, "granularity": true, "lease_ttl": true, "sync": true}
 
+// enums are the fields held as numbers that have names; their zero is a
+// value too (failure mode open, status active), shown as the others are.
+var enums = map[string]func(n int64) string{
+	"algorithm":    func(n int64) string { return policy.Algorithm(n).String() },
+	"failure_mode": func(n int64) string { return policy.FailureMode(n).String() },
+	"calendar":     func(n int64) string { return policy.Calendar(n).String() }, // none: ""
+	"status": func(n int64) string {
+		if n == int64(policy.TenantSuspended) {
+			return "suspended"
+		}
+		return "active"
+	},
+}
+
 // Changes lists the fields that differ between old and new (JSON; empty
 // or null for none, as in a creation or a deletion), sorted by path.
 // Objects are compared field by field; lists and other values whole.
 // Unset, zero and empty values count as the same, so a creation lists
-// only what it set. Values that are not JSON objects are one change of
+// only what it set (named numbers, as an algorithm, by name, even zero);
+// a value's own id is no change. Values that are not JSON objects are one change of
 // the field "".
 func Changes(old, new []byte) []Change {
 	a, b := flatten(old), flatten(new)
@@ -67,15 +84,24 @@ func walk(out map[string]string, path string, v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
+			// A value's id is the entry's resource id: not a change.
+			if path == "" && snake(k) == "id" {
+				continue
+			}
 			walk(out, join(path, snake(k)), x)
 		}
 	case json.Number:
-		if v.String() == "0" {
-			return
-		}
-		out[path] = v.String()
-		if n, err := v.Int64(); err == nil && durations[last(path)] {
+		n, err := v.Int64()
+		switch name := enums[last(path)]; {
+		case err == nil && n >= 0 && n < 256 && name != nil:
+			if text := name(n); text != "" {
+				out[path] = text
+			}
+		case v.String() == "0":
+		case err == nil && durations[last(path)]:
 			out[path] = time.Duration(n).String()
+		default:
+			out[path] = v.String()
 		}
 	case string:
 		if v != "" {

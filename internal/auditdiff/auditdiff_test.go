@@ -7,21 +7,24 @@ import (
 
 func TestChanges(t *testing.T) {
 	rule := `{"ID": "r1", "Name": "per-client", "Sync": 0, "Burst": 0, "KeyBy": ["client_id"], "Limit": 10, "Match": null,
-		"Shadow": false, "Window": 60000000000, "Enabled": true, "LeaseTTL": 0, "Algorithm": 1}`
+		"Shadow": false, "Window": 60000000000, "Enabled": true, "LeaseTTL": 0, "Algorithm": 1, "FailureMode": 0}`
 	raised := `{"ID": "r1", "Name": "per-client", "Sync": 50000000, "Burst": 0, "KeyBy": ["client_id", "ip"], "Limit": 20, "Match": [{"Key": "route", "Value": "/login"}],
-		"Shadow": false, "Window": 90000000000, "Enabled": false, "LeaseTTL": 0, "Algorithm": 1}`
+		"Shadow": false, "Window": 90000000000, "Enabled": false, "LeaseTTL": 0, "Algorithm": 4, "FailureMode": 1}`
 	for _, c := range []struct {
 		name     string
 		old, new string
 		want     []Change
 	}{
 		{"an update lists what differs", rule, raised, []Change{
-			{"enabled", "true", ""}, {"key_by", `["client_id"]`, `["client_id","ip"]`}, {"limit", "10", "20"},
+			{"algorithm", "token_bucket", "fixed_window"}, {"enabled", "true", ""}, {"failure_mode", "open", "closed"},
+			{"key_by", `["client_id"]`, `["client_id","ip"]`}, {"limit", "10", "20"},
 			{"match", "", `[{"Key":"route","Value":"/login"}]`}, {"sync", "", "50ms"}, {"window", "1m0s", "1m30s"}}},
 		{"a creation lists what it sets", "", `{"kind": "check", "name": "ci", "prefix": "sk_check_ab", "expires_at": null}`, []Change{
 			{"kind", "", "check"}, {"name", "", "ci"}, {"prefix", "", "sk_check_ab"}}},
-		{"a deletion lists what was set", `{"ID": "o1", "Identifier": "bob", "RuleID": "r1", "Params": {"Limit": 50, "WarmUp": 0, "MaxDelay": 1500000000}}`, "null", []Change{
-			{"id", "o1", ""}, {"identifier", "bob", ""}, {"params.limit", "50", ""}, {"params.max_delay", "1.5s", ""}, {"rule_id", "r1", ""}}},
+		{"a deletion lists what was set but its id", `{"ID": "o1", "Identifier": "bob", "RuleID": "r1", "Params": {"Limit": 50, "WarmUp": 0, "MaxDelay": 1500000000, "ID": "x"}}`, "null", []Change{
+			{"identifier", "bob", ""}, {"params.id", "x", ""}, {"params.limit", "50", ""}, {"params.max_delay", "1.5s", ""}, {"rule_id", "r1", ""}}},
+		{"a calendar window", `{"Calendar": 0, "Window": 60000000000}`, `{"Calendar": 2}`, []Change{{"calendar", "", "month"}, {"window", "1m0s", ""}}},
+		{"a tenant suspended", `{"Slug": "acme", "Status": 0}`, `{"Slug": "acme", "Status": 1}`, []Change{{"status", "active", "suspended"}}},
 		{"nothing changed", rule, rule, nil},
 		{"not an object", `["a","b"]`, `["b","a"]`, []Change{{"", `["a","b"]`, `["b","a"]`}}},
 		{"not JSON", `{`, `{"Limit": 1}`, []Change{{"", "{", ""}, {"limit", "", "1"}}},
