@@ -346,6 +346,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("tiny's history", chromedp.Click(`button[aria-label="History of tiny"]`))
 	waitText("#audit-of-name", "rule gold / tiny", nil)
 	waitText("#audit-table", "limit: 2", nil)
+	waitText("#audit-table", "dev admin (sk_admin_", nil)
 	shot("07-rule-history")
 	if got := eval(`String(new Set([...document.querySelectorAll('#audit-table tbody tr')].map((r) => r.cells[3].textContent)).size)`); got != "1" {
 		t.Fatalf("tiny's history holds %s resources", got)

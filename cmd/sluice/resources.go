@@ -398,7 +398,7 @@ var verbs = map[string]verb{
 			return call(s, sluicev1connect.NewAuditServiceClient(c, s.server).ListAudit, req, func(w *tabwriter.Writer, r *sluicev1.ListAuditResponse) {
 				fmt.Fprintln(w, "ID\tAT\tACTOR\tACTION\tRESOURCE\tVERSION\tCHANGES")
 				for _, e := range r.Entries {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s %s\t%d\t%s\n", e.Id, when(e.At.IsValid(), e.At.AsTime()), e.Actor, e.Action, e.Resource, e.ResourceId, e.ConfigVersion, changesText(e.Changes))
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s %s\t%d\t%s\n", e.Id, when(e.At.IsValid(), e.At.AsTime()), cmp.Or(e.ActorName, e.Actor), e.Action, e.Resource, e.ResourceId, e.ConfigVersion, changesText(e.Changes))
 				}
 			})
 		}

@@ -909,6 +909,9 @@ func TestAuditHistory(t *testing.T) {
 	if len(history) != 2 || history[0].Action != "update" || history[1].Action != "create" {
 		t.Fatalf("rule a's history: %v", history)
 	}
+	if name := history[0].ActorName; !strings.HasPrefix(name, "admin (sk_admin_") || !strings.HasSuffix(name, "…)") || history[0].Actor == name {
+		t.Fatalf("the change's actor %s is named %q", history[0].Actor, name)
+	}
 	changes := mapped(history[0].Changes, func(c *sluicev1.AuditChange) string { return c.Field + ": " + c.Old + " → " + c.New })
 	want := []string{fmt.Sprintf("limit: %d → %d", before, before*2), "window: 1m0s → 1m30s"}
 	if !slices.Equal(changes, want) {

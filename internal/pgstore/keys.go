@@ -440,6 +440,7 @@ func (s *Store) TouchCheckKeys(ctx context.Context, hashes [][]byte) error {
 type AuditEntry struct {
 	ID         int64
 	Actor      string
+	ActorName  string // a key's name and prefix, when the actor is a key
 	Action     string
 	Resource   string
 	ResourceID string
@@ -458,15 +459,19 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	rows, err := s.db.Query(ctx, `SELECT id, actor, action, resource, resource_id, old_value, new_value, coalesce(version, 0), at
-		FROM audit_log WHERE tenant_id = $1 AND ($2 = 0 OR id < $2) AND ($4 = '' OR resource_id = $4)
-		ORDER BY id DESC LIMIT $3`, tenantID, before, limit, resourceID)
+	// Actors that are keys ("key:<id>") are named by the key's name and
+	// prefix, revoked or not.
+	rows, err := s.db.Query(ctx, `SELECT a.id, a.actor, coalesce(nullif(k.name, '') || ' (' || k.prefix || '…)', k.prefix || '…', ''),
+		a.action, a.resource, a.resource_id, a.old_value, a.new_value, coalesce(a.version, 0), a.at
+		FROM audit_log a LEFT JOIN api_keys k ON k.id = CASE WHEN a.actor LIKE 'key:%' THEN substr(a.actor, 5)::uuid END
+		WHERE a.tenant_id = $1 AND ($2 = 0 OR a.id < $2) AND ($4 = '' OR a.resource_id = $4)
+		ORDER BY a.id DESC LIMIT $3`, tenantID, before, limit, resourceID)
 	if err != nil {
 		return nil, translate(err, "audit")
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var a AuditEntry
-		return a, r.Scan(&a.ID, &a.Actor, &a.Action, &a.Resource, &a.ResourceID, &a.Old, &a.New, &a.Version, &a.At)
+		return a, r.Scan(&a.ID, &a.Actor, &a.ActorName, &a.Action, &a.Resource, &a.ResourceID, &a.Old, &a.New, &a.Version, &a.At)
 	})
 	return out, translate(err, "audit")
 }

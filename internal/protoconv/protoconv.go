@@ -161,7 +161,7 @@ func OverrideFromProto(p *sluicev1.Override) policy.Override {
 
 // AuditToProto is an audit entry with the fields it changed.
 func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
-	out := &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
+	out := &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, ActorName: a.ActorName, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
 		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
 	for _, c := range auditdiff.Changes(a.Old, a.New) {
 		out.Changes = append(out.Changes, &sluicev1.AuditChange{Field: c.Field, Old: c.Old, New: c.New})

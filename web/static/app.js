@@ -649,7 +649,7 @@ async function loadAudit(fresh) {
   const res = await api('AuditService', 'ListAudit', { beforeId: String(state.auditBefore), limit: 50, resourceId: of ? of.id : '' });
   const entries = res.entries || [];
   $('#audit-table tbody').append(...entries.map((a) => el('tr', {},
-    el('td', {}, fmtTime(a.at)), el('td', {}, a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'),
+    el('td', {}, fmtTime(a.at)), el('td', { title: a.actor }, a.actorName || a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'),
     el('td', {}, el('ul', { class: 'changes' }, ...(a.changes || []).map(changeItem))))));
   if (entries.length) state.auditBefore = entries[entries.length - 1].id;
   $('#audit-more').hidden = entries.length < 50;

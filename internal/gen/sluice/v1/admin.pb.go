@@ -2976,7 +2976,10 @@ type AuditEntry struct {
 	// The fields that differ between old_value and new_value, by their
 	// path (limit, params.window, match…); a creation or deletion lists
 	// those that are set.
-	Changes       []*AuditChange `protobuf:"bytes,10,rep,name=changes,proto3" json:"changes,omitempty"`
+	Changes []*AuditChange `protobuf:"bytes,10,rep,name=changes,proto3" json:"changes,omitempty"`
+	// The actor for people: a key's name and prefix ("ci (sk_admin_ab12…)");
+	// empty for the operator.
+	ActorName     string `protobuf:"bytes,11,opt,name=actor_name,json=actorName,proto3" json:"actor_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3079,6 +3082,13 @@ func (x *AuditEntry) GetChanges() []*AuditChange {
 		return x.Changes
 	}
 	return nil
+}
+
+func (x *AuditEntry) GetActorName() string {
+	if x != nil {
+		return x.ActorName
+	}
+	return ""
 }
 
 // AuditChange is one field of a change, its values as text (durations
@@ -3588,7 +3598,7 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\voverride_id\x18\x02 \x01(\tR\n" +
 	"overrideId\"?\n" +
 	"\x16DeleteOverrideResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xc6\x02\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xe5\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
@@ -3602,7 +3612,9 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x0econfig_version\x18\b \x01(\x03R\rconfigVersion\x12*\n" +
 	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x120\n" +
 	"\achanges\x18\n" +
-	" \x03(\v2\x16.sluice.v1.AuditChangeR\achanges\"G\n" +
+	" \x03(\v2\x16.sluice.v1.AuditChangeR\achanges\x12\x1d\n" +
+	"\n" +
+	"actor_name\x18\v \x01(\tR\tactorName\"G\n" +
 	"\vAuditChange\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x10\n" +
 	"\x03old\x18\x02 \x01(\tR\x03old\x12\x10\n" +
