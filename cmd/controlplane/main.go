@@ -42,10 +42,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
 	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
+	authFailures := fs.Int("auth-failures", e.Int("SLUICE_AUTH_FAILURES", 30), "invalid keys an address may send a minute before its calls are refused for a while (0: unlimited)")
 	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
 	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *authFailures < 0 {
+		return fmt.Errorf("-auth-failures %d: must not be negative (0: unlimited)", *authFailures)
 	}
 	if *auditRetention < 0 {
 		return fmt.Errorf("-audit-retention %v: must not be negative", *auditRetention)
@@ -78,7 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger, AuthFailures: *authFailures}))
 
 	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
 	if err != nil {

@@ -60,10 +60,12 @@ type authenticator struct {
 	operatorHash, deciderHash [32]byte
 	hasOperator, hasDecider   bool
 	keys                      *pgstore.Store
+	guard                     *authGuard
 	logger                    *slog.Logger
 }
 
-func (a *authenticator) principal(ctx context.Context, header string) (Principal, error) {
+// principal authenticates the key in header, sent from the address peer.
+func (a *authenticator) principal(ctx context.Context, header, peer string) (Principal, error) {
 	scheme, secret, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
@@ -75,9 +77,13 @@ func (a *authenticator) principal(ctx context.Context, header string) (Principal
 	if a.hasDecider && subtle.ConstantTimeCompare(h[:], a.deciderHash[:]) == 1 {
 		return Principal{Role: RoleDecider}, nil
 	}
+	if err := a.guard.check(peer); err != nil {
+		return Principal{}, err
+	}
 	k, err := a.keys.KeyByHash(ctx, h)
 	if err != nil {
 		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
+			a.guard.failed(peer)
 			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
 		}
 		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
@@ -91,8 +97,8 @@ func (a *authenticator) principal(ctx context.Context, header string) (Principal
 // authorize authenticates a call to procedure and returns the context
 // carrying its principal. Deciders reach only the config service, the
 // config service only deciders, and tenants only the operator.
-func (a *authenticator) authorize(ctx context.Context, procedure, header string) (context.Context, error) {
-	p, err := a.principal(ctx, header)
+func (a *authenticator) authorize(ctx context.Context, procedure, header, peer string) (context.Context, error) {
+	p, err := a.principal(ctx, header, peer)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +116,7 @@ type interceptor struct{ a *authenticator }
 
 func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"), req.Peer().Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +130,7 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"), conn.Peer().Addr)
 		if err != nil {
 			return err
 		}

@@ -45,6 +45,15 @@ type Config struct {
 	// answer, their latency, open config watches); nil registers none.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// AuthFailures is how many invalid keys an address may send a minute
+	// (as many at once) before its calls are refused, resource_exhausted,
+	// until it is back under, without a database lookup; 0 leaves them
+	// unlimited. The binaries set 30 (SLUICE_AUTH_FAILURES). A refused
+	// address's valid keys wait too: the peer address is all there is
+	// (behind a proxy, the proxy's).
+	AuthFailures int
+	// Now is the guard's clock; nil is time.Now.
+	Now func() time.Time
 }
 
 func init() {
@@ -65,7 +74,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger}
+	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now)}
 	if cfg.OperatorKey != "" {
 		auth.operatorHash, auth.hasOperator = policy.HashKey(cfg.OperatorKey), true
 	}

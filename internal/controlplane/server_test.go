@@ -52,9 +52,16 @@ type clients struct {
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
 // clients speaking the given protocol option (nil: Connect).
 func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
+	return newServerWith(t, func(*Config) {})
+}
+
+// newServerWith is newServer with its configuration changed by edit.
+func newServerWith(t *testing.T, edit func(*Config)) (*httptest.Server, *pgstore.Store) {
 	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
-	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey, WatchRecheck: time.Minute}))
+	cfg := Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey, WatchRecheck: time.Minute}
+	edit(&cfg)
+	srv := httptest.NewUnstartedServer(NewHandler(cfg))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

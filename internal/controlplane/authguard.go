@@ -1,0 +1,71 @@
+package controlplane
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// authGuard limits the invalid keys an address may send: each costs a
+// database lookup, so a flood of them from one address is refused before
+// it reaches the database, with resource_exhausted and how long to wait.
+// It counts with Sluice's own in-process engine: a token bucket per
+// address of perMinute a minute, as many at once.
+type authGuard struct {
+	engine *limit.Engine
+	bucket *limit.Limiter
+	now    func() time.Time
+}
+
+// newAuthGuard returns a guard of perMinute invalid keys a minute per
+// address, or nil (no limit) when perMinute is 0 or less.
+func newAuthGuard(perMinute int, now func() time.Time) *authGuard {
+	if perMinute <= 0 {
+		return nil
+	}
+	bucket, err := limit.Compile(policy.Params{Algorithm: policy.TokenBucket, Limit: int64(perMinute), Window: time.Minute})
+	if err != nil {
+		panic(err) // a positive limit a minute is valid
+	}
+	if now == nil {
+		now = time.Now
+	}
+	// Addresses beyond the cap evict the nearest to refilling: memory
+	// stays bounded under a flood from many addresses.
+	return &authGuard{engine: limit.NewEngine(limit.EngineConfig{MaxKeys: 100_000}), bucket: bucket, now: now}
+}
+
+// check refuses addr while it has no invalid key left to send.
+func (g *authGuard) check(addr string) error {
+	if g == nil {
+		return nil
+	}
+	if r := g.engine.Allow(host(addr), g.bucket, limit.Args{Now: g.now().UnixMicro()}); r.Remaining < 1 {
+		// One more is allowed as soon as one token is back.
+		wait := time.Minute / time.Duration(g.bucket.Capacity())
+		return connect.NewError(connect.CodeResourceExhausted,
+			fmt.Errorf("too many invalid keys from this address: try again in %v", wait.Round(time.Second)))
+	}
+	return nil
+}
+
+// failed counts an invalid key from addr.
+func (g *authGuard) failed(addr string) {
+	if g != nil {
+		g.engine.Allow(host(addr), g.bucket, limit.Args{Now: g.now().UnixMicro(), Cost: 1})
+	}
+}
+
+// host is the address's host, its port left out (each connection has
+// its own).
+func host(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
