@@ -419,6 +419,24 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("find shop-10", chromedp.SetValue("#tenant-prefix", "shop-10"), chromedp.Click("#tenant-find button[type=submit]"))
 	waitJS(`[...document.querySelectorAll('#tenants-table tbody tr')].map((r) => r.cells[0].textContent).join(' ') + '|' + [...document.querySelectorAll('#tenant-select option')].map((o) => o.textContent.split(' ')[0]).join(' ')`,
 		"shop-100 shop-101 shop-102 shop-103 shop-104|demo shop-100 shop-101 shop-102 shop-103 shop-104")
+	// A tenant suspended and resumed; another deleted, asked twice.
+	tenantRow := func(slug string) string {
+		return `([...document.querySelectorAll('#tenants-table tbody tr')].find((r) => r.cells[0].textContent === '` + slug + `') || {cells: [0, 0, 0, {textContent: 'gone'}]}).cells[3].textContent`
+	}
+	do("suspend shop-100", chromedp.Click(`button[aria-label="Suspend tenant shop-100"]`))
+	waitJS(tenantRow("shop-100"), "suspended: checks refused")
+	do("resume shop-100", chromedp.Click(`button[aria-label="Resume tenant shop-100"]`))
+	waitJS(tenantRow("shop-100"), "active")
+	do("delete shop-101", chromedp.Click(`button[aria-label="Delete tenant shop-101"]`))
+	waitText(`button[aria-label="Delete tenant shop-101"]`, "Confirm", nil)
+	do("confirm", chromedp.Click(`button[aria-label="Delete tenant shop-101"]`))
+	waitJS(tenantRow("shop-101"), "gone")
+	req := connect.NewRequest(&sluicev1.ListTenantsRequest{SlugPrefix: "shop-10"})
+	req.Header().Set("Authorization", "Bearer "+operatorKey)
+	if res, err := sluicev1connect.NewTenantServiceClient(http.DefaultClient, api).ListTenants(context.Background(), req); err != nil || len(res.Msg.Tenants) != 4 ||
+		res.Msg.Tenants[0].Status != sluicev1.TenantStatus_TENANT_STATUS_ACTIVE || res.Msg.Tenants[1].Slug != "shop-102" {
+		t.Fatalf("tenants shop-10…: %v, %v", res, err)
+	}
 }
 
 // createTenants creates n tenants, prefix000 and on, through the API.

@@ -726,25 +726,55 @@ async function loadOperator(fresh = true) {
 
 function renderTenants() {
   fillTenantSelect();
-  $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => el('tr', {},
-    el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, (x.status || 'active').replace('TENANT_STATUS_', '').toLowerCase()),
-    el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
-      onclick: () => toggleTenantShadow(x) }, x.shadow ? 'On: rejects nothing' : 'Off')),
-    el('td', { class: 'mono' }, x.id))));
+  $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => {
+    const suspended = x.status === 'TENANT_STATUS_SUSPENDED';
+    // Deleting removes the tenant's whole configuration: asked twice.
+    const del = el('button', { type: 'button', class: 'danger', 'aria-label': `Delete tenant ${x.slug}` }, 'Delete');
+    del.addEventListener('click', () => {
+      if (!del.dataset.armed) {
+        del.dataset.armed = '1';
+        del.textContent = `Confirm: delete ${x.slug} and all its configuration`;
+        return;
+      }
+      deleteTenant(x);
+    });
+    return el('tr', {},
+      el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, suspended ? 'suspended: checks refused' : 'active'),
+      el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
+        onclick: () => changeTenant(x, { shadow: !x.shadow }, `shadow mode ${x.shadow ? 'off' : 'on'}`) }, x.shadow ? 'On: rejects nothing' : 'Off')),
+      el('td', { class: 'mono' }, x.id),
+      el('td', { class: 'actions' },
+        el('button', { type: 'button', 'aria-label': `${suspended ? 'Resume' : 'Suspend'} tenant ${x.slug}`,
+          onclick: () => changeTenant(x, { status: suspended ? 'TENANT_STATUS_ACTIVE' : 'TENANT_STATUS_SUSPENDED' }, suspended ? 'resumed' : 'suspended: its checks are refused') },
+        suspended ? 'Resume' : 'Suspend'),
+        del));
+  }));
 }
 
-// toggleTenantShadow puts a tenant's every rule in shadow (decisions
-// reported, none rejected: a first rollout), or takes them out, and shows
-// the tenant as it now stands in its place in the pages loaded.
-async function toggleTenantShadow(x) {
+// changeTenant updates a tenant (shadow mode: every rule reports and none
+// rejects, a first rollout; suspension: its checks refused) and shows it
+// as it now stands in its place in the pages loaded.
+async function changeTenant(x, change, what) {
   try {
-    await api('TenantService', 'UpdateTenant', { tenant: { ...x, shadow: !x.shadow } });
+    await api('TenantService', 'UpdateTenant', { tenant: { ...x, ...change } });
     const now = (await api('TenantService', 'GetTenant', { tenantId: x.id })).tenant;
     state.tenants = state.tenants.map((t) => (t.id === x.id ? now : t));
     renderTenants();
-    say(`Tenant ${x.slug}: shadow mode ${x.shadow ? 'off' : 'on'}`);
+    say(`Tenant ${x.slug}: ${what}`);
   } catch (e) {
     say(`Tenant ${x.slug} was not changed: ${e.message}`);
+  }
+}
+
+async function deleteTenant(x) {
+  try {
+    await api('TenantService', 'DeleteTenant', { tenantId: x.id });
+    state.tenants = state.tenants.filter((t) => t.id !== x.id);
+    if (state.tenantId === x.id) { state.tenantId = state.tenants.length ? state.tenants[0].id : ''; state.current = null; }
+    renderTenants();
+    say(`Deleted tenant ${x.slug}`);
+  } catch (e) {
+    say(`Tenant ${x.slug} was not deleted: ${e.message}`);
   }
 }
 
