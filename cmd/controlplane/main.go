@@ -6,6 +6,7 @@
 //	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
+//	-auth-failures SLUICE_AUTH_FAILURES      invalid keys an address may send a minute before its calls are refused for a while (default 30; 0: unlimited)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
