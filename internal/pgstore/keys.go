@@ -308,18 +308,12 @@ func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID str
 	return secret, k, nil
 }
 
-// ListKeys returns the tenant's keys (never their secrets), revoked ones
-// too, oldest first.
+// ListKeys returns all the tenant's keys (never their secrets), revoked
+// ones too, oldest first: PageKeys over every page.
 func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey, error) {
-	if err := checkID(tenantID, "tenant"); err != nil {
-		return nil, err
-	}
-	rows, err := s.db.Query(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
-	if err != nil {
-		return nil, translate(err, "key")
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.APIKey, error) { return scanKey(r) })
-	return out, translate(err, "key")
+	return allPages(func(after *KeyCursor) ([]policy.APIKey, *KeyCursor, error) {
+		return s.PageKeys(ctx, tenantID, true, after, 1000)
+	})
 }
 
 // KeyCursor is where a page of keys ends: its last key's creation time

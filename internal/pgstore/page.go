@@ -30,3 +30,18 @@ func cutPage[T any](rows []T, limit int) ([]T, bool) {
 	}
 	return rows[:limit], true
 }
+
+// allPages gathers every page that page lists, from the first (after the
+// zero cursor) to the one that answers the zero cursor as the next.
+func allPages[T any, C comparable](page func(after C) ([]T, C, error)) ([]T, error) {
+	var all []T
+	var after, none C
+	for {
+		items, next, err := page(after)
+		all = append(all, items...)
+		if err != nil || next == none {
+			return all, err
+		}
+		after = next
+	}
+}

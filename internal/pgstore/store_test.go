@@ -768,6 +768,13 @@ func TestPageOverrides(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 
+func mapSlugs(ts []policy.Tenant) (slugs []string) {
+	for _, t := range ts {
+		slugs = append(slugs, t.Slug)
+	}
+	return slugs
+}
+
 // TestPageTenants pages through the tenants by slug in byte order (where
 // an en_US collation would ignore the hyphens) and finds them by a slug
 // prefix; the slug a page ends at is where the next begins.
@@ -809,6 +816,11 @@ func TestPageTenants(t *testing.T) {
 	}
 	if list, _ := s.ListTenants(ctx); len(list) != len(want) || list[1].Slug != want[1] {
 		t.Fatalf("ListTenants: %v", list)
+	}
+	// allPages (ListTenants' and ListKeys' loop) gathers pages of 2.
+	twos, err := allPages(func(after string) ([]policy.Tenant, string, error) { return s.PageTenants(ctx, "", after, 2) })
+	if got := mapSlugs(twos); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("every page of 2: %q, %v", got, err)
 	}
 	for prefix, want := range map[string][]string{"ab": {"ab", "ab-2", "abc"}, "a-": {"a-c"}, "z9": {"z9"}, "_": nil, "%": nil} {
 		if got, _ := all(prefix, 2); !slices.Equal(got, want) {

@@ -113,9 +113,11 @@ func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant
 	return t, v, translate(err, "tenant")
 }
 
-// ListTenants returns every tenant, by slug.
+// ListTenants returns every tenant, by slug: PageTenants over every page.
 func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
-	return s.queryTenants(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY slug COLLATE "C"`)
+	return allPages(func(after string) ([]policy.Tenant, string, error) {
+		return s.PageTenants(ctx, "", after, 1000)
+	})
 }
 
 // PageTenants returns up to limit (0: 100; more than 1000: 1000) of the
@@ -124,26 +126,22 @@ func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
 // follow ("" on the last page).
 func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]policy.Tenant, string, error) {
 	limit = pageLimit(limit)
-	out, err := s.queryTenants(ctx, `SELECT `+tenantColumns+` FROM tenants
+	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
 		WHERE slug COLLATE "C" LIKE $1 AND slug COLLATE "C" > $2
 		ORDER BY slug COLLATE "C" LIMIT $3`, likePrefix(prefix), after, limit+1)
-	out, more := cutPage(out, limit)
-	if err != nil || !more {
-		return out, "", err
-	}
-	return out, out[len(out)-1].Slug, nil
-}
-
-func (s *Store) queryTenants(ctx context.Context, sql string, args ...any) ([]policy.Tenant, error) {
-	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, translate(err, "tenant")
+		return nil, "", translate(err, "tenant")
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Tenant, error) {
 		t, _, err := scanTenant(r)
 		return t, err
 	})
-	return out, translate(err, "tenant")
+	err = translate(err, "tenant")
+	out, more := cutPage(out, limit)
+	if err != nil || !more {
+		return out, "", err
+	}
+	return out, out[len(out)-1].Slug, nil
 }
 
 // UpdateTenant replaces the tenant's name, status, default tier and shadow (the slug
