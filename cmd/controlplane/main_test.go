@@ -288,6 +288,10 @@ func TestAuditRetention(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "must not be negative") {
 		t.Fatalf("a negative retention: %v", err)
 	}
+	err = run(ctx, []string{"-trusted-proxies", "10.0.0.0/8,10.0.0.0/99"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `-trusted-proxies: trusted proxy "10.0.0.0/99"`) {
+		t.Fatalf("a malformed trusted proxy: %v", err)
+	}
 }
 
 // A malformed DATABASE_URL is refused without its password showing, in

@@ -74,6 +74,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
@@ -287,7 +288,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	if key == "" {
 		return nil, errors.New("reverse-proxy mode needs SLUICE_PROXY_KEY, the check key of the tenant to enforce")
 	}
-	if pc.TrustedProxies, err = dataplane.ParsePrefixes(trusted); err != nil {
+	if pc.TrustedProxies, err = clientip.ParsePrefixes(trusted); err != nil {
 		return nil, err
 	}
 	hash := policy.HashKey(key) // once, not per proxied request

@@ -8,10 +8,13 @@ import (
 	"crypto/subtle"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/netip"
 	"strings"
 
 	"connectrpc.com/connect"
 
+	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
@@ -61,12 +64,14 @@ type authenticator struct {
 	hasOperator, hasDecider   bool
 	keys                      *pgstore.Store
 	guard                     *authGuard
+	trusted                   []netip.Prefix
 	logger                    *slog.Logger
 }
 
-// principal authenticates the key in header, sent from the address peer.
-func (a *authenticator) principal(ctx context.Context, header, peer string) (Principal, error) {
-	scheme, secret, ok := strings.Cut(header, " ")
+// principal authenticates the key in the Authorization header of header, a
+// request from the peer address peer.
+func (a *authenticator) principal(ctx context.Context, header http.Header, peer string) (Principal, error) {
+	scheme, secret, ok := strings.Cut(header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
 	}
@@ -77,13 +82,17 @@ func (a *authenticator) principal(ctx context.Context, header, peer string) (Pri
 	if a.hasDecider && subtle.ConstantTimeCompare(h[:], a.deciderHash[:]) == 1 {
 		return Principal{Role: RoleDecider}, nil
 	}
-	if err := a.guard.check(peer); err != nil {
+	client := peer // not an IP address (a Unix socket's): as it is
+	if ip := clientip.Of(peer, header, a.trusted); ip.IsValid() {
+		client = ip.String()
+	}
+	if err := a.guard.check(client); err != nil {
 		return Principal{}, err
 	}
 	k, err := a.keys.KeyByHash(ctx, h)
 	if err != nil {
 		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
-			a.guard.failed(peer)
+			a.guard.failed(client)
 			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
 		}
 		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
@@ -97,8 +106,8 @@ func (a *authenticator) principal(ctx context.Context, header, peer string) (Pri
 // authorize authenticates a call to procedure and returns the context
 // carrying its principal. Deciders reach only the config service, the
 // config service only deciders, and tenants only the operator.
-func (a *authenticator) authorize(ctx context.Context, procedure, header, peer string) (context.Context, error) {
-	p, err := a.principal(ctx, header, peer)
+func (a *authenticator) authorize(ctx context.Context, procedure string, h http.Header, peer string) (context.Context, error) {
+	p, err := a.principal(ctx, h, peer)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +125,7 @@ type interceptor struct{ a *authenticator }
 
 func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"), req.Peer().Addr)
+		ctx, err := i.a.authorize(ctx, req.Spec().Procedure, req.Header(), req.Peer().Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +139,7 @@ func (i interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conne
 
 func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"), conn.Peer().Addr)
+		ctx, err := i.a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader(), conn.Peer().Addr)
 		if err != nil {
 			return err
 		}

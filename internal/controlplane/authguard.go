@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"fmt"
-	"net"
 	"time"
 
 	"connectrpc.com/connect"
@@ -40,12 +39,13 @@ func newAuthGuard(perMinute int, now func() time.Time) *authGuard {
 	return &authGuard{engine: limit.NewEngine(limit.EngineConfig{MaxKeys: 100_000}), bucket: bucket, now: now}
 }
 
-// check refuses addr while it has no invalid key left to send.
+// check refuses the client address addr while it has no invalid key left
+// to send.
 func (g *authGuard) check(addr string) error {
 	if g == nil {
 		return nil
 	}
-	if r := g.engine.Allow(host(addr), g.bucket, limit.Args{Now: g.now().UnixMicro()}); r.Remaining < 1 {
+	if r := g.engine.Allow(addr, g.bucket, limit.Args{Now: g.now().UnixMicro()}); r.Remaining < 1 {
 		// One more is allowed as soon as one token is back.
 		wait := time.Minute / time.Duration(g.bucket.Capacity())
 		return connect.NewError(connect.CodeResourceExhausted,
@@ -57,15 +57,6 @@ func (g *authGuard) check(addr string) error {
 // failed counts an invalid key from addr.
 func (g *authGuard) failed(addr string) {
 	if g != nil {
-		g.engine.Allow(host(addr), g.bucket, limit.Args{Now: g.now().UnixMicro(), Cost: 1})
+		g.engine.Allow(addr, g.bucket, limit.Args{Now: g.now().UnixMicro(), Cost: 1})
 	}
-}
-
-// host is the address's host, its port left out (each connection has
-// its own).
-func host(addr string) string {
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		return h
-	}
-	return addr
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -64,4 +65,73 @@ func TestInvalidKeysLimited(t *testing.T) {
 	if err := list(admin); err != nil {
 		t.Fatalf("a valid key 12 s later: %v", err)
 	}
+}
+
+// TestInvalidKeysLimitedBehindProxy: behind a trusted proxy (127.0.0.1
+// here) each caller named in X-Forwarded-For has its own budget, so one
+// guessing caller does not lock out the others; from an untrusted peer
+// (127.0.0.2) the header is ignored, so a guesser cannot renew its budget
+// by sending a new address each time.
+func TestInvalidKeysLimitedBehindProxy(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServerWith(t, func(c *Config) {
+		c.AuthFailures = 3
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		// A clock that stands still: no token comes back during the test.
+		at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+		c.Now = func() time.Time { return at }
+	})
+	_, admin := setupTenant(t, newClients(srv), "acme")
+	tiers := func(local net.IP, forwardedFor string) sluicev1connect.TierServiceClient {
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}).DialContext
+		return sluicev1connect.NewTierServiceClient(&http.Client{Transport: forwarding{tr, forwardedFor}}, srv.URL)
+	}
+	list := func(c sluicev1connect.TierServiceClient, key string) connect.Code {
+		_, err := call(key, c.ListTiers, &sluicev1.ListTiersRequest{})
+		return codeOf(err)
+	}
+	proxied := func(client string) sluicev1connect.TierServiceClient {
+		// The leftmost hop is what the caller itself claimed: not believed.
+		return tiers(net.IPv4(127, 0, 0, 1), "203.0.113.77, "+client)
+	}
+
+	guesser := proxied("198.51.100.1")
+	for i := range 3 {
+		if code := list(guesser, "sk_admin_guess"+string(rune('a'+i))); code != connect.CodeUnauthenticated {
+			t.Fatalf("invalid key %d through the proxy: %v", i, code)
+		}
+	}
+	if code := list(guesser, "sk_admin_guessd"); code != connect.CodeResourceExhausted {
+		t.Fatalf("the guesser's 4th invalid key: %v, want resource_exhausted", code)
+	}
+	if code := list(proxied("198.51.100.2"), admin); code != 0 {
+		t.Fatalf("another caller through the same proxy: %v", code)
+	}
+	if code := list(proxied("198.51.100.2"), "sk_admin_typo"); code != connect.CodeUnauthenticated {
+		t.Fatalf("another caller's own invalid key: %v", code)
+	}
+
+	for i := range 3 {
+		c := tiers(net.IPv4(127, 0, 0, 2), "198.51.100."+string(rune('3'+i)))
+		if code := list(c, "sk_admin_other"+string(rune('a'+i))); code != connect.CodeUnauthenticated {
+			t.Fatalf("invalid key %d from the untrusted peer: %v", i, code)
+		}
+	}
+	if code := list(tiers(net.IPv4(127, 0, 0, 2), "198.51.100.9"), admin); code != connect.CodeResourceExhausted {
+		t.Fatalf("the untrusted peer with a fresh X-Forwarded-For: %v, want resource_exhausted", code)
+	}
+}
+
+// forwarding adds an X-Forwarded-For header to every request, as a proxy
+// in front would.
+type forwarding struct {
+	next http.RoundTripper
+	xff  string
+}
+
+func (f forwarding) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Forwarded-For", f.xff)
+	return f.next.RoundTrip(r)
 }

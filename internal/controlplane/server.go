@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"connectrpc.com/connect"
@@ -49,9 +50,12 @@ type Config struct {
 	// (as many at once) before its calls are refused, resource_exhausted,
 	// until it is back under, without a database lookup; 0 leaves them
 	// unlimited. The binaries set 30 (SLUICE_AUTH_FAILURES). A refused
-	// address's valid keys wait too: the peer address is all there is
-	// (behind a proxy, the proxy's).
+	// address's valid keys wait too: the address is all there is.
 	AuthFailures int
+	// TrustedProxies are the peers whose X-Forwarded-For is believed when
+	// the guard names a caller's address (see clientip.Of); with none,
+	// every caller behind one proxy shares the proxy's budget.
+	TrustedProxies []netip.Prefix
 	// Now is the guard's clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -74,7 +78,7 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now)}
+	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies}
 	if cfg.OperatorKey != "" {
 		auth.operatorHash, auth.hasOperator = policy.HashKey(cfg.OperatorKey), true
 	}

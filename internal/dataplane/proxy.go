@@ -3,15 +3,14 @@ package dataplane
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -150,7 +149,7 @@ func maxDelay(dec decide.Decision) time.Duration {
 }
 
 // identity names the client of r: the identity header, else the cookie,
-// else its IP (see ClientIP).
+// else its IP (see clientip.Of).
 func (cfg *ProxyConfig) identity(r *http.Request) string {
 	if cfg.IdentityHeader != "" {
 		if v := r.Header.Get(cfg.IdentityHeader); v != "" {
@@ -162,69 +161,5 @@ func (cfg *ProxyConfig) identity(r *http.Request) string {
 			return c.Value
 		}
 	}
-	return ClientIP(r, cfg.TrustedProxies).String()
-}
-
-// ClientIP is the address of r's client: its peer, unless the peer is a
-// trusted proxy, in which case X-Forwarded-For is walked from the right
-// past the trusted proxies. An untrusted peer's X-Forwarded-For is
-// ignored, so nobody can pose as another client by sending one.
-func ClientIP(r *http.Request, trusted []netip.Prefix) netip.Addr {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}
-	}
-	ip = ip.Unmap()
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	if !isTrusted(ip) {
-		return ip
-	}
-	hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			return ip // a malformed hop: trust nothing beyond it
-		}
-		if a = a.Unmap(); !isTrusted(a) {
-			return a
-		}
-		ip = a
-	}
-	return ip
-}
-
-// ParsePrefixes parses comma-separated CIDRs or addresses (a bare address
-// is a /32 or /128).
-func ParsePrefixes(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		if !strings.Contains(f, "/") {
-			a, err := netip.ParseAddr(f)
-			if err != nil {
-				return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
-			}
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
+	return clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies).String()
 }

@@ -1,0 +1,82 @@
+// Package clientip finds the address of a request's client when it may
+// have come through proxies: the peer's address, unless the peer is one of
+// the configured trusted proxies, in which case X-Forwarded-For is
+// believed as far as the trusted proxies go. The reverse proxy keys its
+// limits by it, the control plane its invalid-key budget.
+package clientip
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// Of is the address of the client of a request from the peer remoteAddr
+// (host:port, or a bare host) with headers h: the peer, unless it is
+// among trusted, in which case X-Forwarded-For is walked from the right
+// past the trusted proxies. An untrusted peer's X-Forwarded-For is
+// ignored, so nobody can pose as another client by sending one; a
+// malformed hop ends the walk at the last address believed. The zero
+// Addr means remoteAddr was no address.
+func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	ip = ip.Unmap()
+	if !contains(trusted, ip) {
+		return ip
+	}
+	hops := strings.Split(strings.Join(h.Values("X-Forwarded-For"), ","), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			return ip // a malformed hop: trust nothing beyond it
+		}
+		if a = a.Unmap(); !contains(trusted, a) {
+			return a
+		}
+		ip = a
+	}
+	return ip
+}
+
+func contains(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePrefixes parses comma-separated CIDRs or addresses (a bare address
+// is a /32 or /128), as the -trusted-proxies flags take them.
+func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !strings.Contains(f, "/") {
+			a, err := netip.ParseAddr(f)
+			if err != nil {
+				return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: %w", f, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}

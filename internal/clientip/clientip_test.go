@@ -1,0 +1,50 @@
+package clientip
+
+import (
+	"net/http"
+	"net/netip"
+	"testing"
+)
+
+func TestOfTrustsOnlyConfiguredProxies(t *testing.T) {
+	t.Parallel()
+	trusted, err := ParsePrefixes("10.0.0.0/8, 192.0.2.7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ remote, xff, want string }{
+		{"203.0.113.9:1234", "", "203.0.113.9"},
+		{"203.0.113.9:1234", "1.2.3.4", "203.0.113.9"},                     // an untrusted peer's header is ignored
+		{"10.1.2.3:80", "198.51.100.4", "198.51.100.4"},                    // a trusted proxy's is believed
+		{"10.1.2.3:80", "6.6.6.6, 198.51.100.4, 10.9.9.9", "198.51.100.4"}, // rightmost untrusted hop
+		{"192.0.2.7:80", "garbage, 198.51.100.4", "198.51.100.4"},
+		{"10.1.2.3:80", "garbage", "10.1.2.3"},
+		{"10.1.2.3:80", "10.2.2.2", "10.2.2.2"}, // trusted all the way: the leftmost
+		{"[::ffff:10.1.2.3]:80", "198.51.100.5", "198.51.100.5"},
+		{"203.0.113.9", "", "203.0.113.9"}, // no port
+	} {
+		h := http.Header{}
+		if tc.xff != "" {
+			h.Set("X-Forwarded-For", tc.xff)
+		}
+		if got := Of(tc.remote, h, trusted); got != netip.MustParseAddr(tc.want) {
+			t.Errorf("remote %s, XFF %q: %v, want %s", tc.remote, tc.xff, got, tc.want)
+		}
+	}
+	// Two X-Forwarded-For lines are one list, the later line the nearer hops.
+	h := http.Header{"X-Forwarded-For": {"198.51.100.7", "10.3.3.3"}}
+	if got := Of("10.1.2.3:80", h, trusted); got != netip.MustParseAddr("198.51.100.7") {
+		t.Errorf("two header lines: %v", got)
+	}
+	if got := Of("not-an-address", nil, trusted); got.IsValid() {
+		t.Errorf("a peer that is no address: %v", got)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "example.com", "10.0.0.1/8/8"} {
+		if _, err := ParsePrefixes(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+	if p, err := ParsePrefixes(" , ::1 ,10.1.2.3/8"); err != nil || len(p) != 2 || p[1] != netip.MustParsePrefix("10.0.0.0/8") {
+		t.Errorf("blanks, a bare IPv6 address and an unmasked CIDR: %v %v", p, err)
+	}
+}
