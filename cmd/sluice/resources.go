@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // errRejected marks a check that was rejected (exit code 4).
@@ -707,8 +707,8 @@ func overrideParams(fs *flag.FlagSet, pf paramOpts, base *sluicev1.LimitParams) 
 	if err := pf.apply(fs, p); err != nil {
 		return nil, err
 	}
-	if isSet(fs, "limit") && !isSet(fs, "burst") && base.GetBurst() > 0 && base.GetLimit() > 0 {
-		p.Burst = max(1, int64(math.Round(float64(base.Burst)*float64(p.Limit)/float64(base.Limit))))
+	if isSet(fs, "limit") && !isSet(fs, "burst") {
+		p.Burst = policy.Params{Limit: base.GetLimit(), Burst: base.GetBurst()}.WithLimit(p.Limit).Burst
 	}
 	return p, nil
 }

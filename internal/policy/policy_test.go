@@ -294,3 +294,19 @@ func FuzzRuleValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestWithLimitScalesTheBurst(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ limit, burst, to, wantBurst int64 }{
+		{100, 10, 1000, 100}, // ten times the rate, ten times the bursts
+		{100, 10, 15, 2},     // 1.5 rounds to 2
+		{100, 10, 1, 1},      // never below 1
+		{100, 0, 1000, 0},    // no burst of its own: the limit is the burst
+		{0, 10, 5, 10},       // nothing to scale from
+	} {
+		p := Params{Algorithm: TokenBucket, Limit: tc.limit, Window: time.Minute, Burst: tc.burst}.WithLimit(tc.to)
+		if p.Limit != tc.to || p.Burst != tc.wantBurst || p.Algorithm != TokenBucket || p.Window != time.Minute {
+			t.Errorf("%d/%d to %d: %+v, want burst %d", tc.limit, tc.burst, tc.to, p, tc.wantBurst)
+		}
+	}
+}

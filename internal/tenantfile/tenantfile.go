@@ -16,9 +16,7 @@
 //	overrides:
 //	  - identifier: alice
 //	    rule: free/per-client
-//	    algorithm: token_bucket
-//	    limit: 1000
-//	    window: 1m
+//	    limit: 1000 # the rule's algorithm and window
 //
 // A file is checked whole before anything is applied: unknown fields are
 // refused with their line, and every invalid value is reported with its
@@ -153,10 +151,51 @@ func Parse(data []byte) (*File, error) {
 	if err := dec.Decode(&more); err == nil {
 		return nil, errors.New("tenant file: one tenant per file, and this one holds another document")
 	}
+	f.inheritOverrideParams()
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	return &f, nil
+}
+
+// inheritOverrideParams completes each override that changes its rule's
+// parameters without naming an algorithm: it starts from the rule's
+// parameters and replaces those it gives, and a burst it does not give
+// grows or shrinks with its limit (policy.Params.WithLimit), as the CLI
+// and the console make overrides. An override naming its algorithm gives
+// its parameters whole, as `sluice export` writes them.
+func (f *File) inheritOverrideParams() {
+	for i := range f.Overrides {
+		o := &f.Overrides[i]
+		r := f.rule(o.Rule)
+		if r == nil || o.Block || o.Algorithm != "" || o.Params == (Params{}) {
+			continue
+		}
+		base, fields := r.Params.policy()
+		if fields != nil {
+			continue // the rule's own errors are reported at the rule
+		}
+		if o.Limit != 0 && o.Burst == 0 {
+			base = base.WithLimit(o.Limit)
+		}
+		b := paramsFrom(base)
+		if o.Window != 0 || o.Calendar != "" {
+			b.Window, b.Calendar = 0, "" // a window in place of a calendar, or the reverse
+		}
+		o.Params = Params{Algorithm: b.Algorithm, Limit: or(o.Limit, b.Limit), Window: or(o.Window, b.Window),
+			Burst: or(o.Burst, b.Burst), WarmUp: or(o.WarmUp, b.WarmUp), ColdFactor: or(o.ColdFactor, b.ColdFactor),
+			MaxDelay: or(o.MaxDelay, b.MaxDelay), Granularity: or(o.Granularity, b.Granularity),
+			LeaseTTL: or(o.LeaseTTL, b.LeaseTTL), Calendar: or(o.Calendar, b.Calendar)}
+	}
+}
+
+// or is v, or else (v being the zero value: not given) dflt.
+func or[T comparable](v, dflt T) T {
+	var zero T
+	if v != zero {
+		return v
+	}
+	return dflt
 }
 
 // Validate checks every field as the control plane would, and that names

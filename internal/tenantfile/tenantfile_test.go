@@ -2,6 +2,7 @@ package tenantfile
 
 import (
 	"errors"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -134,6 +135,66 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, f) {
 		t.Fatalf("round trip:\n%+v\nwant\n%+v\n%s", back, f, out)
+	}
+}
+
+// An override that changes some of its rule's parameters, without naming
+// an algorithm, has the rule's others, and a burst that follows its limit;
+// one naming its algorithm is taken as written.
+func TestOverrideInheritsItsRulesParams(t *testing.T) {
+	f, err := Parse([]byte(sample + `  - identifier: partner
+    rule: free/per-client
+    limit: 1000
+  - identifier: steady
+    rule: free/per-client
+    limit: 1000
+    burst: 5
+  - identifier: weekly
+    rule: pro/monthly
+    calendar: week
+  - identifier: hourly
+    rule: pro/monthly
+    limit: 10
+    window: 1h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]Params{
+		0: {Algorithm: "token_bucket", Limit: 500, Window: Duration(time.Minute)}, // named its algorithm: whole, no burst
+		3: {Algorithm: "token_bucket", Limit: 1000, Window: Duration(time.Minute), Burst: 200},
+		4: {Algorithm: "token_bucket", Limit: 1000, Window: Duration(time.Minute), Burst: 5},
+		5: {Algorithm: "fixed_window", Limit: 100000, Calendar: "week"},
+		6: {Algorithm: "fixed_window", Limit: 10, Window: Duration(time.Hour)},
+	} {
+		if got := f.Overrides[i].Params; got != want {
+			t.Errorf("override %s: %+v, want %+v", f.Overrides[i].Identifier, got, want)
+		}
+	}
+	// The example of docs/api.md reads as it says.
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, _ := strings.Cut(string(doc), "```yaml\ntenant: shop\n")
+	example, _, _ = strings.Cut(example, "```")
+	f, err = Parse([]byte("tenant: shop\n" + example))
+	if err != nil {
+		t.Fatalf("docs/api.md's tenant file: %v", err)
+	}
+	if o := f.Overrides[0]; o.Identifier != "partner" || o.Params != (Params{Algorithm: "token_bucket", Limit: 1000, Window: Duration(time.Minute)}) {
+		t.Fatalf("docs/api.md's partner: %+v", o)
+	}
+
+	// What it inherits is checked as its own: a calendar of a rule that
+	// has none is an error at the override.
+	_, err = Parse([]byte(sample + `  - identifier: odd
+    rule: free/per-client
+    calendar: month
+`))
+	var pe *policy.Error
+	if !errors.As(err, &pe) || len(pe.Fields) == 0 || !strings.HasPrefix(pe.Fields[0].Field, "overrides[3].") {
+		t.Fatalf("a calendar on a token bucket: %v", err)
 	}
 }
 
