@@ -311,6 +311,18 @@ func TestConsoleInABrowser(t *testing.T) {
 		p.GetLimit() != 1000 || p.GetBurst() != 200 || p.GetWindow().AsDuration() != time.Minute {
 		t.Fatalf("partner's raised limit: %v", p)
 	}
+	// Edited, its limit halved: the control plane completes the rest from
+	// the override's own parameters, the burst halved alike.
+	do("edit partner's override", chromedp.Click(`#overrides-table button[aria-label="Edit the override of partner"]`))
+	if got := eval(`document.querySelector('#ov-limit').value + ' per ' + document.querySelector('#ov-window').value`); got != "1000 per 1m" {
+		t.Fatalf("partner's override in the form: %q", got)
+	}
+	do("halve partner's limit", chromedp.SetValue("#ov-limit", "500"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Saved the override of partner", nil)
+	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET ||
+		p.GetLimit() != 500 || p.GetBurst() != 100 || p.GetWindow().AsDuration() != time.Minute {
+		t.Fatalf("partner's halved limit: %v", p)
+	}
 	// Many overrides come a page at a time, and a client's is found by the
 	// prefix of its id.
 	blockMany(t, api, adminKey, "bulk-", 120)

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -73,7 +74,7 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 		if err := belowLimit(ctx, tx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID, policy.MaxOverrides, "overrides"); err != nil {
 			return change{}, err
 		}
-		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
+		if err := overrideTarget(ctx, tx, tenantID, &o, nil); err != nil {
 			return change{}, err
 		}
 		// The override as stored (its expiry to the microsecond), as reads
@@ -99,16 +100,23 @@ func expiresAt(o policy.Override) *time.Time {
 }
 
 // validOverride validates o, its rule id included, as far as it can
-// without the database.
+// without the database: partial parameters (inherited, see
+// overrideTarget) as they will be once complete, their algorithm aside.
 func validOverride(o policy.Override) error {
-	if err := o.Validate(); err != nil {
-		return err
-	}
 	if o.RuleID != "" && checkID(o.RuleID, "rule") != nil {
 		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
 			Fields: []policy.FieldError{{Field: "rule_id", Description: "no such rule"}}}
 	}
-	return nil
+	if inherits(o) {
+		return nil // validated once complete
+	}
+	return o.Validate()
+}
+
+// inherits reports whether o changes its rule's parameters without naming
+// an algorithm, to be completed from the rule's (or its own) parameters.
+func inherits(o policy.Override) bool {
+	return o.Params != nil && o.Params.Partial() && o.RuleID != "" && !o.Block
 }
 
 // UpdateOverride replaces the override o.ID, in one config version. When
@@ -129,7 +137,11 @@ func (s *Store) UpdateOverride(ctx context.Context, actor Actor, tenantID string
 		if err := checkETag("override", old.Identifier, old.ETag(), ifMatch); err != nil {
 			return change{}, err
 		}
-		if err := overrideTargetExists(ctx, tx, tenantID, o); err != nil {
+		var own *policy.Params
+		if old.RuleID == o.RuleID {
+			own = old.Params
+		}
+		if err := overrideTarget(ctx, tx, tenantID, &o, own); err != nil {
 			return change{}, err
 		}
 		_, err = tx.Exec(ctx, `UPDATE overrides SET descriptor_key = $3, identifier = $4, tier_name = nullif($5, ''), rule_id = nullif($6, '')::uuid,
@@ -143,25 +155,45 @@ func (s *Store) UpdateOverride(ctx context.Context, actor Actor, tenantID string
 	})
 }
 
-// overrideTargetExists checks that the override's tier or rule belongs to
-// the tenant, with a field error otherwise.
-func overrideTargetExists(ctx context.Context, tx pgx.Tx, tenantID string, o policy.Override) error {
+// overrideTarget checks that the override's tier or rule belongs to the
+// tenant, with a field error otherwise, and completes partial parameters
+// (policy.Params.Inherit) from own, the override's parameters for the
+// same rule before an update, else from the rule's, then validates them.
+func overrideTarget(ctx context.Context, tx pgx.Tx, tenantID string, o *policy.Override, own *policy.Params) error {
 	if o.Tier == "" && o.RuleID == "" { // a block of every request
 		return nil
 	}
-	var ok bool
-	field, q, arg := "tier", `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, o.Tier
-	if o.RuleID != "" {
-		field, q, arg = "rule_id", `SELECT EXISTS (SELECT 1 FROM rules WHERE tenant_id = $1 AND id = $2::uuid)`, o.RuleID
-	}
-	if err := tx.QueryRow(ctx, q, tenantID, arg).Scan(&ok); err != nil {
-		return translate(err, "override")
-	}
-	if !ok {
+	missing := func(field string) error {
 		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
 			Fields: []policy.FieldError{{Field: field, Description: "does not exist in this tenant"}}}
 	}
-	return nil
+	if o.RuleID == "" {
+		var ok bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, tenantID, o.Tier).Scan(&ok); err != nil {
+			return translate(err, "override")
+		}
+		if !ok {
+			return missing("tier")
+		}
+		return nil
+	}
+	r, err := scanRule(tx.QueryRow(ctx, `SELECT `+ruleColumns+` FROM rules WHERE tenant_id = $1 AND id = $2::uuid`, tenantID, o.RuleID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return missing("rule_id")
+	}
+	if err != nil {
+		return translate(err, "override")
+	}
+	if !inherits(*o) {
+		return nil
+	}
+	base := r.Params
+	if own != nil {
+		base = *own
+	}
+	p := o.Params.Inherit(base)
+	o.Params = &p
+	return o.Validate()
 }
 
 // ListOverrides returns the tenant's overrides.

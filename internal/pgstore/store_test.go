@@ -938,3 +938,56 @@ func TestUpdateOverride(t *testing.T) {
 		t.Fatalf("audit: %+v", audit)
 	}
 }
+
+// Partial parameters (no algorithm) are completed from the rule's when an
+// override is created, from the override's own when it is updated for the
+// same rule, and validated once complete.
+func TestOverrideInheritsParams(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme := newTenant(t, s, "acme")
+	tiers, _ := s.ListTiers(ctx, acme.ID)
+	r, _, err := s.CreateRule(ctx, op, acme.ID, tiers[0].ID, rule("per-client", 10)) // 10 a minute, 3 at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	monthly := rule("monthly", 1000)
+	monthly.Params = policy.Params{Algorithm: policy.FixedWindow, Limit: 1000, Calendar: policy.CalendarMonth}
+	m, _, err := s.CreateRule(ctx, op, acme.ID, tiers[0].ID, monthly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "partner", RuleID: r.ID, Params: &policy.Params{Limit: 100}})
+	want := policy.Params{Algorithm: policy.TokenBucket, Limit: 100, Window: time.Minute, Burst: 30}
+	if err != nil || o.Params == nil || *o.Params != want {
+		t.Fatalf("created %+v, want params %+v: %v", o.Params, want, err)
+	}
+	// An update of the same rule's parameters starts from the override's.
+	o.Params = &policy.Params{Window: time.Hour}
+	if _, err := s.UpdateOverride(ctx, op, acme.ID, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	ovs, _ := s.ListOverrides(ctx, acme.ID)
+	if want.Window = time.Hour; len(ovs) != 1 || *ovs[0].Params != want {
+		t.Fatalf("updated %+v, want %+v", ovs[0].Params, want)
+	}
+	// Moved to another rule, it starts from that rule's.
+	o = ovs[0]
+	o.RuleID, o.Params = m.ID, &policy.Params{Limit: 5000}
+	if _, err := s.UpdateOverride(ctx, op, acme.ID, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	ovs, _ = s.ListOverrides(ctx, acme.ID)
+	if want := (policy.Params{Algorithm: policy.FixedWindow, Limit: 5000, Calendar: policy.CalendarMonth}); *ovs[0].Params != want {
+		t.Fatalf("moved to the monthly rule: %+v, want %+v", ovs[0].Params, want)
+	}
+	// What it inherits is validated with what it gives: a token bucket
+	// has no calendar; parameters without a rule have nothing to inherit.
+	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "odd", RuleID: r.ID, Params: &policy.Params{Calendar: policy.CalendarWeek}})
+	wantCode(t, err, policy.CodeInvalid, "params.calendar")
+	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "odd", Tier: tiers[0].Name, Params: &policy.Params{Limit: 5}})
+	wantCode(t, err, policy.CodeInvalid, "")
+	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "odd", RuleID: "0190b1a2-0000-7000-8000-000000000000", Params: &policy.Params{Limit: 5}})
+	wantCode(t, err, policy.CodeInvalid, "rule_id")
+}

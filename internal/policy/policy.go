@@ -187,6 +187,45 @@ func (p Params) WithLimit(limit int64) Params {
 	return p
 }
 
+// Partial reports whether p names no algorithm: it gives only what it
+// changes of another's parameters (see Inherit).
+func (p Params) Partial() bool { return p.Algorithm == AlgorithmUnspecified }
+
+// Inherit is p completed from base when p is partial: base's parameters
+// with those p gives (its non-zero fields) in their place, base's burst
+// following p's limit (WithLimit) unless p gives a burst, and a window in
+// place of base's calendar or the reverse. Whole parameters (naming their
+// algorithm) are p as it is. Overrides are written this way: "1,000 a
+// minute" of a rule's token bucket keeps the bucket.
+func (p Params) Inherit(base Params) Params {
+	if !p.Partial() {
+		return p
+	}
+	out := base
+	if p.Limit != 0 && p.Burst == 0 {
+		out = out.WithLimit(p.Limit)
+	}
+	if p.Window != 0 || p.Calendar != CalendarNone {
+		out.Window, out.Calendar = p.Window, p.Calendar
+	}
+	given(&out.Limit, p.Limit)
+	given(&out.Burst, p.Burst)
+	given(&out.WarmUp, p.WarmUp)
+	given(&out.ColdFactor, p.ColdFactor)
+	given(&out.MaxDelay, p.MaxDelay)
+	given(&out.Granularity, p.Granularity)
+	given(&out.LeaseTTL, p.LeaseTTL)
+	return out
+}
+
+// given sets *dst to v unless v is the zero value (not given).
+func given[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
+}
+
 // Bounds on parameters. They keep every state small and every value exact
 // in the float64 arithmetic shared by the Go and Lua implementations.
 const (

@@ -310,3 +310,25 @@ func TestWithLimitScalesTheBurst(t *testing.T) {
 		}
 	}
 }
+
+func TestInheritCompletesPartialParams(t *testing.T) {
+	t.Parallel()
+	rule := Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute, Burst: 10, WarmUp: time.Minute}
+	monthly := Params{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarMonth}
+	for _, tc := range []struct {
+		name    string
+		p, base Params
+		want    Params
+	}{
+		{"a limit", Params{Limit: 1000}, rule, Params{Algorithm: TokenBucket, Limit: 1000, Window: time.Minute, Burst: 100, WarmUp: time.Minute}},
+		{"a limit and a burst", Params{Limit: 1000, Burst: 5}, rule, Params{Algorithm: TokenBucket, Limit: 1000, Window: time.Minute, Burst: 5, WarmUp: time.Minute}},
+		{"a window", Params{Window: time.Hour}, rule, Params{Algorithm: TokenBucket, Limit: 100, Window: time.Hour, Burst: 10, WarmUp: time.Minute}},
+		{"a window for a calendar", Params{Window: time.Hour}, monthly, Params{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}},
+		{"a calendar for a window", Params{Calendar: CalendarWeek}, Params{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, Params{Algorithm: FixedWindow, Limit: 5, Calendar: CalendarWeek}},
+		{"whole", Params{Algorithm: GCRA, Limit: 7, Window: time.Second}, rule, Params{Algorithm: GCRA, Limit: 7, Window: time.Second}},
+	} {
+		if got := tc.p.Inherit(tc.base); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

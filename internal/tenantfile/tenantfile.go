@@ -159,11 +159,9 @@ func Parse(data []byte) (*File, error) {
 }
 
 // inheritOverrideParams completes each override that changes its rule's
-// parameters without naming an algorithm: it starts from the rule's
-// parameters and replaces those it gives, and a burst it does not give
-// grows or shrinks with its limit (policy.Params.WithLimit), as the CLI
-// and the console make overrides. An override naming its algorithm gives
-// its parameters whole, as `sluice export` writes them.
+// parameters without naming an algorithm from the rule's
+// (policy.Params.Inherit), as the control plane completes such overrides:
+// the file then shows what it asks for, as `sluice export` would write it.
 func (f *File) inheritOverrideParams() {
 	for i := range f.Overrides {
 		o := &f.Overrides[i]
@@ -172,30 +170,12 @@ func (f *File) inheritOverrideParams() {
 			continue
 		}
 		base, fields := r.Params.policy()
-		if fields != nil {
-			continue // the rule's own errors are reported at the rule
+		partial, pfields := o.Params.policy()
+		if fields != nil || len(pfields) > 1 || pfields[0].Field != "algorithm" {
+			continue // errors, reported at the rule or the override
 		}
-		if o.Limit != 0 && o.Burst == 0 {
-			base = base.WithLimit(o.Limit)
-		}
-		b := paramsFrom(base)
-		if o.Window != 0 || o.Calendar != "" {
-			b.Window, b.Calendar = 0, "" // a window in place of a calendar, or the reverse
-		}
-		o.Params = Params{Algorithm: b.Algorithm, Limit: or(o.Limit, b.Limit), Window: or(o.Window, b.Window),
-			Burst: or(o.Burst, b.Burst), WarmUp: or(o.WarmUp, b.WarmUp), ColdFactor: or(o.ColdFactor, b.ColdFactor),
-			MaxDelay: or(o.MaxDelay, b.MaxDelay), Granularity: or(o.Granularity, b.Granularity),
-			LeaseTTL: or(o.LeaseTTL, b.LeaseTTL), Calendar: or(o.Calendar, b.Calendar)}
+		o.Params = paramsFrom(partial.Inherit(base))
 	}
-}
-
-// or is v, or else (v being the zero value: not given) dflt.
-func or[T comparable](v, dflt T) T {
-	var zero T
-	if v != zero {
-		return v
-	}
-	return dflt
 }
 
 // Validate checks every field as the control plane would, and that names

@@ -6,7 +6,7 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', ovExpiresAt: '', ovParams: {}, timer: null, view: 'rules' };
+const state = { key: '', role: '', tenantId: '', tenants: [], tiers: [], auditBefore: 0, rules: [], ovToken: '', ovExpiresAt: '', timer: null, view: 'rules' };
 
 const ALGORITHM_HELP = {
   ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
@@ -449,10 +449,9 @@ function editOverride(o) {
   f.tier.value = o.tier || '';
   f.rule.value = o.ruleId || '';
   f.block.checked = !!o.block;
-  if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window || '60s'; }
+  // A calendar window has no window to show: left blank, it is kept.
+  if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window ? fmtDur(o.params.window) : ''; }
   state.ovExpiresAt = o.expiresAt || '';
-  state.ovParams = o.params;
-  state.ovRuleId = o.ruleId || '';
   $('#ov-expires-help').hidden = false;
   $('#ov-form-title').textContent = `Edit the override of ${o.identifier}`;
   $('#ov-submit').textContent = 'Save override';
@@ -473,17 +472,6 @@ function resetOverrideForm() {
   $('#ov-cancel').hidden = true;
 }
 
-// withLimit is params p with another limit and window, the rest kept: the
-// algorithm and its settings, a calendar window (which has no window to
-// set), and a burst in proportion to the limit (a rule's 100 a minute,
-// 10 at once, raised to 1,000 a minute allows 100 at once).
-function withLimit(p, limit, window) {
-  const out = { ...p, limit: String(limit), window };
-  if (+p.burst > 0 && +p.limit > 0) out.burst = String(Math.max(1, Math.round((+p.burst * +limit) / +p.limit)));
-  if (p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED') delete out.window;
-  return out;
-}
-
 // ruleChosen fills a new override's limit and window with the rule's, to
 // be raised or lowered from there.
 function ruleChosen() {
@@ -500,12 +488,11 @@ async function submitOverride(ev) {
   const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
   const editing = f.id.value;
   if (o.ruleId && !o.block) {
-    // What the form does not show comes from the override edited, or from
-    // the rule for a new one (or one moved to another rule): the
-    // algorithm, a calendar window, a burst.
-    const rule = state.rules.find((r) => r.id === o.ruleId) || {};
-    const own = editing && state.ovParams && state.ovRuleId === o.ruleId;
-    o.params = withLimit((own ? state.ovParams : rule.params) || {}, f.limit.value || '0', dur(f.window.value));
+    // Parameters without an algorithm: the control plane completes what
+    // the form does not show (the algorithm and its settings, a calendar
+    // window, a burst in proportion to the limit) from the override's own
+    // parameters, or the rule's for a new one or one moved to another rule.
+    o.params = { limit: f.limit.value || undefined, window: dur(f.window.value) };
   }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;

@@ -2430,7 +2430,12 @@ type Override struct {
 	// Move the client to this tier, or
 	Tier string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
 	// replace this rule's parameters with params, or
-	RuleId    string                 `protobuf:"bytes,5,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	RuleId string `protobuf:"bytes,5,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	// Whole, when they name their algorithm. Without one they change only
+	// the fields they set (zero is not set): the rest come from the
+	// override's own parameters when an update keeps its rule, else from
+	// the rule's, a burst following the limit unless one is given, a window
+	// replacing a calendar or the reverse. Answers carry them complete.
 	Params    *LimitParams           `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// block the client: every request is rejected, counting nothing (with
