@@ -18,8 +18,9 @@ import (
 // among trusted, in which case X-Forwarded-For is walked from the right
 // past the trusted proxies. An untrusted peer's X-Forwarded-For is
 // ignored, so nobody can pose as another client by sending one; a
-// malformed hop ends the walk at the last address believed. The zero
-// Addr means remoteAddr was no address.
+// malformed hop ends the walk at the last address believed. Addresses
+// come without an IPv6 zone, IPv4 ones unmapped, so that one client has
+// one name. The zero Addr means remoteAddr was no address.
 func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
@@ -29,7 +30,7 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 	if err != nil {
 		return netip.Addr{}
 	}
-	ip = ip.Unmap()
+	ip = ip.Unmap().WithZone("")
 	if !contains(trusted, ip) {
 		return ip
 	}
@@ -39,7 +40,7 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 		if err != nil {
 			return ip // a malformed hop: trust nothing beyond it
 		}
-		if a = a.Unmap(); !contains(trusted, a) {
+		if a = a.Unmap().WithZone(""); !contains(trusted, a) {
 			return a
 		}
 		ip = a

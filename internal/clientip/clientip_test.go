@@ -3,6 +3,7 @@ package clientip
 import (
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -47,4 +48,43 @@ func TestOfTrustsOnlyConfiguredProxies(t *testing.T) {
 	if p, err := ParsePrefixes(" , ::1 ,10.1.2.3/8"); err != nil || len(p) != 2 || p[1] != netip.MustParsePrefix("10.0.0.0/8") {
 		t.Errorf("blanks, a bare IPv6 address and an unmasked CIDR: %v %v", p, err)
 	}
+}
+
+// FuzzOf: whatever a peer sends, the answer is the peer or one of the
+// addresses in its X-Forwarded-For, and an untrusted peer's header is
+// never believed.
+func FuzzOf(f *testing.F) {
+	f.Add("10.1.2.3:80", "198.51.100.4, 10.9.9.9")
+	f.Add("203.0.113.9:1", "1.2.3.4")
+	f.Add("[::ffff:10.0.0.1]:5", " ::1 ,garbage,,")
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	f.Fuzz(func(t *testing.T, remote, xff string) {
+		h := http.Header{"X-Forwarded-For": {xff}}
+		got := Of(remote, h, trusted)
+		peer := Of(remote, nil, nil)
+		if !got.IsValid() {
+			if peer.IsValid() {
+				t.Fatalf("no answer for the peer %v", peer)
+			}
+			return
+		}
+		if !contains(trusted, peer) {
+			if got != peer {
+				t.Fatalf("an untrusted peer %v posed as %v", peer, got)
+			}
+			return
+		}
+		if got.Zone() != "" || got.Is4In6() {
+			t.Fatalf("%v: a zone or a mapped IPv4 address", got)
+		}
+		if got == peer {
+			return
+		}
+		for _, hop := range strings.Split(xff, ",") {
+			if a, err := netip.ParseAddr(strings.TrimSpace(hop)); err == nil && a.Unmap().WithZone("") == got {
+				return
+			}
+		}
+		t.Fatalf("%v is neither the peer %v nor in %q", got, peer, xff)
+	})
 }

@@ -171,8 +171,10 @@ func (f *File) inheritOverrideParams() {
 		}
 		base, fields := r.Params.policy()
 		partial, pfields := o.Params.policy()
-		if fields != nil || len(pfields) > 1 || pfields[0].Field != "algorithm" {
-			continue // errors, reported at the rule or the override
+		// Its only error is its missing algorithm; others are reported
+		// at the rule or at the override.
+		if fields != nil || len(pfields) != 1 || pfields[0].Field != "algorithm" {
+			continue
 		}
 		o.Params = paramsFrom(partial.Inherit(base))
 	}
