@@ -403,6 +403,29 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 
+	// A tier an override moves a client to cannot be deleted (asked
+	// twice, then refused); renamed, the override follows it. An empty
+	// tier is deleted.
+	do("delete gold", chromedp.Click(`button[aria-label="Delete tier gold"]`))
+	waitText(`button[aria-label="Delete tier gold"]`, "Confirm: delete tier gold and its rules", nil)
+	do("confirm", chromedp.Click(`button[aria-label="Delete tier gold"]`))
+	waitText("#status", "Failed: tier gold is the tier of 1 override(s) (mallory)", nil)
+	do("rename gold", chromedp.Click(`button[aria-label="Rename tier gold"]`), chromedp.WaitVisible(".tier-rename input"))
+	if got := eval(`document.activeElement.id.startsWith('rename-') + ':' + document.querySelector('.tier-rename label').textContent`); got != "true:New name of tier gold" {
+		t.Fatalf("the rename form: %s", got)
+	}
+	do("to platinum", chromedp.SetValue(".tier-rename input", "platinum"), chromedp.Click(".tier-rename button[type=submit]"))
+	waitText("#status", "Renamed tier gold to platinum", nil)
+	waitText("#tiers", "Tier platinum", nil)
+	if o := overrideOf(t, api, adminKey, "mallory"); o.GetTier() != "platinum" {
+		t.Fatalf("mallory's override after the rename: %v", o)
+	}
+	do("create a tier to delete", chromedp.SendKeys("#tier-name", "temp"), chromedp.Click("#tier-form button[type=submit]"))
+	waitText("#tiers", "Tier temp", nil)
+	do("delete temp", chromedp.Click(`button[aria-label="Delete tier temp"]`), chromedp.Click(`button[aria-label="Delete tier temp"]`))
+	waitText("#status", "Deleted tier temp", nil)
+	waitJS(`String(document.querySelector('#tiers').textContent.includes('Tier temp'))`, "false")
+
 	// The operator: tenants, and the decider with the version it enforces.
 	createTenants(t, api, operatorKey, "shop-", 105)
 	do("sign out", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),

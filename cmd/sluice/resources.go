@@ -201,9 +201,30 @@ var verbs = map[string]verb{
 			fmt.Fprintf(w, "created tier %s (%s), config version %d\n", r.Tier.Name, r.Tier.Id, r.ConfigVersion)
 		})
 	}),
-	"tiers delete": plain("ID", func(s *session, c *http.Client, id string) error {
-		return call(s, sluicev1connect.NewTierServiceClient(c, s.server).DeleteTier, &sluicev1.DeleteTierRequest{TenantId: s.tenant, TierId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteTierResponse) {
-			fmt.Fprintf(w, "deleted tier %s, config version %d\n", id, r.ConfigVersion)
+	"tiers rename": {"TIER", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		name := fs.String("name", "", "the tier's new name (its overrides and the tenant's default follow)")
+		return func(s *session, c *http.Client, tier string) error {
+			if *name == "" {
+				return usageErrorf("-name: the tier's new name")
+			}
+			tiers := sluicev1connect.NewTierServiceClient(c, s.server)
+			id, err := tierIDOf(s, tiers, tier)
+			if err != nil {
+				return err
+			}
+			return call(s, tiers.RenameTier, &sluicev1.RenameTierRequest{TenantId: s.tenant, TierId: id, Name: *name}, func(w *tabwriter.Writer, r *sluicev1.RenameTierResponse) {
+				fmt.Fprintf(w, "renamed tier %s to %s, config version %d\n", tier, *name, r.ConfigVersion)
+			})
+		}
+	}},
+	"tiers delete": plain("TIER", func(s *session, c *http.Client, tier string) error {
+		tiers := sluicev1connect.NewTierServiceClient(c, s.server)
+		id, err := tierIDOf(s, tiers, tier)
+		if err != nil {
+			return err
+		}
+		return call(s, tiers.DeleteTier, &sluicev1.DeleteTierRequest{TenantId: s.tenant, TierId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteTierResponse) {
+			fmt.Fprintf(w, "deleted tier %s, config version %d\n", tier, r.ConfigVersion)
 		})
 	}),
 	"rules list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {

@@ -43,6 +43,19 @@ func TestCLIAgainstDev(t *testing.T) {
 	if tiers.Tiers[0].Name != "pro" {
 		pro = tiers.Tiers[1].ID
 	}
+	// A tier renamed and deleted by name; the default tier cannot be.
+	if out, err = sluice("tiers", "create", "temp"); err != nil {
+		t.Fatalf("tiers create: %v\n%s", err, out)
+	}
+	if out, err = sluice("tiers", "rename", "-name", "scratch", "temp"); err != nil || !strings.Contains(out, "renamed tier temp to scratch") {
+		t.Fatalf("tiers rename: %v\n%s", err, out)
+	}
+	if out, err = sluice("tiers", "delete", "scratch"); err != nil || !strings.Contains(out, "deleted tier scratch") {
+		t.Fatalf("tiers delete by name: %v\n%s", err, out)
+	}
+	if _, err = sluice("tiers", "delete", "free"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("deleting the default tier: %v", err)
+	}
 
 	// Invalid input: a clear, field-level error and the invalid-input exit path.
 	_, err = sluice("rules", "create", "-tier", pro, "-name", "bad", "-limit", "0", "-window", "1m")

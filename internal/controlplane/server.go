@@ -239,6 +239,15 @@ func (s tierServer) DeleteTier(ctx context.Context, req *connect.Request[sluicev
 	return reply(ctx, s.server, &sluicev1.DeleteTierResponse{ConfigVersion: v}, err)
 }
 
+func (s tierServer) RenameTier(ctx context.Context, req *connect.Request[sluicev1.RenameTierRequest]) (*connect.Response[sluicev1.RenameTierResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.RenameTier(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetTierId(), req.Msg.GetName())
+	return reply(ctx, s.server, &sluicev1.RenameTierResponse{ConfigVersion: v}, err)
+}
+
 type ruleServer struct{ *server }
 
 func (s ruleServer) CreateRule(ctx context.Context, req *connect.Request[sluicev1.CreateRuleRequest]) (*connect.Response[sluicev1.CreateRuleResponse], error) {

@@ -376,6 +376,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.tiers.ListTiers, &sluicev1.ListTiersRequest{TenantId: tenantA})
 			return err
 		},
+		"RenameTier": func(k string) error {
+			_, err := call(k, c.tiers.RenameTier, &sluicev1.RenameTierRequest{TenantId: tenantA, TierId: "00000000-0000-0000-0000-000000000000", Name: "gold"})
+			return err
+		},
 		"DeleteTier": func(k string) error {
 			_, err := call(k, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TenantId: tenantA, TierId: "00000000-0000-0000-0000-000000000000"})
 			return err

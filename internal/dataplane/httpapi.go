@@ -373,7 +373,7 @@ func HTTPStatus(c policy.Code) int {
 		return http.StatusBadRequest
 	case policy.CodeNotFound:
 		return http.StatusNotFound
-	case policy.CodeConflict, policy.CodeAborted:
+	case policy.CodeConflict, policy.CodeAborted, policy.CodeFailedPrecondition:
 		return http.StatusConflict
 	case policy.CodeUnauthenticated:
 		return http.StatusUnauthorized

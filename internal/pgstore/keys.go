@@ -169,13 +169,14 @@ func overrideTarget(ctx context.Context, tx pgx.Tx, tenantID string, o *policy.O
 	}
 	if o.RuleID == "" {
 		var ok bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tiers WHERE tenant_id = $1 AND name = $2)`, tenantID, o.Tier).Scan(&ok); err != nil {
-			return translate(err, "override")
-		}
-		if !ok {
+		// A share lock: DeleteTier, which locks the tier to update it,
+		// waits for this override and then sees it (or this waits for the
+		// delete and finds no tier).
+		err := tx.QueryRow(ctx, `SELECT true FROM tiers WHERE tenant_id = $1 AND name = $2 FOR SHARE`, tenantID, o.Tier).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return missing("tier")
 		}
-		return nil
+		return translate(err, "override")
 	}
 	r, err := scanRule(tx.QueryRow(ctx, `SELECT `+ruleColumns+` FROM rules WHERE tenant_id = $1 AND id = $2::uuid`, tenantID, o.RuleID))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,13 +86,25 @@ func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID st
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
 		var name string
 		var isDefault bool
+		// The row lock waits for an override being given this tier (which
+		// takes a share lock of it), so that the count below sees it.
 		err := tx.QueryRow(ctx, `SELECT t.name, t.name = n.default_tier FROM tiers t JOIN tenants n ON n.id = t.tenant_id
-			WHERE t.id = $1 AND t.tenant_id = $2`, tierID, tenantID).Scan(&name, &isDefault)
+			WHERE t.id = $1 AND t.tenant_id = $2 FOR UPDATE OF t`, tierID, tenantID).Scan(&name, &isDefault)
 		if err != nil {
 			return change{}, translate(err, "tier")
 		}
 		if isDefault {
-			return change{}, policy.Errorf(policy.CodeConflict, "tier %s is the tenant's default tier; make another the default first", name)
+			return change{}, policy.Errorf(policy.CodeFailedPrecondition, "tier %s is the tenant's default tier; make another the default first", name)
+		}
+		var moved int
+		var some []string
+		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce((array_agg(identifier ORDER BY identifier))[1:3], '{}')
+			FROM overrides WHERE tenant_id = $1 AND tier_name = $2`, tenantID, name).Scan(&moved, &some); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if moved > 0 {
+			return change{}, policy.Errorf(policy.CodeFailedPrecondition, "tier %s is the tier of %d override(s) (%s): delete them or move their clients first, or their checks would name a tier that is gone",
+				name, moved, strings.Join(some, ", ")+map[bool]string{true: ", …", false: ""}[moved > len(some)])
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tiers WHERE id = $1 AND tenant_id = $2`, tierID, tenantID); err != nil {
 			return change{}, translate(err, "tier")
@@ -100,6 +113,36 @@ func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID st
 			old: policy.Tier{ID: tierID, Name: name}}, nil
 	})
 	return version, err
+}
+
+// RenameTier renames the tier tierID to name, in one config version, and
+// with it the overrides that move clients to it and the tenant's default
+// tier when it is this one, so that nothing names the old name after.
+func (s *Store) RenameTier(ctx context.Context, actor Actor, tenantID, tierID, name string) (int64, error) {
+	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
+		return 0, err
+	}
+	t := policy.Tier{Name: name}
+	if err := t.Validate(); err != nil {
+		return 0, err
+	}
+	return s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		var old string
+		if err := tx.QueryRow(ctx, `SELECT name FROM tiers WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, tierID, tenantID).Scan(&old); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tiers SET name = $3 WHERE id = $1 AND tenant_id = $2`, tierID, tenantID, name); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE overrides SET tier_name = $3 WHERE tenant_id = $1 AND tier_name = $2`, tenantID, old, name); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET default_tier = $3 WHERE id = $1 AND default_tier = $2`, tenantID, old, name); err != nil {
+			return change{}, translate(err, "tier")
+		}
+		return change{tenantID: tenantID, action: "update", resource: "tier", resourceID: tierID,
+			old: policy.Tier{ID: tierID, Name: old}, new: policy.Tier{ID: tierID, Name: name}}, nil
+	})
 }
 
 // matchJSON is the stored form of a rule's match.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,7 +207,7 @@ func TestTiersAndRules(t *testing.T) {
 		t.Fatalf("tiers %+v %v", tiers, err)
 	}
 	_, err = s.DeleteTier(ctx, op, acme.ID, tiers[0].ID)
-	wantCode(t, err, policy.CodeConflict, "")
+	wantCode(t, err, policy.CodeFailedPrecondition, "")
 	if _, err := s.DeleteTier(ctx, op, acme.ID, pro.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -990,4 +991,71 @@ func TestOverrideInheritsParams(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "")
 	_, _, err = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: "odd", RuleID: "0190b1a2-0000-7000-8000-000000000000", Params: &policy.Params{Limit: 5}})
 	wantCode(t, err, policy.CodeInvalid, "rule_id")
+}
+
+// Renaming a tier renames it everywhere in one version: the overrides
+// that move clients to it and the tenant's default. A tier that overrides
+// move clients to cannot be deleted, even by a delete racing the override.
+func TestRenameAndDeleteTierInUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	acme := newTenant(t, s, "acme")
+	tiers, _ := s.ListTiers(ctx, acme.ID)
+	def := tiers[0]
+	pro, _, err := s.CreateTier(ctx, op, acme.ID, "pro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"bigco", "acme-labs", "zeta", "omega"} {
+		if _, _, err := s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: id, Tier: "pro"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.DeleteTier(ctx, op, acme.ID, pro.ID)
+	wantCode(t, err, policy.CodeFailedPrecondition, "")
+	if !strings.Contains(err.Error(), "4 override(s) (acme-labs, bigco, omega, …)") {
+		t.Fatalf("the refusal names the overrides: %v", err)
+	}
+
+	_, before, _ := s.GetTenant(ctx, acme.ID)
+	v, err := s.RenameTier(ctx, op, acme.ID, pro.ID, "gold")
+	if err != nil || v != before+1 {
+		t.Fatalf("rename: v%d (was %d): %v", v, before, err)
+	}
+	if _, err := s.RenameTier(ctx, op, acme.ID, def.ID, "business"); err != nil {
+		t.Fatal(err)
+	}
+	ten, _, _ := s.GetTenant(ctx, acme.ID)
+	ovs, _ := s.ListOverrides(ctx, acme.ID)
+	tiers, _ = s.ListTiers(ctx, acme.ID)
+	if ten.DefaultTier != "business" || len(ovs) != 4 || ovs[0].Tier != "gold" || ovs[3].Tier != "gold" || tiers[0].Name != "business" || tiers[1].Name != "gold" {
+		t.Fatalf("after the renames: default %q, overrides %+v, tiers %+v", ten.DefaultTier, ovs, tiers)
+	}
+	_, err = s.RenameTier(ctx, op, acme.ID, pro.ID, "business")
+	wantCode(t, err, policy.CodeConflict, "")
+	_, err = s.RenameTier(ctx, op, acme.ID, pro.ID, "Not A Slug")
+	wantCode(t, err, policy.CodeInvalid, "name")
+	if audit, _ := s.ListAudit(ctx, acme.ID, 0, 1, pro.ID); len(audit) != 1 || audit[0].Action != "update" || audit[0].Resource != "tier" {
+		t.Fatalf("the rename's audit: %+v", audit)
+	}
+
+	// A delete racing an override to the same tier: one of them loses,
+	// and no override is left naming a tier that is gone.
+	for i := range 20 {
+		tier, _, err := s.CreateTier(ctx, op, acme.ID, fmt.Sprintf("race-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var created, deleted error
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _, created = s.CreateOverride(ctx, op, acme.ID, policy.Override{Identifier: fmt.Sprintf("racer-%d", i), Tier: tier.Name})
+		})
+		wg.Go(func() { _, deleted = s.DeleteTier(ctx, op, acme.ID, tier.ID) })
+		wg.Wait()
+		if (created == nil) == (deleted == nil) {
+			t.Fatalf("round %d: override %v, delete %v: exactly one must win", i, created, deleted)
+		}
+	}
 }

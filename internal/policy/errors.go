@@ -24,9 +24,12 @@ const (
 	// CodeAborted: a change conditioned on a state that no longer holds
 	// (another change came first); read again and retry.
 	CodeAborted
+	// CodeFailedPrecondition: a change refused in the state things are in
+	// (a tier still in use); change that state first.
+	CodeFailedPrecondition
 )
 
-var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted"}
+var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted", "failed_precondition"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {

@@ -13,14 +13,15 @@ import (
 
 // connectCodes maps policy codes to Connect codes, in one place.
 var connectCodes = map[policy.Code]connect.Code{
-	policy.CodeInvalid:           connect.CodeInvalidArgument,
-	policy.CodeNotFound:          connect.CodeNotFound,
-	policy.CodeConflict:          connect.CodeAlreadyExists,
-	policy.CodeUnauthenticated:   connect.CodeUnauthenticated,
-	policy.CodePermissionDenied:  connect.CodePermissionDenied,
-	policy.CodeUnavailable:       connect.CodeUnavailable,
-	policy.CodeResourceExhausted: connect.CodeResourceExhausted,
-	policy.CodeAborted:           connect.CodeAborted,
+	policy.CodeInvalid:            connect.CodeInvalidArgument,
+	policy.CodeNotFound:           connect.CodeNotFound,
+	policy.CodeConflict:           connect.CodeAlreadyExists,
+	policy.CodeUnauthenticated:    connect.CodeUnauthenticated,
+	policy.CodePermissionDenied:   connect.CodePermissionDenied,
+	policy.CodeUnavailable:        connect.CodeUnavailable,
+	policy.CodeResourceExhausted:  connect.CodeResourceExhausted,
+	policy.CodeAborted:            connect.CodeAborted,
+	policy.CodeFailedPrecondition: connect.CodeFailedPrecondition,
 }
 
 // ToConnectError turns err into a Connect error: policy errors with their code,

@@ -167,7 +167,10 @@ async function loadRules() {
     const body = el('tbody');
     rules.forEach((r, i) => body.append(ruleRow(tier, rules, r, i)));
     box.append(el('div', { class: 'card tier', 'data-tier': tier.name },
-      el('h3', {}, `Tier ${tier.name}`),
+      el('div', { class: 'tier-head' }, el('h3', {}, `Tier ${tier.name}`),
+        el('button', { type: 'button', 'aria-label': `Rename tier ${tier.name}`, onclick: (ev) => renameTierForm(ev.target.closest('.tier-head'), tier) }, 'Rename'),
+        confirmButton(`Delete tier ${tier.name}`, `Confirm: delete tier ${tier.name} and its rules`,
+          () => act(() => api('TierService', 'DeleteTier', { tierId: tier.id }), `Deleted tier ${tier.name}`))),
       rules.length ? el('div', { class: 'scroll' }, el('table', {},
         el('thead', {}, el('tr', {}, ...['Rule', 'Algorithm', 'Limit', 'Count per', 'Only for', 'State', ''].map((h) => el('th', {}, h || el('span', { class: 'sr' }, 'Actions'))))),
         body)) : el('p', {}, 'No rules yet.')));
@@ -336,6 +339,46 @@ async function submitRule(ev) {
     showErrors(f, e, $('#rule-error'));
     say(`The rule was not saved: ${e.message}`);
   }
+}
+
+// renameTierForm puts a form for tier's new name in its heading head.
+// Its overrides and the tenant's default tier follow the rename.
+function renameTierForm(head, tier) {
+  const id = `rename-${tier.id}`;
+  const input = el('input', { id, name: 'name', required: '', pattern: '[a-z0-9][a-z0-9-]{0,62}', value: tier.name, 'data-field': 'name' });
+  const form = el('form', { class: 'tier-rename' },
+    el('label', { for: id }, `New name of tier ${tier.name}`), input,
+    el('p', { class: 'field-error', 'data-error-for': 'name' }),
+    el('button', { type: 'submit' }, 'Save name'),
+    el('button', { type: 'button', onclick: () => loadRules() }, 'Cancel'));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    try {
+      await api('TierService', 'RenameTier', { tierId: tier.id, name: input.value });
+      await loadRules();
+      say(`Renamed tier ${tier.name} to ${input.value}`);
+    } catch (e) {
+      showErrors(form, e);
+      say(`The tier was not renamed: ${e.message}`);
+    }
+  });
+  head.replaceChildren(form);
+  input.focus();
+}
+
+// confirmButton is a button that does something that cannot be undone:
+// the first press asks (its text becomes confirm), the second does it.
+function confirmButton(label, confirm, run) {
+  const b = el('button', { type: 'button', class: 'danger', 'aria-label': label }, 'Delete');
+  b.addEventListener('click', () => {
+    if (!b.dataset.armed) {
+      b.dataset.armed = '1';
+      b.textContent = confirm;
+      return;
+    }
+    run();
+  });
+  return b;
 }
 
 async function submitTier(ev) {
@@ -716,15 +759,7 @@ function renderTenants() {
   $('#tenants-table tbody').replaceChildren(...state.tenants.map((x) => {
     const suspended = x.status === 'TENANT_STATUS_SUSPENDED';
     // Deleting removes the tenant's whole configuration: asked twice.
-    const del = el('button', { type: 'button', class: 'danger', 'aria-label': `Delete tenant ${x.slug}` }, 'Delete');
-    del.addEventListener('click', () => {
-      if (!del.dataset.armed) {
-        del.dataset.armed = '1';
-        del.textContent = `Confirm: delete ${x.slug} and all its configuration`;
-        return;
-      }
-      deleteTenant(x);
-    });
+    const del = confirmButton(`Delete tenant ${x.slug}`, `Confirm: delete ${x.slug} and all its configuration`, () => deleteTenant(x));
     return el('tr', {},
       el('td', {}, x.slug), el('td', {}, x.name), el('td', {}, x.defaultTier), el('td', {}, suspended ? 'suspended: checks refused' : 'active'),
       el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,

@@ -1372,6 +1372,110 @@ func (x *ListTiersResponse) GetTiers() []*Tier {
 	return nil
 }
 
+type RenameTierRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	TierId        string                 `protobuf:"bytes,2,opt,name=tier_id,json=tierId,proto3" json:"tier_id,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameTierRequest) Reset() {
+	*x = RenameTierRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameTierRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameTierRequest) ProtoMessage() {}
+
+func (x *RenameTierRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameTierRequest.ProtoReflect.Descriptor instead.
+func (*RenameTierRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RenameTierRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RenameTierRequest) GetTierId() string {
+	if x != nil {
+		return x.TierId
+	}
+	return ""
+}
+
+func (x *RenameTierRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RenameTierResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConfigVersion int64                  `protobuf:"varint,1,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameTierResponse) Reset() {
+	*x = RenameTierResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameTierResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameTierResponse) ProtoMessage() {}
+
+func (x *RenameTierResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameTierResponse.ProtoReflect.Descriptor instead.
+func (*RenameTierResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RenameTierResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
 type DeleteTierRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
@@ -1382,7 +1486,7 @@ type DeleteTierRequest struct {
 
 func (x *DeleteTierRequest) Reset() {
 	*x = DeleteTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1498,7 @@ func (x *DeleteTierRequest) String() string {
 func (*DeleteTierRequest) ProtoMessage() {}
 
 func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1511,7 @@ func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteTierRequest) GetTenantId() string {
@@ -1433,7 +1537,7 @@ type DeleteTierResponse struct {
 
 func (x *DeleteTierResponse) Reset() {
 	*x = DeleteTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1549,7 @@ func (x *DeleteTierResponse) String() string {
 func (*DeleteTierResponse) ProtoMessage() {}
 
 func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1562,7 @@ func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteTierResponse) GetConfigVersion() int64 {
@@ -1479,7 +1583,7 @@ type CreateRuleRequest struct {
 
 func (x *CreateRuleRequest) Reset() {
 	*x = CreateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1595,7 @@ func (x *CreateRuleRequest) String() string {
 func (*CreateRuleRequest) ProtoMessage() {}
 
 func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1608,7 @@ func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateRuleRequest) GetTenantId() string {
@@ -1538,7 +1642,7 @@ type CreateRuleResponse struct {
 
 func (x *CreateRuleResponse) Reset() {
 	*x = CreateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1654,7 @@ func (x *CreateRuleResponse) String() string {
 func (*CreateRuleResponse) ProtoMessage() {}
 
 func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1667,7 @@ func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleResponse.ProtoReflect.Descriptor instead.
 func (*CreateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateRuleResponse) GetRule() *Rule {
@@ -1590,7 +1694,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1706,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1719,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListRulesRequest) GetTenantId() string {
@@ -1641,7 +1745,7 @@ type ListRulesResponse struct {
 
 func (x *ListRulesResponse) Reset() {
 	*x = ListRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1757,7 @@ func (x *ListRulesResponse) String() string {
 func (*ListRulesResponse) ProtoMessage() {}
 
 func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1770,7 @@ func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListRulesResponse) GetRules() []*Rule {
@@ -1686,7 +1790,7 @@ type UpdateRuleRequest struct {
 
 func (x *UpdateRuleRequest) Reset() {
 	*x = UpdateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1802,7 @@ func (x *UpdateRuleRequest) String() string {
 func (*UpdateRuleRequest) ProtoMessage() {}
 
 func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1815,7 @@ func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateRuleRequest) GetTenantId() string {
@@ -1737,7 +1841,7 @@ type UpdateRuleResponse struct {
 
 func (x *UpdateRuleResponse) Reset() {
 	*x = UpdateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1853,7 @@ func (x *UpdateRuleResponse) String() string {
 func (*UpdateRuleResponse) ProtoMessage() {}
 
 func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1866,7 @@ func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleResponse.ProtoReflect.Descriptor instead.
 func (*UpdateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateRuleResponse) GetConfigVersion() int64 {
@@ -1782,7 +1886,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1898,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1911,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteRuleRequest) GetTenantId() string {
@@ -1833,7 +1937,7 @@ type DeleteRuleResponse struct {
 
 func (x *DeleteRuleResponse) Reset() {
 	*x = DeleteRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1949,7 @@ func (x *DeleteRuleResponse) String() string {
 func (*DeleteRuleResponse) ProtoMessage() {}
 
 func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1962,7 @@ func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteRuleResponse) GetConfigVersion() int64 {
@@ -1879,7 +1983,7 @@ type ReorderRulesRequest struct {
 
 func (x *ReorderRulesRequest) Reset() {
 	*x = ReorderRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1995,7 @@ func (x *ReorderRulesRequest) String() string {
 func (*ReorderRulesRequest) ProtoMessage() {}
 
 func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2008,7 @@ func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesRequest.ProtoReflect.Descriptor instead.
 func (*ReorderRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReorderRulesRequest) GetTenantId() string {
@@ -1937,7 +2041,7 @@ type ReorderRulesResponse struct {
 
 func (x *ReorderRulesResponse) Reset() {
 	*x = ReorderRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2053,7 @@ func (x *ReorderRulesResponse) String() string {
 func (*ReorderRulesResponse) ProtoMessage() {}
 
 func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2066,7 @@ func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesResponse.ProtoReflect.Descriptor instead.
 func (*ReorderRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReorderRulesResponse) GetConfigVersion() int64 {
@@ -1991,7 +2095,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2107,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2120,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ApiKey) GetId() string {
@@ -2089,7 +2193,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2205,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2218,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateKeyRequest) GetTenantId() string {
@@ -2156,7 +2260,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2272,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2285,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -2214,7 +2318,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2330,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2343,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -2282,7 +2386,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2398,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2411,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -2334,7 +2438,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2450,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2463,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RevokeKeyRequest) GetTenantId() string {
@@ -2385,7 +2489,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2501,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2514,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RevokeKeyResponse) GetConfigVersion() int64 {
@@ -2451,7 +2555,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2567,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2580,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Override) GetId() string {
@@ -2552,7 +2656,7 @@ type UpdateOverrideRequest struct {
 
 func (x *UpdateOverrideRequest) Reset() {
 	*x = UpdateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2668,7 @@ func (x *UpdateOverrideRequest) String() string {
 func (*UpdateOverrideRequest) ProtoMessage() {}
 
 func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2681,7 @@ func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UpdateOverrideRequest) GetTenantId() string {
@@ -2603,7 +2707,7 @@ type UpdateOverrideResponse struct {
 
 func (x *UpdateOverrideResponse) Reset() {
 	*x = UpdateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2719,7 @@ func (x *UpdateOverrideResponse) String() string {
 func (*UpdateOverrideResponse) ProtoMessage() {}
 
 func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2732,7 @@ func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UpdateOverrideResponse) GetConfigVersion() int64 {
@@ -2648,7 +2752,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2764,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2777,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2700,7 +2804,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2816,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2829,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2760,7 +2864,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2876,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2889,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -2827,7 +2931,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +2943,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +2956,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2879,7 +2983,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +2995,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3008,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -2930,7 +3034,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3046,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3059,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -2991,7 +3095,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3107,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3120,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3109,7 +3213,7 @@ type AuditChange struct {
 
 func (x *AuditChange) Reset() {
 	*x = AuditChange{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3225,7 @@ func (x *AuditChange) String() string {
 func (*AuditChange) ProtoMessage() {}
 
 func (x *AuditChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3238,7 @@ func (x *AuditChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditChange.ProtoReflect.Descriptor instead.
 func (*AuditChange) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditChange) GetField() string {
@@ -3174,7 +3278,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3290,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3303,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -3239,7 +3343,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3355,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3368,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3286,7 +3390,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3402,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3415,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Decider) GetName() string {
@@ -3343,7 +3447,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3459,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3472,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 type ListDecidersResponse struct {
@@ -3381,7 +3485,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3497,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3510,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3495,7 +3599,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x10ListTiersRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\":\n" +
 	"\x11ListTiersResponse\x12%\n" +
-	"\x05tiers\x18\x01 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\"I\n" +
+	"\x05tiers\x18\x01 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\"]\n" +
+	"\x11RenameTierRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
+	"\atier_id\x18\x02 \x01(\tR\x06tierId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\";\n" +
+	"\x12RenameTierResponse\x12%\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"I\n" +
 	"\x11DeleteTierRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x17\n" +
 	"\atier_id\x18\x02 \x01(\tR\x06tierId\";\n" +
@@ -3659,11 +3769,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x11TenantFileService\x12Z\n" +
 	"\x0fApplyTenantFile\x12!.sluice.v1.ApplyTenantFileRequest\x1a\".sluice.v1.ApplyTenantFileResponse\"\x00\x12]\n" +
 	"\x10ApplyTenantFiles\x12\".sluice.v1.ApplyTenantFilesRequest\x1a#.sluice.v1.ApplyTenantFilesResponse\"\x00\x12]\n" +
-	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x002\xf1\x01\n" +
+	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x002\xbe\x02\n" +
 	"\vTierService\x12K\n" +
 	"\n" +
 	"CreateTier\x12\x1c.sluice.v1.CreateTierRequest\x1a\x1d.sluice.v1.CreateTierResponse\"\x00\x12H\n" +
 	"\tListTiers\x12\x1b.sluice.v1.ListTiersRequest\x1a\x1c.sluice.v1.ListTiersResponse\"\x00\x12K\n" +
+	"\n" +
+	"RenameTier\x12\x1c.sluice.v1.RenameTierRequest\x1a\x1d.sluice.v1.RenameTierResponse\"\x00\x12K\n" +
 	"\n" +
 	"DeleteTier\x12\x1c.sluice.v1.DeleteTierRequest\x1a\x1d.sluice.v1.DeleteTierResponse\"\x002\x91\x03\n" +
 	"\vRuleService\x12K\n" +
@@ -3703,7 +3815,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -3730,45 +3842,47 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*CreateTierResponse)(nil),       // 22: sluice.v1.CreateTierResponse
 	(*ListTiersRequest)(nil),         // 23: sluice.v1.ListTiersRequest
 	(*ListTiersResponse)(nil),        // 24: sluice.v1.ListTiersResponse
-	(*DeleteTierRequest)(nil),        // 25: sluice.v1.DeleteTierRequest
-	(*DeleteTierResponse)(nil),       // 26: sluice.v1.DeleteTierResponse
-	(*CreateRuleRequest)(nil),        // 27: sluice.v1.CreateRuleRequest
-	(*CreateRuleResponse)(nil),       // 28: sluice.v1.CreateRuleResponse
-	(*ListRulesRequest)(nil),         // 29: sluice.v1.ListRulesRequest
-	(*ListRulesResponse)(nil),        // 30: sluice.v1.ListRulesResponse
-	(*UpdateRuleRequest)(nil),        // 31: sluice.v1.UpdateRuleRequest
-	(*UpdateRuleResponse)(nil),       // 32: sluice.v1.UpdateRuleResponse
-	(*DeleteRuleRequest)(nil),        // 33: sluice.v1.DeleteRuleRequest
-	(*DeleteRuleResponse)(nil),       // 34: sluice.v1.DeleteRuleResponse
-	(*ReorderRulesRequest)(nil),      // 35: sluice.v1.ReorderRulesRequest
-	(*ReorderRulesResponse)(nil),     // 36: sluice.v1.ReorderRulesResponse
-	(*ApiKey)(nil),                   // 37: sluice.v1.ApiKey
-	(*CreateKeyRequest)(nil),         // 38: sluice.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 39: sluice.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 40: sluice.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 41: sluice.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 42: sluice.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 43: sluice.v1.RevokeKeyResponse
-	(*Override)(nil),                 // 44: sluice.v1.Override
-	(*UpdateOverrideRequest)(nil),    // 45: sluice.v1.UpdateOverrideRequest
-	(*UpdateOverrideResponse)(nil),   // 46: sluice.v1.UpdateOverrideResponse
-	(*CreateOverrideRequest)(nil),    // 47: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil),   // 48: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),     // 49: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 50: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 51: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 52: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),               // 53: sluice.v1.AuditEntry
-	(*AuditChange)(nil),              // 54: sluice.v1.AuditChange
-	(*ListAuditRequest)(nil),         // 55: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 56: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 57: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 58: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 59: sluice.v1.ListDecidersResponse
-	nil,                              // 60: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 61: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
-	(*LimitParams)(nil),              // 63: sluice.v1.LimitParams
+	(*RenameTierRequest)(nil),        // 25: sluice.v1.RenameTierRequest
+	(*RenameTierResponse)(nil),       // 26: sluice.v1.RenameTierResponse
+	(*DeleteTierRequest)(nil),        // 27: sluice.v1.DeleteTierRequest
+	(*DeleteTierResponse)(nil),       // 28: sluice.v1.DeleteTierResponse
+	(*CreateRuleRequest)(nil),        // 29: sluice.v1.CreateRuleRequest
+	(*CreateRuleResponse)(nil),       // 30: sluice.v1.CreateRuleResponse
+	(*ListRulesRequest)(nil),         // 31: sluice.v1.ListRulesRequest
+	(*ListRulesResponse)(nil),        // 32: sluice.v1.ListRulesResponse
+	(*UpdateRuleRequest)(nil),        // 33: sluice.v1.UpdateRuleRequest
+	(*UpdateRuleResponse)(nil),       // 34: sluice.v1.UpdateRuleResponse
+	(*DeleteRuleRequest)(nil),        // 35: sluice.v1.DeleteRuleRequest
+	(*DeleteRuleResponse)(nil),       // 36: sluice.v1.DeleteRuleResponse
+	(*ReorderRulesRequest)(nil),      // 37: sluice.v1.ReorderRulesRequest
+	(*ReorderRulesResponse)(nil),     // 38: sluice.v1.ReorderRulesResponse
+	(*ApiKey)(nil),                   // 39: sluice.v1.ApiKey
+	(*CreateKeyRequest)(nil),         // 40: sluice.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 41: sluice.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 42: sluice.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 43: sluice.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 44: sluice.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 45: sluice.v1.RevokeKeyResponse
+	(*Override)(nil),                 // 46: sluice.v1.Override
+	(*UpdateOverrideRequest)(nil),    // 47: sluice.v1.UpdateOverrideRequest
+	(*UpdateOverrideResponse)(nil),   // 48: sluice.v1.UpdateOverrideResponse
+	(*CreateOverrideRequest)(nil),    // 49: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 50: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 51: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 52: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 53: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 54: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 55: sluice.v1.AuditEntry
+	(*AuditChange)(nil),              // 56: sluice.v1.AuditChange
+	(*ListAuditRequest)(nil),         // 57: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 58: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 59: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 60: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 61: sluice.v1.ListDecidersResponse
+	nil,                              // 62: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 63: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
+	(*LimitParams)(nil),              // 65: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -3779,34 +3893,34 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
 	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
 	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	61, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	63, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	61, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	61, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	61, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	61, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	63, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	63, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	63, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	63, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	62, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	62, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	62, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	62, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	64, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	64, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	64, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	64, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	62, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	37, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	63, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	62, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	44, // 26: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
-	44, // 27: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	44, // 28: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	44, // 29: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	62, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	54, // 31: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
-	53, // 32: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	62, // 33: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	60, // 34: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	57, // 35: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	64, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	39, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
+	65, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	64, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	46, // 26: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
+	46, // 27: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	46, // 28: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	46, // 29: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	64, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	56, // 31: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
+	55, // 32: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	64, // 33: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	62, // 34: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	59, // 35: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
 	3,  // 36: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
 	5,  // 37: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
 	7,  // 38: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
@@ -3817,48 +3931,50 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	18, // 43: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
 	21, // 44: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
 	23, // 45: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 46: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	27, // 47: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	29, // 48: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	31, // 49: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	33, // 50: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	35, // 51: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	38, // 52: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	40, // 53: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	42, // 54: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	47, // 55: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	49, // 56: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	45, // 57: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
-	51, // 58: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	55, // 59: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	58, // 60: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 61: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 62: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 63: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 64: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 65: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 66: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 67: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 68: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 69: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 70: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 71: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	28, // 72: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	30, // 73: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	32, // 74: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	34, // 75: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	36, // 76: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	39, // 77: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	41, // 78: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	43, // 79: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	48, // 80: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	50, // 81: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	46, // 82: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
-	52, // 83: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	56, // 84: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	59, // 85: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	61, // [61:86] is the sub-list for method output_type
-	36, // [36:61] is the sub-list for method input_type
+	25, // 46: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
+	27, // 47: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	29, // 48: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	31, // 49: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	33, // 50: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	35, // 51: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	37, // 52: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	40, // 53: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	42, // 54: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	44, // 55: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	49, // 56: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	51, // 57: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	47, // 58: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	53, // 59: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	57, // 60: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	60, // 61: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 62: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 63: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 64: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 65: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 66: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 67: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 68: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 69: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 70: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 71: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 72: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
+	28, // 73: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	30, // 74: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	32, // 75: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	34, // 76: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	36, // 77: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	38, // 78: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	41, // 79: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	43, // 80: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	45, // 81: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	50, // 82: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	52, // 83: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	48, // 84: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	54, // 85: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	58, // 86: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	61, // 87: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	62, // [62:88] is the sub-list for method output_type
+	36, // [36:62] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -3876,7 +3992,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

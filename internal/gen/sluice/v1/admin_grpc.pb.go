@@ -497,6 +497,7 @@ var TenantFileService_ServiceDesc = grpc.ServiceDesc{
 const (
 	TierService_CreateTier_FullMethodName = "/sluice.v1.TierService/CreateTier"
 	TierService_ListTiers_FullMethodName  = "/sluice.v1.TierService/ListTiers"
+	TierService_RenameTier_FullMethodName = "/sluice.v1.TierService/RenameTier"
 	TierService_DeleteTier_FullMethodName = "/sluice.v1.TierService/DeleteTier"
 )
 
@@ -506,6 +507,13 @@ const (
 type TierServiceClient interface {
 	CreateTier(ctx context.Context, in *CreateTierRequest, opts ...grpc.CallOption) (*CreateTierResponse, error)
 	ListTiers(ctx context.Context, in *ListTiersRequest, opts ...grpc.CallOption) (*ListTiersResponse, error)
+	// RenameTier renames a tier, and with it the overrides that move clients
+	// to it and the tenant's default tier when it is this one, in one config
+	// version. Checks that name the tier themselves must use the new name.
+	RenameTier(ctx context.Context, in *RenameTierRequest, opts ...grpc.CallOption) (*RenameTierResponse, error)
+	// DeleteTier deletes a tier and its rules. It is refused,
+	// FAILED_PRECONDITION, while the tier is the tenant's default or an
+	// override moves clients to it.
 	DeleteTier(ctx context.Context, in *DeleteTierRequest, opts ...grpc.CallOption) (*DeleteTierResponse, error)
 }
 
@@ -537,6 +545,16 @@ func (c *tierServiceClient) ListTiers(ctx context.Context, in *ListTiersRequest,
 	return out, nil
 }
 
+func (c *tierServiceClient) RenameTier(ctx context.Context, in *RenameTierRequest, opts ...grpc.CallOption) (*RenameTierResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenameTierResponse)
+	err := c.cc.Invoke(ctx, TierService_RenameTier_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *tierServiceClient) DeleteTier(ctx context.Context, in *DeleteTierRequest, opts ...grpc.CallOption) (*DeleteTierResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteTierResponse)
@@ -553,6 +571,13 @@ func (c *tierServiceClient) DeleteTier(ctx context.Context, in *DeleteTierReques
 type TierServiceServer interface {
 	CreateTier(context.Context, *CreateTierRequest) (*CreateTierResponse, error)
 	ListTiers(context.Context, *ListTiersRequest) (*ListTiersResponse, error)
+	// RenameTier renames a tier, and with it the overrides that move clients
+	// to it and the tenant's default tier when it is this one, in one config
+	// version. Checks that name the tier themselves must use the new name.
+	RenameTier(context.Context, *RenameTierRequest) (*RenameTierResponse, error)
+	// DeleteTier deletes a tier and its rules. It is refused,
+	// FAILED_PRECONDITION, while the tier is the tenant's default or an
+	// override moves clients to it.
 	DeleteTier(context.Context, *DeleteTierRequest) (*DeleteTierResponse, error)
 	mustEmbedUnimplementedTierServiceServer()
 }
@@ -569,6 +594,9 @@ func (UnimplementedTierServiceServer) CreateTier(context.Context, *CreateTierReq
 }
 func (UnimplementedTierServiceServer) ListTiers(context.Context, *ListTiersRequest) (*ListTiersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTiers not implemented")
+}
+func (UnimplementedTierServiceServer) RenameTier(context.Context, *RenameTierRequest) (*RenameTierResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenameTier not implemented")
 }
 func (UnimplementedTierServiceServer) DeleteTier(context.Context, *DeleteTierRequest) (*DeleteTierResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteTier not implemented")
@@ -630,6 +658,24 @@ func _TierService_ListTiers_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TierService_RenameTier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameTierRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TierServiceServer).RenameTier(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TierService_RenameTier_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TierServiceServer).RenameTier(ctx, req.(*RenameTierRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TierService_DeleteTier_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DeleteTierRequest)
 	if err := dec(in); err != nil {
@@ -662,6 +708,10 @@ var TierService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListTiers",
 			Handler:    _TierService_ListTiers_Handler,
+		},
+		{
+			MethodName: "RenameTier",
+			Handler:    _TierService_RenameTier_Handler,
 		},
 		{
 			MethodName: "DeleteTier",

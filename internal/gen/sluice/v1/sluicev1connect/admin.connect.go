@@ -74,6 +74,8 @@ const (
 	TierServiceCreateTierProcedure = "/sluice.v1.TierService/CreateTier"
 	// TierServiceListTiersProcedure is the fully-qualified name of the TierService's ListTiers RPC.
 	TierServiceListTiersProcedure = "/sluice.v1.TierService/ListTiers"
+	// TierServiceRenameTierProcedure is the fully-qualified name of the TierService's RenameTier RPC.
+	TierServiceRenameTierProcedure = "/sluice.v1.TierService/RenameTier"
 	// TierServiceDeleteTierProcedure is the fully-qualified name of the TierService's DeleteTier RPC.
 	TierServiceDeleteTierProcedure = "/sluice.v1.TierService/DeleteTier"
 	// RuleServiceCreateRuleProcedure is the fully-qualified name of the RuleService's CreateRule RPC.
@@ -440,6 +442,13 @@ func (UnimplementedTenantFileServiceHandler) ExportTenantFile(context.Context, *
 type TierServiceClient interface {
 	CreateTier(context.Context, *connect.Request[v1.CreateTierRequest]) (*connect.Response[v1.CreateTierResponse], error)
 	ListTiers(context.Context, *connect.Request[v1.ListTiersRequest]) (*connect.Response[v1.ListTiersResponse], error)
+	// RenameTier renames a tier, and with it the overrides that move clients
+	// to it and the tenant's default tier when it is this one, in one config
+	// version. Checks that name the tier themselves must use the new name.
+	RenameTier(context.Context, *connect.Request[v1.RenameTierRequest]) (*connect.Response[v1.RenameTierResponse], error)
+	// DeleteTier deletes a tier and its rules. It is refused,
+	// FAILED_PRECONDITION, while the tier is the tenant's default or an
+	// override moves clients to it.
 	DeleteTier(context.Context, *connect.Request[v1.DeleteTierRequest]) (*connect.Response[v1.DeleteTierResponse], error)
 }
 
@@ -466,6 +475,12 @@ func NewTierServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(tierServiceMethods.ByName("ListTiers")),
 			connect.WithClientOptions(opts...),
 		),
+		renameTier: connect.NewClient[v1.RenameTierRequest, v1.RenameTierResponse](
+			httpClient,
+			baseURL+TierServiceRenameTierProcedure,
+			connect.WithSchema(tierServiceMethods.ByName("RenameTier")),
+			connect.WithClientOptions(opts...),
+		),
 		deleteTier: connect.NewClient[v1.DeleteTierRequest, v1.DeleteTierResponse](
 			httpClient,
 			baseURL+TierServiceDeleteTierProcedure,
@@ -479,6 +494,7 @@ func NewTierServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 type tierServiceClient struct {
 	createTier *connect.Client[v1.CreateTierRequest, v1.CreateTierResponse]
 	listTiers  *connect.Client[v1.ListTiersRequest, v1.ListTiersResponse]
+	renameTier *connect.Client[v1.RenameTierRequest, v1.RenameTierResponse]
 	deleteTier *connect.Client[v1.DeleteTierRequest, v1.DeleteTierResponse]
 }
 
@@ -492,6 +508,11 @@ func (c *tierServiceClient) ListTiers(ctx context.Context, req *connect.Request[
 	return c.listTiers.CallUnary(ctx, req)
 }
 
+// RenameTier calls sluice.v1.TierService.RenameTier.
+func (c *tierServiceClient) RenameTier(ctx context.Context, req *connect.Request[v1.RenameTierRequest]) (*connect.Response[v1.RenameTierResponse], error) {
+	return c.renameTier.CallUnary(ctx, req)
+}
+
 // DeleteTier calls sluice.v1.TierService.DeleteTier.
 func (c *tierServiceClient) DeleteTier(ctx context.Context, req *connect.Request[v1.DeleteTierRequest]) (*connect.Response[v1.DeleteTierResponse], error) {
 	return c.deleteTier.CallUnary(ctx, req)
@@ -501,6 +522,13 @@ func (c *tierServiceClient) DeleteTier(ctx context.Context, req *connect.Request
 type TierServiceHandler interface {
 	CreateTier(context.Context, *connect.Request[v1.CreateTierRequest]) (*connect.Response[v1.CreateTierResponse], error)
 	ListTiers(context.Context, *connect.Request[v1.ListTiersRequest]) (*connect.Response[v1.ListTiersResponse], error)
+	// RenameTier renames a tier, and with it the overrides that move clients
+	// to it and the tenant's default tier when it is this one, in one config
+	// version. Checks that name the tier themselves must use the new name.
+	RenameTier(context.Context, *connect.Request[v1.RenameTierRequest]) (*connect.Response[v1.RenameTierResponse], error)
+	// DeleteTier deletes a tier and its rules. It is refused,
+	// FAILED_PRECONDITION, while the tier is the tenant's default or an
+	// override moves clients to it.
 	DeleteTier(context.Context, *connect.Request[v1.DeleteTierRequest]) (*connect.Response[v1.DeleteTierResponse], error)
 }
 
@@ -523,6 +551,12 @@ func NewTierServiceHandler(svc TierServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(tierServiceMethods.ByName("ListTiers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	tierServiceRenameTierHandler := connect.NewUnaryHandler(
+		TierServiceRenameTierProcedure,
+		svc.RenameTier,
+		connect.WithSchema(tierServiceMethods.ByName("RenameTier")),
+		connect.WithHandlerOptions(opts...),
+	)
 	tierServiceDeleteTierHandler := connect.NewUnaryHandler(
 		TierServiceDeleteTierProcedure,
 		svc.DeleteTier,
@@ -535,6 +569,8 @@ func NewTierServiceHandler(svc TierServiceHandler, opts ...connect.HandlerOption
 			tierServiceCreateTierHandler.ServeHTTP(w, r)
 		case TierServiceListTiersProcedure:
 			tierServiceListTiersHandler.ServeHTTP(w, r)
+		case TierServiceRenameTierProcedure:
+			tierServiceRenameTierHandler.ServeHTTP(w, r)
 		case TierServiceDeleteTierProcedure:
 			tierServiceDeleteTierHandler.ServeHTTP(w, r)
 		default:
@@ -552,6 +588,10 @@ func (UnimplementedTierServiceHandler) CreateTier(context.Context, *connect.Requ
 
 func (UnimplementedTierServiceHandler) ListTiers(context.Context, *connect.Request[v1.ListTiersRequest]) (*connect.Response[v1.ListTiersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TierService.ListTiers is not implemented"))
+}
+
+func (UnimplementedTierServiceHandler) RenameTier(context.Context, *connect.Request[v1.RenameTierRequest]) (*connect.Response[v1.RenameTierResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TierService.RenameTier is not implemented"))
 }
 
 func (UnimplementedTierServiceHandler) DeleteTier(context.Context, *connect.Request[v1.DeleteTierRequest]) (*connect.Response[v1.DeleteTierResponse], error) {
