@@ -84,16 +84,19 @@ func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID st
 		return 0, err
 	}
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
-		var name string
-		var isDefault bool
-		// The row lock waits for an override being given this tier (which
-		// takes a share lock of it), so that the count below sees it.
-		err := tx.QueryRow(ctx, `SELECT t.name, t.name = n.default_tier FROM tiers t JOIN tenants n ON n.id = t.tenant_id
-			WHERE t.id = $1 AND t.tenant_id = $2 FOR UPDATE OF t`, tierID, tenantID).Scan(&name, &isDefault)
+		// Locks, the tier's then the tenant's (the order of every change:
+		// the version bump locks the tenant last): an override being given
+		// this tier holds a share lock of it, and UpdateTenant the tenant's,
+		// so that what is read below is what they committed.
+		var name, defaultTier string
+		err := tx.QueryRow(ctx, `SELECT name FROM tiers WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, tierID, tenantID).Scan(&name)
 		if err != nil {
 			return change{}, translate(err, "tier")
 		}
-		if isDefault {
+		if err := tx.QueryRow(ctx, `SELECT default_tier FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&defaultTier); err != nil {
+			return change{}, translate(err, "tenant")
+		}
+		if name == defaultTier {
 			return change{}, policy.Errorf(policy.CodeFailedPrecondition, "tier %s is the tenant's default tier; make another the default first", name)
 		}
 		var moved int

@@ -1057,5 +1057,25 @@ func TestRenameAndDeleteTierInUse(t *testing.T) {
 		if (created == nil) == (deleted == nil) {
 			t.Fatalf("round %d: override %v, delete %v: exactly one must win", i, created, deleted)
 		}
+		// The same with the tier made the tenant's default.
+		tier, _, err = s.CreateTier(ctx, op, acme.ID, fmt.Sprintf("default-race-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var updated error
+		wg.Go(func() {
+			ten, _, err := s.GetTenant(ctx, acme.ID)
+			if err != nil {
+				updated = err
+				return
+			}
+			ten.DefaultTier = tier.Name
+			_, updated = s.UpdateTenant(ctx, op, ten, "")
+		})
+		wg.Go(func() { _, deleted = s.DeleteTier(ctx, op, acme.ID, tier.ID) })
+		wg.Wait()
+		if (updated == nil) == (deleted == nil) {
+			t.Fatalf("round %d: default tier %v, delete %v: exactly one must win", i, updated, deleted)
+		}
 	}
 }
