@@ -323,6 +323,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		p.GetLimit() != 500 || p.GetBurst() != 100 || p.GetWindow().AsDuration() != time.Minute {
 		t.Fatalf("partner's halved limit: %v", p)
 	}
+	// A burst of its own, given in the form: kept as given.
+	do("edit partner's override again", chromedp.Click(`#overrides-table button[aria-label="Edit the override of partner"]`))
+	if got := eval(`document.querySelector('#ov-burst').placeholder`); got != "now 100" {
+		t.Fatalf("the burst field's placeholder: %q", got)
+	}
+	do("partner's own burst", chromedp.SetValue("#ov-burst", "7"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Saved the override of partner", nil)
+	waitText("#overrides-table", "500 per 1m, burst 7 (token bucket)", nil)
+	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetLimit() != 500 || p.GetBurst() != 7 {
+		t.Fatalf("partner's own burst: %v", p)
+	}
 	// Many overrides come a page at a time, and a client's is found by the
 	// prefix of its id.
 	blockMany(t, api, adminKey, "bulk-", 120)

@@ -179,10 +179,15 @@ async function loadRules() {
   $('#try-decider').value ||= localStorage.getItem('sluice-decider') || location.origin;
 }
 
+// limitText says what parameters p allow: "100 per 1m, burst 20", "1000
+// per calendar month".
+function limitText(p) {
+  const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() : p.window ? ' per ' + fmtDur(p.window) : '';
+  return `${p.limit || 0}${per}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
+}
+
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
-  const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() : p.window ? ' per ' + fmtDur(p.window) : '';
-  const limitText = `${p.limit || 0}${per}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
   const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', (r.replaces || []).length ? `replaces ${r.replaces.join(', ')}` : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
@@ -197,14 +202,9 @@ function ruleRow(tier, rules, r, i) {
     block.dataset.armed = '1';
     block.textContent = 'Confirm block';
   });
-  const del = el('button', { type: 'button', class: 'danger' }, 'Delete');
-  del.addEventListener('click', () => {
-    if (del.dataset.armed) return act(() => api('RuleService', 'DeleteRule', { ruleId: r.id }), `Deleted ${r.name}`);
-    del.dataset.armed = '1';
-    del.textContent = 'Confirm delete';
-  });
+  const del = confirmButton(`Delete rule ${r.name}`, 'Confirm delete', () => act(() => api('RuleService', 'DeleteRule', { ruleId: r.id }), `Deleted ${r.name}`));
   return el('tr', { 'data-rule': r.name },
-    el('td', {}, r.name), el('td', {}, algName(p.algorithm)), el('td', {}, limitText),
+    el('td', {}, r.name), el('td', {}, algName(p.algorithm)), el('td', {}, limitText(p)),
     el('td', {}, (r.keyBy || []).join(', ') || 'everyone'),
     el('td', {}, (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ') || 'all requests'),
     el('td', {}, flags),
@@ -472,7 +472,7 @@ async function loadOverrides(fresh) {
   const ruleName = (id) => (state.rules.find((r) => r.id === id) || {}).name || id || '–';
   $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
     el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
-    el('td', {}, o.params ? o.params.limit : '–'), el('td', {}, o.params ? fmtDur(o.params.window) : '–'), el('td', {}, fmtTime(o.expiresAt)),
+    el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtTime(o.expiresAt)),
     el('td', { class: 'actions' },
       el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
       el('button', { type: 'button', 'aria-label': `History of the override of ${o.identifier}`, onclick: () => history(o.id, `the override of ${o.identifier}`) }, 'History'),
@@ -494,6 +494,8 @@ function editOverride(o) {
   f.block.checked = !!o.block;
   // A calendar window has no window to show: left blank, it is kept.
   if (o.params) { f.limit.value = o.params.limit || 0; f.window.value = o.params.window ? fmtDur(o.params.window) : ''; }
+  // Left empty, the burst follows the limit from what it is now.
+  f.burst.placeholder = o.params && +o.params.burst > 0 ? `now ${o.params.burst}` : '';
   state.ovExpiresAt = o.expiresAt || '';
   $('#ov-expires-help').hidden = false;
   $('#ov-form-title').textContent = `Edit the override of ${o.identifier}`;
@@ -505,6 +507,7 @@ function editOverride(o) {
 function resetOverrideForm() {
   const f = $('#override-form');
   f.reset();
+  f.burst.placeholder = '';
   f.id.value = '';
   f.etag.value = '';
   state.ovExpiresAt = '';
@@ -535,7 +538,7 @@ async function submitOverride(ev) {
     // the form does not show (the algorithm and its settings, a calendar
     // window, a burst in proportion to the limit) from the override's own
     // parameters, or the rule's for a new one or one moved to another rule.
-    o.params = { limit: f.limit.value || undefined, window: dur(f.window.value) };
+    o.params = { limit: f.limit.value || undefined, window: dur(f.window.value), burst: f.burst.value || undefined };
   }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;
