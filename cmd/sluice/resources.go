@@ -24,7 +24,6 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // errRejected marks a check that was rejected (exit code 4).
@@ -100,7 +99,8 @@ func plain(arg string, run func(s *session, c *http.Client, arg string) error) v
 var verbNotes = map[string]string{
 	"tenants update":   "It changes what the flags given say and keeps the rest, as it finds them when it writes.",
 	"rules update":     "It changes what the flags given say and keeps the rest, as it finds them when it writes\n(the defaults below are create's).",
-	"overrides update": "It changes what the flags given say and keeps the rest, as it finds them when it writes,\nin one config version: the client is never without its override meanwhile.",
+	"overrides update": "It changes what the flags given say and keeps the rest, as it finds them when it writes,\nin one config version: the client is never without its override meanwhile. Parameters without\n-algorithm change the override's own (a burst following -limit unless -burst is given); with it,\nthe flags given are the parameters, whole.",
+	"overrides create": "With -rule, parameters without -algorithm change the rule's (a burst following -limit\nunless -burst is given); with it, the flags given are the parameters, whole.",
 }
 
 // edit runs a read-modify-write whose write carries the etag of its read,
@@ -307,11 +307,8 @@ var verbs = map[string]verb{
 				o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
 			}
 			if *ruleID != "" && !*block {
-				rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), *ruleID)
-				if err != nil {
-					return err
-				}
-				if o.Params, err = overrideParams(fs, pf, rule.Params); err != nil {
+				var err error
+				if o.Params, err = overrideParams(fs, pf); err != nil {
 					return err
 				}
 			}
@@ -350,19 +347,17 @@ var verbs = map[string]verb{
 						}
 					}
 				})
-				switch {
-				case o.RuleId == "" || o.Block:
+				if o.RuleId == "" || o.Block {
 					o.Params = nil
-				case o.Params == nil || isSet(fs, "rule"):
-					rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), o.RuleId)
+				} else {
+					given, err := overrideParams(fs, pf)
 					if err != nil {
 						return err
 					}
-					o.Params = rule.Params
-				}
-				if o.Params != nil {
-					if o.Params, err = overrideParams(fs, pf, o.Params); err != nil {
-						return err
+					// Parameters given, or a new rule: the control plane
+					// completes them; else they stay as they are.
+					if o.Params == nil || isSet(fs, "rule") || proto.Size(given) > 0 {
+						o.Params = given
 					}
 				}
 				return call(s, ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.UpdateOverrideResponse) {
@@ -718,20 +713,14 @@ func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
 	}
 }
 
-// overrideParams is the params of an override from base (the rule's for
-// a new one, else its own) and the flags given: what they do not set is
-// kept, the algorithm included, and a burst grows or shrinks with -limit
-// unless -burst is given (a rule's 100 a minute, 10 at once, raised to
-// 1,000 a minute allows 100 at once).
-func overrideParams(fs *flag.FlagSet, pf paramOpts, base *sluicev1.LimitParams) (*sluicev1.LimitParams, error) {
-	p := proto.CloneOf(base)
-	if err := pf.apply(fs, p); err != nil {
-		return nil, err
-	}
-	if isSet(fs, "limit") && !isSet(fs, "burst") {
-		p.Burst = policy.Params{Limit: base.GetLimit(), Burst: base.GetBurst()}.WithLimit(p.Limit).Burst
-	}
-	return p, nil
+// overrideParams is the params of an override from the flags given:
+// without -algorithm, partial params, which the control plane completes
+// from the override's own (an update keeping its rule) or its rule's,
+// what they do not set kept and a burst following -limit unless -burst is
+// given; with -algorithm, whole.
+func overrideParams(fs *flag.FlagSet, pf paramOpts) (*sluicev1.LimitParams, error) {
+	p := &sluicev1.LimitParams{}
+	return p, pf.apply(fs, p)
 }
 
 // resolveRule turns a -rule of TIER/RULE into the rule's id.

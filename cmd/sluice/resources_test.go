@@ -273,6 +273,12 @@ func TestCLIAgainstDev(t *testing.T) {
 	if p := overrideOf("partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET || p.GetLimit() != 100 || p.GetBurst() != 20 || p.GetWindow().AsDuration() != time.Second {
 		t.Fatalf("partner's override doubled: %v", p)
 	}
+	// With -algorithm the flags are the parameters, whole: a GCRA of 5
+	// needs its window.
+	if _, err := sluice("overrides", "create", "-identifier", "odd", "-rule", "pro/per-client", "-algorithm", "gcra", "-limit", "5"); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(describe(err), "params.window") {
+		t.Fatalf("an override naming its algorithm without a window: %v (%s)", err, describe(err))
+	}
 	// A client blocked for an hour by an override.
 	if out, err := sluice("overrides", "create", "-identifier", "banned-1", "-block", "-for", "1h"); err != nil || !strings.Contains(out, "created override") {
 		t.Fatalf("overrides create -block: %v\n%s", err, out)
