@@ -177,8 +177,8 @@ type Params struct {
 // WithLimit is p with its limit set to limit and its burst, when it has
 // one, grown or shrunk in proportion, so that a client given ten times a
 // rule's rate also gets ten times its bursts (100 a minute, 10 at once,
-// raised to 1,000 a minute: 100 at once), never below 1. The CLI and
-// tenant files derive an override's parameters from its rule's this way.
+// raised to 1,000 a minute: 100 at once), never below 1. Inherit uses it
+// for partial parameters that give a limit and no burst.
 func (p Params) WithLimit(limit int64) Params {
 	if p.Burst > 0 && p.Limit > 0 {
 		p.Burst = max(1, int64(math.Round(float64(p.Burst)*float64(limit)/float64(p.Limit))))
