@@ -223,6 +223,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#rule-error", "someone else changed it since you opened it", nil)
 	waitText(`[data-rule="quota"]`, "3000 per calendar month", nil)
 	do("leave the edit", chromedp.Click("#rule-cancel"))
+	// A daily quota from midnight in New York: an unknown zone is refused
+	// next to its field.
+	eval(`(() => { [...document.querySelectorAll('[data-rule="quota"] button')].find((b) => b.textContent === 'Edit').click(); return ''; })()`)
+	do("a daily quota in an unknown zone", chromedp.SetValue("#rule-calendar", "CALENDAR_DAY"), chromedp.SetValue("#rule-time-zone", "America/Gotham"), chromedp.Click("#rule-submit"))
+	waitText(`[data-error-for="time_zone"]`, "unknown time zone", nil)
+	do("a known zone", chromedp.SetValue("#rule-time-zone", "America/New_York"), chromedp.Click("#rule-submit"))
+	waitText(`[data-rule="quota"]`, "3000 per calendar day (America/New_York)", nil)
 	gold()
 	do("a concurrency limit", chromedp.SetValue("#rule-name", "inflight"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_CONCURRENCY"),
 		chromedp.SetValue("#rule-limit", "5"), chromedp.SetValue("#rule-lease-ttl", "30s"), chromedp.SetValue("#rule-match", "route=/reports"),
@@ -404,6 +411,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Usable at 390px: nothing wider than the screen.
 	for _, w := range []int64{390, 1280} {
 		do("resize", chromedp.EmulateViewport(w, 844), chromedp.Click(`#nav button[data-view="rules"]`))
+		waitJS(`document.querySelector('#view-rules').getAttribute('aria-busy')`, "false") // its rows are replaced until then
 		waitText("#tiers", "Tier gold", nil)
 		if over := eval(`String(document.documentElement.scrollWidth > window.innerWidth + 1)`); over != "false" {
 			t.Errorf("at %dpx the page scrolls sideways (scrollWidth %s): %s", w, eval(`String(document.documentElement.scrollWidth)`),

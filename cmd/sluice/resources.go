@@ -800,10 +800,10 @@ func ruleByID(s *session, tiers sluicev1connect.TierServiceClient, id string) (*
 }
 
 // windowText is a limit's window as people read it: a duration, or a
-// calendar unit ("month").
+// calendar unit ("month", "day America/New_York").
 func windowText(p *sluicev1.LimitParams) string {
 	if c := p.GetCalendar(); c != sluicev1.Calendar_CALENDAR_UNSPECIFIED {
-		return strings.ToLower(strings.TrimPrefix(c.String(), "CALENDAR_"))
+		return strings.TrimSpace(strings.ToLower(strings.TrimPrefix(c.String(), "CALENDAR_")) + " " + p.GetTimeZone())
 	}
 	return p.GetWindow().AsDuration().String()
 }

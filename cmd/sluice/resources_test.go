@@ -144,8 +144,22 @@ func TestCLIAgainstDev(t *testing.T) {
 	if _, err = sluice("rules", "update", "-window", "1h", quota.ID); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("a window beside a calendar one: %v", err)
 	}
+	if _, err = sluice("rules", "update", "-time-zone", "Mars/Olympus_Mons", quota.ID); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("an unknown time zone: %v", err)
+	}
+	// A daily quota from midnight in New York, then a window again: the
+	// zone goes with the calendar.
+	if out, err = sluice("rules", "update", "-calendar", "day", "-time-zone", "America/New_York", quota.ID); err != nil {
+		t.Fatalf("rules update -calendar day -time-zone: %v\n%s", err, out)
+	}
+	if out, err = sluice("rules", "list", "-tier", "pro"); err != nil || !regexp.MustCompile(`(?m)\squota\s+fixed_window\s+1000\s+day America/New_York\s`).MatchString(out) {
+		t.Fatalf("rules list of a daily window in a zone: %v\n%s", err, out)
+	}
 	if out, err = sluice("rules", "update", "-calendar", "none", "-window", "1h", quota.ID); err != nil {
 		t.Fatalf("rules update -calendar none: %v\n%s", err, out)
+	}
+	if got := ruleNamed("quota").Params; got.TimeZone != "" || got.Calendar != "" || got.Window != "3600s" {
+		t.Fatalf("after -calendar none: %+v", got)
 	}
 	if out, err = sluice("rules", "delete", quota.ID); err != nil {
 		t.Fatalf("rules delete: %v\n%s", err, out)
@@ -400,8 +414,8 @@ type listedRule struct {
 	ID, Name, FailureMode string
 	Enabled, Shadow       bool
 	Params                struct {
-		Algorithm, Limit, WarmUp string
-		ColdFactor               float64
+		Algorithm, Limit, WarmUp, Window, Calendar, TimeZone string
+		ColdFactor                                           float64
 	}
 }
 

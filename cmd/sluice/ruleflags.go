@@ -103,7 +103,7 @@ func isSet(fs *flag.FlagSet, name string) bool {
 // paramOpts are the flags of an algorithm and its parameters, for rules
 // and for overrides that replace a rule's limit.
 type paramOpts struct {
-	algorithm, calendar                             *string
+	algorithm, calendar, timeZone                   *string
 	limit, burst                                    *int64
 	window, warmUp, maxDelay, granularity, leaseTTL *time.Duration
 	coldFactor                                      *float64
@@ -115,7 +115,8 @@ func defineParamOpts(fs *flag.FlagSet) paramOpts {
 		limit:       fs.Int64("limit", 0, "requests per window"),
 		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
 		window:      fs.Duration("window", 0, "window, e.g. 1m"),
-		calendar:    fs.String("calendar", "", "fixed window: calendar windows in place of -window, UTC: week (from Monday), month or year (none: the window)"),
+		calendar:    fs.String("calendar", "", "fixed window: calendar windows in place of -window: day, week (from Monday), month or year (none: the window)"),
+		timeZone:    fs.String("time-zone", "", "with -calendar: the IANA time zone whose midnights start the windows, e.g. America/New_York (empty: UTC)"),
 		warmUp:      fs.Duration("warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
 		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
 		maxDelay:    fs.Duration("max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
@@ -156,6 +157,11 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 			if p.Calendar != sluicev1.Calendar_CALENDAR_UNSPECIFIED && !isSet(fs, "window") {
 				p.Window = nil // the calendar's, when an update turns a window into one
 			}
+			if p.Calendar == sluicev1.Calendar_CALENDAR_UNSPECIFIED && !isSet(fs, "time-zone") {
+				p.TimeZone = "" // a window has no zone
+			}
+		case "time-zone":
+			p.TimeZone = *f.timeZone
 		case "warm-up":
 			p.WarmUp = dur(*f.warmUp)
 		case "cold-factor":

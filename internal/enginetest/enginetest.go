@@ -37,7 +37,7 @@ func (l Local) ReleaseAt(_ context.Context, key string, lim *limit.Limiter, now,
 
 // Params are the rule parameters the scenarios use: every algorithm, and
 // the edges (warm-up, a queue without delay, very long windows, big limits,
-// calendar windows).
+// calendar windows, in UTC and in time zones).
 func Params() []policy.Params {
 	ms := time.Millisecond
 	return []policy.Params{
@@ -60,6 +60,8 @@ func Params() []policy.Params {
 		{Algorithm: policy.FixedWindow, Limit: 5, Calendar: policy.CalendarWeek},
 		{Algorithm: policy.FixedWindow, Limit: 4, Calendar: policy.CalendarMonth},
 		{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Calendar: policy.CalendarYear},
+		{Algorithm: policy.FixedWindow, Limit: 6, Calendar: policy.CalendarDay, TimeZone: "America/New_York"},
+		{Algorithm: policy.FixedWindow, Limit: 3, Calendar: policy.CalendarWeek, TimeZone: "Asia/Kolkata"},
 	}
 }
 

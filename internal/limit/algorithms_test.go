@@ -137,14 +137,14 @@ func TestCalendarWindows(t *testing.T) {
 		{policy.CalendarWeek, "2026-11-23T00:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}, // a Monday
 		{policy.CalendarWeek, "1970-01-01T00:00:00Z", "1969-12-29T00:00:00Z", "1970-01-05T00:00:00Z"},
 	} {
-		if s, e := CalendarWindow(at(c.t), c.cal); s != at(c.start) || e != at(c.end) {
+		if s, e := CalendarWindow(at(c.t), c.cal, time.UTC); s != at(c.start) || e != at(c.end) {
 			t.Errorf("%s of %s: %s to %s, want %s to %s", c.cal, c.t, time.UnixMicro(s).UTC(), time.UnixMicro(e).UTC(), c.start, c.end)
 		}
 	}
 	for range 20000 { // against the calendar as time.AddDate counts it
 		ts := rand.Int64N(at("2200-01-01T00:00:00Z"))
-		for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
-			if s, e := CalendarWindow(ts, cal); [2]int64{s, e} != calendarRef(ts, cal) {
+		for cal := policy.CalendarWeek; cal <= policy.CalendarDay; cal++ {
+			if s, e := CalendarWindow(ts, cal, time.UTC); [2]int64{s, e} != calendarRef(ts, cal) {
 				t.Fatalf("%s of %s: %d to %d, want %v", cal, time.UnixMicro(ts).UTC(), s, e, calendarRef(ts, cal))
 			}
 		}
@@ -170,11 +170,91 @@ func TestCalendarWindows(t *testing.T) {
 		{at("2024-03-31T23:59:59Z"), 1, false, 0},
 	} {
 		st, r = l.Eval(st, Args{Now: s.now, Cost: s.cost}, nil)
-		_, end := CalendarWindow(s.now, p.Calendar)
+		_, end := CalendarWindow(s.now, p.Calendar, time.UTC)
 		left := time.Duration(end-s.now) * time.Microsecond
 		if r.Allowed != s.allow || r.Remaining != s.remain || r.ResetAfter != left || (!s.allow && r.RetryAfter != left) {
 			t.Fatalf("step %d: %+v, want allowed %v, remaining %d, reset %v", i, r, s.allow, s.remain, left)
 		}
+	}
+}
+
+// TestCalendarWindowsInZones checks CalendarWindow in time zones whose
+// offsets change, some at midnight, one skipping a whole day, against the
+// definition: the window holding t runs from the first instant whose local
+// date is in t's period (day, week, month, year) to the first instant of
+// the next period.
+func TestCalendarWindowsInZones(t *testing.T) {
+	t.Parallel()
+	zones := []string{"America/New_York", "Europe/Paris", "America/Santiago", "America/Havana", "Asia/Beirut",
+		"America/Sao_Paulo", "Australia/Lord_Howe", "Pacific/Apia", "Asia/Kathmandu", "Africa/Casablanca", "Pacific/Chatham"}
+	day := func(noon time.Time) int { return int((noon.Unix()+86400*200_000)/86400) - 200_000 } // floored, before 1970 too
+	period := func(us int64, c policy.Calendar, loc *time.Location) int {
+		tm := time.UnixMicro(us).In(loc)
+		y, m, d := tm.Date()
+		switch c {
+		case policy.CalendarWeek: // the week's Monday, as a day number
+			noon := time.Date(y, m, d, 12, 0, 0, 0, time.UTC)
+			return day(noon) - (int(noon.Weekday())+6)%7
+		case policy.CalendarMonth:
+			return y*12 + int(m)
+		case policy.CalendarYear:
+			return y
+		}
+		return day(time.Date(y, m, d, 12, 0, 0, 0, time.UTC))
+	}
+	// Around each zone's changes of offset, and at random.
+	var times []int64
+	for _, name := range zones {
+		loc, err := policy.Location(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for tm := time.Date(1970, 1, 1, 0, 0, 0, 0, loc); tm.Year() < 2040; {
+			_, end := tm.ZoneBounds()
+			if end.IsZero() {
+				break
+			}
+			for _, d := range []time.Duration{-25 * time.Hour, -time.Hour, -time.Microsecond, 0, time.Microsecond, time.Hour, 25 * time.Hour} {
+				times = append(times, end.Add(d).UnixMicro())
+			}
+			tm = end
+		}
+	}
+	for range 2000 {
+		times = append(times, rand.Int64N(4102444800_000000))
+	}
+	for _, name := range zones {
+		loc, _ := policy.Location(name)
+		for _, ts := range times {
+			for cal := policy.CalendarWeek; cal <= policy.CalendarDay; cal++ {
+				s, e := CalendarWindow(ts, cal, loc)
+				p := period(ts, cal, loc)
+				if !(s <= ts && ts < e) || period(s, cal, loc) != p || period(s-1, cal, loc) >= p ||
+					period(e-1, cal, loc) != p || period(e, cal, loc) <= p {
+					t.Fatalf("%s %s of %s: %s to %s", name, cal, time.UnixMicro(ts).In(loc), time.UnixMicro(s).In(loc), time.UnixMicro(e).In(loc))
+				}
+				edges := CalendarEdges(ts, cal, loc)
+				if ps, pe := CalendarWindow(s-1, cal, loc); edges != [4]int64{ps, s, e, func() int64 { _, n := CalendarWindow(e, cal, loc); return n }()} || pe != s {
+					t.Fatalf("%s %s of %s: edges %v", name, cal, time.UnixMicro(ts).In(loc), edges)
+				}
+			}
+		}
+	}
+
+	// A daily quota in New York on the day clocks go forward: 23 hours,
+	// from midnight EST (05:00 UTC) to midnight EDT (04:00 UTC).
+	ny, _ := policy.Location("America/New_York")
+	l := MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Calendar: policy.CalendarDay, TimeZone: "America/New_York"})
+	noon := time.Date(2026, 3, 8, 12, 0, 0, 0, ny).UnixMicro()
+	st, r := l.Eval(State{}, Args{Now: noon, Cost: 2}, nil)
+	if want := 12 * time.Hour; !r.Allowed || r.ResetAfter != want {
+		t.Fatalf("at noon: %+v, want allowed, reset in %v", r, want)
+	}
+	if _, r = l.Eval(st, Args{Now: time.Date(2026, 3, 8, 23, 59, 0, 0, ny).UnixMicro(), Cost: 1}, nil); r.Allowed || r.RetryAfter != time.Minute {
+		t.Fatalf("at 23:59: %+v, want rejected until midnight", r)
+	}
+	if _, r = l.Eval(st, Args{Now: time.Date(2026, 3, 9, 0, 0, 0, 0, ny).UnixMicro(), Cost: 1}, nil); !r.Allowed {
+		t.Fatalf("at midnight: %+v, want a fresh day", r)
 	}
 }
 
@@ -185,6 +265,8 @@ func calendarRef(t int64, c policy.Calendar) [2]int64 {
 	day := time.Date(tm.Year(), tm.Month(), tm.Day(), 0, 0, 0, 0, time.UTC)
 	var start, end time.Time
 	switch c {
+	case policy.CalendarDay:
+		start, end = day, day.AddDate(0, 0, 1)
 	case policy.CalendarWeek:
 		start = day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7))
 		end = start.AddDate(0, 0, 7)

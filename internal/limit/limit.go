@@ -64,16 +64,17 @@ type Limiter struct {
 	shown    int64 // what Result.Limit reports
 	window   int64 // µs
 	calendar policy.Calendar
-	interval float64 // µs per unit: window / limit
-	perUS    float64 // 1 / interval: multiplying is cheaper than dividing
-	tau      float64 // meters: the debt bound in µs
-	bound    float64 // tau·slack, what debts are compared with
-	meters   bool    // a meter without warm-up: Step's fast path
-	gran     int64   // µs per sub-bucket
-	buckets  int     // sub-buckets per window
-	leaseTTL int64   // µs
-	warm     *warmUp // nil unless the token bucket warms up
-	ext      bool    // keeps variable-size state (State.Ext)
+	zone     *time.Location // of calendar windows
+	interval float64        // µs per unit: window / limit
+	perUS    float64        // 1 / interval: multiplying is cheaper than dividing
+	tau      float64        // meters: the debt bound in µs
+	bound    float64        // tau·slack, what debts are compared with
+	meters   bool           // a meter without warm-up: Step's fast path
+	gran     int64          // µs per sub-bucket
+	buckets  int            // sub-buckets per window
+	leaseTTL int64          // µs
+	warm     *warmUp        // nil unless the token bucket warms up
+	ext      bool           // keeps variable-size state (State.Ext)
 }
 
 // Compile returns the Limiter for p. p must be valid (see
@@ -89,6 +90,10 @@ func Compile(p policy.Params) (*Limiter, error) {
 		window:   p.Window.Microseconds(),
 		calendar: p.Calendar,
 		leaseTTL: p.LeaseTTL.Microseconds(),
+	}
+	var err error
+	if l.zone, err = policy.Location(p.TimeZone); err != nil {
+		return nil, err // not reached: Validate loads it
 	}
 	if l.window > 0 {
 		l.interval = float64(l.window) / float64(l.limit)
@@ -242,6 +247,7 @@ type Constants struct {
 	Algorithm                                      policy.Algorithm
 	Capacity, Shown, Limit, Window, Gran           int64
 	Calendar                                       policy.Calendar
+	Zone                                           *time.Location // of Calendar
 	Buckets                                        int
 	LeaseTTL                                       int64
 	Interval, PerUS, Bound                         float64
@@ -251,7 +257,7 @@ type Constants struct {
 
 // Constants returns l's derived values.
 func (l *Limiter) Constants() Constants {
-	c := Constants{Algorithm: l.alg, Capacity: l.capacity, Shown: l.shown, Limit: l.limit, Window: l.window, Calendar: l.calendar,
+	c := Constants{Algorithm: l.alg, Capacity: l.capacity, Shown: l.shown, Limit: l.limit, Window: l.window, Calendar: l.calendar, Zone: l.zone,
 		Gran: l.gran, Buckets: l.buckets, LeaseTTL: l.leaseTTL, Interval: l.interval, PerUS: l.perUS, Bound: l.bound}
 	if w := l.warm; w != nil {
 		c.Warm, c.Stable, c.Threshold, c.MaxPermits, c.Slope, c.CoolDown = true, w.stable, w.threshold, w.maxPermits, w.slope, w.coolDown

@@ -16,24 +16,69 @@ func windowStart(t, w int64) int64 { return t - t%w }
 const dayUS = 24 * 60 * 60 * 1_000_000
 
 // CalendarWindow returns the start and the end (µs since the Unix epoch)
-// of the calendar window c holding t (µs, t ≥ 0), in UTC. The Lua scripts
-// (window.lua) compute the same with integer arithmetic on days.
-func CalendarWindow(t int64, c policy.Calendar) (start, end int64) {
-	day := t / dayUS
+// of the calendar window c holding t (µs) in the time zone loc: from
+// the first instant of the window's first day there to the first instant
+// of the next window's. A day that a change of offset shortens or
+// lengthens is as long as it is (23 or 25 hours); a day that starts in a
+// skipped hour (clocks going from 23:59 to 01:00) starts at the change.
+// The Lua scripts are given a calendar window's edges from here (see
+// CalendarEdges), but for the flat script's weeks, months and years in
+// UTC, computed from day counts (window1.lua).
+func CalendarWindow(t int64, c policy.Calendar, loc *time.Location) (start, end int64) {
+	y, m, d := time.UnixMicro(t).In(loc).Date()
 	switch c {
 	case policy.CalendarWeek:
-		monday := day - (day+3)%7 // day 0, 1970-01-01, was a Thursday
-		return monday * dayUS, (monday + 7) * dayUS
-	case policy.CalendarMonth, policy.CalendarYear:
-		y, m, _ := time.UnixMicro(t).UTC().Date()
-		if c == policy.CalendarYear {
-			m = time.January
-			return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(y+1, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-		}
-		return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC).UnixMicro(), time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+		d -= (int(time.Date(y, m, d, 12, 0, 0, 0, time.UTC).Weekday()) + 6) % 7 // back to Monday
+		return firstInstant(y, m, d, loc), firstInstant(y, m, d+7, loc)
+	case policy.CalendarMonth:
+		return firstInstant(y, m, 1, loc), firstInstant(y, m+1, 1, loc)
+	case policy.CalendarYear:
+		return firstInstant(y, time.January, 1, loc), firstInstant(y+1, time.January, 1, loc)
 	}
-	return windowStart(t, dayUS), windowStart(t, dayUS) + dayUS // not reached: Compile checks c
+	return firstInstant(y, m, d, loc), firstInstant(y, m, d+1, loc)
 }
+
+// CalendarEdges returns four edges of c's windows in loc around t (µs):
+// the start of the window before t's, the start and the end of t's, and
+// the end of the one after. A script given them picks the window that
+// holds its own clock's time, which may be a window on either side of
+// the decider's.
+func CalendarEdges(t int64, c policy.Calendar, loc *time.Location) [4]int64 {
+	s, e := CalendarWindow(t, c, loc)
+	p, _ := CalendarWindow(s-1, c, loc)
+	_, n := CalendarWindow(e, c, loc)
+	return [4]int64{p, s, e, n}
+}
+
+// firstInstant returns the first instant (µs) whose date in loc is the
+// day y-m-d (normalised as time.Date does). time.Date alone is not enough:
+// where midnight falls in a skipped hour it answers an instant of the day
+// before, or after, and where clocks go back over midnight, the second
+// midnight.
+func firstInstant(y int, m time.Month, d int, loc *time.Location) int64 {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	utc := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	want := dayNumber(utc.Date())
+	switch got := dayNumber(t.Date()); {
+	case got < want: // in the zone before a change that skips midnight
+		_, next := t.ZoneBounds()
+		return next.UnixMicro()
+	case got > want: // the day was skipped whole, or begins in the gap
+		prev, _ := t.ZoneBounds()
+		return prev.UnixMicro()
+	}
+	if start, _ := t.ZoneBounds(); !start.IsZero() {
+		// The same midnight in the zone before t's, if that zone reached it.
+		_, off := start.Add(-time.Nanosecond).Zone()
+		if u := utc.Add(-time.Duration(off) * time.Second); u.Before(start) && dayNumber(u.In(loc).Date()) == want {
+			return u.UnixMicro()
+		}
+	}
+	return t.UnixMicro()
+}
+
+// dayNumber orders dates.
+func dayNumber(y int, m time.Month, d int) int { return (y*13+int(m))*32 + d }
 
 // fixedWindow: X = units admitted in the window holding T.
 func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
@@ -43,7 +88,7 @@ func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
 		ws = windowStart(now, l.window)
 		we = ws + l.window
 	} else {
-		ws, we = CalendarWindow(now, l.calendar)
+		ws, we = CalendarWindow(now, l.calendar, l.zone)
 	}
 	var count float64
 	if s.T >= ws {

@@ -26,6 +26,7 @@ type paramsJSON struct {
 	GranularUS int64   `json:"granularity_us,omitempty"`
 	LeaseTTLUS int64   `json:"lease_ttl_us,omitempty"`
 	Calendar   string  `json:"calendar,omitempty"`
+	TimeZone   string  `json:"time_zone,omitempty"`
 }
 
 func paramsToJSON(p *policy.Params) *paramsJSON {
@@ -34,7 +35,8 @@ func paramsToJSON(p *policy.Params) *paramsJSON {
 	}
 	return &paramsJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, WindowUS: p.Window.Microseconds(), Burst: p.Burst,
 		WarmUpUS: p.WarmUp.Microseconds(), ColdFactor: p.ColdFactor, MaxDelayUS: p.MaxDelay.Microseconds(),
-		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds(), Calendar: p.Calendar.String()}
+		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds(), Calendar: p.Calendar.String(),
+		TimeZone: p.TimeZone}
 }
 
 func (j *paramsJSON) params() *policy.Params {
@@ -45,7 +47,8 @@ func (j *paramsJSON) params() *policy.Params {
 	cal, _ := policy.ParseCalendar(j.Calendar) // written by paramsToJSON: a known name
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	return &policy.Params{Algorithm: alg, Limit: j.Limit, Window: us(j.WindowUS), Burst: j.Burst, WarmUp: us(j.WarmUpUS),
-		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS), Calendar: cal}
+		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS), Calendar: cal,
+		TimeZone: j.TimeZone}
 }
 
 func scanOverride(row pgx.Row) (policy.Override, error) {

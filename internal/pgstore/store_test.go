@@ -185,7 +185,17 @@ func TestTiersAndRules(t *testing.T) {
 	if got := calendarOf(); got.Calendar != policy.CalendarMonth || got.Window != 0 || got.Limit != 1000 {
 		t.Fatalf("calendar round trip: %+v", got)
 	}
-	monthly.Calendar, monthly.Window = policy.CalendarNone, time.Hour
+	monthly.Calendar, monthly.TimeZone = policy.CalendarDay, "Europe/Berlin" // a day from midnight in Berlin
+	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := calendarOf(); got.Calendar != policy.CalendarDay || got.TimeZone != "Europe/Berlin" {
+		t.Fatalf("a time zone's round trip: %+v", got)
+	}
+	monthly.TimeZone = "Europe/Gotham"
+	_, err = s.UpdateRule(ctx, op, acme.ID, monthly, "")
+	wantCode(t, err, policy.CodeInvalid, "time_zone")
+	monthly.Calendar, monthly.Window, monthly.TimeZone = policy.CalendarNone, time.Hour, ""
 	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -982,6 +992,24 @@ func TestOverrideInheritsParams(t *testing.T) {
 	ovs, _ = s.ListOverrides(ctx, acme.ID)
 	if want := (policy.Params{Algorithm: policy.FixedWindow, Limit: 5000, Calendar: policy.CalendarMonth}); *ovs[0].Params != want {
 		t.Fatalf("moved to the monthly rule: %+v, want %+v", ovs[0].Params, want)
+	}
+	// A time zone alone keeps the rule's calendar; a window drops both.
+	o.Params = &policy.Params{TimeZone: "Asia/Tokyo"}
+	if _, err := s.UpdateOverride(ctx, op, acme.ID, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	ovs, _ = s.ListOverrides(ctx, acme.ID)
+	if want := (policy.Params{Algorithm: policy.FixedWindow, Limit: 5000, Calendar: policy.CalendarMonth, TimeZone: "Asia/Tokyo"}); *ovs[0].Params != want {
+		t.Fatalf("a zone given: %+v, want %+v", ovs[0].Params, want)
+	}
+	o = ovs[0]
+	o.Params = &policy.Params{Window: time.Hour}
+	if _, err := s.UpdateOverride(ctx, op, acme.ID, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	ovs, _ = s.ListOverrides(ctx, acme.ID)
+	if want := (policy.Params{Algorithm: policy.FixedWindow, Limit: 5000, Window: time.Hour}); *ovs[0].Params != want {
+		t.Fatalf("a window given: %+v, want %+v", ovs[0].Params, want)
 	}
 	// What it inherits is validated with what it gives: a token bucket
 	// has no calendar; parameters without a rule have nothing to inherit.

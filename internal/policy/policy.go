@@ -6,7 +6,9 @@ package policy
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
+	_ "time/tzdata" // the zones of Params.TimeZone, on hosts without a database
 )
 
 // Algorithm selects how a rule counts. The zero value is invalid.
@@ -27,7 +29,7 @@ const (
 	// Window and wait up to MaxDelay instead of being rejected.
 	LeakyBucket
 	// FixedWindow counts per window aligned on the Unix epoch, or per
-	// calendar week, month or year (Params.Calendar).
+	// calendar day, week, month or year (Params.Calendar).
 	FixedWindow
 	// SlidingLog keeps the time of every admitted request: exact, O(Limit)
 	// memory per key.
@@ -95,22 +97,23 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return FailOpen, Errorf(CodeInvalid, "unknown failure mode %q", s)
 }
 
-// Calendar aligns a FixedWindow rule's windows on the calendar, in UTC,
-// instead of on the Unix epoch: a quota of so many requests a calendar
-// month, say, that starts afresh on the 1st. The zero value is none: the
-// window is Params.Window.
+// Calendar aligns a FixedWindow rule's windows on the calendar instead of
+// on the Unix epoch: a quota of so many requests a calendar month, say,
+// that starts afresh on the 1st at midnight, in UTC or in Params.TimeZone.
+// The zero value is none: the window is Params.Window.
 type Calendar uint8
 
-// The calendar windows.
+// The calendar windows. The values are the API's (sluice.v1.Calendar).
 const (
 	CalendarNone  Calendar = iota
-	CalendarWeek           // from Monday 00:00 UTC (ISO 8601 weeks)
-	CalendarMonth          // from the 1st, 00:00 UTC
-	CalendarYear           // from January 1st, 00:00 UTC
+	CalendarWeek           // from Monday 00:00 (ISO 8601 weeks)
+	CalendarMonth          // from the 1st, 00:00
+	CalendarYear           // from January 1st, 00:00
+	CalendarDay            // from 00:00
 	calendarCount
 )
 
-var calendarNames = [...]string{"", "week", "month", "year"}
+var calendarNames = [...]string{"", "week", "month", "year", "day"}
 
 func (c Calendar) String() string {
 	if int(c) < len(calendarNames) {
@@ -126,14 +129,17 @@ func ParseCalendar(s string) (Calendar, error) {
 			return Calendar(i), nil
 		}
 	}
-	return CalendarNone, Errorf(CodeInvalid, "unknown calendar window %q: week, month or year", s)
+	return CalendarNone, Errorf(CodeInvalid, "unknown calendar window %q: day, week, month or year", s)
 }
 
-// Span returns the nominal length of c's windows (7, 30 and 365 days),
+// Span returns the nominal length of c's windows (1, 7, 30 and 365 days),
 // for what reports a window as one duration: the RateLimit-Policy header's
-// w, Envoy's unit. The window holding a time is exact (see package limit).
+// w, Envoy's unit. The window holding a time is exact (see package limit),
+// days of 23 or 25 hours in a time zone's changes of offset included.
 func (c Calendar) Span() time.Duration {
 	switch c {
+	case CalendarDay:
+		return 24 * time.Hour
 	case CalendarWeek:
 		return 7 * 24 * time.Hour
 	case CalendarMonth:
@@ -144,6 +150,37 @@ func (c Calendar) Span() time.Duration {
 	return 0
 }
 
+// Location returns the time zone named name (an IANA name such as
+// "America/New_York"; "" and "UTC" are UTC). A host's zone database is
+// used, else the one embedded in the binary (time/tzdata), so that a
+// host without one (a distroless image) knows every zone too. "Local",
+// the host's own zone, is refused: it differs between hosts.
+func Location(name string) (*time.Location, error) {
+	if name == "" {
+		return time.UTC, nil
+	}
+	if v, ok := locations.Load(name); ok {
+		return v.(*time.Location), nil
+	}
+	if name == "Local" || len(name) > maxTimeZone {
+		return nil, Errorf(CodeInvalid, "unknown time zone %q", name)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, Errorf(CodeInvalid, "unknown time zone %q: an IANA name such as Europe/Paris", name)
+	}
+	locations.Store(name, loc)
+	return loc, nil
+}
+
+// maxTimeZone bounds a time zone's name (the longest IANA name has 32
+// characters).
+const maxTimeZone = 64
+
+// locations caches Location's zones: loading one reads and parses the
+// embedded database.
+var locations sync.Map // name → *time.Location
+
 // Params are a rule's algorithm and its parameters. Which fields apply
 // depends on Algorithm; Validate rejects the ones that do not.
 type Params struct {
@@ -153,9 +190,13 @@ type Params struct {
 	Limit int64
 	// Window is the period of Limit. Resolution is one microsecond.
 	Window time.Duration
-	// Calendar (FixedWindow only) makes the windows calendar weeks,
-	// months or years, UTC, in place of Window, which is then 0.
+	// Calendar (FixedWindow only) makes the windows calendar days,
+	// weeks, months or years in place of Window, which is then 0.
 	Calendar Calendar
+	// TimeZone (with Calendar only) is the IANA time zone whose midnights
+	// start the calendar windows; "" is UTC. A daily quota of a service in
+	// California resets at midnight in "America/Los_Angeles".
+	TimeZone string
 	// Burst is the bucket capacity of TokenBucket and GCRA; 0 means Limit.
 	Burst int64
 	// WarmUp (TokenBucket only) is how long a cold bucket takes to reach
@@ -207,7 +248,11 @@ func (p Params) Inherit(base Params) Params {
 	}
 	if p.Window != 0 || p.Calendar != CalendarNone {
 		out.Window, out.Calendar = p.Window, p.Calendar
+		if p.Calendar == CalendarNone {
+			out.TimeZone = "" // a window has no zone
+		}
 	}
+	given(&out.TimeZone, p.TimeZone)
 	given(&out.Limit, p.Limit)
 	given(&out.Burst, p.Burst)
 	given(&out.WarmUp, p.WarmUp)
@@ -299,7 +344,7 @@ func (p Params) validate(fe fieldErrors) {
 	switch {
 	case p.Calendar != CalendarNone:
 		if p.Calendar >= calendarCount {
-			fe.add("calendar", "must be week, month or year")
+			fe.add("calendar", "must be day, week, month or year")
 		} else if p.Algorithm != FixedWindow {
 			fe.add("calendar", "applies only to fixed_window")
 		}
@@ -310,6 +355,13 @@ func (p Params) validate(fe fieldErrors) {
 		checkDuration(fe, "window", p.Window, MinWindow, MaxWindow)
 	case p.Window != 0:
 		fe.add("window", "does not apply to concurrency")
+	}
+	if p.TimeZone != "" {
+		if p.Calendar == CalendarNone {
+			fe.add("time_zone", "applies only to calendar windows")
+		} else if _, err := Location(p.TimeZone); err != nil {
+			fe.add("time_zone", "unknown time zone %q: an IANA name such as Europe/Paris, or empty for UTC", p.TimeZone)
+		}
 	}
 	switch p.Algorithm {
 	case TokenBucket, GCRA:

@@ -72,6 +72,16 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		{"a calendar window and a window", func(r *Rule) { r.Algorithm, r.Burst, r.Calendar = FixedWindow, 0, CalendarYear }, []string{"window"}},
 		{"a calendar token bucket", func(r *Rule) { r.Window, r.Calendar = 0, CalendarWeek }, []string{"calendar"}},
 		{"an unknown calendar", func(r *Rule) { r.Algorithm, r.Burst, r.Window, r.Calendar = FixedWindow, 0, 0, 9 }, []string{"calendar"}},
+		{"a calendar day in a zone", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.Calendar, r.TimeZone = FixedWindow, 0, 0, CalendarDay, "America/Los_Angeles"
+		}, nil},
+		{"an unknown zone", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.Calendar, r.TimeZone = FixedWindow, 0, 0, CalendarDay, "America/Gotham"
+		}, []string{"time_zone"}},
+		{"the host's zone", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.Calendar, r.TimeZone = FixedWindow, 0, 0, CalendarDay, "Local"
+		}, []string{"time_zone"}},
+		{"a zone without a calendar", func(r *Rule) { r.TimeZone = "Europe/Paris" }, []string{"time_zone"}},
 		{"sync of a calendar window", func(r *Rule) {
 			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Sync = FixedWindow, 0, 0, CalendarMonth, time.Second
 		}, []string{"sync"}},
@@ -315,6 +325,7 @@ func TestInheritCompletesPartialParams(t *testing.T) {
 	t.Parallel()
 	rule := Params{Algorithm: TokenBucket, Limit: 100, Window: time.Minute, Burst: 10, WarmUp: time.Minute}
 	monthly := Params{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarMonth}
+	zoned := Params{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarDay, TimeZone: "Europe/Paris"}
 	for _, tc := range []struct {
 		name    string
 		p, base Params
@@ -325,6 +336,9 @@ func TestInheritCompletesPartialParams(t *testing.T) {
 		{"a window", Params{Window: time.Hour}, rule, Params{Algorithm: TokenBucket, Limit: 100, Window: time.Hour, Burst: 10, WarmUp: time.Minute}},
 		{"a window for a calendar", Params{Window: time.Hour}, monthly, Params{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}},
 		{"a calendar for a window", Params{Calendar: CalendarWeek}, Params{Algorithm: FixedWindow, Limit: 5, Window: time.Hour}, Params{Algorithm: FixedWindow, Limit: 5, Calendar: CalendarWeek}},
+		{"a zone for a calendar's", Params{TimeZone: "Asia/Tokyo"}, zoned, Params{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarDay, TimeZone: "Asia/Tokyo"}},
+		{"a calendar keeps the zone", Params{Calendar: CalendarWeek}, zoned, Params{Algorithm: FixedWindow, Limit: 1000, Calendar: CalendarWeek, TimeZone: "Europe/Paris"}},
+		{"a window drops it", Params{Window: time.Hour}, zoned, Params{Algorithm: FixedWindow, Limit: 1000, Window: time.Hour}},
 		{"whole", Params{Algorithm: GCRA, Limit: 7, Window: time.Second}, rule, Params{Algorithm: GCRA, Limit: 7, Window: time.Second}},
 	} {
 		if got := tc.p.Inherit(tc.base); got != tc.want {

@@ -91,7 +91,7 @@ func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
 	d := durationToProto
 	return &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(p.Algorithm), Limit: p.Limit, Window: d(p.Window), Burst: p.Burst,
 		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL),
-		Calendar: sluicev1.Calendar(p.Calendar)}
+		Calendar: sluicev1.Calendar(p.Calendar), TimeZone: p.TimeZone}
 }
 
 func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
@@ -106,7 +106,8 @@ func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
 	}
 	return policy.Params{Algorithm: alg, Limit: p.GetLimit(), Window: d(p.GetWindow()), Burst: p.GetBurst(),
 		WarmUp: d(p.GetWarmUp()), ColdFactor: p.GetColdFactor(), MaxDelay: d(p.GetMaxDelay()),
-		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl()), Calendar: cal}
+		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl()), Calendar: cal,
+		TimeZone: p.GetTimeZone()}
 }
 
 // ts is t as a timestamp, nil for the zero time.

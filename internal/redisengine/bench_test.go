@@ -38,6 +38,8 @@ func BenchmarkScriptCPU(b *testing.B) {
 		{"sliding-window", []policy.Params{{Algorithm: policy.SlidingWindow, Limit: 1000, Window: time.Second}}, false},
 		{"calendar-month-merged", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarMonth}}, true},
 		{"calendar-month", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarMonth}}, false},
+		{"calendar-day-zone-merged", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarDay, TimeZone: "America/New_York"}}, true},
+		{"calendar-day-zone", []policy.Params{{Algorithm: policy.FixedWindow, Limit: 1_000_000, Calendar: policy.CalendarDay, TimeZone: "America/New_York"}}, false},
 		{"two-rules", []policy.Params{
 			{Algorithm: policy.TokenBucket, Limit: 1000, Window: time.Second},
 			{Algorithm: policy.FixedWindow, Limit: 100000, Window: time.Hour},

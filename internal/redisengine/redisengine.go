@@ -375,7 +375,7 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 		keys[i] = e.cfg.Prefix + rq.Key
 		st := e.statics.get(rq.Limiter)
 		args = append(args, st.algorithm, rq.Cost, rq.Lease, flag(rq.Shadow))
-		args = append(args, st.general...)
+		args = appendGeneral(args, st, now)
 	}
 	return script, keys, args, nil
 }
@@ -497,20 +497,37 @@ type limiterArgs struct {
 	param    any
 	interval float64 // µs per unit, for the meters
 	window   int64   // µs, for the fixed window
+	// calendar and zone are a calendar window's (CalendarNone: none);
+	// edges its last edges (limit.CalendarEdges), reused while the
+	// decider's clock stays in their middle window.
+	calendar policy.Calendar
+	zone     *time.Location
+	edges    atomic.Pointer[[4]int64]
 }
 
 func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	c := l.Constants()
 	window := c.Window
+	a := &limiterArgs{algorithm: int(c.Algorithm), family: -1, interval: c.Interval, window: c.Window, shown: c.Shown}
+	// window1.lua's kind: 0 fixed, 1 sliding, 1 + the calendar for weeks,
+	// months and years in UTC, which it computes from day counts; a UTC
+	// calendar day is the epoch's 24 hours.
+	kind, flatWindow := flag(c.Algorithm == policy.SlidingWindow), c.Window
+	utc := c.Zone == time.UTC
 	if c.Calendar != policy.CalendarNone {
-		// decide.lua's encoding of a calendar window (window.lua); local
-		// counting takes epoch-aligned windows alone.
-		window = -int64(c.Calendar)
+		// decide.lua's calendar window: its edges, from the decider's
+		// clock, are each call's (see appendGeneral); local counting takes
+		// epoch-aligned windows alone.
+		window = -1
+		a.calendar, a.zone = c.Calendar, c.Zone
+		kind = 1 + int(c.Calendar)
+		if c.Calendar == policy.CalendarDay {
+			kind, flatWindow = 0, 24*time.Hour.Microseconds()
+		}
 	}
-	a := &limiterArgs{algorithm: int(c.Algorithm), general: []any{c.Capacity, c.Shown, c.Limit, window,
+	a.general = []any{c.Capacity, c.Shown, c.Limit, window,
 		float(c.Interval), float(c.PerUS), float(c.Bound), c.Gran, c.Buckets, c.LeaseTTL,
-		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)},
-		family: -1, interval: c.Interval, window: c.Window, shown: c.Shown}
+		flag(c.Warm), float(c.Stable), float(c.Threshold), float(c.MaxPermits), float(c.Slope), float(c.CoolDown)}
 	switch {
 	case (c.Algorithm == policy.TokenBucket || c.Algorithm == policy.GCRA) && !c.Warm:
 		a.family, a.param = familyMeter, float(c.Interval)
@@ -522,17 +539,41 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 		a.singleScript = single
 		a.single = []any{c.Capacity, c.Shown, float(c.Interval), float(c.PerUS), float(c.Bound), flag(c.Algorithm == policy.LeakyBucket)}
 		a.multi = append([]any{0}, a.single...)
-	case c.Algorithm == policy.FixedWindow || c.Algorithm == policy.SlidingWindow:
+	case (c.Algorithm == policy.FixedWindow || c.Algorithm == policy.SlidingWindow) && (c.Calendar == policy.CalendarNone || utc):
+		// Calendar windows in a time zone are decide.lua's alone: the
+		// flat scripts have no room for their edges.
 		a.singleScript = window1
-		// window1.lua's kind: 0 fixed, 1 sliding, 1 + the calendar.
-		kind := flag(c.Algorithm == policy.SlidingWindow)
-		if c.Calendar != policy.CalendarNone {
-			kind = 1 + int(c.Calendar)
-		}
-		a.single = []any{c.Capacity, c.Shown, c.Limit, c.Window, kind, float(limit.Slack)}
+		a.single = []any{c.Capacity, c.Shown, c.Limit, flatWindow, kind, float(limit.Slack)}
 		a.multi = append([]any{1}, a.single...)
 	}
 	return a
+}
+
+// edgesAt is where a calendar window's edges stand in a rule's
+// fields of decide.lua: in place of interval, per_us, bound and gran.
+const edgesAt = 4
+
+// appendGeneral appends st's fields of decide.lua, with a calendar
+// window's edges around now (µs, or "" for the decider's clock).
+func appendGeneral(args []any, st *limiterArgs, now string) []any {
+	i := len(args)
+	args = append(args, st.general...)
+	if st.calendar != policy.CalendarNone {
+		t, err := strconv.ParseInt(now, 10, 64)
+		if err != nil {
+			t = time.Now().UnixMicro()
+		}
+		edges := st.edges.Load()
+		if edges == nil || t < edges[1] || t >= edges[2] {
+			e := limit.CalendarEdges(t, st.calendar, st.zone)
+			edges = &e
+			st.edges.Store(edges)
+		}
+		for k, edge := range edges {
+			args[i+edgesAt+k] = edge
+		}
+	}
+	return args
 }
 
 // argCache holds limiterArgs by limiter, for as long as the limiter lives:

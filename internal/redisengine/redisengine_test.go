@@ -736,42 +736,46 @@ func FuzzConformance(f *testing.F) {
 }
 
 // Calendar windows end where the in-process engine says, across month
-// and year ends, leap days and centuries: the scripts compute them from
-// day counts (window1.lua, window.lua), limit.CalendarWindow from package
-// time. At
+// and year ends, leap days, centuries and a time zone's changes of offset.
+// A UTC calendar rule alone is decided by the flat script (window1.lua,
+// from day counts); beside a sliding log, or in a time zone, by
+// decide.lua from the edges the decider passes (limit.CalendarEdges). At
 // each boundary a fresh key is checked just before it, at it and a day
-// later; the answers (remaining, reset, retry) must be the same.
+// later, alone and beside a sliding log; the answers (remaining, reset,
+// retry) must be the same.
 func TestCalendarWindowBoundaries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, _ := redistest.Client(t)
-	e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
-	t.Cleanup(e.Close)
-	ref := limit.NewEngine(limit.EngineConfig{})
-	// Alone, a calendar rule is decided by the flat script (window1.lua);
-	// beside a sliding log, by decide.lua (window.lua).
+	_, e, ref := calendarEngines(t)
 	logRule := limit.MustCompile(policy.Params{Algorithm: policy.SlidingLog, Limit: 100, Window: time.Second})
-	for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
-		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Calendar: cal})
-		for _, y := range []int{1970, 1999, 2000, 2023, 2024, 2099, 2100, 2200} {
-			for m := time.January; m <= time.December; m++ {
-				b, _ := limit.CalendarWindow(time.Date(y, m, 1, 12, 0, 0, 0, time.UTC).UnixMicro(), cal)
-				for i, now := range []int64{b - 1, b, b + 24*3600*1_000_000, b - 1, b, b + 24*3600*1_000_000} {
-					if b-1 < 0 && now < 0 {
-						continue
+	for _, zone := range []string{"", "America/Santiago", "Australia/Lord_Howe"} {
+		loc, _ := policy.Location(zone)
+		for cal := policy.CalendarWeek; cal <= policy.CalendarDay; cal++ {
+			l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Calendar: cal, TimeZone: zone})
+			for _, y := range []int{1970, 2000, 2024, 2100} {
+				for m := time.January; m <= time.December; m++ {
+					d := 1
+					if cal == policy.CalendarDay { // days of a change of offset, some
+						d = 1 + int(m)*2
 					}
-					key := fmt.Sprintf("{cal|%s}%d-%d", cal, y, m)
-					reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
-					if i >= 3 {
-						reqs = []limit.Request{{Key: key + "g", Limiter: l, Cost: 1}, {Key: key + "log", Limiter: logRule, Cost: 1}}
-					}
-					want, got := make([]limit.Result, len(reqs)), make([]limit.Result, len(reqs))
-					ref.AllowAll(reqs, now, want)
-					if _, err := e.AllowAllAt(ctx, reqs, now, got); err != nil {
-						t.Fatal(err)
-					}
-					if got[0] != want[0] {
-						t.Fatalf("%s window, %s, %d rules: Redis %+v, in process %+v", cal, time.UnixMicro(now).UTC(), len(reqs), got[0], want[0])
+					b, _ := limit.CalendarWindow(time.Date(y, m, d, 12, 0, 0, 0, loc).UnixMicro(), cal, loc)
+					for i, now := range []int64{b - 1, b, b + 24*3600*1_000_000, b - 1, b, b + 24*3600*1_000_000} {
+						if now < 0 {
+							continue
+						}
+						key := fmt.Sprintf("{cal|%s|%s}%d-%d", zone, cal, y, m)
+						reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
+						if i >= 3 {
+							reqs = []limit.Request{{Key: key + "g", Limiter: l, Cost: 1}, {Key: key + "log", Limiter: logRule, Cost: 1}}
+						}
+						want, got := make([]limit.Result, len(reqs)), make([]limit.Result, len(reqs))
+						ref.AllowAll(reqs, now, want)
+						if _, err := e.AllowAllAt(ctx, reqs, now, got); err != nil {
+							t.Fatal(err)
+						}
+						if got[0] != want[0] {
+							t.Fatalf("%s %s window, %s, %d rules: Redis %+v, in process %+v", zone, cal, time.UnixMicro(now).In(loc), len(reqs), got[0], want[0])
+						}
 					}
 				}
 			}
@@ -779,10 +783,60 @@ func TestCalendarWindowBoundaries(t *testing.T) {
 	}
 }
 
+// calendarEngines returns a Redis engine under the test's own prefix, its
+// client, and an in-process engine to compare it with.
+func calendarEngines(t *testing.T) (*redis.Client, *Engine, *limit.Engine) {
+	c, _ := redistest.Client(t)
+	e := New(c, Config{MinTTL: testTTL, Prefix: redistest.Prefix(t)})
+	t.Cleanup(e.Close)
+	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
+	return c, e, limit.NewEngine(limit.EngineConfig{})
+}
+
+// A decider's clock and Redis's may straddle a calendar window's edge:
+// the script then takes the window of its own clock from the edges the
+// decider sent. Here the decider's clock (the edges' time) runs ahead of
+// and behind the script's by up to a day; every answer must be the
+// in-process engine's at the script's time.
+func TestCalendarWindowClocksStraddle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, e, ref := calendarEngines(t)
+	paris, _ := policy.Location("Europe/Paris")
+	l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Calendar: policy.CalendarDay, TimeZone: "Europe/Paris"})
+	midnight := time.Date(2026, 3, 29, 0, 0, 0, 0, paris).UnixMicro() // the day of 23 hours
+	for i, skew := range []time.Duration{-23 * time.Hour, -time.Second, time.Second, 23 * time.Hour} {
+		for _, at := range []int64{midnight - 1, midnight, midnight + 1} {
+			key := fmt.Sprintf("{straddle}%d-%d", i, at)
+			reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
+			for range 3 {
+				_, keys, args, err := e.prepare("check", reqs, strconv.FormatInt(at+skew.Microseconds(), 10))
+				if err != nil {
+					t.Fatal(err)
+				}
+				args[0] = strconv.FormatInt(at, 10) // the script's clock
+				reply, err := script.Run(ctx, c, keys, args...).Int64Slice()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make([]limit.Result, 1)
+				if _, err := decode(reply, 1, got); err != nil {
+					t.Fatal(err)
+				}
+				want := make([]limit.Result, 1)
+				ref.AllowAll([]limit.Request{{Key: key, Limiter: l, Cost: 1}}, at, want)
+				if got[0] != want[0] {
+					t.Fatalf("decider %v off, script at %s: %+v, want %+v", skew, time.UnixMicro(at).In(paris), got[0], want[0])
+				}
+			}
+		}
+	}
+}
+
 // On Redis's own clock, as deciders run, a calendar window ends where the
-// calendar says: a monthly quota's reset runs to the next 1st, UTC, a
-// weekly one's to the next Monday; a second check counts in the same
-// window.
+// calendar says: a monthly quota's reset runs to the next 1st, a weekly
+// one's to the next Monday, a daily one's to the next midnight, in Tokyo;
+// a second check counts in the same window.
 func TestCalendarWindowOnRedisClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -790,8 +844,9 @@ func TestCalendarWindowOnRedisClock(t *testing.T) {
 	e := New(c, Config{Prefix: redistest.Prefix(t), Batch: true})
 	t.Cleanup(e.Close)
 	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), c, e.cfg.Prefix) })
-	for cal := policy.CalendarWeek; cal <= policy.CalendarYear; cal++ {
-		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Calendar: cal})
+	tokyo, _ := policy.Location("Asia/Tokyo")
+	for cal := policy.CalendarWeek; cal <= policy.CalendarDay; cal++ {
+		l := limit.MustCompile(policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Calendar: cal, TimeZone: "Asia/Tokyo"})
 		reqs := []limit.Request{{Key: "{cal}" + cal.String(), Limiter: l, Cost: 2}}
 		res := make([]limit.Result, 1)
 		for want := int64(3); want >= 1; want -= 2 {
@@ -802,7 +857,7 @@ func TestCalendarWindowOnRedisClock(t *testing.T) {
 			if ok, err := e.AllowAll(ctx, reqs, res); err != nil || !ok {
 				t.Fatalf("%s: %v %v", cal, ok, err)
 			}
-			_, end := limit.CalendarWindow(rt.UnixMicro(), cal)
+			_, end := limit.CalendarWindow(rt.UnixMicro(), cal, tokyo)
 			left := time.Duration(end-rt.UnixMicro()) * time.Microsecond
 			// Redis's clock moved on by the call's round trip, at most.
 			if res[0].Remaining != want || res[0].ResetAfter > left || res[0].ResetAfter < left-time.Second {

@@ -69,7 +69,8 @@ type Params struct {
 	MaxDelay    Duration `yaml:"max_delay,omitempty"`
 	Granularity Duration `yaml:"granularity,omitempty"`
 	LeaseTTL    Duration `yaml:"lease_ttl,omitempty"`
-	Calendar    string   `yaml:"calendar,omitempty"` // week, month or year: fixed_window only, without window
+	Calendar    string   `yaml:"calendar,omitempty"`  // day, week, month or year: fixed_window only, without window
+	TimeZone    string   `yaml:"time_zone,omitempty"` // with calendar: the IANA zone of its midnights (UTC unless given)
 }
 
 // Rule is a rule. Match is a map: its conditions all hold or the rule
@@ -357,7 +358,8 @@ func sortedKeys(m map[string]string) []string {
 // not names of anything.
 func (p Params) policy() (policy.Params, []policy.FieldError) {
 	out := policy.Params{Limit: p.Limit, Window: time.Duration(p.Window), Burst: p.Burst, WarmUp: time.Duration(p.WarmUp),
-		ColdFactor: p.ColdFactor, MaxDelay: time.Duration(p.MaxDelay), Granularity: time.Duration(p.Granularity), LeaseTTL: time.Duration(p.LeaseTTL)}
+		ColdFactor: p.ColdFactor, MaxDelay: time.Duration(p.MaxDelay), Granularity: time.Duration(p.Granularity), LeaseTTL: time.Duration(p.LeaseTTL),
+		TimeZone: p.TimeZone}
 	var fields []policy.FieldError
 	alg, err := policy.ParseAlgorithm(p.Algorithm)
 	if err != nil {
@@ -365,7 +367,7 @@ func (p Params) policy() (policy.Params, []policy.FieldError) {
 	}
 	cal, err := policy.ParseCalendar(p.Calendar)
 	if err != nil {
-		fields = append(fields, policy.FieldError{Field: "calendar", Description: "must be week, month or year"})
+		fields = append(fields, policy.FieldError{Field: "calendar", Description: "must be day, week, month or year"})
 	}
 	out.Algorithm, out.Calendar = alg, cal
 	return out, fields
@@ -444,7 +446,7 @@ func RuleFrom(r policy.Rule) Rule {
 func paramsFrom(p policy.Params) Params {
 	return Params{Algorithm: p.Algorithm.String(), Limit: p.Limit, Window: Duration(p.Window), Burst: p.Burst, WarmUp: Duration(p.WarmUp),
 		ColdFactor: p.ColdFactor, MaxDelay: Duration(p.MaxDelay), Granularity: Duration(p.Granularity), LeaseTTL: Duration(p.LeaseTTL),
-		Calendar: p.Calendar.String()}
+		Calendar: p.Calendar.String(), TimeZone: p.TimeZone}
 }
 
 // Marshal writes f as YAML, which Parse reads back to an equal File.

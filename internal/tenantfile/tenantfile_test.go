@@ -46,6 +46,11 @@ tiers:
         algorithm: fixed_window
         limit: 100000
         calendar: month
+      - name: daily
+        algorithm: fixed_window
+        limit: 5000
+        calendar: day
+        time_zone: America/Chicago
 overrides:
   - identifier: alice
     rule: free/per-client
@@ -124,7 +129,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n"} {
+	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}

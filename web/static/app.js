@@ -12,7 +12,7 @@ const ALGORITHM_HELP = {
   ALGORITHM_TOKEN_BUCKET: 'A bucket holds up to "burst" tokens (the limit when 0) and refills at limit per window. Each request takes one token: short bursts pass, the average rate is held. With a warm-up, a bucket idle for long admits "cold factor" times slower at first and reaches the full rate over the warm-up.',
   ALGORITHM_GCRA: 'Generic cell rate: requests are spaced evenly at limit per window, with "burst" extra allowed at once. Smooth, exact, and one number of state.',
   ALGORITHM_LEAKY_BUCKET: 'A queue draining at limit per window: a request that would exceed the rate waits (up to "max delay") instead of being rejected.',
-  ALGORITHM_FIXED_WINDOW: 'At most limit requests per window (each window starts on the clock: on the minute, the hour). Simple; a client can send twice the limit around a window edge. With a calendar window, a quota per calendar week, month or year (UTC) that starts afresh on the Monday, the 1st or January 1st.',
+  ALGORITHM_FIXED_WINDOW: 'At most limit requests per window (each window starts on the clock: on the minute, the hour). Simple; a client can send twice the limit around a window edge. With a calendar window, a quota per calendar day, week, month or year that starts afresh at midnight, on the Monday, the 1st or January 1st, in UTC or in the time zone you choose (a day when clocks change lasts 23 or 25 hours).',
   ALGORITHM_SLIDING_LOG: 'Exactly limit requests in any window-long period, counting each request\'s time. Exact, but keeps one entry per request.',
   ALGORITHM_SLIDING_WINDOW: 'Approximately limit requests in any window-long period: the previous window\'s count weighted by its overlap. Cheap and close.',
   ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows of the bucket width (which must divide the window): the finer, the more exact.',
@@ -180,9 +180,10 @@ async function loadRules() {
 }
 
 // limitText says what parameters p allow: "100 per 1m, burst 20", "1000
-// per calendar month".
+// per calendar month", "50 per calendar day (America/New_York)".
 function limitText(p) {
-  const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() : p.window ? ' per ' + fmtDur(p.window) : '';
+  const zone = p.timeZone ? ` (${p.timeZone})` : '';
+  const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() + zone : p.window ? ' per ' + fmtDur(p.window) : '';
   return `${p.limit || 0}${per}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
 }
 
@@ -250,6 +251,7 @@ function ruleFromForm(f) {
   if (applies('calendar') && f.calendar.value) {
     params.calendar = f.calendar.value;
     delete params.window;
+    if (f.timeZone.value.trim()) params.timeZone = f.timeZone.value.trim();
   }
   return {
     id: f.id.value || undefined, etag: f.etag.value || undefined, name: f.name.value, match,
@@ -278,6 +280,7 @@ function editRule(tier, r) {
   f.granularity.value = p.granularity || '0s';
   f.leaseTtl.value = p.leaseTtl || '0s';
   f.calendar.value = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? p.calendar : '';
+  f.timeZone.value = p.timeZone || '';
   f.keyBy.value = (r.keyBy || []).join(', ');
   f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
   f.replaces.value = (r.replaces || []).join(', ');
@@ -838,6 +841,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#rule-form').addEventListener('submit', submitRule);
   $('#rule-cancel').addEventListener('click', resetRuleForm);
   $('#rule-algorithm').addEventListener('change', algorithmHelp);
+  // The browser's own list of IANA zones, offered as the time zone is typed.
+  const zones = Intl.supportedValuesOf ? Intl.supportedValuesOf('timeZone') : [];
+  $('#time-zones').replaceChildren(...zones.map((z) => el('option', { value: z })));
   $('#try-form').addEventListener('submit', tryCheck);
   $('#try-reset').addEventListener('click', tryReset);
   $('#override-form').addEventListener('submit', submitOverride);

@@ -14,7 +14,9 @@
 -- ARGV[5 ...] (other ops): per rule, STRIDE fields: algorithm, cost, lease,
 --   shadow, capacity, shown, limit, window, interval, per_us, bound, gran,
 --   buckets, lease_ttl, warm (0/1), stable, threshold, max_permits, slope,
---   cool_down.
+--   cool_down. A calendar window's window is -1 and its four edges
+--   (limit.CalendarEdges) stand in interval, per_us, bound and gran, of
+--   no use to a fixed window.
 -- State: a MessagePack array {t, x, y, ext...}; the key expires once the
 -- state equals a fresh one (the answer's reset), or after the minimum TTL
 -- (the flat scripts may keep it longer: flat.lua).
@@ -39,6 +41,7 @@ local function parse(n, o)
       per_us = tonumber(ARGV[b + 10]), bound = tonumber(ARGV[b + 11]), gran = tonumber(ARGV[b + 12]),
       buckets = tonumber(ARGV[b + 13]), lease_ttl = tonumber(ARGV[b + 14])}
     p.queue = p.alg == 3
+    if p.window < 0 then p.edges = {p.interval, p.per_us, p.bound, p.gran} end
     if ARGV[b + 15] == '1' then
       p.warm = {stable = tonumber(ARGV[b + 16]), threshold = tonumber(ARGV[b + 17]), max = tonumber(ARGV[b + 18]),
         slope = tonumber(ARGV[b + 19]), cool_down = tonumber(ARGV[b + 20])}
@@ -182,7 +185,7 @@ local function refund(p, key)
     end
     s.x = math.max(s.x - back, 0)
   elseif alg == 4 or alg == 6 then
-    if window_of(s.t, p.window) == window_of(t, p.window) then s.x = math.max(s.x - cost, 0) end
+    if window_of(s.t, p) == window_of(t, p) then s.x = math.max(s.x - cost, 0) end
   elseif alg == 7 then
     local b = math.floor(t / p.gran)
     if math.floor(s.t / p.gran) == b and #s.ext == p.buckets then

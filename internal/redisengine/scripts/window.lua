@@ -5,47 +5,26 @@
 
 local function window_start(t, w) return t - t % w end
 
--- Calendar windows (limit.CalendarWindow), UTC: w is -1 for weeks from
--- Monday, -2 for months, -3 for years. The arithmetic is window1.lua's
--- (Howard Hinnant's civil_from_days), in whole days, exact in doubles.
-local function calendar_window(t, w)
-  local day = 86400000000
-  local z = math.floor(t / day)
-  if w == -1 then
-    local monday = z - (z + 3) % 7 -- day 0, 1970-01-01, was a Thursday
-    return monday * day, (monday + 7) * day
+-- window_of returns the start and the end of p's window holding t: of
+-- its width, on the epoch, or for a calendar window (window -1) the one
+-- of its edges E1 < E2 < E3 < E4 (limit.CalendarEdges, from the decider's
+-- clock) holding t, which is a window on either side of the decider's
+-- when the clocks straddle an edge.
+local function window_of(t, p)
+  local w = p.window
+  if w < 0 then
+    local e = p.edges
+    if t < e[2] then return e[1], e[2] end
+    if t < e[3] then return e[2], e[3] end
+    return e[3], e[4]
   end
-  local zz = z + 719468
-  local era = math.floor(zz / 146097)
-  local doe = zz - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100)) -- from March 1st
-  local mp = math.floor((5 * doy + 2) / 153) -- the month from March, 0 ... 11
-  local y = yoe + era * 400
-  if mp >= 10 then y = y + 1 end -- January and February
-  local leap = 0
-  if (y % 4 == 0 and y % 100 ~= 0) or y % 400 == 0 then leap = 1 end
-  if w == -2 then
-    local len = 31
-    if mp == 11 then len = 28 + leap elseif mp == 1 or mp == 3 or mp == 6 or mp == 8 then len = 30 end
-    local first = z - (doy - math.floor((153 * mp + 2) / 5))
-    return first * day, (first + len) * day
-  end
-  local jan1 = z - (doy + 59 + leap)
-  if mp >= 10 then jan1 = z - (doy - 306) end
-  return jan1 * day, (jan1 + 365 + leap) * day
-end
-
--- window_of returns the start and the end of the window w holding t.
-local function window_of(t, w)
-  if w < 0 then return calendar_window(t, w) end
   local ws = t - t % w
   return ws, ws + w
 end
 
 local function fixed_window(p, s, now, cost)
   now = effective_now(s.t, now)
-  local ws, we = window_of(now, p.window)
+  local ws, we = window_of(now, p)
   local count = 0
   if s.t >= ws then count = s.x end
   local r = result(p.shown)

@@ -151,8 +151,9 @@ func (FailureMode) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
-// Calendar makes a fixed window's windows calendar weeks (from Monday),
-// months (from the 1st) or years, in UTC, in place of a window length.
+// Calendar makes a fixed window's windows calendar days, weeks (from
+// Monday), months (from the 1st) or years, from midnight in
+// LimitParams.time_zone (UTC unless given), in place of a window length.
 type Calendar int32
 
 const (
@@ -160,6 +161,7 @@ const (
 	Calendar_CALENDAR_WEEK        Calendar = 1
 	Calendar_CALENDAR_MONTH       Calendar = 2
 	Calendar_CALENDAR_YEAR        Calendar = 3
+	Calendar_CALENDAR_DAY         Calendar = 4
 )
 
 // Enum value maps for Calendar.
@@ -169,12 +171,14 @@ var (
 		1: "CALENDAR_WEEK",
 		2: "CALENDAR_MONTH",
 		3: "CALENDAR_YEAR",
+		4: "CALENDAR_DAY",
 	}
 	Calendar_value = map[string]int32{
 		"CALENDAR_UNSPECIFIED": 0,
 		"CALENDAR_WEEK":        1,
 		"CALENDAR_MONTH":       2,
 		"CALENDAR_YEAR":        3,
+		"CALENDAR_DAY":         4,
 	}
 )
 
@@ -218,9 +222,13 @@ type LimitParams struct {
 	MaxDelay    *durationpb.Duration `protobuf:"bytes,7,opt,name=max_delay,json=maxDelay,proto3" json:"max_delay,omitempty"`
 	Granularity *durationpb.Duration `protobuf:"bytes,8,opt,name=granularity,proto3" json:"granularity,omitempty"`
 	LeaseTtl    *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
-	// Fixed window only: calendar windows, UTC; window is then unset. A
-	// quota of so many requests a month starts afresh on the 1st.
-	Calendar      Calendar `protobuf:"varint,10,opt,name=calendar,proto3,enum=sluice.v1.Calendar" json:"calendar,omitempty"`
+	// Fixed window only: calendar windows; window is then unset. A quota of
+	// so many requests a month starts afresh on the 1st.
+	Calendar Calendar `protobuf:"varint,10,opt,name=calendar,proto3,enum=sluice.v1.Calendar" json:"calendar,omitempty"`
+	// With calendar only: the IANA time zone (e.g. "America/Los_Angeles")
+	// whose midnights start the windows; empty is UTC. A day when clocks
+	// change lasts 23 or 25 hours.
+	TimeZone      string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +331,13 @@ func (x *LimitParams) GetCalendar() Calendar {
 		return x.Calendar
 	}
 	return Calendar_CALENDAR_UNSPECIFIED
+}
+
+func (x *LimitParams) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
 }
 
 // Match is one condition on a request descriptor; value "*" matches any value.
@@ -601,7 +616,7 @@ var File_sluice_v1_policy_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd3\x03\n" +
+	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf0\x03\n" +
 	"\vLimitParams\x122\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x121\n" +
@@ -614,7 +629,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\vgranularity\x18\b \x01(\v2\x19.google.protobuf.DurationR\vgranularity\x126\n" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12/\n" +
 	"\bcalendar\x18\n" +
-	" \x01(\x0e2\x13.sluice.v1.CalendarR\bcalendar\"/\n" +
+	" \x01(\x0e2\x13.sluice.v1.CalendarR\bcalendar\x12\x1b\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZone\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x91\x03\n" +
@@ -651,12 +667,13 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
 	"\x13FAILURE_MODE_CLOSED\x10\x02\x12\x16\n" +
-	"\x12FAILURE_MODE_LOCAL\x10\x03*^\n" +
+	"\x12FAILURE_MODE_LOCAL\x10\x03*p\n" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x01\x12\x12\n" +
 	"\x0eCALENDAR_MONTH\x10\x02\x12\x11\n" +
-	"\rCALENDAR_YEAR\x10\x03B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"\rCALENDAR_YEAR\x10\x03\x12\x10\n" +
+	"\fCALENDAR_DAY\x10\x04B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_policy_proto_rawDescOnce sync.Once
