@@ -445,6 +445,29 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#status", "Deleted tier temp", nil)
 	waitJS(`String(document.querySelector('#tiers').textContent.includes('Tier temp'))`, "false")
 
+	// An analyst's viewer key: the rules, the overrides, the dashboard and
+	// every history, and nothing that would change them; no keys.
+	viewerKey := createKey(t, api, adminKey, sluicev1.KeyKind_KEY_KIND_VIEWER)
+	do("sign in as a viewer", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),
+		chromedp.SendKeys("#signin-key", viewerKey+"\r"), chromedp.WaitVisible("#view-rules"))
+	waitText("#role", "viewer (read only)", nil)
+	waitJS(`document.querySelector('#view-rules').getAttribute('aria-busy')`, "false")
+	waitText("#tiers", "Tier platinum", nil)
+	shown := `(sel) => [...document.querySelectorAll(sel)].filter((e) => e.offsetParent !== null)`
+	if got := eval(`(() => { const shown = ` + shown + `; return shown('#tiers button').map((b) => b.textContent).join(',') + '|' + shown('#rule-form, #tier-form').length; })()`); !regexp.MustCompile(`^History(,History)*\|0$`).MatchString(got) {
+		t.Fatalf("a viewer's rules view offers (buttons|forms): %s", got)
+	}
+	do("a viewer's overrides", chromedp.Click(`#nav button[data-view="access"]`))
+	waitJS(`document.querySelector('#view-access').getAttribute('aria-busy')`, "false")
+	waitText("#overrides-table", "bulk-000", nil)
+	if got := eval(`(() => { const shown = ` + shown + `; return shown('#overrides-table button').map((b) => b.textContent).join(',') + '|' + shown('#keys-section, #override-form').length + '|' + document.querySelector('#status').textContent; })()`); !regexp.MustCompile(`^History(,History)*\|0\|$`).MatchString(got) {
+		t.Fatalf("a viewer's overrides view offers (buttons|forms|status): %s", got)
+	}
+	shot("05c-viewer")
+	do("a viewer's dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`))
+	waitJS(`document.querySelector('#view-dashboard').getAttribute('aria-busy')`, "false")
+	waitText("#status", "Updated", nil) // its reports loaded
+
 	// The operator: tenants, and the decider with the version it enforces.
 	createTenants(t, api, operatorKey, "shop-", 105)
 	do("sign out", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),
@@ -504,6 +527,18 @@ func createTenants(t *testing.T, api, operatorKey, prefix string, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// createKey creates a key of kind through the API and returns its secret.
+func createKey(t *testing.T, api, adminKey string, kind sluicev1.KeyKind) string {
+	t.Helper()
+	req := connect.NewRequest(&sluicev1.CreateKeyRequest{Kind: kind, Name: "console test"})
+	req.Header().Set("Authorization", "Bearer "+adminKey)
+	res, err := sluicev1connect.NewKeyServiceClient(http.DefaultClient, api).CreateKey(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Msg.Secret
 }
 
 // changeRule edits the params of the rule tier/name through the API, as

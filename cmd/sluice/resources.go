@@ -386,7 +386,7 @@ var verbs = map[string]verb{
 		}
 	}},
 	"keys create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
-		kind, name := fs.String("kind", "check", "admin (the control plane) or check (the data plane)"), fs.String("name", "", "a name to tell the key by")
+		kind, name := fs.String("kind", "check", "admin (the control plane), viewer (the control plane, read only: an analyst's) or check (the data plane)"), fs.String("name", "", "a name to tell the key by")
 		lasts := fs.Duration("for", 0, "expires after this long, e.g. 720h (0: never)")
 		return func(s *session, c *http.Client, _ string) error {
 			kv, err := enumFlag(sluicev1.KeyKind_value, "KEY_KIND_", fs.Lookup("kind"))

@@ -28,12 +28,13 @@ const (
 	RoleOperator Role = iota + 1 // every tenant, and tenants themselves
 	RoleAdmin                    // one tenant's configuration
 	RoleDecider                  // the config service only
+	RoleViewer                   // one tenant's configuration and reports, read only
 )
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
 	Role     Role
-	TenantID string // RoleAdmin: the only tenant it may touch
+	TenantID string // RoleAdmin, RoleViewer: the only tenant it may touch
 	KeyID    string
 }
 
@@ -53,8 +54,10 @@ func principalFrom(ctx context.Context) Principal {
 }
 
 // operatorOnly and deciderOnly list the procedures only the operator, and
-// only deciders, may call.
-var operatorOnly, deciderOnly = map[string]bool{}, map[string]bool{}
+// only deciders, may call; viewable those a viewer key may call, which
+// change nothing (a procedure not listed is refused to viewers: a new one
+// is a change until it is listed here).
+var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, map[string]bool{}
 
 // authenticator resolves bearer keys: the operator key and the decider
 // credential (compared by hash, in constant time), or a tenant's admin key
@@ -97,15 +100,19 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 		}
 		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
 	}
-	if k.Kind != policy.KeyAdmin {
-		return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
+	switch k.Kind {
+	case policy.KeyAdmin:
+		return Principal{Role: RoleAdmin, TenantID: k.TenantID, KeyID: k.ID}, nil
+	case policy.KeyViewer:
+		return Principal{Role: RoleViewer, TenantID: k.TenantID, KeyID: k.ID}, nil
 	}
-	return Principal{Role: RoleAdmin, TenantID: k.TenantID, KeyID: k.ID}, nil
+	return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
 }
 
 // authorize authenticates a call to procedure and returns the context
 // carrying its principal. Deciders reach only the config service, the
-// config service only deciders, and tenants only the operator.
+// config service only deciders, tenants only the operator, and viewer
+// keys only what changes nothing.
 func (a *authenticator) authorize(ctx context.Context, procedure string, h http.Header, peer string) (context.Context, error) {
 	p, err := a.principal(ctx, h, peer)
 	if err != nil {
@@ -116,6 +123,8 @@ func (a *authenticator) authorize(ctx context.Context, procedure string, h http.
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the config service is for deciders, and deciders have only it"))
 	case operatorOnly[procedure] && p.Role != RoleOperator:
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
+	case p.Role == RoleViewer && !viewable[procedure]:
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys"))
 	}
 	return context.WithValue(ctx, principalKey{}, p), nil
 }
@@ -152,9 +161,9 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 func tenantOf(ctx context.Context, requested string) (string, error) {
 	p := principalFrom(ctx)
 	switch {
-	case p.Role == RoleAdmin && (requested == "" || requested == p.TenantID):
+	case (p.Role == RoleAdmin || p.Role == RoleViewer) && (requested == "" || requested == p.TenantID):
 		return p.TenantID, nil
-	case p.Role == RoleAdmin:
+	case p.Role == RoleAdmin || p.Role == RoleViewer:
 		return "", connect.NewError(connect.CodePermissionDenied, errors.New("this key belongs to another tenant"))
 	case p.Role == RoleOperator && requested != "":
 		return requested, nil

@@ -70,6 +70,15 @@ func init() {
 	}
 	deciderOnly[sluicev1connect.ConfigServiceGetSnapshotsProcedure] = true
 	deciderOnly[sluicev1connect.ConfigServiceWatchProcedure] = true
+	for _, p := range []string{
+		sluicev1connect.TierServiceListTiersProcedure, sluicev1connect.RuleServiceListRulesProcedure,
+		sluicev1connect.OverrideServiceListOverridesProcedure, sluicev1connect.AuditServiceListAuditProcedure,
+		sluicev1connect.TenantFileServiceExportTenantFileProcedure,
+		sluicev1connect.ReportServiceGetTimeseriesProcedure, sluicev1connect.ReportServiceGetTopClientsProcedure,
+		sluicev1connect.ReportServiceGetBreakdownProcedure, sluicev1connect.ReportServiceExportCSVProcedure,
+	} {
+		viewable[p] = true
+	}
 }
 
 // NewHandler returns the handler of every control-plane service, serving

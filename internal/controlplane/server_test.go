@@ -340,6 +340,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	tierA := callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"}).Tier
 	ruleA := callOK(t, adminA, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: tierA.Id, Rule: ruleMsg("r")}).Rule
 	check := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK}).Secret
+	viewerA := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_VIEWER}).Secret
+	viewerB := callOK(t, adminB, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_VIEWER}).Secret
 	revoked := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_ADMIN})
 	callOK(t, adminA, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: revoked.Key.Id})
 	_, versionBefore, _ := store.GetTenant(context.Background(), tenantA)
@@ -498,6 +500,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true, "ListDeciders": true}
 	deciderOnlyRPCs := map[string]bool{"GetSnapshots": true, "Watch": true}
+	viewerRPCs := map[string]bool{"ListTiers": true, "ListRules": true, "ListOverrides": true, "ListAudit": true, "ExportTenantFile": true,
+		"GetTimeseries": true, "GetTopClients": true, "GetBreakdown": true, "ExportCSV": true}
 	denied := []connect.Code{connect.CodePermissionDenied}
 	allowed := []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}
 	callers := []struct {
@@ -509,6 +513,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"revoked key", revoked.Secret, func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
 		{"check key", check, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
 		{"other tenant's admin", adminB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
+		{"other tenant's viewer", viewerB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
+		{"own viewer", viewerA, func(rpc string) []connect.Code {
+			if viewerRPCs[rpc] {
+				return []connect.Code{0} // reads that succeed
+			}
+			return denied
+		}},
 		{"own admin", adminA, func(rpc string) []connect.Code {
 			if operatorOnlyRPCs[rpc] || deciderOnlyRPCs[rpc] {
 				return denied

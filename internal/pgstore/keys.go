@@ -270,7 +270,7 @@ func (s *Store) DeleteOverride(ctx context.Context, actor Actor, tenantID, id st
 	return version, err
 }
 
-var kindNames = map[policy.KeyKind]string{policy.KeyAdmin: "admin", policy.KeyCheck: "check"}
+var kindNames = map[policy.KeyKind]string{policy.KeyAdmin: "admin", policy.KeyCheck: "check", policy.KeyViewer: "viewer"}
 
 const keyColumns = `id::text, tenant_id::text, kind, name, prefix, hash, created_at, last_used_at, revoked_at, expires_at`
 
@@ -279,9 +279,10 @@ func scanKey(row pgx.Row) (policy.APIKey, error) {
 	var kind string
 	var used, revoked, expires *time.Time
 	err := row.Scan(&k.ID, &k.TenantID, &kind, &k.Name, &k.Prefix, &k.Hash, &k.CreatedAt, &used, &revoked, &expires)
-	k.Kind = policy.KeyCheck
-	if kind == "admin" {
-		k.Kind = policy.KeyAdmin
+	for kk, name := range kindNames {
+		if name == kind {
+			k.Kind = kk
+		}
 	}
 	if used != nil {
 		k.LastUsedAt = *used
@@ -318,7 +319,7 @@ func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID str
 	}
 	if _, ok := kindNames[kind]; !ok || len(name) > policy.MaxNameLen {
 		return "", policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
-			Fields: []policy.FieldError{{Field: "kind", Description: "must be admin or check, with a name of at most 100 bytes"}}}
+			Fields: []policy.FieldError{{Field: "kind", Description: "must be admin, viewer or check, with a name of at most 100 bytes"}}}
 	}
 	secret, prefix := policy.NewKeySecret(kind)
 	hash := policy.HashKey(secret)

@@ -270,6 +270,10 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 		t.Fatalf("key %+v %v", key, err)
 	}
 	admin, _, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "console")
+	viewer, vk, err := s.CreateKey(ctx, op, acme.ID, policy.KeyViewer, "analyst")
+	if err != nil || vk.Kind != policy.KeyViewer || !strings.HasPrefix(viewer, "sk_viewer_") {
+		t.Fatalf("viewer key %+v %v", vk, err)
+	}
 	// A check key shown to the control plane is found (to be refused
 	// there) but not used: deciders report its uses.
 	found, err := s.KeyByHash(ctx, policy.HashKey(secret))
@@ -282,7 +286,7 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(checkKeys) != 1 || checkKeys[0] != (policy.CheckKey{Hash: policy.HashKey(secret)}) {
-		t.Fatalf("snapshot keys: %d (the admin key must not be there)", len(checkKeys))
+		t.Fatalf("snapshot keys: %d (the admin and viewer keys must not be there)", len(checkKeys))
 	}
 	_, v, _ := s.GetTenant(ctx, acme.ID)
 	if snap.Version != v || len(snap.Tiers) != 2 || len(snap.Overrides) != 4 {
@@ -300,11 +304,14 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 	if _, err := s.KeyByHash(ctx, policy.HashKey(admin)); err != nil {
 		t.Fatalf("the admin key: %v", err)
 	}
+	if k, err := s.KeyByHash(ctx, policy.HashKey(viewer)); err != nil || k.Kind != policy.KeyViewer {
+		t.Fatalf("the viewer key: %+v %v", k, err)
+	}
 	if _, err := s.DeleteOverride(ctx, op, acme.ID, move.ID); err != nil {
 		t.Fatal(err)
 	}
 	keys, _ := s.ListKeys(ctx, acme.ID)
-	if len(keys) != 2 || keys[0].RevokedAt.IsZero() || !keys[1].RevokedAt.IsZero() {
+	if len(keys) != 3 || keys[0].RevokedAt.IsZero() || !keys[1].RevokedAt.IsZero() || keys[2].Kind != policy.KeyViewer {
 		t.Fatalf("keys %+v", keys)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 // Key secrets look like "sk_check_" + 32 base32 characters (160 random
 // bits). The kind is visible so a leaked key is recognisable in a scan.
-var keyPrefixes = map[KeyKind]string{KeyAdmin: "sk_admin_", KeyCheck: "sk_check_"}
+var keyPrefixes = map[KeyKind]string{KeyAdmin: "sk_admin_", KeyCheck: "sk_check_", KeyViewer: "sk_viewer_"}
 
 // NewKeySecret returns a new random secret of kind, and its display prefix
 // (the kind and the first four random characters).

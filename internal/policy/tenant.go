@@ -171,8 +171,9 @@ type KeyKind uint8
 
 // Key kinds.
 const (
-	KeyAdmin KeyKind = iota + 1 // the control plane, for one tenant
-	KeyCheck                    // the data plane's check APIs, for one tenant
+	KeyAdmin  KeyKind = iota + 1 // the control plane, for one tenant
+	KeyCheck                     // the data plane's check APIs, for one tenant
+	KeyViewer                    // the control plane, read only, for one tenant: an analyst's
 )
 
 // APIKey is a tenant's credential. Only a hash of the secret is kept.

@@ -119,11 +119,7 @@ func ts(t time.Time) *timestamppb.Timestamp {
 }
 
 func KeyToProto(k policy.APIKey) *sluicev1.ApiKey {
-	kind := sluicev1.KeyKind_KEY_KIND_CHECK
-	if k.Kind == policy.KeyAdmin {
-		kind = sluicev1.KeyKind_KEY_KIND_ADMIN
-	}
-	return &sluicev1.ApiKey{Id: k.ID, Kind: kind, Name: k.Name, Prefix: k.Prefix,
+	return &sluicev1.ApiKey{Id: k.ID, Kind: sluicev1.KeyKind(k.Kind), Name: k.Name, Prefix: k.Prefix,
 		CreatedAt: ts(k.CreatedAt), LastUsedAt: ts(k.LastUsedAt), RevokedAt: ts(k.RevokedAt), ExpiresAt: ts(k.ExpiresAt)}
 }
 
@@ -133,6 +129,8 @@ func KeyKindFromProto(k sluicev1.KeyKind) policy.KeyKind {
 		return policy.KeyAdmin
 	case sluicev1.KeyKind_KEY_KIND_CHECK:
 		return policy.KeyCheck
+	case sluicev1.KeyKind_KEY_KIND_VIEWER:
+		return policy.KeyViewer
 	}
 	return 0 // refused by the store, with its field
 }

@@ -115,13 +115,16 @@ async function signIn(key) {
   } catch (e) {
     if (e.code !== 'permission_denied') throw e;
     await api('TierService', 'ListTiers');
-    state.role = 'admin';
+    // A viewer key reads (the API refuses it the rest): the console offers
+    // no change.
+    state.role = key.startsWith('sk_viewer_') ? 'viewer' : 'admin';
   }
   sessionStorage.setItem('sluice-key', key);
   document.body.dataset.role = state.role;
   $('#nav').hidden = false;
   $('#who').hidden = false;
-  $('#role').textContent = state.role === 'operator' ? 'operator' : 'tenant admin';
+  $('#role').textContent = { operator: 'operator', admin: 'tenant admin', viewer: 'viewer (read only)' }[state.role];
+  $('#file-content').readOnly = state.role === 'viewer';
   $$('[data-operator]').forEach((e) => { e.hidden = state.role !== 'operator'; });
   fillTenantSelect();
   show('rules');
@@ -213,7 +216,7 @@ function ruleRow(tier, rules, r, i) {
       el('button', { type: 'button', 'aria-label': `Move ${r.name} up`, disabled: i === 0, onclick: () => move(-1) }, '↑'),
       el('button', { type: 'button', 'aria-label': `Move ${r.name} down`, disabled: i === rules.length - 1, onclick: () => move(1) }, '↓'),
       el('button', { type: 'button', onclick: () => editRule(tier, r) }, 'Edit'),
-      el('button', { type: 'button', 'aria-label': `History of ${r.name}`, onclick: () => history(r.id, `rule ${tier.name} / ${r.name}`) }, 'History'),
+      el('button', { type: 'button', 'aria-label': `History of ${r.name}`, 'data-read': true, onclick: () => history(r.id, `rule ${tier.name} / ${r.name}`) }, 'History'),
       el('button', { type: 'button', onclick: () => update({ enabled: !r.enabled }, `${r.enabled ? 'Disabled' : 'Enabled'} ${r.name}`) }, r.enabled ? 'Disable' : 'Enable'),
       block,
       el('button', { type: 'button', onclick: () => update({ shadow: !r.shadow }, `${r.name}: shadow ${r.shadow ? 'off' : 'on'}`) }, r.shadow ? 'Enforce' : 'Shadow'),
@@ -448,7 +451,7 @@ async function loadAccess() {
   const tiers = await api('TierService', 'ListTiers');
   state.rules = (tiers.tiers || []).flatMap((t) => (t.rules || []).map((r) => ({ ...r, tier: t.name })));
   $('#ov-rule').replaceChildren(el('option', { value: '' }, '(none)'), ...state.rules.map((r) => el('option', { value: r.id }, `${r.tier} / ${r.name}`)));
-  await Promise.all([loadOverrides(true), loadKeys(true)]);
+  await Promise.all([loadOverrides(true), state.role === 'viewer' ? null : loadKeys(true)]);
 }
 
 // loadKeys shows the first page of keys (fresh) or appends the next,
@@ -478,7 +481,7 @@ async function loadOverrides(fresh) {
     el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtTime(o.expiresAt)),
     el('td', { class: 'actions' },
       el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
-      el('button', { type: 'button', 'aria-label': `History of the override of ${o.identifier}`, onclick: () => history(o.id, `the override of ${o.identifier}`) }, 'History'),
+      el('button', { type: 'button', 'aria-label': `History of the override of ${o.identifier}`, 'data-read': true, onclick: () => history(o.id, `the override of ${o.identifier}`) }, 'History'),
       el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
   state.ovToken = res.nextPageToken || '';
   $('#ov-more').hidden = !state.ovToken;

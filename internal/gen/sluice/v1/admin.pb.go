@@ -71,12 +71,18 @@ func (TenantStatus) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// KeyKind says what a tenant's key opens.
 type KeyKind int32
 
 const (
 	KeyKind_KEY_KIND_UNSPECIFIED KeyKind = 0
-	KeyKind_KEY_KIND_ADMIN       KeyKind = 1
-	KeyKind_KEY_KIND_CHECK       KeyKind = 2
+	// The tenant's configuration through the control plane.
+	KeyKind_KEY_KIND_ADMIN KeyKind = 1
+	// The data plane's check APIs.
+	KeyKind_KEY_KIND_CHECK KeyKind = 2
+	// The control plane read only: tiers, rules, overrides, the audit log,
+	// the reports and the tenant file; no keys, no change. An analyst's.
+	KeyKind_KEY_KIND_VIEWER KeyKind = 3
 )
 
 // Enum value maps for KeyKind.
@@ -85,11 +91,13 @@ var (
 		0: "KEY_KIND_UNSPECIFIED",
 		1: "KEY_KIND_ADMIN",
 		2: "KEY_KIND_CHECK",
+		3: "KEY_KIND_VIEWER",
 	}
 	KeyKind_value = map[string]int32{
 		"KEY_KIND_UNSPECIFIED": 0,
 		"KEY_KIND_ADMIN":       1,
 		"KEY_KIND_CHECK":       2,
+		"KEY_KIND_VIEWER":      3,
 	}
 )
 
@@ -3755,11 +3763,12 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\fTenantStatus\x12\x1d\n" +
 	"\x19TENANT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TENANT_STATUS_ACTIVE\x10\x01\x12\x1b\n" +
-	"\x17TENANT_STATUS_SUSPENDED\x10\x02*K\n" +
+	"\x17TENANT_STATUS_SUSPENDED\x10\x02*`\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_KIND_ADMIN\x10\x01\x12\x12\n" +
-	"\x0eKEY_KIND_CHECK\x10\x022\xa2\x03\n" +
+	"\x0eKEY_KIND_CHECK\x10\x02\x12\x13\n" +
+	"\x0fKEY_KIND_VIEWER\x10\x032\xa2\x03\n" +
 	"\rTenantService\x12Q\n" +
 	"\fCreateTenant\x12\x1e.sluice.v1.CreateTenantRequest\x1a\x1f.sluice.v1.CreateTenantResponse\"\x00\x12H\n" +
 	"\tGetTenant\x12\x1b.sluice.v1.GetTenantRequest\x1a\x1c.sluice.v1.GetTenantResponse\"\x00\x12N\n" +
