@@ -341,6 +341,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetLimit() != 500 || p.GetBurst() != 7 {
 		t.Fatalf("partner's own burst: %v", p)
 	}
+	// Another algorithm: the form's parameters whole (a sliding window has
+	// no burst); without a window, refused next to the parameters.
+	do("edit partner's algorithm", chromedp.Click(`#overrides-table button[aria-label="Edit the override of partner"]`),
+		chromedp.SetValue("#ov-algorithm", "ALGORITHM_SLIDING_WINDOW"), chromedp.SetValue("#ov-limit", "300"))
+	eval(`(document.querySelector('#ov-window').value = '', '')`)
+	do("save without a window", chromedp.Click("#ov-submit"))
+	waitText(`#override-form [data-error-for="params"]`, "must be between", nil)
+	do("with a window", chromedp.SetValue("#ov-window", "1m"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Saved the override of partner", nil)
+	waitText("#overrides-table", "300 per 1m (sliding window)", nil)
+	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_SLIDING_WINDOW || p.GetLimit() != 300 || p.GetBurst() != 0 {
+		t.Fatalf("partner's sliding window: %v", p)
+	}
 	// Many overrides come a page at a time, and a client's is found by the
 	// prefix of its id.
 	blockMany(t, api, adminKey, "bulk-", 120)

@@ -545,6 +545,12 @@ async function submitOverride(ev) {
     // window, a burst in proportion to the limit) from the override's own
     // parameters, or the rule's for a new one or one moved to another rule.
     o.params = { limit: f.limit.value || undefined, window: dur(f.window.value), burst: f.burst.value || undefined };
+    // Another algorithm: these parameters whole, the burst only where
+    // there is one.
+    if (f.algorithm.value) {
+      o.params.algorithm = f.algorithm.value;
+      if (!['ALGORITHM_TOKEN_BUCKET', 'ALGORITHM_GCRA'].includes(f.algorithm.value)) delete o.params.burst;
+    }
   }
   if (editing) Object.assign(o, { id: f.id.value, etag: f.etag.value || undefined, expiresAt: state.ovExpiresAt || undefined });
   if (f.expires.value.trim() === 'never') delete o.expiresAt;
