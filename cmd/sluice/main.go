@@ -39,8 +39,9 @@ commands:
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
-  tenants, tiers, rules, overrides, keys, audit, deciders
-           list, create and delete (rules: update; keys: revoke) through the control plane's API;
+  tenants, tiers, rules, overrides, keys, audit, deciders, reports
+           list, create and delete (rules: update; keys: revoke; reports: rejections, top,
+           breakdown, csv) through the control plane's API;
            "sluice rules" (or any of them) alone lists their commands, "sluice rules create -h" its flags
   check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
   reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
@@ -49,7 +50,7 @@ commands:
 
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
-  SLUICE_KEY      the operator key, or a tenant admin key
+  SLUICE_KEY      the operator key, or a tenant admin key (reports: or a viewer key)
 
 exit codes: 0 done (check: allowed), 1 failed, 2 usage, 3 invalid input, 4 check rejected
 `
@@ -110,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runExport(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr, getenv)
-	case "tenants", "tiers", "rules", "overrides", "keys", "audit", "deciders", "check", "reset":
+	case "tenants", "tiers", "rules", "overrides", "keys", "audit", "deciders", "reports", "check", "reset":
 		return runResource(ctx, args[0], args[1:], stdout, stderr, getenv)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

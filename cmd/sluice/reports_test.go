@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
@@ -109,6 +110,40 @@ func TestDecisionsReachTheReports(t *testing.T) {
 	}
 	if !strings.HasPrefix(csv.Msg.Csv, "client_key,rule_id,rule_name,rejected,error\nbob,") || !strings.HasSuffix(csv.Msg.Filename, ".csv") {
 		t.Fatalf("CSV %q (%s)", csv.Msg.Csv, csv.Msg.Filename)
+	}
+
+	// The same through the CLI, with an analyst's viewer key: it reads the
+	// reports, and changes nothing.
+	admin := map[string]string{"SLUICE_SERVER": api, "SLUICE_KEY": adminKey}
+	sluice := func(env map[string]string, args ...string) (string, error) {
+		var out, errOut strings.Builder
+		err := run(context.Background(), args, &out, &errOut, func(k string) string { return env[k] })
+		return out.String() + errOut.String(), err
+	}
+	out, err := sluice(admin, "keys", "create", "-kind", "viewer", "-name", "analyst")
+	if err != nil {
+		t.Fatalf("keys create -kind viewer: %v\n%s", err, out)
+	}
+	viewer := map[string]string{"SLUICE_SERVER": api, "SLUICE_KEY": regexp.MustCompile(`secret\s+(sk_viewer_\S+)`).FindStringSubmatch(out)[1]}
+	for _, c := range []struct {
+		args []string
+		want string // a line of the answer
+	}{
+		{[]string{"reports", "top", "-since", "2h"}, `(?m)^bob\s+per-client\s+5$`},
+		{[]string{"reports", "breakdown", "-by", "tier"}, `(?m)^free\s+11\s+5\s+31\.2\s+0\s+0$`},
+		{[]string{"reports", "breakdown"}, `(?m)^free\s+per-client\s+11\s+5\s+31\.2\s+0\s+0$`},
+		{[]string{"reports", "rejections", "-rule", "free/per-client", "-step", "24h", "-since", "24h", "-until", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, `(?m)^\S+Z\s+11\s+5\s+31\.2\s+0\s+0$`},
+		{[]string{"reports", "csv", "top"}, `(?m)^client_key,rule_id,rule_name,rejected,error\nbob,\S+,per-client,5,0$`},
+	} {
+		if out, err := sluice(viewer, c.args...); err != nil || !regexp.MustCompile(c.want).MatchString(out) {
+			t.Errorf("%v: %v\n%s", c.args, err, out)
+		}
+	}
+	if _, err := sluice(viewer, "rules", "create", "-tier", "free", "-name", "x", "-limit", "1", "-window", "1s"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a viewer creating a rule: %v", err)
+	}
+	if _, err := sluice(viewer, "reports", "csv", "everything"); !errors.Is(err, errUsage) {
+		t.Errorf("an unknown report: %v", err)
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -71,9 +71,11 @@ const resourceUsage = `usage:
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
-  sluice keys      list [-revoked] | create [-kind admin|check] [-name N] [-for D] | revoke ID
+  sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | revoke ID
   sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
+  sluice reports   rejections [-step D] [-rule R] [-tier T] | top [-rule R] [-limit N] | breakdown [-by rule|tier] | csv REPORT
+                   (each over -since D, 24h unless given, before -until T, now unless given; a viewer key is enough)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
@@ -501,7 +503,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		return errUsage
 	}
 	if s.key == "" {
-		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key\n")
+		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key (reports: or a viewer key)\n")
 		return errUsage
 	}
 	err := run(s, http.DefaultClient, fs.Arg(0))
@@ -725,10 +727,7 @@ func overrideParams(fs *flag.FlagSet, pf paramOpts) (*sluicev1.LimitParams, erro
 
 // resolveRule turns a -rule of TIER/RULE into the rule's id.
 func (o overrideOpts) resolveRule(s *session, c *http.Client) error {
-	if !strings.Contains(*o.ruleID, "/") {
-		return nil
-	}
-	id, err := ruleIDByName(s, sluicev1connect.NewTierServiceClient(c, s.server), *o.ruleID)
+	id, err := ruleRef(s, c, *o.ruleID)
 	*o.ruleID = id
 	return err
 }
