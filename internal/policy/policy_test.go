@@ -271,14 +271,17 @@ func TestParseNames(t *testing.T) {
 // FuzzRuleValidate: validation never panics, and whatever it accepts is
 // within the bounds every engine relies on.
 func FuzzRuleValidate(f *testing.F) {
-	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "x")
-	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5, int64(-1), "")
-	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(1e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(1e8), "other")
-	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "name")
-	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64, sync int64, replaces string) {
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "x", uint8(0), "")
+	f.Add("", "", "", "", "", uint8(9), int64(-1), int64(1), int64(-5), int64(3), int64(7), int64(-1), 2.5, int64(-1), "", uint8(7), "Local")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(1e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(1e8), "other", uint8(0), "")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(1), int64(10), int64(60e9), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "name", uint8(0), "")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(0), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "x", uint8(4), "America/New_York")
+	f.Add("r", "name", "route", "/x", "client_id", uint8(4), int64(10), int64(0), int64(0), int64(0), int64(0), int64(0), 0.0, int64(0), "x", uint8(2), "../../etc/passwd")
+	f.Fuzz(func(t *testing.T, id, name, mk, mv, kb string, alg uint8, limit, window, burst, warm, gran, ttl int64, cold float64, sync int64, replaces string, cal uint8, zone string) {
 		r := Rule{ID: id, Name: name, Match: []Match{{mk, mv}}, KeyBy: []string{kb},
 			Params: Params{Algorithm: Algorithm(alg), Limit: limit, Window: time.Duration(window), Burst: burst,
-				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold},
+				WarmUp: time.Duration(warm), Granularity: time.Duration(gran), LeaseTTL: time.Duration(ttl), ColdFactor: cold,
+				Calendar: Calendar(cal), TimeZone: zone},
 			Sync: time.Duration(sync), Block: limit%2 == 0, Replaces: []string{replaces}}
 		err := r.Validate()
 		if err != nil {
@@ -292,8 +295,16 @@ func FuzzRuleValidate(f *testing.F) {
 		if p.Limit < 1 || p.Limit > MaxLimit || p.Capacity() < 1 || p.Capacity() > MaxLimit {
 			t.Fatalf("accepted out-of-bounds limits: %+v", p)
 		}
-		if p.Algorithm != Concurrency && (p.Window < MinWindow || p.Window > MaxWindow || p.Window%time.Microsecond != 0) {
+		if p.Algorithm != Concurrency && p.Calendar == CalendarNone && (p.Window < MinWindow || p.Window > MaxWindow || p.Window%time.Microsecond != 0) {
 			t.Fatalf("accepted window %v", p.Window)
+		}
+		if p.TimeZone != "" {
+			if _, err := Location(p.TimeZone); err != nil || p.Calendar == CalendarNone || p.TimeZone == "Local" {
+				t.Fatalf("accepted time zone %q with calendar %v", p.TimeZone, p.Calendar)
+			}
+		}
+		if p.Calendar != CalendarNone && (p.Calendar >= calendarCount || p.Algorithm != FixedWindow || p.Window != 0) {
+			t.Fatalf("accepted calendar %v for %+v", p.Calendar, p)
 		}
 		if replaces == r.Name || replaces == "" {
 			t.Fatalf("accepted replaces %q of rule %q", replaces, r.Name)
