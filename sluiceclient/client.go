@@ -85,6 +85,9 @@ type Rule struct {
 	// RetryAfter is, on a rejection, when the same request would be
 	// admitted; negative when it never can be.
 	RetryAfter time.Duration
+	// Message is, on a rejection, what the rule's tenant tells the client
+	// ("" when the rule has no message).
+	Message string
 }
 
 // Decision is the answer to a Request.
@@ -483,7 +486,7 @@ func fromProto(m *sluicev1.CheckResponse) Decision {
 		}
 		d.Rules = append(d.Rules, Rule{ID: r.RuleId, Name: r.RuleName, Allowed: r.Allowed, Shadow: r.Shadow, Limit: r.Limit,
 			Remaining: r.Remaining, Window: r.Window.AsDuration(), ResetAfter: r.ResetAfter.AsDuration(), Delay: r.Delay.AsDuration(),
-			RetryAfter: retry})
+			RetryAfter: retry, Message: r.Message})
 	}
 	return d
 }

@@ -44,7 +44,7 @@ func deciderWith(t *testing.T, clk *clock, hold func()) (url, key string, calls 
 	t.Helper()
 	cfg, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}}}}}})
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}, Message: "Free plans make 3 calls a minute"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestMiddleware(t *testing.T) {
 	var body map[string]any
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != 429 || rec.Header().Get("Retry-After") != "20" || rec.Header().Get("Content-Type") != "application/problem+json" ||
-		body["detail"] != "rejected by per-client" || served.Load() != 3 {
+		body["detail"] != "Free plans make 3 calls a minute" || served.Load() != 3 { // the rule's message
 		t.Fatalf("fourth: %d %v %s (served %d)", rec.Code, rec.Header(), rec.Body, served.Load())
 	}
 }

@@ -64,10 +64,14 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 				violated = append(violated, rule.Name)
 			}
 		}
+		detail := "rejected by " + strings.Join(violated, ", ")
+		if d.Deciding >= 0 && d.Rules[d.Deciding].Message != "" {
+			detail = d.Rules[d.Deciding].Message // the tenant's words
+		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusTooManyRequests)
 		_ = json.NewEncoder(w).Encode(map[string]any{"type": "https://sluice.dev/problems/rate-limited", "title": "Too Many Requests",
-			"status": http.StatusTooManyRequests, "detail": "rejected by " + strings.Join(violated, ", "), "violated_policies": violated})
+			"status": http.StatusTooManyRequests, "detail": detail, "violated_policies": violated})
 	})
 }
 

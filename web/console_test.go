@@ -187,7 +187,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal("the invalid limit input is not marked invalid")
 	}
 	shot("02-field-error")
-	do("a valid rule, counted locally", chromedp.SetValue("#rule-limit", "2"), chromedp.SetValue("#rule-sync", "50ms"), chromedp.Click("#rule-submit"))
+	do("a valid rule, counted locally", chromedp.SetValue("#rule-limit", "2"), chromedp.SetValue("#rule-sync", "50ms"),
+		chromedp.SetValue("#rule-message", "Gold plans make 2 calls a minute"), chromedp.Click("#rule-submit"))
 	waitText(`[data-tier="gold"]`, "tiny", nil)
 	waitText(`[data-tier="gold"]`, "local, synced every 50ms", nil)
 	waitText("#status", "Created rule tiny", nil)
@@ -244,6 +245,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if h := eval(`document.querySelector('#try-result .headers').textContent`); !strings.Contains(h, "Retry-After") || !strings.Contains(h, `"tiny"`) {
 		t.Fatalf("the rejection's headers: %q", h)
 	}
+	waitText("#try-result", `"detail": "Gold plans make 2 calls a minute"`, nil) // the rule's message
 	shot("03-rules-and-try")
 
 	// Reset eve's counters: her next check is admitted.

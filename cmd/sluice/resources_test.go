@@ -149,7 +149,7 @@ func TestCLIAgainstDev(t *testing.T) {
 	}
 	// A daily quota from midnight in New York, then a window again: the
 	// zone goes with the calendar.
-	if out, err = sluice("rules", "update", "-calendar", "day", "-time-zone", "America/New_York", quota.ID); err != nil {
+	if out, err = sluice("rules", "update", "-calendar", "day", "-time-zone", "America/New_York", "-message", "1,000 a day, from midnight in New York", quota.ID); err != nil {
 		t.Fatalf("rules update -calendar day -time-zone: %v\n%s", err, out)
 	}
 	if out, err = sluice("rules", "list", "-tier", "pro"); err != nil || !regexp.MustCompile(`(?m)\squota\s+fixed_window\s+1000\s+day America/New_York\s`).MatchString(out) {
@@ -158,7 +158,7 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err = sluice("rules", "update", "-calendar", "none", "-window", "1h", quota.ID); err != nil {
 		t.Fatalf("rules update -calendar none: %v\n%s", err, out)
 	}
-	if got := ruleNamed("quota").Params; got.TimeZone != "" || got.Calendar != "" || got.Window != "3600s" {
+	if got := ruleNamed("quota"); got.Params.TimeZone != "" || got.Params.Calendar != "" || got.Params.Window != "3600s" || got.Message != "1,000 a day, from midnight in New York" {
 		t.Fatalf("after -calendar none: %+v", got)
 	}
 	if out, err = sluice("rules", "delete", quota.ID); err != nil {
@@ -411,9 +411,9 @@ func TestCLIAgainstDev(t *testing.T) {
 
 // listedRule is what the tests read of a rule in `rules list -json`.
 type listedRule struct {
-	ID, Name, FailureMode string
-	Enabled, Shadow       bool
-	Params                struct {
+	ID, Name, FailureMode, Message string
+	Enabled, Shadow                bool
+	Params                         struct {
 		Algorithm, Limit, WarmUp, Window, Calendar, TimeZone string
 		ColdFactor                                           float64
 	}

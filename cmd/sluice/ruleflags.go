@@ -17,10 +17,10 @@ import (
 // command line (create starts from a token bucket keyed by client_id,
 // enabled; update from the rule as it stands).
 type ruleOpts struct {
-	params                                paramOpts
-	name, keyBy, match, replaces, failure *string
-	shadow, enabled, exact, block         *bool
-	sync                                  *time.Duration
+	params                                         paramOpts
+	name, keyBy, match, replaces, failure, message *string
+	shadow, enabled, exact, block                  *bool
+	sync                                           *time.Duration
 }
 
 func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
@@ -36,6 +36,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
 		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
 		sync:     fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
+		message:  fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
 	}
 }
 
@@ -60,6 +61,8 @@ func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
 			r.Match = m
 		case "replaces":
 			r.Replaces = flagenv.List(*f.replaces)
+		case "message":
+			r.Message = *f.message
 		case "failure-mode":
 			v, e := enumFlag(sluicev1.FailureMode_value, "FAILURE_MODE_", fl)
 			err = cmp.Or(err, e)

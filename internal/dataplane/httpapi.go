@@ -3,6 +3,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -166,6 +167,8 @@ type RuleJSON struct {
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"` // absent when never admissible
 	DelayMS      int64  `json:"delay_ms,omitempty"`
+	// Message is, on a rejection, the rule's message for the client.
+	Message string `json:"message,omitempty"`
 }
 
 // CheckJSON is the body of a check response when the request is allowed.
@@ -410,7 +413,17 @@ func rulesJSON(dec decide.Decision) []RuleJSON {
 // ruleJSON is r's answer, but for RetryAfterMS (see retryAfterMS).
 func ruleJSON(r decide.RuleResult) RuleJSON {
 	return RuleJSON{Rule: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow, Limit: r.Limit,
-		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay)}
+		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay), Message: rejectionMessage(r)}
+}
+
+// rejectionMessage is r's rule's message for the client when the rule
+// rejects (a shadow rule rejects nothing), else "". An admitted decision
+// has none (appendCheckJSON writes no message).
+func rejectionMessage(r decide.RuleResult) string {
+	if r.Allowed || r.Rule.Shadow {
+		return ""
+	}
+	return r.Rule.Message
 }
 
 // retryAfterMS is r's retry_after_ms, when it has one: a rejection that a
@@ -440,6 +453,9 @@ func rejectedProblem(dec decide.Decision) problem {
 		}
 	}
 	p.Detail = "rejected by " + strings.Join(p.ViolatedPolicies, ", ")
+	if dec.Deciding >= 0 {
+		p.Detail = cmp.Or(rejectionMessage(dec.Rules[dec.Deciding]), p.Detail) // the tenant's words, where it has some
+	}
 	return p
 }
 

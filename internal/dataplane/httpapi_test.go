@@ -38,7 +38,7 @@ func testAPI(t testing.TB) (HTTPConfig, string) {
 		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
 		{ID: "r2", Name: "login", KeyBy: []string{"client_id"}, Enabled: true, Match: []policy.Match{{Key: "route", Value: "/login"}},
-			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}, Message: loginMessage},
 	})
 }
 
@@ -118,6 +118,10 @@ func eachServer(t *testing.T, mk func(testing.TB) (HTTPConfig, string), f func(t
 	}
 }
 
+// loginMessage is the test tenant's login rule's message for the clients
+// it rejects.
+const loginMessage = "Too many sign-in attempts: wait a minute, or reset your password at https://example.com/reset"
+
 func post(t *testing.T, srv served, path, key, body string) (*http.Response, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, srv.url+path, strings.NewReader(body))
@@ -156,6 +160,12 @@ func testCheckUntilRejected(t *testing.T, srv served, key string) {
 	}
 	if v := m["violated_policies"].([]any); len(v) != 1 || v[0] != "login" {
 		t.Fatalf("violated policies %v, want [login]", v)
+	}
+	// The tenant's words for the client: the problem's detail, and the
+	// rejecting rule's message (none on the rule that passed).
+	rules, _ := m["rules"].([]any)
+	if m["detail"] != loginMessage || len(rules) != 2 || rules[1].(map[string]any)["message"] != loginMessage || rules[0].(map[string]any)["message"] != nil {
+		t.Fatalf("the rejection's message: detail %v, rules %v", m["detail"], rules)
 	}
 	// Headers of the rule that denied (login: 2, 0 left), not of per-client (3, 1 left).
 	h := resp.Header

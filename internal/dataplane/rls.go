@@ -117,6 +117,13 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		st.Code = rlsv3.RateLimitResponse_OK
 		if !dec.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			if out.OverallCode == rlsv3.RateLimitResponse_OK && dec.Deciding >= 0 {
+				// Envoy answers the first rejecting rule's message as its
+				// 429's body.
+				if m := rejectionMessage(dec.Rules[dec.Deciding]); m != "" {
+					out.RawBody = []byte(m)
+				}
+			}
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if dec.Deciding >= 0 {

@@ -105,6 +105,9 @@ func TestEnvoyRLSWithAStockClient(t *testing.T) {
 	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("over the limit: %v", res)
 	}
+	if string(res.RawBody) != loginMessage { // Envoy's 429 body
+		t.Fatalf("the rejection's body %q, want the login rule's message", res.RawBody)
+	}
 	headers := map[string]string{}
 	for _, h := range res.ResponseHeadersToAdd {
 		headers[h.Key] = h.Value

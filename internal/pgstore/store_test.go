@@ -186,11 +186,15 @@ func TestTiersAndRules(t *testing.T) {
 		t.Fatalf("calendar round trip: %+v", got)
 	}
 	monthly.Calendar, monthly.TimeZone = policy.CalendarDay, "Europe/Berlin" // a day from midnight in Berlin
+	monthly.Message = "Täglich 1.000 Anfragen: https://example.com/preise"
 	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := calendarOf(); got.Calendar != policy.CalendarDay || got.TimeZone != "Europe/Berlin" {
 		t.Fatalf("a time zone's round trip: %+v", got)
+	}
+	if rules, _ := s.ListRules(ctx, acme.ID, pro.ID); rules[len(rules)-1].Message != monthly.Message {
+		t.Fatalf("a message's round trip: %+v", rules[len(rules)-1])
 	}
 	monthly.TimeZone = "Europe/Gotham"
 	_, err = s.UpdateRule(ctx, op, acme.ID, monthly, "")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -82,6 +83,10 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 			r.Algorithm, r.Burst, r.Window, r.Calendar, r.TimeZone = FixedWindow, 0, 0, CalendarDay, "Local"
 		}, []string{"time_zone"}},
 		{"a zone without a calendar", func(r *Rule) { r.TimeZone = "Europe/Paris" }, []string{"time_zone"}},
+		{"a message", func(r *Rule) { r.Message = "Free plans make 100 searches an hour: see https://example.com/pricing" }, nil},
+		{"a long message", func(r *Rule) { r.Message = strings.Repeat("x", MaxMessageLen+1) }, []string{"message"}},
+		{"a message of two lines", func(r *Rule) { r.Message = "slow down\nplease" }, []string{"message"}},
+		{"a message not UTF-8", func(r *Rule) { r.Message = "\xff" }, []string{"message"}},
 		{"sync of a calendar window", func(r *Rule) {
 			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Sync = FixedWindow, 0, 0, CalendarMonth, time.Second
 		}, []string{"sync"}},

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -117,10 +118,18 @@ type Rule struct {
 	// the same request or, on Envoy's rate limit service, in the other
 	// descriptors of the same call.
 	Replaces []string
+	// Message is what a client this rule rejects is told (the 429's
+	// problem detail, Envoy's response body, the check answers' message),
+	// such as "Free plans make 100 searches an hour: see
+	// https://example.com/pricing". Empty: a generic one.
+	Message string
 }
 
 // MaxReplaces bounds Rule.Replaces.
 const MaxReplaces = 16
+
+// MaxMessageLen bounds Rule.Message, in bytes.
+const MaxMessageLen = 512
 
 // Bounds of Rule.Sync.
 const (
@@ -216,6 +225,12 @@ func (r *Rule) validate(fe fieldErrors) {
 		}
 	}
 	r.Params.validate(fe)
+	switch {
+	case len(r.Message) > MaxMessageLen:
+		fe.add("message", "at most %d bytes", MaxMessageLen)
+	case !utf8.ValidString(r.Message) || strings.ContainsFunc(r.Message, unicode.IsControl):
+		fe.add("message", "must be valid UTF-8 without control characters (one line)")
+	}
 	if r.FailureMode > FailLocal {
 		fe.add("failure_mode", "must be open, closed or local")
 	}

@@ -89,6 +89,7 @@ type Rule struct {
 	Exact       bool     `yaml:"exact,omitempty"`
 	Block       bool     `yaml:"block,omitempty"`
 	Replaces    []string `yaml:"replaces,omitempty"`
+	Message     string   `yaml:"message,omitempty"` // what a client it rejects is told
 }
 
 // Override is a per-client exception: it moves the client to Tier, or
@@ -335,7 +336,7 @@ func (r Rule) Policy() (policy.Rule, error) {
 		fields = append(fields, policy.FieldError{Field: "failure_mode", Description: "must be open, closed or local"})
 	}
 	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
-		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces}
+		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
 	for _, k := range sortedKeys(r.Match) {
 		out.Match = append(out.Match, policy.Match{Key: k, Value: r.Match[k]})
 	}
@@ -430,7 +431,7 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 // RuleFrom returns the file's form of rule r.
 func RuleFrom(r policy.Rule) Rule {
 	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
-		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces}
+		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
 	if r.FailureMode != policy.FailOpen {
 		out.FailureMode = r.FailureMode.String()
 	}

@@ -51,6 +51,7 @@ tiers:
         limit: 5000
         calendar: day
         time_zone: America/Chicago
+        message: "5,000 a day, from midnight in Chicago"
 overrides:
   - identifier: alice
     rule: free/per-client
@@ -129,7 +130,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n"} {
+	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}

@@ -260,6 +260,7 @@ function ruleFromForm(f) {
     id: f.id.value || undefined, etag: f.etag.value || undefined, name: f.name.value, match,
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
     replaces: f.replaces.value.split(',').map((s) => s.trim()).filter(Boolean),
+    message: f.message.value.trim() || undefined,
     params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
   };
@@ -287,6 +288,7 @@ function editRule(tier, r) {
   f.keyBy.value = (r.keyBy || []).join(', ');
   f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
   f.replaces.value = (r.replaces || []).join(', ');
+  f.message.value = r.message || '';
   f.failureMode.value = r.failureMode && r.failureMode !== 'FAILURE_MODE_UNSPECIFIED' ? r.failureMode : 'FAILURE_MODE_OPEN';
   f.sync.value = r.sync || '0s';
   f.enabled.checked = !!r.enabled;

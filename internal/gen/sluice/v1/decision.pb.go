@@ -279,8 +279,11 @@ type RuleStatus struct {
 	// Leaky bucket: how long to wait before proceeding.
 	Delay *durationpb.Duration `protobuf:"bytes,9,opt,name=delay,proto3" json:"delay,omitempty"`
 	// The rule's window, for RateLimit-Policy (a calendar window's nominal
-	// span: 7, 30 or 365 days); absent for concurrency rules.
-	Window        *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
+	// span: 1, 7, 30 or 365 days); absent for concurrency rules.
+	Window *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
+	// On a rejection by a rule that has one, the rule's message for the
+	// client (Rule.message).
+	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +386,13 @@ func (x *RuleStatus) GetWindow() *durationpb.Duration {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *RuleStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -562,7 +572,7 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x12\n" +
-	"\x04peek\x18\x06 \x01(\bR\x04peek\"\x84\x03\n" +
+	"\x04peek\x18\x06 \x01(\bR\x04peek\"\x9e\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -577,7 +587,8 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"retryAfter\x12/\n" +
 	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\x121\n" +
 	"\x06window\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x06window\"\x99\x01\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x18\n" +
+	"\amessage\x18\v \x01(\tR\amessage\"\x99\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
 	"\bdeciding\x18\x02 \x01(\x05R\bdeciding\x12+\n" +

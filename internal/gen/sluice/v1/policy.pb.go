@@ -433,7 +433,11 @@ type Rule struct {
 	// when the rule has changed since it was read (another edit came
 	// first): read it again and reapply the edit. Empty, the update applies
 	// whatever the rule's state (last write wins).
-	Etag          string `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`
+	Etag string `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`
+	// What a client this rule rejects is told: the 429's problem detail,
+	// Envoy's response body, the check answers' message. At most 512 bytes,
+	// one line; empty: a generic one.
+	Message       string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -559,6 +563,13 @@ func (x *Rule) GetEtag() string {
 	return ""
 }
 
+func (x *Rule) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -633,7 +644,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\ttime_zone\x18\v \x01(\tR\btimeZone\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x91\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xab\x03\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -648,7 +659,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	" \x01(\bR\x05exact\x12\x14\n" +
 	"\x05block\x18\v \x01(\bR\x05block\x12\x1a\n" +
 	"\breplaces\x18\f \x03(\tR\breplaces\x12\x12\n" +
-	"\x04etag\x18\r \x01(\tR\x04etag\"4\n" +
+	"\x04etag\x18\r \x01(\tR\x04etag\x12\x18\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
