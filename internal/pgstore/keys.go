@@ -412,7 +412,7 @@ func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID stri
 }
 
 // KeyByHash returns the unrevoked key whose secret hashes to hash, and
-// records the use of an admin key, unless recorded in the last 10
+// records the use of an admin or viewer key, unless recorded in the last 10
 // seconds: a console makes several calls a refresh, and a row version each
 // would only bloat the table. (A check key is used where a decider
 // accepts it: TouchCheckKeys.) An unknown or revoked key is
@@ -423,7 +423,7 @@ func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (policy.APIKey, er
 	k, err := scanKey(s.db.QueryRow(ctx, `WITH k AS (
 			SELECT id FROM api_keys WHERE hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
 		), touched AS (
-			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id AND a.kind = 'admin'
+			UPDATE api_keys a SET last_used_at = now() FROM k WHERE a.id = k.id AND a.kind IN ('admin', 'viewer')
 				AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '10 seconds')
 			RETURNING a.id
 		)

@@ -308,8 +308,8 @@ func TestOverridesKeysAndSnapshot(t *testing.T) {
 	if _, err := s.KeyByHash(ctx, policy.HashKey(admin)); err != nil {
 		t.Fatalf("the admin key: %v", err)
 	}
-	if k, err := s.KeyByHash(ctx, policy.HashKey(viewer)); err != nil || k.Kind != policy.KeyViewer {
-		t.Fatalf("the viewer key: %+v %v", k, err)
+	if k, err := s.KeyByHash(ctx, policy.HashKey(viewer)); err != nil || k.Kind != policy.KeyViewer || k.LastUsedAt.IsZero() {
+		t.Fatalf("the viewer key, its use recorded: %+v %v", k, err)
 	}
 	if _, err := s.DeleteOverride(ctx, op, acme.ID, move.ID); err != nil {
 		t.Fatal(err)
