@@ -280,6 +280,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("keys", chromedp.Click(`#nav button[data-view="access"]`), chromedp.WaitVisible("#view-access"),
 		chromedp.SendKeys("#key-name", "ci"), chromedp.Click("#key-form button[type=submit]"))
 	waitText("#key-secret", "sk_check_", nil)
+	// Rotated (asked twice): a new secret, the old key working on for a day.
+	first := eval(`document.querySelector('#new-secret').textContent`)
+	do("rotate ci", chromedp.Click(`button[aria-label="Rotate key ci"]`), chromedp.Click(`button[aria-label="Rotate key ci"]`))
+	waitText("#key-secret", "works until", nil)
+	if second := eval(`document.querySelector('#new-secret').textContent`); second == first || !strings.HasPrefix(second, "sk_check_") {
+		t.Fatalf("the rotated secret %q (was %q)", second, first)
+	}
 	do("a trial key", chromedp.SetValue("#key-name", "trial"), chromedp.SetValue("#key-expires", "30d"), chromedp.Click("#key-form button[type=submit]"))
 	trialExpires := `([...document.querySelectorAll('#keys-table tbody tr')].find((r) => r.cells[0].textContent === 'trial') || {cells: []}).cells[6]?.textContent || ''`
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -294,7 +301,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// Revoked, the trial key leaves the list, unless revoked keys are asked
 	// for.
 	keyNames := `[...document.querySelectorAll('#keys-table tbody tr')].map((r) => r.cells[0].textContent + (r.cells[5].textContent === '–' ? '' : ' (revoked)')).join(',')`
-	eval(`(() => { [...document.querySelectorAll('#keys-table tbody tr')].find((r) => r.cells[0].textContent === 'trial').querySelector('button').click(); return ''; })()`)
+	eval(`(() => { [...[...document.querySelectorAll('#keys-table tbody tr')].find((r) => r.cells[0].textContent === 'trial').querySelectorAll('button')].find((b) => b.textContent === 'Revoke').click(); return ''; })()`)
 	waitText("#status", "Revoked trial", nil)
 	waitJS(`String(`+keyNames+`.includes('trial'))`, "false")
 	do("show revoked keys", chromedp.Click("#keys-revoked"))

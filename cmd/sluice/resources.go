@@ -18,6 +18,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/internal/cli"
@@ -71,7 +72,7 @@ const resourceUsage = `usage:
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
-  sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | revoke ID
+  sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | rotate [-grace D] ID | revoke ID
   sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces)
   sluice reports   rejections [-step D] [-rule R] [-tier T] | top [-rule R] [-limit N] | breakdown [-by rule|tier] | csv REPORT
@@ -102,6 +103,7 @@ var verbNotes = map[string]string{
 	"tenants update":   "It changes what the flags given say and keeps the rest, as it finds them when it writes.",
 	"rules update":     "It changes what the flags given say and keeps the rest, as it finds them when it writes\n(the defaults below are create's).",
 	"overrides update": "It changes what the flags given say and keeps the rest, as it finds them when it writes,\nin one config version: the client is never without its override meanwhile. Parameters without\n-algorithm change the override's own (a burst following -limit unless -burst is given); with it,\nthe flags given are the parameters, whole.",
+	"keys rotate":      "It makes a new key of the key's kind, name and expiry and prints its secret; the old key\nworks on through -grace (never past its own expiry), so its users can move to the new one.",
 	"overrides create": "With -rule, parameters without -algorithm change the rule's (a burst following -limit\nunless -burst is given); with it, the flags given are the parameters, whole.",
 }
 
@@ -436,6 +438,20 @@ var verbs = map[string]verb{
 			}
 		})
 	}),
+	"keys rotate": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		grace := fs.Duration("grace", 24*time.Hour, "how long the old key keeps working, at most 720h (0: revoked at once)")
+		return func(s *session, c *http.Client, id string) error {
+			req := &sluicev1.RotateKeyRequest{TenantId: s.tenant, KeyId: id, Grace: durationpb.New(*grace)}
+			return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).RotateKey, req, func(w *tabwriter.Writer, r *sluicev1.RotateKeyResponse) {
+				fmt.Fprintf(w, "rotated key %s into %s\nsecret\t%s\t(shown once: store it now)\n", r.Old.Id, r.Key.Id, r.Secret)
+				if r.Old.RevokedAt.IsValid() {
+					fmt.Fprintf(w, "old key\trevoked\n")
+				} else {
+					fmt.Fprintf(w, "old key\tworks until %s\n", r.Old.ExpiresAt.AsTime().Format(time.RFC3339))
+				}
+			})
+		}
+	}},
 	"keys revoke": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: s.tenant, KeyId: id}, func(w *tabwriter.Writer, _ *sluicev1.RevokeKeyResponse) {
 			fmt.Fprintf(w, "revoked key %s\n", id)

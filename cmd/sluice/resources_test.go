@@ -181,12 +181,23 @@ func TestCLIAgainstDev(t *testing.T) {
 		t.Errorf("rules update -h: %v\n%s", err, out)
 	}
 
-	var key struct{ Secret string }
+	var key struct {
+		Secret string
+		Key    struct{ ID string }
+	}
 	out, err = sluice("keys", "create", "-kind", "check", "-name", "cli", "-json")
 	if err != nil || json.Unmarshal([]byte(out), &key) != nil || !strings.HasPrefix(key.Secret, "sk_check_") {
 		t.Fatalf("keys create: %v\n%s", err, out)
 	}
 	env["SLUICE_CHECK_KEY"] = key.Secret
+	// Rotated: a new secret, the old one working on for the grace.
+	out, err = sluice("keys", "rotate", "-grace", "1h", key.Key.ID)
+	if err != nil || !regexp.MustCompile(`rotated key `+key.Key.ID+` into \S+\nsecret\s+sk_check_\S+`).MatchString(out) || !strings.Contains(out, "works until") {
+		t.Fatalf("keys rotate: %v\n%s", err, out)
+	}
+	if out, err = sluice("keys", "list"); err != nil || strings.Count(out, " cli ") != 2 {
+		t.Fatalf("keys list after a rotation: %v\n%s", err, out)
+	}
 	var expiring struct {
 		Key struct {
 			ID        string

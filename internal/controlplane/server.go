@@ -355,3 +355,17 @@ func (s keyServer) RevokeKey(ctx context.Context, req *connect.Request[sluicev1.
 	v, err := s.store.RevokeKey(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetKeyId())
 	return reply(ctx, s.server, &sluicev1.RevokeKeyResponse{ConfigVersion: v}, err)
 }
+
+func (s keyServer) RotateKey(ctx context.Context, req *connect.Request[sluicev1.RotateKeyRequest]) (*connect.Response[sluicev1.RotateKeyResponse], error) {
+	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	grace := req.Msg.GetGrace()
+	if grace != nil && grace.CheckValid() != nil {
+		return reply[sluicev1.RotateKeyResponse](ctx, s.server, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid rotation",
+			Fields: []policy.FieldError{{Field: "grace", Description: "not a valid duration"}}})
+	}
+	secret, k, old, err := s.store.RotateKey(ctx, principalFrom(ctx).actor(), tenant, req.Msg.GetKeyId(), grace.AsDuration())
+	return reply(ctx, s.server, &sluicev1.RotateKeyResponse{Key: protoconv.KeyToProto(k), Secret: secret, Old: protoconv.KeyToProto(old)}, err)
+}

@@ -420,6 +420,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 			_, err := call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{TenantId: tenantA, KeyId: "00000000-0000-0000-0000-000000000000"})
 			return err
 		},
+		"RotateKey": func(k string) error {
+			_, err := call(k, c.keys.RotateKey, &sluicev1.RotateKeyRequest{TenantId: tenantA, KeyId: "00000000-0000-0000-0000-000000000000"})
+			return err
+		},
 		"CreateOverride": func(k string) error {
 			_, err := call(k, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: tenantA, Override: &sluicev1.Override{Identifier: "x"}})
 			return err

@@ -321,28 +321,93 @@ func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID str
 		return "", policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid key",
 			Fields: []policy.FieldError{{Field: "kind", Description: "must be admin, viewer or check, with a name of at most 100 bytes"}}}
 	}
-	secret, prefix := policy.NewKeySecret(kind)
-	hash := policy.HashKey(secret)
+	var secret string
 	var k policy.APIKey
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		err := belowLimit(ctx, tx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL
-			AND (expires_at IS NULL OR expires_at > now())`, tenantID, policy.MaxLiveKeys, "live keys")
-		if err != nil {
+		var err error
+		if secret, k, err = insertKey(ctx, tx, tenantID, kind, name, expiresAt); err != nil {
 			return err
 		}
-		k, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
-			RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:], expiresAt))
-		if err != nil {
-			return translate(err, "key")
-		}
 		_, err = s.bump(ctx, tx, actor, change{tenantID: tenantID, action: "create", resource: "key", resourceID: k.ID,
-			new: map[string]any{"kind": kindNames[kind], "name": name, "prefix": prefix, "expires_at": expiresAt}})
+			new: map[string]any{"kind": kindNames[kind], "name": name, "prefix": k.Prefix, "expires_at": expiresAt}})
 		return err
 	})
 	if err != nil {
 		return "", policy.APIKey{}, err
 	}
 	return secret, k, nil
+}
+
+// insertKey makes a new key of kind in tx, below the tenant's bound on
+// live keys, and returns its secret and its record.
+func insertKey(ctx context.Context, tx pgx.Tx, tenantID string, kind policy.KeyKind, name string, expiresAt *time.Time) (string, policy.APIKey, error) {
+	err := belowLimit(ctx, tx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1 AND revoked_at IS NULL
+		AND (expires_at IS NULL OR expires_at > now())`, tenantID, policy.MaxLiveKeys, "live keys")
+	if err != nil {
+		return "", policy.APIKey{}, err
+	}
+	secret, prefix := policy.NewKeySecret(kind)
+	hash := policy.HashKey(secret)
+	k, err := scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (tenant_id, kind, name, prefix, hash, expires_at) VALUES ($1, $2, $3, $4, $5, $6)
+		RETURNING `+keyColumns, tenantID, kindNames[kind], name, prefix, hash[:], expiresAt))
+	if err != nil {
+		return "", policy.APIKey{}, translate(err, "key")
+	}
+	return secret, k, nil
+}
+
+// MaxKeyGrace bounds how long a rotated key keeps working (RotateKey).
+const MaxKeyGrace = 30 * 24 * time.Hour
+
+// RotateKey replaces the live key keyID with a new one of its kind, name
+// and expiry, and returns the new one's secret and record, and the old
+// one's record: the old key keeps working for grace (0: revoked at once;
+// never past its own expiry), so that its users can move to the new
+// secret without a refused call. One transaction, one audit entry and,
+// as with every key, one config version. A revoked or expired key is not
+// rotated (FailedPrecondition): create a new one.
+func (s *Store) RotateKey(ctx context.Context, actor Actor, tenantID, keyID string, grace time.Duration) (string, policy.APIKey, policy.APIKey, error) {
+	if err := checkIDs(tenantID, "tenant", keyID, "key"); err != nil {
+		return "", policy.APIKey{}, policy.APIKey{}, err
+	}
+	if grace < 0 || grace > MaxKeyGrace {
+		return "", policy.APIKey{}, policy.APIKey{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid rotation",
+			Fields: []policy.FieldError{{Field: "grace", Description: fmt.Sprintf("must be between 0 (revoke at once) and %v", MaxKeyGrace)}}}
+	}
+	var secret string
+	var old, k policy.APIKey
+	_, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+		var err error
+		old, err = scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM api_keys WHERE id = $1 AND tenant_id = $2 FOR UPDATE`, keyID, tenantID))
+		if err != nil {
+			return change{}, translate(err, "key")
+		}
+		if !old.RevokedAt.IsZero() || !old.ExpiresAt.IsZero() && !old.ExpiresAt.After(time.Now()) {
+			return change{}, policy.Errorf(policy.CodeFailedPrecondition, "key %s is revoked or expired: create a new one", old.Prefix)
+		}
+		var expiresAt *time.Time
+		if !old.ExpiresAt.IsZero() {
+			expiresAt = &old.ExpiresAt
+		}
+		if secret, k, err = insertKey(ctx, tx, tenantID, old.Kind, old.Name, expiresAt); err != nil {
+			return change{}, err
+		}
+		if grace == 0 {
+			old, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING `+keyColumns, keyID))
+		} else {
+			old, err = scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET expires_at = least(coalesce(expires_at, 'infinity'), now() + $2 * interval '1 microsecond')
+				WHERE id = $1 RETURNING `+keyColumns, keyID, grace.Microseconds()))
+		}
+		if err != nil {
+			return change{}, translate(err, "key")
+		}
+		return change{tenantID: tenantID, action: "rotate", resource: "key", resourceID: keyID,
+			new: map[string]any{"replaced_by": k.ID, "prefix": k.Prefix, "grace": grace.String()}}, nil
+	})
+	if err != nil {
+		return "", policy.APIKey{}, policy.APIKey{}, err
+	}
+	return secret, k, old, nil
 }
 
 // ListKeys returns all the tenant's keys (never their secrets), revoked

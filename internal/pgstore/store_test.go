@@ -410,6 +410,65 @@ func newPoolB(b *testing.B) *pgxpool.Pool { return pgtest.Pool(b) }
 
 func tenantB(slug string) policy.Tenant { return policy.Tenant{Slug: slug, Name: slug} }
 
+// RotateKey puts a new key of the same kind, name and expiry in place of
+// a live one; the old one works through the grace, never past its own
+// expiry, or is revoked at once. A check key's rotation reaches deciders
+// (a config version, both keys in the snapshot meanwhile).
+func TestRotateKey(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	acme := newTenant(t, s, "acme")
+	trialEnd := time.Now().Add(48 * time.Hour).Truncate(time.Microsecond)
+	oldSecret, oldKey, err := s.CreateExpiringKey(ctx, op, acme.ID, policy.KeyCheck, "edge", trialEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v0, _ := s.GetTenant(ctx, acme.ID)
+	before := time.Now()
+	secret, k, old, err := s.RotateKey(ctx, op, acme.ID, oldKey.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.ID == oldKey.ID || k.Kind != policy.KeyCheck || k.Name != "edge" || !k.ExpiresAt.Equal(trialEnd) || secret == oldSecret || !strings.HasPrefix(secret, "sk_check_") {
+		t.Fatalf("the new key %+v", k)
+	}
+	if !old.RevokedAt.IsZero() || old.ExpiresAt.Before(before.Add(time.Hour)) || old.ExpiresAt.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("the old key through its grace: %+v", old)
+	}
+	snap, checkKeys, err := s.Snapshot(ctx, acme.ID)
+	if err != nil || snap.Version <= v0 || len(checkKeys) != 2 {
+		t.Fatalf("snapshot v%d (was %d), %d check keys: %v", snap.Version, v0, len(checkKeys), err)
+	}
+	// A grace past the old key's own expiry stops at it.
+	_, k2, old2, err := s.RotateKey(ctx, op, acme.ID, k.ID, MaxKeyGrace)
+	if err != nil || !old2.ExpiresAt.Equal(trialEnd) || !k2.ExpiresAt.Equal(trialEnd) {
+		t.Fatalf("a grace past the expiry: old %+v, new %+v, %v", old2, k2, err)
+	}
+	// No grace: revoked at once. A revoked key is not rotated again.
+	adminSecret, admin, _ := s.CreateKey(ctx, op, acme.ID, policy.KeyAdmin, "console")
+	newAdmin, _, old3, err := s.RotateKey(ctx, op, acme.ID, admin.ID, 0)
+	if err != nil || old3.RevokedAt.IsZero() {
+		t.Fatalf("rotated at once: %+v %v", old3, err)
+	}
+	_, err = s.KeyByHash(ctx, policy.HashKey(adminSecret))
+	wantCode(t, err, policy.CodeUnauthenticated, "")
+	if _, err := s.KeyByHash(ctx, policy.HashKey(newAdmin)); err != nil {
+		t.Fatalf("the new admin key: %v", err)
+	}
+	_, _, _, err = s.RotateKey(ctx, op, acme.ID, admin.ID, 0)
+	wantCode(t, err, policy.CodeFailedPrecondition, "")
+	_, _, _, err = s.RotateKey(ctx, op, acme.ID, k2.ID, MaxKeyGrace+time.Second)
+	wantCode(t, err, policy.CodeInvalid, "grace")
+	_, _, _, err = s.RotateKey(ctx, op, acme.ID, "00000000-0000-0000-0000-000000000000", 0)
+	wantCode(t, err, policy.CodeNotFound, "")
+	// Each rotation is one audit entry of the old key.
+	entries, err := s.ListAudit(ctx, acme.ID, 0, 10, admin.ID)
+	if err != nil || len(entries) != 2 || entries[0].Action != "rotate" {
+		t.Fatalf("the admin key's history: %+v %v", entries, err)
+	}
+}
+
 // TouchCheckKeys records the use of live check keys only: not of admin
 // keys, revoked keys, or hashes that are not 32 bytes.
 func TestTouchCheckKeys(t *testing.T) {

@@ -376,8 +376,8 @@ function renameTierForm(head, tier) {
 
 // confirmButton is a button that does something that cannot be undone:
 // the first press asks (its text becomes confirm), the second does it.
-function confirmButton(label, confirm, run) {
-  const b = el('button', { type: 'button', class: 'danger', 'aria-label': label }, 'Delete');
+function confirmButton(label, confirm, run, text = 'Delete', cls = 'danger') {
+  const b = el('button', { type: 'button', class: cls, 'aria-label': label }, text);
   b.addEventListener('click', () => {
     if (!b.dataset.armed) {
       b.dataset.armed = '1';
@@ -465,7 +465,8 @@ async function loadKeys(fresh) {
     el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
     el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
     el('td', {}, k.expiresAt ? (Date.parse(k.expiresAt) <= Date.now() ? `expired ${fmtTime(k.expiresAt)}` : fmtTime(k.expiresAt)) : 'never'),
-    el('td', {}, k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke'))));
+    el('td', { class: 'actions' }, k.revokedAt ? '' : rotateButton(k),
+      k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke'))));
   if (fresh) $('#keys-table tbody').replaceChildren(...rows);
   else $('#keys-table tbody').append(...rows);
   state.keysToken = res.nextPageToken || '';
@@ -596,14 +597,34 @@ async function submitKey(ev) {
   }
   try {
     const res = await api('KeyService', 'CreateKey', key);
-    const box = $('#key-secret');
-    box.hidden = false;
-    box.replaceChildren(el('p', {}, 'The secret, shown this once — store it now:'), el('code', { id: 'new-secret' }, res.secret));
+    showSecret(res.secret);
     await loadAccess();
   } catch (e) {
     showErrors(f, e, $('#key-error'));
     say(`The key was not created: ${e.message}`);
   }
+}
+
+// showSecret shows a new key's secret, this once.
+function showSecret(secret, more) {
+  const box = $('#key-secret');
+  box.hidden = false;
+  box.replaceChildren(el('p', {}, 'The secret, shown this once — store it now:'), el('code', { id: 'new-secret' }, secret), ...(more ? [el('p', {}, more)] : []));
+}
+
+// rotateButton replaces key k by a new one (asked twice): the old one
+// works on for a day, so its users can move to the new secret.
+function rotateButton(k) {
+  return confirmButton(`Rotate key ${k.name || k.prefix}`, 'Confirm: new secret, the old one for 24h more', async () => {
+    try {
+      const res = await api('KeyService', 'RotateKey', { keyId: k.id, grace: '86400s' });
+      await loadAccess();
+      showSecret(res.secret, `The old key (${k.prefix}…) works until ${fmtTime(res.old.expiresAt)}.`);
+      say(`Rotated ${k.name || k.prefix}`);
+    } catch (e) {
+      say(`The key was not rotated: ${e.message}`);
+    }
+  }, 'Rotate', '');
 }
 
 // ---- dashboard ----

@@ -9,6 +9,7 @@ package sluicev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -2532,6 +2533,130 @@ func (x *RevokeKeyResponse) GetConfigVersion() int64 {
 	return 0
 }
 
+type RotateKeyRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	KeyId    string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// How long the old key keeps working (at most 30 days, never past its
+	// own expiry); unset or zero revokes it at once.
+	Grace         *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyRequest) Reset() {
+	*x = RotateKeyRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyRequest) ProtoMessage() {}
+
+func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RotateKeyRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *RotateKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *RotateKeyRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+type RotateKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new key, and its secret, shown this once.
+	Key    *ApiKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Secret string  `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The old key, with when it stops working.
+	Old           *ApiKey `protobuf:"bytes,3,opt,name=old,proto3" json:"old,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyResponse) Reset() {
+	*x = RotateKeyResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyResponse) ProtoMessage() {}
+
+func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RotateKeyResponse) GetKey() *ApiKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *RotateKeyResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *RotateKeyResponse) GetOld() *ApiKey {
+	if x != nil {
+		return x.Old
+	}
+	return nil
+}
+
 type Override struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2563,7 +2688,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2700,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2713,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Override) GetId() string {
@@ -2664,7 +2789,7 @@ type UpdateOverrideRequest struct {
 
 func (x *UpdateOverrideRequest) Reset() {
 	*x = UpdateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2801,7 @@ func (x *UpdateOverrideRequest) String() string {
 func (*UpdateOverrideRequest) ProtoMessage() {}
 
 func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2814,7 @@ func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UpdateOverrideRequest) GetTenantId() string {
@@ -2715,7 +2840,7 @@ type UpdateOverrideResponse struct {
 
 func (x *UpdateOverrideResponse) Reset() {
 	*x = UpdateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2852,7 @@ func (x *UpdateOverrideResponse) String() string {
 func (*UpdateOverrideResponse) ProtoMessage() {}
 
 func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2865,7 @@ func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UpdateOverrideResponse) GetConfigVersion() int64 {
@@ -2760,7 +2885,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2897,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2910,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2812,7 +2937,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2949,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2962,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2872,7 +2997,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3009,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3022,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -2939,7 +3064,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3076,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3089,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -2991,7 +3116,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3128,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3141,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -3042,7 +3167,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3179,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3192,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -3103,7 +3228,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3240,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3253,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3221,7 +3346,7 @@ type AuditChange struct {
 
 func (x *AuditChange) Reset() {
 	*x = AuditChange{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3358,7 @@ func (x *AuditChange) String() string {
 func (*AuditChange) ProtoMessage() {}
 
 func (x *AuditChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3371,7 @@ func (x *AuditChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditChange.ProtoReflect.Descriptor instead.
 func (*AuditChange) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditChange) GetField() string {
@@ -3286,7 +3411,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3423,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3436,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -3351,7 +3476,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3488,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3501,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3398,7 +3523,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3535,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3548,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Decider) GetName() string {
@@ -3455,7 +3580,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[58]
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3592,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[58]
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3605,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 type ListDecidersResponse struct {
@@ -3493,7 +3618,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[59]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3630,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[59]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3643,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3532,7 +3657,7 @@ var File_sluice_v1_admin_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xe7\x01\n" +
+	"\x15sluice/v1/admin.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sluice/v1/policy.proto\"\xe7\x01\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04slug\x18\x02 \x01(\tR\x04slug\x12\x12\n" +
@@ -3682,7 +3807,15 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
 	"\x06key_id\x18\x02 \x01(\tR\x05keyId\":\n" +
 	"\x11RevokeKeyResponse\x12%\n" +
-	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"\xa3\x02\n" +
+	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"w\n" +
+	"\x10RotateKeyRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12/\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"u\n" +
+	"\x11RotateKeyResponse\x12#\n" +
+	"\x03key\x18\x01 \x01(\v2\x11.sluice.v1.ApiKeyR\x03key\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12#\n" +
+	"\x03old\x18\x03 \x01(\v2\x11.sluice.v1.ApiKeyR\x03old\"\xa3\x02\n" +
 	"\bOverride\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0edescriptor_key\x18\x02 \x01(\tR\rdescriptorKey\x12\x1e\n" +
@@ -3795,12 +3928,13 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"UpdateRule\x12\x1c.sluice.v1.UpdateRuleRequest\x1a\x1d.sluice.v1.UpdateRuleResponse\"\x00\x12K\n" +
 	"\n" +
 	"DeleteRule\x12\x1c.sluice.v1.DeleteRuleRequest\x1a\x1d.sluice.v1.DeleteRuleResponse\"\x00\x12Q\n" +
-	"\fReorderRules\x12\x1e.sluice.v1.ReorderRulesRequest\x1a\x1f.sluice.v1.ReorderRulesResponse\"\x002\xe7\x01\n" +
+	"\fReorderRules\x12\x1e.sluice.v1.ReorderRulesRequest\x1a\x1f.sluice.v1.ReorderRulesResponse\"\x002\xb1\x02\n" +
 	"\n" +
 	"KeyService\x12H\n" +
 	"\tCreateKey\x12\x1b.sluice.v1.CreateKeyRequest\x1a\x1c.sluice.v1.CreateKeyResponse\"\x00\x12E\n" +
 	"\bListKeys\x12\x1a.sluice.v1.ListKeysRequest\x1a\x1b.sluice.v1.ListKeysResponse\"\x00\x12H\n" +
-	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x002\xf2\x02\n" +
+	"\tRevokeKey\x12\x1b.sluice.v1.RevokeKeyRequest\x1a\x1c.sluice.v1.RevokeKeyResponse\"\x00\x12H\n" +
+	"\tRotateKey\x12\x1b.sluice.v1.RotateKeyRequest\x1a\x1c.sluice.v1.RotateKeyResponse\"\x002\xf2\x02\n" +
 	"\x0fOverrideService\x12W\n" +
 	"\x0eCreateOverride\x12 .sluice.v1.CreateOverrideRequest\x1a!.sluice.v1.CreateOverrideResponse\"\x00\x12T\n" +
 	"\rListOverrides\x12\x1f.sluice.v1.ListOverridesRequest\x1a .sluice.v1.ListOverridesResponse\"\x00\x12W\n" +
@@ -3824,7 +3958,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -3872,26 +4006,29 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*ListKeysResponse)(nil),         // 43: sluice.v1.ListKeysResponse
 	(*RevokeKeyRequest)(nil),         // 44: sluice.v1.RevokeKeyRequest
 	(*RevokeKeyResponse)(nil),        // 45: sluice.v1.RevokeKeyResponse
-	(*Override)(nil),                 // 46: sluice.v1.Override
-	(*UpdateOverrideRequest)(nil),    // 47: sluice.v1.UpdateOverrideRequest
-	(*UpdateOverrideResponse)(nil),   // 48: sluice.v1.UpdateOverrideResponse
-	(*CreateOverrideRequest)(nil),    // 49: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil),   // 50: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),     // 51: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 52: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 53: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 54: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),               // 55: sluice.v1.AuditEntry
-	(*AuditChange)(nil),              // 56: sluice.v1.AuditChange
-	(*ListAuditRequest)(nil),         // 57: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 58: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 59: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 60: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 61: sluice.v1.ListDecidersResponse
-	nil,                              // 62: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 63: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
-	(*LimitParams)(nil),              // 65: sluice.v1.LimitParams
+	(*RotateKeyRequest)(nil),         // 46: sluice.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 47: sluice.v1.RotateKeyResponse
+	(*Override)(nil),                 // 48: sluice.v1.Override
+	(*UpdateOverrideRequest)(nil),    // 49: sluice.v1.UpdateOverrideRequest
+	(*UpdateOverrideResponse)(nil),   // 50: sluice.v1.UpdateOverrideResponse
+	(*CreateOverrideRequest)(nil),    // 51: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 52: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 53: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 54: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 55: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 56: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 57: sluice.v1.AuditEntry
+	(*AuditChange)(nil),              // 58: sluice.v1.AuditChange
+	(*ListAuditRequest)(nil),         // 59: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 60: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 61: sluice.v1.Decider
+	(*ListDecidersRequest)(nil),      // 62: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 63: sluice.v1.ListDecidersResponse
+	nil,                              // 64: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 65: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
+	(*LimitParams)(nil),              // 68: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -3902,91 +4039,96 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
 	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
 	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	63, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	65, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	63, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	63, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	63, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	63, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	65, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	65, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	65, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	65, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	64, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	64, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	64, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	64, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	66, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	66, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	66, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	64, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
 	39, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	39, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	65, // 24: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	64, // 25: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	46, // 26: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
-	46, // 27: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	46, // 28: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	46, // 29: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	64, // 30: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	56, // 31: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
-	55, // 32: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	64, // 33: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	62, // 34: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	59, // 35: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 36: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 37: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 38: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 39: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 40: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 41: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	14, // 42: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
-	18, // 43: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	21, // 44: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	23, // 45: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 46: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
-	27, // 47: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	29, // 48: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	31, // 49: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	33, // 50: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	35, // 51: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	37, // 52: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	40, // 53: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	42, // 54: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	44, // 55: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	49, // 56: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	51, // 57: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	47, // 58: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
-	53, // 59: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	57, // 60: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	60, // 61: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 62: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 63: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 64: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 65: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 66: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 67: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 68: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 69: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 70: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 71: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 72: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
-	28, // 73: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	30, // 74: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	32, // 75: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	34, // 76: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	36, // 77: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	38, // 78: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	41, // 79: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	43, // 80: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	45, // 81: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	50, // 82: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	52, // 83: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	48, // 84: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
-	54, // 85: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	58, // 86: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	61, // 87: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	62, // [62:88] is the sub-list for method output_type
-	36, // [36:62] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	67, // 24: sluice.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	39, // 25: sluice.v1.RotateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	39, // 26: sluice.v1.RotateKeyResponse.old:type_name -> sluice.v1.ApiKey
+	68, // 27: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	66, // 28: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 29: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
+	48, // 30: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	48, // 31: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	48, // 32: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	66, // 33: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	58, // 34: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
+	57, // 35: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	66, // 36: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	64, // 37: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	61, // 38: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 39: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 40: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 41: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 42: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 43: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 44: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	14, // 45: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	18, // 46: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	21, // 47: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	23, // 48: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	25, // 49: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
+	27, // 50: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	29, // 51: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	31, // 52: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	33, // 53: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	35, // 54: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	37, // 55: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	40, // 56: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	42, // 57: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	44, // 58: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	46, // 59: sluice.v1.KeyService.RotateKey:input_type -> sluice.v1.RotateKeyRequest
+	51, // 60: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	53, // 61: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	49, // 62: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	55, // 63: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	59, // 64: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	62, // 65: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 66: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 67: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 68: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 69: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 70: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 71: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 72: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 73: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 74: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 75: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 76: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
+	28, // 77: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	30, // 78: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	32, // 79: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	34, // 80: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	36, // 81: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	38, // 82: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	41, // 83: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	43, // 84: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	45, // 85: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	47, // 86: sluice.v1.KeyService.RotateKey:output_type -> sluice.v1.RotateKeyResponse
+	52, // 87: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	54, // 88: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	50, // 89: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	56, // 90: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	60, // 91: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	63, // 92: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	66, // [66:93] is the sub-list for method output_type
+	39, // [39:66] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -4001,7 +4143,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

@@ -980,6 +980,7 @@ const (
 	KeyService_CreateKey_FullMethodName = "/sluice.v1.KeyService/CreateKey"
 	KeyService_ListKeys_FullMethodName  = "/sluice.v1.KeyService/ListKeys"
 	KeyService_RevokeKey_FullMethodName = "/sluice.v1.KeyService/RevokeKey"
+	KeyService_RotateKey_FullMethodName = "/sluice.v1.KeyService/RotateKey"
 )
 
 // KeyServiceClient is the client API for KeyService service.
@@ -989,6 +990,10 @@ type KeyServiceClient interface {
 	CreateKey(ctx context.Context, in *CreateKeyRequest, opts ...grpc.CallOption) (*CreateKeyResponse, error)
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
+	// A new key in place of a live one, of its kind, name and expiry; the
+	// old one keeps working for grace, so its users can move to the new
+	// secret without a refused call.
+	RotateKey(ctx context.Context, in *RotateKeyRequest, opts ...grpc.CallOption) (*RotateKeyResponse, error)
 }
 
 type keyServiceClient struct {
@@ -1029,6 +1034,16 @@ func (c *keyServiceClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, 
 	return out, nil
 }
 
+func (c *keyServiceClient) RotateKey(ctx context.Context, in *RotateKeyRequest, opts ...grpc.CallOption) (*RotateKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateKeyResponse)
+	err := c.cc.Invoke(ctx, KeyService_RotateKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KeyServiceServer is the server API for KeyService service.
 // All implementations must embed UnimplementedKeyServiceServer
 // for forward compatibility.
@@ -1036,6 +1051,10 @@ type KeyServiceServer interface {
 	CreateKey(context.Context, *CreateKeyRequest) (*CreateKeyResponse, error)
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
+	// A new key in place of a live one, of its kind, name and expiry; the
+	// old one keeps working for grace, so its users can move to the new
+	// secret without a refused call.
+	RotateKey(context.Context, *RotateKeyRequest) (*RotateKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
 }
 
@@ -1054,6 +1073,9 @@ func (UnimplementedKeyServiceServer) ListKeys(context.Context, *ListKeysRequest)
 }
 func (UnimplementedKeyServiceServer) RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
+}
+func (UnimplementedKeyServiceServer) RotateKey(context.Context, *RotateKeyRequest) (*RotateKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateKey not implemented")
 }
 func (UnimplementedKeyServiceServer) mustEmbedUnimplementedKeyServiceServer() {}
 func (UnimplementedKeyServiceServer) testEmbeddedByValue()                    {}
@@ -1130,6 +1152,24 @@ func _KeyService_RevokeKey_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KeyService_RotateKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KeyServiceServer).RotateKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KeyService_RotateKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KeyServiceServer).RotateKey(ctx, req.(*RotateKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KeyService_ServiceDesc is the grpc.ServiceDesc for KeyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1148,6 +1188,10 @@ var KeyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeKey",
 			Handler:    _KeyService_RevokeKey_Handler,
+		},
+		{
+			MethodName: "RotateKey",
+			Handler:    _KeyService_RotateKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -95,6 +95,8 @@ const (
 	KeyServiceListKeysProcedure = "/sluice.v1.KeyService/ListKeys"
 	// KeyServiceRevokeKeyProcedure is the fully-qualified name of the KeyService's RevokeKey RPC.
 	KeyServiceRevokeKeyProcedure = "/sluice.v1.KeyService/RevokeKey"
+	// KeyServiceRotateKeyProcedure is the fully-qualified name of the KeyService's RotateKey RPC.
+	KeyServiceRotateKeyProcedure = "/sluice.v1.KeyService/RotateKey"
 	// OverrideServiceCreateOverrideProcedure is the fully-qualified name of the OverrideService's
 	// CreateOverride RPC.
 	OverrideServiceCreateOverrideProcedure = "/sluice.v1.OverrideService/CreateOverride"
@@ -777,6 +779,10 @@ type KeyServiceClient interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// A new key in place of a live one, of its kind, name and expiry; the
+	// old one keeps working for grace, so its users can move to the new
+	// secret without a refused call.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 }
 
 // NewKeyServiceClient constructs a client for the sluice.v1.KeyService service. By default, it uses
@@ -808,6 +814,12 @@ func NewKeyServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 			connect.WithClientOptions(opts...),
 		),
+		rotateKey: connect.NewClient[v1.RotateKeyRequest, v1.RotateKeyResponse](
+			httpClient,
+			baseURL+KeyServiceRotateKeyProcedure,
+			connect.WithSchema(keyServiceMethods.ByName("RotateKey")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -816,6 +828,7 @@ type keyServiceClient struct {
 	createKey *connect.Client[v1.CreateKeyRequest, v1.CreateKeyResponse]
 	listKeys  *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
 	revokeKey *connect.Client[v1.RevokeKeyRequest, v1.RevokeKeyResponse]
+	rotateKey *connect.Client[v1.RotateKeyRequest, v1.RotateKeyResponse]
 }
 
 // CreateKey calls sluice.v1.KeyService.CreateKey.
@@ -833,11 +846,20 @@ func (c *keyServiceClient) RevokeKey(ctx context.Context, req *connect.Request[v
 	return c.revokeKey.CallUnary(ctx, req)
 }
 
+// RotateKey calls sluice.v1.KeyService.RotateKey.
+func (c *keyServiceClient) RotateKey(ctx context.Context, req *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
+	return c.rotateKey.CallUnary(ctx, req)
+}
+
 // KeyServiceHandler is an implementation of the sluice.v1.KeyService service.
 type KeyServiceHandler interface {
 	CreateKey(context.Context, *connect.Request[v1.CreateKeyRequest]) (*connect.Response[v1.CreateKeyResponse], error)
 	ListKeys(context.Context, *connect.Request[v1.ListKeysRequest]) (*connect.Response[v1.ListKeysResponse], error)
 	RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error)
+	// A new key in place of a live one, of its kind, name and expiry; the
+	// old one keeps working for grace, so its users can move to the new
+	// secret without a refused call.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error)
 }
 
 // NewKeyServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -865,6 +887,12 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(keyServiceMethods.ByName("RevokeKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	keyServiceRotateKeyHandler := connect.NewUnaryHandler(
+		KeyServiceRotateKeyProcedure,
+		svc.RotateKey,
+		connect.WithSchema(keyServiceMethods.ByName("RotateKey")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.v1.KeyService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case KeyServiceCreateKeyProcedure:
@@ -873,6 +901,8 @@ func NewKeyServiceHandler(svc KeyServiceHandler, opts ...connect.HandlerOption) 
 			keyServiceListKeysHandler.ServeHTTP(w, r)
 		case KeyServiceRevokeKeyProcedure:
 			keyServiceRevokeKeyHandler.ServeHTTP(w, r)
+		case KeyServiceRotateKeyProcedure:
+			keyServiceRotateKeyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -892,6 +922,10 @@ func (UnimplementedKeyServiceHandler) ListKeys(context.Context, *connect.Request
 
 func (UnimplementedKeyServiceHandler) RevokeKey(context.Context, *connect.Request[v1.RevokeKeyRequest]) (*connect.Response[v1.RevokeKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.KeyService.RevokeKey is not implemented"))
+}
+
+func (UnimplementedKeyServiceHandler) RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.RotateKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.KeyService.RotateKey is not implemented"))
 }
 
 // OverrideServiceClient is a client for the sluice.v1.OverrideService service.

@@ -1,0 +1,3 @@
+-- A key's rotation is an audit action of its own (pgstore.Store.RotateKey).
+ALTER TABLE audit_log DROP CONSTRAINT audit_log_action_check;
+ALTER TABLE audit_log ADD CONSTRAINT audit_log_action_check CHECK (action IN ('create', 'update', 'delete', 'reorder', 'revoke', 'rotate'));
