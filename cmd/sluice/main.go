@@ -35,6 +35,7 @@ commands:
            DATABASE_URL else local PostgreSQL, REDIS_URL else local Redis else in-process,
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
+           SLUICE_DECISION_BUDGET bounds a decision's Redis call (50ms; then failure modes answer),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
@@ -98,10 +99,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			fmt.Fprintf(stderr, "SLUICE_DELTA_INTERVAL: want a positive duration such as 10s\n")
 			return errUsage
 		}
+		budget, err := time.ParseDuration(flagenv.Env(getenv).String("SLUICE_DECISION_BUDGET", "50ms"))
+		if err != nil || budget <= 0 {
+			fmt.Fprintf(stderr, "SLUICE_DECISION_BUDGET: want a positive duration such as 50ms\n")
+			return errUsage
+		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: getenv("SLUICE_REDIS_CLUSTER") == "true", RedisSentinel: getenv("SLUICE_REDIS_SENTINEL") == "true", RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
-			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas,
+			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)

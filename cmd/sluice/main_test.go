@@ -54,7 +54,10 @@ func startDev(t *testing.T, env map[string]string) (banner string, stop func() e
 func devEnv(t *testing.T) map[string]string {
 	_, prefix := redistest.Client(t)
 	return map[string]string{"DATABASE_URL": pgtest.Schema(t), "REDIS_URL": "redis://" + redistest.Addr(t),
-		"SLUICE_REDIS_PREFIX": prefix, "SLUICE_DEV_DIR": t.TempDir(), "SLUICE_GRPC_ADDR": "127.0.0.1:0"}
+		"SLUICE_REDIS_PREFIX": prefix, "SLUICE_DEV_DIR": t.TempDir(), "SLUICE_GRPC_ADDR": "127.0.0.1:0",
+		// Counted exactly however loaded the machine: a call over the 50ms
+		// default would be answered by the demo rules' failure mode (open).
+		"SLUICE_DECISION_BUDGET": "5s"}
 }
 
 func TestDevPrintsAWorkingCurlLineAndRejectsEventually(t *testing.T) {

@@ -7,6 +7,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,6 +73,9 @@ type Config struct {
 	// DeltaInterval is how often the decider sends counter deltas; 0
 	// means 10s.
 	DeltaInterval time.Duration
+	// Budget is the time budget of a decision's Redis call, past which its
+	// rules' failure modes answer; 0 means 50ms, the decider's default.
+	Budget time.Duration
 	// Dir keeps the dev keys and the decider's snapshot; "" means
 	// <user cache dir>/sluice/dev.
 	Dir string
@@ -329,7 +333,7 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redact.URL(u))
 		return inProcess, "in-process engine", func() {}
 	}
-	return decide.Options{Engine: eng, Local: local, Budget: 50 * time.Millisecond, BreakerFailures: 5,
+	return decide.Options{Engine: eng, Local: local, Budget: cmp.Or(cfg.Budget, 50*time.Millisecond), BreakerFailures: 5,
 			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
 		"Redis " + redact.URL(u), func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
