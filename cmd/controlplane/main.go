@@ -10,8 +10,10 @@
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
-//	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists
-//	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only
+//	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists;
+//	                                         several, comma-separated, are each accepted (a rotation)
+//	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only;
+//	                                         several, comma-separated, as the operator key's
 package main
 
 import (

@@ -63,12 +63,11 @@ var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, 
 // credential (compared by hash, in constant time), or a tenant's admin key
 // from the store.
 type authenticator struct {
-	operatorHash, deciderHash [32]byte
-	hasOperator, hasDecider   bool
-	keys                      *pgstore.Store
-	guard                     *authGuard
-	trusted                   []netip.Prefix
-	logger                    *slog.Logger
+	operator, decider [][32]byte // the hashes of the accepted secrets
+	keys              *pgstore.Store
+	guard             *authGuard
+	trusted           []netip.Prefix
+	logger            *slog.Logger
 }
 
 // principal authenticates the key in the Authorization header of header, a
@@ -79,10 +78,10 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
 	}
 	h := policy.HashKey(strings.TrimSpace(secret))
-	if a.hasOperator && subtle.ConstantTimeCompare(h[:], a.operatorHash[:]) == 1 {
+	if oneOf(h, a.operator) {
 		return Principal{Role: RoleOperator}, nil
 	}
-	if a.hasDecider && subtle.ConstantTimeCompare(h[:], a.deciderHash[:]) == 1 {
+	if oneOf(h, a.decider) {
 		return Principal{Role: RoleDecider}, nil
 	}
 	client := peer // not an IP address (a Unix socket's): as it is
@@ -107,6 +106,27 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 		return Principal{Role: RoleViewer, TenantID: k.TenantID, KeyID: k.ID}, nil
 	}
 	return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
+}
+
+// hashesOf hashes each of the comma-separated secrets of keys.
+func hashesOf(keys string) [][32]byte {
+	var out [][32]byte
+	for k := range strings.SplitSeq(keys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, policy.HashKey(k))
+		}
+	}
+	return out
+}
+
+// oneOf reports whether h is one of hashes, comparing with each in
+// constant time.
+func oneOf(h [32]byte, hashes [][32]byte) bool {
+	match := 0
+	for _, x := range hashes {
+		match |= subtle.ConstantTimeCompare(h[:], x[:])
+	}
+	return match == 1
 }
 
 // authorize authenticates a call to procedure and returns the context

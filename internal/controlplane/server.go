@@ -30,10 +30,13 @@ type Config struct {
 	// Reports answers the report service; nil reads Store's database.
 	Reports *reports.Store
 	// OperatorKey is the operator's secret (SLUICE_OPERATOR_KEY); empty
-	// disables the operator role.
+	// disables the operator role. Several, comma-separated, are each
+	// accepted: to rotate it, add the new one, move every client over,
+	// then drop the old.
 	OperatorKey string
 	// DeciderKey is the deciders' credential for the config service
-	// (SLUICE_DECIDER_KEY); empty disables the config service.
+	// (SLUICE_DECIDER_KEY); empty disables the config service. Several,
+	// comma-separated, are each accepted, as OperatorKey's.
 	DeciderKey string
 	// WatchRecheck is how often a config watch re-reads every tenant
 	// without a notification; 0 means 5s.
@@ -87,13 +90,8 @@ func NewHandler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies}
-	if cfg.OperatorKey != "" {
-		auth.operatorHash, auth.hasOperator = policy.HashKey(cfg.OperatorKey), true
-	}
-	if cfg.DeciderKey != "" {
-		auth.deciderHash, auth.hasDecider = policy.HashKey(cfg.DeciderKey), true
-	}
+	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies,
+		operator: hashesOf(cfg.OperatorKey), decider: hashesOf(cfg.DeciderKey)}
 	if cfg.Reports == nil {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}

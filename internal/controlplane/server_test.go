@@ -572,6 +572,27 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 }
 
+// During a rotation the control plane accepts each of several operator
+// and decider secrets (comma-separated), and no other.
+func TestSeveralOperatorAndDeciderKeys(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServerWith(t, func(c *Config) {
+		c.OperatorKey, c.DeciderKey = "sk_operator_old, sk_operator_new", "decider-old,decider-new"
+	})
+	c := newClients(srv)
+	for key, want := range map[string]connect.Code{"sk_operator_old": 0, "sk_operator_new": 0, "sk_operator_old,sk_operator_new": connect.CodeUnauthenticated,
+		"sk_operator": connect.CodeUnauthenticated, "decider-new": connect.CodePermissionDenied} {
+		if _, err := call(key, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}); codeOf(err) != want {
+			t.Errorf("ListTenants with %q: %v, want %v", key, err, want)
+		}
+	}
+	for key, want := range map[string]connect.Code{"decider-old": 0, "decider-new": 0, "decider": connect.CodeUnauthenticated} {
+		if _, err := call(key, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}); codeOf(err) != want {
+			t.Errorf("GetSnapshots with %q: %v, want %v", key, err, want)
+		}
+	}
+}
+
 func TestOversizedRequestIsRefused(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t)
