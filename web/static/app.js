@@ -125,6 +125,7 @@ async function signIn(key) {
   $('#who').hidden = false;
   $('#role').textContent = { operator: 'operator', admin: 'tenant admin', viewer: 'viewer (read only)' }[state.role];
   $('#file-content').readOnly = state.role === 'viewer';
+  $('#nav button[data-view="access"]').textContent = state.role === 'viewer' ? 'Overrides' : 'Overrides & keys';
   $$('[data-operator]').forEach((e) => { e.hidden = state.role !== 'operator'; });
   fillTenantSelect();
   show('rules');
