@@ -7,6 +7,7 @@
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
 //	-auth-failures SLUICE_AUTH_FAILURES      invalid keys an address may send a minute before its calls are refused for a while (default 30; 0: unlimited)
+//	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
@@ -48,11 +49,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
 	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
 	authFailures := fs.Int("auth-failures", e.Int("SLUICE_AUTH_FAILURES", 30), "invalid keys an address may send a minute before its calls are refused for a while (0: unlimited)")
+	keyCalls := fs.Int("key-calls", e.Int("SLUICE_KEY_CALLS", 6000), "calls a key may make a minute (as many at once) before its calls are refused for a while (0: unlimited)")
 	trustedProxies := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "CIDRs whose X-Forwarded-For names the caller's address for -auth-failures")
 	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
 	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *keyCalls < 0 {
+		return fmt.Errorf("-key-calls %d: must not be negative (0: unlimited)", *keyCalls)
 	}
 	if *authFailures < 0 {
 		return fmt.Errorf("-auth-failures %d: must not be negative (0: unlimited)", *authFailures)
@@ -92,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger, AuthFailures: *authFailures, TrustedProxies: trusted}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
 
 	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
 	if err != nil {

@@ -4,6 +4,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -64,6 +65,7 @@ var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, 
 // from the store.
 type authenticator struct {
 	operator, decider [][32]byte // the hashes of the accepted secrets
+	calls             *authGuard // calls per key (not deciders')
 	keys              *pgstore.Store
 	guard             *authGuard
 	trusted           []netip.Prefix
@@ -145,6 +147,11 @@ func (a *authenticator) authorize(ctx context.Context, procedure string, h http.
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
 	case p.Role == RoleViewer && !viewable[procedure]:
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys"))
+	}
+	if p.Role != RoleDecider {
+		if err := a.calls.take(cmp.Or(p.KeyID, "operator")); err != nil {
+			return nil, err
+		}
 	}
 	return context.WithValue(ctx, principalKey{}, p), nil
 }

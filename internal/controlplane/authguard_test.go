@@ -1,8 +1,10 @@
 package controlplane
 
 import (
+	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -15,6 +17,18 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 )
 
+// clockedServer is newServerWith on a clock the test moves (ns since the
+// epoch), from 2026-11-24 12:00 UTC.
+func clockedServer(t *testing.T, edit func(*Config)) (*httptest.Server, *atomic.Int64) {
+	now := new(atomic.Int64)
+	now.Store(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC).UnixNano())
+	srv, _ := newServerWith(t, func(c *Config) {
+		edit(c)
+		c.Now = func() time.Time { return time.Unix(0, now.Load()) }
+	})
+	return srv, now
+}
+
 // TestInvalidKeysLimited: an address that sends more invalid keys than its
 // budget (5 a minute here) is refused, resource_exhausted, saying how long
 // to wait, its valid keys too, until a token is back (12 s on the test's
@@ -22,12 +36,7 @@ import (
 // affected.
 func TestInvalidKeysLimited(t *testing.T) {
 	t.Parallel()
-	var now atomic.Int64
-	now.Store(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC).UnixNano())
-	srv, _ := newServerWith(t, func(c *Config) {
-		c.AuthFailures = 5
-		c.Now = func() time.Time { return time.Unix(0, now.Load()) }
-	})
+	srv, now := clockedServer(t, func(c *Config) { c.AuthFailures = 5 })
 	c := newClients(srv)
 	_, admin := setupTenant(t, c, "acme")
 	list := func(key string) error {
@@ -134,4 +143,50 @@ func (f forwarding) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("X-Forwarded-For", f.xff)
 	return f.next.RoundTrip(r)
+}
+
+// TestCallsLimitedPerKey: a key that makes more calls than its budget (4 a
+// minute here) is refused, resource_exhausted with Retry-After, until a
+// token is back (15 s on the test's clock); other keys, the operator's
+// among them, have their own budgets, and deciders are not counted.
+func TestCallsLimitedPerKey(t *testing.T) {
+	t.Parallel()
+	srv, now := clockedServer(t, func(c *Config) { c.KeyCalls = 4 })
+	c := newClients(srv)
+	// Two tenants and their keys: the operator's 4 calls.
+	_, admin := setupTenant(t, c, "acme")
+	_, other := setupTenant(t, c, "globex")
+	if _, err := call(operatorKey, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("the operator's 5th call: %v", err)
+	}
+	list := func(key string) error {
+		_, err := call(key, c.tiers.ListTiers, &sluicev1.ListTiersRequest{})
+		return err
+	}
+	for i := range 4 {
+		if err := list(admin); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	err := list(admin)
+	var ce *connect.Error
+	if codeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "too many calls with this key: try again in 15s") ||
+		!errors.As(err, &ce) || ce.Meta().Get("Retry-After") != "15" {
+		t.Fatalf("the 5th call: %v", err)
+	}
+	if err := list(other); err != nil {
+		t.Fatalf("another tenant's key: %v", err)
+	}
+	for range 5 {
+		if _, err := call(deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}); err != nil {
+			t.Fatalf("a decider: %v", err)
+		}
+	}
+	now.Add(int64(15 * time.Second))
+	if err := list(admin); err != nil {
+		t.Fatalf("15 s later: %v", err)
+	}
+	if err := list(admin); codeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("the token after it: %v", err)
+	}
 }

@@ -55,11 +55,17 @@ type Config struct {
 	// unlimited. The binaries set 30 (SLUICE_AUTH_FAILURES). A refused
 	// address's valid keys wait too: the address is all there is.
 	AuthFailures int
+	// KeyCalls is how many calls each key (the operator's, each tenant's
+	// admin and viewer keys) may make a minute, as many at once, before
+	// its calls are refused with resource_exhausted until it is back
+	// under; deciders are not counted. 0 leaves them unlimited. The
+	// binaries set 6000 (SLUICE_KEY_CALLS).
+	KeyCalls int
 	// TrustedProxies are the peers whose X-Forwarded-For is believed when
 	// the guard names a caller's address (see clientip.Of); with none,
 	// every caller behind one proxy shares the proxy's budget.
 	TrustedProxies []netip.Prefix
-	// Now is the guard's clock; nil is time.Now.
+	// Now is the guards' clock; nil is time.Now.
 	Now func() time.Time
 }
 
@@ -91,7 +97,7 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Logger = slog.Default()
 	}
 	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies,
-		operator: hashesOf(cfg.OperatorKey), decider: hashesOf(cfg.DeciderKey)}
+		operator: hashesOf(cfg.OperatorKey), decider: hashesOf(cfg.DeciderKey), calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
 	if cfg.Reports == nil {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}

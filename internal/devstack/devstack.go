@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator, Registerer: reg,
-		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger, AuthFailures: 30}))
+		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger, AuthFailures: 30, KeyCalls: 6000}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}
 	srv.RegisterOnShutdown(func() { close(closing) })
 	srv.Protocols.SetHTTP1(true)
