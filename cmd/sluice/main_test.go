@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -96,13 +98,44 @@ func TestDevPrintsAWorkingCurlLineAndRejectsEventually(t *testing.T) {
 	if !rejected {
 		t.Fatal("20 checks against a limit of 10 per minute were never rejected")
 	}
+	// The printed viewer key reads the demo's tiers, and changes nothing.
+	viewer := regexp.MustCompile(`viewer key\s+(sk_viewer_\S+)`).FindStringSubmatch(banner)
+	tiers := func(api, key string) int {
+		req, _ := http.NewRequest("POST", api+"/sluice.v1.TierService/ListTiers", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if viewer == nil || tiers(api, viewer[1]) != 200 {
+		t.Fatalf("no working viewer key in the banner:\n%s", banner)
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("stopping sluice dev: %v", err)
 	}
-	// A second run reuses the data: the same check key still works.
+	// A second run reuses the data: the same check key still works. A dev
+	// directory of before viewer keys gets one.
+	keysFile := filepath.Join(env["SLUICE_DEV_DIR"], "keys.json")
+	var kept map[string]string
+	if b, err := os.ReadFile(keysFile); err != nil || json.Unmarshal(b, &kept) != nil || kept["viewer"] != viewer[1] {
+		t.Fatalf("keys.json: %v %v", kept, err)
+	}
+	delete(kept, "viewer")
+	b, _ := json.Marshal(kept)
+	if err := os.WriteFile(keysFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	banner2, stop2 := startDev(t, env)
 	if got := regexp.MustCompile(`check key\s+(\S+)`).FindStringSubmatch(banner2)[1]; got != key {
 		t.Fatalf("second run printed check key %s, the first %s", got, key)
+	}
+	api2 := regexp.MustCompile(`API\s+(http://\S+)`).FindStringSubmatch(banner2)[1]
+	if v := regexp.MustCompile(`viewer key\s+(sk_viewer_\S+)`).FindStringSubmatch(banner2); v == nil || v[1] == viewer[1] || tiers(api2, v[1]) != 200 {
+		t.Fatalf("the second run's viewer key:\n%s", banner2)
 	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)

@@ -97,6 +97,7 @@ type devKeys struct {
 	Decider  string `json:"decider"`
 	Admin    string `json:"admin"`
 	Check    string `json:"check"`
+	Viewer   string `json:"viewer,omitempty"` // absent in dev directories of before viewer keys
 }
 
 // Run serves until ctx ends, then shuts down.
@@ -244,9 +245,10 @@ func Run(ctx context.Context, cfg Config) error {
   operator key  %[5]s
   admin key     %[6]s  (tenant demo)
   check key     %[7]s
+  viewer key    %[9]s  (read only: an analyst's console)
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
 Ctrl-C stops it.
-`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr())
+`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer)
 	return <-errc
 }
 
@@ -366,13 +368,17 @@ func kafkaOrEmbedded(cfg Config) ([]string, string, func(), error) {
 }
 
 // seed creates the demo tenant on first run (tiers free and pro, a few
-// rules, an admin and a check key) and returns the dev keys, kept in path.
+// rules, an admin, a check and a viewer key) and returns the dev keys, kept
+// in path.
 func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
 	var k devKeys
 	if b, err := os.ReadFile(path); err == nil {
 		if json.Unmarshal(b, &k) == nil && k.Check != "" {
-			if _, err := s.KeyByHash(ctx, policy.HashKey(k.Check)); err == nil {
-				return k, nil // a previous run's tenant, still there
+			if key, err := s.KeyByHash(ctx, policy.HashKey(k.Check)); err == nil {
+				if k.Viewer != "" {
+					return k, nil // a previous run's tenant, still there
+				}
+				return k, newViewerKey(ctx, s, key.TenantID, &k, path) // one of before viewer keys
 			}
 		}
 	}
@@ -413,14 +419,24 @@ func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
 	return k, newDemoKeys(ctx, s, t.ID, &k, path)
 }
 
-// newDemoKeys creates an admin and a check key for the demo tenant and
-// keeps all of k in path.
+// newDemoKeys creates an admin, a check and a viewer key for the demo
+// tenant and keeps all of k in path.
 func newDemoKeys(ctx context.Context, s *pgstore.Store, tenant string, k *devKeys, path string) error {
 	var err error
 	if k.Admin, _, err = s.CreateKey(ctx, "operator", tenant, policy.KeyAdmin, "dev admin"); err != nil {
 		return err
 	}
 	if k.Check, _, err = s.CreateKey(ctx, "operator", tenant, policy.KeyCheck, "dev check"); err != nil {
+		return err
+	}
+	return newViewerKey(ctx, s, tenant, k, path)
+}
+
+// newViewerKey creates a viewer key (an analyst's, read only) for the demo
+// tenant and keeps all of k in path.
+func newViewerKey(ctx context.Context, s *pgstore.Store, tenant string, k *devKeys, path string) error {
+	var err error
+	if k.Viewer, _, err = s.CreateKey(ctx, "operator", tenant, policy.KeyViewer, "dev viewer"); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(k, "", "  ")
