@@ -258,6 +258,9 @@ func TestCalendarWindowsInZones(t *testing.T) {
 	}
 }
 
+// dayUS is a day of 24 hours in µs.
+const dayUS = 24 * 60 * 60 * 1_000_000
+
 // calendarRef is the calendar window holding t, as time.AddDate counts
 // it: the reference CalendarWindow is checked against.
 func calendarRef(t int64, c policy.Calendar) [2]int64 {

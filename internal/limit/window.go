@@ -13,8 +13,6 @@ import (
 // windowStart returns the start of the window of width w holding t (t ≥ 0).
 func windowStart(t, w int64) int64 { return t - t%w }
 
-const dayUS = 24 * 60 * 60 * 1_000_000
-
 // CalendarWindow returns the start and the end (µs since the Unix epoch)
 // of the calendar window c holding t (µs) in the time zone loc: from
 // the first instant of the window's first day there to the first instant
