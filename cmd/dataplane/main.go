@@ -18,6 +18,8 @@
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)
 //	-kafka-brokers  KAFKA_BROKERS             comma-separated brokers for decision events; empty sends none
 //	-events-topic   SLUICE_EVENTS_TOPIC       topic of decision events (default sluice.decisions)
+//	-events-spool   SLUICE_EVENTS_SPOOL       directory keeping on disk the events Kafka did not take (an outage, or the last flush at shutdown), sent first when it returns, also by the next run (default events-spool beside -state-file; "off" none)
+//	-events-spool-mb SLUICE_EVENTS_SPOOL_MB   bound of the events spool in MiB; past it events wait in memory up to the buffer, then are dropped and counted (default 256)
 //	-kafka-tls      KAFKA_TLS                 connect to Kafka over TLS, verified against the system's roots (default false)
 //	-kafka-tls-ca   KAFKA_TLS_CA              PEM CA bundle verifying the brokers (implies -kafka-tls)
 //	-kafka-tls-cert KAFKA_TLS_CERT            PEM client certificate for Kafka (implies -kafka-tls)
@@ -84,6 +86,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
@@ -116,6 +119,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
 	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", ""), "comma-separated brokers for decision events")
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
+	spoolDir := fs.String("events-spool", env("SLUICE_EVENTS_SPOOL", ""), `directory keeping the events Kafka did not take, sent when it returns; default events-spool beside -state-file, "off" none`)
+	spoolMB := fs.Int("events-spool-mb", e.Int("SLUICE_EVENTS_SPOOL_MB", 256), "bound of the events spool, in MiB; past it events are dropped and counted")
 	kafkaSec := kafkasec.Register(fs, e)
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
@@ -200,8 +205,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		pub := events.NewPublisher(events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Transport: transport,
-			Decider: deciderName(), Logger: logger})
+		pcfg := events.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Transport: transport,
+			Decider: deciderName(), Logger: logger}
+		if pcfg.Spool, err = openSpool(ctx, logger, *spoolDir, *stateFile, *spoolMB); err != nil {
+			return err
+		}
+		pub := events.NewPublisher(pcfg)
 		// The publisher outlives the servers: its last flush, after they
 		// have stopped, carries the events and counts of their last
 		// decisions, and the process exits only after it.
@@ -271,6 +280,18 @@ const grpcStopGrace = 5 * time.Second
 
 // deciderName names this decider in events and the control plane's list:
 // host/pid.
+// openSpool opens the events spool in dir: default events-spool beside
+// the state file, "off" none.
+func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, mb int) (*spool.Spool, error) {
+	if dir == "off" {
+		return nil, nil
+	}
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(stateFile), "events-spool")
+	}
+	return events.OpenSpool(ctx, logger, dir, int64(mb)<<20)
+}
+
 func deciderName() string {
 	host, _ := os.Hostname()
 	return host + "/" + strconv.Itoa(os.Getpid())

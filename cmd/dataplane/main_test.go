@@ -328,6 +328,51 @@ func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
 	}
 }
 
+// Events a decider could not send while Kafka was down stay in its spool
+// (by default beside its state file) through a restart, and the next run
+// sends them: none is lost, not even the last counts of the first run.
+func TestDeciderSpoolsEventsThroughKafkaOutageAndRestart(t *testing.T) {
+	ctx := context.Background()
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}})
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+	broker.Close()
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "KAFKA_BROKERS": strings.Join(broker.Addrs(), ","), "SLUICE_EVENTS_TOPIC": topic}
+	stateDir := t.TempDir()
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-state-file", filepath.Join(stateDir, "snapshot.pb")}
+
+	dctx, stop := context.WithCancel(ctx)
+	addrs, done := startDecider(t, dctx, args, env)
+	waitReady(t, addrs.base)
+	var codes []int
+	for range 4 {
+		codes = append(codes, check(t, addrs.base, checkKey, "alice").StatusCode)
+	}
+	if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("statuses %v, want %v", codes, want)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(stateDir, "events-spool", "*.seg")); len(segs) == 0 {
+		t.Fatal("nothing spooled beside the state file while Kafka was down")
+	}
+
+	broker.Restart(t)
+	dctx, stop = context.WithCancel(ctx)
+	defer stop()
+	addrs, _ = startDecider(t, dctx, args, env)
+	waitReady(t, addrs.base)
+	ta := eventstest.Read(t, broker.Addrs(), topic, func(ta *eventstest.Tally) bool {
+		return len(ta.Rejections) >= 1 && ta.Allowed >= 3 && ta.Rejected >= 1
+	})
+	if len(ta.Rejections) != 1 || ta.Allowed != 3 || ta.Rejected != 1 || ta.Rejections[0].ClientKey != "alice" {
+		t.Fatalf("events after the restart: %d rejections, %d allowed, %d rejected; want 1, 3, 1", len(ta.Rejections), ta.Allowed, ta.Rejected)
+	}
+}
+
 // A decider on a Redis Cluster (-redis-cluster: one seed node, the others
 // as addr parameters) enforces its rules across the cluster's nodes, each
 // client's counter on the node owning its slot; a client of one node

@@ -180,8 +180,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	pub := events.NewPublisher(events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Transport: transport, Decider: "dev",
-		DeltaInterval: cfg.DeltaInterval, Logger: cfg.Logger})
+	pcfg := events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Transport: transport, Decider: "dev",
+		DeltaInterval: cfg.DeltaInterval, Logger: cfg.Logger}
+	if !strings.HasPrefix(kafkaName, "embedded") { // the embedded broker lives and dies with this process
+		if pcfg.Spool, err = events.OpenSpool(ctx, cfg.Logger, filepath.Join(cfg.Dir, "events-spool"), 256<<20); err != nil {
+			return err
+		}
+	}
+	pub := events.NewPublisher(pcfg)
 	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic, Dialer: dialer,
 		Store: analytics.NewStore(pool, 0), Registerer: reg, Logger: cfg.Logger})
 	var background sync.WaitGroup

@@ -4,7 +4,11 @@
 package events
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/spool"
 )
 
 // Config configures a Publisher.
@@ -37,8 +42,15 @@ type Config struct {
 	DeltaInterval time.Duration
 	// WriteTimeout bounds one write to Kafka; 0 means 5s.
 	WriteTimeout time.Duration
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// Spool, when set, keeps on disk what Kafka did not take (a failed
+	// write, or the last flush at shutdown) instead of holding it in memory
+	// up to Buffer: an outage longer than the buffer, or a restart within
+	// one, then loses nothing until the spool's own bound. What an earlier
+	// process left there is sent first. The Publisher owns it from then on
+	// and closes it when Run ends.
+	Spool  *spool.Spool
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Publisher sends decision events. Rejected and Count are safe for
@@ -55,7 +67,10 @@ type Publisher struct {
 	totalDropped atomic.Int64
 	sent         atomic.Int64
 	failed       atomic.Int64
-	failing      int // consecutive failed writes; Run's own
+	spoolDropped atomic.Int64
+	failing      int       // consecutive failed writes; Run's own
+	nextDrain    time.Time // Run's own: no attempt to send the spool before
+	spoolFull    bool      // Run's own: the spool refused an append; logged once
 }
 
 type rejection struct {
@@ -101,6 +116,24 @@ func NewPublisher(cfg Config) *Publisher {
 		dropped: map[string]*atomic.Int64{},
 		since:   cfg.Now(),
 	}
+}
+
+// OpenSpool opens the spool in dir for Config.Spool, bounded to maxBytes.
+// A directory another process holds leaves the publisher without a spool,
+// with a warning, rather than the decider without a start.
+func OpenSpool(ctx context.Context, logger *slog.Logger, dir string, maxBytes int64) (*spool.Spool, error) {
+	sp, err := spool.Open(dir, maxBytes)
+	if errors.Is(err, spool.ErrLocked) {
+		logger.WarnContext(ctx, "events: the spool is held by another process; running without one", "dir", dir)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if st := sp.Stats(); st.Records > 0 {
+		logger.InfoContext(ctx, "events: sending what an earlier run spooled", "events", st.Records, "dir", dir)
+	}
+	return sp, nil
 }
 
 // Rejected records a rejection (or, with shadow, a would-reject) of rule
@@ -163,16 +196,28 @@ type Stats struct {
 	WriteErrors int64
 	// Queued is how many rejection events wait in the buffer for Run.
 	Queued int
+	// Spooled and SpoolBytes are what waits on disk for Kafka (Config.Spool).
+	Spooled, SpoolBytes int64
+	// SpoolCorrupt counts spooled messages that could not be read back
+	// (damaged on disk) and were skipped.
+	SpoolCorrupt int64
 }
 
 // Stats returns the totals, for metrics.
 func (p *Publisher) Stats() Stats {
-	return Stats{Sent: p.sent.Load(), Dropped: p.totalDropped.Load(), WriteErrors: p.failed.Load(), Queued: len(p.queue)}
+	st := Stats{Sent: p.sent.Load(), Dropped: p.totalDropped.Load(), WriteErrors: p.failed.Load(), Queued: len(p.queue),
+		SpoolCorrupt: p.spoolDropped.Load()}
+	if p.cfg.Spool != nil {
+		sp := p.cfg.Spool.Stats()
+		st.Spooled, st.SpoolBytes = sp.Records, sp.Bytes
+	}
+	return st
 }
 
 // Run sends events until ctx ends, then makes a last attempt with what it
-// holds. While Kafka cannot be reached, it keeps its batch and retries;
-// decisions go on, and what overflows the buffer is dropped and reported.
+// holds. While Kafka cannot be reached, it keeps its batch (in the spool
+// when there is one) and retries; decisions go on, and what overflows the
+// buffer is dropped and reported.
 func (p *Publisher) Run(ctx context.Context) error {
 	flush := time.NewTicker(p.cfg.FlushInterval)
 	defer flush.Stop()
@@ -184,24 +229,130 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case r := <-p.queue:
 			batch = append(batch, p.rejectionMessage(r))
 			if len(batch) >= p.cfg.BatchSize {
-				batch = p.write(ctx, batch)
+				batch = p.send(ctx, batch)
 			}
 		case <-flush.C:
-			batch = p.write(ctx, batch)
+			batch = p.send(ctx, batch)
 		case <-delta.C:
-			batch = p.write(ctx, append(batch, p.deltas()...))
+			batch = p.send(ctx, append(batch, p.deltas()...))
 		case <-ctx.Done():
 			last, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
 			defer cancel()
-			p.write(last, append(batch, p.deltas()...))
-			return p.w.Close()
+			p.nextDrain = time.Time{}
+			p.send(last, append(batch, p.deltas()...))
+			err := p.w.Close()
+			if p.cfg.Spool != nil {
+				err = errors.Join(err, p.cfg.Spool.Close())
+			}
+			return err
 		}
 	}
 }
 
-// write sends batch and returns what is left to send: nothing on success,
-// else the batch, trimmed to the buffer size (oldest rejections dropped and
-// counted; deltas are kept: they carry the counts).
+// spoolDrainSegments bounds the segments one send takes from the spool, so
+// that Run goes back to the buffer between them.
+const spoolDrainSegments = 4
+
+// send writes batch and returns what is left to hold in memory. While the
+// spool holds messages, it sends those first (so that what Kafka gets
+// stays in order) and appends batch to the spool until it is empty; after
+// a failed attempt it waits a second before the next.
+func (p *Publisher) send(ctx context.Context, batch []kafka.Message) []kafka.Message {
+	sp := p.cfg.Spool
+	if sp != nil && sp.Stats().Records > 0 && !p.drain(ctx) {
+		return p.spill(ctx, batch)
+	}
+	rest := p.write(ctx, batch)
+	if sp != nil && len(rest) > 0 {
+		p.nextDrain = time.Now().Add(time.Second)
+		return p.spill(ctx, rest)
+	}
+	return p.trim(rest)
+}
+
+// drain sends up to spoolDrainSegments segments of the spool, and reports
+// whether it is empty.
+func (p *Publisher) drain(ctx context.Context) bool {
+	if time.Now().Before(p.nextDrain) {
+		return false
+	}
+	sp := p.cfg.Spool
+	for range spoolDrainSegments {
+		seq, records, ok, err := sp.Oldest()
+		if err != nil {
+			p.cfg.Logger.ErrorContext(ctx, "events: reading the spool", "err", err)
+			p.nextDrain = time.Now().Add(time.Second)
+			return false
+		}
+		if !ok {
+			return true
+		}
+		msgs := make([]kafka.Message, 0, len(records))
+		for _, r := range records {
+			m, ok := messageFromSpool(r)
+			if !ok {
+				p.spoolDropped.Add(1)
+				continue
+			}
+			msgs = append(msgs, m)
+		}
+		rest := p.write(ctx, msgs)
+		if len(rest) == len(msgs) && len(msgs) > 0 {
+			p.nextDrain = time.Now().Add(time.Second)
+			return false
+		}
+		// Sent, or sent but for some: those go back at the spool's end.
+		if err := sp.Append(spoolRecords(rest)); err != nil {
+			p.countDropped(rest)
+		}
+		if err := sp.Remove(seq); err != nil {
+			p.cfg.Logger.ErrorContext(ctx, "events: removing a sent spool segment", "err", err)
+			p.nextDrain = time.Now().Add(time.Second)
+			return false
+		}
+	}
+	return sp.Stats().Records == 0
+}
+
+// spill appends batch to the spool and returns what is left to hold in
+// memory: nothing, unless the spool refuses it (full, or a disk error).
+func (p *Publisher) spill(ctx context.Context, batch []kafka.Message) []kafka.Message {
+	if len(batch) == 0 {
+		return batch
+	}
+	if err := p.cfg.Spool.Append(spoolRecords(batch)); err != nil {
+		if !p.spoolFull {
+			p.spoolFull = true
+			p.cfg.Logger.WarnContext(ctx, "events: the spool refused events; holding them in memory up to the buffer", "err", err)
+		}
+		return p.trim(batch)
+	}
+	p.spoolFull = false
+	return batch[:0]
+}
+
+// trim drops the oldest rejections of batch past the buffer size, counted
+// per tenant; deltas are kept: they carry the counts.
+func (p *Publisher) trim(batch []kafka.Message) []kafka.Message {
+	for len(batch) > p.cfg.Buffer && batch[0].Headers == nil { // rejections have no headers
+		p.countDropped(batch[:1])
+		batch = batch[1:]
+	}
+	return batch
+}
+
+func (p *Publisher) countDropped(msgs []kafka.Message) {
+	for _, m := range msgs {
+		if m.Headers == nil {
+			p.totalDropped.Add(1)
+			p.tenantDropped(string(m.Key)).Add(1)
+		}
+	}
+}
+
+// write sends batch and returns what Kafka did not take: nothing on
+// success, else the messages that failed (all of them, or those a partial
+// write names).
 func (p *Publisher) write(ctx context.Context, batch []kafka.Message) []kafka.Message {
 	if len(batch) == 0 {
 		return batch
@@ -213,10 +364,16 @@ func (p *Publisher) write(ctx context.Context, batch []kafka.Message) []kafka.Me
 		if p.failing++; p.failing == 1 { // once per outage, not once per flush interval
 			p.cfg.Logger.WarnContext(ctx, "events: Kafka write failed; keeping the batch and retrying", "err", err, "events", len(batch))
 		}
-		for len(batch) > p.cfg.Buffer && batch[0].Headers == nil { // rejections have no headers
-			p.totalDropped.Add(1)
-			p.tenantDropped(string(batch[0].Key)).Add(1)
-			batch = batch[1:]
+		var partial kafka.WriteErrors
+		if errors.As(err, &partial) && len(partial) == len(batch) {
+			var rest []kafka.Message
+			for i, e := range partial {
+				if e != nil {
+					rest = append(rest, batch[i])
+				}
+			}
+			p.sent.Add(int64(len(batch) - len(rest)))
+			return rest
 		}
 		return batch
 	}
@@ -226,6 +383,43 @@ func (p *Publisher) write(ctx context.Context, batch []kafka.Message) []kafka.Me
 	}
 	p.sent.Add(int64(len(batch)))
 	return batch[:0]
+}
+
+// spoolRecords encodes messages for the spool: a kind byte (0 a
+// rejection, 1 a delta), the key's length as a uvarint, the key, the value.
+func spoolRecords(msgs []kafka.Message) [][]byte {
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		kind := byte(0)
+		if m.Headers != nil {
+			kind = 1
+		}
+		b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m.Key)+len(m.Value))
+		b = append(b, kind)
+		b = binary.AppendUvarint(b, uint64(len(m.Key)))
+		b = append(append(b, m.Key...), m.Value...)
+		out[i] = b
+	}
+	return out
+}
+
+// messageFromSpool decodes a spoolRecords record; ok is false when it is
+// not one.
+func messageFromSpool(b []byte) (m kafka.Message, ok bool) {
+	if len(b) < 2 || b[0] > 1 {
+		return m, false
+	}
+	n, w := binary.Uvarint(b[1:])
+	if w <= 0 || n > uint64(len(b)-1-w) {
+		return m, false
+	}
+	kind := b[0]
+	b = b[1+w:]
+	m.Key, m.Value = bytes.Clone(b[:n]), bytes.Clone(b[n:])
+	if kind == 1 {
+		m.Headers = deltaHeader
+	}
+	return m, true
 }
 
 var deltaHeader = []kafka.Header{{Key: "type", Value: []byte("delta")}}

@@ -1,8 +1,11 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/spool"
 )
 
 func start(t *testing.T, cfg Config) *Publisher {
@@ -148,4 +152,142 @@ func TestPublishesOverTLSWithSASL(t *testing.T) {
 	if err := proto.Unmarshal(m.Value, &ev); err != nil || ev.GetRejection().GetClientKey() != "alice" {
 		t.Fatalf("event %v, %v", &ev, err)
 	}
+}
+
+// runUntilStopped runs p and returns what stops it and waits for Run's end.
+func runUntilStopped(t *testing.T, p *Publisher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With a spool, an outage longer than the buffer and a decider restart in
+// the middle of it lose nothing: the first publisher spools its rejections
+// and, at shutdown, its last counts; the next one, started on the same
+// directory once Kafka is back, delivers all of them, once.
+func TestSpoolKeepsEventsThroughAnOutageAndARestart(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	b := kafkatest.Start(t, 1, []string{topic})
+	brokers := b.Addrs()
+	b.Close()
+	dir := t.TempDir()
+	sp, err := spool.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Brokers: brokers, Topic: topic, Buffer: 100, FlushInterval: 10 * time.Millisecond,
+		DeltaInterval: time.Hour, WriteTimeout: 200 * time.Millisecond, Spool: sp}
+	first := NewPublisher(cfg)
+	stop := runUntilStopped(t, first)
+	const n = 3000
+	at := time.Now()
+	for i := range n {
+		// Paced to the buffer: what is tested is the outage outlasting it.
+		waitFor(t, "room in the buffer", func() bool { return first.Stats().Queued < 100 })
+		first.Rejected("t1", "free", "r1", fmt.Sprint("c", i), 1, at, false)
+	}
+	for range 7 {
+		first.Count("t1", "free", "r1", true, false)
+	}
+	waitFor(t, "the rejections spooled", func() bool { return first.Stats().Spooled == n })
+	stop()
+	if st := first.Stats(); st.Dropped != 0 || st.Sent != 0 || st.Spooled != n+1 {
+		t.Fatalf("first publisher at shutdown: %+v, want %d spooled (and its delta)", st, n+1)
+	}
+
+	b.Restart(t)
+	if cfg.Spool, err = spool.Open(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	second := start(t, cfg)
+	ta := eventstest.Read(t, brokers, topic, func(ta *eventstest.Tally) bool {
+		return len(ta.Rejections) >= n && ta.Allowed >= 7
+	})
+	seen := map[string]bool{}
+	for _, r := range ta.Rejections {
+		if seen[r.ClientKey] {
+			t.Fatalf("rejection of %s delivered twice", r.ClientKey)
+		}
+		seen[r.ClientKey] = true
+	}
+	if len(ta.Rejections) != n || ta.Allowed != 7 || ta.DroppedRejections != 0 {
+		t.Fatalf("delivered %d rejections, %d allowed, %d dropped; want %d, 7, 0", len(ta.Rejections), ta.Allowed, ta.DroppedRejections, n)
+	}
+	waitFor(t, "the spool emptied", func() bool { return second.Stats().Spooled == 0 })
+}
+
+// A full spool falls back to the buffer: what neither holds is dropped,
+// counted and reported, and delivered plus dropped is what was recorded.
+func TestFullSpoolDropsAreCounted(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	b := kafkatest.Start(t, 1, []string{topic})
+	brokers := b.Addrs()
+	b.Close()
+	sp, err := spool.Open(t.TempDir(), 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, Config{Brokers: brokers, Topic: topic, Buffer: 100, FlushInterval: 10 * time.Millisecond,
+		DeltaInterval: 50 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, Spool: sp})
+	const n = 5000
+	at := time.Now()
+	for range n {
+		waitFor(t, "room in the buffer", func() bool { return p.Stats().Queued < 100 })
+		p.Rejected("t1", "free", "r1", "c", 1, at, false)
+	}
+	waitFor(t, "drops", func() bool { return p.Stats().Dropped > 0 })
+	if st := p.Stats(); st.SpoolBytes > 64<<10 || st.Spooled == 0 {
+		t.Fatalf("spool past its bound or unused: %+v", st)
+	}
+	b.Restart(t)
+	ta := eventstest.Read(t, brokers, topic, func(ta *eventstest.Tally) bool {
+		return int64(len(ta.Rejections))+p.Stats().Dropped == n && ta.DroppedRejections == p.Stats().Dropped
+	})
+	if int64(len(ta.Rejections)) > n-p.Stats().Dropped {
+		t.Fatalf("%d delivered, %d dropped, of %d", len(ta.Rejections), p.Stats().Dropped, n)
+	}
+}
+
+// A spool record decodes to the message it was made from; anything else
+// is refused or decoded without a panic.
+func FuzzMessageFromSpool(f *testing.F) {
+	f.Add([]byte("tenant"), []byte("value"), true)
+	f.Add([]byte{}, []byte{}, false)
+	f.Fuzz(func(t *testing.T, key, value []byte, delta bool) {
+		messageFromSpool(append([]byte{0}, key...)) // arbitrary bytes
+		messageFromSpool(value)
+		m := kafka.Message{Key: key, Value: value}
+		if delta {
+			m.Headers = deltaHeader
+		}
+		got, ok := messageFromSpool(spoolRecords([]kafka.Message{m})[0])
+		if !ok || !bytes.Equal(got.Key, key) || !bytes.Equal(got.Value, value) || (got.Headers != nil) != delta {
+			t.Fatalf("round trip of %q/%q/%v: %+v, %v", key, value, delta, got, ok)
+		}
+	})
 }

@@ -73,7 +73,8 @@ func RedisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
 }
 
 // PublisherMetrics are an event publisher's counters: what Kafka took,
-// what waits for it, what failed and what was dropped.
+// what waits for it (in memory and in the spool), what failed and what was
+// dropped.
 func PublisherMetrics(p *events.Publisher) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("sluice_events_sent_total", "Messages (rejection events and counter deltas) Kafka took.",
@@ -83,5 +84,9 @@ func PublisherMetrics(p *events.Publisher) []prometheus.Collector {
 		counter("sluice_events_write_errors_total", "Writes to Kafka that failed; their events are kept and sent again.",
 			func() int64 { return p.Stats().WriteErrors }),
 		gauge("sluice_events_queued", "Rejection events waiting in the buffer.", func() int64 { return int64(p.Stats().Queued) }),
+		gauge("sluice_events_spooled", "Events (rejections and deltas) waiting on disk for Kafka.", func() int64 { return p.Stats().Spooled }),
+		gauge("sluice_events_spool_bytes", "Bytes of the events spool.", func() int64 { return p.Stats().SpoolBytes }),
+		counter("sluice_events_spool_corrupt_total", "Spooled events that could not be read back and were skipped.",
+			func() int64 { return p.Stats().SpoolCorrupt }),
 	}
 }

@@ -73,7 +73,7 @@ func TestPublisherMetrics(t *testing.T) {
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{"sluice_events_dropped_total 3", "sluice_events_queued 2",
-		"sluice_events_sent_total 0", "sluice_events_write_errors_total 0"} {
+		"sluice_events_sent_total 0", "sluice_events_write_errors_total 0", "sluice_events_spooled 0"} {
 		if !strings.Contains(rec.Body.String(), want+"\n") {
 			t.Errorf("metrics lack %q", want)
 		}

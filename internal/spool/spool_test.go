@@ -1,0 +1,219 @@
+package spool
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func open(t *testing.T, dir string, maxBytes int64) *Spool {
+	t.Helper()
+	s, err := Open(dir, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func recs(from, n int) [][]byte {
+	var out [][]byte
+	for i := from; i < from+n; i++ {
+		out = append(out, fmt.Appendf(nil, "record-%d", i))
+	}
+	return out
+}
+
+// drain reads and removes every segment, returning the records in order.
+func drain(t *testing.T, s *Spool) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for {
+		seq, rs, ok, err := s.Oldest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		for _, r := range rs {
+			out = append(out, bytes.Clone(r))
+		}
+		if err := s.Remove(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Records come back in the order appended, across segments and across a
+// close and reopen; removed segments are gone from disk and from Stats.
+func TestAppendReadRemoveAcrossReopen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), SegmentBytes/2)
+	want := append(recs(0, 3), big, big, big) // three segments: the head rolls past SegmentBytes
+	want = append(want, recs(3, 2)...)
+	for _, r := range want {
+		if err := s.Append([][]byte{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s.Stats(); st.Records != int64(len(want)) {
+		t.Fatalf("stats %+v, want %d records", st, len(want))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, dir, 0)
+	st := s.Stats()
+	if st.Records != int64(len(want)) || st.Bytes < 3*SegmentBytes/2 {
+		t.Fatalf("reopened: %+v", st)
+	}
+	if err := s.Append(recs(5, 1)); err != nil { // after a reopen, appends go to a new segment
+		t.Fatal(err)
+	}
+	want = append(want, recs(5, 1)...)
+	got := drain(t, s)
+	if !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("read %d records, want %d in order", len(got), len(want))
+	}
+	if st := s.Stats(); st != (Stats{}) {
+		t.Fatalf("drained: %+v", st)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+suffix))
+	if len(segs) != 0 {
+		t.Fatalf("segments left: %v", segs)
+	}
+}
+
+// Reading the head seals it: an append after Oldest lands in a new segment,
+// so removing the one read loses nothing appended meanwhile.
+func TestAppendWhileReading(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), 0)
+	if err := s.Append(recs(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	seq, rs, ok, err := s.Oldest()
+	if err != nil || !ok || len(rs) != 2 {
+		t.Fatalf("oldest: %d records, %v, %v", len(rs), ok, err)
+	}
+	if err := s.Append(recs(2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(seq); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, s); !slices.EqualFunc(got, recs(2, 1), bytes.Equal) {
+		t.Fatalf("after remove: %q", got)
+	}
+	if err := s.Remove(seq); err == nil {
+		t.Fatal("removed a segment twice")
+	}
+}
+
+// Past the bound an append is refused whole; removing makes room again.
+func TestBound(t *testing.T) {
+	t.Parallel()
+	s := open(t, t.TempDir(), 100)
+	if err := s.Append([][]byte{bytes.Repeat([]byte("a"), 60)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append([][]byte{[]byte("b"), bytes.Repeat([]byte("c"), 40)}); !errors.Is(err, ErrFull) {
+		t.Fatalf("append past the bound: %v", err)
+	}
+	if st := s.Stats(); st.Records != 1 || st.Bytes != 68 {
+		t.Fatalf("after a refused append: %+v", st)
+	}
+	seq, _, _, _ := s.Oldest()
+	if err := s.Remove(seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append([][]byte{[]byte("b"), bytes.Repeat([]byte("c"), 40)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A record torn by a crash ends its segment: the records before it are
+// read, and the next segment after it too.
+func TestTornRecord(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(recs(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+suffix))
+	info, err := os.Stat(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(segs[0], info.Size()-3); err != nil { // the last record's tail never reached the disk
+		t.Fatal(err)
+	}
+	s = open(t, dir, 0)
+	if err := s.Append(recs(3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	want := append(recs(0, 2), recs(3, 1)...)
+	if got := drain(t, s); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+}
+
+// One process at a time: a second Open of a held directory is refused,
+// and succeeds once the first closes.
+func TestLocked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	open(t, dir, 0)
+}
+
+// Decode never panics; it returns what Encode framed, and of a prefix of
+// that, a prefix of the records.
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(nil, recs(0, 3)), 5)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, 0)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, cut int) {
+		Decode(data) // arbitrary bytes: no panic
+		split := bytes.SplitN(data, []byte{0}, 4)
+		framed := Encode(nil, split)
+		got, whole := Decode(framed)
+		if !whole || !slices.EqualFunc(got, split, bytes.Equal) {
+			t.Fatalf("round trip: %q -> %q (whole %v)", split, got, whole)
+		}
+		if cut < 0 || cut > len(framed) {
+			return
+		}
+		got, _ = Decode(framed[:cut])
+		if len(got) > len(split) || !slices.EqualFunc(got, split[:len(got)], bytes.Equal) {
+			t.Fatalf("prefix %d of %q read as %q", cut, split, got)
+		}
+	})
+}
