@@ -21,6 +21,9 @@
 //	-batch-size     SLUICE_ANALYTICS_BATCH   most events per PostgreSQL transaction (default 10000)
 //	-top-clients    SLUICE_TOP_CLIENTS       clients tracked per (tenant, rule, hour) (default 100)
 //	-retention      SLUICE_RETENTION         how long rollups are kept (default 720h)
+//
+// DATABASE_URL and KAFKA_SASL_PASSWORD may instead be read from the file
+// their NAME_FILE variable names (Docker's and Kubernetes' secrets).
 package main
 
 import (

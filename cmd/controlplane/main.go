@@ -15,6 +15,12 @@
 //	                                         several, comma-separated, are each accepted (a rotation)
 //	               SLUICE_DECIDER_KEY        the deciders' credential for the config service; environment only;
 //	                                         several, comma-separated, as the operator key's
+//	               SLUICE_OPERATOR_KEY_FILE  a file holding the operator keys instead, reread when it changes:
+//	                                         a rotation without a restart
+//	               SLUICE_DECIDER_KEY_FILE   a file holding the decider credentials instead, reread likewise
+//
+// Every secret variable (SLUICE_OPERATOR_KEY, SLUICE_DECIDER_KEY,
+// DATABASE_URL) may be read from the file its NAME_FILE variable names.
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/prune"
+	"github.com/sluicehq/sluice/internal/secretfile"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 	"github.com/sluicehq/sluice/migrations"
@@ -71,7 +78,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	operatorKey := getenv("SLUICE_OPERATOR_KEY")
-	if operatorKey == "" {
+	operatorKeyFunc, err := secretfile.FromEnv(getenv, "SLUICE_OPERATOR_KEY")
+	if err != nil {
+		return err
+	}
+	deciderKeyFunc, err := secretfile.FromEnv(getenv, "SLUICE_DECIDER_KEY")
+	if err != nil {
+		return err
+	}
+	if operatorKey == "" && operatorKeyFunc == nil {
 		logger.Warn("SLUICE_OPERATOR_KEY is not set: nobody can manage tenants")
 	}
 
@@ -97,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), Closing: closing, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
 
 	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
 	if err != nil {

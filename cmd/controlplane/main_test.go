@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -306,5 +307,55 @@ func TestMalformedDatabaseURLKeepsItsPassword(t *testing.T) {
 		if strings.Contains(err.Error()+out.String(), "s3cretpw") {
 			t.Fatalf("%s: the password shows: %v\n%s", u, err, out.String())
 		}
+	}
+}
+
+// With SLUICE_OPERATOR_KEY_FILE the operator key is read from a file and
+// follows it: rewritten, the new key is accepted and the old refused
+// within seconds, without a restart. A missing key file stops the start.
+func TestOperatorKeyFileRotates(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keyFile := filepath.Join(t.TempDir(), "operator-key")
+	if err := os.WriteFile(keyFile, []byte("op-old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY_FILE": keyFile}
+	base, _ := start(t, ctx, env)
+	client := sluicev1connect.NewTenantServiceClient(http.DefaultClient, base)
+	list := func(key string) connect.Code {
+		req := connect.NewRequest(&sluicev1.ListTenantsRequest{})
+		req.Header().Set("Authorization", "Bearer "+key)
+		_, err := client.ListTenants(ctx, req)
+		if err == nil {
+			return 0
+		}
+		return connect.CodeOf(err)
+	}
+	if old, new := list("op-old"), list("op-new"); old != 0 || new != connect.CodeUnauthenticated {
+		t.Fatalf("before the rotation: old key %v, new key %v", old, new)
+	}
+	if err := os.WriteFile(keyFile, []byte("op-new\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The same size: only the modification time tells the change.
+	if err := os.Chtimes(keyFile, time.Now(), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for list("op-new") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the rewritten key file was not followed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := list("op-old"); code != connect.CodeUnauthenticated {
+		t.Fatalf("the old key after the rotation: %v", code)
+	}
+
+	missing := map[string]string{"DATABASE_URL": env["DATABASE_URL"], "SLUICE_OPERATOR_KEY_FILE": filepath.Join(t.TempDir(), "missing")}
+	if err := run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return missing[k] }, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "SLUICE_OPERATOR_KEY_FILE") {
+		t.Fatalf("start with a missing key file: %v", err)
 	}
 }

@@ -49,6 +49,11 @@
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
+//	                SLUICE_DECIDER_KEY_FILE   a file holding it instead, reread when it changes (a rotation without a restart)
+//
+// Every secret variable (SLUICE_DECIDER_KEY, SLUICE_PROXY_KEY,
+// KAFKA_SASL_PASSWORD, REDIS_URL) may instead be read from the file its
+// NAME_FILE variable names: Docker's and Kubernetes' secrets.
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
 // at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
@@ -86,6 +91,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/secretfile"
 	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -153,10 +159,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	deciderKey, err := secretfile.FromEnv(getenv, "SLUICE_DECIDER_KEY")
+	if err != nil {
+		return err
+	}
 	keys := dataplane.NewKeys()
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL),
-		Key:    getenv("SLUICE_DECIDER_KEY"), Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
+		Key:    getenv("SLUICE_DECIDER_KEY"), KeyFunc: deciderKey, Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
 	})
 	go func() { _ = syncer.Run(ctx) }()
 

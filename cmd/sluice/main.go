@@ -52,6 +52,7 @@ commands:
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
   SLUICE_KEY      the operator key, or a tenant admin key (reports: or a viewer key)
+  SLUICE_KEY_FILE a file holding it instead (also SLUICE_CHECK_KEY_FILE)
 
 exit codes: 0 done (check: allowed), 1 failed, 2 usage, 3 invalid input, 4 check rejected
 `
@@ -66,7 +67,11 @@ var (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv); err != nil {
+	getenv, err := flagenv.WithSecretFiles(os.Getenv)
+	if err == nil {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr, getenv)
+	}
+	if err != nil {
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
 		}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -64,7 +65,7 @@ var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, 
 // credential (compared by hash, in constant time), or a tenant's admin key
 // from the store.
 type authenticator struct {
-	operator, decider [][32]byte // the hashes of the accepted secrets
+	operator, decider *keySet    // the accepted secrets
 	calls             *authGuard // calls per key (not deciders')
 	keys              *pgstore.Store
 	guard             *authGuard
@@ -80,10 +81,10 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
 	}
 	h := policy.HashKey(strings.TrimSpace(secret))
-	if oneOf(h, a.operator) {
+	if oneOf(h, a.operator.hashes()) {
 		return Principal{Role: RoleOperator}, nil
 	}
-	if oneOf(h, a.decider) {
+	if oneOf(h, a.decider.hashes()) {
 		return Principal{Role: RoleDecider}, nil
 	}
 	client := peer // not an IP address (a Unix socket's): as it is
@@ -111,6 +112,41 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 }
 
 // hashesOf hashes each of the comma-separated secrets of keys.
+// keySet is a comma-separated list of secrets, fixed or asked of a
+// function at each use, kept hashed.
+type keySet struct {
+	get func() string // nil: fixed
+	cur atomic.Pointer[hashedKeys]
+}
+
+type hashedKeys struct {
+	keys   string
+	hashes [][32]byte
+}
+
+func newKeySet(keys string, get func() string) *keySet {
+	k := &keySet{get: get}
+	if get != nil {
+		keys = get()
+	}
+	k.cur.Store(&hashedKeys{keys, hashesOf(keys)})
+	return k
+}
+
+// hashes returns the hashes of the secrets, hashing them again only when
+// they changed.
+func (k *keySet) hashes() [][32]byte {
+	c := k.cur.Load()
+	if k.get == nil {
+		return c.hashes
+	}
+	if keys := k.get(); keys != c.keys {
+		c = &hashedKeys{keys, hashesOf(keys)}
+		k.cur.Store(c)
+	}
+	return c.hashes
+}
+
 func hashesOf(keys string) [][32]byte {
 	var out [][32]byte
 	for k := range strings.SplitSeq(keys, ",") {

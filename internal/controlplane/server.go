@@ -38,6 +38,11 @@ type Config struct {
 	// (SLUICE_DECIDER_KEY); empty disables the config service. Several,
 	// comma-separated, are each accepted, as OperatorKey's.
 	DeciderKey string
+	// OperatorKeyFunc and DeciderKeyFunc, when set, are asked for the
+	// keys (as OperatorKey and DeciderKey hold them) at each call instead:
+	// a key file reread when it changes (secretfile.File.Get), so that
+	// rotating needs no restart. They must be cheap.
+	OperatorKeyFunc, DeciderKeyFunc func() string
 	// WatchRecheck is how often a config watch re-reads every tenant
 	// without a notification; 0 means 5s.
 	WatchRecheck time.Duration
@@ -97,7 +102,8 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Logger = slog.Default()
 	}
 	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies,
-		operator: hashesOf(cfg.OperatorKey), decider: hashesOf(cfg.DeciderKey), calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
+		operator: newKeySet(cfg.OperatorKey, cfg.OperatorKeyFunc), decider: newKeySet(cfg.DeciderKey, cfg.DeciderKeyFunc),
+		calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
 	if cfg.Reports == nil {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}

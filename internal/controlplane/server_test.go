@@ -593,6 +593,40 @@ func TestSeveralOperatorAndDeciderKeys(t *testing.T) {
 	}
 }
 
+// Keys asked of OperatorKeyFunc and DeciderKeyFunc (a key file, reread)
+// take effect at the next call: a rotation without a restart.
+func TestOperatorAndDeciderKeysFromFuncs(t *testing.T) {
+	t.Parallel()
+	var operator, decider atomic.Pointer[string]
+	set := func(p *atomic.Pointer[string], s string) { p.Store(&s) }
+	set(&operator, "sk_operator_old")
+	set(&decider, "decider-old")
+	srv, _ := newServerWith(t, func(c *Config) {
+		c.OperatorKey, c.DeciderKey = "ignored", "ignored"
+		c.OperatorKeyFunc, c.DeciderKeyFunc = func() string { return *operator.Load() }, func() string { return *decider.Load() }
+	})
+	c := newClients(srv)
+	expect := func(stage string, ops, decs map[string]connect.Code) {
+		t.Helper()
+		for key, want := range ops {
+			if _, err := call(key, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}); codeOf(err) != want {
+				t.Errorf("%s: ListTenants with %q: %v, want %v", stage, key, err, want)
+			}
+		}
+		for key, want := range decs {
+			if _, err := call(key, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}); codeOf(err) != want {
+				t.Errorf("%s: GetSnapshots with %q: %v, want %v", stage, key, err, want)
+			}
+		}
+	}
+	expect("before", map[string]connect.Code{"sk_operator_old": 0, "sk_operator_new": connect.CodeUnauthenticated, "ignored": connect.CodeUnauthenticated},
+		map[string]connect.Code{"decider-old": 0, "decider-new": connect.CodeUnauthenticated})
+	set(&operator, "sk_operator_new")
+	set(&decider, "decider-new, decider-old")
+	expect("after", map[string]connect.Code{"sk_operator_old": connect.CodeUnauthenticated, "sk_operator_new": 0},
+		map[string]connect.Code{"decider-old": 0, "decider-new": 0})
+}
+
 func TestOversizedRequestIsRefused(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t)

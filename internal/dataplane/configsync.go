@@ -26,6 +26,9 @@ type SyncConfig struct {
 	Client sluicev1connect.ConfigServiceClient
 	// Key is the decider credential (the control plane's SLUICE_DECIDER_KEY).
 	Key string
+	// KeyFunc, when set, is asked for the credential at each call instead
+	// of Key: a key file reread when it changes (secretfile.File.Get).
+	KeyFunc func() string
 	// Name identifies this decider to the control plane's list of
 	// deciders (such as host/pid); "" leaves it unlisted.
 	Name string
@@ -61,6 +64,14 @@ type Syncer struct {
 	current map[string]*sluicev1.Snapshot
 	configs atomic.Pointer[map[string]*decide.Config]
 	refused atomic.Int64 // snapshots that did not compile
+}
+
+// key is the credential to present now.
+func (s *Syncer) key() string {
+	if s.cfg.KeyFunc != nil {
+		return s.cfg.KeyFunc()
+	}
+	return s.cfg.Key
 }
 
 // NewSyncer returns a Syncer; Run starts it.
@@ -139,7 +150,7 @@ func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
 	}
 	for ctx.Err() == nil {
 		req := connect.NewRequest(&sluicev1.WatchRequest{Since: s.Versions()})
-		req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
+		req.Header().Set("Authorization", "Bearer "+s.key())
 		st, err := s.cfg.Client.Watch(ctx, req)
 		if err == nil {
 			signal()
@@ -181,7 +192,7 @@ func (s *Syncer) pull(ctx context.Context) error {
 		hashes[i] = used[i][:]
 	}
 	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: hashes})
-	req.Header().Set("Authorization", "Bearer "+s.cfg.Key)
+	req.Header().Set("Authorization", "Bearer "+s.key())
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)
 	if err != nil {
 		s.cfg.Keys.MarkUsed(used) // reported with the next pull

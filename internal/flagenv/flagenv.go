@@ -66,15 +66,58 @@ func List(s string) []string {
 // RunFunc is a binary's body: it serves until ctx ends.
 type RunFunc func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
 
-// Main runs run with the process's arguments and environment until
-// SIGINT or SIGTERM, and exits 1 with the error, prefixed by name, when it
-// fails.
+// Main runs run with the process's arguments and environment (secrets
+// read from files as WithSecretFiles says) until SIGINT or SIGTERM, and
+// exits 1 with the error, prefixed by name, when it fails.
 func Main(name string, run RunFunc) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	getenv, err := WithSecretFiles(os.Getenv)
+	if err == nil {
+		err = run(ctx, os.Args[1:], getenv, os.Stdout, os.Stderr)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// SecretNames are the variables holding secrets (keys, passwords, URLs
+// that may carry one), each of which may instead be read from the file
+// that NAME_FILE names.
+var SecretNames = []string{"SLUICE_OPERATOR_KEY", "SLUICE_DECIDER_KEY", "SLUICE_PROXY_KEY", "SLUICE_KEY", "SLUICE_CHECK_KEY",
+	"KAFKA_SASL_PASSWORD", "DATABASE_URL", "REDIS_URL"}
+
+// WithSecretFiles returns getenv with, for each of SecretNames that is
+// unset, the contents of the file its NAME_FILE variable names (white
+// space around them trimmed): Docker's and Kubernetes' way of handing over
+// secrets without putting them in the environment. The files are read
+// now; one that cannot be read, or is empty, is an error naming the
+// variable (never the contents).
+func WithSecretFiles(getenv func(string) string) (func(string) string, error) {
+	files := map[string]string{}
+	for _, name := range SecretNames {
+		path := getenv(name + "_FILE")
+		if path == "" || getenv(name) != "" {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return nil, fmt.Errorf("%s_FILE: %s is empty", name, path)
+		}
+		files[name] = v
+	}
+	if len(files) == 0 {
+		return getenv, nil
+	}
+	return func(k string) string {
+		if v, ok := files[k]; ok {
+			return v
+		}
+		return getenv(k)
+	}, nil
 }

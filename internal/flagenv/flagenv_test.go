@@ -1,6 +1,9 @@
 package flagenv
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,5 +34,38 @@ func TestList(t *testing.T) {
 	}
 	if List("") != nil {
 		t.Fatal("an empty value is no items")
+	}
+}
+
+// A secret's NAME_FILE fills NAME when it is unset; a set NAME wins; a
+// variable not listed as a secret is left alone; a missing or empty file
+// is an error that names the variable and not the contents.
+func TestWithSecretFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keyFile, emptyFile := filepath.Join(dir, "key"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(keyFile, []byte("sk_secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(emptyFile, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"SLUICE_OPERATOR_KEY_FILE": keyFile, "SLUICE_DECIDER_KEY": "set", "SLUICE_DECIDER_KEY_FILE": keyFile,
+		"SLUICE_STATE_FILE": keyFile, "SLUICE_ADDR": "x"}
+	getenv, err := WithSecretFiles(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"SLUICE_OPERATOR_KEY": "sk_secret", "SLUICE_DECIDER_KEY": "set", "SLUICE_STATE": "", "SLUICE_ADDR": "x"} {
+		if got := getenv(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	for _, path := range []string{filepath.Join(dir, "none"), emptyFile} {
+		vars := map[string]string{"KAFKA_SASL_PASSWORD_FILE": path}
+		_, err := WithSecretFiles(func(k string) string { return vars[k] })
+		if err == nil || !strings.Contains(err.Error(), "KAFKA_SASL_PASSWORD_FILE") {
+			t.Errorf("file %s: %v", path, err)
+		}
 	}
 }
