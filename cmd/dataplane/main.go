@@ -36,6 +36,7 @@
 //	-grpc-tls-cert  SLUICE_GRPC_TLS_CERT      PEM certificate: with -grpc-tls-key the gRPC port serves TLS, the pair reread when the files change (default none: plaintext)
 //	-grpc-tls-key   SLUICE_GRPC_TLS_KEY       PEM private key of -grpc-tls-cert
 //	-grpc-tls-client-ca SLUICE_GRPC_TLS_CLIENT_CA PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS; default none)
+//	-rule-metrics   SLUICE_RULE_METRICS       count each rule's answers in /metrics: sluice_rule_decisions_total and sluice_rule_near_limit_total, a series per tenant, tier, rule (and outcome) (default true)
 //	-shadow-mode    SLUICE_SHADOW_MODE        every rule of every tenant in shadow: decisions reported as ever, none rejected (default false)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
@@ -131,6 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
+	ruleMetrics := fs.Bool("rule-metrics", env("SLUICE_RULE_METRICS", "true") != "false", "count each rule's answers in /metrics (series per tenant, tier and rule)")
 	shadowMode := fs.Bool("shadow-mode", env("SLUICE_SHADOW_MODE", "false") == "true", "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
@@ -210,6 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider)}
+	apiCfg.Metrics.PerRule(*ruleMetrics)
 	if *brokers != "" {
 		transport, err := kafkaSec.Transport()
 		if err != nil {

@@ -112,7 +112,10 @@ func TestDeciderEndToEnd(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`sluice_config_version{tenant="` + tn.ID + `"}`, `sluice_decisions_total{outcome="allowed",tenant="acme"} 6`,
-		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`, `sluice_config_refused_total 0`, `sluice_redis_read_spins_total `, `sluice_redis_read_spins_missed_total `} {
+		`sluice_decisions_total{outcome="rejected",tenant="acme"} 2`,
+		`sluice_rule_decisions_total{outcome="allowed",rule="per-client",tenant="acme",tier="default"} 6`,
+		`sluice_rule_decisions_total{outcome="rejected",rule="per-client",tenant="acme",tier="default"} 2`,
+		`sluice_rule_near_limit_total{rule="per-client",tenant="acme",tier="default"} 2`, `sluice_breaker_state 0`, `sluice_engine_errors_total 0`, `sluice_config_refused_total 0`, `sluice_redis_read_spins_total `, `sluice_redis_read_spins_missed_total `} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -701,12 +704,24 @@ func TestDeciderShadowMode(t *testing.T) {
 		for range 4 {
 			codes = append(codes, check(t, a.base, checkKey, "alice").StatusCode)
 		}
+		// The rule's metrics tell the would-rejects from the rejections.
+		resp, err := http.Get(a.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(codes, tc.want) {
 			t.Fatalf("%s: statuses %v, want %v", tc.flag, codes, tc.want)
+		}
+		outcome := map[string]string{"-shadow-mode": "shadow_rejected", "-shadow-mode=false": "rejected"}[tc.flag]
+		want := `sluice_rule_decisions_total{outcome="` + outcome + `",rule="per-client",tenant="acme",tier="default"} 2`
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("%s: metrics lack %s", tc.flag, want)
 		}
 	}
 }

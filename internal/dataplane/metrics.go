@@ -16,13 +16,17 @@ type Metrics struct {
 	degraded  *prometheus.CounterVec
 	denyHits  *prometheus.CounterVec
 	resets    *prometheus.CounterVec
+	rules     *prometheus.CounterVec
+	nearLimit *prometheus.CounterVec
 	latency   prometheus.Histogram
+	perRule   bool
 }
 
 // NewMetrics registers the decision metrics on reg, and the breaker state
-// of decider (0 closed, 1 half-open, 2 open).
+// of decider (0 closed, 1 half-open, 2 open). Per-rule counts are on;
+// PerRule turns them off.
 func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
-	m := &Metrics{
+	m := &Metrics{perRule: true,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_decisions_total",
 			Help: "Decisions by tenant and outcome (allowed, rejected, peek, error)."}, []string{"tenant", "outcome"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
@@ -31,11 +35,17 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Rejections answered from the deny cache, without the engine."}, []string{"tenant"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_resets_total",
 			Help: "Counter resets asked of this decider, by tenant and outcome (reset, error)."}, []string{"tenant", "outcome"}),
+		rules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rule_decisions_total",
+			Help: "Each rule's answers, by tenant, tier and rule name: allowed, rejected, shadow_rejected (a shadow rule that would have rejected)."},
+			[]string{"tenant", "tier", "rule", "outcome"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rule_near_limit_total",
+			Help: "Admissions that left a rule less than a fifth of its limit, by tenant, tier and rule name."},
+			[]string{"tenant", "tier", "rule"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
@@ -64,7 +74,27 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 		m.denyHits.WithLabelValues(tenant).Inc()
 	}
 	m.latency.Observe(took.Seconds())
+	if m.perRule && err == nil && !peek {
+		for _, r := range dec.Rules {
+			outcome := "allowed"
+			switch {
+			case !r.Allowed && r.Rule.Shadow:
+				outcome = "shadow_rejected"
+			case !r.Allowed:
+				outcome = "rejected"
+			case r.Limit > 0 && r.Remaining*5 < r.Limit:
+				m.nearLimit.WithLabelValues(tenant, dec.Tier, r.Rule.Name).Inc()
+			}
+			m.rules.WithLabelValues(tenant, dec.Tier, r.Rule.Name, outcome).Inc()
+		}
+	}
 }
+
+// PerRule turns the per-rule counts (sluice_rule_decisions_total,
+// sluice_rule_near_limit_total) on or off: a series per tenant, tier, rule
+// and outcome, bounded by the configuration, never by clients; a fleet of
+// many thousand tenants may do without. Call it before serving.
+func (m *Metrics) PerRule(on bool) { m.perRule = on }
 
 // observeReset records one reset asked for by tenant.
 func (m *Metrics) observeReset(tenant string, err error) {

@@ -320,12 +320,7 @@ func peeked(reqs []limit.Request, res []limit.Result, cost int64) bool {
 	allowed := true
 	for i := range res {
 		r := &res[i]
-		if r.Allowed && r.Remaining < cost {
-			r.Allowed, r.RetryAfter = false, r.ResetAfter
-			if cost > reqs[i].Limiter.Capacity() {
-				r.RetryAfter = limit.Never
-			}
-		}
+		r.AsCost(cost, reqs[i].Limiter.Capacity())
 		if !r.Allowed && !reqs[i].Shadow {
 			allowed = false
 		}

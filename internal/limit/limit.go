@@ -38,6 +38,19 @@ type Result struct {
 	Delay time.Duration
 }
 
+// AsCost turns r, a limiter's answer to a read (cost 0, nothing
+// consumed), into its answer to a request of cost against the limiter of
+// capacity, still consuming nothing: admitted when the remaining covers
+// the cost, else to be retried at the reset (Never, above the capacity).
+func (r *Result) AsCost(cost, capacity int64) {
+	if r.Allowed && r.Remaining < cost {
+		r.Allowed, r.RetryAfter = false, r.ResetAfter
+		if cost > capacity {
+			r.RetryAfter = Never
+		}
+	}
+}
+
 // State is the stored state of one key. Its meaning depends on the
 // algorithm; the zero State is a fresh limiter for every algorithm.
 type State struct {

@@ -303,7 +303,7 @@ func (e *Engine) flush(batch []*call) {
 		pipe := e.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(ws))
 		for i, w := range ws {
-			cmds[i] = w.script.EvalSha(ctx, pipe, w.keys, w.args...)
+			cmds[i] = evalShaOnce(ctx, pipe, w.script, w.keys, w.args)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		var retry []wire
@@ -314,6 +314,11 @@ func (e *Engine) flush(batch []*call) {
 			}
 			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
 				retry = append(retry, w)
+				continue
+			}
+			if err != nil && slotMoving(err) {
+				w.calls = slices.Clone(w.calls) // the flusher reuses the batch's array
+				go e.runAlone(w, deadline)
 				continue
 			}
 			w.answer(reply, err)
@@ -328,6 +333,41 @@ func (e *Engine) flush(batch []*call) {
 		}
 		ws = retry
 	}
+}
+
+// onceCmd is a command go-redis sends once. A cluster pipeline otherwise
+// sends a node's whole batch again when the first command's answer is a
+// retryable error (TRYAGAIN while a slot moves, LOADING, …), the commands
+// that ran included, and their decisions count twice; and any pipeline
+// resends its batch after a connection fails mid-read, when some may have
+// run. A call refused is answered by its failure mode, or sent again by
+// runAlone when nothing ran (slotMoving); never run twice.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (onceCmd) NoRetry() bool { return true }
+
+// evalShaOnce queues EVALSHA of sc on pipe as an onceCmd.
+func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args []any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", sc.Hash(), len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+	_ = pipe.Process(ctx, onceCmd{cmd})
+	return cmd
+}
+
+// runAlone sends w by itself (runScript) before deadline, in its own
+// goroutine: the calls a cluster node refused while their slot moves
+// (slotMoving) wait for it without holding up the flusher's next
+// pipelines.
+func (e *Engine) runAlone(w wire, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	reply, err := e.runScript(ctx, w.script, w.keys, w.args)
+	w.answer(reply, err)
 }
 
 // wire is one EVALSHA of a pipeline: one call, or calls merged into one

@@ -337,7 +337,38 @@ func (e *Engine) eval(ctx context.Context, sc *redis.Script, keys []string, args
 	if e.calls != nil {
 		return e.batched(ctx, sc, keys, args)
 	}
-	return sc.Run(ctx, e.client, keys, args...).Int64Slice()
+	return e.runScript(ctx, sc, keys, args)
+}
+
+// runScript runs one script call by itself, sending it again after a short
+// pause while a cluster node answers that the keys' slot is moving
+// (slotMoving), up to the end of ctx or about a second: an operator
+// resharding delays the decisions of the slot it moves, and fails none
+// that fit their time budget.
+func (e *Engine) runScript(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	pause := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		reply, err := sc.Run(ctx, e.client, keys, args...).Int64Slice()
+		if err == nil || !slotMoving(err) || attempt == 60 {
+			return reply, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, 20*time.Millisecond)
+	}
+}
+
+// slotMoving reports whether err is a cluster node's answer while the
+// slot of a call's keys moves to another node: TRYAGAIN (the call's keys
+// are split between the two), or a redirection go-redis stopped following
+// (it follows a few, and a pipeline's ASK not always).
+func slotMoving(err error) bool {
+	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "MOVED")
 }
 
 // prepare picks the script for one call and builds its keys and arguments.
@@ -606,10 +637,12 @@ func flag(v bool) int {
 
 // acrossSlots decides a decision whose keys span cluster slots: each slot's
 // rules are evaluated all or nothing in their own call, reserving what they
-// admit; if any slot rejects, the slots that reserved are refunded and
-// re-read, so their answers are of the untouched state. Nothing is ever
-// over-admitted; between a reservation and its refund (one round trip),
-// other decisions may see less remaining than there is.
+// admit; once a slot rejects, the later slots are only read (what each rule
+// would answer, nothing consumed: a lost decision holds nothing back), and
+// the slots that reserved are refunded and re-read, so that their answers
+// are of the untouched state. Nothing is ever over-admitted; between a
+// reservation and its refund (one round trip), other decisions may see less
+// remaining than there is.
 func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
 	if now == "" { // one clock for every slot: Redis TIME differs per node
 		now = strconv.FormatInt(time.Now().UnixMicro(), 10)
@@ -632,12 +665,17 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 		return out
 	}
 	same := func(i int) int64 { return reqs[i].Cost }
+	read := func(int) int64 { return 0 }
 	admitted := true
 	var reserved [][]int
 	for _, s := range order {
 		idx := groups[s]
 		sub := make([]limit.Result, len(idx))
-		ok, err := e.run(ctx, "check", pick(idx, same), now, sub)
+		cost := same
+		if !admitted {
+			cost = read
+		}
+		ok, err := e.run(ctx, "check", pick(idx, cost), now, sub)
 		if err != nil {
 			_ = e.undo(ctx, reserved, pick, same, now)
 			return false, err
@@ -645,7 +683,9 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 		var committed []int // what this slot consumed: admitted rules of positive cost
 		for k, i := range idx {
 			res[i] = sub[k]
-			if ok && sub[k].Allowed && reqs[i].Cost > 0 {
+			if !admitted {
+				res[i].AsCost(reqs[i].Cost, reqs[i].Limiter.Capacity())
+			} else if ok && sub[k].Allowed && reqs[i].Cost > 0 {
 				committed = append(committed, i)
 			}
 		}
@@ -663,7 +703,7 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 	}
 	for _, idx := range reserved { // answer from the refunded state
 		sub := make([]limit.Result, len(idx))
-		if _, err := e.run(ctx, "check", pick(idx, func(int) int64 { return 0 }), now, sub); err != nil {
+		if _, err := e.run(ctx, "check", pick(idx, read), now, sub); err != nil {
 			return false, err
 		}
 		for k, i := range idx {
