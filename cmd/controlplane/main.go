@@ -19,6 +19,10 @@
 //	                                         a rotation without a restart
 //	               SLUICE_DECIDER_KEY_FILE   a file holding the decider credentials instead, reread likewise
 //
+// With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+// set, each unary API call is a span named for its procedure, exported over
+// OTLP/HTTP (internal/tracing).
+//
 // Every secret variable (SLUICE_OPERATOR_KEY, SLUICE_DECIDER_KEY,
 // DATABASE_URL) may be read from the file its NAME_FILE variable names.
 package main
@@ -42,6 +46,7 @@ import (
 	"github.com/sluicehq/sluice/internal/secretfile"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
+	"github.com/sluicehq/sluice/internal/tracing"
 	"github.com/sluicehq/sluice/migrations"
 )
 
@@ -111,8 +116,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
 	closing := make(chan struct{})
+	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-controlplane", getenv)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Tracer: tracer, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
 
 	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
 	if err != nil {

@@ -52,6 +52,12 @@
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
 //	                SLUICE_DECIDER_KEY_FILE   a file holding it instead, reread when it changes (a rotation without a restart)
 //
+// With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+// set, each decision is a span ("sluice.decide") in the trace of the
+// request it decides, exported over OTLP/HTTP (internal/tracing; also
+// OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
+// OTEL_SERVICE_NAME).
+//
 // Every secret variable (SLUICE_DECIDER_KEY, SLUICE_PROXY_KEY,
 // KAFKA_SASL_PASSWORD, REDIS_URL) may instead be read from the file its
 // NAME_FILE variable names: Docker's and Kubernetes' secrets.
@@ -96,6 +102,7 @@ import (
 	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 func main() {
@@ -213,6 +220,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider)}
 	apiCfg.Metrics.PerRule(*ruleMetrics)
+	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	apiCfg.Tracer = tracer
 	if *brokers != "" {
 		transport, err := kafkaSec.Transport()
 		if err != nil {

@@ -21,11 +21,13 @@ import (
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
@@ -373,6 +375,61 @@ func TestDeciderSpoolsEventsThroughKafkaOutageAndRestart(t *testing.T) {
 	})
 	if len(ta.Rejections) != 1 || ta.Allowed != 3 || ta.Rejected != 1 || ta.Rejections[0].ClientKey != "alice" {
 		t.Fatalf("events after the restart: %d rejections, %d allowed, %d rejected; want 1, 3, 1", len(ta.Rejections), ta.Allowed, ta.Rejected)
+	}
+}
+
+// With OTEL_EXPORTER_OTLP_ENDPOINT set, a decider exports a span per
+// decision over OTLP/HTTP, in the trace of the request (its traceparent),
+// named for the service, by the time it has stopped.
+func TestDeciderExportsTraces(t *testing.T) {
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
+	exported := make(chan *coltracepb.ExportTraceServiceRequest, 16)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || r.Header.Get("X-Api-Key") != "k1" || proto.Unmarshal(body, &req) != nil {
+			t.Errorf("collector: %s %s with %d bytes", r.Method, r.URL.Path, len(body))
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		exported <- &req
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL, "OTEL_EXPORTER_OTLP_HEADERS": "X-Api-Key=k1"}
+	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, done := startDecider(t, ctx, args, env)
+	waitReady(t, a.base)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, _ := http.NewRequest(http.MethodPost, a.base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"alice"}}`))
+	req.Header.Set("Authorization", "Bearer "+checkKey)
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case req := <-exported:
+		rs := req.GetResourceSpans()
+		if len(rs) != 1 || len(rs[0].GetScopeSpans()) != 1 || len(rs[0].GetScopeSpans()[0].GetSpans()) != 1 {
+			t.Fatalf("exported %v, want one span", req)
+		}
+		span := rs[0].GetScopeSpans()[0].GetSpans()[0]
+		if span.GetName() != "sluice.decide" || fmt.Sprintf("%x", span.GetTraceId()) != traceID {
+			t.Fatalf("span %q in trace %x", span.GetName(), span.GetTraceId())
+		}
+		if !strings.Contains(rs[0].GetResource().String(), "sluice-dataplane") {
+			t.Fatalf("resource %v does not name the service", rs[0].GetResource())
+		}
+	default:
+		t.Fatal("nothing exported by the time the decider stopped")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -72,6 +73,9 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// Now is the guards' clock; nil is time.Now.
 	Now func() time.Time
+	// Tracer, when set, puts a span around each unary call (tracing.Setup);
+	// nil traces nothing.
+	Tracer trace.Tracer
 }
 
 func init() {
@@ -110,7 +114,11 @@ func NewHandler(cfg Config) http.Handler {
 	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
 		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger})}
 	// The metrics outside the authentication: refusals are counted too.
-	calls := connect.WithInterceptors(newMetrics(cfg.Registerer), interceptor{auth})
+	chain := []connect.Interceptor{newMetrics(cfg.Registerer), interceptor{auth}}
+	if cfg.Tracer != nil {
+		chain = append([]connect.Interceptor{tracer{cfg.Tracer}}, chain...)
+	}
+	calls := connect.WithInterceptors(chain...)
 	opts := []connect.HandlerOption{calls, connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))

@@ -16,6 +16,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -625,6 +627,40 @@ func TestOperatorAndDeciderKeysFromFuncs(t *testing.T) {
 	set(&decider, "decider-new, decider-old")
 	expect("after", map[string]connect.Code{"sk_operator_old": connect.CodeUnauthenticated, "sk_operator_new": 0},
 		map[string]connect.Code{"decider-old": 0, "decider-new": 0})
+}
+
+// With a Tracer, each unary call is a span named for its procedure in the
+// caller's trace, refusals included.
+func TestCallsAreTraced(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewSpanRecorder()
+	srv, _ := newServerWith(t, func(c *Config) {
+		c.Tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("test")
+	})
+	c := newClients(srv)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, key := range []string{operatorKey, "sk_wrong"} {
+		req := connect.NewRequest(&sluicev1.ListTenantsRequest{})
+		req.Header().Set("Authorization", "Bearer "+key)
+		req.Header().Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		_, _ = c.tenants.ListTenants(context.Background(), req)
+	}
+	ended := spans.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans, want 2", len(ended))
+	}
+	for i, code := range []string{"ok", "unauthenticated"} {
+		s := ended[i]
+		var got string
+		for _, a := range s.Attributes() {
+			if a.Key == "rpc.connect_rpc.code" {
+				got = a.Value.AsString()
+			}
+		}
+		if s.Name() != sluicev1connect.TenantServiceListTenantsProcedure || s.SpanContext().TraceID().String() != traceID || got != code {
+			t.Errorf("span %d: %q in trace %s, code %q; want the procedure in %s, %q", i, s.Name(), s.SpanContext().TraceID(), got, traceID, code)
+		}
+	}
 }
 
 func TestOversizedRequestIsRefused(t *testing.T) {

@@ -41,7 +41,7 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 type decisionServer struct{ cfg HTTPConfig }
 
 func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
-	res, err := s.checkOne(ctx, req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkOne(s.cfg.tracedHeader(ctx, req.Header()), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
-	res, err := s.checkBatch(ctx, req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkBatch(s.cfg.tracedHeader(ctx, req.Header()), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // streamWorkers is the gRPC server's pool of kept call goroutines; idle
@@ -117,12 +118,12 @@ type grpcDecisions struct {
 }
 
 func (g grpcDecisions) Check(ctx context.Context, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	res, err := g.s.checkOne(ctx, incomingAuth(ctx), m)
+	res, err := g.s.checkOne(g.s.cfg.tracedMetadata(ctx), incomingAuth(ctx), m)
 	return res, grpcStatus(err)
 }
 
 func (g grpcDecisions) CheckBatch(ctx context.Context, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	res, err := g.s.checkBatch(ctx, incomingAuth(ctx), m)
+	res, err := g.s.checkBatch(g.s.cfg.tracedMetadata(ctx), incomingAuth(ctx), m)
 	return res, grpcStatus(err)
 }
 
@@ -133,11 +134,16 @@ func (g grpcDecisions) Reset(ctx context.Context, m *sluicev1.ResetRequest) (*sl
 
 // incomingAuth is a gRPC call's authorization metadata, as an HTTP
 // request's Authorization header: the first value.
-func incomingAuth(ctx context.Context) string {
-	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
-		return v[0]
+func incomingAuth(ctx context.Context) string { return incomingMetadata(ctx)("authorization") }
+
+// incomingMetadata reads the first value of a key of ctx's gRPC metadata.
+func incomingMetadata(ctx context.Context) tracing.Getter {
+	return func(key string) string {
+		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
 	}
-	return ""
 }
 
 // grpcStatus turns a Connect error (protoconv.ToConnectError's, the one

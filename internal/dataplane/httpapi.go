@@ -18,12 +18,14 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // DefaultMaxBodyBytes bounds a check request's body.
@@ -43,6 +45,34 @@ type HTTPConfig struct {
 	Metrics      *Metrics     // nil records nothing
 	// Events receives rejections and counts; nil publishes nothing.
 	Events *events.Publisher
+	// Tracer, when set, puts a span around each decision, under the trace
+	// context the request carries (tracing.Setup); nil traces nothing.
+	Tracer trace.Tracer
+}
+
+// tracedHeader returns ctx with the trace context of a request of header h
+// when decisions are traced (else ctx: the untraced path builds nothing).
+func (cfg *HTTPConfig) tracedHeader(ctx context.Context, h http.Header) context.Context {
+	if cfg.Tracer == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, h.Get)
+}
+
+// tracedMetadata is tracedHeader for a gRPC call's metadata.
+func (cfg *HTTPConfig) tracedMetadata(ctx context.Context) context.Context {
+	if cfg.Tracer == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, incomingMetadata(ctx))
+}
+
+// tracedExchange is tracedHeader for an exchange.
+func (cfg *HTTPConfig) tracedExchange(ex exchange) context.Context {
+	if cfg.Tracer == nil {
+		return ex.context()
+	}
+	return tracing.Extract(ex.context(), ex.header)
 }
 
 // reset resets the counters req meets (decide.Decider.Reset), counts it,
@@ -64,10 +94,18 @@ func (cfg *HTTPConfig) reset(ctx context.Context, c *decide.Config, req decide.R
 	return rules, err
 }
 
-// decide runs one decision and records it.
+// decide runs one decision and records it: in the metrics, the events,
+// and a span when traced.
 func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
 	start := time.Now()
+	var span trace.Span
+	if cfg.Tracer != nil {
+		ctx, span = cfg.Tracer.Start(ctx, "sluice.decide", trace.WithSpanKind(trace.SpanKindServer))
+	}
 	dec, err := cfg.Decider.Decide(ctx, c, req)
+	if span != nil {
+		endSpan(span, c, req, dec, err)
+	}
 	cfg.Metrics.observe(c.Tenant.Slug, req.Peek, dec, err, time.Since(start))
 	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
 		cost := max(req.Cost, 1)
@@ -118,6 +156,8 @@ type httpAPI struct{ cfg HTTPConfig }
 type exchange interface {
 	context() context.Context
 	authorization() string
+	// header reads a request header (trace context).
+	header(key string) string
 	// decode reads the body, one JSON object of at most maxBytes, into v;
 	// errTooLarge when it is longer.
 	decode(v any, maxBytes int64) error
@@ -255,7 +295,7 @@ func (h *httpAPI) shouldAllow(ex exchange) {
 }
 
 func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed bool) {
-	dec, err := h.cfg.decide(ex.context(), c, req)
+	dec, err := h.cfg.decide(h.cfg.tracedExchange(ex), c, req)
 	if err != nil {
 		h.fail(ex, err)
 		return
@@ -325,6 +365,7 @@ type stdExchange struct {
 
 func (e *stdExchange) context() context.Context { return e.r.Context() }
 func (e *stdExchange) authorization() string    { return e.r.Header.Get("Authorization") }
+func (e *stdExchange) header(key string) string { return e.r.Header.Get(key) }
 
 // decode reads one JSON object; unknown fields and trailing data are
 // errors.

@@ -173,6 +173,10 @@ type fastExchange struct{ ctx *fasthttp.RequestCtx }
 // client went away (its RequestCtx's Done is the server's shutdown).
 func (e *fastExchange) context() context.Context { return context.Background() }
 
+func (e *fastExchange) header(key string) string {
+	return string(e.ctx.Request.Header.Peek(key))
+}
+
 func (e *fastExchange) authorization() string {
 	return string(e.ctx.Request.Header.Peek("Authorization"))
 }

@@ -97,7 +97,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		if cfg.TierHeader != "" {
 			req.Tier = r.Header.Get(cfg.TierHeader)
 		}
-		dec, err := cfg.API.decide(r.Context(), c, req)
+		dec, err := cfg.API.decide(cfg.API.tracedHeader(r.Context(), r.Header), c, req)
 		if err != nil {
 			h.fail(ex, err)
 			return
