@@ -115,6 +115,9 @@ func (m *Metrics) observeReset(tenant string, err error) {
 // outcome and deciding rule, never the descriptors (client ids).
 func endSpan(span trace.Span, c *decide.Config, req decide.Request, dec decide.Decision, err error) {
 	defer span.End()
+	if !span.IsRecording() { // not sampled: nothing to describe
+		return
+	}
 	span.SetAttributes(attribute.String("sluice.tenant", c.Tenant.Slug), attribute.Int64("sluice.config_version", c.Version),
 		attribute.Int64("sluice.cost", max(req.Cost, 1)), attribute.Bool("sluice.peek", req.Peek))
 	if err != nil {

@@ -15,8 +15,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // A traced decider puts one span per decision in the trace of the request
@@ -111,5 +113,35 @@ func postTraced(t *testing.T, srv served, key, traceparent string) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("check: %s", resp.Status)
+	}
+}
+
+// BenchmarkDecideTraced is what tracing costs a decision (in process, so
+// that the span's share shows): untraced, traced with every span sampled
+// and exported in batches, and traced with none sampled.
+func BenchmarkDecideTraced(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{{"untraced", nil}, {"sampled", sdktrace.AlwaysSample()}, {"not-sampled", sdktrace.NeverSample()}} {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg, key := testAPI(b)
+			if tc.sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				cfg.Tracer = tp.Tracer("bench")
+			}
+			c, err := cfg.Authenticate("Bearer " + key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := decide.Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "alice"}}, Peek: true}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cfg.decide(context.Background(), c, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
