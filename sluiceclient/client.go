@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -73,6 +74,17 @@ type Request struct {
 	Cost        int64
 	Lease       string
 	Peek        bool
+	// Limit, when set, decides the request by this limit alone, in place of
+	// the tier's rules: a limit the application sets in code, counted per
+	// the values of all the descriptors.
+	Limit *Limit
+}
+
+// Limit is a request's own limit: a fixed window of Requests per Window
+// (whole seconds).
+type Limit struct {
+	Requests int64
+	Window   time.Duration
 }
 
 // Rule is one rule's answer within a decision.
@@ -451,6 +463,9 @@ func cacheKey(r Request) string {
 	add(strconv.FormatInt(r.Cost, 10))
 	add(r.Lease)
 	add(strconv.FormatBool(r.Peek))
+	if r.Limit != nil {
+		add(strconv.FormatInt(r.Limit.Requests, 10) + "/" + r.Limit.Window.String())
+	}
 	for _, k := range keys {
 		add(k)
 		add(r.Descriptors[k])
@@ -460,6 +475,9 @@ func cacheKey(r Request) string {
 
 func toProto(r Request) *sluicev1.CheckRequest {
 	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost, Lease: r.Lease, Peek: r.Peek}
+	if r.Limit != nil {
+		m.Limit = &sluicev1.RequestLimit{Requests: r.Limit.Requests, Window: durationpb.New(r.Limit.Window)}
+	}
 	keys := make([]string, 0, len(r.Descriptors))
 	for k := range r.Descriptors {
 		keys = append(keys, k)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -407,5 +408,32 @@ func TestCheckOnAClosedClient(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("%d calls, want 2", n)
+	}
+}
+
+// A request's own limit decides it in place of the tier's rules (3 a
+// minute here), counted apart from them, and its rejection is cached
+// apart from the same client's under the rules.
+func TestRequestLimit(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := decider(t, clk)
+	c := New(Config{URL: url, Key: key, Now: clk.now})
+	ctx := context.Background()
+	own := alice()
+	own.Limit = &Limit{Requests: 5, Window: time.Hour}
+	for i := range 6 {
+		d, err := c.Check(ctx, own)
+		if err != nil || d.Allowed != (i < 5) || len(d.Rules) != 1 || d.Rules[0].Limit != 5 || d.Rules[0].Window != time.Hour {
+			t.Fatalf("check %d with its own limit: %+v %v", i, d, err)
+		}
+	}
+	if d, err := c.Check(ctx, alice()); err != nil || !d.Allowed || d.Cached || d.Rules[0].Limit != 3 {
+		t.Fatalf("the same client under the tier's rules: %+v %v", d, err)
+	}
+	bad := alice()
+	bad.Limit = &Limit{Requests: 5, Window: 1500 * time.Millisecond}
+	if _, err := c.Check(ctx, bad); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "invalid_argument") {
+		t.Fatalf("a window of 1.5 s: %v", err)
 	}
 }

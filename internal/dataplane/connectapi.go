@@ -128,8 +128,12 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 
 // checkRequest is the decision a CheckRequest asks for.
 func checkRequest(m *sluicev1.CheckRequest) decide.Request {
-	return decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek(),
+	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek(),
 		Descriptors: descriptorsFromProto(m.GetDescriptors())}
+	if l := m.GetLimit(); l != nil {
+		req.Limit = &decide.RequestLimit{Requests: l.GetRequests(), Window: l.GetWindow().AsDuration()}
+	}
+	return req
 }
 
 // descriptorsFromProto converts a request's descriptors.

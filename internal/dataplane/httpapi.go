@@ -183,10 +183,33 @@ type checkBody struct {
 	Release bool   `json:"release"`
 	// Peek asks without consuming (decide.Request.Peek).
 	Peek bool `json:"peek"`
+	// Limit decides the request by this limit alone (decide.Request.Limit).
+	Limit *limitJSON `json:"limit"`
 	// fast is set when parse read the body, and parsed holds the
 	// descriptors, sorted, in place of Descriptors.
 	fast   bool
 	parsed policy.Descriptors
+}
+
+// limitJSON is a check's own limit: requests per window, a duration such
+// as "1m" or "3600s".
+type limitJSON struct {
+	Requests int64  `json:"requests"`
+	Window   string `json:"window"`
+}
+
+// requestLimit is l as the decider takes it, or the field error of its
+// window.
+func (l *limitJSON) requestLimit() (*decide.RequestLimit, error) {
+	if l == nil {
+		return nil, nil
+	}
+	w, err := time.ParseDuration(l.Window)
+	if err != nil {
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
+			Fields: []policy.FieldError{{Field: "limit.window", Description: `must be a duration such as "1m" or "3600s"`}}}
+	}
+	return &decide.RequestLimit{Requests: l.Requests, Window: w}, nil
 }
 
 // descriptors are the body's descriptors, sorted by key.
@@ -225,6 +248,11 @@ func (h *httpAPI) check(ex exchange) {
 		return
 	}
 	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: body.descriptors(), Lease: LeaseID(body.Lease), Peek: body.Peek}
+	var err error
+	if req.Limit, err = body.Limit.requestLimit(); err != nil {
+		h.fail(ex, err)
+		return
+	}
 	if body.Release {
 		if body.Lease == "" {
 			h.fail(ex, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",

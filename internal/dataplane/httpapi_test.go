@@ -259,6 +259,10 @@ func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 		{"negative cost", key, `{"cost":-2}`, 400, "cost"},
 		{"unknown tier", key, `{"tier":"gold"}`, 400, "tier"},
 		{"bad descriptor", key, `{"descriptors":{"no spaces":"x"}}`, 400, "descriptors[0].key"},
+		{"limit without requests", key, `{"limit":{"window":"1m"}}`, 400, "limit.requests"},
+		{"limit of no duration", key, `{"limit":{"requests":5,"window":"soon"}}`, 400, "limit.window"},
+		{"limit of a split second", key, `{"limit":{"requests":5,"window":"1500ms"}}`, 400, "limit.window"},
+		{"limit of two years", key, `{"limit":{"requests":5,"window":"17520h"}}`, 400, "limit.window"},
 	}
 	for _, tt := range tests {
 		resp, m := post(t, srv, "/v1/check", tt.key, tt.body)
@@ -277,6 +281,32 @@ func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 	if resp.StatusCode != 400 {
 		t.Errorf("shouldAllowRequest without clientId: %d", resp.StatusCode)
 	}
+}
+
+// A check's own limit decides it in place of the tier's rules (3 a minute
+// per client): 5 an hour here, counted apart, named for its window and
+// descriptors in the answer.
+func TestCheckWithItsOwnLimit(t *testing.T) {
+	t.Parallel()
+	eachServer(t, testAPI, func(t *testing.T, srv served, key string) {
+		const body = `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1h"}}`
+		for i := range 6 {
+			resp, m := post(t, srv, "/v1/check", key, body)
+			want := map[bool]int{true: 200, false: 429}[i < 5]
+			if resp.StatusCode != want || resp.Header.Get("X-RateLimit-Limit") != "5" {
+				t.Fatalf("check %d: %d, limit %s; want %d, 5", i, resp.StatusCode, resp.Header.Get("X-RateLimit-Limit"), want)
+			}
+			if i == 0 {
+				rules, _ := m["rules"].([]any)
+				if len(rules) != 1 || rules[0].(map[string]any)["rule"] != "limit/3600s/client_id" {
+					t.Fatalf("rules %v", m["rules"])
+				}
+			}
+		}
+		if resp, _ := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "3" {
+			t.Fatalf("alice under the tier's rules: %d, limit %s", resp.StatusCode, resp.Header.Get("X-RateLimit-Limit"))
+		}
+	})
 }
 
 // A concurrency rule: checks with a lease take it, a check with release

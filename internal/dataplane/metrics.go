@@ -79,6 +79,10 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 	m.latency.Observe(took.Seconds())
 	if m.perRule && err == nil && !peek {
 		for _, r := range dec.Rules {
+			name := r.Rule.Name
+			if decide.IsRequestLimit(r.Rule) { // one series for all callers' own limits, however they vary
+				name = "(request limit)"
+			}
 			outcome := "allowed"
 			switch {
 			case !r.Allowed && r.Rule.Shadow:
@@ -86,9 +90,9 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 			case !r.Allowed:
 				outcome = "rejected"
 			case r.Limit > 0 && r.Remaining*5 < r.Limit:
-				m.nearLimit.WithLabelValues(tenant, dec.Tier, r.Rule.Name).Inc()
+				m.nearLimit.WithLabelValues(tenant, dec.Tier, name).Inc()
 			}
-			m.rules.WithLabelValues(tenant, dec.Tier, r.Rule.Name, outcome).Inc()
+			m.rules.WithLabelValues(tenant, dec.Tier, name, outcome).Inc()
 		}
 	}
 }

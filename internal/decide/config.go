@@ -102,6 +102,15 @@ const maxRequestLimits = 1024
 // its limiter: a fixed window, counted per the values of all of d's
 // descriptors in order, its ID naming l's window and d's keys (Rule.ID
 // stands for the key-by list in counter keys). It fails open.
+// requestLimitPrefix begins the ID (and name) of a request's own limit's
+// rule: limit/<window in seconds>s/<descriptor keys>.
+const requestLimitPrefix = "limit/"
+
+// IsRequestLimit reports whether r is the rule of a request's own limit
+// (Request.Limit), made for the request, rather than a tenant's rule:
+// its names are the callers' to vary.
+func IsRequestLimit(r *policy.Rule) bool { return strings.HasPrefix(r.ID, requestLimitPrefix) }
+
 func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
 	p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
 	var lim *limit.Limiter
@@ -114,7 +123,7 @@ func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule
 		}
 	}
 	id := make([]byte, 0, 32)
-	id = append(id, "limit/"...)
+	id = append(id, requestLimitPrefix...)
 	id = strconv.AppendInt(id, int64(l.Window/time.Second), 10)
 	id = append(id, "s/"...)
 	keys := make([]string, len(d)) // for policy.ClientKey: whom events name

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -352,11 +353,17 @@ func refuse(c *Config, req Request) error {
 	}
 	if l := req.Limit; l != nil {
 		p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
+		var fields []policy.FieldError
 		if err := p.Validate(); err != nil {
-			fields := err.(*policy.Error).Fields
+			fields = err.(*policy.Error).Fields
 			for i := range fields {
-				fields[i].Field = "limit." + fields[i].Field
+				fields[i].Field = "limit." + strings.Replace(fields[i].Field, "limit", "requests", 1)
 			}
+		}
+		if l.Window%time.Second != 0 && len(fields) == 0 { // the counter's key names the window in seconds
+			fields = append(fields, policy.FieldError{Field: "limit.window", Description: "must be whole seconds"})
+		}
+		if len(fields) > 0 {
 			return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: fields}
 		}
 	}

@@ -253,7 +253,7 @@ func TestRequestLimit(t *testing.T) {
 	bad := own(0)
 	bad.Limit.Window = 0
 	var pe *policy.Error
-	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 2 || pe.Fields[0].Field != "limit.limit" || pe.Fields[1].Field != "limit.window" {
+	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 2 || pe.Fields[0].Field != "limit.requests" || pe.Fields[1].Field != "limit.window" {
 		t.Fatalf("invalid own limit: %v", err)
 	}
 }

@@ -187,7 +187,12 @@ type CheckRequest struct {
 	// now: each rule answers with its remaining and reset as they stand,
 	// rejecting when its remaining does not cover the cost (its retry_after is
 	// then its reset, the latest it can take). No event is published.
-	Peek          bool `protobuf:"varint,6,opt,name=peek,proto3" json:"peek,omitempty"`
+	Peek bool `protobuf:"varint,6,opt,name=peek,proto3" json:"peek,omitempty"`
+	// Limit, when set, decides this request by this limit alone, in place of
+	// its tier's rules and overrides, as Envoy's per-descriptor limit: a
+	// fixed window counted per the values of all the request's descriptors,
+	// failing open.
+	Limit         *RequestLimit `protobuf:"bytes,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +269,68 @@ func (x *CheckRequest) GetPeek() bool {
 	return false
 }
 
+func (x *CheckRequest) GetLimit() *RequestLimit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+// RequestLimit is a limit a request brings with it.
+type RequestLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests admitted per window, 1 to 1e12.
+	Requests int64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	// The window: whole seconds, up to 366 days.
+	Window        *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestLimit) Reset() {
+	*x = RequestLimit{}
+	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestLimit) ProtoMessage() {}
+
+func (x *RequestLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestLimit.ProtoReflect.Descriptor instead.
+func (*RequestLimit) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RequestLimit) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *RequestLimit) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
 // RuleStatus is one rule's answer.
 type RuleStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -290,7 +357,7 @@ type RuleStatus struct {
 
 func (x *RuleStatus) Reset() {
 	*x = RuleStatus{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	mi := &file_sluice_v1_decision_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -302,7 +369,7 @@ func (x *RuleStatus) String() string {
 func (*RuleStatus) ProtoMessage() {}
 
 func (x *RuleStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[4]
+	mi := &file_sluice_v1_decision_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -315,7 +382,7 @@ func (x *RuleStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleStatus.ProtoReflect.Descriptor instead.
 func (*RuleStatus) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RuleStatus) GetRuleId() string {
@@ -409,7 +476,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[5]
+	mi := &file_sluice_v1_decision_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +488,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[5]
+	mi := &file_sluice_v1_decision_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +501,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{5}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckResponse) GetAllowed() bool {
@@ -474,7 +541,7 @@ type CheckBatchRequest struct {
 
 func (x *CheckBatchRequest) Reset() {
 	*x = CheckBatchRequest{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[6]
+	mi := &file_sluice_v1_decision_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +553,7 @@ func (x *CheckBatchRequest) String() string {
 func (*CheckBatchRequest) ProtoMessage() {}
 
 func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[6]
+	mi := &file_sluice_v1_decision_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +566,7 @@ func (x *CheckBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchRequest.ProtoReflect.Descriptor instead.
 func (*CheckBatchRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{6}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckBatchRequest) GetRequests() []*CheckRequest {
@@ -518,7 +585,7 @@ type CheckBatchResponse struct {
 
 func (x *CheckBatchResponse) Reset() {
 	*x = CheckBatchResponse{}
-	mi := &file_sluice_v1_decision_proto_msgTypes[7]
+	mi := &file_sluice_v1_decision_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +597,7 @@ func (x *CheckBatchResponse) String() string {
 func (*CheckBatchResponse) ProtoMessage() {}
 
 func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_decision_proto_msgTypes[7]
+	mi := &file_sluice_v1_decision_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +610,7 @@ func (x *CheckBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckBatchResponse.ProtoReflect.Descriptor instead.
 func (*CheckBatchResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{7}
+	return file_sluice_v1_decision_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckBatchResponse) GetResponses() []*CheckResponse {
@@ -565,14 +632,18 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05rules\x18\x01 \x03(\v2\x14.sluice.v1.ResetRuleR\x05rules\"A\n" +
 	"\tResetRule\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
-	"\trule_name\x18\x02 \x01(\tR\bruleName\"\xb3\x01\n" +
+	"\trule_name\x18\x02 \x01(\tR\bruleName\"\xe2\x01\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x127\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\x12\x12\n" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12\x14\n" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x12\n" +
-	"\x04peek\x18\x06 \x01(\bR\x04peek\"\x9e\x03\n" +
+	"\x04peek\x18\x06 \x01(\bR\x04peek\x12-\n" +
+	"\x05limit\x18\a \x01(\v2\x17.sluice.v1.RequestLimitR\x05limit\"]\n" +
+	"\fRequestLimit\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x03R\brequests\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\"\x9e\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -616,41 +687,44 @@ func file_sluice_v1_decision_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_decision_proto_rawDescData
 }
 
-var file_sluice_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sluice_v1_decision_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_sluice_v1_decision_proto_goTypes = []any{
 	(*ResetRequest)(nil),        // 0: sluice.v1.ResetRequest
 	(*ResetResponse)(nil),       // 1: sluice.v1.ResetResponse
 	(*ResetRule)(nil),           // 2: sluice.v1.ResetRule
 	(*CheckRequest)(nil),        // 3: sluice.v1.CheckRequest
-	(*RuleStatus)(nil),          // 4: sluice.v1.RuleStatus
-	(*CheckResponse)(nil),       // 5: sluice.v1.CheckResponse
-	(*CheckBatchRequest)(nil),   // 6: sluice.v1.CheckBatchRequest
-	(*CheckBatchResponse)(nil),  // 7: sluice.v1.CheckBatchResponse
-	(*Descriptor)(nil),          // 8: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*RequestLimit)(nil),        // 4: sluice.v1.RequestLimit
+	(*RuleStatus)(nil),          // 5: sluice.v1.RuleStatus
+	(*CheckResponse)(nil),       // 6: sluice.v1.CheckResponse
+	(*CheckBatchRequest)(nil),   // 7: sluice.v1.CheckBatchRequest
+	(*CheckBatchResponse)(nil),  // 8: sluice.v1.CheckBatchResponse
+	(*Descriptor)(nil),          // 9: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
 }
 var file_sluice_v1_decision_proto_depIdxs = []int32{
-	8,  // 0: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.Descriptor
+	9,  // 0: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.Descriptor
 	2,  // 1: sluice.v1.ResetResponse.rules:type_name -> sluice.v1.ResetRule
-	8,  // 2: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
-	9,  // 3: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
-	9,  // 4: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
-	9,  // 5: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
-	9,  // 6: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
-	4,  // 7: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
-	3,  // 8: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
-	5,  // 9: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
-	3,  // 10: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
-	6,  // 11: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
-	0,  // 12: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
-	5,  // 13: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
-	7,  // 14: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
-	1,  // 15: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	9,  // 2: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
+	4,  // 3: sluice.v1.CheckRequest.limit:type_name -> sluice.v1.RequestLimit
+	10, // 4: sluice.v1.RequestLimit.window:type_name -> google.protobuf.Duration
+	10, // 5: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
+	10, // 6: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
+	10, // 7: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
+	10, // 8: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
+	5,  // 9: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
+	3,  // 10: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
+	6,  // 11: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
+	3,  // 12: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
+	7,  // 13: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
+	0,  // 14: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
+	6,  // 15: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
+	8,  // 16: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
+	1,  // 17: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
+	15, // [15:18] is the sub-list for method output_type
+	12, // [12:15] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_decision_proto_init() }
@@ -665,7 +739,7 @@ func file_sluice_v1_decision_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_decision_proto_rawDesc), len(file_sluice_v1_decision_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
