@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 const usage = `usage: sluice <command> [flags]
@@ -44,7 +45,7 @@ commands:
            list, create and delete (rules: update; keys: revoke; reports: rejections, top,
            breakdown, csv) through the control plane's API;
            "sluice rules" (or any of them) alone lists their commands, "sluice rules create -h" its flags
-  check    ask a decider for a decision: sluice check client_id=alice (SLUICE_CHECK_KEY)
+  check    ask a decider for a decision: sluice check [-peek] [-limit 100/1m] client_id=alice (SLUICE_CHECK_KEY)
   reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
   bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |
            -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000]
@@ -110,7 +111,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return errUsage
 		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
-		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger,
+		tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dev", getenv)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return errUsage
+		}
+		defer stopTracing()
+		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger, Tracer: tracer,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: getenv("SLUICE_REDIS_CLUSTER") == "true", RedisSentinel: getenv("SLUICE_REDIS_SENTINEL") == "true", RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
 			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget,
 			Dir: getenv("SLUICE_DEV_DIR")})

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -535,14 +536,26 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	var cost *int64
 	var peek *bool
-	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
+	var limit *string
+	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] [-limit N/WINDOW] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
 		cost = fs.Int64("cost", 0, "cost units (default 1)")
 		peek = fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
+		limit = fs.String("limit", "", "decide by this limit alone, such as 100/1m, in place of the tier's rules")
 	})
 	if err != nil {
 		return err
 	}
 	req := &sluicev1.CheckRequest{Tier: dc.tier, Cost: *cost, Peek: *peek, Descriptors: dc.descriptors}
+	if *limit != "" {
+		n, w, _ := strings.Cut(*limit, "/")
+		requests, nerr := strconv.ParseInt(n, 10, 64)
+		window, werr := time.ParseDuration(w)
+		if nerr != nil || werr != nil {
+			fmt.Fprintf(stderr, "-limit %q: want requests/window, such as 100/1m\n", *limit)
+			return errUsage
+		}
+		req.Limit = &sluicev1.RequestLimit{Requests: requests, Window: durationpb.New(window)}
+	}
 	res, err := callFor(dc.session, dc.client.Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
 		fmt.Fprintf(w, "%s\t(config version %d)\n", map[bool]string{true: "allowed", false: "rejected"}[r.Allowed], r.ConfigVersion)
 		fmt.Fprintln(w, "RULE\tALLOWED\tLIMIT\tREMAINING\tRESET\tRETRY AFTER")

@@ -250,6 +250,18 @@ func TestCLIAgainstDev(t *testing.T) {
 		}
 	}
 
+	// The request's own limit decides in place of the tier's rules: the
+	// rejected client gets its own 1 a minute.
+	for i, want := range []string{"allowed", "rejected"} {
+		out, err := sluice("check", "-limit", "1/1m", "-tier", "pro", "client_id=cli-user", "route=/cli")
+		if !strings.Contains(out, want) || !strings.Contains(out, "limit/60s/client_id,route") {
+			t.Fatalf("check -limit %d: %v\n%s", i, err, out)
+		}
+	}
+	if _, err := sluice("check", "-limit", "1/soon", "client_id=cli-user"); !errors.Is(err, errUsage) {
+		t.Fatalf("check -limit 1/soon: %v", err)
+	}
+
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/controlplane"
@@ -82,6 +83,8 @@ type Config struct {
 	// Out receives the banner with the address, the keys and a curl line.
 	Out    io.Writer
 	Logger *slog.Logger
+	// Tracer, when set, traces decisions and API calls (tracing.Setup).
+	Tracer trace.Tracer
 }
 
 // LocalDatabase is the server tried when DatabaseURL is empty.
@@ -201,12 +204,12 @@ func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
-		Metrics: dataplane.NewMetrics(reg, decider), Events: pub}
+		Metrics: dataplane.NewMetrics(reg, decider), Events: pub, Tracer: cfg.Tracer}
 	dataplane.MountHTTP(mux, dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator, Registerer: reg,
+	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator, Registerer: reg, Tracer: cfg.Tracer,
 		DeciderKey: keys.Decider, WatchRecheck: 5 * time.Second, Closing: closing, Logger: cfg.Logger, AuthFailures: 30, KeyCalls: 6000}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}
 	srv.RegisterOnShutdown(func() { close(closing) })
