@@ -42,6 +42,8 @@ func FuzzCheckBody(f *testing.F) {
 		`{"descriptors":{"":"x"},"cost":-1}`,
 		`{"descriptors":{"client_id":"a"},"lease":"l","release":true}`,
 		`{"descriptors":{"client_id":"alice"},"cost":5,"peek":true}`,
+		`{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m"}}`,
+		`{"descriptors":{"client_id":"alice"},"limit":{"requests":0,"window":"1.5s"}}`,
 		`{"clientId":"alice","timestamp":1763800000}`,
 		`{"clientId":""}`,
 		`{"descriptors":{"client_id":"a"}} {}`,
