@@ -173,9 +173,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	keys := dataplane.NewKeys()
+	health := &dataplane.Health{}
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
-		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL),
-		Key:    getenv("SLUICE_DECIDER_KEY"), KeyFunc: deciderKey, Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
+		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL), HealthFunc: health.Report,
+		Key: getenv("SLUICE_DECIDER_KEY"), KeyFunc: deciderKey, Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
 	})
 	go func() { _ = syncer.Run(ctx) }()
 
@@ -204,6 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000}
 	}
 	decider := decide.NewDecider(opts)
+	health.SetDecider(decider, redisEngine != nil)
 	if redisEngine != nil { // resets made by other deciders
 		wctx, stop := context.WithCancel(ctx)
 		defer stop()
@@ -237,6 +239,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		pub := events.NewPublisher(pcfg)
+		health.SetEvents(pub)
 		// The publisher outlives the servers: its last flush, after they
 		// have stopped, carries the events and counts of their last
 		// decisions, and the process exits only after it.

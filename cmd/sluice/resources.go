@@ -427,14 +427,16 @@ var verbs = map[string]verb{
 	"deciders list": plain("", func(s *session, c *http.Client, _ string) error {
 		slugs := tenantSlugs(s, sluicev1connect.NewTenantServiceClient(c, s.server))
 		return call(s, sluicev1connect.NewDeciderServiceClient(c, s.server).ListDeciders, &sluicev1.ListDecidersRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListDecidersResponse) {
-			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION")
+			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION\tREDIS BREAKER\tREDIS ERRORS\tEVENTS WAITING\tEVENTS DROPPED")
 			for _, d := range r.Deciders {
 				synced := when(d.LastSyncedAt.IsValid(), d.LastSyncedAt.AsTime())
+				h := d.GetHealth()
+				health := fmt.Sprintf("%s\t%d\t%d\t%d", cmp.Or(h.GetBreaker(), "-"), h.GetEngineErrors(), h.GetEventsSpooled()+h.GetEventsQueued(), h.GetEventsDropped())
 				if len(d.ConfigVersions) == 0 {
-					fmt.Fprintf(w, "%s\t%s\t-\t-\n", d.Name, synced)
+					fmt.Fprintf(w, "%s\t%s\t-\t-\t%s\n", d.Name, synced, health)
 				}
 				for _, id := range slices.Sorted(maps.Keys(d.ConfigVersions)) {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", d.Name, synced, cmp.Or(slugs[id], id), d.ConfigVersions[id])
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Name, synced, cmp.Or(slugs[id], id), d.ConfigVersions[id], health)
 				}
 			}
 		})

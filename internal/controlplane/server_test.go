@@ -702,11 +702,20 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 	// A named decider's sync shows in the operator's list, with what it
 	// enforces once it applies the answer: b's latest, a's it had.
 	stale := map[string]int64{a: since[a], b: since[b] - 1}
-	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: stale, Decider: "host-1/42"})
+	health := &sluicev1.DeciderHealth{Breaker: "open", EngineErrors: 7, EventsSpooled: 1200, EventsQueued: 3, EventsDropped: 2}
+	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: stale, Decider: "host-1/42", Health: health})
 	ds := callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders
 	if len(ds) != 1 || ds[0].Name != "host-1/42" || ds[0].ConfigVersions[a] != since[a] || ds[0].ConfigVersions[b] != since[b] ||
-		time.Since(ds[0].LastSyncedAt.AsTime()) > time.Minute {
+		time.Since(ds[0].LastSyncedAt.AsTime()) > time.Minute || !proto.Equal(ds[0].Health, health) {
 		t.Fatalf("deciders %v", ds)
+	}
+	// The next sync's report replaces it; a breaker state not among the
+	// three is not shown.
+	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since, Decider: "host-1/42",
+		Health: &sluicev1.DeciderHealth{Breaker: "<script>", EventsQueued: 1}})
+	ds = callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders
+	if len(ds) != 1 || !proto.Equal(ds[0].Health, &sluicev1.DeciderHealth{EventsQueued: 1}) {
+		t.Fatalf("deciders after a second sync %v", ds)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -175,7 +175,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		for _, snap := range out.Snapshots {
 			enforced[snap.GetTenant().GetId()] = snap.GetVersion()
 		}
-		if err := s.store.RecordDecider(ctx, name, enforced); err != nil {
+		if err := s.store.RecordDecider(ctx, name, enforced, healthFromProto(req.Msg.GetHealth())); err != nil {
 			s.logger.WarnContext(ctx, "recording a decider's sync", "decider", name, "err", err)
 		}
 	}
@@ -185,13 +185,28 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 	return connect.NewResponse(out), nil
 }
 
+// healthFromProto converts what a decider reports of itself, its breaker
+// named only when it is one of the three states.
+func healthFromProto(m *sluicev1.DeciderHealth) pgstore.DeciderHealth {
+	h := pgstore.DeciderHealth{EngineErrors: m.GetEngineErrors(), EventsSpooled: m.GetEventsSpooled(),
+		EventsQueued: m.GetEventsQueued(), EventsDropped: m.GetEventsDropped()}
+	switch b := m.GetBreaker(); b {
+	case "closed", "half-open", "open":
+		h.Breaker = b
+	}
+	return h
+}
+
 type deciderServer struct{ *server }
 
 func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[sluicev1.ListDecidersRequest]) (*connect.Response[sluicev1.ListDecidersResponse], error) {
 	ds, err := s.store.ListDeciders(ctx)
 	out := &sluicev1.ListDecidersResponse{}
 	for _, d := range ds {
-		out.Deciders = append(out.Deciders, &sluicev1.Decider{Name: d.Name, LastSyncedAt: timestamppb.New(d.LastSyncedAt), ConfigVersions: d.Versions})
+		h := d.Health
+		out.Deciders = append(out.Deciders, &sluicev1.Decider{Name: d.Name, LastSyncedAt: timestamppb.New(d.LastSyncedAt), ConfigVersions: d.Versions,
+			Health: &sluicev1.DeciderHealth{Breaker: h.Breaker, EngineErrors: h.EngineErrors, EventsSpooled: h.EventsSpooled,
+				EventsQueued: h.EventsQueued, EventsDropped: h.EventsDropped}})
 	}
 	return reply(ctx, s.server, out, err)
 }

@@ -29,6 +29,9 @@ type SyncConfig struct {
 	// KeyFunc, when set, is asked for the credential at each call instead
 	// of Key: a key file reread when it changes (secretfile.File.Get).
 	KeyFunc func() string
+	// HealthFunc, when set, says how the decider fares, reported with each
+	// pull for the operator's list of deciders.
+	HealthFunc func() *sluicev1.DeciderHealth
 	// Name identifies this decider to the control plane's list of
 	// deciders (such as host/pid); "" leaves it unlisted.
 	Name string
@@ -192,6 +195,9 @@ func (s *Syncer) pull(ctx context.Context) error {
 		hashes[i] = used[i][:]
 	}
 	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: hashes})
+	if s.cfg.HealthFunc != nil {
+		req.Msg.Health = s.cfg.HealthFunc()
+	}
 	req.Header().Set("Authorization", "Bearer "+s.key())
 	res, err := s.cfg.Client.GetSnapshots(ctx, req)
 	if err != nil {

@@ -151,7 +151,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// The decider, following the control plane over loopback.
 	checkKeys := dataplane.NewKeys()
-	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
+	health := &dataplane.Health{}
+	syncer := dataplane.NewSyncer(dataplane.SyncConfig{HealthFunc: health.Report,
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, base), Key: keys.Decider, Keys: checkKeys,
 		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger, Name: "dev",
 	})
@@ -159,6 +160,8 @@ func Run(ctx context.Context, cfg Config) error {
 	decOpts, engineName, closeEngine := redisOrLocal(ctx, cfg, local)
 	defer closeEngine()
 	decider := decide.NewDecider(decOpts)
+	_, onRedis := decOpts.Engine.(*redisengine.Engine)
+	health.SetDecider(decider, onRedis)
 
 	reg := telemetry.NewRegistry()
 	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
@@ -191,6 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	pub := events.NewPublisher(pcfg)
+	health.SetEvents(pub)
 	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic, Dialer: dialer,
 		Store: analytics.NewStore(pool, 0), Registerer: reg, Logger: cfg.Logger})
 	var background sync.WaitGroup

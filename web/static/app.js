@@ -790,7 +790,17 @@ async function loadOperator(fresh = true) {
   const slug = (id) => (state.tenants.find((x) => x.id === id) || {}).slug || id;
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
     el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
-    el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'))));
+    el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'),
+    el('td', {}, deciderRedis(x.health || {})),
+    el('td', {}, `${Number((x.health || {}).eventsSpooled || 0) + Number((x.health || {}).eventsQueued || 0)} / ${(x.health || {}).eventsDropped || 0}`))));
+}
+
+// deciderRedis says how a decider fares with Redis: its breaker, and the
+// failed calls since it started ("in memory" when it decides without).
+function deciderRedis(h) {
+  if (!h.breaker) return 'in memory';
+  const errors = Number(h.engineErrors || 0);
+  return errors ? `${h.breaker}, ${errors} errors` : h.breaker;
 }
 
 function renderTenants() {

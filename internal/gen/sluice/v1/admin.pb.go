@@ -3517,8 +3517,10 @@ type Decider struct {
 	LastSyncedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=last_synced_at,json=lastSyncedAt,proto3" json:"last_synced_at,omitempty"`
 	// Tenant id → the config version the decider enforces.
 	ConfigVersions map[string]int64 `protobuf:"bytes,3,rep,name=config_versions,json=configVersions,proto3" json:"config_versions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As the decider reported it at its last sync.
+	Health        *DeciderHealth `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Decider) Reset() {
@@ -3572,6 +3574,96 @@ func (x *Decider) GetConfigVersions() map[string]int64 {
 	return nil
 }
 
+func (x *Decider) GetHealth() *DeciderHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// DeciderHealth is what a decider reports of itself with each pull: what
+// an operator looks at first when decisions go wrong.
+type DeciderHealth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Redis engine's circuit breaker: "closed", "half-open" or "open";
+	// empty for a decider deciding in its own memory.
+	Breaker string `protobuf:"bytes,1,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// Failed calls to Redis since the decider started.
+	EngineErrors int64 `protobuf:"varint,2,opt,name=engine_errors,json=engineErrors,proto3" json:"engine_errors,omitempty"`
+	// Decision events waiting for Kafka: on disk (the spool) and in memory.
+	EventsSpooled int64 `protobuf:"varint,3,opt,name=events_spooled,json=eventsSpooled,proto3" json:"events_spooled,omitempty"`
+	EventsQueued  int64 `protobuf:"varint,4,opt,name=events_queued,json=eventsQueued,proto3" json:"events_queued,omitempty"`
+	// Rejection events dropped since the decider started (every buffer full).
+	EventsDropped int64 `protobuf:"varint,5,opt,name=events_dropped,json=eventsDropped,proto3" json:"events_dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeciderHealth) Reset() {
+	*x = DeciderHealth{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeciderHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeciderHealth) ProtoMessage() {}
+
+func (x *DeciderHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeciderHealth.ProtoReflect.Descriptor instead.
+func (*DeciderHealth) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *DeciderHealth) GetBreaker() string {
+	if x != nil {
+		return x.Breaker
+	}
+	return ""
+}
+
+func (x *DeciderHealth) GetEngineErrors() int64 {
+	if x != nil {
+		return x.EngineErrors
+	}
+	return 0
+}
+
+func (x *DeciderHealth) GetEventsSpooled() int64 {
+	if x != nil {
+		return x.EventsSpooled
+	}
+	return 0
+}
+
+func (x *DeciderHealth) GetEventsQueued() int64 {
+	if x != nil {
+		return x.EventsQueued
+	}
+	return 0
+}
+
+func (x *DeciderHealth) GetEventsDropped() int64 {
+	if x != nil {
+		return x.EventsDropped
+	}
+	return 0
+}
+
 type ListDecidersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3580,7 +3672,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3592,7 +3684,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3605,7 +3697,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 type ListDecidersResponse struct {
@@ -3618,7 +3710,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[61]
+	mi := &file_sluice_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3722,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[61]
+	mi := &file_sluice_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3735,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3882,14 +3974,21 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\vresource_id\x18\x04 \x01(\tR\n" +
 	"resourceId\"D\n" +
 	"\x11ListAuditResponse\x12/\n" +
-	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries\"\xf3\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.sluice.v1.AuditEntryR\aentries\"\xa5\x02\n" +
 	"\aDecider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12@\n" +
 	"\x0elast_synced_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flastSyncedAt\x12O\n" +
-	"\x0fconfig_versions\x18\x03 \x03(\v2&.sluice.v1.Decider.ConfigVersionsEntryR\x0econfigVersions\x1aA\n" +
+	"\x0fconfig_versions\x18\x03 \x03(\v2&.sluice.v1.Decider.ConfigVersionsEntryR\x0econfigVersions\x120\n" +
+	"\x06health\x18\x04 \x01(\v2\x18.sluice.v1.DeciderHealthR\x06health\x1aA\n" +
 	"\x13ConfigVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x15\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc1\x01\n" +
+	"\rDeciderHealth\x12\x18\n" +
+	"\abreaker\x18\x01 \x01(\tR\abreaker\x12#\n" +
+	"\rengine_errors\x18\x02 \x01(\x03R\fengineErrors\x12%\n" +
+	"\x0eevents_spooled\x18\x03 \x01(\x03R\reventsSpooled\x12#\n" +
+	"\revents_queued\x18\x04 \x01(\x03R\feventsQueued\x12%\n" +
+	"\x0eevents_dropped\x18\x05 \x01(\x03R\reventsDropped\"\x15\n" +
 	"\x13ListDecidersRequest\"F\n" +
 	"\x14ListDecidersResponse\x12.\n" +
 	"\bdeciders\x18\x01 \x03(\v2\x12.sluice.v1.DeciderR\bdeciders*d\n" +
@@ -3958,7 +4057,7 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
 	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
@@ -4022,13 +4121,14 @@ var file_sluice_v1_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),         // 59: sluice.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),        // 60: sluice.v1.ListAuditResponse
 	(*Decider)(nil),                  // 61: sluice.v1.Decider
-	(*ListDecidersRequest)(nil),      // 62: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 63: sluice.v1.ListDecidersResponse
-	nil,                              // 64: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 65: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
-	(*LimitParams)(nil),              // 68: sluice.v1.LimitParams
+	(*DeciderHealth)(nil),            // 62: sluice.v1.DeciderHealth
+	(*ListDecidersRequest)(nil),      // 63: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 64: sluice.v1.ListDecidersResponse
+	nil,                              // 65: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 66: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
+	(*LimitParams)(nil),              // 69: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
@@ -4039,96 +4139,97 @@ var file_sluice_v1_admin_proto_depIdxs = []int32{
 	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
 	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
 	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	65, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	66, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
 	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
 	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	65, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	65, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	65, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	65, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	66, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	66, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	66, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	66, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
 	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	66, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	66, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	66, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	66, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	67, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	67, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	67, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	67, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	66, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	67, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
 	39, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	39, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	67, // 24: sluice.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	68, // 24: sluice.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	39, // 25: sluice.v1.RotateKeyResponse.key:type_name -> sluice.v1.ApiKey
 	39, // 26: sluice.v1.RotateKeyResponse.old:type_name -> sluice.v1.ApiKey
-	68, // 27: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	66, // 28: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 27: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	67, // 28: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
 	48, // 29: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
 	48, // 30: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
 	48, // 31: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
 	48, // 32: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	66, // 33: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	67, // 33: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	58, // 34: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
 	57, // 35: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	66, // 36: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	64, // 37: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	61, // 38: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 39: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 40: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 41: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 42: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 43: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 44: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	14, // 45: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
-	18, // 46: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	21, // 47: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	23, // 48: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 49: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
-	27, // 50: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	29, // 51: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	31, // 52: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	33, // 53: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	35, // 54: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	37, // 55: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	40, // 56: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	42, // 57: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	44, // 58: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	46, // 59: sluice.v1.KeyService.RotateKey:input_type -> sluice.v1.RotateKeyRequest
-	51, // 60: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	53, // 61: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	49, // 62: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
-	55, // 63: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	59, // 64: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	62, // 65: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 66: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 67: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 68: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 69: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 70: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 71: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 72: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 73: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 74: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 75: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 76: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
-	28, // 77: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	30, // 78: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	32, // 79: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	34, // 80: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	36, // 81: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	38, // 82: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	41, // 83: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	43, // 84: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	45, // 85: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	47, // 86: sluice.v1.KeyService.RotateKey:output_type -> sluice.v1.RotateKeyResponse
-	52, // 87: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	54, // 88: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	50, // 89: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
-	56, // 90: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	60, // 91: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	63, // 92: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	66, // [66:93] is the sub-list for method output_type
-	39, // [39:66] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	67, // 36: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	65, // 37: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	62, // 38: sluice.v1.Decider.health:type_name -> sluice.v1.DeciderHealth
+	61, // 39: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	3,  // 40: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	5,  // 41: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	7,  // 42: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	9,  // 43: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	11, // 44: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	13, // 45: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	14, // 46: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	18, // 47: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	21, // 48: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	23, // 49: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	25, // 50: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
+	27, // 51: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	29, // 52: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	31, // 53: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	33, // 54: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	35, // 55: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	37, // 56: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	40, // 57: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	42, // 58: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	44, // 59: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	46, // 60: sluice.v1.KeyService.RotateKey:input_type -> sluice.v1.RotateKeyRequest
+	51, // 61: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	53, // 62: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	49, // 63: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	55, // 64: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	59, // 65: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	63, // 66: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	4,  // 67: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	6,  // 68: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	8,  // 69: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	10, // 70: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	12, // 71: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	17, // 72: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	15, // 73: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	19, // 74: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	22, // 75: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	24, // 76: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	26, // 77: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
+	28, // 78: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	30, // 79: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	32, // 80: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	34, // 81: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	36, // 82: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	38, // 83: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	41, // 84: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	43, // 85: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	45, // 86: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	47, // 87: sluice.v1.KeyService.RotateKey:output_type -> sluice.v1.RotateKeyResponse
+	52, // 88: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	54, // 89: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	50, // 90: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	56, // 91: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	60, // 92: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	64, // 93: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	67, // [67:94] is the sub-list for method output_type
+	40, // [40:67] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -4143,7 +4244,7 @@ func file_sluice_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

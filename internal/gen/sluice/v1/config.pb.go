@@ -174,8 +174,10 @@ type GetSnapshotsRequest struct {
 	// call that reached the control plane: their keys' last use, as the
 	// console shows it, is then this call's time.
 	UsedCheckKeyHashes [][]byte `protobuf:"bytes,3,rep,name=used_check_key_hashes,json=usedCheckKeyHashes,proto3" json:"used_check_key_hashes,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How the decider fares, for the operator's list of deciders.
+	Health        *DeciderHealth `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetSnapshotsRequest) Reset() {
@@ -225,6 +227,13 @@ func (x *GetSnapshotsRequest) GetDecider() string {
 func (x *GetSnapshotsRequest) GetUsedCheckKeyHashes() [][]byte {
 	if x != nil {
 		return x.UsedCheckKeyHashes
+	}
+	return nil
+}
+
+func (x *GetSnapshotsRequest) GetHealth() *DeciderHealth {
+	if x != nil {
+		return x.Health
 	}
 	return nil
 }
@@ -400,11 +409,12 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\vExpiringKey\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xdd\x01\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8f\x02\n" +
 	"\x13GetSnapshotsRequest\x12?\n" +
 	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x12\x18\n" +
 	"\adecider\x18\x02 \x01(\tR\adecider\x121\n" +
-	"\x15used_check_key_hashes\x18\x03 \x03(\fR\x12usedCheckKeyHashes\x1a8\n" +
+	"\x15used_check_key_hashes\x18\x03 \x03(\fR\x12usedCheckKeyHashes\x120\n" +
+	"\x06health\x18\x04 \x01(\v2\x18.sluice.v1.DeciderHealthR\x06health\x1a8\n" +
 	"\n" +
 	"SinceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -452,6 +462,7 @@ var file_sluice_v1_config_proto_goTypes = []any{
 	(*Tier)(nil),                  // 9: sluice.v1.Tier
 	(*Override)(nil),              // 10: sluice.v1.Override
 	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*DeciderHealth)(nil),         // 12: sluice.v1.DeciderHealth
 }
 var file_sluice_v1_config_proto_depIdxs = []int32{
 	8,  // 0: sluice.v1.Snapshot.tenant:type_name -> sluice.v1.Tenant
@@ -460,17 +471,18 @@ var file_sluice_v1_config_proto_depIdxs = []int32{
 	1,  // 3: sluice.v1.Snapshot.expiring_check_keys:type_name -> sluice.v1.ExpiringKey
 	11, // 4: sluice.v1.ExpiringKey.expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 5: sluice.v1.GetSnapshotsRequest.since:type_name -> sluice.v1.GetSnapshotsRequest.SinceEntry
-	0,  // 6: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
-	7,  // 7: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
-	2,  // 8: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
-	4,  // 9: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
-	3,  // 10: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
-	5,  // 11: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 6: sluice.v1.GetSnapshotsRequest.health:type_name -> sluice.v1.DeciderHealth
+	0,  // 7: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
+	7,  // 8: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
+	2,  // 9: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
+	4,  // 10: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
+	3,  // 11: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
+	5,  // 12: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_config_proto_init() }

@@ -1,0 +1,1 @@
+ALTER TABLE deciders DROP COLUMN health;
