@@ -1,4 +1,5 @@
-// Package deploy checks the deployment files at the repository root
-// (docker-compose.yml, Dockerfile) against the binaries' documented
-// configuration; it has tests only.
+// Package deploy checks the deployment files (docker-compose.yml,
+// Dockerfile, deploy/: Prometheus alerting rules, a Grafana dashboard)
+// against the binaries' documented configuration and the metrics they
+// export; it has tests only.
 package deploy
