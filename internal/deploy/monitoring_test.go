@@ -144,3 +144,94 @@ func TestGrafanaDashboard(t *testing.T) {
 		}
 	}
 }
+
+// volumes are a compose service's bind mounts, host path (from the
+// repository root) to container path.
+func volumes(t *testing.T, name string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root(t), "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct{ Volumes []string }
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, v := range f.Services[name].Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && strings.HasPrefix(parts[0], "./") {
+			out[strings.TrimPrefix(parts[0], "./")] = parts[1]
+		}
+	}
+	return out
+}
+
+// In docker-compose.yml, Prometheus scrapes every Sluice service on the
+// port it listens on (its *_ADDR), with the alerting rules mounted where
+// its configuration loads them; Grafana reads that Prometheus and the
+// dashboard.
+func TestComposeMonitoring(t *testing.T) {
+	t.Parallel()
+	services := loadCompose(t)
+	promMounts := volumes(t, "prometheus")
+	if promMounts["deploy/prometheus"] != "/etc/prometheus" {
+		t.Fatalf("prometheus mounts %v", promMounts)
+	}
+	b, err := os.ReadFile(filepath.Join(root(t), "deploy", "prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prom struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct{ Targets []string } `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(b, &prom); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(prom.RuleFiles, []string{"/etc/prometheus/alerts.yml"}) {
+		t.Errorf("rule_files %v: want the mounted alerts.yml", prom.RuleFiles)
+	}
+	scraped := map[string]bool{}
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				scraped[target] = true
+			}
+		}
+	}
+	for name, s := range services {
+		if s.Build == nil {
+			continue
+		}
+		for k, v := range s.Environment {
+			if strings.HasSuffix(k, "_ADDR") && k != "SLUICE_GRPC_ADDR" {
+				port := v[strings.LastIndexByte(v, ':')+1:]
+				if !scraped[name+":"+port] {
+					t.Errorf("Prometheus does not scrape %s:%s (%s)", name, port, k)
+				}
+				delete(scraped, name+":"+port)
+			}
+		}
+	}
+	if len(scraped) != 0 {
+		t.Errorf("Prometheus scrapes %v, which no service serves", scraped)
+	}
+
+	grafanaMounts := volumes(t, "grafana")
+	if grafanaMounts["deploy/grafana/provisioning"] != "/etc/grafana/provisioning" || !strings.HasPrefix(grafanaMounts["deploy/grafana/sluice.json"], "/var/lib/grafana/dashboards/") {
+		t.Fatalf("grafana mounts %v", grafanaMounts)
+	}
+	ds, err := os.ReadFile(filepath.Join(root(t), "deploy", "grafana", "provisioning", "datasources", "prometheus.yml"))
+	if err != nil || !strings.Contains(string(ds), "url: http://prometheus:9090") {
+		t.Errorf("the Grafana datasource is not the compose Prometheus: %v", err)
+	}
+	dash, err := os.ReadFile(filepath.Join(root(t), "deploy", "grafana", "provisioning", "dashboards", "sluice.yml"))
+	if err != nil || !strings.Contains(string(dash), "path: /var/lib/grafana/dashboards") {
+		t.Errorf("the Grafana dashboard provider does not read the mounted dashboard: %v", err)
+	}
+}
