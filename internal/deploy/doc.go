@@ -1,5 +1,6 @@
 // Package deploy checks the deployment files (docker-compose.yml,
-// Dockerfile, deploy/: Prometheus alerting rules, a Grafana dashboard)
+// Dockerfile, deploy/: Kubernetes manifests, Prometheus alerting rules, a
+// Grafana dashboard)
 // against the binaries' documented configuration and the metrics they
 // export; it has tests only.
 package deploy
