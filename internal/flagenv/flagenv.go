@@ -86,7 +86,7 @@ func Main(name string, run RunFunc) {
 // that may carry one), each of which may instead be read from the file
 // that NAME_FILE names.
 var SecretNames = []string{"SLUICE_OPERATOR_KEY", "SLUICE_DECIDER_KEY", "SLUICE_PROXY_KEY", "SLUICE_KEY", "SLUICE_CHECK_KEY",
-	"KAFKA_SASL_PASSWORD", "DATABASE_URL", "REDIS_URL"}
+	"KAFKA_SASL_PASSWORD", "DATABASE_URL", "REDIS_URL", "OTEL_EXPORTER_OTLP_HEADERS"}
 
 // WithSecretFiles returns getenv with, for each of SecretNames that is
 // unset, the contents of the file its NAME_FILE variable names (white
