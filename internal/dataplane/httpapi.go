@@ -50,31 +50,6 @@ type HTTPConfig struct {
 	Tracer trace.Tracer
 }
 
-// tracedHeader returns ctx with the trace context of a request of header h
-// when decisions are traced (else ctx: the untraced path builds nothing).
-func (cfg *HTTPConfig) tracedHeader(ctx context.Context, h http.Header) context.Context {
-	if cfg.Tracer == nil {
-		return ctx
-	}
-	return tracing.Extract(ctx, h.Get)
-}
-
-// tracedMetadata is tracedHeader for a gRPC call's metadata.
-func (cfg *HTTPConfig) tracedMetadata(ctx context.Context) context.Context {
-	if cfg.Tracer == nil {
-		return ctx
-	}
-	return tracing.Extract(ctx, incomingMetadata(ctx))
-}
-
-// tracedExchange is tracedHeader for an exchange.
-func (cfg *HTTPConfig) tracedExchange(ex exchange) context.Context {
-	if cfg.Tracer == nil {
-		return ex.context()
-	}
-	return tracing.Extract(ex.context(), ex.header)
-}
-
 // reset resets the counters req meets (decide.Decider.Reset), counts it,
 // and logs the tenant and the rules reset (not the descriptors: client ids).
 func (cfg *HTTPConfig) reset(ctx context.Context, c *decide.Config, req decide.Request) ([]*policy.Rule, error) {
@@ -100,7 +75,7 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 	start := time.Now()
 	var span trace.Span
 	if cfg.Tracer != nil {
-		ctx, span = cfg.Tracer.Start(ctx, "sluice.decide", trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span = tracing.Start(ctx, cfg.Tracer, "sluice.decide", nil) // the parent: traced*'s
 	}
 	dec, err := cfg.Decider.Decide(ctx, c, req)
 	if span != nil {

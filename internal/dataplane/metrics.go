@@ -4,9 +4,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/decide"
 )
@@ -113,25 +110,4 @@ func (m *Metrics) observeReset(tenant string, err error) {
 		outcome = "error"
 	}
 	m.resets.WithLabelValues(tenant, outcome).Inc()
-}
-
-// endSpan describes a decision on its span and ends it: the tenant, tier,
-// outcome and deciding rule, never the descriptors (client ids).
-func endSpan(span trace.Span, c *decide.Config, req decide.Request, dec decide.Decision, err error) {
-	defer span.End()
-	if !span.IsRecording() { // not sampled: nothing to describe
-		return
-	}
-	span.SetAttributes(attribute.String("sluice.tenant", c.Tenant.Slug), attribute.Int64("sluice.config_version", c.Version),
-		attribute.Int64("sluice.cost", max(req.Cost, 1)), attribute.Bool("sluice.peek", req.Peek))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "decision failed")
-		return
-	}
-	span.SetAttributes(attribute.String("sluice.tier", dec.Tier), attribute.Bool("sluice.allowed", dec.Allowed),
-		attribute.Int("sluice.rules", len(dec.Rules)), attribute.Bool("sluice.degraded", dec.Degraded), attribute.Bool("sluice.deny_cache", dec.Cached))
-	if dec.Deciding >= 0 && dec.Deciding < len(dec.Rules) {
-		span.SetAttributes(attribute.String("sluice.rule", dec.Rules[dec.Deciding].Rule.Name))
-	}
 }
