@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -29,6 +30,17 @@ func delta(tenant, rule string, to time.Time, allowed, rejected, shadow, dropped
 	b, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: &sluicev1.CounterDelta{
 		TenantId: tenant, Tier: "free", RuleId: rule, Allowed: allowed, Rejected: rejected, ShadowRejected: shadow,
 		DroppedRejections: dropped, From: timestamppb.New(to.Add(-10 * time.Second)), To: timestamppb.New(to)}}})
+	return b
+}
+
+// stamped returns the event v as the producer's seq-th.
+func stamped(v []byte, producer string, seq uint64) []byte {
+	var ev sluicev1.Event
+	if err := proto.Unmarshal(v, &ev); err != nil {
+		panic(err)
+	}
+	ev.Producer, ev.Seq = producer, seq
+	b, _ := proto.Marshal(&ev)
 	return b
 }
 
@@ -78,15 +90,19 @@ func TestBatchRefusesMalformedEvents(t *testing.T) {
 	t.Parallel()
 	ok := rejection("t", "r", "c", t0, false)
 	for name, v := range map[string][]byte{
-		"garbage":     []byte("\xff\xff\xff"),
-		"empty":       nil,
-		"no tenant":   rejection("", "r", "c", t0, false),
-		"no rule":     rejection("t", "", "c", t0, false),
-		"no time":     rejection("t", "r", "c", time.Unix(0, 0), false),
-		"far future":  rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
-		"negative":    delta("t", "r", t0, -1, 0, 0, 0),
-		"huge":        make([]byte, MaxEventBytes+1),
-		"long client": rejection("t", "r", string(make([]byte, 2000)), t0, false),
+		"garbage":       []byte("\xff\xff\xff"),
+		"empty":         nil,
+		"no tenant":     rejection("", "r", "c", t0, false),
+		"no rule":       rejection("t", "", "c", t0, false),
+		"no time":       rejection("t", "r", "c", time.Unix(0, 0), false),
+		"far future":    rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
+		"negative":      delta("t", "r", t0, -1, 0, 0, 0),
+		"huge":          make([]byte, MaxEventBytes+1),
+		"long client":   rejection("t", "r", string(make([]byte, 2000)), t0, false),
+		"no seq":        stamped(rejection("t", "r", "c", t0, false), "p", 0),
+		"no producer":   stamped(rejection("t", "r", "c", t0, false), "", 7),
+		"seq > int64":   stamped(rejection("t", "r", "c", t0, false), "p", 1<<63),
+		"long producer": stamped(rejection("t", "r", "c", t0, false), string(make([]byte, 300)), 1),
 	} {
 		b := NewBatch()
 		if err := b.Add(v); !errors.Is(err, ErrMalformed) {
@@ -126,6 +142,36 @@ func FuzzBatchAdd(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A batch counts each producer's events once: what comes again at or below
+// the highest seq it has seen of that producer (a resend) is skipped,
+// whether seen in this batch or committed before it; events without a
+// producer (older deciders') count as they come.
+func TestBatchCountsAResentEventOnce(t *testing.T) {
+	t.Parallel()
+	ev := func(seq uint64) []byte { return stamped(delta("t", "r", t0, 1, 0, 0, 0), "p1", seq) }
+	b := NewBatchAfter(Marks{"p1": 2, "p0": 9})
+	for _, v := range [][]byte{
+		ev(1), ev(2), // committed before
+		ev(3), ev(4), ev(3), ev(4), ev(5), // a resend of 3 and 4, then 5
+		stamped(delta("t", "r", t0, 10, 0, 0, 0), "p2", 1), // another producer's 1
+		stamped(delta("t", "r", t0, 10, 0, 0, 0), "p2", 1),
+		delta("t", "r", t0, 100, 0, 0, 0), delta("t", "r", t0, 100, 0, 0, 0), // no producer: both count
+	} {
+		if err := b.Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.minutes[minuteKey{"t", "free", "r", t0.Add(-time.Minute).Unix()}].allowed; got != 3+10+200 {
+		t.Errorf("allowed %d, want 213 (3 of p1, 10 of p2, 200 without a producer)", got)
+	}
+	if b.Events != 6 || b.Duplicates != 5 {
+		t.Errorf("events %d, duplicates %d; want 6 and 5", b.Events, b.Duplicates)
+	}
+	if got, want := b.Marks(), (Marks{"p0": 9, "p1": 5, "p2": 1}); !maps.Equal(got, want) {
+		t.Errorf("marks after the batch %v, want %v", got, want)
+	}
 }
 
 func TestCommitAddsAndFences(t *testing.T) {
@@ -175,6 +221,61 @@ func TestCommitAddsAndFences(t *testing.T) {
 	}
 	if got := topClients(t, pool, "t1", "r1"); len(got) != 1 || got["alice"] != 4 {
 		t.Errorf("top clients %v, want alice: 4 (shadow rejections are not counted)", got)
+	}
+}
+
+// A batch's marks commit with it and not when it is fenced; the next batch
+// read from the stored offset starts after them.
+func TestCommitStoresMarks(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 0)
+	ctx := context.Background()
+	ev := func(seq uint64) []byte { return stamped(delta("t", "r", t0, 1, 0, 0, 0), "p1", seq) }
+	marks := func() Marks {
+		t.Helper()
+		m, err := s.Marks(ctx, "g", "topic", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	commit := func(from, next int64, values ...[]byte) error {
+		b := NewBatchAfter(marks())
+		for _, v := range values {
+			if err := b.Add(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Commit(ctx, "g", "topic", 1, from, next, b)
+	}
+	if err := commit(-1, 3, ev(1), ev(2), ev(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(-1, 4, ev(9)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("fenced commit = %v", err)
+	}
+	if got := marks(); !maps.Equal(got, Marks{"p1": 3}) {
+		t.Fatalf("marks %v, want p1: 3 (the fenced batch's 9 not stored)", got)
+	}
+	if err := commit(3, 6, ev(2), ev(3), ev(4)); err != nil {
+		t.Fatal(err)
+	}
+	if got := marks(); !maps.Equal(got, Marks{"p1": 4}) {
+		t.Fatalf("marks %v, want p1: 4", got)
+	}
+	if other, _ := s.Marks(ctx, "g", "topic", 0); len(other) != 0 {
+		t.Fatalf("partition 0 has marks %v", other)
+	}
+	if got := minuteRow(t, pool, "t", "r", t0.Add(-time.Minute)).allowed; got != 4 {
+		t.Fatalf("allowed %d, want 4: events 2 and 3 came twice", got)
+	}
+	// Marks of producers not seen since the retention's cut go with the rollups.
+	if _, err := s.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := marks(); len(got) != 0 {
+		t.Fatalf("marks after pruning %v", got)
 	}
 }
 
@@ -266,6 +367,22 @@ func runConsumer(t *testing.T, cfg Config) (stop func()) {
 	return stop
 }
 
+// consumeTwice produces values and consumes them with a consumer of the
+// topic's group in batches of batchSize until every offset is committed,
+// then stops it, and does the same with more and a second consumer.
+func consumeTwice(t *testing.T, brokers []string, topic string, pool *pgxpool.Pool, batchSize int, values [][]byte, more ...[]byte) {
+	t.Helper()
+	cfg := Config{Brokers: brokers, Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0), BatchSize: batchSize, BatchWait: 20 * time.Millisecond}
+	var total int64
+	for _, vs := range [][][]byte{values, more} {
+		stop := runConsumer(t, cfg)
+		produce(t, brokers, topic, vs...)
+		total += int64(len(vs))
+		waitFor(t, "every offset committed", func() bool { return committed(t, pool, cfg.Group) == total })
+		stop()
+	}
+}
+
 func TestConsumerRollsUpEveryPartitionOnce(t *testing.T) {
 	t.Parallel()
 	topic := kafkatest.Topic(t)
@@ -280,17 +397,8 @@ func TestConsumerRollsUpEveryPartitionOnce(t *testing.T) {
 	for i := range 3 {
 		values = append(values, delta(fmt.Sprint("t", i), "r1", t0.Add(30*time.Second), 100, 200, 0, 0))
 	}
-	produce(t, broker.Addrs(), topic, values...)
-
-	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0), BatchSize: 50, BatchWait: 20 * time.Millisecond}
-	stop := runConsumer(t, cfg)
-	waitFor(t, "every offset committed", func() bool { return committed(t, pool, cfg.Group) == int64(len(values)) })
-	stop()
 	// A second consumer of the group finds nothing left to count.
-	stop = runConsumer(t, cfg)
-	produce(t, broker.Addrs(), topic, delta("t0", "r1", t0.Add(30*time.Second), 1, 0, 0, 0))
-	waitFor(t, "the new event committed", func() bool { return committed(t, pool, cfg.Group) == int64(len(values)+1) })
-	stop()
+	consumeTwice(t, broker.Addrs(), topic, pool, 50, values, delta("t0", "r1", t0.Add(30*time.Second), 1, 0, 0, 0))
 
 	for i := range 3 {
 		tenant := fmt.Sprint("t", i)
@@ -314,6 +422,35 @@ func TestConsumerRollsUpEveryPartitionOnce(t *testing.T) {
 		}
 		if sum != 200 {
 			t.Errorf("%s: top clients sum to %d, want 200", tenant, sum)
+		}
+	}
+}
+
+// Events a decider resent (the same producer and seq again, here as a
+// write that timed out would leave them: the overlap of two writes) count
+// once, across batches and across a restart of the consumer.
+func TestConsumerCountsResentEventsOnce(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 3, []string{topic})
+	pool := pgtest.Pool(t)
+	ev := func(tenant, producer string, seq uint64) []byte {
+		return stamped(delta(tenant, "r1", t0.Add(30*time.Second), 1, 0, 0, 0), producer, seq)
+	}
+	var values [][]byte
+	for seq := range uint64(5) {
+		values = append(values, ev("t0", "p1", seq+1))
+	}
+	for seq := uint64(3); seq <= 7; seq++ {
+		values = append(values, ev("t0", "p1", seq))
+	}
+	values = append(values, ev("t1", "p2", 1), ev("t1", "p2", 2), ev("t1", "p2", 2))
+	// A new consumer of the group knows what the last one counted.
+	consumeTwice(t, broker.Addrs(), topic, pool, 2, values, ev("t0", "p1", 6), ev("t0", "p1", 7), ev("t0", "p1", 8))
+
+	for tenant, want := range map[string]int64{"t0": 8, "t1": 2} {
+		if got := minuteRow(t, pool, tenant, "r1", t0).allowed; got != want {
+			t.Errorf("%s: allowed %d, want %d", tenant, got, want)
 		}
 	}
 }

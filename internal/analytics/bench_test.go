@@ -12,7 +12,8 @@ import (
 // 5 rules each, rejections from 10,000 clients of Zipf-distributed
 // activity (a few clients cause most rejections), one event in 20 a
 // counter delta, one in 10 a shadow rejection, times within one minute (a
-// batch at 100k events/s spans a tenth of a second).
+// batch at 100k events/s spans a tenth of a second), from three deciders
+// (producers), each numbering its own.
 func benchEvents(n int) [][]byte {
 	rng := rand.New(rand.NewPCG(1, 2))
 	clients := rand.NewZipf(rng, 1.1, 1, 9_999)
@@ -26,6 +27,7 @@ func benchEvents(n int) [][]byte {
 		} else {
 			out[i] = rejection(tenant, rule, fmt.Sprint("client-", clients.Uint64()), at, i%10 == 1)
 		}
+		out[i] = stamped(out[i], fmt.Sprint("decider-", i%3), uint64(i/3+1))
 	}
 	return out
 }

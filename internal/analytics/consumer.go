@@ -78,7 +78,7 @@ func NewConsumer(cfg Config) *Consumer {
 	c := &Consumer{
 		cfg: cfg,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_analytics_events_total",
-			Help: "Events committed to the rollups, by result (ok, invalid)."}, []string{"result"}),
+			Help: "Events read, by result: ok (committed to the rollups), invalid, duplicate (resent by a decider, counted before)."}, []string{"result"}),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_analytics_batch_events",
 			Help: "Events per committed batch.", Buckets: prometheus.ExponentialBuckets(1, 4, 9)}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_analytics_lag",
@@ -154,6 +154,10 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 	if err != nil {
 		return err
 	}
+	marks, err := c.cfg.Store.Marks(ctx, c.cfg.Group, c.cfg.Topic, partition)
+	if err != nil {
+		return err
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: c.cfg.Brokers, Topic: c.cfg.Topic, Partition: partition, Dialer: c.cfg.Dialer,
 		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: c.cfg.BatchWait, ReadBackoffMin: 50 * time.Millisecond,
 		ReadBackoffMax: time.Second})
@@ -167,7 +171,7 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 	}
 	from := stored
 	for {
-		b, next, err := c.readBatch(ctx, r)
+		b, next, err := c.readBatch(ctx, r, marks)
 		if err != nil {
 			return err
 		}
@@ -177,19 +181,20 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 			}
 			return err
 		}
-		from = next
+		from, marks = next, b.Marks()
 		c.events.WithLabelValues("ok").Add(float64(b.Events))
 		c.events.WithLabelValues("invalid").Add(float64(b.Invalid))
-		c.batch.Observe(float64(b.Events + b.Invalid))
+		c.events.WithLabelValues("duplicate").Add(float64(b.Duplicates))
+		c.batch.Observe(float64(b.Events + b.Invalid + b.Duplicates))
 		c.lag.WithLabelValues(label).Set(float64(r.Lag()))
 	}
 }
 
 // readBatch reads until BatchSize events or BatchWait after the first,
-// returning the batch and the offset after its last message. It blocks
-// until at least one message arrives.
-func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader) (*Batch, int64, error) {
-	b := NewBatch()
+// returning the batch (after marks) and the offset after its last message.
+// It blocks until at least one message arrives.
+func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader, marks Marks) (*Batch, int64, error) {
+	b := NewBatchAfter(marks)
 	m, err := r.FetchMessage(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -198,7 +203,7 @@ func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader) (*Batch, int6
 	next := m.Offset + 1
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.BatchWait)
 	defer cancel()
-	for b.Events+b.Invalid < c.cfg.BatchSize {
+	for b.Events+b.Invalid+b.Duplicates < c.cfg.BatchSize {
 		m, err := r.FetchMessage(wctx)
 		if err != nil {
 			if ctx.Err() != nil {

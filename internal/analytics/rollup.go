@@ -8,6 +8,8 @@ package analytics
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -42,17 +44,44 @@ type groupKey struct {
 	hour         int64 // unix seconds, a multiple of 3600
 }
 
+// Marks are, for one partition, the highest event seq committed of each
+// producer (Event.producer): an event at or below its producer's mark has
+// been counted, and comes again only because its publisher resent it.
+type Marks map[string]uint64
+
 // Batch accumulates decoded events until it is committed.
 type Batch struct {
 	minutes map[minuteKey]*minuteCounts
 	clients map[groupKey]map[string]int64
-	// Events counts the events added, Invalid the messages refused.
-	Events, Invalid int
+	marks   Marks // committed before this batch; read only
+	next    Marks // this batch's marks where they moved past marks
+	// Events counts the events added, Invalid the messages refused,
+	// Duplicates the events skipped as already counted.
+	Events, Invalid, Duplicates int
 }
 
-// NewBatch returns an empty Batch.
-func NewBatch() *Batch {
-	return &Batch{minutes: map[minuteKey]*minuteCounts{}, clients: map[groupKey]map[string]int64{}}
+// NewBatch returns an empty Batch that skips no event it has not seen
+// itself.
+func NewBatch() *Batch { return NewBatchAfter(nil) }
+
+// NewBatchAfter returns an empty Batch for a partition whose committed
+// marks are marks: it skips the events at or below them.
+func NewBatchAfter(marks Marks) *Batch {
+	return &Batch{minutes: map[minuteKey]*minuteCounts{}, clients: map[groupKey]map[string]int64{}, marks: marks, next: Marks{}}
+}
+
+// Marks returns the marks that hold once the batch is committed: those it
+// started after, moved on by its events. They are the next batch's.
+func (b *Batch) Marks() Marks {
+	if len(b.next) == 0 {
+		return b.marks
+	}
+	m := maps.Clone(b.marks)
+	if m == nil {
+		m = Marks{}
+	}
+	maps.Copy(m, b.next)
+	return m
 }
 
 // ErrMalformed is returned for a message that is not a valid event.
@@ -66,6 +95,17 @@ func (b *Batch) Add(value []byte) error {
 	if err != nil {
 		b.Invalid++
 		return err
+	}
+	if p := ev.Producer; p != "" {
+		last, moved := b.next[p]
+		if !moved {
+			last = b.marks[p]
+		}
+		if ev.Seq <= last {
+			b.Duplicates++
+			return nil
+		}
+		b.next[p] = ev.Seq
 	}
 	b.Events++
 	switch k := ev.Kind.(type) {
@@ -134,6 +174,9 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 		}
 	default:
 		return nil, fmt.Errorf("%w: unknown kind", ErrMalformed)
+	}
+	if (ev.Producer == "") != (ev.Seq == 0) || len(ev.Producer) > maxIDBytes || ev.Seq > math.MaxInt64 {
+		return nil, fmt.Errorf("%w: a producer without a seq, a seq without a producer, or either out of range", ErrMalformed)
 	}
 	if tenant == "" || len(tenant) > maxIDBytes || len(tier) > maxIDBytes || len(rule) > maxIDBytes {
 		return nil, fmt.Errorf("%w: tenant missing or an id over %d bytes", ErrMalformed, maxIDBytes)

@@ -50,10 +50,30 @@ func (s *Store) Offset(ctx context.Context, group, topic string, partition int) 
 	return next, nil
 }
 
-// Commit adds b's rollups and moves the partition's offset from from (-1:
-// none committed) to next, in one transaction: either all of it lands or
-// none. When the stored offset is not from, nothing is written and the
-// error is ErrFenced.
+// Marks returns the partition's committed marks (see Batch): the batch
+// read from its stored offset starts after them.
+func (s *Store) Marks(ctx context.Context, group, topic string, partition int) (Marks, error) {
+	rows, err := s.pool.Query(ctx, `SELECT producer, last_seq FROM analytics_producers
+		WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition)
+	if err != nil {
+		return nil, fmt.Errorf("analytics: read marks: %w", err)
+	}
+	marks := Marks{}
+	var producer string
+	var seq int64
+	if _, err := pgx.ForEachRow(rows, []any{&producer, &seq}, func() error {
+		marks[producer] = uint64(seq)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("analytics: read marks: %w", err)
+	}
+	return marks, nil
+}
+
+// Commit adds b's rollups, moves the partition's offset from from (-1:
+// none committed) to next and stores b's marks, in one transaction: either
+// all of it lands or none. When the stored offset is not from, nothing is
+// written and the error is ErrFenced.
 func (s *Store) Commit(ctx context.Context, group, topic string, partition int, from, next int64, b *Batch) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var tag interface{ RowsAffected() int64 }
@@ -74,8 +94,29 @@ func (s *Store) Commit(ctx context.Context, group, topic string, partition int, 
 		if err := writeMinutes(ctx, tx, b); err != nil {
 			return err
 		}
+		if err := writeMarks(ctx, tx, group, topic, partition, b.next); err != nil {
+			return err
+		}
 		return s.writeTop(ctx, tx, b)
 	})
+}
+
+func writeMarks(ctx context.Context, tx pgx.Tx, group, topic string, partition int, marks Marks) error {
+	if len(marks) == 0 {
+		return nil
+	}
+	producers, seqs := make([]string, 0, len(marks)), make([]int64, 0, len(marks))
+	for p, seq := range marks {
+		producers, seqs = append(producers, p), append(seqs, int64(seq)) // Decode bounds seq to int64
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO analytics_producers AS p (group_id, topic, partition, producer, last_seq)
+		SELECT $1, $2, $3, * FROM unnest($4::text[], $5::bigint[])
+		ON CONFLICT (group_id, topic, partition, producer) DO UPDATE SET
+			last_seq = greatest(p.last_seq, excluded.last_seq), seen_at = now()`,
+		group, topic, partition, producers, seqs); err != nil {
+		return fmt.Errorf("analytics: write marks: %w", err)
+	}
+	return nil
 }
 
 func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
@@ -186,8 +227,8 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	return nil
 }
 
-// Prune deletes the rollups older than before and returns how many rows
-// went.
+// Prune deletes the rollups older than before, and the marks of producers
+// last seen before it, and returns how many rows went.
 func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 	a, err := s.pool.Exec(ctx, `DELETE FROM analytics_minute WHERE minute < $1`, before)
 	if err != nil {
@@ -197,5 +238,9 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("analytics: prune: %w", err)
 	}
-	return a.RowsAffected() + b.RowsAffected(), nil
+	c, err := s.pool.Exec(ctx, `DELETE FROM analytics_producers WHERE seen_at < $1`, before)
+	if err != nil {
+		return 0, fmt.Errorf("analytics: prune: %w", err)
+	}
+	return a.RowsAffected() + b.RowsAffected() + c.RowsAffected(), nil
 }

@@ -6,7 +6,9 @@ package events
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +44,9 @@ type Config struct {
 	DeltaInterval time.Duration
 	// WriteTimeout bounds one write to Kafka; 0 means 5s.
 	WriteTimeout time.Duration
+	// RetryPause is how long the spool waits after a write that Kafka did
+	// not wholly take before it is sent again; 0 means 1s.
+	RetryPause time.Duration
 	// Spool, when set, keeps on disk what Kafka did not take (a failed
 	// write, or the last flush at shutdown) instead of holding it in memory
 	// up to Buffer: an outage longer than the buffer, or a restart within
@@ -68,6 +73,8 @@ type Publisher struct {
 	sent         atomic.Int64
 	failed       atomic.Int64
 	spoolDropped atomic.Int64
+	producer     string    // this run's id in its events
+	seq          uint64    // the last event's number; Run's own
 	failing      int       // consecutive failed writes; Run's own
 	nextDrain    time.Time // Run's own: no attempt to send the spool before
 	spoolFull    bool      // Run's own: the spool refused an append; logged once
@@ -100,6 +107,9 @@ func NewPublisher(cfg Config) *Publisher {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.RetryPause <= 0 {
+		cfg.RetryPause = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -111,11 +121,28 @@ func NewPublisher(cfg Config) *Publisher {
 		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.Topic, Balancer: &kafka.Hash{}, Transport: cfg.Transport,
 			BatchSize: cfg.BatchSize, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll,
 			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond},
-		queue:   make(chan rejection, cfg.Buffer),
-		rules:   map[ruleKey]*counts{},
-		dropped: map[string]*atomic.Int64{},
-		since:   cfg.Now(),
+		queue:    make(chan rejection, cfg.Buffer),
+		rules:    map[ruleKey]*counts{},
+		dropped:  map[string]*atomic.Int64{},
+		since:    cfg.Now(),
+		producer: newProducerID(),
 	}
+}
+
+// newProducerID returns a random id for one run of a publisher: 64 bits,
+// so that no two runs of any deciders share one.
+func newProducerID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// stamp marshals ev as this publisher's next event.
+func (p *Publisher) stamp(ev *sluicev1.Event) []byte {
+	p.seq++
+	ev.Producer, ev.Seq = p.producer, p.seq
+	b, _ := proto.Marshal(ev) // marshalling a well-formed message cannot fail
+	return b
 }
 
 // OpenSpool opens the spool in dir for Config.Spool, bounded to maxBytes.
@@ -256,7 +283,7 @@ const spoolDrainSegments = 4
 // send writes batch and returns what is left to hold in memory. While the
 // spool holds messages, it sends those first (so that what Kafka gets
 // stays in order) and appends batch to the spool until it is empty; after
-// a failed attempt it waits a second before the next.
+// a failed attempt it waits RetryPause before the next.
 func (p *Publisher) send(ctx context.Context, batch []kafka.Message) []kafka.Message {
 	sp := p.cfg.Spool
 	if sp != nil && sp.Stats().Records > 0 && !p.drain(ctx) {
@@ -264,7 +291,7 @@ func (p *Publisher) send(ctx context.Context, batch []kafka.Message) []kafka.Mes
 	}
 	rest := p.write(ctx, batch)
 	if sp != nil && len(rest) > 0 {
-		p.nextDrain = time.Now().Add(time.Second)
+		p.nextDrain = time.Now().Add(p.cfg.RetryPause)
 		return p.spill(ctx, rest)
 	}
 	return p.trim(rest)
@@ -281,33 +308,40 @@ func (p *Publisher) drain(ctx context.Context) bool {
 		seq, records, ok, err := sp.Oldest()
 		if err != nil {
 			p.cfg.Logger.ErrorContext(ctx, "events: reading the spool", "err", err)
-			p.nextDrain = time.Now().Add(time.Second)
+			p.nextDrain = time.Now().Add(p.cfg.RetryPause)
 			return false
 		}
 		if !ok {
 			return true
 		}
 		msgs := make([]kafka.Message, 0, len(records))
+		corrupt := int64(0)
 		for _, r := range records {
 			m, ok := messageFromSpool(r)
 			if !ok {
-				p.spoolDropped.Add(1)
+				corrupt++
 				continue
 			}
 			msgs = append(msgs, m)
 		}
+		// What Kafka did not take stays at the spool's front, in order
+		// (write returns it so), to go first again after a pause: nothing
+		// reaches a partition after what follows it.
 		rest := p.write(ctx, msgs)
 		if len(rest) == len(msgs) && len(msgs) > 0 {
-			p.nextDrain = time.Now().Add(time.Second)
+			p.nextDrain = time.Now().Add(p.cfg.RetryPause)
 			return false
 		}
-		// Sent, or sent but for some: those go back at the spool's end.
-		if err := sp.Append(spoolRecords(rest)); err != nil {
-			p.countDropped(rest)
+		if err := sp.Replace(seq, spoolRecords(rest)); err != nil {
+			// The segment stays whole: what Kafka took comes again, and
+			// analytics skips it by its (producer, seq).
+			p.cfg.Logger.ErrorContext(ctx, "events: rewriting a sent spool segment", "err", err)
+			p.nextDrain = time.Now().Add(p.cfg.RetryPause)
+			return false
 		}
-		if err := sp.Remove(seq); err != nil {
-			p.cfg.Logger.ErrorContext(ctx, "events: removing a sent spool segment", "err", err)
-			p.nextDrain = time.Now().Add(time.Second)
+		p.spoolDropped.Add(corrupt)
+		if len(rest) > 0 {
+			p.nextDrain = time.Now().Add(p.cfg.RetryPause)
 			return false
 		}
 	}
@@ -350,39 +384,64 @@ func (p *Publisher) countDropped(msgs []kafka.Message) {
 	}
 }
 
-// write sends batch and returns what Kafka did not take: nothing on
-// success, else the messages that failed (all of them, or those a partial
-// write names).
+// chunkBytes bounds one WriteMessages call's bytes well under kafka-go's
+// batch bound (1 MiB), so that with at most BatchSize messages each
+// partition's share of a call goes out as one produce request: no call
+// delivers a partition's later messages and fails its earlier ones.
+const chunkBytes = 512 << 10
+
+// write sends batch, in order, in chunks of at most BatchSize messages and
+// chunkBytes, and returns what Kafka did not take: nothing on success, else
+// from the first chunk that failed, the messages it failed (all of them, or
+// those a partial write names) and every later one, in order.
 func (p *Publisher) write(ctx context.Context, batch []kafka.Message) []kafka.Message {
-	if len(batch) == 0 {
-		return batch
+	for start := 0; start < len(batch); {
+		end, size := start, 0
+		for end < len(batch) && end-start < p.cfg.BatchSize {
+			n := len(batch[end].Key) + len(batch[end].Value) + 64 // 64: headers and framing, generously
+			if end > start && size+n > chunkBytes {
+				break
+			}
+			size += n
+			end++
+		}
+		if failed := p.writeChunk(ctx, batch[start:end]); len(failed) > 0 {
+			return append(failed[:len(failed):len(failed)], batch[end:]...)
+		}
+		start = end
 	}
+	return batch[:0]
+}
+
+// writeChunk writes chunk in one call and returns what Kafka did not
+// take: nothing, the whole chunk, or the messages a partial write names.
+func (p *Publisher) writeChunk(ctx context.Context, chunk []kafka.Message) []kafka.Message {
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.WriteTimeout)
 	defer cancel()
-	if err := p.w.WriteMessages(wctx, batch...); err != nil {
+	if err := p.w.WriteMessages(wctx, chunk...); err != nil {
 		p.failed.Add(1)
 		if p.failing++; p.failing == 1 { // once per outage, not once per flush interval
-			p.cfg.Logger.WarnContext(ctx, "events: Kafka write failed; keeping the batch and retrying", "err", err, "events", len(batch))
+			p.cfg.Logger.WarnContext(ctx, "events: Kafka write failed; keeping the batch and retrying", "err", err, "events", len(chunk))
 		}
 		var partial kafka.WriteErrors
-		if errors.As(err, &partial) && len(partial) == len(batch) {
+		if errors.As(err, &partial) && len(partial) == len(chunk) {
 			var rest []kafka.Message
 			for i, e := range partial {
 				if e != nil {
-					rest = append(rest, batch[i])
+					rest = append(rest, chunk[i])
 				}
 			}
-			p.sent.Add(int64(len(batch) - len(rest)))
+			p.sent.Add(int64(len(chunk) - len(rest)))
 			return rest
 		}
-		return batch
+		return chunk
 	}
 	if p.failing > 0 {
 		p.cfg.Logger.InfoContext(ctx, "events: Kafka writes resumed", "failed_writes", p.failing, "dropped_total", p.totalDropped.Load())
 		p.failing = 0
 	}
-	p.sent.Add(int64(len(batch)))
-	return batch[:0]
+	p.sent.Add(int64(len(chunk)))
+	return nil
 }
 
 // spoolRecords encodes messages for the spool: a kind byte (0 a
@@ -425,10 +484,9 @@ func messageFromSpool(b []byte) (m kafka.Message, ok bool) {
 var deltaHeader = []kafka.Header{{Key: "type", Value: []byte("delta")}}
 
 func (p *Publisher) rejectionMessage(r rejection) kafka.Message {
-	ev := &sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
+	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
 		TenantId: r.tenant, Tier: r.tier, RuleId: r.rule, ClientKey: r.client, Cost: r.cost,
-		At: timestamppb.New(time.UnixMicro(r.at)), Decider: p.cfg.Decider, Shadow: r.shadow}}}
-	b, _ := proto.Marshal(ev) // marshalling a well-formed message cannot fail
+		At: timestamppb.New(time.UnixMicro(r.at)), Decider: p.cfg.Decider, Shadow: r.shadow}}})
 	return kafka.Message{Key: []byte(r.tenant), Value: b}
 }
 
@@ -441,7 +499,7 @@ func (p *Publisher) deltas() []kafka.Message {
 	var out []kafka.Message
 	add := func(tenant string, d *sluicev1.CounterDelta) {
 		d.TenantId, d.From, d.To, d.Decider = tenant, from, to, p.cfg.Decider
-		b, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
+		b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
 		out = append(out, kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader})
 	}
 	p.mu.RLock()

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/events/eventstest"
@@ -290,4 +293,99 @@ func FuzzMessageFromSpool(f *testing.F) {
 			t.Fatalf("round trip of %q/%q/%v: %+v, %v", key, value, delta, got, ok)
 		}
 	})
+}
+
+// Through writes that Kafka refuses for a partition while it takes the
+// others', with the spool or without, the publisher delivers every event
+// and never an event to a partition for the first time after a later one
+// of its own (a higher seq): the order analytics' marks rely on to tell a
+// resent event from a new one.
+func TestRefusedWritesKeepEachPartitionInOrder(t *testing.T) {
+	t.Parallel()
+	for _, spooled := range []bool{false, true} {
+		t.Run(fmt.Sprint("spool=", spooled), func(t *testing.T) {
+			t.Parallel()
+			topic := kafkatest.Topic(t)
+			b := kafkatest.Start(t, 3, []string{topic})
+			// An outage first (every produce request refused), then of
+			// every four requests the second and third: some batches fail
+			// at both of kafka-go's attempts, some at one, and the other
+			// partitions' go through.
+			var produces atomic.Int32
+			var outage atomic.Bool
+			outage.Store(true)
+			b.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+				b.KeepControl()
+				if n := produces.Add(1); !outage.Load() && n%4 != 2 && n%4 != 3 {
+					return nil, nil, false
+				}
+				req := kr.(*kmsg.ProduceRequest)
+				resp := req.ResponseKind().(*kmsg.ProduceResponse)
+				resp.Version = req.Version
+				for _, rt := range req.Topics {
+					st := kmsg.NewProduceResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewProduceResponseTopicPartition()
+						sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+			cfg := Config{Brokers: b.Addrs(), Topic: topic, BatchSize: 50, FlushInterval: 10 * time.Millisecond, DeltaInterval: time.Hour, RetryPause: 20 * time.Millisecond}
+			if spooled {
+				sp, err := spool.Open(t.TempDir(), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Spool = sp
+			}
+			p := NewPublisher(cfg)
+			stop := runUntilStopped(t, p)
+			const n = 600
+			at := time.Now()
+			for i := range n {
+				waitFor(t, "room in the buffer", func() bool { return p.Stats().Queued < 1000 })
+				p.Rejected(fmt.Sprint("t", i%5), "free", "r1", fmt.Sprint("c", i), 1, at, false)
+				if i%50 == 49 {
+					// Held through a failed write in the outage, and after
+					// it, through a few produce requests: the spool's
+					// segments go while new events reach it.
+					requests := produces.Load()
+					waitFor(t, "produce requests", func() bool { return produces.Load() > requests+4 })
+				}
+				if i == n/2 {
+					outage.Store(false)
+				}
+			}
+			waitFor(t, "every event sent", func() bool { st := p.Stats(); return st.Sent >= n && st.Queued == 0 && st.Spooled == 0 })
+			stop()
+			if p.Stats().WriteErrors == 0 {
+				t.Fatal("no write failed")
+			}
+
+			delivered := map[uint64]bool{}
+			for partition, end := range kafkatest.EndOffsets(t, b.Addrs(), topic, 3) {
+				last := uint64(0)
+				for _, m := range kafkatest.ReadPartition(t, b.Addrs(), topic, partition, end) {
+					var ev sluicev1.Event
+					if err := proto.Unmarshal(m.Value, &ev); err != nil {
+						t.Fatal(err)
+					}
+					if delivered[ev.Seq] {
+						continue // resent
+					}
+					if ev.Seq <= last {
+						t.Fatalf("partition %d: event %d first delivered after event %d", partition, ev.Seq, last)
+					}
+					delivered[ev.Seq], last = true, ev.Seq
+				}
+			}
+			if len(delivered) != n {
+				t.Fatalf("%d distinct events delivered, want %d", len(delivered), n)
+			}
+		})
+	}
 }

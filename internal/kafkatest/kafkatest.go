@@ -96,6 +96,48 @@ func Consume(t testing.TB, brokers []string, topic string, each func(kafka.Messa
 	}
 }
 
+// EndOffsets returns the end offset of each of topic's partitions, by
+// partition: how many messages each holds.
+func EndOffsets(t testing.TB, brokers []string, topic string, partitions int) []int64 {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := range partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	res, err := c.ListOffsets(context.Background(), req)
+	if err != nil {
+		t.Fatalf("kafkatest: end offsets of %s: %v", topic, err)
+	}
+	out := make([]int64, partitions)
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			t.Fatalf("kafkatest: end offset of %s/%d: %v", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = po.LastOffset
+	}
+	return out
+}
+
+// ReadPartition returns the first n messages of one partition of topic, in
+// offset order; it fails t when a read fails or 30 s pass first.
+func ReadPartition(t testing.TB, brokers []string, topic string, partition int, n int64) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partition, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	var out []kafka.Message
+	for int64(len(out)) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("kafkatest: reading %s/%d after %d messages: %v", topic, partition, len(out), err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 // StartSecure is Start with a broker that asks for TLS (its certificate
 // signed by a fresh CA, whose PEM file it returns) and SASL with mechanism
 // (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) for user and password.

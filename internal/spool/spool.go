@@ -82,6 +82,10 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), suffix+".tmp") { // a Replace a crash cut short
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+			continue
+		}
 		seq, err := strconv.ParseUint(strings.TrimSuffix(e.Name(), suffix), 10, 64)
 		if err != nil || !strings.HasSuffix(e.Name(), suffix) {
 			continue
@@ -179,6 +183,44 @@ func (s *Spool) Remove(seq uint64) error {
 	s.bytes.Add(-s.segs[0].bytes)
 	s.records.Add(-s.segs[0].records)
 	s.segs = s.segs[1:]
+	return nil
+}
+
+// Replace rewrites the oldest segment, whose records Oldest returned as
+// seq, to hold only records (those of it not delivered yet, in order): a
+// new file renamed over it, so that a crash leaves the old segment or the
+// new one, whole. No records removes it.
+func (s *Spool) Replace(seq uint64, records [][]byte) error {
+	if len(records) == 0 {
+		return s.Remove(seq)
+	}
+	if len(s.segs) == 0 || s.segs[0].seq != seq || (len(s.segs) == 1 && s.head != nil) {
+		return fmt.Errorf("spool: replace %d: not the oldest sealed segment", seq)
+	}
+	data := Encode(nil, records)
+	tmp := s.path(seq) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, s.path(seq))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("spool: replace: %w", err)
+	}
+	seg := &s.segs[0]
+	s.bytes.Add(int64(len(data)) - seg.bytes)
+	s.records.Add(int64(len(records)) - seg.records)
+	seg.bytes, seg.records = int64(len(data)), int64(len(records))
 	return nil
 }
 

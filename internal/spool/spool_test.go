@@ -97,6 +97,61 @@ func TestAppendReadRemoveAcrossReopen(t *testing.T) {
 
 // Reading the head seals it: an append after Oldest lands in a new segment,
 // so removing the one read loses nothing appended meanwhile.
+// Replace leaves the oldest segment holding only what is left of it, in
+// order, across a reopen (a leftover of a cut-short Replace is ignored and
+// removed); with nothing left it removes the segment.
+func TestReplaceKeepsWhatIsLeft(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s, err := Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(recs(0, 5)); err != nil {
+		t.Fatal(err)
+	}
+	seq, rs, _, err := s.Oldest()
+	if err != nil || len(rs) != 5 {
+		t.Fatalf("Oldest: %d records, %v", len(rs), err)
+	}
+	if err := s.Append(recs(5, 2)); err != nil { // a newer segment
+		t.Fatal(err)
+	}
+	if err := s.Replace(seq+1, recs(6, 1)); err == nil {
+		t.Fatal("replaced a segment that is not the oldest")
+	}
+	if err := s.Replace(seq, [][]byte{rs[1], rs[3], rs[4]}); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Records != 5 {
+		t.Fatalf("after Replace: %+v, want 5 records", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%020d.seg.tmp", seq)), []byte("torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, 0)
+	want := [][]byte{[]byte("record-1"), []byte("record-3"), []byte("record-4"), []byte("record-5"), []byte("record-6")}
+	if got := drain(t, s); !slices.EqualFunc(got, want, bytes.Equal) {
+		t.Fatalf("after a reopen: %q, want %q", got, want)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 { // the lock file
+		t.Fatalf("left in the directory: %v", entries)
+	}
+	if err := s.Append(recs(7, 1)); err != nil {
+		t.Fatal(err)
+	}
+	seq, _, _, _ = s.Oldest()
+	if err := s.Replace(seq, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Records != 0 || st.Bytes != 0 {
+		t.Fatalf("after replacing with nothing: %+v", st)
+	}
+}
+
 func TestAppendWhileReading(t *testing.T) {
 	t.Parallel()
 	s := open(t, t.TempDir(), 0)

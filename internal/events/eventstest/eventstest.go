@@ -17,12 +17,22 @@ type Tally struct {
 	Rejections []*sluicev1.Rejection
 	// The counter deltas' sums.
 	Allowed, Rejected, ShadowRejected, DroppedRejections int64
-	// Messages counts the messages read, events of either kind.
-	Messages int64
+	// Messages counts the messages read, events of either kind;
+	// Duplicates those of them skipped as a resent event (the same producer
+	// and seq again), as analytics skips them.
+	Messages, Duplicates int64
+
+	seen map[event]bool
 }
 
-// Add counts m's event. It fails t when m is not an event, or is not keyed
-// by its tenant (the publisher's partition key).
+type event struct {
+	producer string
+	seq      uint64
+}
+
+// Add counts m's event, unless it counted the same one before. It fails t
+// when m is not an event, or is not keyed by its tenant (the publisher's
+// partition key).
 func (ta *Tally) Add(t testing.TB, m kafka.Message) {
 	t.Helper()
 	var ev sluicev1.Event
@@ -30,6 +40,17 @@ func (ta *Tally) Add(t testing.TB, m kafka.Message) {
 		t.Fatalf("eventstest: message %d: %v", m.Offset, err)
 	}
 	ta.Messages++
+	if ev.Producer != "" {
+		if ta.seen == nil {
+			ta.seen = map[event]bool{}
+		}
+		e := event{ev.Producer, ev.Seq}
+		if ta.seen[e] {
+			ta.Duplicates++
+			return
+		}
+		ta.seen[e] = true
+	}
 	var tenant string
 	switch k := ev.Kind.(type) {
 	case *sluicev1.Event_Rejection:

@@ -32,7 +32,18 @@ type Event struct {
 	//
 	//	*Event_Rejection
 	//	*Event_Delta
-	Kind          isEvent_Kind `protobuf_oneof:"kind"`
+	Kind isEvent_Kind `protobuf_oneof:"kind"`
+	// producer names one run of one publisher (a random id a decider picks
+	// at start), and seq numbers that producer's events from 1 in the order
+	// it made them. A publisher that resends what Kafka may already hold (a
+	// write that timed out after the broker took it) sends the same pair
+	// again, and analytics counts an event once per (producer, seq): it
+	// keeps, per partition, the highest seq committed of each producer and
+	// skips what is not above it. The publisher never delivers an event for
+	// the first time after a later one of its own to the same partition.
+	// Empty and 0 (events of older deciders): counted as they come.
+	Producer      string `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
+	Seq           uint64 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -90,6 +101,20 @@ func (x *Event) GetDelta() *CounterDelta {
 		}
 	}
 	return nil
+}
+
+func (x *Event) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *Event) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 type isEvent_Kind interface {
@@ -334,10 +359,12 @@ var File_sluice_v1_events_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/events.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"v\n" +
+	"\x16sluice/v1/events.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x01\n" +
 	"\x05Event\x124\n" +
 	"\trejection\x18\x01 \x01(\v2\x14.sluice.v1.RejectionH\x00R\trejection\x12/\n" +
-	"\x05delta\x18\x02 \x01(\v2\x17.sluice.v1.CounterDeltaH\x00R\x05deltaB\x06\n" +
+	"\x05delta\x18\x02 \x01(\v2\x17.sluice.v1.CounterDeltaH\x00R\x05delta\x12\x1a\n" +
+	"\bproducer\x18\x03 \x01(\tR\bproducer\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seqB\x06\n" +
 	"\x04kind\"\xe6\x01\n" +
 	"\tRejection\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
