@@ -47,6 +47,7 @@
 //	-identity-header SLUICE_IDENTITY_HEADER   proxy: header naming the client (else the cookie, else the client IP)
 //	-identity-cookie SLUICE_IDENTITY_COOKIE   proxy: cookie naming the client
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES   proxy: comma-separated CIDRs whose X-Forwarded-For is believed
+//	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	                SLUICE_DECIDER_KEY        the decider credential; environment only
@@ -149,6 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
 	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
+	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "proxy: CIDRs of load balancers opening each connection with a PROXY protocol header (v1 or v2), whose address is then the client's")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
@@ -266,7 +268,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *upstream != "" {
 		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"),
 			dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}, *trusted,
-			[2]string{*proxyCert, *proxyKey})
+			*balancers, [2]string{*proxyCert, *proxyKey})
 		if err != nil {
 			ln.Close()
 			return err
@@ -330,7 +332,7 @@ func deciderName() string {
 // tenant of the check key, over TLS with the certificate and key files of
 // tlsPair when they are named, and returns what stops it.
 func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
-	pc dataplane.ProxyConfig, trusted string, tlsPair [2]string) (func(), error) {
+	pc dataplane.ProxyConfig, trusted, balancers string, tlsPair [2]string) (func(), error) {
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
@@ -341,10 +343,19 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	if pc.TrustedProxies, err = clientip.ParsePrefixes(trusted); err != nil {
 		return nil, err
 	}
+	lbs, err := clientip.ParsePrefixes(balancers)
+	if err != nil {
+		return nil, fmt.Errorf("proxy-protocol: %w", err)
+	}
 	hash := policy.HashKey(key) // once, not per proxied request
 	pc.API, pc.Upstream = api, u
 	pc.Tenant = func() (*decide.Config, error) { return keys.Lookup(hash) }
-	ln, scheme, err := tlsfiles.Listen(addr, tlsPair[0], tlsPair[1], "")
+	tcp, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	// The PROXY header comes first on the wire, before any TLS.
+	ln, scheme, err := tlsfiles.Wrap(dataplane.ProxyProtocol(tcp, lbs), tlsPair[0], tlsPair[1], "")
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}

@@ -60,6 +60,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 		"KAFKA_BROKERS": strings.Join(broker.Addrs(), ","), "SLUICE_EVENTS_TOPIC": topic}
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
+		"-proxy-protocol", "192.0.2.0/24", // a balancer elsewhere: this test's direct connections are served as they come
 		"-cors-origins", "http://console.example"}
 	addrs, done := startDecider(t, ctx, args, env)
 	base, proxy := addrs.base, addrs.proxy

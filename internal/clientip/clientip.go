@@ -31,7 +31,7 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 		return netip.Addr{}
 	}
 	ip = ip.Unmap().WithZone("")
-	if !contains(trusted, ip) {
+	if !Contains(trusted, ip) {
 		return ip
 	}
 	hops := strings.Split(strings.Join(h.Values("X-Forwarded-For"), ","), ",")
@@ -40,7 +40,7 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 		if err != nil {
 			return ip // a malformed hop: trust nothing beyond it
 		}
-		if a = a.Unmap().WithZone(""); !contains(trusted, a) {
+		if a = a.Unmap().WithZone(""); !Contains(trusted, a) {
 			return a
 		}
 		ip = a
@@ -48,7 +48,8 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 	return ip
 }
 
-func contains(prefixes []netip.Prefix, a netip.Addr) bool {
+// Contains reports whether one of prefixes holds a.
+func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(a) {
 			return true

@@ -68,7 +68,7 @@ func FuzzOf(f *testing.F) {
 			}
 			return
 		}
-		if !contains(trusted, peer) {
+		if !Contains(trusted, peer) {
 			if got != peer {
 				t.Fatalf("an untrusted peer %v posed as %v", peer, got)
 			}

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pires/go-proxyproto"
+
+	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -281,5 +284,85 @@ func TestProxyIdentityFromCookieAndIP(t *testing.T) {
 	}
 	if status("s1") != 429 || status("s2") != 200 || status("") != 200 {
 		t.Fatal("cookie identities are not counted apart")
+	}
+}
+
+// Behind a load balancer speaking the PROXY protocol, the client is the
+// address the header names (v1 and v2): clients through one balancer are
+// counted apart, and the upstream sees each in X-Forwarded-For; the
+// balancer's connection without a header is refused. A peer that is no
+// balancer is served as it comes, and cannot pose as another client with
+// a header of its own.
+func TestProxyIdentityFromProxyProtocol(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up, _ := upstream(t)
+	serve := func(balancers string) string {
+		prefixes, err := clientip.ParsePrefixes(balancers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.IdentityHeader = "" })
+		srv := httptest.NewUnstartedServer(px.Config.Handler)
+		srv.Listener = ProxyProtocol(srv.Listener, prefixes)
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}
+	// get sends GET / on a new connection opened with header, and returns
+	// the answer's status and body (0 when the connection was closed).
+	get := func(addr string, header []byte) (int, string) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write(append(header, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"...)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	v1 := func(client string) []byte { return []byte("PROXY TCP4 " + client + " 192.0.2.1 40000 80\r\n") }
+	v2 := func(client string) []byte {
+		h := proxyproto.HeaderProxyFromAddrs(2, &net.TCPAddr{IP: net.ParseIP(client), Port: 40000}, &net.TCPAddr{IP: net.ParseIP("192.0.2.1"), Port: 80})
+		b, err := h.Format()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+
+	behind := serve("127.0.0.1")
+	for i := range 3 {
+		header := v1("203.0.113.7")
+		if i%2 == 1 {
+			header = v2("203.0.113.7")
+		}
+		if code, body := get(behind, header); code != 200 || !strings.HasSuffix(body, "via 203.0.113.7") {
+			t.Fatalf("request %d of 203.0.113.7: %d %q", i, code, body)
+		}
+	}
+	if code, _ := get(behind, v2("203.0.113.7")); code != 429 {
+		t.Fatalf("fourth request of 203.0.113.7: %d, want 429", code)
+	}
+	if code, body := get(behind, v1("203.0.113.8")); code != 200 || !strings.HasSuffix(body, "via 203.0.113.8") {
+		t.Fatalf("another client through the balancer: %d %q", code, body)
+	}
+	if code, _ := get(behind, nil); code != 0 {
+		t.Fatalf("the balancer's connection without a header: %d, want it closed", code)
+	}
+
+	direct := serve("192.0.2.0/24")
+	if code, body := get(direct, nil); code != 200 || !strings.HasSuffix(body, "via 127.0.0.1") {
+		t.Fatalf("a peer that is no balancer: %d %q", code, body)
+	}
+	if code, _ := get(direct, v1("203.0.113.9")); code != 400 {
+		t.Fatalf("a PROXY header from a peer that is no balancer: %d, want 400", code)
 	}
 }

@@ -83,23 +83,32 @@ func (k *keyPair) get() (*tls.Certificate, error) {
 }
 
 // Listen listens on the TCP address addr, serving TLS with ServerConfig's
-// configuration of the files when any is named, HTTP/2 and HTTP/1.1
-// offered by ALPN, and says which scheme the listener serves: "https" or
-// "http". A TLS handshake happens on a connection's first read or write,
-// so servers bound it with their header timeouts.
+// configuration of the files when any is named (see Wrap), and says which
+// scheme the listener serves: "https" or "http".
 func Listen(addr, certFile, keyFile, clientCAFile string) (ln net.Listener, scheme string, err error) {
-	var cfg *tls.Config
-	if certFile != "" || keyFile != "" || clientCAFile != "" {
-		if cfg, err = ServerConfig(certFile, keyFile, clientCAFile); err != nil {
-			return nil, "", err
-		}
-		cfg.NextProtos = []string{"h2", "http/1.1"}
-	}
 	if ln, err = net.Listen("tcp", addr); err != nil {
 		return nil, "", err
 	}
-	if cfg == nil {
+	if ln, scheme, err = Wrap(ln, certFile, keyFile, clientCAFile); err != nil {
+		return nil, "", err
+	}
+	return ln, scheme, nil
+}
+
+// Wrap serves TLS on ln with ServerConfig's configuration of the files
+// when any is named, HTTP/2 and HTTP/1.1 offered by ALPN, and says which
+// scheme the listener serves: "https" or "http". A TLS handshake happens on
+// a connection's first read or write, so servers bound it with their
+// header timeouts. On an error it closes ln.
+func Wrap(ln net.Listener, certFile, keyFile, clientCAFile string) (net.Listener, string, error) {
+	if certFile == "" && keyFile == "" && clientCAFile == "" {
 		return ln, "http", nil
 	}
+	cfg, err := ServerConfig(certFile, keyFile, clientCAFile)
+	if err != nil {
+		ln.Close()
+		return nil, "", err
+	}
+	cfg.NextProtos = []string{"h2", "http/1.1"}
 	return tls.NewListener(ln, cfg), "https", nil
 }
