@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -134,7 +135,8 @@ type Options struct {
 	Budget time.Duration
 	// BreakerFailures consecutive engine failures open the breaker, which
 	// then answers by failure modes without calling the engine for
-	// BreakerCooldown before letting one call probe. 0 disables it.
+	// BreakerCooldown before letting one call probe. 0 disables it. An
+	// engine that is a Sharder has a breaker per shard.
 	BreakerFailures uint32
 	BreakerCooldown time.Duration
 	// DenyCacheSize > 0 remembers that many keys rejected until a known
@@ -149,7 +151,8 @@ type Options struct {
 // concurrent use.
 type Decider struct {
 	opts    Options
-	breaker *gobreaker.CircuitBreaker[bool]
+	breaker *gobreaker.CircuitBreaker[bool] // the engine's, or of its shard ""
+	shards  sync.Map                        // a Sharder's other shards' breakers, by name
 	// engineErrors counts failed engine calls (errors and timeouts; calls
 	// the open breaker refused are not made and not counted).
 	engineErrors atomic.Int64
@@ -175,15 +178,45 @@ func NewDecider(o Options) *Decider {
 		d.denied = newDenyCache(o.DenyCacheSize)
 	}
 	if o.BreakerFailures > 0 {
-		d.breaker = gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
-			Name:        "engine",
-			Timeout:     o.BreakerCooldown,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= o.BreakerFailures },
-			// A caller hanging up says nothing about the engine.
-			IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-		})
+		d.breaker = d.newBreaker("engine")
 	}
 	return d
+}
+
+func (d *Decider) newBreaker(name string) *gobreaker.CircuitBreaker[bool] {
+	return gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
+		Name:        name,
+		Timeout:     d.opts.BreakerCooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= d.opts.BreakerFailures },
+		// A caller hanging up says nothing about the engine.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+	})
+}
+
+// Sharder is an Engine whose decisions each go to one of several stores
+// that fail apart (a Redis Cluster's masters): Shard names the one reqs
+// go to ("" for any the engine cannot tell). Each shard has a breaker of
+// its own, so that one master down sends the decisions it holds to their
+// failure modes, not those of the others.
+type Sharder interface {
+	Shard(ctx context.Context, reqs []limit.Request) string
+}
+
+// breakerFor returns the breaker of the shard reqs go to.
+func (d *Decider) breakerFor(ctx context.Context, reqs []limit.Request) *gobreaker.CircuitBreaker[bool] {
+	s, ok := d.opts.Engine.(Sharder)
+	if !ok {
+		return d.breaker
+	}
+	name := s.Shard(ctx, reqs)
+	if name == "" {
+		return d.breaker
+	}
+	if b, ok := d.shards.Load(name); ok {
+		return b.(*gobreaker.CircuitBreaker[bool])
+	}
+	b, _ := d.shards.LoadOrStore(name, d.newBreaker("engine "+name))
+	return b.(*gobreaker.CircuitBreaker[bool])
 }
 
 // Gatherer is an Engine that can send decisions made at once together
@@ -205,12 +238,21 @@ func (d *Decider) Gather(ctx context.Context, n int) context.Context {
 }
 
 // BreakerState returns "closed", "half-open" or "open" ("closed" without a
-// breaker).
+// breaker): with a breaker per shard, the worst of them — "open" when
+// any shard's is.
 func (d *Decider) BreakerState() string {
 	if d.breaker == nil {
 		return "closed"
 	}
-	return d.breaker.State().String()
+	worst := d.breaker.State()
+	d.shards.Range(func(_, b any) bool {
+		st := b.(*gobreaker.CircuitBreaker[bool]).State()
+		if st == gobreaker.StateOpen || (st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed) {
+			worst = st
+		}
+		return worst != gobreaker.StateOpen
+	})
+	return worst.String()
 }
 
 // Decide evaluates req against the tenant config c. Invalid input returns a
@@ -681,7 +723,7 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 	if d.breaker == nil {
 		allowed, err = do()
 	} else {
-		allowed, err = d.breaker.Execute(do)
+		allowed, err = d.breakerFor(ctx, reqs).Execute(do)
 	}
 	return allowed, engaged, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,5 +231,89 @@ func TestLocallyCountedRuleThroughARedisOutage(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second { // the budget is 100 ms; Redis's own timeouts, seconds
 		t.Fatalf("the decision took %v", took)
+	}
+}
+
+// One master of a Redis Cluster dies: the decisions whose counters it held
+// answer by their failure modes, and its breaker opens so that they stop
+// waiting for it, while the other masters' decisions go on through Redis,
+// exact and never degraded: each master has a breaker of its own.
+func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t)
+	eng, err := redisengine.Open("redis://"+cl.Addrs[0]+"?addr="+cl.Addrs[1]+"&addr="+cl.Addrs[2], redisengine.ClientOptions{Cluster: true},
+		redisengine.Config{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	rule := policy.Rule{ID: "r", Name: "r", KeyBy: []string{"client_id"}, FailureMode: policy.FailOpen,
+		Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}}
+	c, err := Compile(&policy.Snapshot{
+		Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecider(Options{Engine: eng, Budget: 100 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: time.Hour})
+	// Clients on each master, by where their counters' keys fall.
+	var req [3][]Request
+	for i := 0; len(req[0]) < 2 || len(req[1]) < 2 || len(req[2]) < 2; i++ {
+		r := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: fmt.Sprint("client-", i)}}}
+		key := string(policy.AppendCounterKey(nil, "t", &rule, r.Descriptors))
+		shard := eng.Shard(ctx, []limit.Request{{Key: key}})
+		for m, addr := range cl.Addrs {
+			if shard == addr && len(req[m]) < 2 {
+				req[m] = append(req[m], r)
+			}
+		}
+	}
+	decide := func(r Request) Decision {
+		t.Helper()
+		dec, err := d.Decide(ctx, c, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dec
+	}
+	for _, r := range req[1] {
+		decide(r) // one counted before the master dies
+	}
+	cl.Servers[0].Stop(t)
+
+	before := d.EngineErrors()
+	for range 10 {
+		for _, r := range req[0] {
+			if dec := decide(r); !dec.Allowed || !dec.Degraded {
+				t.Fatalf("a client of the dead master: allowed %v, degraded %v; want its rule's failure mode (open)", dec.Allowed, dec.Degraded)
+			}
+		}
+	}
+	if n := d.EngineErrors() - before; n != 3 {
+		t.Fatalf("%d calls to the dead master failed, want 3: then its breaker is open and none is made", n)
+	}
+	if st := d.BreakerState(); st != "open" {
+		t.Fatalf("breaker state %q, want open", st)
+	}
+	for m := 1; m < 3; m++ {
+		for _, r := range req[m] {
+			var allowed []bool
+			for range 4 {
+				dec := decide(r)
+				if dec.Degraded {
+					t.Fatalf("a client of a live master decided by its failure mode")
+				}
+				allowed = append(allowed, dec.Allowed)
+			}
+			want := []bool{true, true, true, false}
+			if m == 1 {
+				want = []bool{true, true, false, false} // one counted before
+			}
+			if !slices.Equal(allowed, want) {
+				t.Fatalf("a client of master %d: %v, want %v", m, allowed, want)
+			}
+		}
 	}
 }

@@ -309,6 +309,7 @@ func (e *Engine) flush(batch []*call) {
 		var retry []wire
 		for i, w := range ws {
 			reply, err := cmds[i].Int64Slice()
+			e.followTopology(err)
 			if err != nil && ctx.Err() != nil {
 				err = ctx.Err() // a network timeout at the deadline, as the caller's own deadline would say
 			}

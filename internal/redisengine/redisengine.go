@@ -11,6 +11,7 @@ package redisengine
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -349,6 +350,7 @@ func (e *Engine) runScript(ctx context.Context, sc *redis.Script, keys []string,
 	pause := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		reply, err := sc.Run(ctx, e.client, keys, args...).Int64Slice()
+		e.followTopology(err)
 		if err == nil || !slotMoving(err) || attempt == 60 {
 			return reply, err
 		}
@@ -361,6 +363,41 @@ func (e *Engine) runScript(ctx context.Context, sc *redis.Script, keys []string,
 		}
 		pause = min(2*pause, 20*time.Millisecond)
 	}
+}
+
+// followTopology has a cluster client read the cluster's slots again after
+// err, when err may mean they are served elsewhere now: a node that did not
+// answer (gone, or too slow for the budget: a master that died, whose
+// replica is taking its slots over) or one that says so (MOVED,
+// CLUSTERDOWN). go-redis reads them again by itself on the redirections it
+// follows, and otherwise once a minute: a failover would leave decisions
+// to their failure modes for that minute, not for the seconds it takes.
+// The reload runs in the background, one at a time, at most five a second.
+func (e *Engine) followTopology(err error) {
+	cc, ok := e.client.(*redis.ClusterClient)
+	if !ok || err == nil {
+		return
+	}
+	var answer redis.Error
+	if errors.As(err, &answer) && !redis.HasErrorPrefix(err, "MOVED") && !redis.HasErrorPrefix(err, "CLUSTERDOWN") {
+		return // the node answered for its slot
+	}
+	cc.ReloadState(context.Background())
+}
+
+// Shard names the Redis Cluster master that holds the first of reqs' keys
+// (its address), "" on one Redis: decide.Decider keeps a breaker per
+// master (see decide.Sharder).
+func (e *Engine) Shard(ctx context.Context, reqs []limit.Request) string {
+	cc, ok := e.client.(*redis.ClusterClient)
+	if !ok || len(reqs) == 0 {
+		return ""
+	}
+	c, err := cc.MasterForKey(ctx, e.cfg.Prefix+reqs[0].Key)
+	if err != nil {
+		return ""
+	}
+	return c.Options().Addr
 }
 
 // slotMoving reports whether err is a cluster node's answer while the

@@ -227,7 +227,8 @@ func (s *Server) kill() {
 	}
 }
 
-// Cluster is a throwaway Redis Cluster of three masters and no replicas.
+// Cluster is a throwaway Redis Cluster of three masters, and the replicas
+// AddReplica adds.
 type Cluster struct {
 	Addrs   []string
 	Servers []*Server
@@ -240,11 +241,7 @@ func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	for range 3 {
-		port := freePort(t, true)
-		s := &Server{port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(),
-			args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}}
-		s.Start(t)
-		t.Cleanup(func() { s.kill() })
+		s := startClusterNode(t)
 		c.Servers = append(c.Servers, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
@@ -279,6 +276,80 @@ func StartCluster(t testing.TB) *Cluster {
 		t.Fatalf("redistest: cluster never became ok: %v", err)
 	}
 	return c
+}
+
+// startClusterNode starts a cluster-enabled redis-server, killed when the
+// test ends. A node is declared failed after 2 s without an answer; a
+// replica's first sync starts at once.
+func startClusterNode(t testing.TB) *Server {
+	t.Helper()
+	port := freePort(t, true)
+	s := &Server{port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), dir: t.TempDir(),
+		args: []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			"--repl-diskless-sync-delay", "0"}}
+	s.Start(t)
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+// AddReplica starts a node, joins it to the cluster as a replica of the
+// master c.Servers[master], and waits until it has synced with it. When
+// that master dies (Stop), the replica takes its slots over once the
+// others have declared it failed: a failover, in a few seconds.
+func (c *Cluster) AddReplica(t testing.TB, master int) *Server {
+	t.Helper()
+	ctx := context.Background()
+	s := startClusterNode(t)
+	m := redis.NewClient(&redis.Options{Addr: c.Servers[master].Addr})
+	defer m.Close()
+	id, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("redistest: master's id: %v", err)
+	}
+	n := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer n.Close()
+	if err := n.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Servers[master].port)).Err(); err != nil {
+		t.Fatalf("redistest: replica meets the cluster: %v", err)
+	}
+	err = waitFor(func() error { // refused until the node has heard of the master
+		return n.Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+	})
+	if err == nil {
+		// The master's word, not the replica's: a replica may say its link
+		// is up before its first sync has run.
+		err = waitFor(func() error {
+			info, err := m.Info(ctx, "replication").Result()
+			if err == nil && !strings.Contains(info, "127.0.0.1,port="+strconv.Itoa(s.port)+",state=online") {
+				err = fmt.Errorf("replica not online: %.200s", info)
+			}
+			return err
+		})
+	}
+	if err == nil {
+		// Every master knows it as a replica: they vote when it asks to
+		// take over.
+		var myID string
+		if myID, err = n.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
+			err = waitFor(func() error {
+				for _, o := range c.Servers {
+					oc := redis.NewClient(&redis.Options{Addr: o.Addr})
+					nodes, err := oc.ClusterNodes(ctx).Result()
+					oc.Close()
+					if err != nil {
+						return err
+					}
+					if !strings.Contains(nodes, myID+" "+s.Addr) || !strings.Contains(nodes, "slave "+id) {
+						return fmt.Errorf("%s does not know the replica yet", o.Addr)
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err != nil {
+		t.Fatalf("redistest: replica of %s: %v", c.Servers[master].Addr, err)
+	}
+	return s
 }
 
 // Client returns a cluster client, closed when the test ends.
