@@ -54,10 +54,16 @@ func UpstreamTransport() *http.Transport {
 const (
 	RouteDescriptor  = "route"
 	MethodDescriptor = "method"
+	// IPDescriptor is the client's IP address whatever identity the
+	// request claims: a rule keyed by it bounds what one address sends
+	// when a header or cookie names the client, since a client can claim a
+	// new name with each request.
+	IPDescriptor = "ip"
 )
 
 // NewProxy returns the reverse proxy: each request is checked as
-// client_id (its identity), route (its path) and method; allowed ones are
+// client_id (its identity), ip (its address), route (its path) and
+// method; allowed ones are
 // forwarded, bodies streamed and upgrades (websockets) passed through,
 // after waiting out a leaky bucket's delay; rejected ones get 429, the
 // rate limit headers and a problem+json body.
@@ -89,8 +95,10 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			h.fail(ex, err)
 			return
 		}
+		ip := clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies).String()
 		req := decide.Request{Descriptors: policy.Descriptors{
-			{Key: policy.DefaultIdentifierKey, Value: cfg.identity(r)},
+			{Key: policy.DefaultIdentifierKey, Value: cfg.identity(r, ip)},
+			{Key: IPDescriptor, Value: ip},
 			{Key: RouteDescriptor, Value: r.URL.Path},
 			{Key: MethodDescriptor, Value: r.Method},
 		}}
@@ -149,8 +157,8 @@ func maxDelay(dec decide.Decision) time.Duration {
 }
 
 // identity names the client of r: the identity header, else the cookie,
-// else its IP (see clientip.Of).
-func (cfg *ProxyConfig) identity(r *http.Request) string {
+// else its IP address ip (see clientip.Of).
+func (cfg *ProxyConfig) identity(r *http.Request, ip string) string {
 	if cfg.IdentityHeader != "" {
 		if v := r.Header.Get(cfg.IdentityHeader); v != "" {
 			return v
@@ -161,5 +169,5 @@ func (cfg *ProxyConfig) identity(r *http.Request) string {
 			return c.Value
 		}
 	}
-	return clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies).String()
+	return ip
 }

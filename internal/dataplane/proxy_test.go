@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -364,5 +366,45 @@ func TestProxyIdentityFromProxyProtocol(t *testing.T) {
 	}
 	if code, _ := get(direct, v1("203.0.113.9")); code != 400 {
 		t.Fatalf("a PROXY header from a peer that is no balancer: %d, want 400", code)
+	}
+}
+
+// A client that claims a new identity with each request gets past a rule
+// keyed by client_id, not past one keyed by ip: the proxy checks every
+// request with its address too. Addresses are counted apart (here behind a
+// trusted proxy, by X-Forwarded-For).
+func TestProxyIPRuleBoundsClaimedIdentities(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{
+		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Minute}},
+		{ID: "r2", Name: "per-address", KeyBy: []string{IPDescriptor}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 4, Window: time.Minute}},
+	})
+	up, hits := upstream(t)
+	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} })
+	status := func(client, addr string) int {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		req.Header.Set("X-Client-Id", client)
+		req.Header.Set("X-Forwarded-For", addr)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var got []int
+	for i := range 6 {
+		got = append(got, status(fmt.Sprint("claimed-", i), "198.51.100.1"))
+	}
+	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("one address claiming six identities: %v, want %v", got, want)
+	}
+	if status("claimed-0", "198.51.100.2") != 429 || status("another", "198.51.100.2") != 200 {
+		t.Fatal("another address: its own budget, each identity still limited by its own rule")
+	}
+	if n := hits.Load(); n != 5 {
+		t.Fatalf("the upstream got %d requests, want the 5 admitted", n)
 	}
 }
