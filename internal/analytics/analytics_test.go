@@ -124,6 +124,7 @@ func FuzzBatchAdd(f *testing.F) {
 	f.Add(rejection("t", "r", "c", t0, false))
 	f.Add(rejection("t", "r", "c", t0, true))
 	f.Add(delta("t", "r", t0, 3, 2, 1, 0))
+	f.Add(stamped(rejection("t", "r", "c", t0, false), "decider-run", 7))
 	f.Add([]byte{0x0a, 0x00})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		b := NewBatch()
