@@ -46,6 +46,10 @@
 //	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
 //	-identity-header SLUICE_IDENTITY_HEADER   proxy: header naming the client (else the cookie, else the client IP)
 //	-identity-cookie SLUICE_IDENTITY_COOKIE   proxy: cookie naming the client
+//	-identity-jwt-claim SLUICE_IDENTITY_JWT_CLAIM proxy: claim naming the client (e.g. sub) in the bearer token (Authorization), believed once the token verifies against -identity-jwks-url; before the header and the cookie (default none)
+//	-identity-jwks-url SLUICE_IDENTITY_JWKS_URL proxy: the identity provider's JSON Web Key Set, read at start, hourly and on an unknown key id
+//	-identity-jwt-issuer SLUICE_IDENTITY_JWT_ISSUER proxy: the issuer (iss) a token must name (default any)
+//	-identity-jwt-audience SLUICE_IDENTITY_JWT_AUDIENCE proxy: an audience (aud) a token must name (default any)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES   proxy: comma-separated CIDRs whose X-Forwarded-For is believed
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
@@ -148,6 +152,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
 	proxyKey := fs.String("proxy-tls-key", env("SLUICE_PROXY_TLS_KEY", ""), "proxy: PEM private key of -proxy-tls-cert")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
+	jwtClaim := fs.String("identity-jwt-claim", env("SLUICE_IDENTITY_JWT_CLAIM", ""), "proxy: claim of a verified bearer token naming the client, e.g. sub")
+	jwksURL := fs.String("identity-jwks-url", env("SLUICE_IDENTITY_JWKS_URL", ""), "proxy: the identity provider's JSON Web Key Set URL")
+	jwtIssuer := fs.String("identity-jwt-issuer", env("SLUICE_IDENTITY_JWT_ISSUER", ""), "proxy: the issuer a token must name")
+	jwtAudience := fs.String("identity-jwt-audience", env("SLUICE_IDENTITY_JWT_AUDIENCE", ""), "proxy: an audience a token must name")
 	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
 	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "proxy: CIDRs of load balancers opening each connection with a PROXY protocol header (v1 or v2), whose address is then the client's")
@@ -266,8 +274,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := dataplane.NewHTTPServer(apiCfg, mux)
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
-		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"),
-			dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}, *trusted,
+		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}
+		if pc.JWT, err = jwtIdentity(ctx, *jwtClaim, *jwksURL, *jwtIssuer, *jwtAudience); err != nil {
+			ln.Close()
+			return err
+		}
+		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"), pc, *trusted,
 			*balancers, [2]string{*proxyCert, *proxyKey})
 		if err != nil {
 			ln.Close()
@@ -331,6 +343,18 @@ func deciderName() string {
 // serveProxy starts the reverse proxy of pc in front of upstream, for the
 // tenant of the check key, over TLS with the certificate and key files of
 // tlsPair when they are named, and returns what stops it.
+// jwtIdentity returns the proxy's JWT identity (see
+// dataplane.NewJWKSIdentity), nil without a claim.
+func jwtIdentity(ctx context.Context, claim, jwksURL, iss, aud string) (*dataplane.JWTIdentity, error) {
+	if claim == "" && jwksURL == "" {
+		return nil, nil
+	}
+	if claim == "" || jwksURL == "" {
+		return nil, errors.New("-identity-jwt-claim and -identity-jwks-url go together")
+	}
+	return dataplane.NewJWKSIdentity(ctx, claim, jwksURL, iss, aud)
+}
+
 func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
 	pc dataplane.ProxyConfig, trusted, balancers string, tlsPair [2]string) (func(), error) {
 	u, err := url.Parse(upstream)

@@ -783,3 +783,26 @@ func TestDeciderShadowMode(t *testing.T) {
 		}
 	}
 }
+
+// The reverse proxy's identity settings are checked at start: a decider
+// told half of them, or nonsense, does not start.
+func TestProxyIdentitySettingsAreChecked(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-identity-jwt-claim", "sub"}, "go together"},
+		{[]string{"-identity-jwks-url", "https://idp.example/jwks.json"}, "go together"},
+		{[]string{"-identity-jwt-claim", "sub", "-identity-jwks-url", "ftp://idp.example/jwks.json"}, "https://"},
+		{[]string{"-proxy-protocol", "10.0.0.0/33"}, "proxy-protocol"},
+	} {
+		var out lockedBuffer
+		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),
+			"-upstream", "http://127.0.0.1:1", "-proxy-addr", "127.0.0.1:0")
+		env := map[string]string{"SLUICE_PROXY_KEY": "k", "SLUICE_DECIDER_KEY": "dk"}
+		err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}

@@ -23,8 +23,10 @@ type ProxyConfig struct {
 	// Tenant returns the configuration of the tenant the proxy enforces
 	// (the one whose check key it was given).
 	Tenant func() (*decide.Config, error)
-	// IdentityHeader, else IdentityCookie, names the client; with neither
-	// (or when the request lacks it) the client is its IP address.
+	// JWT, else IdentityHeader, else IdentityCookie, names the client;
+	// with none (or when the request lacks it) the client is its IP
+	// address.
+	JWT                            *JWTIdentity
 	IdentityHeader, IdentityCookie string
 	// TrustedProxies are the peers whose X-Forwarded-For is believed: the
 	// client IP is the rightmost address not among them.
@@ -156,9 +158,15 @@ func maxDelay(dec decide.Decision) time.Duration {
 	return d
 }
 
-// identity names the client of r: the identity header, else the cookie,
-// else its IP address ip (see clientip.Of).
+// identity names the client of r: its verified token's claim, else the
+// identity header, else the cookie, else its IP address ip (see
+// clientip.Of).
 func (cfg *ProxyConfig) identity(r *http.Request, ip string) string {
+	if cfg.JWT != nil {
+		if v := cfg.JWT.client(r); v != "" {
+			return v
+		}
+	}
 	if cfg.IdentityHeader != "" {
 		if v := r.Header.Get(cfg.IdentityHeader); v != "" {
 			return v

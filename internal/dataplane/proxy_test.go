@@ -2,6 +2,9 @@ package dataplane
 
 import (
 	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/pires/go-proxyproto"
 
 	"github.com/sluicehq/sluice/internal/clientip"
@@ -406,5 +410,76 @@ func TestProxyIPRuleBoundsClaimedIdentities(t *testing.T) {
 	}
 	if n := hits.Load(); n != 5 {
 		t.Fatalf("the upstream got %d requests, want the 5 admitted", n)
+	}
+}
+
+// With a JWT identity, the client is the claim of the bearer token, once
+// it verifies against the provider's JWKS (served here): each user has its own budget whatever address it
+// comes from; a token signed by another key, expired, or for another
+// audience names nobody, and the request falls back to the identity
+// header, here absent, and so to its address.
+func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t) // three requests per client
+	up, _ := upstream(t)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	_, forger, _ := ed25519.GenerateKey(nil)
+	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k1","alg":"EdDSA","use":"sig","x":%q}]}`,
+			base64.RawURLEncoding.EncodeToString(pub))
+	}))
+	t.Cleanup(jwks.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	id, err := NewJWKSIdentity(ctx, "sub", jwks.URL, "https://idp.example", "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.JWT = id })
+	token := func(signer ed25519.PrivateKey, sub string, exp time.Time, aud string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.MapClaims{"sub": sub, "iss": "https://idp.example", "aud": aud, "exp": exp.Unix()})
+		tok.Header["kid"] = "k1"
+		s, err := tok.SignedString(signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	status := func(tok string) int {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	later := time.Now().Add(time.Hour)
+	alice, bob := token(priv, "alice", later, "shop"), token(priv, "bob", later, "shop")
+	var got []int
+	for range 4 {
+		got = append(got, status(alice))
+	}
+	if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("alice's token: %v, want %v", got, want)
+	}
+	if status(bob) != 200 {
+		t.Fatal("bob's token shares alice's budget")
+	}
+	// Tokens that do not verify name nobody: the address's budget, one
+	// for all of them.
+	got = nil
+	for _, tok := range []string{token(forger, "bob", later, "shop"), token(priv, "bob", time.Now().Add(-time.Hour), "shop"),
+		token(priv, "bob", later, "other-app"), "not.a.token"} {
+		got = append(got, status(tok))
+	}
+	if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("forged, expired, wrong-audience and malformed tokens: %v, want %v (counted as one address)", got, want)
+	}
+	if status(bob) != 200 {
+		t.Fatal("bob's real token after the forged ones: they were counted as bob")
 	}
 }
