@@ -9,6 +9,7 @@
 //	-auth-failures SLUICE_AUTH_FAILURES      invalid keys an address may send a minute before its calls are refused for a while (default 30; 0: unlimited)
 //	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
+//	-proxy-protocol SLUICE_PROXY_PROTOCOL    comma-separated CIDRs of layer-4 load balancers that open each connection with a PROXY protocol header (v1 or v2), whose source address is then the caller's; their connections without one are refused, others served as they come (default none)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists;
@@ -33,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -63,6 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	authFailures := fs.Int("auth-failures", e.Int("SLUICE_AUTH_FAILURES", 30), "invalid keys an address may send a minute before its calls are refused for a while (0: unlimited)")
 	keyCalls := fs.Int("key-calls", e.Int("SLUICE_KEY_CALLS", 6000), "calls a key may make a minute (as many at once) before its calls are refused for a while (0: unlimited)")
 	trustedProxies := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "CIDRs whose X-Forwarded-For names the caller's address for -auth-failures")
+	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "CIDRs of load balancers opening each connection with a PROXY protocol header, whose address is then the caller's")
 	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
 	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +80,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	trusted, err := clientip.ParsePrefixes(*trustedProxies)
 	if err != nil {
 		return fmt.Errorf("-trusted-proxies: %w", err)
+	}
+	lbs, err := clientip.ParsePrefixes(*balancers)
+	if err != nil {
+		return fmt.Errorf("-proxy-protocol: %w", err)
 	}
 	if *auditRetention < 0 {
 		return fmt.Errorf("-audit-retention %v: must not be negative", *auditRetention)
@@ -124,7 +131,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
 		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Tracer: tracer, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
 
-	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
+	tcp, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	// The PROXY header comes first on the wire, before any TLS.
+	ln, scheme, err := tlsfiles.Wrap(clientip.ProxyProtocol(tcp, lbs), *tlsCert, *tlsKey, "")
 	if err != nil {
 		return err
 	}

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +360,42 @@ func TestOperatorKeyFileRotates(t *testing.T) {
 	if err := run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return missing[k] }, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "SLUICE_OPERATOR_KEY_FILE") {
 		t.Fatalf("start with a missing key file: %v", err)
+	}
+}
+
+// Behind a layer-4 balancer speaking the PROXY protocol, the invalid-key
+// budget is each caller's, by the address its header names: one caller
+// guessing keys is held back, another through the same balancer is not.
+func TestAuthFailureBudgetBehindProxyProtocol(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret"}
+	base, _ := start(t, ctx, env, "-auth-failures", "2", "-proxy-protocol", "127.0.0.1")
+	// call lists tenants with a wrong key on a new connection from caller,
+	// and returns the HTTP status.
+	call := func(caller string) int {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "PROXY TCP4 %s 192.0.2.1 40000 80\r\nPOST /sluice.v1.TenantService/ListTenants HTTP/1.1\r\nHost: x\r\n"+
+			"Authorization: Bearer wrong\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", caller)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var got []int
+	for range 3 {
+		got = append(got, call("203.0.113.1"))
+	}
+	if want := []int{401, 401, 429}; !slices.Equal(got, want) {
+		t.Fatalf("one caller's wrong keys: %v, want %v", got, want)
+	}
+	if code := call("203.0.113.2"); code != 401 {
+		t.Fatalf("another caller behind the same balancer: %d, want 401 (its own budget)", code)
 	}
 }

@@ -379,7 +379,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	// The PROXY header comes first on the wire, before any TLS.
-	ln, scheme, err := tlsfiles.Wrap(dataplane.ProxyProtocol(tcp, lbs), tlsPair[0], tlsPair[1], "")
+	ln, scheme, err := tlsfiles.Wrap(clientip.ProxyProtocol(tcp, lbs), tlsPair[0], tlsPair[1], "")
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}

@@ -310,7 +310,7 @@ func TestProxyIdentityFromProxyProtocol(t *testing.T) {
 		}
 		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.IdentityHeader = "" })
 		srv := httptest.NewUnstartedServer(px.Config.Handler)
-		srv.Listener = ProxyProtocol(srv.Listener, prefixes)
+		srv.Listener = clientip.ProxyProtocol(srv.Listener, prefixes)
 		srv.Start()
 		t.Cleanup(srv.Close)
 		return srv.Listener.Addr().String()
