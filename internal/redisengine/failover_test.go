@@ -90,7 +90,9 @@ func TestDecisionsThroughAMasterFailover(t *testing.T) {
 	for {
 		start := time.Now()
 		_, err := decide(probe)
-		if took := time.Since(start); took > budget+100*time.Millisecond {
+		// The budget, not Redis's or the dialer's timeouts (seconds),
+		// bounds it; the second of slack is for a busy machine.
+		if took := time.Since(start); took > budget+time.Second {
 			t.Fatalf("a decision during the failover took %v, its budget %v", took, budget)
 		}
 		if err == nil {
