@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,11 +238,17 @@ func TestLocallyCountedRuleThroughARedisOutage(t *testing.T) {
 // One master of a Redis Cluster dies: the decisions whose counters it held
 // answer by their failure modes, and its breaker opens so that they stop
 // waiting for it, while the other masters' decisions go on through Redis,
-// exact and never degraded: each master has a breaker of its own.
+// exact and never degraded: each master has a breaker of its own. (The
+// cluster keeps serving the other slots: cluster-require-full-coverage no;
+// the others' decisions are checked after it has declared the master
+// failed.)
 func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cl := redistest.StartCluster(t)
+	// The others keep serving once the cluster has declared the master
+	// failed (by default every node refuses every slot then).
+	cl.Set(t, "cluster-require-full-coverage", "no")
 	eng, err := redisengine.Open("redis://"+cl.Addrs[0]+"?addr="+cl.Addrs[1]+"&addr="+cl.Addrs[2], redisengine.ClientOptions{Cluster: true},
 		redisengine.Config{Prefix: redistest.Prefix(t)})
 	if err != nil {
@@ -296,6 +303,17 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	}
 	if st := d.BreakerState(); st != "open" {
 		t.Fatalf("breaker state %q, want open", st)
+	}
+	// Once the others have declared it failed.
+	other := redis.NewClient(&redis.Options{Addr: cl.Addrs[1]})
+	defer other.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if nodes, err := other.ClusterNodes(ctx).Result(); err == nil && strings.Contains(nodes, cl.Addrs[0]) && strings.Contains(nodes, "master,fail ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster never declared the dead master failed")
+		}
 	}
 	for m := 1; m < 3; m++ {
 		for _, r := range req[m] {

@@ -352,6 +352,20 @@ func (c *Cluster) AddReplica(t testing.TB, master int) *Server {
 	return s
 }
 
+// Set sets a configuration parameter on every node (CONFIG SET), such as
+// cluster-require-full-coverage.
+func (c *Cluster) Set(t testing.TB, param, value string) {
+	t.Helper()
+	for _, s := range c.Servers {
+		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+		err := n.ConfigSet(context.Background(), param, value).Err()
+		n.Close()
+		if err != nil {
+			t.Fatalf("redistest: CONFIG SET %s on %s: %v", param, s.Addr, err)
+		}
+	}
+}
+
 // Client returns a cluster client, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
