@@ -387,7 +387,8 @@ func (e *Engine) followTopology(err error) {
 
 // Shard names the Redis Cluster master that holds the first of reqs' keys
 // (its address), "" on one Redis: decide.Decider keeps a breaker per
-// master (see decide.Sharder).
+// master (see decide.Sharder). A decision whose keys span masters (rules
+// keyed by different descriptors) counts against the first key's.
 func (e *Engine) Shard(ctx context.Context, reqs []limit.Request) string {
 	cc, ok := e.client.(*redis.ClusterClient)
 	if !ok || len(reqs) == 0 {
