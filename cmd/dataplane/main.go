@@ -43,6 +43,8 @@
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	-proxy-tls-cert SLUICE_PROXY_TLS_CERT     proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS, the pair reread when the files change (default none: plaintext)
 //	-proxy-tls-key  SLUICE_PROXY_TLS_KEY      proxy: PEM private key of -proxy-tls-cert
+//	-proxy-tls-client-ca SLUICE_PROXY_TLS_CLIENT_CA proxy: PEM CA bundle: clients must present a certificate it signed (mutual TLS; default none)
+//	-identity-client-cert SLUICE_IDENTITY_CLIENT_CERT proxy: name the client by its verified certificate (first URI SAN such as a SPIFFE ID, else DNS name, e-mail, common name); needs -proxy-tls-client-ca (default false)
 //	                SLUICE_PROXY_KEY          the check key of the tenant the proxy enforces; environment only
 //	-identity-header SLUICE_IDENTITY_HEADER   proxy: header naming the client (else the cookie, else the client IP)
 //	-identity-cookie SLUICE_IDENTITY_COOKIE   proxy: cookie naming the client
@@ -151,6 +153,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
 	proxyKey := fs.String("proxy-tls-key", env("SLUICE_PROXY_TLS_KEY", ""), "proxy: PEM private key of -proxy-tls-cert")
+	proxyClientCA := fs.String("proxy-tls-client-ca", env("SLUICE_PROXY_TLS_CLIENT_CA", ""), "proxy: PEM CA bundle clients' certificates must chain to (mutual TLS)")
+	certIdentity := fs.Bool("identity-client-cert", env("SLUICE_IDENTITY_CLIENT_CERT", "false") == "true", "proxy: name the client by its verified certificate")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
 	jwtClaim := fs.String("identity-jwt-claim", env("SLUICE_IDENTITY_JWT_CLAIM", ""), "proxy: claim of a verified bearer token naming the client, e.g. sub")
 	jwksURL := fs.String("identity-jwks-url", env("SLUICE_IDENTITY_JWKS_URL", ""), "proxy: the identity provider's JSON Web Key Set URL")
@@ -274,13 +278,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := dataplane.NewHTTPServer(apiCfg, mux)
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
-		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay}
+		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
+			ClientCertIdentity: *certIdentity}
+		if *certIdentity && *proxyClientCA == "" {
+			ln.Close()
+			return errors.New("-identity-client-cert needs -proxy-tls-client-ca: only a verified certificate names a client")
+		}
 		if pc.JWT, err = jwtIdentity(ctx, *jwtClaim, *jwksURL, *jwtIssuer, *jwtAudience); err != nil {
 			ln.Close()
 			return err
 		}
 		stopProxy, err := serveProxy(ctx, stdout, apiCfg, keys, *proxyAddr, *upstream, getenv("SLUICE_PROXY_KEY"), pc, *trusted,
-			*balancers, [2]string{*proxyCert, *proxyKey})
+			*balancers, [3]string{*proxyCert, *proxyKey, *proxyClientCA})
 		if err != nil {
 			ln.Close()
 			return err
@@ -340,9 +349,6 @@ func deciderName() string {
 	return host + "/" + strconv.Itoa(os.Getpid())
 }
 
-// serveProxy starts the reverse proxy of pc in front of upstream, for the
-// tenant of the check key, over TLS with the certificate and key files of
-// tlsPair when they are named, and returns what stops it.
 // jwtIdentity returns the proxy's JWT identity (see
 // dataplane.NewJWKSIdentity), nil without a claim.
 func jwtIdentity(ctx context.Context, claim, jwksURL, iss, aud string) (*dataplane.JWTIdentity, error) {
@@ -355,8 +361,12 @@ func jwtIdentity(ctx context.Context, claim, jwksURL, iss, aud string) (*datapla
 	return dataplane.NewJWKSIdentity(ctx, claim, jwksURL, iss, aud)
 }
 
+// serveProxy starts the reverse proxy of pc in front of upstream, for the
+// tenant of the check key, over TLS with the certificate, key and client
+// CA files of tlsFiles when they are named (after the PROXY protocol of
+// balancers), and returns what stops it.
 func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
-	pc dataplane.ProxyConfig, trusted, balancers string, tlsPair [2]string) (func(), error) {
+	pc dataplane.ProxyConfig, trusted, balancers string, tlsFiles [3]string) (func(), error) {
 	u, err := url.Parse(upstream)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
@@ -379,7 +389,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	// The PROXY header comes first on the wire, before any TLS.
-	ln, scheme, err := tlsfiles.Wrap(clientip.ProxyProtocol(tcp, lbs), tlsPair[0], tlsPair[1], "")
+	ln, scheme, err := tlsfiles.Wrap(clientip.ProxyProtocol(tcp, lbs), tlsFiles[0], tlsFiles[1], tlsFiles[2])
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}

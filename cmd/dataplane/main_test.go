@@ -795,6 +795,7 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		{[]string{"-identity-jwks-url", "https://idp.example/jwks.json"}, "go together"},
 		{[]string{"-identity-jwt-claim", "sub", "-identity-jwks-url", "ftp://idp.example/jwks.json"}, "https://"},
 		{[]string{"-proxy-protocol", "10.0.0.0/33"}, "proxy-protocol"},
+		{[]string{"-identity-client-cert"}, "-proxy-tls-client-ca"},
 	} {
 		var out lockedBuffer
 		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),

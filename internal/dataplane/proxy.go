@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -23,10 +24,13 @@ type ProxyConfig struct {
 	// Tenant returns the configuration of the tenant the proxy enforces
 	// (the one whose check key it was given).
 	Tenant func() (*decide.Config, error)
-	// JWT, else IdentityHeader, else IdentityCookie, names the client;
-	// with none (or when the request lacks it) the client is its IP
-	// address.
-	JWT                            *JWTIdentity
+	// JWT, else the client certificate (with ClientCertIdentity), else
+	// IdentityHeader, else IdentityCookie, names the client; with none (or
+	// when the request lacks it) the client is its IP address.
+	JWT *JWTIdentity
+	// ClientCertIdentity names the client by the certificate it presented
+	// and the server verified (mutual TLS): see CertName.
+	ClientCertIdentity             bool
 	IdentityHeader, IdentityCookie string
 	// TrustedProxies are the peers whose X-Forwarded-For is believed: the
 	// client IP is the rightmost address not among them.
@@ -158,12 +162,17 @@ func maxDelay(dec decide.Decision) time.Duration {
 	return d
 }
 
-// identity names the client of r: its verified token's claim, else the
-// identity header, else the cookie, else its IP address ip (see
-// clientip.Of).
+// identity names the client of r: its verified token's claim, else its
+// verified client certificate's name, else the identity header, else the
+// cookie, else its IP address ip (see clientip.Of).
 func (cfg *ProxyConfig) identity(r *http.Request, ip string) string {
 	if cfg.JWT != nil {
 		if v := cfg.JWT.client(r); v != "" {
+			return v
+		}
+	}
+	if cfg.ClientCertIdentity && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		if v := CertName(r.TLS.VerifiedChains[0][0]); v != "" {
 			return v
 		}
 	}
@@ -178,4 +187,20 @@ func (cfg *ProxyConfig) identity(r *http.Request, ip string) string {
 		}
 	}
 	return ip
+}
+
+// CertName names the holder of a client certificate: its first URI
+// subject alternative name (a SPIFFE ID, as service meshes issue), else
+// its first DNS name, else its first e-mail address, else its subject's
+// common name.
+func CertName(c *x509.Certificate) string {
+	switch {
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	case len(c.EmailAddresses) > 0:
+		return c.EmailAddresses[0]
+	}
+	return c.Subject.CommonName
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // upstream is a real server: /echo streams the request body back chunk by
@@ -68,6 +70,41 @@ func upstream(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &hits
+}
+
+// statusOf sends GET url with c (http.DefaultClient when nil), its
+// request first given to mod when not nil, and returns the answer's status.
+func statusOf(t *testing.T, c *http.Client, url string, mod func(*http.Request)) int {
+	t.Helper()
+	if c == nil {
+		c = http.DefaultClient
+	}
+	req, _ := http.NewRequest("GET", url, nil)
+	if mod != nil {
+		mod(req)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// countedApart checks that one client gets the three requests testAPI's
+// rule allows it and is then refused, while another still gets through.
+func countedApart(t *testing.T, one, another func() int) {
+	t.Helper()
+	var got []int
+	for range 4 {
+		got = append(got, one())
+	}
+	if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("one client: %v, want %v", got, want)
+	}
+	if another() != 200 {
+		t.Fatal("another client shares its budget")
+	}
 }
 
 func proxyFor(t *testing.T, cfg HTTPConfig, key string, up *httptest.Server, mod func(*ProxyConfig)) *httptest.Server {
@@ -274,16 +311,11 @@ func TestProxyIdentityFromCookieAndIP(t *testing.T) {
 	up, _ := upstream(t)
 	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.IdentityHeader, pc.IdentityCookie = "", "session" })
 	status := func(cookie string) int {
-		req, _ := http.NewRequest("GET", px.URL+"/", nil)
-		if cookie != "" {
-			req.AddCookie(&http.Cookie{Name: "session", Value: cookie})
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return statusOf(t, nil, px.URL+"/", func(req *http.Request) {
+			if cookie != "" {
+				req.AddCookie(&http.Cookie{Name: "session", Value: cookie})
+			}
+		})
 	}
 	for range 3 {
 		status("s1")
@@ -388,15 +420,10 @@ func TestProxyIPRuleBoundsClaimedIdentities(t *testing.T) {
 	up, hits := upstream(t)
 	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")} })
 	status := func(client, addr string) int {
-		req, _ := http.NewRequest("GET", px.URL+"/", nil)
-		req.Header.Set("X-Client-Id", client)
-		req.Header.Set("X-Forwarded-For", addr)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return statusOf(t, nil, px.URL+"/", func(req *http.Request) {
+			req.Header.Set("X-Client-Id", client)
+			req.Header.Set("X-Forwarded-For", addr)
+		})
 	}
 	var got []int
 	for i := range 6 {
@@ -446,32 +473,18 @@ func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 		return s
 	}
 	status := func(tok string) int {
-		req, _ := http.NewRequest("GET", px.URL+"/", nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return statusOf(t, nil, px.URL+"/", func(req *http.Request) {
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+		})
 	}
 	later := time.Now().Add(time.Hour)
 	alice, bob := token(priv, "alice", later, "shop"), token(priv, "bob", later, "shop")
-	var got []int
-	for range 4 {
-		got = append(got, status(alice))
-	}
-	if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
-		t.Fatalf("alice's token: %v, want %v", got, want)
-	}
-	if status(bob) != 200 {
-		t.Fatal("bob's token shares alice's budget")
-	}
+	countedApart(t, func() int { return status(alice) }, func() int { return status(bob) })
 	// Tokens that do not verify name nobody: the address's budget, one
 	// for all of them.
-	got = nil
+	var got []int
 	for _, tok := range []string{token(forger, "bob", later, "shop"), token(priv, "bob", time.Now().Add(-time.Hour), "shop"),
 		token(priv, "bob", later, "other-app"), "not.a.token"} {
 		got = append(got, status(tok))
@@ -481,5 +494,30 @@ func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 	}
 	if status(bob) != 200 {
 		t.Fatal("bob's real token after the forged ones: they were counted as bob")
+	}
+}
+
+// With mutual TLS, the client is the certificate it presented: services
+// (SPIFFE IDs here) each get their own budget through one address.
+func TestProxyIdentityFromClientCertificate(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t) // three requests per client
+	up, _ := upstream(t)
+	ca := tlstest.NewCA(t)
+	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.ClientCertIdentity = true })
+	srv := httptest.NewUnstartedServer(px.Config.Handler)
+	srv.TLS = &tls.Config{ClientCAs: ca.Pool(), ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	clientOf := func(name string) *http.Client {
+		tr := srv.Client().Transport.(*http.Transport).Clone()
+		tr.TLSClientConfig.Certificates = []tls.Certificate{ca.ClientNamed(t, name)}
+		return &http.Client{Transport: tr}
+	}
+	status := func(c *http.Client) int { return statusOf(t, c, srv.URL+"/", nil) }
+	frontend, billing := clientOf("spiffe://cluster.local/ns/shop/sa/frontend"), clientOf("spiffe://cluster.local/ns/shop/sa/billing")
+	countedApart(t, func() int { return status(frontend) }, func() int { return status(billing) })
+	if got := CertName(ca.ClientNamed(t, "plain-name").Leaf); got != "plain-name" {
+		t.Fatalf("a certificate without SANs is named %q, want its common name", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,12 +55,18 @@ func (ca *CA) Pool() *x509.CertPool {
 
 // Server returns a PEM certificate for 127.0.0.1 with serial, and its key.
 func (ca *CA) Server(t testing.TB, serial int64) (certPEM, keyPEM []byte) {
-	return ca.leaf(t, serial, true)
+	return ca.leaf(t, serial, true, "")
 }
 
 // Client returns a client certificate the CA signed.
-func (ca *CA) Client(t testing.TB) tls.Certificate {
-	c, k := ca.leaf(t, 7, false)
+func (ca *CA) Client(t testing.TB) tls.Certificate { return ca.ClientNamed(t, "") }
+
+// ClientNamed returns a client certificate the CA signed for name: a URI
+// subject alternative name when name is a URI (a SPIFFE ID, say), else its
+// common name ("leaf" when empty).
+func (ca *CA) ClientNamed(t testing.TB, name string) tls.Certificate {
+	t.Helper()
+	c, k := ca.leaf(t, 7, false, name)
 	pair, err := tls.X509KeyPair(c, k)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +74,7 @@ func (ca *CA) Client(t testing.TB) tls.Certificate {
 	return pair
 }
 
-func (ca *CA) leaf(t testing.TB, serial int64, server bool) (certPEM, keyPEM []byte) {
+func (ca *CA) leaf(t testing.TB, serial int64, server bool, name string) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -80,6 +87,11 @@ func (ca *CA) leaf(t testing.TB, serial int64, server bool) (certPEM, keyPEM []b
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	} else {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	if u, err := url.Parse(name); err == nil && u.Scheme != "" {
+		tmpl.URIs = []*url.URL{u}
+	} else if name != "" {
+		tmpl.Subject.CommonName = name
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
