@@ -183,6 +183,7 @@ func NewDecider(o Options) *Decider {
 	return d
 }
 
+// newBreaker returns a breaker of the options' settings (see Options).
 func (d *Decider) newBreaker(name string) *gobreaker.CircuitBreaker[bool] {
 	return gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
 		Name:        name,
