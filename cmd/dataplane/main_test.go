@@ -184,8 +184,15 @@ func TestDeciderEndToEnd(t *testing.T) {
 // the control plane's URL.
 func acme(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, checkKey, cpURL string) {
 	t.Helper()
+	tn, version, checkKey, cpURL, _ = acmeOn(t, rule)
+	return tn, version, checkKey, cpURL
+}
+
+// acmeOn is acme that also returns the control plane's store.
+func acmeOn(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, checkKey, cpURL string, store *pgstore.Store) {
+	t.Helper()
 	ctx := context.Background()
-	store := pgstore.New(pgtest.Pool(t))
+	store = pgstore.New(pgtest.Pool(t))
 	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +207,7 @@ func acme(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, chec
 	_, version, _ = store.GetTenant(ctx, tn.ID)
 	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
 	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
-	return tn, version, checkKey, cp.URL
+	return tn, version, checkKey, cp.URL, store
 }
 
 // deciderAddrs are the addresses a decider prints: its HTTP port, its
@@ -805,5 +812,33 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A decider given a tenant's check key as its credential (a sidecar of
+// that tenant) enforces that tenant alone, and holds nothing of another.
+func TestDeciderWithACheckKeyServesItsTenantOnly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tn, version, checkKey, cpURL, store := acmeOn(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}})
+	other, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "other", Name: "Other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, _, err := store.CreateKey(ctx, "operator", other.ID, policy.KeyCheck, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _ := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, map[string]string{"SLUICE_DECIDER_KEY": checkKey})
+	if ready := waitReady(t, addrs.base); len(ready) != 1 || ready[tn.ID] != version {
+		t.Fatalf("/readyz reports %v, want only version %d of %s", ready, version, tn.ID)
+	}
+	if code := check(t, addrs.base, checkKey, "alice").StatusCode; code != 200 {
+		t.Fatalf("its tenant's check: %d", code)
+	}
+	if code := check(t, addrs.base, otherKey, "alice").StatusCode; code != 401 {
+		t.Fatalf("another tenant's check key: %d, want 401 (unknown here)", code)
 	}
 }

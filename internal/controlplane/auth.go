@@ -29,14 +29,14 @@ type Role uint8
 const (
 	RoleOperator Role = iota + 1 // every tenant, and tenants themselves
 	RoleAdmin                    // one tenant's configuration
-	RoleDecider                  // the config service only
+	RoleDecider                  // the config service only; with a TenantID (a check key), for that tenant
 	RoleViewer                   // one tenant's configuration and reports, read only
 )
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
 	Role     Role
-	TenantID string // RoleAdmin, RoleViewer: the only tenant it may touch
+	TenantID string // RoleAdmin, RoleViewer, a check key's RoleDecider: the only tenant it may touch
 	KeyID    string
 }
 
@@ -108,7 +108,10 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 	case policy.KeyViewer:
 		return Principal{Role: RoleViewer, TenantID: k.TenantID, KeyID: k.ID}, nil
 	}
-	return Principal{}, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only"))
+	// A check key is the data plane's: a decider serving one tenant (a
+	// reverse-proxy sidecar, say) pulls that tenant's configuration with
+	// it, and holds no credential to the others'.
+	return Principal{Role: RoleDecider, TenantID: k.TenantID, KeyID: k.ID}, nil
 }
 
 // hashesOf hashes each of the comma-separated secrets of keys.
@@ -168,15 +171,17 @@ func oneOf(h [32]byte, hashes [][32]byte) bool {
 }
 
 // authorize authenticates a call to procedure and returns the context
-// carrying its principal. Deciders reach only the config service, the
-// config service only deciders, tenants only the operator, and viewer
-// keys only what changes nothing.
+// carrying its principal. Deciders reach only the config service (check
+// keys as deciders of their tenant), the config service only deciders,
+// tenants only the operator, and viewer keys only what changes nothing.
 func (a *authenticator) authorize(ctx context.Context, procedure string, h http.Header, peer string) (context.Context, error) {
 	p, err := a.principal(ctx, h, peer)
 	if err != nil {
 		return nil, err
 	}
 	switch {
+	case p.Role == RoleDecider && p.TenantID != "" && !deciderOnly[procedure]:
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only: the check APIs, and the config service for their tenant"))
 	case deciderOnly[procedure] != (p.Role == RoleDecider):
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the config service is for deciders, and deciders have only it"))
 	case operatorOnly[procedure] && p.Role != RoleOperator:
@@ -184,7 +189,7 @@ func (a *authenticator) authorize(ctx context.Context, procedure string, h http.
 	case p.Role == RoleViewer && !viewable[procedure]:
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys"))
 	}
-	if p.Role != RoleDecider {
+	if p.Role != RoleDecider || p.KeyID != "" { // the decider credential is not counted; check keys are
 		if err := a.calls.take(cmp.Or(p.KeyID, "operator")); err != nil {
 			return nil, err
 		}

@@ -331,8 +331,9 @@ func TestTenantFilesOverTheAPI(t *testing.T) {
 
 // TestAuthorizationMatrix calls every RPC with every kind of caller and
 // checks the answer: only the operator and the tenant's own admin key get
-// past authentication and scoping, only the decider reaches the config
-// service, and nothing of tenant A changes under any other key.
+// past authentication and scoping, only the decider (and a check key, for
+// its own tenant) reaches the config service, and nothing of tenant A
+// changes under any other key.
 func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
 	srv, store := newServer(t)
@@ -517,7 +518,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{"no key", "", func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
 		{"malformed key", "not a key at all", func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
 		{"revoked key", revoked.Secret, func(string) []connect.Code { return []connect.Code{connect.CodeUnauthenticated} }},
-		{"check key", check, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
+		{"check key", check, func(rpc string) []connect.Code {
+			if deciderOnlyRPCs[rpc] {
+				return []connect.Code{0} // its own tenant's config (TestCheckKeyDeciderSeesItsTenantOnly)
+			}
+			return denied
+		}},
 		{"other tenant's admin", adminB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
 		{"other tenant's viewer", viewerB, func(string) []connect.Code { return []connect.Code{connect.CodePermissionDenied} }},
 		{"own viewer", viewerA, func(rpc string) []connect.Code {
@@ -718,15 +724,7 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 		t.Fatalf("deciders after a second sync %v", ds)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req := connect.NewRequest(&sluicev1.WatchRequest{Since: since})
-	req.Header().Set("Authorization", "Bearer "+deciderKey)
-	st, err := c.config.Watch(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := watchWith(t, c, deciderKey, since)
 	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
 	callOK(t, operatorKey, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: b})
 	var got []string
@@ -740,6 +738,57 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 	}
 	upd := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since})
 	if len(upd.Snapshots) != 1 || upd.Snapshots[0].Version != since[a]+1 || !slices.Equal(upd.DeletedTenantIds, []string{b}) {
+		t.Fatalf("after the changes: %v", upd)
+	}
+}
+
+// watchWith opens a config watch with key from since, closed (and given
+// up after 20 s) when the test ends.
+func watchWith(t *testing.T, c clients, key string, since map[string]int64) *connect.ServerStreamForClient[sluicev1.WatchResponse] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	req := connect.NewRequest(&sluicev1.WatchRequest{Since: since})
+	req.Header().Set("Authorization", "Bearer "+key)
+	st, err := c.config.Watch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// A decider that signs in with a tenant's check key (a sidecar proxy of
+// that tenant) is a decider of that tenant alone: its snapshots, its
+// versions, its changes on the watch; nothing of any other tenant, not
+// even that one was deleted.
+func TestCheckKeyDeciderSeesItsTenantOnly(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	a, adminA := setupTenant(t, c, "scoped-a")
+	b, adminB := setupTenant(t, c, "scoped-b")
+	checkA := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK}).Secret
+
+	all := callOK(t, checkA, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{"gone-tenant": 3}})
+	if len(all.Snapshots) != 1 || all.Snapshots[0].Tenant.Id != a || len(all.DeletedTenantIds) != 0 {
+		t.Fatalf("a's check key got %d snapshots (%v) and deletions %v; want a's alone", len(all.Snapshots), all.Snapshots, all.DeletedTenantIds)
+	}
+	since := map[string]int64{a: all.Snapshots[0].Version}
+
+	st := watchWith(t, c, checkA, since)
+	callOK(t, adminB, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
+	callOK(t, operatorKey, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: b})
+	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
+	if !st.Receive() {
+		t.Fatalf("watch: %v", st.Err())
+	}
+	if m := st.Msg(); m.TenantId != a || m.Version != since[a]+1 {
+		t.Fatalf("a's check key watched %s:%d, want only a's change %s:%d", m.TenantId, m.Version, a, since[a]+1)
+	}
+	// Asking about b by name gets nothing either.
+	upd := callOK(t, checkA, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: since[a], b: 1}})
+	if len(upd.Snapshots) != 1 || upd.Snapshots[0].Tenant.Id != a || len(upd.DeletedTenantIds) != 0 {
 		t.Fatalf("after the changes: %v", upd)
 	}
 }

@@ -138,12 +138,18 @@ func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev
 
 type configServer struct{ *server }
 
+// GetSnapshots answers a decider with the snapshots of the tenants it
+// holds an older version of, or none of; a decider that signs in with a
+// tenant's check key is answered about that tenant only.
 func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[sluicev1.GetSnapshotsRequest]) (*connect.Response[sluicev1.GetSnapshotsResponse], error) {
 	versions, err := s.store.TenantVersions(ctx)
 	if err != nil {
 		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 	}
 	since := req.Msg.GetSince()
+	if scope := principalFrom(ctx).TenantID; scope != "" {
+		versions, since = onlyTenant(versions, scope), onlyTenant(since, scope)
+	}
 	out := &sluicev1.GetSnapshotsResponse{}
 	for id := range since {
 		if _, ok := versions[id]; !ok {
@@ -183,6 +189,15 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		s.logger.WarnContext(ctx, "recording check keys' use", "decider", req.Msg.GetDecider(), "err", err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// onlyTenant returns the entry of m for tenant, alone.
+func onlyTenant(m map[string]int64, tenant string) map[string]int64 {
+	out := map[string]int64{}
+	if v, ok := m[tenant]; ok {
+		out[tenant] = v
+	}
+	return out
 }
 
 // healthFromProto converts what a decider reports of itself, its breaker
@@ -229,7 +244,15 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 			}
 		}()
 	}
-	err := s.watches.Watch(ctx, req.Msg.GetSince(), func(v pgstore.Version) error {
+	scope := principalFrom(ctx).TenantID // a tenant's check key watches that tenant only
+	since := req.Msg.GetSince()
+	if scope != "" {
+		since = onlyTenant(since, scope)
+	}
+	err := s.watches.Watch(ctx, since, func(v pgstore.Version) error {
+		if scope != "" && v.TenantID != scope {
+			return nil
+		}
 		return stream.Send(&sluicev1.WatchResponse{TenantId: v.TenantID, Version: v.Version, Deleted: v.Deleted})
 	})
 	if ctx.Err() != nil {
