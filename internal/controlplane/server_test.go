@@ -786,10 +786,23 @@ func TestCheckKeyDeciderSeesItsTenantOnly(t *testing.T) {
 	if m := st.Msg(); m.TenantId != a || m.Version != since[a]+1 {
 		t.Fatalf("a's check key watched %s:%d, want only a's change %s:%d", m.TenantId, m.Version, a, since[a]+1)
 	}
-	// Asking about b by name gets nothing either.
-	upd := callOK(t, checkA, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: since[a], b: 1}})
+	// Asking about b by name gets nothing either; and its report lands on
+	// a row of its own, not on the decider whose name it gives.
+	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Decider: "host-1/42"})
+	upd := callOK(t, checkA, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: since[a], b: 1},
+		Decider: "host-1/42", Health: &sluicev1.DeciderHealth{Breaker: "open"}})
 	if len(upd.Snapshots) != 1 || upd.Snapshots[0].Tenant.Id != a || len(upd.DeletedTenantIds) != 0 {
 		t.Fatalf("after the changes: %v", upd)
+	}
+	var names []string
+	for _, d := range callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders {
+		names = append(names, d.Name)
+		if d.Name == "host-1/42" && d.Health.GetBreaker() == "open" {
+			t.Fatal("a check key's report changed another decider's row")
+		}
+	}
+	if want := "host-1/42 [tenant " + a + "]"; !slices.Contains(names, want) {
+		t.Fatalf("deciders %v, want one named %q", names, want)
 	}
 }
 

@@ -146,9 +146,12 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 	if err != nil {
 		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 	}
-	since := req.Msg.GetSince()
+	since, name := req.Msg.GetSince(), req.Msg.GetDecider()
 	if scope := principalFrom(ctx).TenantID; scope != "" {
 		versions, since = onlyTenant(versions, scope), onlyTenant(since, scope)
+		if name != "" {
+			name += " [tenant " + scope + "]" // its own row: a tenant's key cannot pass for another decider
+		}
 	}
 	out := &sluicev1.GetSnapshotsResponse{}
 	for id := range since {
@@ -170,7 +173,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		}
 		out.Snapshots = append(out.Snapshots, protoconv.SnapshotToProto(snap, keys))
 	}
-	if name := req.Msg.GetDecider(); name != "" {
+	if name != "" {
 		// What the decider enforces once it applies this answer.
 		enforced := map[string]int64{}
 		for id, v := range since {
