@@ -89,9 +89,9 @@ type k8sContainer struct {
 	} `yaml:"volumeMounts"`
 }
 
-func loadKubernetes(t *testing.T) []k8sObject {
+func loadKubernetes(t *testing.T, file string) []k8sObject {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root(t), "deploy", "kubernetes", "sluice.yaml"))
+	b, err := os.ReadFile(filepath.Join(root(t), "deploy", "kubernetes", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,9 +114,40 @@ func loadKubernetes(t *testing.T) []k8sObject {
 // and the deciders reaching the control plane's Service.
 func TestKubernetesManifests(t *testing.T) {
 	t.Parallel()
-	objects := loadKubernetes(t)
+	objects := loadKubernetes(t, "sluice.yaml")
+	binaries, _ := checkDeployments(t, objects, objects)
+	if binaries["controlplane"] != 1 || binaries["dataplane"] != 1 || binaries["analytics"] != 1 {
+		t.Errorf("deployments per binary %v", binaries)
+	}
+}
+
+// The sidecar example passes the same checks, against sluice.yaml's
+// ConfigMap and Services, and its decider syncs with the check key it
+// proxies for, in front of an application on localhost.
+func TestKubernetesSidecar(t *testing.T) {
+	t.Parallel()
+	objects := loadKubernetes(t, "sidecar.yaml")
+	binaries, env := checkDeployments(t, objects, append(loadKubernetes(t, "sluice.yaml"), objects...))
+	if binaries["dataplane"] != 1 || len(binaries) != 1 {
+		t.Fatalf("deployments per binary %v, want one decider", binaries)
+	}
+	e := env["dataplane"]
+	if e["SLUICE_PROXY_KEY_FILE"] == "" || e["SLUICE_DECIDER_KEY_FILE"] != e["SLUICE_PROXY_KEY_FILE"] {
+		t.Errorf("the sidecar's config credential %q, want its proxy's check key %q", e["SLUICE_DECIDER_KEY_FILE"], e["SLUICE_PROXY_KEY_FILE"])
+	}
+	if u, err := url.Parse(e["SLUICE_UPSTREAM"]); err != nil || u.Hostname() != "127.0.0.1" {
+		t.Errorf("SLUICE_UPSTREAM=%s: want the application in the pod, on 127.0.0.1", e["SLUICE_UPSTREAM"])
+	}
+}
+
+// checkDeployments checks the Deployments of objects (their containers
+// that run a Sluice binary) against the ConfigMaps and Services of all,
+// and returns how many Deployments run each binary and the variables each
+// binary's container is given (the last one's).
+func checkDeployments(t *testing.T, objects, all []k8sObject) (binaries map[string]int, env map[string]map[string]string) {
+	t.Helper()
 	configMaps, services := map[string]map[string]string{}, map[string]k8sObject{}
-	for _, o := range objects {
+	for _, o := range all {
 		switch o.Kind {
 		case "ConfigMap":
 			configMaps[o.Metadata.Name] = o.Data
@@ -124,7 +155,7 @@ func TestKubernetesManifests(t *testing.T) {
 			services[o.Metadata.Name] = o
 		}
 	}
-	binaries := map[string]int{}
+	binaries, env = map[string]int{}, map[string]map[string]string{}
 	for _, o := range objects {
 		if o.Kind != "Deployment" {
 			continue
@@ -136,6 +167,9 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 		for _, c := range pod.Spec.Containers {
+			if len(c.Command) == 0 || !slices.Contains([]string{"controlplane", "dataplane", "analytics"}, c.Command[0]) {
+				continue // the application beside a sidecar
+			}
 			binary := c.Command[0]
 			binaries[binary]++
 			documented := documentedEnv(t, binary)
@@ -168,8 +202,9 @@ func TestKubernetesManifests(t *testing.T) {
 				ports[p.Name] = p.ContainerPort
 			}
 			listens := map[int]bool{}
+			env[binary] = set
 			for k, v := range set {
-				if !strings.HasSuffix(k, "_ADDR") {
+				if !strings.HasSuffix(k, "_ADDR") || v == "off" {
 					continue
 				}
 				host, port, err := net.SplitHostPort(v)
@@ -210,9 +245,7 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 	}
-	if binaries["controlplane"] != 1 || binaries["dataplane"] != 1 || binaries["analytics"] != 1 {
-		t.Errorf("deployments per binary %v", binaries)
-	}
+	return binaries, env
 }
 
 // checkSecretFile fails t unless file is a file of a Secret volume mounted
