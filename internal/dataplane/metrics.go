@@ -18,6 +18,7 @@ type Metrics struct {
 	resets    *prometheus.CounterVec
 	rules     *prometheus.CounterVec
 	nearLimit *prometheus.CounterVec
+	proxied   *prometheus.CounterVec
 	latency   prometheus.Histogram
 	perRule   bool
 }
@@ -41,11 +42,13 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rule_near_limit_total",
 			Help: "Admissions that left a rule less than a fifth of its limit, by tenant, tier and rule name."},
 			[]string{"tenant", "tier", "rule"}),
+		proxied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_proxy_identities_total",
+			Help: "Proxied requests by what named their client: jwt, client_cert, header, cookie or ip (none of the others did)."}, []string{"source"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
@@ -99,6 +102,14 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 // and outcome, bounded by the configuration, never by clients; a fleet of
 // many thousand tenants may do without. Call it before serving.
 func (m *Metrics) PerRule(on bool) { m.perRule = on }
+
+// observeIdentity records what named a proxied request's client.
+func (m *Metrics) observeIdentity(source string) {
+	if m == nil {
+		return
+	}
+	m.proxied.WithLabelValues(source).Inc()
+}
 
 // observeReset records one reset asked for by tenant.
 func (m *Metrics) observeReset(tenant string, err error) {

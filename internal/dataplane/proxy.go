@@ -102,8 +102,10 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			return
 		}
 		ip := clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies).String()
+		client, source := cfg.identity(r, ip)
+		cfg.API.Metrics.observeIdentity(source)
 		req := decide.Request{Descriptors: policy.Descriptors{
-			{Key: policy.DefaultIdentifierKey, Value: cfg.identity(r, ip)},
+			{Key: policy.DefaultIdentifierKey, Value: client},
 			{Key: IPDescriptor, Value: ip},
 			{Key: RouteDescriptor, Value: r.URL.Path},
 			{Key: MethodDescriptor, Value: r.Method},
@@ -162,31 +164,32 @@ func maxDelay(dec decide.Decision) time.Duration {
 	return d
 }
 
-// identity names the client of r: its verified token's claim, else its
-// verified client certificate's name, else the identity header, else the
-// cookie, else its IP address ip (see clientip.Of).
-func (cfg *ProxyConfig) identity(r *http.Request, ip string) string {
+// identity names the client of r, and says what named it: its verified
+// token's claim ("jwt"), else its verified client certificate's name
+// ("client_cert"), else the identity header ("header"), else the cookie
+// ("cookie"), else its IP address ip ("ip"; see clientip.Of).
+func (cfg *ProxyConfig) identity(r *http.Request, ip string) (client, source string) {
 	if cfg.JWT != nil {
 		if v := cfg.JWT.client(r); v != "" {
-			return v
+			return v, "jwt"
 		}
 	}
 	if cfg.ClientCertIdentity && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		if v := CertName(r.TLS.VerifiedChains[0][0]); v != "" {
-			return v
+			return v, "client_cert"
 		}
 	}
 	if cfg.IdentityHeader != "" {
 		if v := r.Header.Get(cfg.IdentityHeader); v != "" {
-			return v
+			return v, "header"
 		}
 	}
 	if cfg.IdentityCookie != "" {
 		if c, err := r.Cookie(cfg.IdentityCookie); err == nil && c.Value != "" {
-			return c.Value
+			return c.Value, "cookie"
 		}
 	}
-	return ip
+	return ip, "ip"
 }
 
 // CertName names the holder of a client certificate: its first URI

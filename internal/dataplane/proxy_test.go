@@ -21,6 +21,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/pires/go-proxyproto"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -448,6 +449,7 @@ func TestProxyIPRuleBoundsClaimedIdentities(t *testing.T) {
 func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t) // three requests per client
+	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
 	up, _ := upstream(t)
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	_, forger, _ := ed25519.GenerateKey(nil)
@@ -494,6 +496,13 @@ func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 	}
 	if status(bob) != 200 {
 		t.Fatal("bob's real token after the forged ones: they were counted as bob")
+	}
+	// What named the clients, for the operator: a provider whose keys
+	// cannot be read shows as requests named by their address.
+	for source, want := range map[string]float64{"jwt": 6, "ip": 4, "header": 0} {
+		if got := counterValue(cfg.Metrics.proxied.WithLabelValues(source)); got != want {
+			t.Errorf("sluice_proxy_identities_total{source=%q} = %v, want %v", source, got, want)
+		}
 	}
 }
 

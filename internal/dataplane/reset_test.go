@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -132,9 +131,8 @@ func TestResetOverGRPC(t *testing.T) {
 		t.Fatalf("a reset in an unknown tier: %v", err)
 	}
 	for outcome, want := range map[string]float64{"reset": 1, "error": 1} {
-		var d dto.Metric
-		if err := cfgs[0].Metrics.resets.WithLabelValues("acme", outcome).Write(&d); err != nil || d.GetCounter().GetValue() != want {
-			t.Errorf("resets %s: %v, want %v (%v)", outcome, d.GetCounter().GetValue(), want, err)
+		if got := counterValue(cfgs[0].Metrics.resets.WithLabelValues("acme", outcome)); got != want {
+			t.Errorf("resets %s: %v, want %v", outcome, got, want)
 		}
 	}
 }
