@@ -7,7 +7,7 @@
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
 //	-auth-failures SLUICE_AUTH_FAILURES      invalid keys an address may send a minute before its calls are refused for a while (default 30; 0: unlimited)
-//	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
+//	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer; a check key's config pulls) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL    comma-separated CIDRs of layer-4 load balancers that open each connection with a PROXY protocol header (v1 or v2), whose source address is then the caller's; their connections without one are refused, others served as they come (default none)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
