@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -246,31 +247,25 @@ func StartCluster(t testing.TB) *Cluster {
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
 	ctx := context.Background()
-	for i, s := range c.Servers {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr})
+	err := c.eachNode(func(i int, n *redis.Client) error {
 		lo, hi := i*16384/3, (i+1)*16384/3-1
 		err := n.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
 		if err == nil && i > 0 {
 			err = n.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Servers[0].port)).Err()
 		}
-		n.Close()
-		if err != nil {
-			t.Fatalf("redistest: cluster setup on %s: %v", s.Addr, err)
-		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("redistest: cluster setup: %v", err)
 	}
-	err := waitFor(func() error {
-		for _, s := range c.Servers {
-			n := redis.NewClient(&redis.Options{Addr: s.Addr})
+	err = waitFor(func() error {
+		return c.eachNode(func(i int, n *redis.Client) error {
 			info, err := n.ClusterInfo(ctx).Result()
-			n.Close()
-			if err != nil {
-				return err
+			if err == nil && (!strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3")) {
+				err = fmt.Errorf("not ready: %.60s", info)
 			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
-				return fmt.Errorf("%s not ready: %.60s", s.Addr, info)
-			}
-		}
-		return nil
+			return err
+		})
 	})
 	if err != nil {
 		t.Fatalf("redistest: cluster never became ok: %v", err)
@@ -331,18 +326,13 @@ func (c *Cluster) AddReplica(t testing.TB, master int) *Server {
 		var myID string
 		if myID, err = n.Do(ctx, "CLUSTER", "MYID").Text(); err == nil {
 			err = waitFor(func() error {
-				for _, o := range c.Servers {
-					oc := redis.NewClient(&redis.Options{Addr: o.Addr})
-					nodes, err := oc.ClusterNodes(ctx).Result()
-					oc.Close()
-					if err != nil {
-						return err
+				return c.eachNode(func(_ int, o *redis.Client) error {
+					nodes, err := o.ClusterNodes(ctx).Result()
+					if err == nil && (!strings.Contains(nodes, myID+" "+s.Addr) || !strings.Contains(nodes, "slave "+id)) {
+						err = errors.New("it does not know the replica yet")
 					}
-					if !strings.Contains(nodes, myID+" "+s.Addr) || !strings.Contains(nodes, "slave "+id) {
-						return fmt.Errorf("%s does not know the replica yet", o.Addr)
-					}
-				}
-				return nil
+					return err
+				})
 			})
 		}
 	}
@@ -356,14 +346,24 @@ func (c *Cluster) AddReplica(t testing.TB, master int) *Server {
 // cluster-require-full-coverage.
 func (c *Cluster) Set(t testing.TB, param, value string) {
 	t.Helper()
-	for _, s := range c.Servers {
+	err := c.eachNode(func(_ int, n *redis.Client) error { return n.ConfigSet(context.Background(), param, value).Err() })
+	if err != nil {
+		t.Fatalf("redistest: CONFIG SET %s: %v", param, err)
+	}
+}
+
+// eachNode calls f with a client of each of the cluster's first nodes
+// (Servers, in order) until one fails, and returns that node's error.
+func (c *Cluster) eachNode(f func(i int, n *redis.Client) error) error {
+	for i, s := range c.Servers {
 		n := redis.NewClient(&redis.Options{Addr: s.Addr})
-		err := n.ConfigSet(context.Background(), param, value).Err()
+		err := f(i, n)
 		n.Close()
 		if err != nil {
-			t.Fatalf("redistest: CONFIG SET %s on %s: %v", param, s.Addr, err)
+			return fmt.Errorf("%s: %w", s.Addr, err)
 		}
 	}
+	return nil
 }
 
 // Client returns a cluster client, closed when the test ends.
