@@ -97,18 +97,118 @@ func TestRunServesAndStops(t *testing.T) {
 // ends, and returns its base URL and the channel of run's result.
 func start(t *testing.T, ctx context.Context, env map[string]string, extra ...string) (string, <-chan error) {
 	t.Helper()
+	return launch(ctx, env, extra...)(t)
+}
+
+// launch is start in two steps, so that several control planes can start
+// at once: it starts run and returns what waits for it to serve.
+func launch(ctx context.Context, env map[string]string, extra ...string) func(t *testing.T) (string, <-chan error) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, extra...), func(k string) string { return env[k] }, pw, io.Discard)
 		pw.Close()
 	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no banner: %v (run: %v)", err, <-done)
+	return func(t *testing.T) (string, <-chan error) {
+		t.Helper()
+		line, err := bufio.NewReader(pr).ReadString('\n')
+		if err != nil {
+			t.Fatalf("no banner: %v (run: %v)", err, <-done)
+		}
+		go func() { _, _ = io.Copy(io.Discard, pr) }()
+		return strings.Fields(line[strings.Index(line, "http"):])[0], done
 	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	return strings.Fields(line[strings.Index(line, "http"):])[0], done
+}
+
+// Two replicas of the control plane on one database, as the Kubernetes
+// manifest runs them: they start at the same moment (each applies the
+// migrations), a change made through one reaches a decider watching the
+// other, a key revoked through one is refused by the other at once, and a
+// decider's sync through one shows in the operator's list through the
+// other.
+func TestReplicasShareOneDatabase(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := map[string]string{"DATABASE_URL": pgtest.EmptySchema(t), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"}
+	waitA, waitB := launch(ctx, env), launch(ctx, env)
+	a, _ := waitA(t)
+	b, _ := waitB(t)
+	as := func(key string, req interface{ Header() http.Header }) {
+		req.Header().Set("Authorization", "Bearer "+key)
+	}
+
+	treq := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "acme", Name: "Acme"}})
+	as("op-secret", treq)
+	tenant, err := sluicev1connect.NewTenantServiceClient(h2cClient(), a).CreateTenant(ctx, treq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := tenant.Msg.Tenant
+	kreq := connect.NewRequest(&sluicev1.CreateKeyRequest{TenantId: acme.Id, Kind: sluicev1.KeyKind_KEY_KIND_ADMIN})
+	as("op-secret", kreq)
+	admin, err := sluicev1connect.NewKeyServiceClient(h2cClient(), a).CreateKey(ctx, kreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wreq := connect.NewRequest(&sluicev1.WatchRequest{Since: map[string]int64{acme.Id: acme.ConfigVersion}})
+	as("decider-secret", wreq)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	watch, err := sluicev1connect.NewConfigServiceClient(h2cClient(), b, connect.WithGRPC()).Watch(wctx, wreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	creq := connect.NewRequest(&sluicev1.CreateTierRequest{Name: "pro"})
+	as(admin.Msg.Secret, creq)
+	tier, err := sluicev1connect.NewTierServiceClient(h2cClient(), a).CreateTier(ctx, creq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := false
+	for !delivered && watch.Receive() {
+		m := watch.Msg()
+		delivered = m.TenantId == acme.Id && m.Version >= tier.Msg.ConfigVersion
+	}
+	if !delivered {
+		t.Fatalf("the watch on the other replica ended before version %d: %v", tier.Msg.ConfigVersion, watch.Err())
+	}
+
+	tiersB := sluicev1connect.NewTierServiceClient(h2cClient(), b)
+	list := func() error {
+		req := connect.NewRequest(&sluicev1.ListTiersRequest{})
+		as(admin.Msg.Secret, req)
+		_, err := tiersB.ListTiers(ctx, req)
+		return err
+	}
+	if err := list(); err != nil {
+		t.Fatalf("the admin key on the other replica: %v", err)
+	}
+	rreq := connect.NewRequest(&sluicev1.RevokeKeyRequest{TenantId: acme.Id, KeyId: admin.Msg.Key.Id})
+	as("op-secret", rreq)
+	if _, err := sluicev1connect.NewKeyServiceClient(h2cClient(), a).RevokeKey(ctx, rreq); err != nil {
+		t.Fatal(err)
+	}
+	if err := list(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("the revoked admin key on the other replica: %v, want unauthenticated", err)
+	}
+
+	sreq := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Decider: "host-1/42"})
+	as("decider-secret", sreq)
+	if _, err := sluicev1connect.NewConfigServiceClient(h2cClient(), b).GetSnapshots(ctx, sreq); err != nil {
+		t.Fatal(err)
+	}
+	dreq := connect.NewRequest(&sluicev1.ListDecidersRequest{})
+	as("op-secret", dreq)
+	ds, err := sluicev1connect.NewDeciderServiceClient(h2cClient(), a).ListDeciders(ctx, dreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Msg.Deciders) != 1 || ds.Msg.Deciders[0].Name != "host-1/42" || ds.Msg.Deciders[0].ConfigVersions[acme.Id] < tier.Msg.ConfigVersion {
+		t.Fatalf("deciders through the first replica: %v", ds.Msg.Deciders)
+	}
 }
 
 // With -tls-cert and -tls-key the port serves HTTPS only: gRPC over the

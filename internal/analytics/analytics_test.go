@@ -308,7 +308,11 @@ func produce(t *testing.T, brokers []string, topic string, values ...[]byte) {
 
 func produceB(t testing.TB, brokers []string, topic string, values [][]byte) {
 	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 1000, BatchTimeout: time.Millisecond}
+	// Acknowledged by the broker before the next call writes, as deciders
+	// write: with kafka-go's default (no acks) a later call's messages may
+	// land before an earlier one's, stamped events out of their order.
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, BatchSize: 1000, BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	msgs := make([]kafka.Message, len(values))
 	for i, v := range values {
@@ -350,7 +354,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func runConsumer(t *testing.T, cfg Config) (stop func()) {
 	t.Helper()
-	c := NewConsumer(cfg)
+	_, stop = startConsumer(t, cfg)
+	return stop
+}
+
+// startConsumer runs a consumer until stop (or the test's end).
+func startConsumer(t *testing.T, cfg Config) (c *Consumer, stop func()) {
+	t.Helper()
+	c = NewConsumer(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -365,7 +376,7 @@ func runConsumer(t *testing.T, cfg Config) (stop func()) {
 		}
 	}
 	t.Cleanup(stop)
-	return stop
+	return c, stop
 }
 
 // consumeTwice produces values and consumes them with a consumer of the

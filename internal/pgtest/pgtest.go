@@ -114,15 +114,22 @@ func Private(t testing.TB) *pgserver.Cluster {
 // whose connections use it. The schema is dropped when the test ends.
 func Schema(t testing.TB) string {
 	t.Helper()
+	u := EmptySchema(t)
+	if err := migrations.Apply(u); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	return u
+}
+
+// EmptySchema is Schema without the migrations: for a test of what applies
+// them.
+func EmptySchema(t testing.TB) string {
+	t.Helper()
 	b := BaseURL(t)
 	schema := schemaName(t)
 	exec(t, b, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	t.Cleanup(func() { exec(t, b, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") })
-	u := withSearchPath(b, schema)
-	if err := migrations.Apply(u); err != nil {
-		t.Fatalf("pgtest: migrate %s: %v", schema, err)
-	}
-	return u
+	return withSearchPath(b, schema)
 }
 
 // Pool returns a pool on a fresh migrated schema (see Schema), closed when
