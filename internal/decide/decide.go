@@ -189,27 +189,28 @@ func (d *Decider) newBreaker(name string) *gobreaker.CircuitBreaker[bool] {
 		Name:        name,
 		Timeout:     d.opts.BreakerCooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= d.opts.BreakerFailures },
-		// A caller hanging up says nothing about the engine.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
+		// A caller hanging up says nothing about the engine, nor another
+		// shard's failure about this one's.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) },
 	})
 }
 
-// Sharder is an Engine whose decisions each go to one of several stores
-// that fail apart (a Redis Cluster's masters): Shard names the one reqs
-// go to ("" for any the engine cannot tell). Each shard has a breaker of
-// its own, so that one master down sends the decisions it holds to their
-// failure modes, not those of the others.
+// Sharder is an Engine whose decisions go to one or more of several stores
+// that fail apart (a Redis Cluster's masters): Shards names the store of
+// reqs' first key, and the others that the rest go to, each once ("" and
+// none when the engine cannot tell). Each store has a breaker of its own,
+// so that one master down sends the decisions it holds to their failure
+// modes, not those of the others. A decision spanning stores passes each
+// one's breaker (any open: the failure modes); its failure counts against
+// the store its error names, by a method FailedShard() string, and
+// against all of them when it names none of theirs.
 type Sharder interface {
-	Shard(ctx context.Context, reqs []limit.Request) string
+	Shards(ctx context.Context, reqs []limit.Request) (first string, others []string)
 }
 
-// breakerFor returns the breaker of the shard reqs go to.
-func (d *Decider) breakerFor(ctx context.Context, reqs []limit.Request) *gobreaker.CircuitBreaker[bool] {
-	s, ok := d.opts.Engine.(Sharder)
-	if !ok {
-		return d.breaker
-	}
-	name := s.Shard(ctx, reqs)
+// breakerNamed returns the breaker of a Sharder's shard name ("": the
+// engine's).
+func (d *Decider) breakerNamed(name string) *gobreaker.CircuitBreaker[bool] {
 	if name == "" {
 		return d.breaker
 	}
@@ -218,6 +219,52 @@ func (d *Decider) breakerFor(ctx context.Context, reqs []limit.Request) *gobreak
 	}
 	b, _ := d.shards.LoadOrStore(name, d.newBreaker("engine "+name))
 	return b.(*gobreaker.CircuitBreaker[bool])
+}
+
+// errElsewhere is what a shard's breaker is told of a decision spanning
+// shards that failed on another, or that another's breaker refused: not a
+// failure of its own, nor a success (excluded, see newBreaker).
+var errElsewhere = errors.New("decide: failed on another shard")
+
+// acrossShards runs do, a decision spanning the shards names, through each
+// one's breaker (see Sharder), returning do's answer, or the refusal of
+// the first breaker that refused it.
+func (d *Decider) acrossShards(names []string, do func() (bool, error)) (bool, error) {
+	var (
+		ran, allowed     bool
+		failure, refused error
+		blamed           string // the shard failure names, "" for all
+	)
+	run := func() error {
+		ran = true
+		allowed, failure = do()
+		var on interface{ FailedShard() string }
+		if errors.As(failure, &on) && slices.Contains(names, on.FailedShard()) {
+			blamed = on.FailedShard()
+		}
+		return failure
+	}
+	for _, name := range slices.Backward(names) {
+		b, inner := d.breakerNamed(name), run
+		run = func() error {
+			_, err := b.Execute(func() (bool, error) {
+				err := inner()
+				if err == nil || ran && (blamed == "" || blamed == name) {
+					return false, err
+				}
+				return false, errElsewhere
+			})
+			if err != nil && !ran && refused == nil {
+				refused = err // this breaker's refusal (a deeper one's is set first)
+			}
+			return err
+		}
+	}
+	_ = run()
+	if !ran {
+		return false, refused
+	}
+	return allowed, failure
 }
 
 // Gatherer is an Engine that can send decisions made at once together
@@ -721,10 +768,19 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 		}
 		return ok, err
 	}
-	if d.breaker == nil {
+	s, sharded := d.opts.Engine.(Sharder)
+	switch {
+	case d.breaker == nil:
 		allowed, err = do()
-	} else {
-		allowed, err = d.breakerFor(ctx, reqs).Execute(do)
+	case !sharded:
+		allowed, err = d.breaker.Execute(do)
+	default:
+		first, others := s.Shards(ctx, reqs)
+		if len(others) == 0 {
+			allowed, err = d.breakerNamed(first).Execute(do)
+		} else {
+			allowed, err = d.acrossShards(append([]string{first}, others...), do)
+		}
 	}
 	return allowed, engaged, err
 }

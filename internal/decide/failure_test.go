@@ -238,10 +238,12 @@ func TestLocallyCountedRuleThroughARedisOutage(t *testing.T) {
 // One master of a Redis Cluster dies: the decisions whose counters it held
 // answer by their failure modes, and its breaker opens so that they stop
 // waiting for it, while the other masters' decisions go on through Redis,
-// exact and never degraded: each master has a breaker of its own. (The
-// cluster keeps serving the other slots: cluster-require-full-coverage no;
-// the others' decisions are checked after it has declared the master
-// failed.)
+// exact and never degraded: each master has a breaker of its own. A
+// decision spanning a live master and the dead one (two rules keyed by
+// different descriptors) fails on the dead one and counts against its
+// breaker alone. (The cluster keeps serving the other slots:
+// cluster-require-full-coverage no; the others' decisions are checked after
+// it has declared the master failed.)
 func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -257,9 +259,12 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	defer eng.Close()
 	rule := policy.Rule{ID: "r", Name: "r", KeyBy: []string{"client_id"}, FailureMode: policy.FailOpen,
 		Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}}
+	// Requests with a route also meet a rule counting each route.
+	perRoute := policy.Rule{ID: "g", Name: "g", Match: []policy.Match{{Key: "route", Value: policy.AnyValue}}, KeyBy: []string{"route"},
+		FailureMode: policy.FailOpen, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1000, Window: time.Hour}}
 	c, err := Compile(&policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
-		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule}}},
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule, perRoute}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -267,16 +272,27 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	// A budget that a busy machine (-race) keeps within; the dead master
 	// refuses connections at once.
 	d := NewDecider(Options{Engine: eng, Budget: time.Second, BreakerFailures: 3, BreakerCooldown: time.Hour})
-	// Clients on each master, by where their counters' keys fall.
+	masterOf := func(r *policy.Rule, ds policy.Descriptors) int {
+		first, _ := eng.Shards(ctx, []limit.Request{{Key: string(policy.AppendCounterKey(nil, "t", r, ds))}})
+		return slices.Index(cl.Addrs, first)
+	}
+	// Clients on each master, by where their counters' keys fall, and
+	// one more on the second for the decisions spanning two masters.
 	var req [3][]Request
-	for i := 0; len(req[0]) < 2 || len(req[1]) < 2 || len(req[2]) < 2; i++ {
-		r := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: fmt.Sprint("client-", i)}}}
-		key := string(policy.AppendCounterKey(nil, "t", &rule, r.Descriptors))
-		shard := eng.Shard(ctx, []limit.Request{{Key: key}})
-		for m, addr := range cl.Addrs {
-			if shard == addr && len(req[m]) < 2 {
-				req[m] = append(req[m], r)
-			}
+	var spanning Request
+	for i := 0; len(req[0]) < 2 || len(req[1]) < 2 || len(req[2]) < 2 || spanning.Descriptors == nil; i++ {
+		ds := policy.Descriptors{{Key: "client_id", Value: fmt.Sprint("client-", i)}}
+		switch m := masterOf(&rule, ds); {
+		case len(req[m]) < 2:
+			req[m] = append(req[m], Request{Descriptors: ds})
+		case m == 1 && spanning.Descriptors == nil:
+			spanning.Descriptors = ds
+		}
+	}
+	for i := 0; len(spanning.Descriptors) == 1; i++ {
+		route := policy.Descriptor{Key: "route", Value: fmt.Sprint("/route-", i)}
+		if masterOf(&perRoute, policy.Descriptors{route}) == 0 {
+			spanning.Descriptors = append(spanning.Descriptors, route)
 		}
 	}
 	decide := func(r Request) Decision {
@@ -294,6 +310,9 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 
 	before := d.EngineErrors()
 	for range 10 {
+		if dec := decide(spanning); !dec.Allowed || !dec.Degraded {
+			t.Fatalf("a decision spanning the dead master: allowed %v, degraded %v; want its rules' failure mode (open)", dec.Allowed, dec.Degraded)
+		}
 		for _, r := range req[0] {
 			if dec := decide(r); !dec.Allowed || !dec.Degraded {
 				t.Fatalf("a client of the dead master: allowed %v, degraded %v; want its rule's failure mode (open)", dec.Allowed, dec.Degraded)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -385,20 +386,59 @@ func (e *Engine) followTopology(err error) {
 	cc.ReloadState(context.Background())
 }
 
-// Shard names the Redis Cluster master that holds the first of reqs' keys
-// (its address), "" on one Redis: decide.Decider keeps a breaker per
-// master (see decide.Sharder). A decision whose keys span masters (rules
-// keyed by different descriptors) counts against the first key's.
-func (e *Engine) Shard(ctx context.Context, reqs []limit.Request) string {
+// Shards names the Redis Cluster masters (their addresses) that hold reqs'
+// keys: first that of the first key, others those of the rest that differ
+// from it, each once (nil for a decision on one master: most); "" on one
+// Redis. decide.Decider keeps a breaker per master (see decide.Sharder),
+// and a decision whose keys span masters (rules keyed by different
+// descriptors) passes each one's; its failure names the master that
+// failed (see shardError).
+func (e *Engine) Shards(ctx context.Context, reqs []limit.Request) (first string, others []string) {
 	cc, ok := e.client.(*redis.ClusterClient)
 	if !ok || len(reqs) == 0 {
-		return ""
+		return "", nil
 	}
-	c, err := cc.MasterForKey(ctx, e.cfg.Prefix+reqs[0].Key)
+	first = e.master(ctx, cc, reqs[0].Key)
+	slot := Slot(e.cfg.Prefix + reqs[0].Key)
+	for _, rq := range reqs[1:] {
+		if s := Slot(e.cfg.Prefix + rq.Key); s != slot {
+			if m := e.master(ctx, cc, rq.Key); m != first && !slices.Contains(others, m) {
+				others = append(others, m)
+			}
+		}
+	}
+	return first, others
+}
+
+// master is the address of the master that holds key, "" when the cluster
+// client does not know it.
+func (e *Engine) master(ctx context.Context, cc *redis.ClusterClient, key string) string {
+	c, err := cc.MasterForKey(ctx, e.cfg.Prefix+key)
 	if err != nil {
 		return ""
 	}
 	return c.Options().Addr
+}
+
+// shardError is the failure of a decision spanning cluster masters on one
+// of them: which, FailedShard says (decide.Decider counts it against that
+// master's breaker alone).
+type shardError struct {
+	shard string
+	err   error
+}
+
+func (e *shardError) Error() string       { return e.err.Error() }
+func (e *shardError) Unwrap() error       { return e.err }
+func (e *shardError) FailedShard() string { return e.shard }
+
+// onShard wraps err, the failure of a call on key's slot, as that master's.
+func (e *Engine) onShard(ctx context.Context, key string, err error) error {
+	cc, ok := e.client.(*redis.ClusterClient)
+	if !ok {
+		return err
+	}
+	return &shardError{shard: e.master(ctx, cc, key), err: err}
 }
 
 // slotMoving reports whether err is a cluster node's answer while the
@@ -716,7 +756,7 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 		ok, err := e.run(ctx, "check", pick(idx, cost), now, sub)
 		if err != nil {
 			_ = e.undo(ctx, reserved, pick, same, now)
-			return false, err
+			return false, e.onShard(ctx, reqs[idx[0]].Key, err)
 		}
 		var committed []int // what this slot consumed: admitted rules of positive cost
 		for k, i := range idx {
@@ -742,7 +782,7 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 	for _, idx := range reserved { // answer from the refunded state
 		sub := make([]limit.Result, len(idx))
 		if _, err := e.run(ctx, "check", pick(idx, read), now, sub); err != nil {
-			return false, err
+			return false, e.onShard(ctx, reqs[idx[0]].Key, err)
 		}
 		for k, i := range idx {
 			res[i] = sub[k]
@@ -754,8 +794,9 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 // undo refunds what the reserved slot groups consumed.
 func (e *Engine) undo(ctx context.Context, reserved [][]int, pick func([]int, func(int) int64) []limit.Request, cost func(int) int64, now string) error {
 	for _, idx := range reserved {
-		if _, err := e.run(ctx, "refund", pick(idx, cost), now, nil); err != nil {
-			return err
+		refund := pick(idx, cost)
+		if _, err := e.run(ctx, "refund", refund, now, nil); err != nil {
+			return e.onShard(ctx, refund[0].Key, err)
 		}
 	}
 	return nil
