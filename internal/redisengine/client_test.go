@@ -172,3 +172,35 @@ func TestOpenThroughSentinelFollowsAFailover(t *testing.T) {
 		t.Fatal("cluster and sentinel at once were accepted")
 	}
 }
+
+// Evicting names the nodes that would drop counters when full: a memory
+// limit with an evicting policy, volatile ones included (every counter has
+// an expiry); noeviction, or no limit, is safe.
+func TestEvicting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl")
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rc.Close()
+	e := New(rc, Config{Prefix: redistest.Prefix(t)})
+	for _, step := range []struct {
+		param, value string
+		want         []string
+	}{
+		{"", "", []string{srv.Addr + ": volatile-ttl"}},
+		{"maxmemory-policy", "allkeys-lru", []string{srv.Addr + ": allkeys-lru"}},
+		{"maxmemory-policy", "noeviction", nil},
+		{"maxmemory-policy", "allkeys-lfu", []string{srv.Addr + ": allkeys-lfu"}},
+		{"maxmemory", "0", nil},
+	} {
+		if step.param != "" {
+			if err := rc.ConfigSet(ctx, step.param, step.value).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := e.Evicting(ctx)
+		if err != nil || !slices.Equal(got, step.want) {
+			t.Fatalf("after %s %s: %q, %v; want %q", step.param, step.value, got, err, step.want)
+		}
+	}
+}

@@ -228,6 +228,47 @@ func (e *Engine) Preload(ctx context.Context) error {
 	return nil
 }
 
+// Evicting lists the Redis nodes (masters) that may evict keys, counters
+// among them, when full: a maxmemory with a policy other than noeviction
+// (every key of the engine has an expiry, so the volatile-* policies evict
+// them too). An evicted counter starts afresh, and its client is admitted
+// beyond its limit without an error to show it; with noeviction a full
+// Redis refuses writes instead, and decisions follow their failure modes.
+// Each is "address: policy". A Redis that refuses CONFIG (some managed
+// ones) gives an error.
+func (e *Engine) Evicting(ctx context.Context) ([]string, error) {
+	var (
+		mu  sync.Mutex
+		out []string
+	)
+	check := func(ctx context.Context, c *redis.Client) error {
+		cfg, err := c.ConfigGet(ctx, "maxmemory*").Result()
+		if err != nil {
+			return err
+		}
+		if policy := cfg["maxmemory-policy"]; cfg["maxmemory"] != "0" && policy != "noeviction" {
+			mu.Lock()
+			out = append(out, c.Options().Addr+": "+policy)
+			mu.Unlock()
+		}
+		return nil
+	}
+	var err error
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisengine: read the memory policy: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock
 // and writes one Result per request into res; see limit.Engine.AllowAll.
 //
