@@ -53,6 +53,7 @@
 //	-identity-jwt-issuer SLUICE_IDENTITY_JWT_ISSUER proxy: the issuer (iss) a token must name (default any)
 //	-identity-jwt-audience SLUICE_IDENTITY_JWT_AUDIENCE proxy: an audience (aud) a token must name (default any)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES   proxy: comma-separated CIDRs whose X-Forwarded-For is believed
+//	-ipv6-prefix     SLUICE_IPV6_PREFIX       proxy: leading bits of an IPv6 client's address that name it (64; 128: the address)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
@@ -162,6 +163,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	jwtAudience := fs.String("identity-jwt-audience", env("SLUICE_IDENTITY_JWT_AUDIENCE", ""), "proxy: an audience a token must name")
 	idCookie := fs.String("identity-cookie", env("SLUICE_IDENTITY_COOKIE", ""), "proxy: cookie naming the client")
 	trusted := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "proxy: CIDRs whose X-Forwarded-For is believed")
+	ipv6Prefix := fs.Int("ipv6-prefix", e.Int("SLUICE_IPV6_PREFIX", clientip.IPv6Network), "proxy: leading bits of an IPv6 client's address that name it (its ip, and its identity when nothing else names it); 128: the address")
 	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "proxy: CIDRs of load balancers opening each connection with a PROXY protocol header (v1 or v2), whose address is then the client's")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
@@ -282,7 +284,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
-			ClientCertIdentity: *certIdentity}
+			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix}
+		if *ipv6Prefix < 1 || *ipv6Prefix > 128 {
+			ln.Close()
+			return fmt.Errorf("-ipv6-prefix %d: want 1 to 128 bits", *ipv6Prefix)
+		}
 		if *certIdentity && *proxyClientCA == "" {
 			ln.Close()
 			return errors.New("-identity-client-cert needs -proxy-tls-client-ca: only a verified certificate names a client")

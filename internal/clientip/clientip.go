@@ -48,6 +48,26 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 	return ip
 }
 
+// IPv6Network is how many leading bits of an IPv6 address name one client
+// by default: a /64, the network one host or home is given, within which
+// it may pick a new address for each request (privacy addresses, or any
+// at will), so that counting by the address alone would not bound it.
+const IPv6Network = 64
+
+// Name is the name a client of address a is counted by: an IPv4 address
+// as it is, an IPv6 one as its network of v6bits bits ("2001:db8:1:2::/64";
+// the address alone when v6bits is 128 or more, or 0 or less). The zero
+// Addr is "".
+func Name(a netip.Addr, v6bits int) string {
+	if !a.IsValid() {
+		return ""
+	}
+	if a.Is4() || v6bits <= 0 || v6bits >= 128 {
+		return a.String()
+	}
+	return netip.PrefixFrom(a, v6bits).Masked().String()
+}
+
 // Contains reports whether one of prefixes holds a.
 func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	for _, p := range prefixes {

@@ -77,6 +77,13 @@ func FuzzOf(f *testing.F) {
 		if got.Zone() != "" || got.Is4In6() {
 			t.Fatalf("%v: a zone or a mapped IPv4 address", got)
 		}
+		if n := Name(got, IPv6Network); got.Is6() {
+			if p, err := netip.ParsePrefix(n); err != nil || p.Bits() != IPv6Network || !p.Contains(got) {
+				t.Fatalf("%v named %q: not its /64", got, n)
+			}
+		} else if n != got.String() {
+			t.Fatalf("%v named %q", got, n)
+		}
 		if got == peer {
 			return
 		}
@@ -87,4 +94,31 @@ func FuzzOf(f *testing.F) {
 		}
 		t.Fatalf("%v is neither the peer %v nor in %q", got, peer, xff)
 	})
+}
+
+// A client is named by its IPv4 address, or by its IPv6 network: the
+// addresses a host may pick within its /64 share one name, another
+// network's do not; 128 bits (or 0) name the address alone.
+func TestNameGroupsIPv6Networks(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		bits int
+		want string
+	}{
+		{"198.51.100.7", 64, "198.51.100.7"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", 64, "2001:db8:1:3::/64"},
+		{"2001:db8:1:2:ffff::1", 48, "2001:db8:1::/48"},
+		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
+		{"2001:db8:1:2::1", 0, "2001:db8:1:2::1"},
+		{"::1", 64, "::/64"},
+	} {
+		if got := Name(netip.MustParseAddr(c.addr), c.bits); got != c.want {
+			t.Errorf("Name(%s, %d) = %q, want %q", c.addr, c.bits, got, c.want)
+		}
+	}
+	if got := Name(netip.Addr{}, 64); got != "" {
+		t.Errorf("Name of no address = %q", got)
+	}
 }

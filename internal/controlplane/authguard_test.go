@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -119,6 +120,19 @@ func TestInvalidKeysLimitedBehindProxy(t *testing.T) {
 	}
 	if code := list(proxied("198.51.100.2"), "sk_admin_typo"); code != connect.CodeUnauthenticated {
 		t.Fatalf("another caller's own invalid key: %v", code)
+	}
+	// An IPv6 caller is its /64: a new address of its network for each
+	// guess renews nothing; another network has its own budget.
+	for i := range 3 {
+		if code := list(proxied(fmt.Sprintf("2001:db8:7:7::%x", i+1)), "sk_admin_v6guess"+string(rune('a'+i))); code != connect.CodeUnauthenticated {
+			t.Fatalf("invalid key %d from the IPv6 network: %v", i, code)
+		}
+	}
+	if code := list(proxied("2001:db8:7:7:ffff::1"), admin); code != connect.CodeResourceExhausted {
+		t.Fatalf("a fresh address of the guessing /64: %v, want resource_exhausted", code)
+	}
+	if code := list(proxied("2001:db8:7:8::1"), admin); code != 0 {
+		t.Fatalf("the next /64: %v", code)
 	}
 
 	for i := range 3 {

@@ -35,6 +35,11 @@ type ProxyConfig struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed: the
 	// client IP is the rightmost address not among them.
 	TrustedProxies []netip.Prefix
+	// IPv6Prefix is how many leading bits of an IPv6 client's address name
+	// it, as its ip descriptor and as its identity when nothing else names
+	// it: a host picks addresses at will within its network. 0 means
+	// clientip.IPv6Network (a /64); 128, the address alone.
+	IPv6Prefix int
 	// TierHeader, when set, names a header choosing the tier (set by a
 	// trusted gateway in front); else overrides and the default apply.
 	TierHeader string
@@ -60,10 +65,11 @@ func UpstreamTransport() *http.Transport {
 const (
 	RouteDescriptor  = "route"
 	MethodDescriptor = "method"
-	// IPDescriptor is the client's IP address whatever identity the
-	// request claims: a rule keyed by it bounds what one address sends
-	// when a header or cookie names the client, since a client can claim a
-	// new name with each request.
+	// IPDescriptor is the client's IP address (an IPv6 client's network:
+	// ProxyConfig.IPv6Prefix) whatever identity the request claims: a rule
+	// keyed by it bounds what one address sends when a header or cookie
+	// names the client, since a client can claim a new name with each
+	// request.
 	IPDescriptor = "ip"
 )
 
@@ -83,6 +89,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	if cfg.Transport == nil {
 		cfg.Transport = UpstreamTransport()
 	}
+	if cfg.IPv6Prefix <= 0 {
+		cfg.IPv6Prefix = clientip.IPv6Network
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
@@ -101,7 +110,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			h.fail(ex, err)
 			return
 		}
-		ip := clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies).String()
+		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies), cfg.IPv6Prefix)
 		client, source := cfg.identity(r, ip)
 		cfg.API.Metrics.observeIdentity(source)
 		req := decide.Request{Descriptors: policy.Descriptors{
@@ -167,7 +176,7 @@ func maxDelay(dec decide.Decision) time.Duration {
 // identity names the client of r, and says what named it: its verified
 // token's claim ("jwt"), else its verified client certificate's name
 // ("client_cert"), else the identity header ("header"), else the cookie
-// ("cookie"), else its IP address ip ("ip"; see clientip.Of).
+// ("cookie"), else its IP address ip ("ip"; see clientip.Of and Name).
 func (cfg *ProxyConfig) identity(r *http.Request, ip string) (client, source string) {
 	if cfg.JWT != nil {
 		if v := cfg.JWT.client(r); v != "" {

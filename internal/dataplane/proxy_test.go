@@ -441,6 +441,45 @@ func TestProxyIPRuleBoundsClaimedIdentities(t *testing.T) {
 	}
 }
 
+// An IPv6 client is its /64 network: the addresses a host picks within it
+// share one budget, as its ip and as its identity when nothing else names
+// it; another network has its own. With -ipv6-prefix 128 each address is a
+// client.
+func TestProxyCountsAnIPv6NetworkAsOneClient(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		prefix int
+		want   []int
+	}{
+		{0, []int{200, 200, 429, 429}},   // the default, a /64
+		{128, []int{200, 200, 200, 200}}, // each address its own
+		{48, []int{200, 200, 429, 429}},  // wider still
+	} {
+		for _, keyBy := range []string{policy.DefaultIdentifierKey, IPDescriptor} {
+			cfg, key := apiWith(t, []policy.Rule{{ID: "r", Name: "per-" + keyBy, KeyBy: []string{keyBy}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}}})
+			up, _ := upstream(t)
+			px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
+				pc.IdentityHeader, pc.IPv6Prefix = "", c.prefix
+				pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+			})
+			status := func(addr string) int {
+				return statusOf(t, nil, px.URL+"/", func(req *http.Request) { req.Header.Set("X-Forwarded-For", addr) })
+			}
+			var got []int
+			for i := range 4 {
+				got = append(got, status(fmt.Sprintf("2001:db8:1:2:%x::%x", i, i+1)))
+			}
+			if !slices.Equal(got, c.want) {
+				t.Errorf("prefix %d, keyed by %s: addresses of one /64: %v, want %v", c.prefix, keyBy, got, c.want)
+			}
+			if code := status("2001:db8:2:2::1"); code != 200 {
+				t.Errorf("prefix %d, keyed by %s: another network: %d, want 200", c.prefix, keyBy, code)
+			}
+		}
+	}
+}
+
 // With a JWT identity, the client is the claim of the bearer token, once
 // it verifies against the provider's JWKS (served here): each user has its own budget whatever address it
 // comes from; a token signed by another key, expired, or for another
