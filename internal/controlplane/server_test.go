@@ -1198,3 +1198,54 @@ func wantBadTokens(t *testing.T, list func(token string) error, good string, con
 		}
 	}
 }
+
+// After the database went back to an earlier state (a backup restored), a
+// decider still holds a later version of a tenant than the database: its
+// next pull raises the tenant's version past the decider's and sends the
+// database's configuration, which is then the latest again, with an audit
+// row saying so; the next pull finds nothing to do. A tenant's check key
+// (a one-tenant decider) cannot raise another tenant's version.
+func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	a, adminA := setupTenant(t, c, "a")
+	b, adminB := setupTenant(t, c, "b")
+	all := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{})
+	versions := map[string]int64{}
+	for _, s := range all.Snapshots {
+		versions[s.Tenant.Id] = s.Version
+	}
+
+	// The decider had received five more versions of a that the restored
+	// database never saw.
+	held := map[string]int64{a: versions[a] + 5, b: versions[b]}
+	got := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: held, Decider: "host-1/7"})
+	if len(got.Snapshots) != 1 || got.Snapshots[0].Tenant.Id != a || got.Snapshots[0].Version != held[a]+1 {
+		t.Fatalf("snapshots after the database went back: %v, want a's at version %d", got.Snapshots, held[a]+1)
+	}
+	if again := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 1, b: versions[b]}}); len(again.Snapshots) != 0 {
+		t.Fatalf("a second pull, caught up: %v", again.Snapshots)
+	}
+	audit := callOK(t, adminA, c.audit.ListAudit, &sluicev1.ListAuditRequest{}).Entries
+	if len(audit) == 0 || audit[0].Action != "resync" || audit[0].Actor != "decider" || audit[0].ConfigVersion != held[a]+1 ||
+		!strings.Contains(audit[0].OldValue, fmt.Sprint(versions[a])) {
+		t.Fatalf("a's latest audit entry: %v", audit[:min(len(audit), 1)])
+	}
+
+	// A decider watching again from a later version than b's is sent the
+	// raised one at once.
+	st := watchWith(t, c, deciderKey, map[string]int64{a: held[a] + 1, b: versions[b] + 2})
+	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != versions[b]+3 {
+		t.Fatalf("the watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), versions[b]+3)
+	}
+
+	ckB := callOK(t, adminB, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})
+	callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 100}})
+	after := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 1}})
+	for _, s := range after.Snapshots {
+		if s.Tenant.Id == a {
+			t.Fatalf("b's check key raised a's version to %d", s.Version)
+		}
+	}
+}

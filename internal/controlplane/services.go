@@ -153,6 +153,9 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 			name += " [tenant " + scope + "]" // its own row: a tenant's key cannot pass for another decider
 		}
 	}
+	if err := s.resync(ctx, name, since, versions); err != nil {
+		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
+	}
 	out := &sluicev1.GetSnapshotsResponse{}
 	for id := range since {
 		if _, ok := versions[id]; !ok {
@@ -192,6 +195,31 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		s.logger.WarnContext(ctx, "recording check keys' use", "decider", req.Msg.GetDecider(), "err", err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// resync raises, in the store and in versions, the config version of each
+// tenant whose version the decider name holds (since) is later than the
+// database's: the database went back to an earlier state (a backup
+// restored, a failover to a replica behind), and without the raise the
+// deciders would keep the lost configuration (see
+// pgstore.Store.RaiseVersions).
+func (s configServer) resync(ctx context.Context, name string, since, versions map[string]int64) error {
+	behind := map[string]int64{}
+	for id, have := range since {
+		if v, ok := versions[id]; ok && have > v {
+			behind[id] = have
+		}
+	}
+	if len(behind) == 0 {
+		return nil
+	}
+	raised, err := s.store.RaiseVersions(ctx, "decider", behind)
+	for id, v := range raised {
+		versions[id] = v
+		s.logger.WarnContext(ctx, "a decider enforces a later config version than the database holds (restored from a backup?): the tenant's version is raised past it, and the database's configuration goes to every decider",
+			"tenant", id, "decider", name, "decider_version", behind[id], "version", v)
+	}
+	return err
 }
 
 // onlyTenant returns the entry of m for tenant, alone.
@@ -251,6 +279,17 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	since := req.Msg.GetSince()
 	if scope != "" {
 		since = onlyTenant(since, scope)
+	}
+	// A decider watching again after the database went back learns of the
+	// raised versions at once, not at its next pull (see resync).
+	if len(since) > 0 {
+		versions, err := s.store.TenantVersions(ctx)
+		if err == nil {
+			err = s.resync(ctx, "", since, versions)
+		}
+		if err != nil {
+			s.logger.WarnContext(ctx, "comparing a watching decider's config versions with the database's", "err", err)
+		}
 	}
 	err := s.watches.Watch(ctx, since, func(v pgstore.Version) error {
 		if scope != "" && v.TenantID != scope {

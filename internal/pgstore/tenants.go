@@ -215,3 +215,51 @@ func (s *Store) TenantVersions(ctx context.Context) (map[string]int64, error) {
 	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
 	return out, translate(err, "tenant")
 }
+
+// RaiseVersions raises the config version of each tenant of held (its id →
+// the version a decider says it enforces) that is below it, to one past
+// it, and returns the tenants' new versions. A decider can hold a later
+// version than the database only when the database went back to an
+// earlier state: restored from a backup, or failed over to a replica the
+// last changes had not reached. Its deciders would then ignore the
+// database's configuration (an earlier version than theirs) until the
+// tenant's changes outgrew the lost ones; raised, the configuration the
+// database holds is the latest again, and goes to every decider. Each
+// raise is a change of the tenant (version row, audit row "resync",
+// notification), made only while the version is still below. Unknown
+// tenants are skipped.
+func (s *Store) RaiseVersions(ctx context.Context, actor Actor, held map[string]int64) (map[string]int64, error) {
+	out := map[string]int64{}
+	for id, have := range held {
+		var from int64
+		v, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
+			err := tx.QueryRow(ctx, `SELECT config_version FROM tenants WHERE id::text = $1 FOR UPDATE`, id).Scan(&from)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return change{}, errNotBehind
+			}
+			if err != nil {
+				return change{}, translate(err, "tenant")
+			}
+			if from >= have {
+				return change{}, errNotBehind
+			}
+			if _, err := tx.Exec(ctx, `UPDATE tenants SET config_version = $2 WHERE id::text = $1`, id, have); err != nil {
+				return change{}, translate(err, "tenant")
+			}
+			return change{tenantID: id, action: "resync", resource: "tenant", resourceID: id,
+				old: map[string]int64{"config_version": from}, new: map[string]int64{"config_version": have + 1}}, nil
+		})
+		if errors.Is(err, errNotBehind) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+// errNotBehind ends RaiseVersions' transaction of a tenant that needs no
+// raise: gone, or caught up meanwhile.
+var errNotBehind = &policy.Error{Code: policy.CodeFailedPrecondition, Message: "pgstore: not behind"}
