@@ -50,6 +50,7 @@ type Consumer struct {
 	batch  prometheus.Histogram
 	lag    *prometheus.GaugeVec
 	fenced prometheus.Counter
+	lost   prometheus.Counter
 }
 
 // NewConsumer returns a Consumer; Run consumes.
@@ -85,9 +86,11 @@ func NewConsumer(cfg Config) *Consumer {
 			Help: "Messages behind the end of each assigned partition."}, []string{"partition"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_analytics_fenced_total",
 			Help: "Batches discarded because another consumer had committed the partition."}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_analytics_lost_total",
+			Help: "Events Kafka no longer held when analytics came to them (the topic's retention passed while they waited): missing from the rollups."}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(c.events, c.batch, c.lag, c.fenced)
+		cfg.Registerer.MustRegister(c.events, c.batch, c.lag, c.fenced, c.lost)
 	}
 	return c
 }
@@ -171,9 +174,15 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 	}
 	from := stored
 	for {
-		b, next, err := c.readBatch(ctx, r, marks)
+		b, next, lost, err := c.readBatch(ctx, r, marks, from)
 		if err != nil {
 			return err
+		}
+		if lost > 0 {
+			// Kafka moves a reader past what it deleted without a word.
+			c.lost.Add(float64(lost))
+			c.cfg.Logger.ErrorContext(ctx, "analytics: Kafka no longer holds events it had not rolled up (the topic's retention passed while they waited): they are missing from the rollups",
+				"partition", partition, "events", lost, "from_offset", from)
 		}
 		if err := c.cfg.Store.Commit(ctx, c.cfg.Group, c.cfg.Topic, partition, from, next, b); err != nil {
 			if errors.Is(err, ErrFenced) {
@@ -191,30 +200,36 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 }
 
 // readBatch reads until BatchSize events or BatchWait after the first,
-// returning the batch (after marks) and the offset after its last message.
-// It blocks until at least one message arrives.
-func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader, marks Marks) (*Batch, int64, error) {
-	b := NewBatchAfter(marks)
+// returning the batch (after marks), the offset after its last message and
+// how many offsets from from (-1: not known) on it found no message at:
+// deleted by the topic's retention before they were read. It blocks until
+// at least one message arrives.
+func (c *Consumer) readBatch(ctx context.Context, r *kafka.Reader, marks Marks, from int64) (b *Batch, next, lost int64, err error) {
+	b = NewBatchAfter(marks)
 	m, err := r.FetchMessage(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
+	}
+	if from >= 0 && m.Offset > from {
+		lost = m.Offset - from
 	}
 	c.add(b, m)
-	next := m.Offset + 1
+	next = m.Offset + 1
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.BatchWait)
 	defer cancel()
 	for b.Events+b.Invalid+b.Duplicates < c.cfg.BatchSize {
 		m, err := r.FetchMessage(wctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
+				return nil, 0, 0, ctx.Err()
 			}
 			break // the wait is over; commit what we have
 		}
+		lost += max(m.Offset-next, 0)
 		c.add(b, m)
 		next = m.Offset + 1
 	}
-	return b, next, nil
+	return b, next, lost, nil
 }
 
 func (c *Consumer) add(b *Batch, m kafka.Message) {

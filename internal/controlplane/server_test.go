@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -1238,6 +1239,14 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	st := watchWith(t, c, deciderKey, map[string]int64{a: held[a] + 1, b: versions[b] + 2})
 	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != versions[b]+3 {
 		t.Fatalf("the watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), versions[b]+3)
+	}
+
+	// A claim past any plausible loss is ignored: no version near the
+	// end of int64, none over it.
+	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: math.MaxInt64}})
+	if vs := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}).Snapshots; len(vs) != 2 ||
+		max(vs[0].Version, vs[1].Version) > held[a]+1 {
+		t.Fatalf("versions after a claim of MaxInt64: %v", vs)
 	}
 
 	ckB := callOK(t, adminB, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})

@@ -206,7 +206,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 func (s configServer) resync(ctx context.Context, name string, since, versions map[string]int64) error {
 	behind := map[string]int64{}
 	for id, have := range since {
-		if v, ok := versions[id]; ok && have > v {
+		if v, ok := versions[id]; ok && have > v && have-v <= maxResync {
 			behind[id] = have
 		}
 	}
@@ -221,6 +221,12 @@ func (s configServer) resync(ctx context.Context, name string, since, versions m
 	}
 	return err
 }
+
+// maxResync bounds how far past the database's version resync raises a
+// tenant's: a database that went back loses at most its recent changes,
+// while a decider credential or check key claiming any version could
+// otherwise push a tenant's to the end of int64 and over it.
+const maxResync = 1 << 20
 
 // onlyTenant returns the entry of m for tenant, alone.
 func onlyTenant(m map[string]int64, tenant string) map[string]int64 {

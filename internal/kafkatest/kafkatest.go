@@ -16,6 +16,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/tlstest"
 )
@@ -136,6 +138,34 @@ func ReadPartition(t testing.TB, brokers []string, topic string, partition int, 
 		out = append(out, m)
 	}
 	return out
+}
+
+// DeleteRecords deletes the records of topic's partition before offset,
+// as the topic's retention would once they are old enough.
+func DeleteRecords(t testing.TB, brokers []string, topic string, partition int32, before int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	req.TimeoutMillis = 10_000
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = partition, before
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("kafkatest: delete records: %v", err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("kafkatest: delete records: %+v", resp.Topics)
+	}
 }
 
 // StartSecure is Start with a broker that asks for TLS (its certificate
