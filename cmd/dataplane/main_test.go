@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -191,8 +192,14 @@ func acme(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, chec
 // acmeOn is acme that also returns the control plane's store.
 func acmeOn(t *testing.T, rule policy.Rule) (tn policy.Tenant, version int64, checkKey, cpURL string, store *pgstore.Store) {
 	t.Helper()
+	return acmeOnPool(t, pgtest.Pool(t), rule)
+}
+
+// acmeOnPool is acmeOn on the database of pool.
+func acmeOnPool(t *testing.T, pool *pgxpool.Pool, rule policy.Rule) (tn policy.Tenant, version int64, checkKey, cpURL string, store *pgstore.Store) {
+	t.Helper()
 	ctx := context.Background()
-	store = pgstore.New(pgtest.Pool(t))
+	store = pgstore.New(pool)
 	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
 	if err != nil {
 		t.Fatal(err)
@@ -840,5 +847,44 @@ func TestDeciderWithACheckKeyServesItsTenantOnly(t *testing.T) {
 	}
 	if code := check(t, addrs.base, otherKey, "alice").StatusCode; code != 401 {
 		t.Fatalf("another tenant's check key: %d, want 401 (unknown here)", code)
+	}
+}
+
+// A tenant with all the overrides it may hold (policy.MaxOverrides: here
+// blocks of clients) reaches a decider whole: the first pull carries them,
+// and every one of them, the last made included, is enforced.
+func TestDeciderServesATenantWithTheMostOverrides(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	tn, _, checkKey, cpURL, store := acmeOnPool(t, pool, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Hour}})
+	if _, err := pool.Exec(ctx, `INSERT INTO overrides (tenant_id, identifier, block)
+		SELECT $1, 'blocked-' || lpad(g::text, 6, '0'), true FROM generate_series(1, $2::int) g`, tn.ID, policy.MaxOverrides-1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.CreateOverride(ctx, "operator", tn.ID, policy.Override{Identifier: "blocked-last", Block: true}); err != nil {
+		t.Fatalf("the last override the tenant may hold: %v", err)
+	}
+	if _, _, err := store.CreateOverride(ctx, "operator", tn.ID, policy.Override{Identifier: "one-too-many", Block: true}); policy.ErrorCode(err) != policy.CodeResourceExhausted {
+		t.Fatalf("an override past the bound: %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	addrs, _ := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+	waitReady(t, addrs.base)
+	for _, client := range []string{"blocked-000001", "blocked-050000", fmt.Sprintf("blocked-%06d", policy.MaxOverrides-1), "blocked-last"} {
+		if code := check(t, addrs.base, checkKey, client).StatusCode; code != http.StatusTooManyRequests {
+			t.Errorf("%s: %d, want 429 (blocked)", client, code)
+		}
+	}
+	var codes []int
+	for range 3 {
+		codes = append(codes, check(t, addrs.base, checkKey, "free").StatusCode)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
+		t.Errorf("a client without an override: %v, want %v", codes, want)
 	}
 }
