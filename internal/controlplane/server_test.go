@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http/httptest"
 	"reflect"
@@ -1205,7 +1206,8 @@ func wantBadTokens(t *testing.T, list func(token string) error, good string, con
 // next pull raises the tenant's version past the decider's and sends the
 // database's configuration, which is then the latest again, with an audit
 // row saying so; the next pull finds nothing to do. A tenant's check key
-// (a one-tenant decider) cannot raise another tenant's version.
+// (a one-tenant decider, held by applications) raises no version, its
+// tenant's or another's.
 func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t)
@@ -1250,11 +1252,17 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	}
 
 	ckB := callOK(t, adminB, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})
-	callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 100}})
-	after := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 1}})
-	for _, s := range after.Snapshots {
-		if s.Tenant.Id == a {
-			t.Fatalf("b's check key raised a's version to %d", s.Version)
+	current := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, s := range callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}).Snapshots {
+			out[s.Tenant.Id] = s.Version
 		}
+		return out
+	}
+	before := current()
+	callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 100, b: versions[b] + 100}})
+	watchWith(t, c, ckB.Secret, map[string]int64{b: versions[b] + 200})
+	if after := current(); !maps.Equal(before, after) {
+		t.Fatalf("a check key's pull and watch changed versions: %v, then %v", before, after)
 	}
 }

@@ -153,8 +153,10 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 			name += " [tenant " + scope + "]" // its own row: a tenant's key cannot pass for another decider
 		}
 	}
-	if err := s.resync(ctx, name, since, versions); err != nil {
-		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
+	if principalFrom(ctx).TenantID == "" { // the decider credential's, not a check key's: see resync
+		if err := s.resync(ctx, name, since, versions); err != nil {
+			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
+		}
 	}
 	out := &sluicev1.GetSnapshotsResponse{}
 	for id := range since {
@@ -202,7 +204,10 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 // database's: the database went back to an earlier state (a backup
 // restored, a failover to a replica behind), and without the raise the
 // deciders would keep the lost configuration (see
-// pgstore.Store.RaiseVersions).
+// pgstore.Store.RaiseVersions). Only the decider credential's calls
+// resync: a tenant's check key, which applications hold, could otherwise
+// bump its tenant's version at will, each bump a snapshot for every
+// decider to pull.
 func (s configServer) resync(ctx context.Context, name string, since, versions map[string]int64) error {
 	behind := map[string]int64{}
 	for id, have := range since {
@@ -264,11 +269,6 @@ func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[slui
 }
 
 func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.WatchRequest], stream *connect.ServerStream[sluicev1.WatchResponse]) error {
-	// Send the headers now: the client's call returns when the watch is
-	// established, not at the first change.
-	if err := stream.Send(nil); err != nil {
-		return err
-	}
 	if s.closing != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -288,7 +288,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	}
 	// A decider watching again after the database went back learns of the
 	// raised versions at once, not at its next pull (see resync).
-	if len(since) > 0 {
+	if len(since) > 0 && scope == "" {
 		versions, err := s.store.TenantVersions(ctx)
 		if err == nil {
 			err = s.resync(ctx, "", since, versions)
@@ -296,6 +296,11 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 		if err != nil {
 			s.logger.WarnContext(ctx, "comparing a watching decider's config versions with the database's", "err", err)
 		}
+	}
+	// Send the headers now: the client's call returns when the watch is
+	// established, not at the first change.
+	if err := stream.Send(nil); err != nil {
+		return err
 	}
 	err := s.watches.Watch(ctx, since, func(v pgstore.Version) error {
 		if scope != "" && v.TenantID != scope {
