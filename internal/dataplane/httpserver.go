@@ -60,7 +60,7 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 	s.std.Protocols.SetHTTP1(true)
 	s.std.Protocols.SetUnencryptedHTTP2(true)
 	s.fast = &fasthttp.Server{
-		Handler: func(ctx *fasthttp.RequestCtx) {
+		Handler: h.cfg.recoverFast(func(ctx *fasthttp.RequestCtx) {
 			if ctx.IsPost() && len(ctx.Request.Header.Peek("Origin")) == 0 {
 				switch string(ctx.Path()) {
 				case "/v1/check":
@@ -75,7 +75,7 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 				}
 			}
 			s.handOff(ctx)
-		},
+		}),
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
 			ex := &fastExchange{ctx}
 			var small *fasthttp.ErrSmallBuffer
