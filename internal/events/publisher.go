@@ -47,6 +47,10 @@ type Config struct {
 	// RetryPause is how long the spool waits after a write that Kafka did
 	// not wholly take before it is sent again; 0 means 1s.
 	RetryPause time.Duration
+	// CheckpointInterval is how often, with a Spool, the counts held in
+	// memory are written beside it, for the next run to send should this
+	// one be killed outright (see checkpoint.go); 0 means 1s.
+	CheckpointInterval time.Duration
 	// Spool, when set, keeps on disk what Kafka did not take (a failed
 	// write, or the last flush at shutdown) instead of holding it in memory
 	// up to Buffer: an outage longer than the buffer, or a restart within
@@ -78,6 +82,9 @@ type Publisher struct {
 	failing      int       // consecutive failed writes; Run's own
 	nextDrain    time.Time // Run's own: no attempt to send the spool before
 	spoolFull    bool      // Run's own: the spool refused an append; logged once
+	// Run's own: a checkpoint with something in it is on disk; the last
+	// write of one failed (logged once).
+	checkpointed, checkpointFailed bool
 }
 
 type rejection struct {
@@ -109,6 +116,9 @@ func NewPublisher(cfg Config) *Publisher {
 	}
 	if cfg.RetryPause <= 0 {
 		cfg.RetryPause = time.Second
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -250,7 +260,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 	defer flush.Stop()
 	delta := time.NewTicker(p.cfg.DeltaInterval)
 	defer delta.Stop()
-	var batch []kafka.Message
+	ckpt := time.NewTicker(p.cfg.CheckpointInterval)
+	defer ckpt.Stop()
+	batch := p.recoverCheckpoint() // an earlier run's counts, first
+	p.checkpoint(batch)
 	for {
 		select {
 		case r := <-p.queue:
@@ -260,13 +273,19 @@ func (p *Publisher) Run(ctx context.Context) error {
 			}
 		case <-flush.C:
 			batch = p.send(ctx, batch)
+		case <-ckpt.C:
+			p.checkpoint(batch)
 		case <-delta.C:
-			batch = p.send(ctx, append(batch, p.deltas()...))
+			batch = append(batch, p.deltas()...)
+			p.checkpoint(batch) // the deltas taken are on disk before they are sent
+			batch = p.send(ctx, batch)
 		case <-ctx.Done():
 			last, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
 			defer cancel()
 			p.nextDrain = time.Time{}
-			p.send(last, append(batch, p.deltas()...))
+			batch = append(batch, p.deltas()...)
+			p.checkpoint(batch)
+			p.checkpoint(p.send(last, batch)) // what is left: none, unless the spool refused it
 			err := p.w.Close()
 			if p.cfg.Spool != nil {
 				err = errors.Join(err, p.cfg.Spool.Close())

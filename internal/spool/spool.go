@@ -105,6 +105,10 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 	return s, nil
 }
 
+// Dir is the spool's directory, which its owner may keep other files of
+// its own in (names not ending in .seg).
+func (s *Spool) Dir() string { return s.dir }
+
 // Stats returns the records and bytes the spool holds; safe for
 // concurrent use.
 func (s *Spool) Stats() Stats { return Stats{Records: s.records.Load(), Bytes: s.bytes.Load()} }
