@@ -277,13 +277,19 @@ func waitReady(t *testing.T, base string) map[string]int64 {
 // waitReadyOn is waitReady through client.
 func waitReadyOn(t *testing.T, client *http.Client, base string) map[string]int64 {
 	t.Helper()
+	return waitReadyWithin(t, client, base, 20*time.Second)
+}
+
+// waitReadyWithin is waitReadyOn with a budget of its own.
+func waitReadyWithin(t *testing.T, client *http.Client, base string, budget time.Duration) map[string]int64 {
+	t.Helper()
 	var ready struct {
 		Ready bool
 		Info  struct {
 			ConfigVersions map[string]int64 `json:"config_versions"`
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(budget)
 	for !ready.Ready {
 		if time.Now().After(deadline) {
 			t.Fatal("never ready")
@@ -874,7 +880,9 @@ func TestDeciderServesATenantWithTheMostOverrides(t *testing.T) {
 	defer cancel()
 	addrs, _ := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
-	waitReady(t, addrs.base)
+	// 100,000 overrides take a second to pull and compile, ten under the
+	// race detector on a busy machine.
+	waitReadyWithin(t, http.DefaultClient, addrs.base, 90*time.Second)
 	for _, client := range []string{"blocked-000001", "blocked-050000", fmt.Sprintf("blocked-%06d", policy.MaxOverrides-1), "blocked-last"} {
 		if code := check(t, addrs.base, checkKey, client).StatusCode; code != http.StatusTooManyRequests {
 			t.Errorf("%s: %d, want 429 (blocked)", client, code)

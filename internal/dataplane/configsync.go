@@ -47,7 +47,12 @@ type SyncConfig struct {
 	// Repull is how often everything is pulled again as a backstop to the
 	// watch; 0 means 30s.
 	Repull time.Duration
-	// PullTimeout bounds one pull; 0 means 5s.
+	// PullTimeout bounds one pull; 0 means 30s. A first pull carries every
+	// tenant whole: 100,000 overrides of one take a second here, and a pull
+	// cut short is started again whole, so that a bound under what the
+	// configuration takes would leave the decider never ready. The first
+	// pull at start, when a state file is there to fall back on, waits at
+	// most 5s (firstPullTimeout) before the decider starts from it.
 	PullTimeout time.Duration
 	Logger      *slog.Logger
 }
@@ -83,7 +88,7 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 		cfg.Repull = 30 * time.Second
 	}
 	if cfg.PullTimeout <= 0 {
-		cfg.PullTimeout = 5 * time.Second
+		cfg.PullTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -116,9 +121,18 @@ func (s *Syncer) Versions() map[string]int64 {
 	return out
 }
 
+// firstPullTimeout bounds the first pull when a state file can stand in:
+// a control plane that does not answer (a partition, not a refusal) keeps
+// the decider from starting no longer than this.
+const firstPullTimeout = 5 * time.Second
+
 // Run syncs until ctx ends. It returns nil then.
 func (s *Syncer) Run(ctx context.Context) error {
-	if err := s.pull(ctx); err != nil {
+	first := s.cfg.PullTimeout
+	if _, err := os.Stat(s.cfg.StateFile); s.cfg.StateFile != "" && err == nil {
+		first = min(first, firstPullTimeout)
+	}
+	if err := s.pullWithin(ctx, first); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "config: control plane unreachable at start", "err", err)
 		if err := s.loadState(); err != nil {
 			s.cfg.Logger.WarnContext(ctx, "config: no last-known-good snapshot", "err", err)
@@ -180,10 +194,13 @@ func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
 const usedKeysPerPull = 10_000
 
 // pull fetches what changed and applies it.
-func (s *Syncer) pull(ctx context.Context) error {
+func (s *Syncer) pull(ctx context.Context) error { return s.pullWithin(ctx, s.cfg.PullTimeout) }
+
+// pullWithin is pull bounded by timeout.
+func (s *Syncer) pullWithin(ctx context.Context, timeout time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.PullTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	since := map[string]int64{}
 	for id, snap := range s.current {
