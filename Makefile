@@ -63,3 +63,4 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzError$$' -fuzztime $(FUZZTIME) ./internal/redact/
 	$(GO) test -run '^$$' -fuzz '^FuzzChanges$$' -fuzztime $(FUZZTIME) ./internal/auditdiff/
 	$(GO) test -run '^$$' -fuzz '^FuzzOf$$' -fuzztime $(FUZZTIME) ./internal/clientip/
+	$(GO) test -run '^$$' -fuzz '^FuzzRecoverCheckpoint$$' -fuzztime $(FUZZTIME) ./internal/events/
