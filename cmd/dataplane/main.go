@@ -216,10 +216,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
-		} else if nodes, err := eng.Evicting(ctx); err == nil && len(nodes) > 0 { // a Redis refusing CONFIG: nothing to say
-			logger.WarnContext(ctx, "redis may evict counters when full, admitting their clients afresh; set maxmemory-policy noeviction",
-				"nodes", nodes)
 		}
+		go eng.WatchEviction(ctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
 		opts = decide.Options{Engine: eng, Local: local, LocalShare: *share, Budget: *budget,
 			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000}
 	}

@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -201,6 +202,24 @@ func TestEvicting(t *testing.T) {
 		got, err := e.Evicting(ctx)
 		if err != nil || !slices.Equal(got, step.want) {
 			t.Fatalf("after %s %s: %q, %v; want %q", step.param, step.value, got, err, step.want)
+		}
+	}
+
+	// The watcher keeps the count for the metric, and follows changes.
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go e.WatchEviction(wctx, 10*time.Millisecond, slog.New(slog.DiscardHandler))
+	for _, step := range []struct {
+		maxmemory string
+		want      int64
+	}{{"64mb", 1}, {"0", 0}} {
+		if err := rc.ConfigSet(ctx, "maxmemory", step.maxmemory).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); e.EvictingNodes() != step.want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("maxmemory %s: EvictingNodes %d, want %d", step.maxmemory, e.EvictingNodes(), step.want)
+			}
 		}
 	}
 }

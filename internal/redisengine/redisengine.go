@@ -13,6 +13,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -155,6 +156,8 @@ type Engine struct {
 	// its reads' spins.
 	ownClient bool
 	spins     *spinconn.Stats
+	// evicting is what WatchEviction last found.
+	evicting atomic.Int64
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
@@ -268,6 +271,32 @@ func (e *Engine) Evicting(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// WatchEviction checks Evicting now and every interval until ctx ends,
+// keeping what it found for EvictingNodes (a metric) and logging a warning
+// whenever the nodes that may evict change to some. A Redis that refuses
+// CONFIG leaves the count at 0 and says nothing.
+func (e *Engine) WatchEviction(ctx context.Context, every time.Duration, logger *slog.Logger) {
+	var last string
+	for {
+		if nodes, err := e.Evicting(ctx); err == nil {
+			e.evicting.Store(int64(len(nodes)))
+			if now := strings.Join(nodes, ", "); now != last && now != "" {
+				logger.WarnContext(ctx, "redis may evict counters when full, admitting their clients afresh; set maxmemory-policy noeviction",
+					"nodes", nodes)
+			}
+			last = strings.Join(nodes, ", ")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// EvictingNodes is how many nodes WatchEviction last found may evict.
+func (e *Engine) EvictingNodes() int64 { return e.evicting.Load() }
 
 // AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock
 // and writes one Result per request into res; see limit.Engine.AllowAll.

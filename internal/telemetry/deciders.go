@@ -65,6 +65,8 @@ func RedisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
 		counter("sluice_local_sync_errors_total", "Reconciliations that failed; their counts are sent again.",
 			func() int64 { return e.LocalStats().SyncErrors }),
 		gauge("sluice_local_keys", "Keys counted locally now.", func() int64 { return int64(e.LocalStats().Keys) }),
+		gauge("sluice_redis_evicting_nodes", "Redis nodes (masters) with a maxmemory and a policy that evicts keys when full, counters among them: their clients would start afresh. Checked every 5 minutes; 0 where Redis refuses CONFIG.",
+			e.EvictingNodes),
 		counter("sluice_redis_read_spins_total", "Reads of Redis's replies that polled for them at low load (-redis-spin) and got them.",
 			func() int64 { s, _ := e.Spins(); return s }),
 		counter("sluice_redis_read_spins_missed_total", "Reads that polled out their -redis-spin and then slept; spinning backs off after each.",
