@@ -146,17 +146,15 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 	if err != nil {
 		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 	}
-	since, name := req.Msg.GetSince(), req.Msg.GetDecider()
-	if scope := principalFrom(ctx).TenantID; scope != "" {
+	since, name, scope := req.Msg.GetSince(), req.Msg.GetDecider(), principalFrom(ctx).TenantID
+	if scope != "" {
 		versions, since = onlyTenant(versions, scope), onlyTenant(since, scope)
 		if name != "" {
 			name += " [tenant " + scope + "]" // its own row: a tenant's key cannot pass for another decider
 		}
 	}
-	if principalFrom(ctx).TenantID == "" { // the decider credential's, not a check key's: see resync
-		if err := s.resync(ctx, name, since, versions); err != nil {
-			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
-		}
+	if err := s.resync(ctx, scope, name, since, versions); err != nil {
+		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 	}
 	out := &sluicev1.GetSnapshotsResponse{}
 	for id := range since {
@@ -205,10 +203,13 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 // restored, a failover to a replica behind), and without the raise the
 // deciders would keep the lost configuration (see
 // pgstore.Store.RaiseVersions). Only the decider credential's calls
-// resync: a tenant's check key, which applications hold, could otherwise
-// bump its tenant's version at will, each bump a snapshot for every
-// decider to pull.
-func (s configServer) resync(ctx context.Context, name string, since, versions map[string]int64) error {
+// resync, not those scoped to a tenant: a tenant's check key, which
+// applications hold, could otherwise bump its tenant's version at will,
+// each bump a snapshot for every decider to pull.
+func (s configServer) resync(ctx context.Context, scope, name string, since, versions map[string]int64) error {
+	if scope != "" {
+		return nil
+	}
 	behind := map[string]int64{}
 	for id, have := range since {
 		if v, ok := versions[id]; ok && have > v && have-v <= maxResync {
@@ -288,10 +289,10 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	}
 	// A decider watching again after the database went back learns of the
 	// raised versions at once, not at its next pull (see resync).
-	if len(since) > 0 && scope == "" {
+	if len(since) > 0 && scope == "" { // (resync's condition: spare the query)
 		versions, err := s.store.TenantVersions(ctx)
 		if err == nil {
-			err = s.resync(ctx, "", since, versions)
+			err = s.resync(ctx, scope, "", since, versions)
 		}
 		if err != nil {
 			s.logger.WarnContext(ctx, "comparing a watching decider's config versions with the database's", "err", err)

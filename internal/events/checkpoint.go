@@ -120,15 +120,11 @@ func (p *Publisher) recoverCheckpoint() []kafka.Message {
 	for _, m := range c.Pending {
 		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Headers: deltaHeader})
 	}
-	from, to := c.Since, c.At
-	if to.Before(from) {
-		to = from
+	if c.At.Before(c.Since) {
+		c.At = c.Since
 	}
-	add := func(tenant string, d *sluicev1.CounterDelta) {
-		d.TenantId, d.Decider = tenant, p.cfg.Decider
-		d.From, d.To = timestamppb.New(from), timestamppb.New(to)
-		out = append(out, kafka.Message{Key: []byte(tenant), Value: p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}}), Headers: deltaHeader})
-	}
+	from, to := timestamppb.New(c.Since), timestamppb.New(c.At)
+	add := func(tenant string, d *sluicev1.CounterDelta) { out = append(out, p.deltaMessage(tenant, d, from, to)) }
 	for _, n := range c.Counts {
 		add(n.Tenant, &sluicev1.CounterDelta{Tier: n.Tier, RuleId: n.Rule, Allowed: n.Allowed, Rejected: n.Rejected, ShadowRejected: n.Shadow})
 	}

@@ -509,6 +509,14 @@ func (p *Publisher) rejectionMessage(r rejection) kafka.Message {
 	return kafka.Message{Key: []byte(r.tenant), Value: b}
 }
 
+// deltaMessage stamps d, tenant's counts from from to to, as this
+// publisher's next event.
+func (p *Publisher) deltaMessage(tenant string, d *sluicev1.CounterDelta, from, to *timestamppb.Timestamp) kafka.Message {
+	d.TenantId, d.From, d.To, d.Decider = tenant, from, to, p.cfg.Decider
+	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
+	return kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader}
+}
+
 // deltas takes the counts since the last deltas, one message per rule
 // with any, plus one per tenant that dropped rejections.
 func (p *Publisher) deltas() []kafka.Message {
@@ -516,11 +524,7 @@ func (p *Publisher) deltas() []kafka.Message {
 	from, to := timestamppb.New(p.since), timestamppb.New(now)
 	p.since = now
 	var out []kafka.Message
-	add := func(tenant string, d *sluicev1.CounterDelta) {
-		d.TenantId, d.From, d.To, d.Decider = tenant, from, to, p.cfg.Decider
-		b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
-		out = append(out, kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader})
-	}
+	add := func(tenant string, d *sluicev1.CounterDelta) { out = append(out, p.deltaMessage(tenant, d, from, to)) }
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for k, c := range p.rules {

@@ -281,11 +281,13 @@ func (e *Engine) WatchEviction(ctx context.Context, every time.Duration, logger 
 	for {
 		if nodes, err := e.Evicting(ctx); err == nil {
 			e.evicting.Store(int64(len(nodes)))
-			if now := strings.Join(nodes, ", "); now != last && now != "" {
-				logger.WarnContext(ctx, "redis may evict counters when full, admitting their clients afresh; set maxmemory-policy noeviction",
-					"nodes", nodes)
+			if now := strings.Join(nodes, ", "); now != last {
+				if now != "" {
+					logger.WarnContext(ctx, "redis may evict counters when full, admitting their clients afresh; set maxmemory-policy noeviction",
+						"nodes", nodes)
+				}
+				last = now
 			}
-			last = strings.Join(nodes, ", ")
 		}
 		select {
 		case <-ctx.Done():
