@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -262,7 +262,7 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 	s.readyOnce.Do(func() { close(s.loaded) })
 }
 
-// saveState writes the current snapshots atomically (write, sync, rename).
+// saveState writes the current snapshots, whole (atomicfile).
 func (s *Syncer) saveState() error {
 	if s.cfg.StateFile == "" {
 		return nil
@@ -275,23 +275,7 @@ func (s *Syncer) saveState() error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.cfg.StateFile), ".snapshot-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), s.cfg.StateFile)
+	return atomicfile.WriteFile(s.cfg.StateFile, b, 0o600)
 }
 
 // loadState applies the last-known-good snapshot from disk.

@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/analytics"
+	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -453,7 +454,7 @@ func newViewerKey(ctx context.Context, s *pgstore.Store, tenant string, k *devKe
 		return err
 	}
 	b, _ := json.MarshalIndent(k, "", "  ")
-	return os.WriteFile(path, b, 0o600)
+	return atomicfile.WriteFile(path, b, 0o600)
 }
 
 // secret returns a random secret with prefix.

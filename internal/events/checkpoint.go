@@ -22,8 +22,8 @@ import (
 // analytics counts each once), and the counts not yet taken into a delta
 // (sent after a restart as new deltas). Written at each interval and as
 // soon as deltas are taken, before they are sent, by renaming a new file
-// over the old: the file is always one whole checkpoint. It outlives the
-// process, not the machine (it is not synced to disk).
+// over the old (Spool.WriteFile, synced): the file is always one whole
+// checkpoint, and outlives the process and the machine.
 const checkpointFile = "counts.checkpoint"
 
 type checkpoint struct {
@@ -89,12 +89,7 @@ func (p *Publisher) writeCheckpoint(c checkpoint) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(p.cfg.Spool.Dir(), checkpointFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return p.cfg.Spool.WriteFile(checkpointFile, b)
 }
 
 // recoverCheckpoint returns what an earlier run's checkpoint held, to send

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // ErrFull is returned by Append when the records would take the spool past
@@ -82,7 +84,7 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), suffix+".tmp") { // a Replace a crash cut short
+		if strings.HasSuffix(e.Name(), ".tmp") { // a Replace or WriteFile a crash cut short
 			_ = os.Remove(filepath.Join(dir, e.Name()))
 			continue
 		}
@@ -106,8 +108,18 @@ func Open(dir string, maxBytes int64) (*Spool, error) {
 }
 
 // Dir is the spool's directory, which its owner may keep other files of
-// its own in (names not ending in .seg).
+// its own in (names not ending in .seg; see WriteFile).
 func (s *Spool) Dir() string { return s.dir }
+
+// WriteFile replaces the file name of the spool's directory with data, as
+// Replace does a segment: a crash, of the process or of the machine,
+// leaves the old content or the new, whole.
+func (s *Spool) WriteFile(name string, data []byte) error {
+	if !filepath.IsLocal(name) || name != filepath.Base(name) || name == "." || name == "lock" || strings.HasSuffix(name, suffix) {
+		return fmt.Errorf("spool: write %q: not a file name of the owner's", name)
+	}
+	return atomicfile.WriteFile(filepath.Join(s.dir, name), data, 0o600)
+}
 
 // Stats returns the records and bytes the spool holds; safe for
 // concurrent use.
@@ -137,6 +149,10 @@ func (s *Spool) Append(records [][]byte) error {
 		s.head = f
 		s.segs = append(s.segs, segment{seq: s.next})
 		s.next++
+		if err := atomicfile.SyncDir(s.dir); err != nil { // the new segment's name, for a machine's crash
+			_ = s.seal()
+			return fmt.Errorf("spool: append: %w", err)
+		}
 	}
 	n, err := s.head.Write(data)
 	if err == nil {
@@ -202,23 +218,7 @@ func (s *Spool) Replace(seq uint64, records [][]byte) error {
 		return fmt.Errorf("spool: replace %d: not the oldest sealed segment", seq)
 	}
 	data := Encode(nil, records)
-	tmp := s.path(seq) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, s.path(seq))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.WriteFile(s.path(seq), data, 0o600); err != nil {
 		return fmt.Errorf("spool: replace: %w", err)
 	}
 	seg := &s.segs[0]

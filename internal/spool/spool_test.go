@@ -298,3 +298,32 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	}
 }
+
+func TestWriteFileReplacesWholeAndKeepsSegmentsApart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := open(t, dir, 0)
+	if err := s.Append(recs(0, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, content := range []string{"first, and longer than the second", "second"} {
+		if err := s.WriteFile("owner.state", []byte(content)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, "owner.state"))
+		if err != nil || string(got) != content {
+			t.Fatalf("owner.state = %q, %v; want %q", got, err, content)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "owner.state.tmp")); !os.IsNotExist(err) {
+		t.Errorf("the temporary file is left: %v", err)
+	}
+	for _, name := range []string{"00000000000000000000.seg", "../escape", "sub/file", "", ".", "..", "/abs", "lock"} {
+		if err := s.WriteFile(name, []byte("x")); err == nil {
+			t.Errorf("WriteFile(%q) = nil; want an error", name)
+		}
+	}
+	if got := drain(t, s); len(got) != 3 {
+		t.Errorf("the segments hold %d records after the owner's writes; want 3", len(got))
+	}
+}
