@@ -1260,7 +1260,16 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 		return out
 	}
 	before := current()
-	callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 100, b: versions[b] + 100}})
+	// A tenant's own decider, on b's check key, ahead of the database: it
+	// is sent the database's snapshot of b (and nothing of a), which it
+	// then holds; versions stay.
+	sidecar := callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: held[a] + 100, b: versions[b] + 100}})
+	if len(sidecar.Snapshots) != 1 || sidecar.Snapshots[0].Tenant.Id != b || sidecar.Snapshots[0].Version != before[b] {
+		t.Fatalf("a check key's pull from a later version of b: %v, want b's at the database's version %d", sidecar.Snapshots, before[b])
+	}
+	if again := callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{b: before[b]}}); len(again.Snapshots) != 0 {
+		t.Fatalf("a check key's second pull, caught up: %v", again.Snapshots)
+	}
 	watchWith(t, c, ckB.Secret, map[string]int64{b: versions[b] + 200})
 	if after := current(); !maps.Equal(before, after) {
 		t.Fatalf("a check key's pull and watch changed versions: %v, then %v", before, after)

@@ -140,7 +140,8 @@ type configServer struct{ *server }
 
 // GetSnapshots answers a decider with the snapshots of the tenants it
 // holds an older version of, or none of; a decider that signs in with a
-// tenant's check key is answered about that tenant only.
+// tenant's check key is answered about that tenant only, and also when it
+// holds a later version than the database (see resync).
 func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[sluicev1.GetSnapshotsRequest]) (*connect.Response[sluicev1.GetSnapshotsResponse], error) {
 	versions, err := s.store.TenantVersions(ctx)
 	if err != nil {
@@ -163,7 +164,11 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		}
 	}
 	for id, v := range versions {
-		if have, ok := since[id]; ok && have >= v {
+		// A tenant's decider (a check key's) holding a later version than
+		// the database's is sent the database's: it may not raise the
+		// version (resync), and would otherwise keep the lost
+		// configuration until the tenant's changes passed its version.
+		if have, ok := since[id]; ok && (have == v || have > v && scope == "") {
 			continue
 		}
 		snap, keys, err := s.store.Snapshot(ctx, id)
