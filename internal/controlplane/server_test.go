@@ -1270,8 +1270,14 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	if again := callOK(t, ckB.Secret, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{b: before[b]}}); len(again.Snapshots) != 0 {
 		t.Fatalf("a check key's second pull, caught up: %v", again.Snapshots)
 	}
-	watchWith(t, c, ckB.Secret, map[string]int64{b: versions[b] + 200})
+	st = watchWith(t, c, ckB.Secret, map[string]int64{b: versions[b] + 200})
 	if after := current(); !maps.Equal(before, after) {
 		t.Fatalf("a check key's pull and watch changed versions: %v, then %v", before, after)
+	}
+	// Its watch, from a later version than the database's, announces the
+	// next change of b all the same.
+	callOK(t, adminB, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "after-the-restore"})
+	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != before[b]+1 {
+		t.Fatalf("a check key's watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), before[b]+1)
 	}
 }

@@ -293,11 +293,20 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 		since = onlyTenant(since, scope)
 	}
 	// A decider watching again after the database went back learns of the
-	// raised versions at once, not at its next pull (see resync).
-	if len(since) > 0 && scope == "" { // (resync's condition: spare the query)
+	// raised versions at once, not at its next pull (see resync). A
+	// tenant's decider, which may not raise them, is watched from the
+	// database's version instead: the changes that bring the tenant back
+	// up to what it holds are announced to it too (GetSnapshots then
+	// sends it the database's configuration).
+	if len(since) > 0 {
 		versions, err := s.store.TenantVersions(ctx)
-		if err == nil {
+		if err == nil && scope == "" {
 			err = s.resync(ctx, scope, "", since, versions)
+		}
+		if err == nil && scope != "" {
+			if v, ok := versions[scope]; ok && since[scope] > v {
+				since = map[string]int64{scope: v}
+			}
 		}
 		if err != nil {
 			s.logger.WarnContext(ctx, "comparing a watching decider's config versions with the database's", "err", err)
