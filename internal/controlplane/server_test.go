@@ -1281,3 +1281,40 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 		t.Fatalf("a check key's watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), before[b]+1)
 	}
 }
+
+// A decider holding the database's version of a tenant with another stamp
+// holds a configuration the database lost and then moved on from (two
+// changes lost to a restore, two others made since): it is sent the
+// database's, whether it signs in as a decider or with the tenant's check
+// key, and no version moves.
+func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	a, adminA := setupTenant(t, c, "a")
+	ck := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})
+	snaps := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}).Snapshots
+	if len(snaps) != 1 || snaps[0].Stamp == 0 {
+		t.Fatalf("snapshots: %v, want a's with a stamp", snaps)
+	}
+	v, stamp := snaps[0].Version, snaps[0].Stamp
+	for _, key := range []string{deciderKey, ck.Secret} {
+		for _, held := range []int64{stamp, 0} { // the database's, or none known
+			got := callOK(t, key, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: v}, Stamps: map[string]int64{a: held}})
+			if len(got.Snapshots) != 0 {
+				t.Fatalf("a decider holding version %d with stamp %d is sent %v", v, held, got.Snapshots)
+			}
+		}
+		got := callOK(t, key, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: v}, Stamps: map[string]int64{a: stamp ^ 1}})
+		if len(got.Snapshots) != 1 || got.Snapshots[0].Version != v || got.Snapshots[0].Stamp != stamp {
+			t.Fatalf("a decider holding version %d with another stamp is sent %v, want the database's (stamp %d)", v, got.Snapshots, stamp)
+		}
+	}
+
+	// Each change draws a new stamp.
+	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "next"})
+	next := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: v}, Stamps: map[string]int64{a: stamp}}).Snapshots
+	if len(next) != 1 || next[0].Version != v+1 || next[0].Stamp == stamp || next[0].Stamp == 0 {
+		t.Fatalf("after a change: %v, want version %d with a new stamp (not %d)", next, v+1, stamp)
+	}
+}

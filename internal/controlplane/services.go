@@ -139,11 +139,12 @@ func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev
 type configServer struct{ *server }
 
 // GetSnapshots answers a decider with the snapshots of the tenants it
-// holds an older version of, or none of; a decider that signs in with a
-// tenant's check key is answered about that tenant only, and also when it
-// holds a later version than the database (see resync).
+// holds an older version of, or none of, or the same version with another
+// stamp (a configuration the database lost); a decider that signs in with
+// a tenant's check key is answered about that tenant only, and also when
+// it holds a later version than the database (see resync).
 func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[sluicev1.GetSnapshotsRequest]) (*connect.Response[sluicev1.GetSnapshotsResponse], error) {
-	versions, err := s.store.TenantVersions(ctx)
+	versions, stamps, err := s.store.TenantVersions(ctx)
 	if err != nil {
 		return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 	}
@@ -168,7 +169,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		// the database's is sent the database's: it may not raise the
 		// version (resync), and would otherwise keep the lost
 		// configuration until the tenant's changes passed its version.
-		if have, ok := since[id]; ok && (have == v || have > v && scope == "") {
+		if have, ok := since[id]; ok && (have == v && sameStamp(req.Msg.GetStamps()[id], stamps[id]) || have > v && scope == "") {
 			continue
 		}
 		snap, keys, err := s.store.Snapshot(ctx, id)
@@ -232,6 +233,10 @@ func (s configServer) resync(ctx context.Context, scope, name string, since, ver
 	}
 	return err
 }
+
+// sameStamp reports whether a decider's stamp of a version (0: a decider
+// or a snapshot from before stamps, which knows none) is the database's.
+func sameStamp(held, db int64) bool { return held == 0 || held == db }
 
 // maxResync bounds how far past the database's version resync raises a
 // tenant's: a database that went back loses at most its recent changes,
@@ -299,7 +304,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	// up to what it holds are announced to it too (GetSnapshots then
 	// sends it the database's configuration).
 	if len(since) > 0 {
-		versions, err := s.store.TenantVersions(ctx)
+		versions, _, err := s.store.TenantVersions(ctx)
 		if err == nil && scope == "" {
 			err = s.resync(ctx, scope, "", since, versions)
 		}

@@ -202,16 +202,16 @@ func (s *Syncer) pullWithin(ctx context.Context, timeout time.Duration) error {
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	since := map[string]int64{}
+	since, stamps := map[string]int64{}, map[string]int64{}
 	for id, snap := range s.current {
-		since[id] = snap.GetVersion()
+		since[id], stamps[id] = snap.GetVersion(), snap.GetStamp()
 	}
 	used := s.cfg.Keys.TakeUsed(usedKeysPerPull)
 	hashes := make([][]byte, len(used))
 	for i := range used {
 		hashes[i] = used[i][:]
 	}
-	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Decider: s.cfg.Name, UsedCheckKeyHashes: hashes})
+	req := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Since: since, Stamps: stamps, Decider: s.cfg.Name, UsedCheckKeyHashes: hashes})
 	if s.cfg.HealthFunc != nil {
 		req.Msg.Health = s.cfg.HealthFunc()
 	}

@@ -2,11 +2,16 @@ package dataplane
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -307,5 +312,60 @@ func TestRefusedSnapshotKeepsThePrevious(t *testing.T) {
 	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(&bad, nil)}, nil)
 	if got := s.Versions()["t1"]; got != 3 || s.Refused() != 1 || s.Config("t1") == nil || s.Config("t1").Version != 3 {
 		t.Fatalf("version %d enforced, %d refused; want 3 and 1", got, s.Refused())
+	}
+}
+
+// A decider restarted while the control plane is down starts from its
+// state file. When the database went back meanwhile (a backup restored)
+// and moved on to the very version the file holds, the file's
+// configuration is one the database lost: the decider takes the
+// database's once the control plane answers, though the versions agree.
+func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	var down atomic.Bool
+	down.Store(true)
+	h := controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute})
+	cp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	cp.EnableHTTP2 = true
+	cp.StartTLS()
+	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
+	client := sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL)
+
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, keys, err := store.Snapshot(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := *snap
+	lost.Tenant.Name, lost.Stamp = "Acme as the database lost it", snap.Stamp^1
+	b, err := proto.Marshal(&sluicev1.GetSnapshotsResponse{Snapshots: []*sluicev1.Snapshot{protoconv.SnapshotToProto(&lost, keys)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "snapshot.pb")
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s, _, _ := startSyncer(t, client, state)
+	eventually(t, "ready from the state file", s.Ready)
+	if c := s.Config(tn.ID); c == nil || c.Version != snap.Version || c.Tenant.Name != lost.Tenant.Name {
+		t.Fatalf("started from the state file: %+v", c)
+	}
+	down.Store(false)
+	eventually(t, "the database's configuration", func() bool { return s.Config(tn.ID).Tenant.Name == "Acme" })
+	if v := s.Config(tn.ID).Version; v != snap.Version {
+		t.Fatalf("enforcing version %d, the database's is %d", v, snap.Version)
 	}
 }

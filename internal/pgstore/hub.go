@@ -145,7 +145,7 @@ func (h *Hub) run(ctx context.Context, gen int, ready chan struct{}) {
 	cfg.Listening = func() { once.Do(func() { close(ready) }) }
 	for {
 		// Watch reconnects by itself; only this read can fail here.
-		since, err := h.store.TenantVersions(ctx)
+		since, _, err := h.store.TenantVersions(ctx)
 		if err == nil {
 			cfg.Since = since
 			err = h.store.Watch(ctx, cfg, func(v Version) error { h.fanOut(gen, v); return nil })

@@ -587,6 +587,9 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 		if err != nil {
 			return translate(err, "tenant")
 		}
+		if err := tx.QueryRow(ctx, `SELECT config_stamp FROM tenants WHERE id = $1`, tenantID).Scan(&snap.Stamp); err != nil {
+			return translate(err, "tenant")
+		}
 		if snap.Tiers, err = listTiers(ctx, tx, tenantID); err != nil {
 			return err
 		}

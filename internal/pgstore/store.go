@@ -163,8 +163,9 @@ func belowLimit(ctx context.Context, tx pgx.Tx, count, tenantID string, max int,
 }
 
 // bump records c in tx: the tenant's next config version (the row lock of
-// the UPDATE orders concurrent changes of one tenant), its config_versions
-// row, the audit row and the notification. It returns the new version.
+// the UPDATE orders concurrent changes of one tenant) with a new random
+// stamp, its config_versions row, the audit row and the notification. It
+// returns the new version.
 // Within Atomically a tenant's second change takes its first's version.
 func (s *Store) bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) {
 	if s.tx != nil && s.tx.versions[c.tenantID] != 0 {
@@ -172,7 +173,7 @@ func (s *Store) bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int
 		return v, s.record(ctx, tx, actor, c, v)
 	}
 	var version int64
-	err := tx.QueryRow(ctx, `UPDATE tenants SET config_version = config_version + 1, updated_at = now()
+	err := tx.QueryRow(ctx, `UPDATE tenants SET config_version = config_version + 1, config_stamp = DEFAULT, updated_at = now()
 		WHERE id = $1 RETURNING config_version`, c.tenantID).Scan(&version)
 	if err != nil {
 		return 0, translate(err, "tenant")

@@ -203,17 +203,21 @@ func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error 
 	})
 }
 
-// TenantVersions returns every tenant's config version, by tenant id.
-func (s *Store) TenantVersions(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.db.Query(ctx, `SELECT id::text, config_version FROM tenants`)
+// TenantVersions returns every tenant's config version and its stamp
+// (policy.Snapshot.Stamp), by tenant id.
+func (s *Store) TenantVersions(ctx context.Context) (versions, stamps map[string]int64, err error) {
+	rows, err := s.db.Query(ctx, `SELECT id::text, config_version, config_stamp FROM tenants`)
 	if err != nil {
-		return nil, translate(err, "tenant")
+		return nil, nil, translate(err, "tenant")
 	}
-	out := map[string]int64{}
+	versions, stamps = map[string]int64{}, map[string]int64{}
 	var id string
-	var v int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { out[id] = v; return nil })
-	return out, translate(err, "tenant")
+	var v, stamp int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &v, &stamp}, func() error {
+		versions[id], stamps[id] = v, stamp
+		return nil
+	})
+	return versions, stamps, translate(err, "tenant")
 }
 
 // RaiseVersions raises the config version of each tenant of held (its id →

@@ -203,8 +203,12 @@ func (k CheckKey) Live(now time.Time) bool { return k.ExpiresAt.IsZero() || now.
 // Snapshot is an immutable, versioned copy of one tenant's configuration, as
 // deciders enforce it. Build it once, then share it read-only.
 type Snapshot struct {
-	Tenant    Tenant
-	Version   int64
+	Tenant  Tenant
+	Version int64
+	// Stamp is drawn at random with each version (0: unknown): the same
+	// version with another stamp is another configuration, one the
+	// database lost when it went back to an earlier state and moved on.
+	Stamp     int64
 	Tiers     []Tier
 	Overrides []Override
 }

@@ -171,7 +171,7 @@ func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
 }
 
 func SnapshotToProto(s *policy.Snapshot, keys []policy.CheckKey) *sluicev1.Snapshot {
-	out := &sluicev1.Snapshot{Tenant: TenantToProto(s.Tenant, s.Version), Version: s.Version}
+	out := &sluicev1.Snapshot{Tenant: TenantToProto(s.Tenant, s.Version), Version: s.Version, Stamp: s.Stamp}
 	for _, t := range s.Tiers {
 		out.Tiers = append(out.Tiers, TierToProto(t))
 	}
@@ -191,7 +191,7 @@ func SnapshotToProto(s *policy.Snapshot, keys []policy.CheckKey) *sluicev1.Snaps
 // SnapshotFromProto returns the snapshot s carries and its check keys
 // (malformed hashes are dropped: they could match nothing).
 func SnapshotFromProto(s *sluicev1.Snapshot) (*policy.Snapshot, []policy.CheckKey) {
-	snap := &policy.Snapshot{Tenant: TenantFromProto(s.GetTenant()), Version: s.GetVersion()}
+	snap := &policy.Snapshot{Tenant: TenantFromProto(s.GetTenant()), Version: s.GetVersion(), Stamp: s.GetStamp()}
 	for _, t := range s.GetTiers() {
 		tier := policy.Tier{ID: t.GetId(), Name: t.GetName()}
 		for _, r := range t.GetRules() {

@@ -33,8 +33,13 @@ type Snapshot struct {
 	// The live check keys of the tenant that expire (a decider that does not
 	// know this field accepts none of them).
 	ExpiringCheckKeys []*ExpiringKey `protobuf:"bytes,6,rep,name=expiring_check_keys,json=expiringCheckKeys,proto3" json:"expiring_check_keys,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Drawn at random with each version of the tenant's configuration (never
+	// 0): the same version with another stamp is another configuration, one
+	// the database lost when it went back to an earlier state (a backup
+	// restored, a failover to a replica behind) and then moved on from.
+	Stamp         int64 `protobuf:"varint,7,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -109,6 +114,13 @@ func (x *Snapshot) GetExpiringCheckKeys() []*ExpiringKey {
 	return nil
 }
 
+func (x *Snapshot) GetStamp() int64 {
+	if x != nil {
+		return x.Stamp
+	}
+	return 0
+}
+
 // ExpiringKey is a check key that stops working at expires_at.
 type ExpiringKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -175,7 +187,11 @@ type GetSnapshotsRequest struct {
 	// console shows it, is then this call's time.
 	UsedCheckKeyHashes [][]byte `protobuf:"bytes,3,rep,name=used_check_key_hashes,json=usedCheckKeyHashes,proto3" json:"used_check_key_hashes,omitempty"`
 	// How the decider fares, for the operator's list of deciders.
-	Health        *DeciderHealth `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	Health *DeciderHealth `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	// The stamp of each version of since the caller holds (0 or absent:
+	// unknown). A tenant held at the database's version with another stamp
+	// is sent again.
+	Stamps        map[string]int64 `protobuf:"bytes,5,rep,name=stamps,proto3" json:"stamps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +250,13 @@ func (x *GetSnapshotsRequest) GetUsedCheckKeyHashes() [][]byte {
 func (x *GetSnapshotsRequest) GetHealth() *DeciderHealth {
 	if x != nil {
 		return x.Health
+	}
+	return nil
+}
+
+func (x *GetSnapshotsRequest) GetStamps() map[string]int64 {
+	if x != nil {
+		return x.Stamps
 	}
 	return nil
 }
@@ -398,25 +421,30 @@ var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15sluice/v1/admin.proto\"\x9b\x02\n" +
+	"\x16sluice/v1/config.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15sluice/v1/admin.proto\"\xb1\x02\n" +
 	"\bSnapshot\x12)\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x11.sluice.v1.TenantR\x06tenant\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12%\n" +
 	"\x05tiers\x18\x03 \x03(\v2\x0f.sluice.v1.TierR\x05tiers\x121\n" +
 	"\toverrides\x18\x04 \x03(\v2\x13.sluice.v1.OverrideR\toverrides\x12(\n" +
 	"\x10check_key_hashes\x18\x05 \x03(\fR\x0echeckKeyHashes\x12F\n" +
-	"\x13expiring_check_keys\x18\x06 \x03(\v2\x16.sluice.v1.ExpiringKeyR\x11expiringCheckKeys\"\\\n" +
+	"\x13expiring_check_keys\x18\x06 \x03(\v2\x16.sluice.v1.ExpiringKeyR\x11expiringCheckKeys\x12\x14\n" +
+	"\x05stamp\x18\a \x01(\x03R\x05stamp\"\\\n" +
 	"\vExpiringKey\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x129\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8f\x02\n" +
+	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8e\x03\n" +
 	"\x13GetSnapshotsRequest\x12?\n" +
 	"\x05since\x18\x01 \x03(\v2).sluice.v1.GetSnapshotsRequest.SinceEntryR\x05since\x12\x18\n" +
 	"\adecider\x18\x02 \x01(\tR\adecider\x121\n" +
 	"\x15used_check_key_hashes\x18\x03 \x03(\fR\x12usedCheckKeyHashes\x120\n" +
-	"\x06health\x18\x04 \x01(\v2\x18.sluice.v1.DeciderHealthR\x06health\x1a8\n" +
+	"\x06health\x18\x04 \x01(\v2\x18.sluice.v1.DeciderHealthR\x06health\x12B\n" +
+	"\x06stamps\x18\x05 \x03(\v2*.sluice.v1.GetSnapshotsRequest.StampsEntryR\x06stamps\x1a8\n" +
 	"\n" +
 	"SinceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
+	"\vStampsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"w\n" +
 	"\x14GetSnapshotsResponse\x121\n" +
@@ -448,7 +476,7 @@ func file_sluice_v1_config_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_config_proto_rawDescData
 }
 
-var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sluice_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_sluice_v1_config_proto_goTypes = []any{
 	(*Snapshot)(nil),              // 0: sluice.v1.Snapshot
 	(*ExpiringKey)(nil),           // 1: sluice.v1.ExpiringKey
@@ -457,32 +485,34 @@ var file_sluice_v1_config_proto_goTypes = []any{
 	(*WatchRequest)(nil),          // 4: sluice.v1.WatchRequest
 	(*WatchResponse)(nil),         // 5: sluice.v1.WatchResponse
 	nil,                           // 6: sluice.v1.GetSnapshotsRequest.SinceEntry
-	nil,                           // 7: sluice.v1.WatchRequest.SinceEntry
-	(*Tenant)(nil),                // 8: sluice.v1.Tenant
-	(*Tier)(nil),                  // 9: sluice.v1.Tier
-	(*Override)(nil),              // 10: sluice.v1.Override
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*DeciderHealth)(nil),         // 12: sluice.v1.DeciderHealth
+	nil,                           // 7: sluice.v1.GetSnapshotsRequest.StampsEntry
+	nil,                           // 8: sluice.v1.WatchRequest.SinceEntry
+	(*Tenant)(nil),                // 9: sluice.v1.Tenant
+	(*Tier)(nil),                  // 10: sluice.v1.Tier
+	(*Override)(nil),              // 11: sluice.v1.Override
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*DeciderHealth)(nil),         // 13: sluice.v1.DeciderHealth
 }
 var file_sluice_v1_config_proto_depIdxs = []int32{
-	8,  // 0: sluice.v1.Snapshot.tenant:type_name -> sluice.v1.Tenant
-	9,  // 1: sluice.v1.Snapshot.tiers:type_name -> sluice.v1.Tier
-	10, // 2: sluice.v1.Snapshot.overrides:type_name -> sluice.v1.Override
+	9,  // 0: sluice.v1.Snapshot.tenant:type_name -> sluice.v1.Tenant
+	10, // 1: sluice.v1.Snapshot.tiers:type_name -> sluice.v1.Tier
+	11, // 2: sluice.v1.Snapshot.overrides:type_name -> sluice.v1.Override
 	1,  // 3: sluice.v1.Snapshot.expiring_check_keys:type_name -> sluice.v1.ExpiringKey
-	11, // 4: sluice.v1.ExpiringKey.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 4: sluice.v1.ExpiringKey.expires_at:type_name -> google.protobuf.Timestamp
 	6,  // 5: sluice.v1.GetSnapshotsRequest.since:type_name -> sluice.v1.GetSnapshotsRequest.SinceEntry
-	12, // 6: sluice.v1.GetSnapshotsRequest.health:type_name -> sluice.v1.DeciderHealth
-	0,  // 7: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
-	7,  // 8: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
-	2,  // 9: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
-	4,  // 10: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
-	3,  // 11: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
-	5,  // 12: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 6: sluice.v1.GetSnapshotsRequest.health:type_name -> sluice.v1.DeciderHealth
+	7,  // 7: sluice.v1.GetSnapshotsRequest.stamps:type_name -> sluice.v1.GetSnapshotsRequest.StampsEntry
+	0,  // 8: sluice.v1.GetSnapshotsResponse.snapshots:type_name -> sluice.v1.Snapshot
+	8,  // 9: sluice.v1.WatchRequest.since:type_name -> sluice.v1.WatchRequest.SinceEntry
+	2,  // 10: sluice.v1.ConfigService.GetSnapshots:input_type -> sluice.v1.GetSnapshotsRequest
+	4,  // 11: sluice.v1.ConfigService.Watch:input_type -> sluice.v1.WatchRequest
+	3,  // 12: sluice.v1.ConfigService.GetSnapshots:output_type -> sluice.v1.GetSnapshotsResponse
+	5,  // 13: sluice.v1.ConfigService.Watch:output_type -> sluice.v1.WatchResponse
+	12, // [12:14] is the sub-list for method output_type
+	10, // [10:12] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_config_proto_init() }
@@ -497,7 +527,7 @@ func file_sluice_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_config_proto_rawDesc), len(file_sluice_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
