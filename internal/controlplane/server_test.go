@@ -1274,8 +1274,11 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	if after := current(); !maps.Equal(before, after) {
 		t.Fatalf("a check key's pull and watch changed versions: %v, then %v", before, after)
 	}
-	// Its watch, from a later version than the database's, announces the
-	// next change of b all the same.
+	// Its watch, from a later version than the database's, announces b's
+	// version at once, and the next change of b all the same.
+	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != before[b] {
+		t.Fatalf("a check key's watch from a later version of b: %v %v, want b at the database's %d", st.Msg(), st.Err(), before[b])
+	}
 	callOK(t, adminB, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "after-the-restore"})
 	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != before[b]+1 {
 		t.Fatalf("a check key's watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), before[b]+1)

@@ -299,19 +299,13 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	}
 	// A decider watching again after the database went back learns of the
 	// raised versions at once, not at its next pull (see resync). A
-	// tenant's decider, which may not raise them, is watched from the
-	// database's version instead: the changes that bring the tenant back
-	// up to what it holds are announced to it too (GetSnapshots then
-	// sends it the database's configuration).
-	if len(since) > 0 {
+	// tenant's decider, which may not raise them, is told of the tenant's
+	// version now (pgstore.Version.Back) and of its changes from there on
+	// (GetSnapshots then sends it the database's configuration).
+	if len(since) > 0 && scope == "" {
 		versions, _, err := s.store.TenantVersions(ctx)
-		if err == nil && scope == "" {
+		if err == nil {
 			err = s.resync(ctx, scope, "", since, versions)
-		}
-		if err == nil && scope != "" {
-			if v, ok := versions[scope]; ok && since[scope] > v {
-				since = map[string]int64{scope: v}
-			}
 		}
 		if err != nil {
 			s.logger.WarnContext(ctx, "comparing a watching decider's config versions with the database's", "err", err)

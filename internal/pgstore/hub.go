@@ -45,7 +45,9 @@ func (s *Store) NewHub(cfg WatchConfig) *Hub {
 }
 
 // Watch is Store.Watch for one watcher, served by the hub: emit gets every
-// version committed after since, in version order per tenant, until ctx
+// version committed after since, in version order per tenant (and a
+// tenant's version now, Back, when the database went back behind what
+// the watcher had), until ctx
 // ends (Watch then returns ctx's error), emit fails (its error), or the
 // watcher falls hubBuffer versions behind (ErrWatcherBehind).
 func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(Version) error) error {
@@ -95,7 +97,9 @@ func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(Versi
 			switch {
 			case v.Deleted && !seen: // a tenant this watcher never had
 				continue
-			case !v.Deleted && v.Version <= have: // caught up already
+			case v.Back && (!seen || v.Version >= have): // not ahead of the database
+				continue
+			case !v.Deleted && !v.Back && v.Version <= have: // caught up already
 				continue
 			}
 			if err := emit(v); err != nil {

@@ -175,3 +175,73 @@ func TestHubWatcherJoiningDuringAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// A database that goes back to an earlier state under a running watch (a
+// backup restored, a failover to a replica the last changes had not
+// reached) is noticed: each watcher ahead of it is told the tenant's
+// version now (Back), without any change to notify it, and then gets the
+// versions committed after it, though they are numbered as the lost ones
+// were.
+func TestHubNoticesTheDatabaseWentBack(t *testing.T) {
+	t.Parallel()
+	s, pool := newStore(t)
+	ctx := context.Background()
+	hub := s.NewHub(WatchConfig{Recheck: 20 * time.Millisecond})
+	tn := newTenant(t, s, "acme")
+	_, v0, _ := s.GetTenant(ctx, tn.ID)
+	for i := range 3 {
+		if _, _, err := s.CreateTier(ctx, op, tn.ID, "lost-"+string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ahead, behind := make(chan Version, 100), make(chan Version, 100)
+	go func() {
+		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0 + 3}, func(v Version) error { ahead <- v; return nil })
+	}()
+	go func() {
+		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0}, func(v Version) error { behind <- v; return nil })
+	}()
+	// behind catches up to v0+3 first: both are then ahead of the database
+	// that goes back.
+	for want := v0 + 1; want <= v0+3; want++ {
+		if v := recv(t, behind); v.Version != want || v.Back {
+			t.Fatalf("the watcher from %d: %+v, want version %d", v0, v, want)
+		}
+	}
+
+	// The database goes back to v0: as a restore leaves it, nothing notified.
+	if _, err := pool.Exec(ctx, `WITH d AS (DELETE FROM config_versions WHERE tenant_id = $1 AND version > $2)
+		UPDATE tenants SET config_version = $2 WHERE id = $1`, tn.ID, v0); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan Version{"ahead": ahead, "behind": behind} {
+		if v := recv(t, ch); v != (Version{TenantID: tn.ID, Version: v0, Back: true}) {
+			t.Fatalf("watcher %s after the database went back: %+v, want back at %d", name, v, v0)
+		}
+	}
+	// New changes take the lost changes' numbers, and are delivered.
+	for i := range 2 {
+		if _, _, err := s.CreateTier(ctx, op, tn.ID, "new-"+string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+		for name, ch := range map[string]chan Version{"ahead": ahead, "behind": behind} {
+			if v := recv(t, ch); v != (Version{TenantID: tn.ID, Version: v0 + 1 + int64(i)}) {
+				t.Fatalf("watcher %s, the change after the database went back: %+v, want version %d", name, v, v0+1+int64(i))
+			}
+		}
+	}
+}
+
+// recv returns the next version of ch, failing after 20 seconds.
+func recv(t *testing.T, ch chan Version) Version {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing delivered")
+		return Version{}
+	}
+}

@@ -16,6 +16,12 @@ type Version struct {
 	TenantID string
 	Version  int64
 	Deleted  bool
+	// Back marks a tenant found at an earlier version than the watch had
+	// delivered (Version, its version now): the database went back to an
+	// earlier state, restored from a backup or failed over to a replica
+	// the last changes had not reached. Its versions after this one are
+	// delivered again as they come, though numbered as the lost ones were.
+	Back bool
 }
 
 // WatchConfig configures Watch.
@@ -36,7 +42,8 @@ type WatchConfig struct {
 }
 
 // Watch calls emit with every config version committed after cfg.Since, in
-// version order per tenant, until ctx ends or emit fails. It listens for
+// version order per tenant, until ctx ends or emit fails; a tenant found
+// behind what was delivered of it is emitted at its version now, Back. It listens for
 // notifications on a connection of its own and re-reads config_versions on
 // each, and every Recheck; a dropped connection is reopened. Rolled-back
 // changes are never delivered: they are neither in the table nor notified.
@@ -118,14 +125,41 @@ func (s *Store) watchConn(ctx context.Context, cfg WatchConfig, known map[string
 }
 
 // catchUp emits the versions of tenant (every tenant when "") committed
-// after known, and the deletion of known tenants that are gone.
+// after known, the deletion of known tenants that are gone, and first of
+// all the known tenants found at an earlier version than known (Back).
 func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int64, emit func(Version) error) error {
 	ids := make([]string, 0, len(known))
 	vers := make([]int64, 0, len(known))
 	for id, v := range known {
 		ids, vers = append(ids, id), append(vers, v)
 	}
-	rows, err := s.db.Query(ctx, `SELECT v.tenant_id::text, v.version FROM config_versions v
+	// Known tenants gone (no version) or behind what was delivered. A
+	// tenant's version only grows in one database: what was delivered was
+	// committed, with the tenant's row at it or later.
+	rows, err := s.db.Query(ctx, `SELECT k.id::text, t.config_version FROM unnest($1::uuid[], $2::bigint[]) AS k(id, ver)
+		LEFT JOIN tenants t ON t.id = k.id
+		WHERE ($3 = '' OR k.id::text = $3) AND (t.id IS NULL OR t.config_version < k.ver)`, ids, vers, tenant)
+	if err != nil {
+		return fmt.Errorf("pgstore: watch: %w", err)
+	}
+	var gone, back []Version
+	var id string
+	var now *int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &now}, func() error {
+		if now == nil {
+			gone = append(gone, Version{TenantID: id, Version: known[id] + 1, Deleted: true})
+		} else {
+			back = append(back, Version{TenantID: id, Version: *now, Back: true})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: watch: %w", err)
+	}
+	if err := deliver(back, known, emit); err != nil {
+		return err
+	}
+	rows, err = s.db.Query(ctx, `SELECT v.tenant_id::text, v.version FROM config_versions v
 		LEFT JOIN unnest($1::uuid[], $2::bigint[]) AS k(id, ver) ON k.id = v.tenant_id
 		WHERE ($3 = '' OR v.tenant_id::text = $3) AND v.version > coalesce(k.ver, 0)
 		ORDER BY v.tenant_id, v.version`, ids, vers, tenant)
@@ -139,26 +173,23 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 	if err != nil {
 		return fmt.Errorf("pgstore: watch: %w", err)
 	}
-	for _, v := range found {
+	if err := deliver(found, known, emit); err != nil {
+		return err
+	}
+	return deliver(gone, known, emit)
+}
+
+// deliver emits vs in turn and records each in known.
+func deliver(vs []Version, known map[string]int64, emit func(Version) error) error {
+	for _, v := range vs {
 		if err := emit(v); err != nil {
 			return emitError{err}
 		}
-		known[v.TenantID] = v.Version
-	}
-	rows, err = s.db.Query(ctx, `SELECT k.id::text FROM unnest($1::uuid[]) AS k(id)
-		WHERE ($2 = '' OR k.id::text = $2) AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.id = k.id)`, ids, tenant)
-	if err != nil {
-		return fmt.Errorf("pgstore: watch: %w", err)
-	}
-	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("pgstore: watch: %w", err)
-	}
-	for _, id := range gone {
-		if err := emit(Version{TenantID: id, Version: known[id] + 1, Deleted: true}); err != nil {
-			return emitError{err}
+		if v.Deleted {
+			delete(known, v.TenantID)
+		} else {
+			known[v.TenantID] = v.Version
 		}
-		delete(known, id)
 	}
 	return nil
 }
