@@ -46,6 +46,10 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/dataplane/
 
+.PHONY: bench-check
+bench-check: ## run every benchmark once, briefly: a benchmark that no longer runs fails (CI runs it)
+	SLUICE_WRK_DURATION=1s $(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzAlgorithms$$' -fuzztime $(FUZZTIME) ./internal/limit/
