@@ -491,6 +491,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#status", "Updated", nil) // its reports loaded
 
 	// The operator: tenants, and the decider with the version it enforces.
+	// A sidecar of demo's (its check key) pulls once and no more: it falls
+	// behind demo's changes below.
+	sidecar := connect.NewRequest(&sluicev1.GetSnapshotsRequest{Decider: "sidecar-1"})
+	sidecar.Header().Set("Authorization", "Bearer "+checkKey)
+	pulled, err := sluicev1connect.NewConfigServiceClient(http.DefaultClient, api).GetSnapshots(context.Background(), sidecar)
+	if err != nil || len(pulled.Msg.Snapshots) != 1 {
+		t.Fatalf("the sidecar's pull: %v, %v", pulled, err)
+	}
 	createTenants(t, api, operatorKey, "shop-", 105)
 	do("sign out", chromedp.Click("#sign-out"), chromedp.WaitVisible("#signin-key"),
 		chromedp.SendKeys("#signin-key", operatorKey+"\r"), chromedp.WaitVisible(`#nav button[data-view="operator"]`),
@@ -510,6 +518,22 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#tenants-table", "On: rejects nothing", nil)
 	do("shadow off", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
 	waitText("#tenants-table", "Off", nil)
+	// The sidecar is two versions behind now, and listed so; the decider
+	// of sluice dev, on the watch, is not (once it has pulled).
+	v := pulled.Msg.Snapshots[0].Version
+	behind := `[...document.querySelectorAll('#deciders-table tbody tr')].filter((r) => r.cells[2].textContent.includes('behind'))
+		.map((r) => r.cells[0].textContent.split(' ')[0] + ' ' + r.cells[2].textContent).join('; ')`
+	want := fmt.Sprintf("sidecar-1 demo: v%d (behind: v%d)", v, v+2)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		do("the operator's view again", chromedp.Click(`#nav button[data-view="operator"]`))
+		got := eval(behind)
+		if got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deciders listed as behind: %q, want %q", got, want)
+		}
+	}
 	// Many tenants come a page at a time, found by a slug prefix; the one
 	// worked on stays in the picker whatever a search finds.
 	tenantRows := `String(document.querySelectorAll('#tenants-table tbody tr').length) + (document.querySelector('#tenant-more').hidden ? '' : '+')`

@@ -75,7 +75,7 @@ const resourceUsage = `usage:
   sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | rotate [-grace D] ID | revoke ID
   sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
-  sluice deciders  list                                 (operator: the config version each decider enforces)
+  sluice deciders  list                                 (operator: the config version each decider enforces, and the latest)
   sluice reports   rejections [-step D] [-rule R] [-tier T] | top [-rule R] [-limit N] | breakdown [-by rule|tier] | csv REPORT
                    (each over -since D, 24h unless given, before -until T, now unless given; a viewer key is enough)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
@@ -425,18 +425,25 @@ var verbs = map[string]verb{
 		}
 	}},
 	"deciders list": plain("", func(s *session, c *http.Client, _ string) error {
-		slugs := tenantSlugs(s, sluicev1connect.NewTenantServiceClient(c, s.server))
+		tenants := tenantsByID(s, sluicev1connect.NewTenantServiceClient(c, s.server))
 		return call(s, sluicev1connect.NewDeciderServiceClient(c, s.server).ListDeciders, &sluicev1.ListDecidersRequest{}, func(w *tabwriter.Writer, r *sluicev1.ListDecidersResponse) {
-			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION\tREDIS BREAKER\tREDIS ERRORS\tEVENTS WAITING\tEVENTS DROPPED")
+			// LATEST is the tenant's version now: a decider whose VERSION is
+			// below has not pulled since the tenant changed (cut off from
+			// the control plane, or refusing the snapshot).
+			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION\tLATEST\tREDIS BREAKER\tREDIS ERRORS\tEVENTS WAITING\tEVENTS DROPPED")
 			for _, d := range r.Deciders {
 				synced := when(d.LastSyncedAt.IsValid(), d.LastSyncedAt.AsTime())
 				h := d.GetHealth()
 				health := fmt.Sprintf("%s\t%d\t%d\t%d", cmp.Or(h.GetBreaker(), "-"), h.GetEngineErrors(), h.GetEventsSpooled()+h.GetEventsQueued(), h.GetEventsDropped())
 				if len(d.ConfigVersions) == 0 {
-					fmt.Fprintf(w, "%s\t%s\t-\t-\t%s\n", d.Name, synced, health)
+					fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t%s\n", d.Name, synced, health)
 				}
 				for _, id := range slices.Sorted(maps.Keys(d.ConfigVersions)) {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Name, synced, cmp.Or(slugs[id], id), d.ConfigVersions[id], health)
+					slug, latest := id, "-"
+					if t := tenants[id]; t != nil {
+						slug, latest = t.Slug, strconv.FormatInt(t.ConfigVersion, 10)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", d.Name, synced, slug, d.ConfigVersions[id], latest, health)
 				}
 			}
 		})
@@ -639,20 +646,20 @@ func algorithmName(a sluicev1.Algorithm) string {
 	return strings.ToLower(strings.TrimPrefix(a.String(), "ALGORITHM_"))
 }
 
-// tenantSlugs maps the tenants' ids to their slugs, for the operator's
-// listings; empty when the key may not list tenants (ids are shown then).
-func tenantSlugs(s *session, tenants sluicev1connect.TenantServiceClient) map[string]string {
+// tenantsByID is every tenant by id, for the commands that name the
+// tenants they show (nil when they cannot be listed).
+func tenantsByID(s *session, tenants sluicev1connect.TenantServiceClient) map[string]*sluicev1.Tenant {
 	req := connect.NewRequest(&sluicev1.ListTenantsRequest{PageSize: 1000})
 	req.Header().Set("Authorization", "Bearer "+s.key)
 	res, err := allTenants(tenants.ListTenants)(s.ctx, req)
 	if err != nil {
 		return nil
 	}
-	slugs := make(map[string]string, len(res.Msg.Tenants))
+	byID := make(map[string]*sluicev1.Tenant, len(res.Msg.Tenants))
 	for _, t := range res.Msg.Tenants {
-		slugs[t.Id] = t.Slug
+		byID[t.Id] = t
 	}
-	return slugs
+	return byID
 }
 
 // listTiers is the tenant's tiers with their rules, for the commands

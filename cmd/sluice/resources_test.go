@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,9 +377,15 @@ func TestCLIAgainstDev(t *testing.T) {
 		t.Fatalf("deciders list with an admin key: %v", err)
 	}
 	env["SLUICE_KEY"] = regexp.MustCompile(`operator key\s+(\S+)`).FindStringSubmatch(banner)[1]
-	// With what it reports of itself: on Redis, its breaker closed.
-	if out, err := sluice("deciders", "list"); err != nil || !regexp.MustCompile(`(?m)^dev\s+\S+\s+demo\s+\d+\s+closed\s+\d+\s+\d+\s+\d+`).MatchString(out) {
+	// With the tenant's latest version beside it (the decider's is no
+	// later), and what it reports of itself: on Redis, its breaker closed.
+	out, err = sluice("deciders", "list")
+	m := regexp.MustCompile(`(?m)^dev\s+\S+\s+demo\s+(\d+)\s+(\d+)\s+closed\s+\d+\s+\d+\s+\d+`).FindStringSubmatch(out)
+	if err != nil || m == nil {
 		t.Fatalf("deciders list: %v\n%s", err, out)
+	}
+	if enforced, latest := mustInt(t, m[1]), mustInt(t, m[2]); enforced < 1 || latest < enforced {
+		t.Fatalf("deciders list: the dev decider enforces version %d of demo, whose latest is %d\n%s", enforced, latest, out)
 	}
 	// The operator suspends the tenant: its checks are refused until it is
 	// active again; only the flags given change.
@@ -521,4 +528,14 @@ func TestEditRetriesWhileAborted(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+}
+
+// mustInt is s as a number, failing t when it is none.
+func mustInt(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

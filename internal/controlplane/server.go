@@ -215,7 +215,7 @@ func (s tenantServer) ListTenants(ctx context.Context, req *connect.Request[slui
 	ts, next, err := s.store.PageTenants(ctx, req.Msg.GetSlugPrefix(), afterSlug, int(req.Msg.GetPageSize()))
 	out := &sluicev1.ListTenantsResponse{}
 	for _, t := range ts {
-		out.Tenants = append(out.Tenants, tenantOut(t, 0))
+		out.Tenants = append(out.Tenants, tenantOut(t.Tenant, t.Version))
 	}
 	if next != "" {
 		out.NextPageToken = pageToken(next)

@@ -197,7 +197,9 @@ func TestCRUDOverConnectAndGRPC(t *testing.T) {
 				t.Fatalf("update went from version %d to %d", got.ConfigVersion, v.ConfigVersion)
 			}
 			list := callOK(t, operatorKey, c.tenants.ListTenants, &sluicev1.ListTenantsRequest{}).Tenants
-			if !slices.ContainsFunc(list, func(x *sluicev1.Tenant) bool { return x.Id == tenantID && x.Name == "Acme Corp" }) {
+			if !slices.ContainsFunc(list, func(x *sluicev1.Tenant) bool {
+				return x.Id == tenantID && x.Name == "Acme Corp" && x.ConfigVersion == v.ConfigVersion
+			}) {
 				t.Fatalf("list %v", list)
 			}
 			callOK(t, operatorKey, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: tenantID})

@@ -849,7 +849,7 @@ func TestPageOverrides(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 
-func mapSlugs(ts []policy.Tenant) (slugs []string) {
+func mapSlugs(ts []VersionedTenant) (slugs []string) {
 	for _, t := range ts {
 		slugs = append(slugs, t.Slug)
 	}
@@ -899,7 +899,7 @@ func TestPageTenants(t *testing.T) {
 		t.Fatalf("ListTenants: %v", list)
 	}
 	// allPages (ListTenants' and ListKeys' loop) gathers pages of 2.
-	twos, err := allPages(func(after string) ([]policy.Tenant, string, error) { return s.PageTenants(ctx, "", after, 2) })
+	twos, err := allPages(func(after string) ([]VersionedTenant, string, error) { return s.PageTenants(ctx, "", after, 2) })
 	if got := mapSlugs(twos); err != nil || !slices.Equal(got, want) {
 		t.Fatalf("every page of 2: %q, %v", got, err)
 	}

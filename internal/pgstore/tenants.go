@@ -113,9 +113,15 @@ func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant
 	return t, v, translate(err, "tenant")
 }
 
+// VersionedTenant is a tenant and its config version.
+type VersionedTenant struct {
+	policy.Tenant
+	Version int64
+}
+
 // ListTenants returns every tenant, by slug: PageTenants over every page.
-func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
-	return allPages(func(after string) ([]policy.Tenant, string, error) {
+func (s *Store) ListTenants(ctx context.Context) ([]VersionedTenant, error) {
+	return allPages(func(after string) ([]VersionedTenant, string, error) {
 		return s.PageTenants(ctx, "", after, 1000)
 	})
 }
@@ -123,8 +129,8 @@ func (s *Store) ListTenants(ctx context.Context) ([]policy.Tenant, error) {
 // PageTenants returns up to limit (0: 100; more than 1000: 1000) of the
 // tenants whose slug starts with prefix, by slug, from just after the slug
 // after ("": the first), and the slug to ask the next page after when more
-// follow ("" on the last page).
-func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]policy.Tenant, string, error) {
+// follow ("" on the last page), each with its config version.
+func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]VersionedTenant, string, error) {
 	limit = pageLimit(limit)
 	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
 		WHERE slug COLLATE "C" LIKE $1 AND slug COLLATE "C" > $2
@@ -132,9 +138,9 @@ func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int
 	if err != nil {
 		return nil, "", translate(err, "tenant")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Tenant, error) {
-		t, _, err := scanTenant(r)
-		return t, err
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (VersionedTenant, error) {
+		t, v, err := scanTenant(r)
+		return VersionedTenant{t, v}, err
 	})
 	err = translate(err, "tenant")
 	out, more := cutPage(out, limit)

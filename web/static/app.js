@@ -787,12 +787,21 @@ async function loadOperator(fresh = true) {
   state.tenantsToken = t.nextPageToken || '';
   $('#tenant-more').hidden = !state.tenantsToken;
   renderTenants();
-  const slug = (id) => (state.tenants.find((x) => x.id === id) || {}).slug || id;
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
     el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
-    el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => `${slug(id)}: v${v}`).join(', ') || '–'),
+    el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => enforced(id, v)).join(', ') || '–'),
     el('td', {}, deciderRedis(x.health || {})),
     el('td', {}, `${Number((x.health || {}).eventsSpooled || 0) + Number((x.health || {}).eventsQueued || 0)} / ${(x.health || {}).eventsDropped || 0}`))));
+}
+
+// enforced names the config version a decider enforces of a tenant, and
+// the tenant's latest when the decider is behind it (of the tenants
+// loaded): a decider that has not pulled since the tenant changed, cut off
+// from the control plane or refusing the snapshot.
+function enforced(id, v) {
+  const t = state.tenants.find((x) => x.id === id) || {};
+  const latest = Number(t.configVersion || 0);
+  return `${t.slug || id}: v${v}` + (latest > Number(v) ? ` (behind: v${latest})` : '');
 }
 
 // deciderRedis says how a decider fares with Redis: its breaker, and the
