@@ -505,7 +505,8 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click(`#nav button[data-view="operator"]`))
 	waitText("#tenants-table", "demo", nil)
 	waitText("#deciders-table", "demo: v", nil)
-	waitText("#deciders-table", "closed", nil) // its Redis breaker, as it reported it
+	waitText("#deciders-table", " s ago)", nil) // when each last synced, for how long it has not
+	waitText("#deciders-table", "closed", nil)  // its Redis breaker, as it reported it
 	// At 1280px the operator's header (the sections, the tenant picker,
 	// the role and sign out) stays one row.
 	if h, _ := strconv.Atoi(eval(`String(Math.round(document.querySelector('header.top').getBoundingClientRect().height))`)); h > 70 {

@@ -788,10 +788,21 @@ async function loadOperator(fresh = true) {
   $('#tenant-more').hidden = !state.tenantsToken;
   renderTenants();
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
-    el('td', {}, x.name), el('td', {}, fmtTime(x.lastSyncedAt)),
+    el('td', {}, x.name), el('td', {}, `${fmtTime(x.lastSyncedAt)} (${ago(x.lastSyncedAt)})`),
     el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => enforced(id, v)).join(', ') || '–'),
     el('td', {}, deciderRedis(x.health || {})),
     el('td', {}, `${Number((x.health || {}).eventsSpooled || 0) + Number((x.health || {}).eventsQueued || 0)} / ${(x.health || {}).eventsDropped || 0}`))));
+}
+
+// ago says how long before now t was, roughly: a decider pulls every 30 s
+// by default, so one last synced minutes ago has stopped, or is cut off
+// from the control plane (a restarted decider is listed anew, under its
+// new process's name, and the old entry ages out after a day).
+function ago(t) {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(t)) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  return `${Math.floor(s / 3600)} h ago`;
 }
 
 // enforced names the config version a decider enforces of a tenant, and
