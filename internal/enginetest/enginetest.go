@@ -21,20 +21,6 @@ type Engine interface {
 	ReleaseAt(ctx context.Context, key string, l *limit.Limiter, now, lease int64) error
 }
 
-// Local adapts the in-process engine to Engine.
-type Local struct{ *limit.Engine }
-
-// AllowAllAt implements Engine.
-func (l Local) AllowAllAt(_ context.Context, reqs []limit.Request, now int64, res []limit.Result) (bool, error) {
-	return l.AllowAll(reqs, now, res), nil
-}
-
-// ReleaseAt implements Engine.
-func (l Local) ReleaseAt(_ context.Context, key string, lim *limit.Limiter, now, lease int64) error {
-	l.Release(key, lim, now, lease)
-	return nil
-}
-
 // Params are the rule parameters the scenarios use: every algorithm, and
 // the edges (warm-up, a queue without delay, very long windows, big limits,
 // calendar windows, in UTC and in time zones).

@@ -68,9 +68,6 @@ func Open(dir string) (*Cluster, error) {
 	return c, nil
 }
 
-// Dir returns the cluster's data directory.
-func (c *Cluster) Dir() string { return c.dir }
-
 // Start starts the cluster, or finds it running, and returns the URL of
 // its postgres database. A cluster this Cluster started before starts
 // again on the same port, so its URL stays the same; otherwise it takes a
