@@ -105,7 +105,7 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 	for i, r := range m.GetRequests() {
 		reqs[i] = checkRequest(r)
 	}
-	err = s.cfg.refuseAny("requests", len(reqs), func(i int) error {
+	err = refuseAny("requests", len(reqs), func(i int) error {
 		if err := refuseRelease(m.Requests[i]); err != nil {
 			return err
 		}

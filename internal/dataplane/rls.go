@@ -86,7 +86,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 	}
 	decs := make([]decide.Decision, len(reqs))
-	err = s.cfg.refuseAny("descriptors", len(reqs), func(i int) error {
+	err = refuseAny("descriptors", len(reqs), func(i int) error {
 		if limitErrs != nil && limitErrs[i] != nil {
 			return limitErrs[i]
 		}

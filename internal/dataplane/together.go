@@ -78,7 +78,7 @@ func worker(f func()) {
 // before any is decided or counted: a call is refused whole or decided
 // whole. refusal(i) is the i-th decision's refusal, if any; the fields of
 // invalid ones are named by index, as in requests[2].cost.
-func (c HTTPConfig) refuseAny(field string, n int, refusal func(i int) error) error {
+func refuseAny(field string, n int, refusal func(i int) error) error {
 	var fields []policy.FieldError
 	for i := range n {
 		err := refusal(i)
