@@ -15,6 +15,10 @@ type metrics struct {
 	calls   *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
 	watches prometheus.Gauge
+	// wentBack counts the tenants' configurations deciders held that the
+	// database no longer has: versions raised past a decider's (resync),
+	// and snapshots sent in place of a lost one.
+	wentBack prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -26,9 +30,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}, []string{"procedure"}),
 		watches: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_config_watches",
 			Help: "Config watch streams open (deciders connected to this control plane)."}),
+		wentBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_went_back_total",
+			Help: "Tenant configurations a decider held that the database no longer has (restored from a backup, failed over to a replica behind): replaced by the database's."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.seconds, m.watches)
+		reg.MustRegister(m.calls, m.seconds, m.watches, m.wentBack)
 	}
 	return m
 }

@@ -112,9 +112,9 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}
 	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
-		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger})}
+		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger}), metrics: newMetrics(cfg.Registerer)}
 	// The metrics outside the authentication: refusals are counted too.
-	chain := []connect.Interceptor{newMetrics(cfg.Registerer), interceptor{auth}}
+	chain := []connect.Interceptor{s.metrics, interceptor{auth}}
 	if cfg.Tracer != nil {
 		chain = append([]connect.Interceptor{tracer{cfg.Tracer}}, chain...)
 	}
@@ -149,6 +149,7 @@ type server struct {
 	closing <-chan struct{}
 	// watches serves every decider's config watch from one LISTEN.
 	watches *pgstore.Hub
+	metrics *metrics
 }
 
 // reply answers msg, or err as a Connect error.

@@ -1294,8 +1294,23 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 // key, and no version moves.
 func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
 	t.Parallel()
-	srv, _ := newServer(t)
+	reg := prometheus.NewRegistry()
+	srv, _ := newServerWith(t, func(cfg *Config) { cfg.Registerer = reg })
 	c := newClients(srv)
+	wentBack := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range mfs {
+			if f.GetName() == "sluice_config_went_back_total" {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatal("no sluice_config_went_back_total")
+		return 0
+	}
 	a, adminA := setupTenant(t, c, "a")
 	ck := callOK(t, adminA, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK})
 	snaps := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{}).Snapshots
@@ -1310,9 +1325,13 @@ func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
 				t.Fatalf("a decider holding version %d with stamp %d is sent %v", v, held, got.Snapshots)
 			}
 		}
+		before := wentBack()
 		got := callOK(t, key, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: map[string]int64{a: v}, Stamps: map[string]int64{a: stamp ^ 1}})
 		if len(got.Snapshots) != 1 || got.Snapshots[0].Version != v || got.Snapshots[0].Stamp != stamp {
 			t.Fatalf("a decider holding version %d with another stamp is sent %v, want the database's (stamp %d)", v, got.Snapshots, stamp)
+		}
+		if after := wentBack(); after != before+1 {
+			t.Fatalf("sluice_config_went_back_total went from %v to %v, want one more", before, after)
 		}
 	}
 

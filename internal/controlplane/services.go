@@ -169,8 +169,12 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		// the database's is sent the database's: it may not raise the
 		// version (resync), and would otherwise keep the lost
 		// configuration until the tenant's changes passed its version.
-		if have, ok := since[id]; ok && (have == v && sameStamp(req.Msg.GetStamps()[id], stamps[id]) || have > v && scope == "") {
+		have, ok := since[id]
+		if ok && (have == v && sameStamp(req.Msg.GetStamps()[id], stamps[id]) || have > v && scope == "") {
 			continue
+		}
+		if ok && have >= v { // in place of a configuration the database lost
+			s.metrics.wentBack.Inc()
 		}
 		snap, keys, err := s.store.Snapshot(ctx, id)
 		if policy.ErrorCode(err) == policy.CodeNotFound {
@@ -228,6 +232,7 @@ func (s configServer) resync(ctx context.Context, scope, name string, since, ver
 	raised, err := s.store.RaiseVersions(ctx, "decider", behind)
 	for id, v := range raised {
 		versions[id] = v
+		s.metrics.wentBack.Inc()
 		s.logger.WarnContext(ctx, "a decider enforces a later config version than the database holds (restored from a backup?): the tenant's version is raised past it, and the database's configuration goes to every decider",
 			"tenant", id, "decider", name, "decider_version", behind[id], "version", v)
 	}
