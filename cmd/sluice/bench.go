@@ -41,6 +41,10 @@ type benchResult struct {
 	Keys           int     `json:"keys"`
 	Protocol       string  `json:"protocol"`
 	FirstErrorText string  `json:"first_error,omitempty"`
+	// ServerCPUus and RedisCPUus are the CPU time the process -pid and
+	// the Redis -redis took per decision during the run, in µs.
+	ServerCPUus float64 `json:"server_cpu_us_per_decision,omitempty"`
+	RedisCPUus  float64 `json:"redis_cpu_us_per_decision,omitempty"`
 }
 
 // runBench loads a decider with checks from concurrent clients over a set
@@ -59,8 +63,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	n := fs.Int("n", 100_000, "checks in all")
 	raw := fs.Bool("raw", false, "with -grpc or -rls: send the calls as raw HTTP/2 frames on 2 connections (internal/grpcload), a fraction of grpc-go's client CPU per call")
 	asJSON := fs.Bool("json", false, "print JSON")
+	var probe cpuProbe
+	fs.IntVar(&probe.pid, "pid", 0, "also report the CPU this process (the server under load: a decider, envoyproxy/ratelimit) takes per decision, from /proc (Linux)")
+	fs.StringVar(&probe.redis, "redis", "", "also report the CPU the Redis at this host:port takes per decision, from INFO cpu")
 	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 || (*rlsAddr != "") != (*domain != "") ||
-		(*raw && *rlsAddr == "" && *grpcAddr == "") {
+		(*raw && *rlsAddr == "" && *grpcAddr == "") || probe.pid < 0 || fs.NArg() > 0 {
 		fmt.Fprint(stderr, benchUsage)
 		return errUsage
 	}
@@ -70,8 +77,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return errUsage
 	}
 	if *raw {
+		before, err := probe.read(ctx)
+		if err != nil {
+			return err
+		}
 		res, err := runRaw(ctx, *rlsAddr, *domain, *grpcAddr, key, *conc, *keys, *n)
 		if err != nil {
+			return err
+		}
+		if err := probe.report(ctx, before, &res); err != nil {
 			return err
 		}
 		return printBench(stdout, *asJSON, res)
@@ -96,6 +110,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	var firstErr atomic.Value
 	lats := make([][]time.Duration, *conc)
 	var wg sync.WaitGroup
+	before, err := probe.read(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for g := range *conc {
 		wg.Go(func() {
@@ -133,6 +151,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if s, ok := firstErr.Load().(string); ok {
 		res.FirstErrorText = s
 	}
+	if err := probe.report(ctx, before, &res); err != nil {
+		return err
+	}
 	return printBench(stdout, *asJSON, res)
 }
 
@@ -145,10 +166,16 @@ func printBench(stdout io.Writer, asJSON bool, res benchResult) error {
 		if res.FirstErrorText != "" {
 			fmt.Fprintf(w, "first error: %s\n", res.FirstErrorText)
 		}
+		if res.ServerCPUus > 0 {
+			fmt.Fprintf(w, "server CPU %.2f µs per decision\n", res.ServerCPUus)
+		}
+		if res.RedisCPUus > 0 {
+			fmt.Fprintf(w, "Redis CPU %.2f µs per decision\n", res.RedisCPUus)
+		}
 	})
 }
 
-const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] | -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000] [-json]\n"
+const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] | -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000] [-pid PID] [-redis HOST:PORT] [-json]\n"
 
 // runRaw is `sluice bench -raw`: n calls of DecisionService.Check (at
 // grpcAddr) or Envoy's ShouldRateLimit (at rlsAddr, in domain) over keys

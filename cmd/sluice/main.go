@@ -49,6 +49,7 @@ commands:
   reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
   bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |
            -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000]
+           [-pid PID] [-redis HOST:PORT] (the CPU that server and that Redis take per decision)
 
 environment:
   SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestCLIAgainstDev drives the resource commands and check against a
@@ -474,6 +476,17 @@ func TestBenchAgainstDev(t *testing.T) {
 			t.Fatalf("%v: %+v", args, res)
 		}
 	}
+	// -pid and -redis report what the decider (here, this process) and
+	// its Redis took per decision.
+	var cpu strings.Builder
+	if err := run(context.Background(), []string{"bench", "-rls", grpcAddr, "-domain", "demo", "-raw", "-n", "5000", "-c", "4", "-keys", "20",
+		"-pid", strconv.Itoa(os.Getpid()), "-redis", redistest.Addr(t), "-json"}, &cpu, io.Discard, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	var res benchResult
+	if err := json.Unmarshal([]byte(cpu.String()), &res); err != nil || res.ServerCPUus <= 0 || res.RedisCPUus <= 0 {
+		t.Fatalf("CPU per decision: %q, %v", cpu.String(), err)
+	}
 	// Envoy's service needs its domain; a domain that is not the key's
 	// tenant is refused, call by call.
 	if err := run(context.Background(), []string{"bench", "-rls", grpcAddr}, io.Discard, io.Discard, func(k string) string { return env[k] }); !errors.Is(err, errUsage) {
@@ -492,6 +505,10 @@ func TestBenchAgainstDev(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"errors": 10`) || !strings.Contains(out.String(), "grpc-status 7") {
 		t.Errorf("another tenant's domain, raw: %s", out.String())
+	}
+	// Arguments after the flags are a mistake (such as two pids to -pid).
+	if err := run(context.Background(), []string{"bench", "-pid", "1", "2"}, io.Discard, io.Discard, func(k string) string { return env[k] }); !errors.Is(err, errUsage) {
+		t.Errorf("bench with an argument: %v, want a usage error", err)
 	}
 	// -raw is for the gRPC targets only.
 	if err := run(context.Background(), []string{"bench", "-raw"}, io.Discard, io.Discard, func(k string) string { return env[k] }); !errors.Is(err, errUsage) {
