@@ -130,9 +130,9 @@ var verbs = map[string]verb{
 		return func(s *session, c *http.Client, _ string) error {
 			req := &sluicev1.ListTenantsRequest{SlugPrefix: *prefix, PageSize: 1000}
 			return call(s, allTenants(sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants), req, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
-				fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW")
+				fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW\tVERSION")
 				for _, t := range r.Tenants {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%d\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow, t.ConfigVersion)
 				}
 			})
 		}
