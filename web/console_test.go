@@ -515,8 +515,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	shot("06-operator")
 	// A tenant into shadow mode and out again, as the table (reloaded from
 	// the API after each) shows.
+	demoVersion := func() string {
+		return eval(`[...document.querySelectorAll('#tenants-table tbody tr')].find((r) => r.cells[0].textContent === 'demo').cells[6].textContent`)
+	}
+	before := demoVersion()
 	do("shadow on", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
 	waitText("#tenants-table", "On: rejects nothing", nil)
+	// A change of the tenant is a new config version, shown in its row.
+	if v, err := strconv.Atoi(strings.TrimPrefix(before, "v")); err != nil || demoVersion() != fmt.Sprintf("v%d", v+1) {
+		t.Fatalf("demo's config version %s before shadow mode, %s after", before, demoVersion())
+	}
 	do("shadow off", chromedp.Click(`#tenants-table button[aria-label^="Shadow mode for demo:"]`))
 	waitText("#tenants-table", "Off", nil)
 	// The sidecar is two versions behind now, and listed so; the decider

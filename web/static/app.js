@@ -834,6 +834,7 @@ function renderTenants() {
       el('td', {}, el('button', { type: 'button', 'aria-pressed': String(!!x.shadow), 'aria-label': `Shadow mode for ${x.slug}: ${x.shadow ? 'on' : 'off'}`,
         onclick: () => changeTenant(x, { shadow: !x.shadow }, `shadow mode ${x.shadow ? 'off' : 'on'}`) }, x.shadow ? 'On: rejects nothing' : 'Off')),
       el('td', { class: 'mono' }, x.id),
+      el('td', {}, `v${x.configVersion || 0}`),
       el('td', { class: 'actions' },
         el('button', { type: 'button', 'aria-label': `${suspended ? 'Resume' : 'Suspend'} tenant ${x.slug}`,
           onclick: () => changeTenant(x, { status: suspended ? 'TENANT_STATUS_ACTIVE' : 'TENANT_STATUS_SUSPENDED' }, suspended ? 'resumed' : 'suspended: its checks are refused') },
