@@ -248,6 +248,10 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 		if s.cfg.ShadowAll || snap.Tenant.Shadow {
 			c.ShadowAll()
 		}
+		if held := s.current[c.Tenant.ID]; held != nil && (held.GetVersion() > p.GetVersion() || held.GetVersion() == p.GetVersion() && held.GetStamp() != p.GetStamp()) {
+			s.cfg.Logger.Warn("config: a tenant's configuration replaced by an earlier one, or another of the same version: the control plane's database went back (a backup restored, a failover to a replica behind), and the changes since are lost",
+				"tenant", c.Tenant.ID, "held_version", held.GetVersion(), "version", p.GetVersion())
+		}
 		next[c.Tenant.ID] = c
 		s.current[c.Tenant.ID] = p
 		s.cfg.Keys.SetTenant(c.Tenant.ID, keys, c)

@@ -1,11 +1,14 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,8 +48,16 @@ func authenticates(k *Keys, secret string) bool {
 // Run has returned (a pull in flight, its state file written).
 func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Syncer, *Keys, func()) {
 	t.Helper()
+	return startSyncerWith(t, SyncConfig{Client: client, StateFile: state})
+}
+
+// startSyncerWith is startSyncer of cfg, with the test's key, key table
+// and intervals.
+func startSyncerWith(t *testing.T, cfg SyncConfig) (*Syncer, *Keys, func()) {
+	t.Helper()
 	keys := NewKeys()
-	s := NewSyncer(SyncConfig{Client: client, Key: "decider", Keys: keys, StateFile: state, Repull: time.Minute, PullTimeout: 2 * time.Second})
+	cfg.Key, cfg.Keys, cfg.Repull, cfg.PullTimeout = "decider", keys, time.Minute, 2*time.Second
+	s := NewSyncer(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()
@@ -358,7 +369,8 @@ func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, _, _ := startSyncer(t, client, state)
+	var logs bytes.Buffer
+	s, _, stop := startSyncerWith(t, SyncConfig{Client: client, StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	eventually(t, "ready from the state file", s.Ready)
 	if c := s.Config(tn.ID); c == nil || c.Version != snap.Version || c.Tenant.Name != lost.Tenant.Name {
 		t.Fatalf("started from the state file: %+v", c)
@@ -367,5 +379,9 @@ func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
 	eventually(t, "the database's configuration", func() bool { return s.Config(tn.ID).Tenant.Name == "Acme" })
 	if v := s.Config(tn.ID).Version; v != snap.Version {
 		t.Fatalf("enforcing version %d, the database's is %d", v, snap.Version)
+	}
+	stop() // its logs written
+	if !strings.Contains(logs.String(), "the control plane's database went back") {
+		t.Errorf("the decider did not say the database went back:\n%s", logs.String())
 	}
 }
