@@ -583,11 +583,9 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 	var keys []policy.CheckKey
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		snap.Tenant, snap.Version, err = scanTenant(tx.QueryRow(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE id = $1`, tenantID))
+		row := tx.QueryRow(ctx, `SELECT `+tenantColumns+`, config_stamp FROM tenants WHERE id = $1`, tenantID)
+		snap.Tenant, snap.Version, err = scanTenant(withStamp{row, &snap.Stamp})
 		if err != nil {
-			return translate(err, "tenant")
-		}
-		if err := tx.QueryRow(ctx, `SELECT config_stamp FROM tenants WHERE id = $1`, tenantID).Scan(&snap.Stamp); err != nil {
 			return translate(err, "tenant")
 		}
 		if snap.Tiers, err = listTiers(ctx, tx, tenantID); err != nil {
@@ -624,6 +622,15 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 	}
 	return &snap, keys, nil
 }
+
+// withStamp is a row of tenantColumns and then config_stamp, which it
+// scans into stamp.
+type withStamp struct {
+	pgx.Row
+	stamp *int64
+}
+
+func (r withStamp) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.stamp)...) }
 
 // pruneBatch is how many audit rows one statement of PruneAudit deletes,
 // so that pruning a long backlog never holds one long transaction.
