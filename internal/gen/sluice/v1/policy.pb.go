@@ -340,7 +340,8 @@ func (x *LimitParams) GetTimeZone() string {
 	return ""
 }
 
-// Match is one condition on a request descriptor; value "*" matches any value.
+// Match is one condition on a request descriptor: its value, any value
+// for "*", or a value starting with P for P followed by "*" ("/api/*").
 type Match struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
