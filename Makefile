@@ -41,6 +41,7 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/events/
 	$(GO) test -run '^$$' -bench . -benchtime 300000x ./internal/analytics/
 	$(GO) test -run '^$$' -bench . ./internal/pgstore/
+	$(GO) test -run '^$$' -bench Reports -benchtime 10x ./internal/reports/
 	$(GO) test -run '^$$' -bench ScriptCPU -benchtime 100000x ./internal/redisengine/
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/
 	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/

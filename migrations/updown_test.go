@@ -30,6 +30,24 @@ func migrator(t *testing.T, u string) *migrate.Migrate {
 	return m
 }
 
+// migratedTo returns golang-migrate on a schema of its own, migrated to
+// version, and a connection to it, closed when the test ends.
+func migratedTo(t *testing.T, version uint) (*migrate.Migrate, *pgx.Conn) {
+	t.Helper()
+	u := pgtest.EmptySchema(t)
+	m := migrator(t, u)
+	if err := m.Migrate(version); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	return m, conn
+}
+
 // Every migration's down undoes its up: each is applied, rolled back and
 // applied again in turn (an up whose objects its down left behind fails the
 // second time), and from the latest version the whole schema goes down to
@@ -81,17 +99,8 @@ func TestEveryMigrationGoesDownAndUpAgain(t *testing.T) {
 // their own, never 0 (0 stands for "unknown" to deciders).
 func TestConfigStampsOfExistingTenants(t *testing.T) {
 	t.Parallel()
-	u := pgtest.EmptySchema(t)
-	m := migrator(t, u)
-	if err := m.Migrate(23); err != nil {
-		t.Fatal(err)
-	}
+	m, conn := migratedTo(t, 23)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `INSERT INTO tenants (slug, name) SELECT 't' || i, 'T' || i FROM generate_series(1, 50) AS i`); err != nil {
 		t.Fatal(err)
 	}
@@ -104,5 +113,40 @@ func TestConfigStampsOfExistingTenants(t *testing.T) {
 	}
 	if n != 50 || distinct != 50 || zero != 0 {
 		t.Fatalf("%d tenants with %d distinct stamps, %d of them 0", n, distinct, zero)
+	}
+}
+
+// Minutes rolled up before migration 25 adds the hourly rollups are summed
+// into their hours: reports that read an hour's row see what its minutes
+// held.
+func TestHoursOfExistingMinutes(t *testing.T) {
+	t.Parallel()
+	m, conn := migratedTo(t, 24)
+	ctx := context.Background()
+	// 90 minutes from 10:00 of two rules; the second hour holds 30 of them.
+	if _, err := conn.Exec(ctx, `INSERT INTO analytics_minute (tenant_id, minute, tier, rule_id, allowed, rejected,
+			shadow_rejected, rejection_events, shadow_events, dropped_rejections)
+		SELECT 't', timestamptz '2026-11-22 10:00:00Z' + i * interval '1 minute', 'free', r, i, 1, 2, 3, 4, 5
+		FROM generate_series(0, 89) AS i, unnest(array['r1', 'r2']) AS r`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Migrate(25); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `SELECT concat_ws(' ', rule_id, extract(hour FROM hour AT TIME ZONE 'UTC'), allowed,
+			rejected, shadow_rejected, rejection_events, shadow_events, dropped_rejections)
+		FROM analytics_hour WHERE tenant_id = 't' AND tier = 'free' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// allowed: 0+…+59 = 1770 in the first hour, 60+…+89 = 2235 in the second.
+	want := []string{"r1 10 1770 60 120 180 240 300", "r1 11 2235 30 60 90 120 150",
+		"r2 10 1770 60 120 180 240 300", "r2 11 2235 30 60 90 120 150"}
+	if strings.Join(text, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("hours:\n%s\nwant:\n%s", strings.Join(text, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -140,6 +140,16 @@ func (s stream) check(t *testing.T, pool *pgxpool.Pool) {
 		t.Errorf("rollups: %d rejection events, %d rejected, %d in top clients, %d allowed; want %d, %d, %d, %d",
 			events, rejected, top, allowed, s.rejections(), s.rejections(), s.rejections(), 3*s.tenants*s.chunks)
 	}
+	// The hours' rollups, written with the minutes', hold the same.
+	var hourEvents, hourAllowed, hourRejected int64
+	if err := pool.QueryRow(context.Background(), `SELECT sum(rejection_events), sum(allowed), sum(rejected)
+		FROM analytics_hour`).Scan(&hourEvents, &hourAllowed, &hourRejected); err != nil {
+		t.Fatal(err)
+	}
+	if hourEvents != events || hourAllowed != allowed || hourRejected != rejected {
+		t.Errorf("hours' rollups: %d rejection events, %d allowed, %d rejected; the minutes' %d, %d, %d",
+			hourEvents, hourAllowed, hourRejected, events, allowed, rejected)
+	}
 }
 
 func committed(t *testing.T, pool *pgxpool.Pool) int64 {

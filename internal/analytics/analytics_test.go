@@ -44,18 +44,51 @@ func stamped(v []byte, producer string, seq uint64) []byte {
 	return b
 }
 
-// minuteRow reads one rollup row (zeros when absent).
-func minuteRow(t *testing.T, pool *pgxpool.Pool, tenant, rule string, minute time.Time) (c minuteCounts) {
+// minuteRow reads one minute's rollup row (zeros when absent).
+func minuteRow(t *testing.T, pool *pgxpool.Pool, tenant, rule string, minute time.Time) minuteCounts {
+	t.Helper()
+	return rollupRow(t, pool, "analytics_minute", "minute", tenant, rule, minute)
+}
+
+// hourRow reads one hour's rollup row (zeros when absent).
+func hourRow(t *testing.T, pool *pgxpool.Pool, tenant, rule string, hour time.Time) minuteCounts {
+	t.Helper()
+	return rollupRow(t, pool, "analytics_hour", "hour", tenant, rule, hour)
+}
+
+func rollupRow(t *testing.T, pool *pgxpool.Pool, table, column, tenant, rule string, at time.Time) (c minuteCounts) {
 	t.Helper()
 	err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(allowed),0), coalesce(sum(rejected),0),
 		coalesce(sum(shadow_rejected),0), coalesce(sum(rejection_events),0), coalesce(sum(shadow_events),0),
 		coalesce(sum(dropped_rejections),0)
-		FROM analytics_minute WHERE tenant_id = $1 AND rule_id = $2 AND minute = $3`, tenant, rule, minute).
+		FROM `+table+` WHERE tenant_id = $1 AND rule_id = $2 AND `+column+` = $3`, tenant, rule, at).
 		Scan(&c.allowed, &c.rejected, &c.shadow, &c.rejectionEvents, &c.shadowEvents, &c.dropped)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// checkHours fails t unless every hour's rollup row holds the sums of its
+// minutes' rows, and there is no other.
+func checkHours(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var wrong, hours int64
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE
+			(m.a, m.r, m.s, m.re, m.se, m.d) IS DISTINCT FROM (h.a, h.r, h.s, h.re, h.se, h.d)), count(*)
+		FROM (SELECT tenant_id, date_bin('1 hour', minute, 'epoch') AS hour, tier, rule_id, sum(allowed) a,
+				sum(rejected) r, sum(shadow_rejected) s, sum(rejection_events) re, sum(shadow_events) se,
+				sum(dropped_rejections) d
+			FROM analytics_minute GROUP BY 1, 2, 3, 4) m
+		FULL JOIN (SELECT tenant_id, hour, tier, rule_id, allowed a, rejected r, shadow_rejected s,
+				rejection_events re, shadow_events se, dropped_rejections d FROM analytics_hour) h
+			USING (tenant_id, hour, tier, rule_id)`).Scan(&wrong, &hours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrong != 0 || hours == 0 {
+		t.Fatalf("%d of %d hours' rollups are not the sums of their minutes'", wrong, hours)
+	}
 }
 
 func topClients(t *testing.T, pool *pgxpool.Pool, tenant, rule string) map[string]int64 {
@@ -223,6 +256,10 @@ func TestCommitAddsAndFences(t *testing.T) {
 	if got := topClients(t, pool, "t1", "r1"); len(got) != 1 || got["alice"] != 4 {
 		t.Errorf("top clients %v, want alice: 4 (shadow rejections are not counted)", got)
 	}
+	if got, want := hourRow(t, pool, "t1", "r1", t0), (minuteCounts{allowed: 20, rejected: 4, shadow: 2, rejectionEvents: 4, shadowEvents: 2}); got != want {
+		t.Errorf("hour 0: %+v, want %+v (its two minutes, twice)", got, want)
+	}
+	checkHours(t, pool)
 }
 
 // A batch's marks commit with it and not when it is fenced; the next batch
@@ -292,8 +329,14 @@ func TestPruneRemovesOldRollups(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := s.Prune(ctx, t0.Add(-24*time.Hour))
-	if err != nil || n != 2 {
-		t.Fatalf("Prune = %d, %v; want the old minute row and the old client", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("Prune = %d, %v; want the old minute and hour rows and the old client", n, err)
+	}
+	if old := hourRow(t, pool, "t1", "r1", t0.Add(-48*time.Hour)); old != (minuteCounts{}) {
+		t.Errorf("the old hour stayed: %+v", old)
+	}
+	if kept := hourRow(t, pool, "t1", "r1", t0); kept.rejectionEvents != 1 {
+		t.Errorf("the new hour: %+v, want 1 rejection event", kept)
 	}
 	if got := topClients(t, pool, "t1", "r1"); len(got) != 1 || got["new"] != 1 {
 		t.Errorf("after pruning: %v", got)

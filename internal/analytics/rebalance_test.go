@@ -87,4 +87,5 @@ func TestConsumersJoiningAndLeavingCountEachEventOnce(t *testing.T) {
 			t.Errorf("%s: %d allowed, want %d (one a round)", tenant, got, rounds)
 		}
 	}
+	checkHours(t, pool)
 }

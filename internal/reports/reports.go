@@ -102,22 +102,22 @@ func (s *Store) Timeseries(ctx context.Context, tenant string, r Range, step tim
 	for i := range points {
 		points[i].Start = r.From.Add(time.Duration(i) * step)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT floor(extract(epoch FROM minute - $2::timestamptz) / $4)::int,
-			sum(allowed), sum(rejected), sum(shadow_rejected), sum(dropped_rejections)
-		FROM analytics_minute
-		WHERE tenant_id = $1 AND minute >= $2 AND minute < $3 AND ($5 = '' OR rule_id = $5) AND ($6 = '' OR tier = $6)
-		GROUP BY 1`, tenant, r.From, r.To, step.Seconds(), rule, tier)
-	if err != nil {
-		return nil, fmt.Errorf("reports: timeseries: %w", err)
-	}
+	hours, minutes := split(r, step)
 	var i int
 	var c Counts
-	_, err = pgx.ForEachRow(rows, []any{&i, &c.Allowed, &c.Rejected, &c.ShadowRejected, &c.DroppedRejections}, func() error {
-		if i >= 0 && i < n {
-			points[i].Counts = c
-		}
-		return nil
-	})
+	err := s.read(ctx, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&i, &c.Allowed, &c.Rejected, &c.ShadowRejected, &c.DroppedRejections}, func() error {
+			if i >= 0 && i < n {
+				points[i].Counts = c
+			}
+			return nil
+		})
+		return err
+	}, `SELECT floor(extract(epoch FROM x.at - $2::timestamptz) / $3)::int,
+			sum(x.allowed), sum(x.rejected), sum(x.shadow_rejected), sum(x.dropped_rejections)
+		FROM `+rollups(4)+` x
+		WHERE ($8 = '' OR x.rule_id = $8) AND ($9 = '' OR x.tier = $9)
+		GROUP BY 1`, append(append([]any{tenant, r.From, step.Seconds()}, spanArgs(hours, minutes)...), rule, tier)...)
 	if err != nil {
 		return nil, fmt.Errorf("reports: timeseries: %w", err)
 	}
@@ -138,20 +138,24 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 	if err := invalid(fields); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT t.client_key, t.rule_id, coalesce(min(r.name), ''), sum(t.rejected), sum(t.error)
-		FROM analytics_top_clients t LEFT JOIN rules r ON r.id::text = t.rule_id AND r.tenant_id::text = t.tenant_id
-		WHERE t.tenant_id = $1 AND t.hour >= date_bin('1 hour', $2::timestamptz, 'epoch') AND t.hour < $3
-			AND ($4 = '' OR t.rule_id = $4)
-		GROUP BY t.client_key, t.rule_id
-		ORDER BY sum(t.rejected) DESC, t.client_key, t.rule_id
-		LIMIT $5`, tenant, r.From, r.To, rule, limit)
-	if err != nil {
-		return nil, fmt.Errorf("reports: top clients: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (c TopClient, err error) {
-		err = row.Scan(&c.ClientKey, &c.RuleID, &c.RuleName, &c.Rejected, &c.Error)
-		return c, err
-	})
+	// The rules' names are looked up for the answer's rows only.
+	var out []TopClient
+	err := s.read(ctx, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (c TopClient, err error) {
+			err = row.Scan(&c.ClientKey, &c.RuleID, &c.RuleName, &c.Rejected, &c.Error)
+			return c, err
+		})
+		return err
+	}, `SELECT t.client_key, t.rule_id, coalesce(r.name, ''), t.rejected, t.error
+		FROM (SELECT client_key, rule_id, sum(rejected) AS rejected, sum(error) AS error
+			FROM analytics_top_clients
+			WHERE tenant_id = $1 AND hour >= date_bin('1 hour', $2::timestamptz, 'epoch') AND hour < $3
+				AND ($4 = '' OR rule_id = $4)
+			GROUP BY client_key, rule_id
+			ORDER BY sum(rejected) DESC, client_key, rule_id
+			LIMIT $5) t
+		LEFT JOIN rules r ON r.id::text = t.rule_id AND r.tenant_id::text = $1
+		ORDER BY t.rejected DESC, t.client_key, t.rule_id`, tenant, r.From, r.To, rule, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reports: top clients: %w", err)
 	}
@@ -166,29 +170,124 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 	if err := invalid(fields); err != nil {
 		return nil, err
 	}
-	group := "m.rule_id, m.tier"
+	// The rules' names are looked up once per row of the answer.
+	group, outer, name := "x.rule_id, x.tier", "g.rule_id, g.tier", "coalesce(r.name, '')"
+	join := "LEFT JOIN rules r ON r.id::text = g.rule_id AND r.tenant_id::text = $1"
 	if byTier {
-		group = "m.tier"
+		group, outer, name, join = "x.tier", "g.tier", "''", ""
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+group+`, coalesce(min(r.name), ''),
-			sum(m.allowed), sum(m.rejected), sum(m.shadow_rejected), sum(m.dropped_rejections)
-		FROM analytics_minute m LEFT JOIN rules r ON NOT $4 AND r.id::text = m.rule_id AND r.tenant_id::text = m.tenant_id
-		WHERE m.tenant_id = $1 AND m.minute >= $2 AND m.minute < $3 AND m.rule_id <> ''
-		GROUP BY `+group+`
-		ORDER BY sum(m.rejected) + sum(m.shadow_rejected) DESC, `+group, tenant, r.From, r.To, byTier)
-	if err != nil {
-		return nil, fmt.Errorf("reports: breakdown: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (x Row, err error) {
-		dest := []any{&x.RuleID, &x.Tier}
-		if byTier {
-			dest = []any{&x.Tier}
-		}
-		err = row.Scan(append(dest, &x.RuleName, &x.Allowed, &x.Rejected, &x.ShadowRejected, &x.DroppedRejections)...)
-		return x, err
-	})
+	hours, minutes := split(r, r.To.Sub(r.From))
+	var out []Row
+	err := s.read(ctx, func(rows pgx.Rows) (err error) {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (x Row, err error) {
+			dest := []any{&x.RuleID, &x.Tier}
+			if byTier {
+				dest = []any{&x.Tier}
+			}
+			err = row.Scan(append(dest, &x.RuleName, &x.Allowed, &x.Rejected, &x.ShadowRejected, &x.DroppedRejections)...)
+			return x, err
+		})
+		return err
+	}, `SELECT `+outer+`, `+name+`, g.allowed, g.rejected, g.shadow_rejected, g.dropped_rejections
+		FROM (SELECT `+group+`, sum(x.allowed) AS allowed, sum(x.rejected) AS rejected,
+				sum(x.shadow_rejected) AS shadow_rejected, sum(x.dropped_rejections) AS dropped_rejections
+			FROM `+rollups(2)+` x
+			WHERE x.rule_id <> ''
+			GROUP BY `+group+`) g `+join+`
+		ORDER BY g.rejected + g.shadow_rejected DESC, `+outer,
+		append([]any{tenant}, spanArgs(hours, minutes)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("reports: breakdown: %w", err)
 	}
 	return out, nil
+}
+
+// read runs a query in a read-only transaction and hands its rows to
+// scan. PostgreSQL cannot tell how few rows a report's spans (see
+// rollups) hold, and planned for millions: JIT compilation and parallel
+// workers, whose start took 100 ms of a week's time series whose rows took
+// 15, and after five runs of a statement a generic plan that took 2.5 s.
+// The transaction turns all three off (docs/benchmarks.md, "Reports").
+func (s *Store) read(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		return scan(rows)
+	})
+}
+
+// rollups reads the rollup rows of a tenant ($1) over spans: whole hours
+// from analytics_hour ($n and $n+1, the spans' starts and ends, for n =
+// first), the rest from analytics_minute ($n+2 and $n+3), each row with
+// its time as at. A report over weeks reads an hour's row where it would
+// read sixty.
+func rollups(first int) string {
+	return fmt.Sprintf(`(
+	SELECT h.hour AS at, h.tier, h.rule_id, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
+	FROM unnest($%[1]d::timestamptz[], $%[2]d::timestamptz[]) AS s (f, t)
+	JOIN analytics_hour h ON h.tenant_id = $1 AND h.hour >= s.f AND h.hour < s.t
+	UNION ALL
+	SELECT m.minute, m.tier, m.rule_id, m.allowed, m.rejected, m.shadow_rejected, m.dropped_rejections
+	FROM unnest($%[3]d::timestamptz[], $%[4]d::timestamptz[]) AS s (f, t)
+	JOIN analytics_minute m ON m.tenant_id = $1 AND m.minute >= s.f AND m.minute < s.t)`, first, first+1, first+2, first+3)
+}
+
+// span is a half-open range of time.
+type span struct{ from, to time.Time }
+
+// spanArgs are rollups' arguments for hours and minutes.
+func spanArgs(hours, minutes []span) []any {
+	cols := func(spans []span) (from, to []time.Time) {
+		from, to = []time.Time{}, []time.Time{}
+		for _, s := range spans {
+			from, to = append(from, s.from), append(to, s.to)
+		}
+		return from, to
+	}
+	hf, ht := cols(hours)
+	mf, mt := cols(minutes)
+	return []any{hf, ht, mf, mt}
+}
+
+// split divides r, counted in steps of step from r.From, into the spans to
+// read from the hourly rollups (whole hours, each within one step) and the
+// spans to read from the minute ones (the rest), adjacent spans merged.
+func split(r Range, step time.Duration) (hours, minutes []span) {
+	add := func(spans []span, from, to time.Time) []span {
+		if !from.Before(to) {
+			return spans
+		}
+		if n := len(spans); n > 0 && spans[n-1].to.Equal(from) {
+			spans[n-1].to = to
+			return spans
+		}
+		return append(spans, span{from, to})
+	}
+	bucket := func(t time.Time) time.Duration { return t.Sub(r.From) / step }
+	h := r.From.Truncate(time.Hour)
+	if h.Before(r.From) {
+		h = h.Add(time.Hour)
+	}
+	minutes = add(minutes, r.From, earlier(h, r.To))
+	for ; !h.Add(time.Hour).After(r.To); h = h.Add(time.Hour) {
+		if bucket(h) == bucket(h.Add(time.Hour-time.Minute)) {
+			hours = add(hours, h, h.Add(time.Hour))
+		} else {
+			minutes = add(minutes, h, h.Add(time.Hour))
+		}
+	}
+	minutes = add(minutes, h, r.To)
+	return hours, minutes
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
