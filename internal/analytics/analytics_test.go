@@ -309,7 +309,7 @@ func TestCommitStoresMarks(t *testing.T) {
 		t.Fatalf("allowed %d, want 4: events 2 and 3 came twice", got)
 	}
 	// Marks of producers not seen since the retention's cut go with the rollups.
-	if _, err := s.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
+	if _, err := s.Prune(ctx, time.Now().Add(time.Hour), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if got := marks(); len(got) != 0 {
@@ -328,9 +328,19 @@ func TestPruneRemovesOldRollups(t *testing.T) {
 	if err := s.Commit(ctx, "g", "topic", 0, -1, 2, b); err != nil {
 		t.Fatal(err)
 	}
-	n, err := s.Prune(ctx, t0.Add(-24*time.Hour))
-	if err != nil || n != 3 {
-		t.Fatalf("Prune = %d, %v; want the old minute and hour rows and the old client", n, err)
+	// Hours are kept longer than minutes.
+	n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-72*time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("Prune = %d, %v; want the old minute row and the old client", n, err)
+	}
+	if old := hourRow(t, pool, "t1", "r1", t0.Add(-48*time.Hour)); old.rejectionEvents != 1 {
+		t.Errorf("the old hour went with its minutes: %+v", old)
+	}
+	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-47*time.Hour-time.Minute)); err != nil || n != 0 {
+		t.Fatalf("Prune = %d, %v; want nothing: the old hour has not ended before the cut", n, err)
+	}
+	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-24*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("Prune = %d, %v; want the old hour", n, err)
 	}
 	if old := hourRow(t, pool, "t1", "r1", t0.Add(-48*time.Hour)); old != (minuteCounts{}) {
 		t.Errorf("the old hour stayed: %+v", old)

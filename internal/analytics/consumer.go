@@ -29,8 +29,13 @@ type Config struct {
 	BatchSize int
 	// BatchWait is the longest a read event waits for its commit; 0 means 200ms.
 	BatchWait time.Duration
-	// Retention is how long rollups are kept; 0 means 30 days.
+	// Retention is how long minute rollups and top clients are kept; 0
+	// means 30 days.
 	Retention time.Duration
+	// HourRetention is how long hourly rollups are kept, at least
+	// Retention; 0 means 400 days (reports.MaxRange). Reports of what is
+	// older than Retention count whole hours.
+	HourRetention time.Duration
 	// PruneEvery is how often old rollups are pruned; 0 means 1 hour.
 	PruneEvery time.Duration
 	// Registerer receives the consumer's metrics; nil registers none.
@@ -67,6 +72,10 @@ func NewConsumer(cfg Config) *Consumer {
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
 	}
+	if cfg.HourRetention <= 0 {
+		cfg.HourRetention = DefaultHourRetention
+	}
+	cfg.HourRetention = max(cfg.HourRetention, cfg.Retention)
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = time.Hour
 	}
@@ -239,5 +248,9 @@ func (c *Consumer) add(b *Batch, m kafka.Message) {
 }
 
 func (c *Consumer) pruneLoop(ctx context.Context) {
-	prune.Loop(ctx, c.cfg.Store.Prune, c.cfg.Retention, c.cfg.PruneEvery, c.cfg.Now, c.cfg.Logger, "old analytics rollups")
+	longer := c.cfg.HourRetention - c.cfg.Retention
+	job := func(ctx context.Context, before time.Time) (int64, error) {
+		return c.cfg.Store.Prune(ctx, before, before.Add(-longer))
+	}
+	prune.Loop(ctx, job, c.cfg.Retention, c.cfg.PruneEvery, c.cfg.Now, c.cfg.Logger, "old analytics rollups")
 }

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -39,5 +40,38 @@ func TestEventsDeletedByRetentionAreCountedAsLost(t *testing.T) {
 	}
 	if got := minuteRow(t, pool, "t", "r1", t0).allowed; got != 7 {
 		t.Fatalf("%d allowed rolled up, want 7 (5, then 2 of the last 5)", got)
+	}
+}
+
+// The consumer prunes minutes past Retention and hours past HourRetention:
+// an hour outlives its minutes.
+func TestConsumerKeepsHoursLongerThanMinutes(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+	pool := pgtest.Pool(t)
+	store := NewStore(pool, 0)
+	b := NewBatch()
+	for _, at := range []time.Duration{-100 * time.Hour, -48 * time.Hour, 0} {
+		_ = b.Add(delta("t", "r1", t0.Add(at+30*time.Second), 1, 0, 0, 0))
+	}
+	if err := store.Commit(context.Background(), "other", topic, 0, -1, 3, b); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: store,
+		Retention: 24 * time.Hour, HourRetention: 72 * time.Hour, Now: func() time.Time { return t0 }}
+	_, stop := startConsumer(t, cfg)
+	defer stop()
+	waitFor(t, "the minutes past retention pruned", func() bool {
+		return minuteRow(t, pool, "t", "r1", t0.Add(-48*time.Hour)).allowed == 0
+	})
+	waitFor(t, "the hours past their retention pruned", func() bool {
+		return hourRow(t, pool, "t", "r1", t0.Add(-100*time.Hour)).allowed == 0
+	})
+	if got := hourRow(t, pool, "t", "r1", t0.Add(-48*time.Hour)).allowed; got != 1 {
+		t.Errorf("the hour of 48 hours ago holds %d, want 1: kept for 72 hours", got)
+	}
+	if got := minuteRow(t, pool, "t", "r1", t0).allowed; got != 1 {
+		t.Errorf("the current minute holds %d, want 1", got)
 	}
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// DefaultHourRetention is how long hourly rollups are kept by default:
+// the longest range a report answers (reports.MaxRange).
+const DefaultHourRetention = 400 * 24 * time.Hour
+
 // DefaultTopK is how many clients each top-clients group tracks.
 const DefaultTopK = 100
 
@@ -239,18 +243,21 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	return nil
 }
 
-// Prune deletes the rollups older than before (an hour's row once its
-// whole hour is), and the marks of producers last seen before it, and
-// returns how many rows went.
-func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+// Prune deletes the minute rollups and top clients older than before,
+// the hourly rollups of hours that ended before hoursBefore, and the marks
+// of producers last seen before before, and returns how many rows went.
+func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64, error) {
 	var n int64
-	for _, stmt := range []string{
-		`DELETE FROM analytics_minute WHERE minute < $1`,
-		`DELETE FROM analytics_hour WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`,
-		`DELETE FROM analytics_top_clients WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`,
-		`DELETE FROM analytics_producers WHERE seen_at < $1`,
+	for _, job := range []struct {
+		stmt string
+		at   time.Time
+	}{
+		{`DELETE FROM analytics_minute WHERE minute < $1`, before},
+		{`DELETE FROM analytics_hour WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`, hoursBefore},
+		{`DELETE FROM analytics_top_clients WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`, before},
+		{`DELETE FROM analytics_producers WHERE seen_at < $1`, before},
 	} {
-		tag, err := s.pool.Exec(ctx, stmt, before)
+		tag, err := s.pool.Exec(ctx, job.stmt, job.at)
 		if err != nil {
 			return 0, fmt.Errorf("analytics: prune: %w", err)
 		}
