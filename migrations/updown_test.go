@@ -149,4 +149,23 @@ func TestHoursOfExistingMinutes(t *testing.T) {
 	if strings.Join(text, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("hours:\n%s\nwant:\n%s", strings.Join(text, "\n"), strings.Join(want, "\n"))
 	}
+	// Minutes written since, as any release's consumer writes them, add to
+	// their hours; pruned minutes leave theirs.
+	if _, err := conn.Exec(ctx, `INSERT INTO analytics_minute AS m (tenant_id, minute, tier, rule_id, allowed, rejected)
+		VALUES ('t', '2026-11-22 10:00:00Z', 'free', 'r1', 5, 1), ('t', '2026-11-22 12:59:00Z', 'free', 'r1', 7, 0)
+		ON CONFLICT (tenant_id, minute, tier, rule_id) DO UPDATE SET
+			allowed = m.allowed + excluded.allowed, rejected = m.rejected + excluded.rejected;
+		DELETE FROM analytics_minute WHERE minute < '2026-11-22 11:00:00Z'`); err != nil {
+		t.Fatal(err)
+	}
+	var tenOClock, noon string
+	if err := conn.QueryRow(ctx, `SELECT
+			(SELECT concat_ws(' ', allowed, rejected) FROM analytics_hour WHERE rule_id = 'r1' AND hour = '2026-11-22 10:00:00Z'),
+			(SELECT concat_ws(' ', allowed, rejected) FROM analytics_hour WHERE rule_id = 'r1' AND hour = '2026-11-22 12:00:00Z')`).
+		Scan(&tenOClock, &noon); err != nil {
+		t.Fatal(err)
+	}
+	if tenOClock != "1775 61" || noon != "7 0" {
+		t.Fatalf("hours of r1 at 10:00 %q, want \"1775 61\"; at 12:00 %q, want \"7 0\"", tenOClock, noon)
+	}
 }

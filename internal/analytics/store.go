@@ -123,13 +123,6 @@ func writeMarks(ctx context.Context, tx pgx.Tx, group, topic string, partition i
 	return nil
 }
 
-// addCounts adds an upsert's excluded counts to the rollup row m.
-const addCounts = `allowed = m.allowed + excluded.allowed, rejected = m.rejected + excluded.rejected,
-	shadow_rejected = m.shadow_rejected + excluded.shadow_rejected,
-	rejection_events = m.rejection_events + excluded.rejection_events,
-	shadow_events = m.shadow_events + excluded.shadow_events,
-	dropped_rejections = m.dropped_rejections + excluded.dropped_rejections`
-
 func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	if len(b.minutes) == 0 {
 		return nil
@@ -145,24 +138,20 @@ func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
 			cols[i] = append(cols[i], v)
 		}
 	}
-	// The minutes and the hours they fall in, in one statement: the hours'
-	// rows are their minutes' sums (internal/reports reads either).
-	_, err := tx.Exec(ctx, `WITH d (tenant_id, minute, tier, rule_id, allowed, rejected, shadow_rejected,
-			rejection_events, shadow_events, dropped_rejections) AS (
-			SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
-				$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
-		), minutes AS (
-			INSERT INTO analytics_minute AS m SELECT * FROM d
-			ON CONFLICT (tenant_id, minute, tier, rule_id) DO UPDATE SET `+addCounts+`
-		)
-		INSERT INTO analytics_hour AS m
-		SELECT tenant_id, date_bin('1 hour', minute, 'epoch'), tier, rule_id, sum(allowed), sum(rejected),
-			sum(shadow_rejected), sum(rejection_events), sum(shadow_events), sum(dropped_rejections)
-		FROM d GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
-		ON CONFLICT (tenant_id, hour, tier, rule_id) DO UPDATE SET `+addCounts,
+	// A trigger adds each minute's gain to its hour's row (migration 25).
+	_, err := tx.Exec(ctx, `INSERT INTO analytics_minute AS m (tenant_id, minute, tier, rule_id, allowed, rejected,
+			shadow_rejected, rejection_events, shadow_events, dropped_rejections)
+		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
+			$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+		ON CONFLICT (tenant_id, minute, tier, rule_id) DO UPDATE SET
+			allowed = m.allowed + excluded.allowed, rejected = m.rejected + excluded.rejected,
+			shadow_rejected = m.shadow_rejected + excluded.shadow_rejected,
+			rejection_events = m.rejection_events + excluded.rejection_events,
+			shadow_events = m.shadow_events + excluded.shadow_events,
+			dropped_rejections = m.dropped_rejections + excluded.dropped_rejections`,
 		tenants, minutes, tiers, rules, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5])
 	if err != nil {
-		return fmt.Errorf("analytics: write minute and hour rollups: %w", err)
+		return fmt.Errorf("analytics: write minute rollups: %w", err)
 	}
 	return nil
 }
