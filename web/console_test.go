@@ -271,6 +271,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#top-table", "eve", func() { do("refresh", chromedp.Click("#refresh")) })
 	waitText("#rule-table", "tiny", nil)
 	shot("04-dashboard")
+	// A week: steps of whole hours from a whole hour (which the server
+	// reads from its hourly rollups), dated on the chart.
+	do("a week", chromedp.SetValue("#range", "604800"), chromedp.Click("#refresh"))
+	if got := eval(`(() => { const r = range(); return r.step + ' ' + r.from.slice(13); })()`); got != "10800s :00:00.000Z" {
+		t.Fatalf("a week's step and start %q, want 3 hours from a whole hour", got)
+	}
+	waitText("#top-table", "eve", nil)
+	waitText("#chart", time.Now().Format("Jan"), nil)
+	shot("04b-dashboard-week")
 
 	// (pro/per-client, 100 a minute, now 20 at once, for a raised limit below)
 	changeRule(t, api, adminKey, "pro", "per-client", func(p *sluicev1.LimitParams) { p.Burst = 20 })

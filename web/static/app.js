@@ -630,11 +630,18 @@ function rotateButton(k) {
 
 // ---- dashboard ----
 
+// range is the time range picked, in about 60 steps. Over days the steps
+// are whole hours from a whole hour, which the server reads from its hourly
+// rollups (a sixtieth of the rows).
 function range() {
   const span = parseInt($('#range').value, 10);
   const to = new Date(Math.ceil(Date.now() / 60000) * 60000);
-  const from = new Date(to.getTime() - span * 1000);
-  const step = Math.max(60, Math.ceil(span / 60 / 60) * 60);
+  let from = new Date(to.getTime() - span * 1000);
+  let step = Math.max(60, Math.ceil(span / 60 / 60) * 60);
+  if (span >= 2 * 86400) {
+    step = Math.ceil(span / 60 / 3600) * 3600;
+    from = new Date(Math.floor(from.getTime() / 3600000) * 3600000);
+  }
   return { from: from.toISOString(), to: to.toISOString(), step: step + 's' };
 }
 
@@ -677,12 +684,15 @@ function drawChart(points) {
   points.forEach((p, i) => {
     const x = pad + i * bw + 1, scale = (H - 30) / max;
     const hr = p.rej * scale, hs = p.sh * scale;
-    if (hr > 0) add('rect', { x, y: H - 20 - hr, width: Math.max(1, bw - 2), height: hr, class: 'rej' }).append(Object.assign(document.createElementNS(NS, 'title'), { textContent: `${new Date(p.t).toLocaleTimeString()}: ${p.rej} rejected` }));
+    if (hr > 0) add('rect', { x, y: H - 20 - hr, width: Math.max(1, bw - 2), height: hr, class: 'rej' }).append(Object.assign(document.createElementNS(NS, 'title'), { textContent: `${new Date(p.t).toLocaleString()}: ${p.rej} rejected` }));
     if (hs > 0) add('rect', { x, y: H - 20 - hr - hs, width: Math.max(1, bw - 2), height: hs, class: 'sh' });
   });
   if (points.length) {
-    add('text', { x: pad, y: H - 4, class: 'label' }, new Date(points[0].t).toLocaleTimeString());
-    add('text', { x: W - 70, y: H - 4, class: 'label' }, new Date(points[points.length - 1].t).toLocaleTimeString());
+    // Over more than a day a time alone would not say which day.
+    const days = Date.parse(points[points.length - 1].t) - Date.parse(points[0].t) >= 86400000;
+    const label = (t) => days ? new Date(t).toLocaleString([], { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' }) : new Date(t).toLocaleTimeString();
+    add('text', { x: pad, y: H - 4, class: 'label' }, label(points[0].t));
+    add('text', { x: W - 2, y: H - 4, class: 'label', 'text-anchor': 'end' }, label(points[points.length - 1].t));
   }
   $('#chart').replaceChildren(svg);
 }
