@@ -62,8 +62,9 @@ func seedMonth(b testing.TB, pool *pgxpool.Pool) {
 }
 
 // BenchmarkReports times the dashboard's queries over the last day, week
-// and month of seedMonth's rollups: the time series (at the console's
-// step for the range), the breakdown by rule and the top clients.
+// and month of seedMonth's rollups: the time series (in 60 steps, and over
+// days in the console's steps of whole hours), the breakdown by rule and
+// the top clients.
 func BenchmarkReports(b *testing.B) {
 	pool := pgtest.Pool(b)
 	seedMonth(b, pool)
@@ -82,6 +83,16 @@ func BenchmarkReports(b *testing.B) {
 				}
 			}
 		})
+		if span.d >= 2*24*time.Hour { // the console's steps over days: whole hours
+			hourly := (step + time.Hour - 1) / time.Hour * time.Hour
+			b.Run(fmt.Sprintf("timeseries-hours/%s", span.name), func(b *testing.B) {
+				for b.Loop() {
+					if p, err := s.Timeseries(ctx, "a", r, hourly, "", ""); err != nil || len(p) == 0 {
+						b.Fatalf("%d points, %v", len(p), err)
+					}
+				}
+			})
+		}
 		b.Run(fmt.Sprintf("breakdown/%s", span.name), func(b *testing.B) {
 			for b.Loop() {
 				if rows, err := s.Breakdown(ctx, "a", r, false); err != nil || len(rows) != benchTiers*benchRules {
