@@ -1,9 +1,11 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -131,7 +133,15 @@ func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	tenants, tiers, rules := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	minutes := make([]time.Time, 0, n)
 	var cols [6][]int64
-	for k, c := range b.minutes {
+	// In one order, so that the transactions of two partitions that hold
+	// one tenant's events (for a while after partitions are added to the
+	// topic) lock the rows they share, and their hours' through the
+	// trigger, in the same order: no deadlock.
+	keys := slices.SortedFunc(maps.Keys(b.minutes), func(a, b minuteKey) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.minute, b.minute), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule))
+	})
+	for _, k := range keys {
+		c := b.minutes[k]
 		tenants, tiers, rules = append(tenants, k.tenant), append(tiers, k.tier), append(rules, k.rule)
 		minutes = append(minutes, time.Unix(k.minute, 0).UTC())
 		for i, v := range [6]int64{c.allowed, c.rejected, c.shadow, c.rejectionEvents, c.shadowEvents, c.dropped} {
