@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -518,4 +519,42 @@ func TestConsumerCountsResentEventsOnce(t *testing.T) {
 			t.Errorf("%s: allowed %d, want %d", tenant, got, want)
 		}
 	}
+}
+
+// Two partitions' commits that share a tenant's minutes (and so their
+// hours' rows) at the same time neither deadlock nor lose a count.
+func TestConcurrentCommitsOfOneTenantDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 0)
+	const rounds, minutes = 10, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds)
+	for partition := range 2 {
+		wg.Go(func() {
+			for round := range rounds {
+				b := NewBatch()
+				for m := range minutes {
+					_ = b.Add(delta("t", "r1", t0.Add(time.Duration(m)*time.Minute+30*time.Second), 1, 0, 0, 0))
+				}
+				from := int64(round * minutes)
+				if round == 0 {
+					from = -1
+				}
+				if err := s.Commit(context.Background(), "g", "topic", partition, from, int64((round+1)*minutes), b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a commit failed: %v", err)
+	}
+	if got := minuteRow(t, pool, "t", "r1", t0.Add(299*time.Minute)).allowed; got != 2*rounds {
+		t.Fatalf("the last minute counted %d, want %d", got, 2*rounds)
+	}
+	checkHours(t, pool)
 }
