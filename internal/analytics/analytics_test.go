@@ -558,3 +558,49 @@ func TestConcurrentCommitsOfOneTenantDoNotDeadlock(t *testing.T) {
 	}
 	checkHours(t, pool)
 }
+
+// Two partitions' commits that add to one top-clients group at the same
+// time take turns: neither merge is lost. They share no minute, only the
+// hour whose rollup row serializes them.
+func TestConcurrentCommitsToOneTopClientsGroupLoseNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 10)
+	const rounds = 15
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for partition := range 2 {
+		wg.Go(func() {
+			for round := range rounds {
+				b := NewBatch()
+				at := t0.Add(time.Duration(partition) * 30 * time.Minute)
+				for i := range 20 { // alice in every batch, beside others of each partition's own
+					_ = b.Add(rejection("t", "r1", "alice", at.Add(time.Duration(i)*time.Second), false))
+					_ = b.Add(rejection("t", "r1", fmt.Sprint("p", partition, "-", i%3), at.Add(time.Duration(i)*time.Second), false))
+				}
+				from := int64(round)
+				if round == 0 {
+					from = -1
+				}
+				if err := s.Commit(context.Background(), "g", "topic", partition, from, int64(round+1), b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a commit failed: %v", err)
+	}
+	got := topClients(t, pool, "t", "r1")
+	if got["alice"] != 2*rounds*20 {
+		t.Fatalf("alice counted %d times, want %d: a merge was lost (%v)", got["alice"], 2*rounds*20, got)
+	}
+	for _, c := range []string{"p0-0", "p1-0"} {
+		if want := int64(rounds * 7); got[c] != want {
+			t.Errorf("%s counted %d times, want %d", c, got[c], want)
+		}
+	}
+}

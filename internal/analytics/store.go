@@ -177,6 +177,9 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	for g := range b.clients {
 		tenants, rules, hours = append(tenants, g.tenant), append(rules, g.rule), append(hours, time.Unix(g.hour, 0).UTC())
 	}
+	// The groups are read, merged and written back by one transaction at a
+	// time: every group's rejections count in its hour's rollup row, which
+	// writeMinutes' trigger has locked until the commit (in one order).
 	rows, err := tx.Query(ctx, `SELECT t.tenant_id, t.rule_id, t.hour, t.client_key, t.rejected, t.error
 		FROM analytics_top_clients t JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS g (tenant_id, rule_id, hour)
 		USING (tenant_id, rule_id, hour)`, tenants, rules, hours)
