@@ -521,27 +521,20 @@ func TestConsumerCountsResentEventsOnce(t *testing.T) {
 	}
 }
 
-// Two partitions' commits that share a tenant's minutes (and so their
-// hours' rows) at the same time neither deadlock nor lose a count.
-func TestConcurrentCommitsOfOneTenantDoNotDeadlock(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t)
-	s := NewStore(pool, 0)
-	const rounds, minutes = 10, 300
+// commitConcurrently commits rounds batches of partitions 0 and 1 at once,
+// each partition's in turn, and fails t if any commit fails.
+func commitConcurrently(t *testing.T, s *Store, rounds int, batch func(partition int) *Batch) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*rounds)
+	errs := make(chan error, 2)
 	for partition := range 2 {
 		wg.Go(func() {
 			for round := range rounds {
-				b := NewBatch()
-				for m := range minutes {
-					_ = b.Add(delta("t", "r1", t0.Add(time.Duration(m)*time.Minute+30*time.Second), 1, 0, 0, 0))
-				}
-				from := int64(round * minutes)
+				from := int64(round)
 				if round == 0 {
 					from = -1
 				}
-				if err := s.Commit(context.Background(), "g", "topic", partition, from, int64((round+1)*minutes), b); err != nil {
+				if err := s.Commit(context.Background(), "g", "topic", partition, from, int64(round+1), batch(partition)); err != nil {
 					errs <- err
 					return
 				}
@@ -553,6 +546,22 @@ func TestConcurrentCommitsOfOneTenantDoNotDeadlock(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("a commit failed: %v", err)
 	}
+}
+
+// Two partitions' commits that share a tenant's minutes (and so their
+// hours' rows) at the same time neither deadlock nor lose a count.
+func TestConcurrentCommitsOfOneTenantDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 0)
+	const rounds, minutes = 10, 300
+	commitConcurrently(t, s, rounds, func(int) *Batch {
+		b := NewBatch()
+		for m := range minutes {
+			_ = b.Add(delta("t", "r1", t0.Add(time.Duration(m)*time.Minute+30*time.Second), 1, 0, 0, 0))
+		}
+		return b
+	})
 	if got := minuteRow(t, pool, "t", "r1", t0.Add(299*time.Minute)).allowed; got != 2*rounds {
 		t.Fatalf("the last minute counted %d, want %d", got, 2*rounds)
 	}
@@ -567,33 +576,15 @@ func TestConcurrentCommitsToOneTopClientsGroupLoseNothing(t *testing.T) {
 	pool := pgtest.Pool(t)
 	s := NewStore(pool, 10)
 	const rounds = 15
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for partition := range 2 {
-		wg.Go(func() {
-			for round := range rounds {
-				b := NewBatch()
-				at := t0.Add(time.Duration(partition) * 30 * time.Minute)
-				for i := range 20 { // alice in every batch, beside others of each partition's own
-					_ = b.Add(rejection("t", "r1", "alice", at.Add(time.Duration(i)*time.Second), false))
-					_ = b.Add(rejection("t", "r1", fmt.Sprint("p", partition, "-", i%3), at.Add(time.Duration(i)*time.Second), false))
-				}
-				from := int64(round)
-				if round == 0 {
-					from = -1
-				}
-				if err := s.Commit(context.Background(), "g", "topic", partition, from, int64(round+1), b); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("a commit failed: %v", err)
-	}
+	commitConcurrently(t, s, rounds, func(partition int) *Batch {
+		b := NewBatch()
+		at := t0.Add(time.Duration(partition) * 30 * time.Minute)
+		for i := range 20 { // alice in every batch, beside others of each partition's own
+			_ = b.Add(rejection("t", "r1", "alice", at.Add(time.Duration(i)*time.Second), false))
+			_ = b.Add(rejection("t", "r1", fmt.Sprint("p", partition, "-", i%3), at.Add(time.Duration(i)*time.Second), false))
+		}
+		return b
+	})
 	got := topClients(t, pool, "t", "r1")
 	if got["alice"] != 2*rounds*20 {
 		t.Fatalf("alice counted %d times, want %d: a merge was lost (%v)", got["alice"], 2*rounds*20, got)
