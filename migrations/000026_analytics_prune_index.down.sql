@@ -1,0 +1,2 @@
+DROP INDEX analytics_hour_hour;
+DROP INDEX analytics_minute_minute;
