@@ -102,7 +102,7 @@ func (s *Store) Timeseries(ctx context.Context, tenant string, r Range, step tim
 	for i := range points {
 		points[i].Start = r.From.Add(time.Duration(i) * step)
 	}
-	hours, minutes := split(r, step)
+	hours, minutes, cut := split(r, step)
 	var i int
 	var c Counts
 	err := s.read(ctx, func(rows pgx.Rows) error {
@@ -116,8 +116,8 @@ func (s *Store) Timeseries(ctx context.Context, tenant string, r Range, step tim
 	}, `SELECT floor(extract(epoch FROM x.at - $2::timestamptz) / $3)::int,
 			sum(x.allowed), sum(x.rejected), sum(x.shadow_rejected), sum(x.dropped_rejections)
 		FROM `+rollups(4)+` x
-		WHERE ($8 = '' OR x.rule_id = $8) AND ($9 = '' OR x.tier = $9)
-		GROUP BY 1`, append(append([]any{tenant, r.From, step.Seconds()}, spanArgs(hours, minutes)...), rule, tier)...)
+		WHERE ($9 = '' OR x.rule_id = $9) AND ($10 = '' OR x.tier = $10)
+		GROUP BY 1`, append(append([]any{tenant, r.From, step.Seconds()}, spanArgs(hours, minutes, cut)...), rule, tier)...)
 	if err != nil {
 		return nil, fmt.Errorf("reports: timeseries: %w", err)
 	}
@@ -176,7 +176,7 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 	if byTier {
 		group, outer, name, join = "x.tier", "g.tier", "''", ""
 	}
-	hours, minutes := split(r, r.To.Sub(r.From))
+	hours, minutes, _ := split(r, r.To.Sub(r.From))
 	var out []Row
 	err := s.read(ctx, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (x Row, err error) {
@@ -195,7 +195,7 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 			WHERE x.rule_id <> ''
 			GROUP BY `+group+`) g `+join+`
 		ORDER BY g.rejected + g.shadow_rejected DESC, `+outer,
-		append([]any{tenant}, spanArgs(hours, minutes)...)...)
+		append([]any{tenant}, spanArgs(hours, minutes, nil)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("reports: breakdown: %w", err)
 	}
@@ -225,7 +225,9 @@ func (s *Store) read(ctx context.Context, scan func(pgx.Rows) error, sql string,
 // from analytics_hour ($n and $n+1, the spans' starts and ends, for n =
 // first), the rest from analytics_minute ($n+2 and $n+3), each row with
 // its time as at. A report over weeks reads an hour's row where it would
-// read sixty.
+// read sixty. Of the hours a step cuts ($n+4, their starts), read from
+// their minutes, those whose minutes were pruned (the hours outlive them)
+// count whole, at their start.
 func rollups(first int) string {
 	return fmt.Sprintf(`(
 	SELECT h.hour AS at, h.tier, h.rule_id, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
@@ -234,14 +236,20 @@ func rollups(first int) string {
 	UNION ALL
 	SELECT m.minute, m.tier, m.rule_id, m.allowed, m.rejected, m.shadow_rejected, m.dropped_rejections
 	FROM unnest($%[3]d::timestamptz[], $%[4]d::timestamptz[]) AS s (f, t)
-	JOIN analytics_minute m ON m.tenant_id = $1 AND m.minute >= s.f AND m.minute < s.t)`, first, first+1, first+2, first+3)
+	JOIN analytics_minute m ON m.tenant_id = $1 AND m.minute >= s.f AND m.minute < s.t
+	UNION ALL
+	SELECT h.hour, h.tier, h.rule_id, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
+	FROM (SELECT f FROM unnest($%[5]d::timestamptz[]) AS f WHERE NOT EXISTS (SELECT FROM analytics_minute m
+		WHERE m.tenant_id = $1 AND m.minute >= f AND m.minute < f + interval '1 hour')) AS s
+	JOIN analytics_hour h ON h.tenant_id = $1 AND h.hour = s.f)`,
+		first, first+1, first+2, first+3, first+4)
 }
 
 // span is a half-open range of time.
 type span struct{ from, to time.Time }
 
-// spanArgs are rollups' arguments for hours and minutes.
-func spanArgs(hours, minutes []span) []any {
+// spanArgs are rollups' arguments for hours, minutes and the hours cut.
+func spanArgs(hours, minutes []span, cut []time.Time) []any {
 	cols := func(spans []span) (from, to []time.Time) {
 		from, to = []time.Time{}, []time.Time{}
 		for _, s := range spans {
@@ -251,13 +259,17 @@ func spanArgs(hours, minutes []span) []any {
 	}
 	hf, ht := cols(hours)
 	mf, mt := cols(minutes)
-	return []any{hf, ht, mf, mt}
+	if cut == nil {
+		cut = []time.Time{}
+	}
+	return []any{hf, ht, mf, mt, cut}
 }
 
 // split divides r, counted in steps of step from r.From, into the spans to
 // read from the hourly rollups (whole hours, each within one step) and the
-// spans to read from the minute ones (the rest), adjacent spans merged.
-func split(r Range, step time.Duration) (hours, minutes []span) {
+// spans to read from the minute ones (the rest), adjacent spans merged;
+// cut are the starts of the whole hours that a step's end cuts.
+func split(r Range, step time.Duration) (hours, minutes []span, cut []time.Time) {
 	add := func(spans []span, from, to time.Time) []span {
 		if !from.Before(to) {
 			return spans
@@ -279,10 +291,11 @@ func split(r Range, step time.Duration) (hours, minutes []span) {
 			hours = add(hours, h, h.Add(time.Hour))
 		} else {
 			minutes = add(minutes, h, h.Add(time.Hour))
+			cut = append(cut, h)
 		}
 	}
 	minutes = add(minutes, h, r.To)
-	return hours, minutes
+	return hours, minutes, cut
 }
 
 func earlier(a, b time.Time) time.Time {

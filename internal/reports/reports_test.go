@@ -125,7 +125,7 @@ func TestTopClientsAndBreakdownAndCSV(t *testing.T) {
 // Reports read whole hours from the hourly rollups (which a trigger keeps
 // as the minutes are written) and the rest from the minutes': over random
 // ranges, steps and filters, every answer is the one counted from the
-// minutes alone.
+// minutes alone, and where the minutes were pruned, from their hours.
 func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -167,7 +167,18 @@ func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 	s := New(pool)
 	ctx := context.Background()
 	steps := []time.Duration{time.Minute, 7 * time.Minute, time.Hour, 90 * time.Minute, 3 * time.Hour, 24 * time.Hour}
-	for i := range 60 {
+	// The first 60 reports with every minute kept; the next 60 with the
+	// first day's minutes pruned, their hours kept: an hour of them counts
+	// at its start when it lies within the range, and not at all when the
+	// range cuts it.
+	pruned := time.Time{}
+	for i := range 120 {
+		if i == 60 {
+			pruned = base.Add(24 * time.Hour)
+			if _, err := pool.Exec(ctx, `DELETE FROM analytics_minute WHERE minute < $1`, pruned); err != nil {
+				t.Fatal(err)
+			}
+		}
 		from := base.Add(time.Duration(rng.IntN(48*60)) * time.Minute)
 		if i%3 == 0 {
 			from = from.Truncate(time.Hour)
@@ -194,11 +205,18 @@ func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 		byRule := map[[2]string]Counts{}
 		byTier := map[string]Counts{}
 		for _, d := range data {
-			if d.minute.Before(r.From) || !d.minute.Before(r.To) {
+			at := d.minute
+			if at.Before(pruned) {
+				at = at.Truncate(time.Hour)
+				if at.Before(r.From) || at.Add(time.Hour).After(r.To) {
+					continue
+				}
+			}
+			if at.Before(r.From) || !at.Before(r.To) {
 				continue
 			}
 			if (rule == "" || d.rule == rule) && (tier == "" || d.tier == tier) {
-				add(&want[d.minute.Sub(r.From)/step], d.c)
+				add(&want[at.Sub(r.From)/step], d.c)
 			}
 			if d.rule != "" {
 				c := byRule[[2]string{d.rule, d.tier}]
