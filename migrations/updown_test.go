@@ -169,3 +169,35 @@ func TestHoursOfExistingMinutes(t *testing.T) {
 		t.Fatalf("hours of r1 at 10:00 %q, want \"1775 61\"; at 12:00 %q, want \"7 0\"", tenOClock, noon)
 	}
 }
+
+// Top clients stored before migration 27 adds their days are summed into
+// them: a report that reads a day's rows sees what its hours held.
+func TestDaysOfExistingTopClients(t *testing.T) {
+	t.Parallel()
+	m, conn := migratedTo(t, 26)
+	ctx := context.Background()
+	// alice in each of 28 hours from 2026-11-22 20:00 (4 that day, 24 the next), bob in the first.
+	if _, err := conn.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
+		SELECT 't', 'r1', timestamptz '2026-11-22 20:00:00Z' + i * interval '1 hour', 'alice', i + 2, i
+		FROM generate_series(0, 27) AS i
+		UNION ALL SELECT 't', 'r1', '2026-11-22 20:00:00Z', 'bob', 9, 0`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Migrate(27); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `SELECT concat_ws(' ', client_key, extract(day FROM day AT TIME ZONE 'UTC'), rejected, error)
+		FROM analytics_top_clients_day ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice's errors: 0+…+3 = 6 on the 22nd, 4+…+27 = 372 on the 23rd; rejected 2 more an hour.
+	want := []string{"alice 22 14 6", "alice 23 420 372", "bob 22 9 0"}
+	if strings.Join(text, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("days:\n%s\nwant:\n%s", strings.Join(text, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -92,6 +92,24 @@ func checkHours(t *testing.T, pool *pgxpool.Pool) {
 	}
 }
 
+// checkDays fails t unless the top clients' day rows are the sums of
+// their hours' rows for the days summed, and there are none of the others.
+func checkDays(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var wrong, days int64
+	err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE (h.r, h.e) IS DISTINCT FROM (d.r, d.e)), count(*)
+		FROM (SELECT tenant_id, rule_id, date_bin('1 day', hour, 'epoch') AS day, client_key, sum(rejected) r, sum(error) e
+			FROM analytics_top_clients WHERE hour < (SELECT until FROM analytics_top_clients_days) GROUP BY 1, 2, 3, 4) h
+		FULL JOIN (SELECT tenant_id, rule_id, day, client_key, rejected r, error e FROM analytics_top_clients_day) d
+			USING (tenant_id, rule_id, day, client_key)`).Scan(&wrong, &days)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrong != 0 {
+		t.Fatalf("%d of %d top clients' days are not the sums of their hours'", wrong, days)
+	}
+}
+
 func topClients(t *testing.T, pool *pgxpool.Pool, tenant, rule string) map[string]int64 {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT client_key, sum(rejected) FROM analytics_top_clients
@@ -521,6 +539,110 @@ func TestConsumerCountsResentEventsOnce(t *testing.T) {
 	}
 }
 
+// Top clients' days are summed (migration 27) while two partitions'
+// commits write top clients of one tenant's days, with clients evicted:
+// the days' rows stay the sums of their hours', those summed before and
+// those summed meanwhile, through pruning too.
+func TestTopClientsDaysAreTheSumsOfTheirHours(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	s := NewStore(pool, 3)
+	day := t0.Truncate(24 * time.Hour)
+	summedUntil(t, pool, day.Add(24*time.Hour))
+	const rounds = 20
+	round := [2]int{}
+	summed := make(chan error, 1)
+	commitConcurrently(t, s, rounds, func(partition int) *Batch {
+		b := NewBatch()
+		r := round[partition]
+		round[partition]++
+		if partition == 0 && r == rounds/2 {
+			go func() { // the second day, while both partitions write it
+				_, err := s.SumDays(ctx, day.Add(48*time.Hour))
+				summed <- err
+			}()
+		}
+		for i := range 40 { // 8 clients of 5 rules a batch, in a group of 3: evictions
+			at := day.Add(time.Duration(partition*12+i%4+r%3*6) * time.Hour) // hours 0-15 and 12-27: the first two days
+			_ = b.Add(rejection("t", fmt.Sprint("r", i%5), fmt.Sprint("c", (i+r)%8), at, false))
+		}
+		return b
+	})
+	if err := <-summed; err != nil {
+		t.Fatal(err)
+	}
+	checkDays(t, pool)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT day) FROM analytics_top_clients_day WHERE rejected > 0`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d days with rows, %v; want 2", n, err)
+	}
+	for _, before := range []time.Time{day.Add(7 * time.Hour), day.Add(24 * time.Hour), day.Add(48 * time.Hour)} {
+		if _, err := s.Prune(ctx, before, before); err != nil {
+			t.Fatal(err)
+		}
+		checkDays(t, pool)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM analytics_top_clients_day`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d days' rows left after every hour was pruned, %v", n, err)
+	}
+}
+
+// A day summed while a commit that writes its hours is open counts them
+// once: SumDays waits for the commit, whose trigger found the day not
+// summed yet, and then sums what it wrote.
+func TestADaySummedDuringACommitCountsItsHoursOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	s := NewStore(pool, 0)
+	day := t0.Truncate(24 * time.Hour)
+	summedUntil(t, pool, day)
+	b := NewBatch()
+	_ = b.Add(rejection("t", "r1", "alice", t0, false))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := s.writeTop(ctx, tx, b); err != nil {
+		t.Fatal(err)
+	}
+	summed := make(chan error, 1)
+	go func() {
+		_, err := s.SumDays(ctx, day.Add(24*time.Hour))
+		summed <- err
+	}()
+	pid := tx.Conn().PgConn().PID()
+	waitFor(t, "SumDays to wait for the commit", func() bool {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting || len(summed) > 0
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-summed; err != nil {
+		t.Fatal(err)
+	}
+	checkDays(t, pool)
+	var rejected int64
+	if err := pool.QueryRow(ctx, `SELECT rejected FROM analytics_top_clients_day WHERE client_key = 'alice'`).Scan(&rejected); err != nil || rejected != 1 {
+		t.Fatalf("alice's day: %d rejected, %v; want 1", rejected, err)
+	}
+}
+
+// summedUntil marks the top clients' days before until summed, as
+// SumDays would have, and the days after not.
+func summedUntil(tb testing.TB, pool *pgxpool.Pool, until time.Time) {
+	tb.Helper()
+	if _, err := pool.Exec(context.Background(), `UPDATE analytics_top_clients_days SET until = $1`, until); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // commitConcurrently commits rounds batches of partitions 0 and 1 at once,
 // each partition's in turn, and fails t if any commit fails.
 func commitConcurrently(t *testing.T, s *Store, rounds int, batch func(partition int) *Batch) {
@@ -585,6 +707,7 @@ func TestConcurrentCommitsToOneTopClientsGroupLoseNothing(t *testing.T) {
 		}
 		return b
 	})
+	checkDays(t, pool)
 	got := topClients(t, pool, "t", "r1")
 	if got["alice"] != 2*rounds*20 {
 		t.Fatalf("alice counted %d times, want %d: a merge was lost (%v)", got["alice"], 2*rounds*20, got)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // benchEvents returns n encoded events like a busy system's: 50 tenants,
@@ -35,29 +37,51 @@ func benchEvents(n int) [][]byte {
 
 // BenchmarkIngest measures decoding, rolling up and committing events to
 // PostgreSQL in batches of 10,000 (the consumer's default), offsets
-// included: the analytics ingest rate without Kafka.
+// included: the analytics ingest rate without Kafka. The events are of
+// the current day (today) or, late, of a day whose top clients were
+// summed (summed-day: every top client is written to its day's sums too).
 func BenchmarkIngest(b *testing.B) {
-	const batch = 10_000
-	s := NewStore(poolFor(b), 0)
-	evs := benchEvents(batch)
-	ctx := context.Background()
-	from := int64(-1)
-	b.ResetTimer()
-	start := time.Now()
-	for done := 0; done < b.N; done += batch {
-		bt := NewBatch()
-		for _, v := range evs[:min(batch, b.N-done)] {
-			if err := bt.Add(v); err != nil {
-				b.Fatal(err)
+	for _, late := range []bool{false, true} {
+		name := "today"
+		if late {
+			name = "summed-day"
+		}
+		b.Run(name, func(b *testing.B) {
+			const batch = 10_000
+			pool := poolFor(b)
+			sumDaysUntil(b, pool, late)
+			s := NewStore(pool, 0)
+			evs := benchEvents(batch)
+			ctx := context.Background()
+			from := int64(-1)
+			b.ResetTimer()
+			start := time.Now()
+			for done := 0; done < b.N; done += batch {
+				bt := NewBatch()
+				for _, v := range evs[:min(batch, b.N-done)] {
+					if err := bt.Add(v); err != nil {
+						b.Fatal(err)
+					}
+				}
+				next := max(from, 0) + int64(bt.Events)
+				if err := s.Commit(ctx, "bench", "events", 0, from, next, bt); err != nil {
+					b.Fatal(err)
+				}
+				from = next
 			}
-		}
-		next := max(from, 0) + int64(bt.Events)
-		if err := s.Commit(ctx, "bench", "events", 0, from, next, bt); err != nil {
-			b.Fatal(err)
-		}
-		from = next
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+		})
 	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
+
+// sumDaysUntil marks the top clients' days summed until the end of the
+// day of the benchmarks' events (summed true) or its start.
+func sumDaysUntil(b *testing.B, pool *pgxpool.Pool, summed bool) {
+	until := t0.Truncate(24 * time.Hour)
+	if summed {
+		until = until.Add(24 * time.Hour)
+	}
+	summedUntil(b, pool, until)
 }
 
 // BenchmarkConsume measures the whole consumer: events read from a kfake
@@ -66,13 +90,15 @@ func BenchmarkConsume(b *testing.B) {
 	topic := kafkatestTopic(b)
 	brokers := startBroker(b, topic)
 	pool := poolFor(b)
+	sumDaysUntil(b, pool, false)
 	evs := benchEvents(20_000)
 	for done := 0; done < b.N; done += len(evs) {
 		produceB(b, brokers, topic, evs[:min(len(evs), b.N-done)])
 	}
 	b.ResetTimer()
 	start := time.Now()
-	c := NewConsumer(Config{Brokers: brokers, Topic: topic, Group: "bench", Store: NewStore(pool, 0)})
+	c := NewConsumer(Config{Brokers: brokers, Topic: topic, Group: "bench", Store: NewStore(pool, 0),
+		Now: func() time.Time { return t0 }}) // the events are of the current day
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()

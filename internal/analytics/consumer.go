@@ -250,7 +250,14 @@ func (c *Consumer) add(b *Batch, m kafka.Message) {
 func (c *Consumer) pruneLoop(ctx context.Context) {
 	longer := c.cfg.HourRetention - c.cfg.Retention
 	job := func(ctx context.Context, before time.Time) (int64, error) {
-		return c.cfg.Store.Prune(ctx, before, before.Add(-longer))
+		n, err := c.cfg.Store.Prune(ctx, before, before.Add(-longer))
+		// The days that ended over an hour ago are summed for reports: few
+		// of their events are still on their way.
+		days, serr := c.cfg.Store.SumDays(ctx, before.Add(c.cfg.Retention-time.Hour))
+		if days > 0 {
+			c.cfg.Logger.InfoContext(ctx, "summed the top clients of the days over", "days", days)
+		}
+		return n, errors.Join(err, serr)
 	}
 	prune.Loop(ctx, job, c.cfg.Retention, c.cfg.PruneEvery, c.cfg.Now, c.cfg.Logger, "old analytics rollups")
 }

@@ -3,8 +3,10 @@ package analytics
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"time"
@@ -177,6 +179,18 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	for g := range b.clients {
 		tenants, rules, hours = append(tenants, g.tenant), append(rules, g.rule), append(hours, time.Unix(g.hour, 0).UTC())
 	}
+	// Writing a group of a summed day writes its day's rows too (migration
+	// 27's trigger), which another partition's commit may write in another
+	// order: writers of a tenant's day take turns, locking the days in one
+	// order.
+	days := make([]int32, 0, len(b.clients))
+	for g := range b.clients {
+		days = append(days, dayLock(g.tenant, g.hour))
+	}
+	slices.Sort(days)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::integer[]) AS k`, dayLockClass, slices.Compact(days)); err != nil {
+		return fmt.Errorf("analytics: lock top clients' days: %w", err)
+	}
 	// The groups are read, merged and written back by one transaction at a
 	// time: every group's rejections count in its hour's rollup row, which
 	// writeMinutes' trigger has locked until the commit (in one order).
@@ -245,9 +259,65 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	return nil
 }
 
+// The first keys of the advisory locks that writeTop (one per tenant's
+// day) and SumDays (one, which migration 27's trigger takes shared) take.
+const (
+	dayLockClass  = 0x736c6463 // "sldc"
+	daysLockClass = 0x736c6473 // "slds"
+)
+
+// SumDays sums the top clients of the days over before into their days'
+// rows (migration 27), which reports read instead of their hours, and
+// returns how many it summed. A day is summed once; writes to its hours
+// after that go to its sums too. The writes of top clients wait while it
+// sums, a day's rows at a time (by default 100 clients of a rule an hour).
+func (s *Store) SumDays(ctx context.Context, before time.Time) (days int, err error) {
+	to := before.Truncate(24 * time.Hour)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Read after the lock is held: what another consumer's SumDays
+		// committed meanwhile is seen.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, daysLockClass); err != nil {
+			return err
+		}
+		var from time.Time
+		if err := tx.QueryRow(ctx, `SELECT until FROM analytics_top_clients_days`).Scan(&from); err != nil {
+			return err
+		}
+		if !to.After(from) {
+			return nil
+		}
+		days = int(to.Sub(from) / (24 * time.Hour))
+		if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients_day (tenant_id, rule_id, day, client_key, rejected, error)
+			SELECT tenant_id, rule_id, date_bin('1 day', hour, 'epoch'), client_key, sum(rejected), sum(error)
+			FROM analytics_top_clients
+			WHERE hour >= $1 AND hour < $2
+			GROUP BY 1, 2, 3, 4`, from, to); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE analytics_top_clients_days SET until = $1`, to)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("analytics: sum top clients' days: %w", err)
+	}
+	return days, nil
+}
+
+// dayLock is the second key of the advisory lock of tenant's day of the
+// hour (unix seconds): distinct days may share one, and so take turns
+// where they need not.
+func dayLock(tenant string, hour int64) int32 {
+	h := fnv.New32a()
+	h.Write(binary.LittleEndian.AppendUint64([]byte(tenant), uint64(hour-hour%86400)))
+	return int32(h.Sum32())
+}
+
 // Prune deletes the minute rollups and top clients older than before,
 // the hourly rollups of hours that ended before hoursBefore, and the marks
 // of producers last seen before before, and returns how many rows went.
+// Top clients pruned leave their days' sums too (migration 27) without
+// writeTop's locks: a commit of events older than the retention at that
+// moment may end in a deadlock error, and is tried again.
 func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64, error) {
 	var n int64
 	for _, job := range []struct {

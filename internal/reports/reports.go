@@ -138,7 +138,14 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 	if err := invalid(fields); err != nil {
 		return nil, err
 	}
-	// The rules' names are looked up for the answer's rows only.
+	// Whole days from their sums (migration 27) where they are summed, the
+	// hours before and after them from the hours' rows; the rules' names
+	// are looked up for the answer's rows only.
+	hours := span{r.From.Truncate(time.Hour), r.To.Add(time.Hour - time.Nanosecond).Truncate(time.Hour)}
+	days := span{hours.from.Add(24*time.Hour - time.Nanosecond).Truncate(24 * time.Hour), hours.to.Truncate(24 * time.Hour)}
+	if !days.from.Before(days.to) {
+		days = span{hours.to, hours.to}
+	}
 	var out []TopClient
 	err := s.read(ctx, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (c TopClient, err error) {
@@ -148,14 +155,18 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 		return err
 	}, `SELECT t.client_key, t.rule_id, coalesce(r.name, ''), t.rejected, t.error
 		FROM (SELECT client_key, rule_id, sum(rejected) AS rejected, sum(error) AS error
-			FROM analytics_top_clients
-			WHERE tenant_id = $1 AND hour >= date_bin('1 hour', $2::timestamptz, 'epoch') AND hour < $3
-				AND ($4 = '' OR rule_id = $4)
+			FROM (SELECT greatest($3::timestamptz, least($6::timestamptz, until)) AS until FROM analytics_top_clients_days) s,
+				LATERAL (SELECT client_key, rule_id, rejected, error FROM analytics_top_clients
+						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4)
+							AND (hour >= $2 AND hour < $3 OR hour >= s.until AND hour < $7)
+					UNION ALL
+					SELECT client_key, rule_id, rejected, error FROM analytics_top_clients_day
+						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4) AND day >= $3 AND day < s.until) x
 			GROUP BY client_key, rule_id
 			ORDER BY sum(rejected) DESC, client_key, rule_id
 			LIMIT $5) t
 		LEFT JOIN rules r ON r.id::text = t.rule_id AND r.tenant_id::text = $1
-		ORDER BY t.rejected DESC, t.client_key, t.rule_id`, tenant, r.From, r.To, rule, limit)
+		ORDER BY t.rejected DESC, t.client_key, t.rule_id`, tenant, hours.from, days.from, rule, limit, days.to, hours.to)
 	if err != nil {
 		return nil, fmt.Errorf("reports: top clients: %w", err)
 	}

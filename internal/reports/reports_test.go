@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -252,6 +253,120 @@ func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 		for _, x := range tiers {
 			if x.Counts != byTier[x.Tier] {
 				t.Fatalf("%s: tier %s %+v, want %+v", name, x.Tier, x.Counts, byTier[x.Tier])
+			}
+		}
+	}
+}
+
+// Top clients read whole days from their sums where the days were summed
+// (which a trigger keeps as their hours are written, rewritten and
+// deleted after) and the rest from the hours: over random ranges and
+// rules, every answer is the one counted from the hours alone, before and
+// after some hours' rows changed or went and two more days were summed.
+func TestTopClientsOfDaysAndHoursMatchTheHours(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	base := time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+	type key struct {
+		tenant, rule string
+		hour         time.Time
+		client       string
+	}
+	type sums struct{ rejected, error int64 }
+	hours := map[key]sums{}
+	// Two of the five days summed before their hours are written.
+	if _, err := pool.Exec(ctx, `UPDATE analytics_top_clients_days SET until = $1`, base.Add(2*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	write := func() {
+		var cols [6][]any
+		for k, v := range hours {
+			for i, x := range []any{k.tenant, k.rule, k.hour, k.client, v.rejected, v.error} {
+				cols[i] = append(cols[i], x)
+			}
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO analytics_top_clients AS t (tenant_id, rule_id, hour, client_key, rejected, error)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])
+			ON CONFLICT (tenant_id, rule_id, hour, client_key) DO UPDATE SET rejected = excluded.rejected, error = excluded.error`,
+			cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for h := range 5 * 24 {
+		for _, tenant := range []string{"a", "b"} {
+			for range 12 {
+				k := key{tenant, fmt.Sprint("r", rng.IntN(3)), base.Add(time.Duration(h) * time.Hour), fmt.Sprintf("c%02d", rng.IntN(30))}
+				e := rng.Int64N(3)
+				hours[k] = sums{e + 1 + rng.Int64N(20), e}
+			}
+		}
+	}
+	write()
+	s := New(pool)
+	for i := range 80 {
+		if i == 40 { // some clients evicted, some counted further
+			var gone []any
+			for k, v := range hours {
+				switch rng.IntN(4) {
+				case 0:
+					delete(hours, k)
+					gone = append(gone, k.tenant, k.rule, k.hour, k.client)
+				case 1:
+					hours[k] = sums{v.rejected + 5, v.error + 1}
+				}
+			}
+			for len(gone) > 0 { // in statements of up to 1000 rows
+				n := min(len(gone), 4000)
+				var tenants, rules, clients []string
+				var at []time.Time
+				for j := 0; j < n; j += 4 {
+					tenants, rules, at, clients = append(tenants, gone[j].(string)), append(rules, gone[j+1].(string)), append(at, gone[j+2].(time.Time)), append(clients, gone[j+3].(string))
+				}
+				if _, err := pool.Exec(ctx, `DELETE FROM analytics_top_clients t
+					USING unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[]) AS g (tenant_id, rule_id, hour, client_key)
+					WHERE (t.tenant_id, t.rule_id, t.hour, t.client_key) = (g.tenant_id, g.rule_id, g.hour, g.client_key)`,
+					tenants, rules, at, clients); err != nil {
+					t.Fatal(err)
+				}
+				gone = gone[n:]
+			}
+			write()
+			if days, err := analytics.NewStore(pool, 0).SumDays(ctx, base.Add(4*24*time.Hour+time.Hour)); err != nil || days != 2 {
+				t.Fatalf("summed %d days, %v; want 2", days, err)
+			}
+		}
+		from := base.Add(time.Duration(rng.IntN(4*24*60)) * time.Minute)
+		if i%3 == 0 {
+			from = from.Truncate(24 * time.Hour)
+		}
+		r := Range{from, from.Add(time.Duration(1+rng.IntN(3*24*60)) * time.Minute)}
+		rule := ""
+		if i%4 == 1 {
+			rule = "r1"
+		}
+		name := fmt.Sprintf("%s+%v rule %q", r.From.Format("02 15:04"), r.To.Sub(r.From), rule)
+		got, err := s.TopClients(ctx, "a", r, rule, MaxTopLimit)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := map[[2]string]sums{}
+		for k, v := range hours {
+			if k.tenant == "a" && (rule == "" || k.rule == rule) && !k.hour.Before(r.From.Truncate(time.Hour)) && k.hour.Before(r.To) {
+				w := want[[2]string{k.client, k.rule}]
+				want[[2]string{k.client, k.rule}] = sums{w.rejected + v.rejected, w.error + v.error}
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d clients, want %d", name, len(got), len(want))
+		}
+		for j, c := range got {
+			if w := want[[2]string{c.ClientKey, c.RuleID}]; (sums{c.Rejected, c.Error}) != w {
+				t.Fatalf("%s: %s of %s: %d (error %d), want %d (error %d)", name, c.ClientKey, c.RuleID, c.Rejected, c.Error, w.rejected, w.error)
+			}
+			if j > 0 && got[j-1].Rejected < c.Rejected {
+				t.Fatalf("%s: %s before %s, with fewer rejections", name, got[j-1].ClientKey, c.ClientKey)
 			}
 		}
 	}

@@ -1,0 +1,6 @@
+DROP TRIGGER analytics_top_clients_insert_to_day ON analytics_top_clients;
+DROP TRIGGER analytics_top_clients_update_to_day ON analytics_top_clients;
+DROP TRIGGER analytics_top_clients_delete_to_day ON analytics_top_clients;
+DROP FUNCTION analytics_top_clients_to_day();
+DROP TABLE analytics_top_clients_days;
+DROP TABLE analytics_top_clients_day;
