@@ -268,39 +268,47 @@ const (
 
 // SumDays sums the top clients of the days over before into their days'
 // rows (migration 27), which reports read instead of their hours, and
-// returns how many it summed. A day is summed once; writes to its hours
-// after that go to its sums too. The writes of top clients wait while it
-// sums, a day's rows at a time (by default 100 clients of a rule an hour).
+// returns how many days it summed. A day is summed once; writes to its
+// hours after that go to its sums too. Each day is summed in a transaction
+// of its own, while the writes of top clients wait (a day's rows: by
+// default up to 100 clients of a rule an hour).
 func (s *Store) SumDays(ctx context.Context, before time.Time) (days int, err error) {
 	to := before.Truncate(24 * time.Hour)
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// Read after the lock is held: what another consumer's SumDays
-		// committed meanwhile is seen.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, daysLockClass); err != nil {
+	for {
+		summed := false
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			// Read after the lock is held: what another consumer's SumDays
+			// committed meanwhile is seen.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0)`, daysLockClass); err != nil {
+				return err
+			}
+			var day time.Time
+			if err := tx.QueryRow(ctx, `SELECT until FROM analytics_top_clients_days`).Scan(&day); err != nil {
+				return err
+			}
+			if !to.After(day) {
+				return nil
+			}
+			next := day.Add(24 * time.Hour)
+			if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients_day (tenant_id, rule_id, day, client_key, rejected, error)
+				SELECT tenant_id, rule_id, $1, client_key, sum(rejected), sum(error)
+				FROM analytics_top_clients
+				WHERE hour >= $1 AND hour < $2
+				GROUP BY 1, 2, 4`, day, next); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE analytics_top_clients_days SET until = $1`, next)
+			summed = err == nil
 			return err
+		})
+		if err != nil {
+			return days, fmt.Errorf("analytics: sum top clients' days: %w", err)
 		}
-		var from time.Time
-		if err := tx.QueryRow(ctx, `SELECT until FROM analytics_top_clients_days`).Scan(&from); err != nil {
-			return err
+		if !summed {
+			return days, nil
 		}
-		if !to.After(from) {
-			return nil
-		}
-		days = int(to.Sub(from) / (24 * time.Hour))
-		if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients_day (tenant_id, rule_id, day, client_key, rejected, error)
-			SELECT tenant_id, rule_id, date_bin('1 day', hour, 'epoch'), client_key, sum(rejected), sum(error)
-			FROM analytics_top_clients
-			WHERE hour >= $1 AND hour < $2
-			GROUP BY 1, 2, 3, 4`, from, to); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE analytics_top_clients_days SET until = $1`, to)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("analytics: sum top clients' days: %w", err)
+		days++
 	}
-	return days, nil
 }
 
 // dayLock is the second key of the advisory lock of tenant's day of the
