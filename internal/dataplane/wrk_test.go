@@ -70,9 +70,10 @@ func wrkPath(b *testing.B) string {
 }
 
 // runWrk runs wrk (-t2, benchClients connections, for SLUICE_WRK_DURATION,
-// default 10s) with script against target, fails on any answer but 2xx,
-// and reports requests/s, p50 and p99, and what one request cost this
-// process (as cpuMetric), Redis and wrk in CPU.
+// default 10s) with script against target, fails on any answer but 2xx
+// and on any connection's error or timeout, and reports requests/s, p50
+// and p99, and what one request cost this process (as cpuMetric), Redis
+// and wrk in CPU.
 func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	path := filepath.Join(b.TempDir(), "load.lua")
 	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
@@ -98,8 +99,8 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	if err != nil {
 		b.Fatalf("wrk: %v\n%s", err, out)
 	}
-	if bytes.Contains(out, []byte("Non-2xx")) {
-		b.Fatalf("wrk saw refused requests:\n%s", out)
+	if bytes.Contains(out, []byte("Non-2xx")) || bytes.Contains(out, []byte("Socket errors")) {
+		b.Fatalf("wrk saw refused or failed requests:\n%s", out)
 	}
 	r1, g1, w1 := serverCPU(b, rc), processCPU(), childrenCPU()
 	rate, p50, p99 := parseWrk(b, out)
