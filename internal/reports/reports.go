@@ -155,7 +155,8 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 		return err
 	}, `SELECT t.client_key, t.rule_id, coalesce(r.name, ''), t.rejected, t.error
 		FROM (SELECT client_key, rule_id, sum(rejected) AS rejected, sum(error) AS error
-			FROM (SELECT greatest($3::timestamptz, least($6::timestamptz, until)) AS until FROM analytics_top_clients_days) s,
+			FROM (SELECT greatest($3::timestamptz, least($6::timestamptz,
+					coalesce((SELECT until FROM analytics_top_clients_days), '-infinity'))) AS until) s,
 				LATERAL (SELECT client_key, rule_id, rejected, error FROM analytics_top_clients
 						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4)
 							AND (hour >= $2 AND hour < $3 OR hour >= s.until AND hour < $7)

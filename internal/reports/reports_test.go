@@ -371,3 +371,30 @@ func TestTopClientsOfDaysAndHoursMatchTheHours(t *testing.T) {
 		}
 	}
 }
+
+// Without the mark of the days summed (a row deleted by hand), top clients
+// come from the hours alone: the days' sums are no longer kept.
+func TestTopClientsWithoutTheDaysMarkReadTheHours(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	day := t0.Truncate(24 * time.Hour)
+	if _, err := pool.Exec(ctx, `UPDATE analytics_top_clients_days SET until = $1`, day.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	add := `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected) VALUES ('a', 'r1', $1, 'alice', 3)
+		ON CONFLICT (tenant_id, rule_id, hour, client_key) DO UPDATE SET rejected = analytics_top_clients.rejected + 3`
+	if _, err := pool.Exec(ctx, add, t0); err != nil { // summed into its day
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM analytics_top_clients_days`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, add, t0.Add(time.Hour)); err != nil { // not: the trigger sees no mark
+		t.Fatal(err)
+	}
+	top, err := New(pool).TopClients(ctx, "a", Range{day, day.Add(24 * time.Hour)}, "", 0)
+	if err != nil || len(top) != 1 || top[0].Rejected != 6 {
+		t.Fatalf("top clients %+v, %v; want alice with 6", top, err)
+	}
+}
