@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // the pgx5:// driver
@@ -37,8 +38,40 @@ func Apply(dsn string) error {
 		return fmt.Errorf("migrations: %w", redact.Error(err, migrateURL(dsn)))
 	}
 	defer m.Close()
+	if err := checkServer(dsn); err != nil {
+		return err
+	}
 	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("migrations: up: %w", redact.Error(err, migrateURL(dsn)))
+	}
+	return nil
+}
+
+// MinServerVersion is the oldest PostgreSQL the migrations run on, as
+// server_version_num: 14, for date_bin (migration 25).
+const MinServerVersion = 140000
+
+// checkServer refuses a server older than MinServerVersion with an error
+// that says so, where a migration would fail halfway on a missing function.
+func checkServer(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", redact.Error(err, dsn))
+	}
+	defer conn.Close(ctx)
+	var version int
+	var name string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version')`).Scan(&version, &name); err != nil {
+		return fmt.Errorf("migrations: server version: %w", err)
+	}
+	return tooOld(version, name)
+}
+
+func tooOld(version int, name string) error {
+	if version < MinServerVersion {
+		return fmt.Errorf("migrations: PostgreSQL %d or later is needed; the server is %s", MinServerVersion/10000, name)
 	}
 	return nil
 }

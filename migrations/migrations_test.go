@@ -19,3 +19,16 @@ func TestApplyKeepsAPasswordOutOfItsErrors(t *testing.T) {
 		}
 	}
 }
+
+// A server older than the migrations need is refused by name, not by the
+// first function a migration misses.
+func TestTooOldAServerIsNamed(t *testing.T) {
+	if err := tooOld(130012, "13.12 (Debian 13.12-1)"); err == nil || !strings.Contains(err.Error(), "PostgreSQL 14 or later is needed; the server is 13.12") {
+		t.Fatalf("PostgreSQL 13: %v", err)
+	}
+	for _, v := range []int{140000, 150019, 170002} {
+		if err := tooOld(v, ""); err != nil {
+			t.Fatalf("%d: %v", v, err)
+		}
+	}
+}
