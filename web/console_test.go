@@ -280,6 +280,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#top-table", "eve", nil)
 	waitText("#chart", time.Now().Format("Jan"), nil)
 	shot("04b-dashboard-week")
+	// From a rejected client to its override: the top table offers one for
+	// the rule eve hit (it counts per client_id), the form filled in with
+	// her id, the rule and its limit, the limit to change in focus.
+	do("override eve's tiny", chromedp.Click(`#top-table button[aria-label="Override tiny for eve"]`), chromedp.WaitVisible("#view-access"))
+	waitJS(`[document.querySelector('#ov-identifier').value, (document.querySelector('#ov-rule').selectedOptions[0] || {}).text,
+		document.querySelector('#ov-limit').value, document.querySelector('#ov-window').value, document.activeElement.id].join(' ')`, "eve gold / tiny 2 1m ov-limit")
+	do("raise eve's limit", chromedp.SetValue("#ov-limit", "50"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Created an override for eve", nil)
+	if o := overrideOf(t, api, adminKey, "eve"); o.GetParams().GetLimit() != 50 || o.GetRuleId() == "" {
+		t.Fatalf("eve's override: %v", o)
+	}
 
 	// (pro/per-client, 100 a minute, now 20 at once, for a raised limit below)
 	changeRule(t, api, adminKey, "pro", "per-client", func(p *sluicev1.LimitParams) { p.Burst = 20 })
@@ -498,6 +509,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	do("a viewer's dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`))
 	waitJS(`document.querySelector('#view-dashboard').getAttribute('aria-busy')`, "false")
 	waitText("#status", "Updated", nil) // its reports loaded
+	waitText("#top-table", "eve", nil)
+	if got := eval(`String(document.querySelectorAll('#top-table button').length)`); got != "0" {
+		t.Fatalf("a viewer's top clients offer %s buttons", got)
+	}
 
 	// The operator: tenants, and the decider with the version it enforces.
 	// A sidecar of demo's (its check key) pulls once and no more: it falls

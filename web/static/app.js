@@ -514,6 +514,19 @@ function editOverride(o) {
   f.identifier.focus();
 }
 
+// overrideFor opens a new override for a client the dashboard shows
+// rejected: its client id and the rule it hit, whose limit is filled in to
+// be raised (or lowered, or the client blocked) from there.
+async function overrideFor(c) {
+  await show('access');
+  resetOverrideForm();
+  const f = $('#override-form');
+  f.identifier.value = c.clientKey;
+  f.rule.value = c.ruleId;
+  ruleChosen();
+  f.limit.focus();
+}
+
 function resetOverrideForm() {
   const f = $('#override-form');
   f.reset();
@@ -647,12 +660,17 @@ function range() {
 
 async function loadDashboard() {
   const r = range();
-  const [ts, top, byRule, byTier] = await Promise.all([
+  const [ts, top, byRule, byTier, tiers] = await Promise.all([
     api('ReportService', 'GetTimeseries', { from: r.from, to: r.to, step: r.step }),
     api('ReportService', 'GetTopClients', { from: r.from, to: r.to, limit: 10 }),
     api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_RULE' }),
     api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_TIER' }),
+    state.role === 'viewer' ? {} : api('TierService', 'ListTiers'),
   ]);
+  // The console's overrides match client_id: a rejected client of a rule
+  // that counts per client_id can be given its own limit of that rule.
+  const perClient = new Set((tiers.tiers || []).flatMap((t) => t.rules || [])
+    .filter((x) => (x.keyBy || []).length === 1 && x.keyBy[0] === 'client_id').map((x) => x.id));
   const points = ts.points || [];
   const n = (v) => parseInt(v || '0', 10);
   drawChart(points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) })));
@@ -660,7 +678,10 @@ async function loadDashboard() {
   $('#totals').textContent = `${sum('allowed')} allowed, ${sum('rejected')} rejected, ${sum('shadowRejected')} shadow would-block` +
     (sum('droppedRejections') ? `, ${sum('droppedRejections')} rejection events dropped (top clients may fall short)` : '');
   $('#top-table tbody').replaceChildren(...(top.clients || []).map((c) => el('tr', { 'data-client': c.clientKey },
-    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')))));
+    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
+    el('td', { class: 'actions' }, c.clientKey && perClient.has(c.ruleId)
+      ? el('button', { type: 'button', 'aria-label': `Override ${c.ruleName || c.ruleId} for ${c.clientKey}`, onclick: () => overrideFor(c) }, 'Override')
+      : ''))));
   $('#rule-table tbody').replaceChildren(...(byRule.rows || []).map((x) => el('tr', {},
     el('td', {}, x.ruleName || x.ruleId), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
   $('#tier-table tbody').replaceChildren(...(byTier.rows || []).map((x) => el('tr', {},
