@@ -56,6 +56,9 @@ type Consumer struct {
 	lag    *prometheus.GaugeVec
 	fenced prometheus.Counter
 	lost   prometheus.Counter
+	// maintained is when the hourly job (pruning, summing days) last
+	// succeeded.
+	maintained prometheus.Gauge
 }
 
 // NewConsumer returns a Consumer; Run consumes.
@@ -97,9 +100,11 @@ func NewConsumer(cfg Config) *Consumer {
 			Help: "Batches discarded because another consumer had committed the partition."}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_analytics_lost_total",
 			Help: "Events Kafka no longer held when analytics came to them (the topic's retention passed while they waited): missing from the rollups."}),
+		maintained: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_analytics_maintained_timestamp_seconds",
+			Help: "When the hourly job last pruned the rollups past their retention and summed the top clients of the days over (Unix time); 0 before it first did."}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(c.events, c.batch, c.lag, c.fenced, c.lost)
+		cfg.Registerer.MustRegister(c.events, c.batch, c.lag, c.fenced, c.lost, c.maintained)
 	}
 	return c
 }
@@ -256,6 +261,9 @@ func (c *Consumer) pruneLoop(ctx context.Context) {
 		days, serr := c.cfg.Store.SumDays(ctx, before.Add(c.cfg.Retention-time.Hour))
 		if days > 0 {
 			c.cfg.Logger.InfoContext(ctx, "summed the top clients of the days over", "days", days)
+		}
+		if err == nil && serr == nil {
+			c.maintained.Set(float64(c.cfg.Now().Unix()))
 		}
 		return n, errors.Join(err, serr)
 	}

@@ -1,10 +1,16 @@
 package analytics
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/kafkatest"
@@ -74,4 +80,50 @@ func TestConsumerKeepsHoursLongerThanMinutes(t *testing.T) {
 	if got := minuteRow(t, pool, "t", "r1", t0).allowed; got != 1 {
 		t.Errorf("the current minute holds %d, want 1", got)
 	}
+}
+
+// The consumer says when its hourly job last succeeded: at once after
+// start, and never while the job fails (its database gone).
+func TestConsumerSaysWhenItLastMaintainedTheRollups(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+	for _, healthy := range []bool{true, false} {
+		pool := pgtest.Pool(t)
+		var logs lockedBuffer
+		reg := prometheus.NewRegistry()
+		cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: fmt.Sprint("g-", healthy, "-", topic), Store: NewStore(pool, 0),
+			Registerer: reg, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		if !healthy {
+			pool.Close()
+		}
+		c, stop := startConsumer(t, cfg)
+		if healthy {
+			waitFor(t, "the job to succeed", func() bool { return testutil.ToFloat64(c.maintained) == float64(t0.Unix()) })
+		} else {
+			waitFor(t, "the job to fail", func() bool { return strings.Contains(logs.String(), "pruning old analytics rollups failed") })
+			if got := testutil.ToFloat64(c.maintained); got != 0 {
+				t.Errorf("a failing job says it maintained the rollups at %v", got)
+			}
+		}
+		stop()
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
