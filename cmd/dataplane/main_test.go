@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +34,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -525,7 +525,7 @@ func TestMalformedRedisURLKeepsItsPassword(t *testing.T) {
 		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:6379/%zz"},
 		{"-redis-url", "redis://u:s3cretpw@127.0.0.1:bad?addr=127.0.0.1:7001", "-redis-cluster"},
 	} {
-		var out lockedBuffer // the config syncer may still be logging as run returns
+		var out logtest.Buffer // the config syncer may still be logging as run returns
 		args = append(args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
 		err := run(context.Background(), args, func(string) string { return "" }, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
@@ -535,24 +535,6 @@ func TestMalformedRedisURLKeepsItsPassword(t *testing.T) {
 			t.Fatalf("%v: the password shows: %v\n%s", args, err, out.String())
 		}
 	}
-}
-
-// lockedBuffer is a strings.Builder safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The gRPC port as the binary wires it: health SERVING once ready, the
@@ -817,7 +799,7 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		{[]string{"-proxy-protocol", "10.0.0.0/33"}, "proxy-protocol"},
 		{[]string{"-identity-client-cert"}, "-proxy-tls-client-ca"},
 	} {
-		var out lockedBuffer
+		var out logtest.Buffer
 		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),
 			"-upstream", "http://127.0.0.1:1", "-proxy-addr", "127.0.0.1:0")
 		env := map[string]string{"SLUICE_PROXY_KEY": "k", "SLUICE_DECIDER_KEY": "dk"}

@@ -1,12 +1,10 @@
 package analytics
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
@@ -90,7 +89,7 @@ func TestConsumerSaysWhenItLastMaintainedTheRollups(t *testing.T) {
 	broker := kafkatest.Start(t, 1, []string{topic})
 	for _, healthy := range []bool{true, false} {
 		pool := pgtest.Pool(t)
-		var logs lockedBuffer
+		var logs logtest.Buffer
 		reg := prometheus.NewRegistry()
 		cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: fmt.Sprint("g-", healthy, "-", topic), Store: NewStore(pool, 0),
 			Registerer: reg, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -108,22 +107,4 @@ func TestConsumerSaysWhenItLastMaintainedTheRollups(t *testing.T) {
 		}
 		stop()
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

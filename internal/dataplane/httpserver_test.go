@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/logtest"
 )
 
 // One port, every protocol of cmd/dataplane's: the check routes on
@@ -87,7 +86,7 @@ func TestHTTPServerSharesItsPortAcrossProtocols(t *testing.T) {
 func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
-	var logs syncBuffer
+	var logs logtest.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv := serve(t, "fasthttp", cfg, NewHTTPHandler(cfg))
 	addr := strings.TrimPrefix(srv.url, "http://")
@@ -122,24 +121,6 @@ func TestHTTPServerRefusesUnreadableRequests(t *testing.T) {
 	if strings.Contains(logs.String(), key) {
 		t.Errorf("the check key is in the logs:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A connection whose request is not a check moves to net/http whole: the
