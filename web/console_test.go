@@ -335,6 +335,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText(`[data-error-for="expires_at"]`, "a duration", nil)
 	do("block mallory for a day", chromedp.SetValue("#ov-expires", "24h"), chromedp.Click("#override-form button[type=submit]"))
 	waitText("#overrides-table", "blocked", nil)
+	// An address blocked: its identifier found in another descriptor than
+	// client_id (a name that cannot be one refused next to its field).
+	do("block an address, under a malformed descriptor", chromedp.SetValue("#ov-identifier", "10.0.0.7"), chromedp.SetValue("#ov-descriptor", "bad key"),
+		chromedp.Click("#ov-block"), chromedp.Click("#ov-submit"))
+	waitText(`[data-error-for="descriptor_key"]`, "may contain only", nil)
+	do("block the address", chromedp.SetValue("#ov-descriptor", "ip"), chromedp.Click("#ov-submit"))
+	waitText("#status", "Created an override for 10.0.0.7", nil)
+	waitText("#overrides-table", "ip=10.0.0.7", nil)
+	if o := overrideOf(t, api, adminKey, "10.0.0.7"); o.GetDescriptorKey() != "ip" || !o.GetBlock() {
+		t.Fatalf("the address's override: %v", o)
+	}
 	// A raised limit: choosing the rule fills in its limit and window; the
 	// override keeps the rule's algorithm, its burst raised alike.
 	eval(`(() => { const s = document.querySelector('#ov-rule'); s.value = [...s.options].find(o => o.text === 'pro / per-client').value; s.dispatchEvent(new Event('change')); return ''; })()`)

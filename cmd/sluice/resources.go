@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // errRejected marks a check that was rejected (exit code 4).
@@ -72,7 +73,7 @@ const resourceUsage = `usage:
   sluice tenants   list [-slug PREFIX] | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
   sluice tiers     list | create NAME | delete ID
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
-  sluice overrides list [-identifier PREFIX] | create -identifier ID (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
+  sluice overrides list [-identifier PREFIX] | create -identifier ID [-descriptor D] (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | rotate [-grace D] ID | revoke ID
   sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
   sluice deciders  list                                 (operator: the config version each decider enforces, and the latest)
@@ -295,7 +296,7 @@ var verbs = map[string]verb{
 					if o.ExpiresAt != nil {
 						expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, o.Identifier, o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, whom(o), o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
 				}
 			})
 		}
@@ -307,7 +308,7 @@ var verbs = map[string]verb{
 			if err := of.resolveRule(s, c); err != nil {
 				return err
 			}
-			o := &sluicev1.Override{Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
+			o := &sluicev1.Override{DescriptorKey: *of.descriptor, Identifier: *identifier, Tier: *tier, RuleId: *ruleID, Block: *block}
 			if *lasts > 0 {
 				o.ExpiresAt = timestamppb.New(time.Now().Add(*lasts))
 			}
@@ -339,6 +340,8 @@ var verbs = map[string]verb{
 					switch fl.Name {
 					case "identifier":
 						o.Identifier = *of.identifier
+					case "descriptor":
+						o.DescriptorKey = *of.descriptor
 					case "tier":
 						o.Tier = *tier
 					case "rule":
@@ -736,21 +739,31 @@ func allTenants(list func(context.Context, *connect.Request[sluicev1.ListTenants
 
 // overrideOpts are the flags of overrides create and update.
 type overrideOpts struct {
-	identifier, tier, ruleID *string
-	block                    *bool
-	lasts                    *time.Duration
-	params                   paramOpts
+	identifier, descriptor, tier, ruleID *string
+	block                                *bool
+	lasts                                *time.Duration
+	params                               paramOpts
 }
 
 func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
 	return overrideOpts{
-		identifier: fs.String("identifier", "", "the client id, or a prefix ending in *"),
+		identifier: fs.String("identifier", "", "the client's identifier, or a prefix ending in *"),
+		descriptor: fs.String("descriptor", "", "the descriptor that holds the identifier, e.g. ip (default client_id)"),
 		tier:       fs.String("tier", "", "move the client to this tier (name)"),
 		ruleID:     fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name"),
 		block:      fs.Bool("block", false, "block the client (with -rule, on that rule only)"),
 		lasts:      fs.Duration("for", 0, "expires after this long from now, e.g. 24h or 720h (0: never)"),
 		params:     defineParamOpts(fs),
 	}
+}
+
+// whom is an override's identifier, after its descriptor's name unless
+// that is client_id: ip=10.0.0.7.
+func whom(o *sluicev1.Override) string {
+	if k := o.GetDescriptorKey(); k != "" && k != policy.DefaultIdentifierKey {
+		return k + "=" + o.GetIdentifier()
+	}
+	return o.GetIdentifier()
 }
 
 // overrideParams is the params of an override from the flags given:

@@ -340,6 +340,31 @@ func TestCLIAgainstDev(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// An address blocked: an override on another descriptor than client_id,
+	// listed as ip=…; a descriptor's name that cannot be one is refused by
+	// the field's name.
+	if _, err := sluice("overrides", "create", "-descriptor", "bad key", "-identifier", "x", "-block"); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(describe(err), "descriptor_key") {
+		t.Fatalf("an override on a malformed descriptor: %v (%s)", err, describe(err))
+	}
+	if out, err := sluice("overrides", "create", "-descriptor", "ip", "-identifier", "10.0.0.7", "-block"); err != nil || !strings.Contains(out, "created override") {
+		t.Fatalf("overrides create -descriptor ip -block: %v\n%s", err, out)
+	}
+	if out, err := sluice("overrides", "list", "-identifier", "10.0.0."); err != nil || !strings.Contains(out, "ip=10.0.0.7") {
+		t.Fatalf("overrides list -identifier 10.0.0.: %v\n%s", err, out)
+	}
+	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		out, err := sluice("check", "client_id=someone", "ip=10.0.0.7")
+		if errors.Is(err, errRejected) && strings.Contains(out, "blocked") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a client from the blocked address: %v\n%s", err, out)
+		}
+	}
+	if out, err := sluice("check", "client_id=someone", "ip=10.0.0.8"); err != nil || !strings.Contains(out, "allowed") {
+		t.Fatalf("a client from another address: %v\n%s", err, out)
+	}
 	// Unblocked in place: the override becomes a move to the pro tier.
 	out, err = sluice("overrides", "list", "-identifier", "banned-1", "-json")
 	var banned struct{ Overrides []struct{ ID string } }

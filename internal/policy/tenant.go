@@ -131,8 +131,8 @@ func (o *Override) Applies(id string, now time.Time) bool {
 // Validate returns an *Error with CodeInvalid listing every invalid field, or nil.
 func (o *Override) Validate() error {
 	fe := newFieldErrors()
-	if o.Key != "" {
-		validateDescriptorKey(fe, "key", o.Key)
+	if o.Key != "" { // the API's descriptor_key
+		validateDescriptorKey(fe, "descriptor_key", o.Key)
 	}
 	if o.Identifier == "" || len(o.Identifier) > MaxDescriptorVal || !utf8.ValidString(o.Identifier) {
 		fe.add("identifier", "must be 1 to %d bytes of UTF-8", MaxDescriptorVal)

@@ -255,7 +255,7 @@ var matchField = regexp.MustCompile(`^tiers\[(\d+)\]\.rules\[(\d+)\]\.match\[(\d
 
 // fileField renames a path of the domain's validation to the file's
 // names: parameters are inline, a rule's match conditions are a map, and
-// an override names its descriptor_key and its rule.
+// an override names its rule.
 func (f *File) fileField(path string) string {
 	path = strings.Replace(path, ".params.", ".", 1)
 	path = strings.TrimSuffix(path, ".params")
@@ -269,9 +269,6 @@ func (f *File) fileField(path string) string {
 		}
 	}
 	if strings.HasPrefix(path, "overrides[") {
-		if p, ok := strings.CutSuffix(path, ".key"); ok {
-			path = p + ".descriptor_key"
-		}
 		if p, ok := strings.CutSuffix(path, ".rule_id"); ok {
 			path = p + ".rule"
 		}

@@ -481,7 +481,7 @@ async function loadOverrides(fresh) {
   const res = await api('OverrideService', 'ListOverrides', { identifierPrefix: $('#ov-prefix').value.trim(), pageToken: state.ovToken, pageSize: 100 });
   const ruleName = (id) => (state.rules.find((r) => r.id === id) || {}).name || id || '–';
   $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
-    el('td', {}, o.identifier), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
+    el('td', {}, whom(o)), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
     el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtTime(o.expiresAt)),
     el('td', { class: 'actions' },
       el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
@@ -489,6 +489,12 @@ async function loadOverrides(fresh) {
       el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('OverrideService', 'DeleteOverride', { overrideId: o.id }), `Deleted the override of ${o.identifier}`) }, 'Delete')))));
   state.ovToken = res.nextPageToken || '';
   $('#ov-more').hidden = !state.ovToken;
+}
+
+// whom is an override's identifier, after its descriptor's name unless
+// that is client_id: ip=10.0.0.7.
+function whom(o) {
+  return o.descriptorKey && o.descriptorKey !== 'client_id' ? `${o.descriptorKey}=${o.identifier}` : o.identifier;
 }
 
 // editOverride puts o in the override form, to be saved in place
@@ -499,6 +505,7 @@ function editOverride(o) {
   f.id.value = o.id;
   f.etag.value = o.etag || '';
   f.identifier.value = o.identifier;
+  f.descriptorKey.value = o.descriptorKey === 'client_id' ? '' : o.descriptorKey || '';
   f.tier.value = o.tier || '';
   f.rule.value = o.ruleId || '';
   f.block.checked = !!o.block;
@@ -515,13 +522,15 @@ function editOverride(o) {
 }
 
 // overrideFor opens a new override for a client the dashboard shows
-// rejected: its client id and the rule it hit, whose limit is filled in to
-// be raised (or lowered, or the client blocked) from there.
-async function overrideFor(c) {
+// rejected: its identifier in the descriptor the rule counts by, and the
+// rule it hit, whose limit is filled in to be raised (or lowered, or the
+// client blocked) from there.
+async function overrideFor(c, descriptor) {
   await show('access');
   resetOverrideForm();
   const f = $('#override-form');
   f.identifier.value = c.clientKey;
+  f.descriptorKey.value = descriptor === 'client_id' ? '' : descriptor;
   f.rule.value = c.ruleId;
   ruleChosen();
   f.limit.focus();
@@ -554,7 +563,7 @@ function ruleChosen() {
 async function submitOverride(ev) {
   ev.preventDefault();
   const f = ev.target;
-  const o = { identifier: f.identifier.value, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
+  const o = { identifier: f.identifier.value, descriptorKey: f.descriptorKey.value.trim() || undefined, tier: f.tier.value || undefined, ruleId: f.rule.value || undefined, block: f.block.checked };
   const editing = f.id.value;
   if (o.ruleId && !o.block) {
     // Parameters without an algorithm: the control plane completes what
@@ -667,10 +676,10 @@ async function loadDashboard() {
     api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_TIER' }),
     state.role === 'viewer' ? {} : api('TierService', 'ListTiers'),
   ]);
-  // The console's overrides match client_id: a rejected client of a rule
-  // that counts per client_id can be given its own limit of that rule.
-  const perClient = new Set((tiers.tiers || []).flatMap((t) => t.rules || [])
-    .filter((x) => (x.keyBy || []).length === 1 && x.keyBy[0] === 'client_id').map((x) => x.id));
+  // An override matches one descriptor: a rejected client of a rule that
+  // counts per one (client_id, ip …) can be given its own limit of it.
+  const perClient = new Map((tiers.tiers || []).flatMap((t) => t.rules || [])
+    .filter((x) => (x.keyBy || []).length === 1).map((x) => [x.id, x.keyBy[0]]));
   const points = ts.points || [];
   const n = (v) => parseInt(v || '0', 10);
   drawChart(points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) })));
@@ -680,7 +689,7 @@ async function loadDashboard() {
   $('#top-table tbody').replaceChildren(...(top.clients || []).map((c) => el('tr', { 'data-client': c.clientKey },
     el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
     el('td', { class: 'actions' }, c.clientKey && perClient.has(c.ruleId)
-      ? el('button', { type: 'button', 'aria-label': `Override ${c.ruleName || c.ruleId} for ${c.clientKey}`, onclick: () => overrideFor(c) }, 'Override')
+      ? el('button', { type: 'button', 'aria-label': `Override ${c.ruleName || c.ruleId} for ${c.clientKey}`, onclick: () => overrideFor(c, perClient.get(c.ruleId)) }, 'Override')
       : ''))));
   $('#rule-table tbody').replaceChildren(...(byRule.rows || []).map((x) => el('tr', {},
     el('td', {}, x.ruleName || x.ruleId), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
