@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,11 @@ type Consumer struct {
 	// maintained is when the hourly job (pruning, summing days) last
 	// succeeded.
 	maintained prometheus.Gauge
+
+	mu sync.Mutex
+	// behind holds, of each partition being read more than a batch behind
+	// its end, the latest minute its last commit counted in.
+	behind map[int]time.Time
 }
 
 // NewConsumer returns a Consumer; Run consumes.
@@ -147,6 +153,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) consumePartition(ctx context.Context, partition int) {
 	label := strconv.Itoa(partition)
 	defer c.lag.DeleteLabelValues(label)
+	defer c.progress(partition, 0, time.Time{})
 	for ctx.Err() == nil {
 		err := c.consumeFromStored(ctx, partition, label)
 		if ctx.Err() != nil {
@@ -162,6 +169,39 @@ func (c *Consumer) consumePartition(ctx context.Context, partition int) {
 			}
 		}
 	}
+}
+
+// progress records where reading partition stands after a commit: lag
+// messages behind its end, the latest minute counted newest. Past a
+// batch behind, summable holds back the days it has yet to finish.
+func (c *Consumer) progress(partition int, lag int64, newest time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lag <= int64(c.cfg.BatchSize) || newest.IsZero() {
+		delete(c.behind, partition)
+		return
+	}
+	if c.behind == nil {
+		c.behind = map[int]time.Time{}
+	}
+	c.behind[partition] = newest
+}
+
+// summable is the time before which the days over are summed (SumDays):
+// an hour before now, when few of their events are still on their way,
+// or before the latest minute counted of the partition furthest behind,
+// so that a consumer catching up does not write the top clients of days
+// summed already (which costs it twice: the hours' rows and the days').
+func (c *Consumer) summable(now time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := now
+	for _, newest := range c.behind {
+		if newest.Before(t) {
+			t = newest
+		}
+	}
+	return t.Add(-time.Hour)
 }
 
 // consumeFromStored reads a partition from the offset stored in
@@ -209,7 +249,9 @@ func (c *Consumer) consumeFromStored(ctx context.Context, partition int, label s
 		c.events.WithLabelValues("invalid").Add(float64(b.Invalid))
 		c.events.WithLabelValues("duplicate").Add(float64(b.Duplicates))
 		c.batch.Observe(float64(b.Events + b.Invalid + b.Duplicates))
-		c.lag.WithLabelValues(label).Set(float64(r.Lag()))
+		lag := r.Lag()
+		c.lag.WithLabelValues(label).Set(float64(lag))
+		c.progress(partition, lag, b.Newest())
 	}
 }
 
@@ -256,9 +298,7 @@ func (c *Consumer) pruneLoop(ctx context.Context) {
 	longer := c.cfg.HourRetention - c.cfg.Retention
 	job := func(ctx context.Context, before time.Time) (int64, error) {
 		n, err := c.cfg.Store.Prune(ctx, before, before.Add(-longer))
-		// The days that ended over an hour ago are summed for reports: few
-		// of their events are still on their way.
-		days, serr := c.cfg.Store.SumDays(ctx, before.Add(c.cfg.Retention-time.Hour))
+		days, serr := c.cfg.Store.SumDays(ctx, c.summable(before.Add(c.cfg.Retention)))
 		if days > 0 {
 			c.cfg.Logger.InfoContext(ctx, "summed the top clients of the days over", "days", days)
 		}

@@ -108,3 +108,29 @@ func TestConsumerSaysWhenItLastMaintainedTheRollups(t *testing.T) {
 		stop()
 	}
 }
+
+// A consumer reading a partition more than a batch behind its end sums
+// the days only up to an hour before the latest minute it counted there,
+// not an hour before now: it would write the rest of such a day's top
+// clients twice over (the hours' rows and the day's).
+func TestDaysAreSummedBehindAPartitionCatchingUp(t *testing.T) {
+	c := NewConsumer(Config{BatchSize: 100})
+	b := NewBatch()
+	_ = b.Add(rejection("t", "r1", "alice", t0.Add(-30*time.Hour+90*time.Second), false))
+	_ = b.Add(delta("t", "r1", t0.Add(-31*time.Hour), 1, 0, 0, 0))
+	if got, want := b.Newest(), t0.Add(-30*time.Hour+time.Minute); !got.Equal(want) {
+		t.Fatalf("the batch's newest minute %v, want %v", got, want)
+	}
+	if got := c.summable(t0); !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("nothing behind: summable %v, want an hour ago", got)
+	}
+	c.progress(0, 5000, b.Newest())           // far behind
+	c.progress(1, 100, t0.Add(-50*time.Hour)) // within a batch of its end: caught up
+	if got, want := c.summable(t0), t0.Add(-31*time.Hour+time.Minute); !got.Equal(want) {
+		t.Fatalf("a partition behind: summable %v, want %v", got, want)
+	}
+	c.progress(0, 0, t0) // caught up
+	if got := c.summable(t0); !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("caught up again: summable %v, want an hour ago", got)
+	}
+}

@@ -70,6 +70,19 @@ func NewBatchAfter(marks Marks) *Batch {
 	return &Batch{minutes: map[minuteKey]*minuteCounts{}, clients: map[groupKey]map[string]int64{}, marks: marks, next: Marks{}}
 }
 
+// Newest returns the start of the latest minute the batch counts in, or
+// the zero time when it counts in none.
+func (b *Batch) Newest() time.Time {
+	var newest int64
+	for k := range b.minutes {
+		newest = max(newest, k.minute)
+	}
+	if newest == 0 {
+		return time.Time{}
+	}
+	return time.Unix(newest, 0).UTC()
+}
+
 // Marks returns the marks that hold once the batch is committed: those it
 // started after, moved on by its events. They are the next batch's.
 func (b *Batch) Marks() Marks {
