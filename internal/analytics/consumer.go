@@ -296,9 +296,17 @@ func (c *Consumer) add(b *Batch, m kafka.Message) {
 
 func (c *Consumer) pruneLoop(ctx context.Context) {
 	longer := c.cfg.HourRetention - c.cfg.Retention
+	started := false
 	job := func(ctx context.Context, before time.Time) (int64, error) {
 		n, err := c.cfg.Store.Prune(ctx, before, before.Add(-longer))
-		days, serr := c.cfg.Store.SumDays(ctx, c.summable(before.Add(c.cfg.Retention)))
+		// Not at start: how far behind the partitions are is known once
+		// they have committed (see summable).
+		var days int
+		var serr error
+		if started {
+			days, serr = c.cfg.Store.SumDays(ctx, c.summable(before.Add(c.cfg.Retention)))
+		}
+		started = true
 		if days > 0 {
 			c.cfg.Logger.InfoContext(ctx, "summed the top clients of the days over", "days", days)
 		}

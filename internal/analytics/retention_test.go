@@ -134,3 +134,28 @@ func TestDaysAreSummedBehindAPartitionCatchingUp(t *testing.T) {
 		t.Fatalf("caught up again: summable %v, want an hour ago", got)
 	}
 }
+
+// The consumer sums the days over beside its pruning (not at start, but
+// from its next run), up to the one that ended an hour ago.
+func TestConsumerSumsTheDaysOver(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+	pool := pgtest.Pool(t)
+	day := t0.Truncate(24 * time.Hour)
+	summedUntil(t, pool, day.Add(-2*24*time.Hour))
+	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0),
+		PruneEvery: 10 * time.Millisecond, Now: func() time.Time { return t0 }}
+	_, stop := startConsumer(t, cfg)
+	defer stop()
+	var until time.Time
+	waitFor(t, "the two days over summed", func() bool {
+		if err := pool.QueryRow(context.Background(), `SELECT until FROM analytics_top_clients_days`).Scan(&until); err != nil {
+			t.Fatal(err)
+		}
+		return !until.Before(day)
+	})
+	if !until.Equal(day) {
+		t.Fatalf("summed until %v, want %v: the day of now is not over", until, day)
+	}
+}
