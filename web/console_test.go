@@ -529,6 +529,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitJS(`document.querySelector('#view-dashboard').getAttribute('aria-busy')`, "false")
 	waitText("#status", "Updated", nil) // its reports loaded
 	waitText("#top-table", "eve", nil)
+	// mallory's rejections by her block (no rule of the tenant's), named so.
+	waitText("#rule-table", "blocked (client_id=mallory)", func() { do("refresh", chromedp.Click("#refresh")) })
 	if got := eval(`String(document.querySelectorAll('#top-table button').length)`); got != "0" {
 		t.Fatalf("a viewer's top clients offer %s buttons", got)
 	}
