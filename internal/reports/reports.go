@@ -153,7 +153,7 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 			return c, err
 		})
 		return err
-	}, `SELECT t.client_key, t.rule_id, coalesce(r.name, ''), t.rejected, t.error
+	}, `SELECT t.client_key, t.rule_id, `+ruleName("t")+`, t.rejected, t.error
 		FROM (SELECT client_key, rule_id, sum(rejected) AS rejected, sum(error) AS error
 			FROM (SELECT greatest($3::timestamptz, least($6::timestamptz,
 					coalesce((SELECT until FROM analytics_top_clients_days), '-infinity'))) AS until) s,
@@ -183,7 +183,7 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 		return nil, err
 	}
 	// The rules' names are looked up once per row of the answer.
-	group, outer, name := "x.rule_id, x.tier", "g.rule_id, g.tier", "coalesce(r.name, '')"
+	group, outer, name := "x.rule_id, x.tier", "g.rule_id, g.tier", ruleName("g")
 	join := "LEFT JOIN rules r ON r.id::text = g.rule_id AND r.tenant_id::text = $1"
 	if byTier {
 		group, outer, name, join = "x.tier", "g.tier", "''", ""
@@ -212,6 +212,14 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 		return nil, fmt.Errorf("reports: breakdown: %w", err)
 	}
 	return out, nil
+}
+
+// ruleName is the name of the rule of rows (an alias with a rule_id),
+// joined as r: the rule's, or for a client's block override, which is no
+// rule of the tenant's (its rows' rule_id is block/<descriptor>=<value>),
+// "blocked (<descriptor>=<value>)"; empty for a rule deleted since.
+func ruleName(rows string) string {
+	return fmt.Sprintf(`coalesce(r.name, CASE WHEN %[1]s.rule_id LIKE 'block/%%' THEN 'blocked (' || substr(%[1]s.rule_id, 7) || ')' ELSE '' END)`, rows)
 }
 
 // read runs a query in a read-only transaction and hands its rows to

@@ -398,3 +398,30 @@ func TestTopClientsWithoutTheDaysMarkReadTheHours(t *testing.T) {
 		t.Fatalf("top clients %+v, %v; want alice with 6", top, err)
 	}
 }
+
+// Rejections by a client's block override, which is no rule of the
+// tenant's, are named for what it blocks in top clients and breakdowns; a
+// rule deleted since has no name.
+func TestABlocksRejectionsAreNamed(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO analytics_minute (tenant_id, minute, tier, rule_id, rejected) VALUES
+			('a', $1, 'free', 'block/client_id=mallory', 4), ('a', $1, 'free', 'gone', 1)`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected) VALUES
+			('a', 'block/client_id=mallory', $1, 'mallory', 4)`, t0); err != nil {
+		t.Fatal(err)
+	}
+	s := New(pool)
+	r := Range{t0, t0.Add(time.Hour)}
+	top, err := s.TopClients(ctx, "a", r, "", 0)
+	if err != nil || len(top) != 1 || top[0].RuleName != "blocked (client_id=mallory)" {
+		t.Fatalf("top clients %+v, %v", top, err)
+	}
+	rows, err := s.Breakdown(ctx, "a", r, false)
+	if err != nil || len(rows) != 2 || rows[0].RuleName != "blocked (client_id=mallory)" || rows[1].RuleID != "gone" || rows[1].RuleName != "" {
+		t.Fatalf("by rule %+v, %v", rows, err)
+	}
+}

@@ -687,22 +687,15 @@ async function loadDashboard() {
   $('#totals').textContent = `${sum('allowed')} allowed, ${sum('rejected')} rejected, ${sum('shadowRejected')} shadow would-block` +
     (sum('droppedRejections') ? `, ${sum('droppedRejections')} rejection events dropped (top clients may fall short)` : '');
   $('#top-table tbody').replaceChildren(...(top.clients || []).map((c) => el('tr', { 'data-client': c.clientKey },
-    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, ruleLabel(c)), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
+    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
     el('td', { class: 'actions' }, c.clientKey && perClient.has(c.ruleId)
       ? el('button', { type: 'button', 'aria-label': `Override ${c.ruleName || c.ruleId} for ${c.clientKey}`, onclick: () => overrideFor(c, perClient.get(c.ruleId)) }, 'Override')
       : ''))));
   $('#rule-table tbody').replaceChildren(...(byRule.rows || []).map((x) => el('tr', {},
-    el('td', {}, ruleLabel(x)), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
+    el('td', {}, x.ruleName || x.ruleId), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
   $('#tier-table tbody').replaceChildren(...(byTier.rows || []).map((x) => el('tr', {},
     el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
   say(`Updated ${new Date().toLocaleTimeString()}`);
-}
-
-// ruleLabel names the rule of a report's row: its name, or for a
-// client's block override (no rule of the tenant's), what it blocks.
-function ruleLabel(x) {
-  if (x.ruleName) return x.ruleName;
-  return x.ruleId.startsWith('block/') ? `blocked (${x.ruleId.slice(6)})` : x.ruleId;
 }
 
 // drawChart draws stacked bars of rejections (and shadow would-blocks) per step as SVG.
