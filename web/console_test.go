@@ -480,6 +480,15 @@ func TestConsoleInABrowser(t *testing.T) {
 			}
 		}
 	}
+	// The chart, drawn as wide as it shows, is drawn again when the window
+	// narrows (auto-refresh off: not by the next refresh).
+	do("the dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`))
+	waitJS(`document.querySelector('#view-dashboard').getAttribute('aria-busy')`, "false")
+	do("no auto-refresh", chromedp.Click("#auto-refresh"))
+	waitJS(`String(document.querySelector('#chart svg').viewBox.baseVal.width > 1000)`, "true")
+	do("narrow the window", chromedp.EmulateViewport(390, 844))
+	waitJS(`String(document.querySelector('#chart svg').viewBox.baseVal.width < 400)`, "true")
+	do("widen it, auto-refresh on", chromedp.EmulateViewport(1280, 844), chromedp.Click("#auto-refresh"))
 	do("back to the rules", chromedp.Click(`#nav button[data-view="rules"]`))
 	waitJS(`document.querySelector('#view-rules').getAttribute('aria-busy')`, "false")
 

@@ -682,7 +682,8 @@ async function loadDashboard() {
     .filter((x) => (x.keyBy || []).length === 1).map((x) => [x.id, x.keyBy[0]]));
   const points = ts.points || [];
   const n = (v) => parseInt(v || '0', 10);
-  drawChart(points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) })));
+  state.chart = points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) }));
+  drawChart(state.chart);
   const sum = (k) => points.reduce((a, p) => a + n(p.counts && p.counts[k]), 0);
   $('#totals').textContent = `${sum('allowed')} allowed, ${sum('rejected')} rejected, ${sum('shadowRejected')} shadow would-block` +
     (sum('droppedRejections') ? `, ${sum('droppedRejections')} rejection events dropped (top clients may fall short)` : '');
@@ -940,6 +941,12 @@ document.addEventListener('DOMContentLoaded', () => {
     }
   });
   $('#sign-out').addEventListener('click', signOut);
+  // The chart is drawn as wide as it shows: again when that changes.
+  let resized;
+  window.addEventListener('resize', () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => { if (state.chart && state.view === 'dashboard') drawChart(state.chart); }, 150);
+  });
   $$('#nav button').forEach((b) => b.addEventListener('click', () => { state.auditOf = null; show(b.dataset.view); }));
   $('#audit-all').addEventListener('click', () => { state.auditOf = null; loadAudit(true).catch((e) => say(e.message)); });
   $('#tenant-select').addEventListener('change', (ev) => { state.tenantId = ev.target.value; show(state.view); });
