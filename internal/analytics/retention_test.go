@@ -2,12 +2,12 @@ package analytics
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -16,28 +16,36 @@ import (
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
 
+// topicOfItsOwn is the Config of a consumer (group g-<topic>) of a topic of
+// its own on a one-broker kfake, rolling up into pool.
+func topicOfItsOwn(t *testing.T, pool *pgxpool.Pool) Config {
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 1, []string{topic})
+	return Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0)}
+}
+
 // Analytics stopped for longer than the topic's retention: Kafka deleted
 // events it had not rolled up, and moves the reader past them without a
 // word. The consumer says how many are missing (a metric, an error in the
 // log) and counts the rest exactly.
 func TestEventsDeletedByRetentionAreCountedAsLost(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 1, []string{topic})
 	pool := pgtest.Pool(t)
-	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0), BatchSize: 100, BatchWait: 20 * time.Millisecond}
+	cfg := topicOfItsOwn(t, pool)
+	cfg.BatchSize, cfg.BatchWait = 100, 20*time.Millisecond
+	topic, brokers := cfg.Topic, cfg.Brokers
 	event := func() []byte { return delta("t", "r1", t0.Add(30*time.Second), 1, 0, 0, 0) }
 
 	first, stop := startConsumer(t, cfg)
-	produce(t, broker.Addrs(), topic, event(), event(), event(), event(), event()) // offsets 0–4
+	produce(t, brokers, topic, event(), event(), event(), event(), event()) // offsets 0–4
 	waitFor(t, "the first five committed", func() bool { return committed(t, pool, cfg.Group) == 5 })
 	stop()
 	if n := testutil.ToFloat64(first.lost); n != 0 {
 		t.Fatalf("%v lost before any deletion", n)
 	}
 
-	produce(t, broker.Addrs(), topic, event(), event(), event(), event(), event()) // offsets 5–9
-	kafkatest.DeleteRecords(t, broker.Addrs(), topic, 0, 8)                        // retention takes 5–7
+	produce(t, brokers, topic, event(), event(), event(), event(), event()) // offsets 5–9
+	kafkatest.DeleteRecords(t, brokers, topic, 0, 8)                        // retention takes 5–7
 	second, _ := startConsumer(t, cfg)
 	waitFor(t, "every offset committed", func() bool { return committed(t, pool, cfg.Group) == 10 })
 	if n := testutil.ToFloat64(second.lost); n != 3 {
@@ -52,19 +60,16 @@ func TestEventsDeletedByRetentionAreCountedAsLost(t *testing.T) {
 // an hour outlives its minutes.
 func TestConsumerKeepsHoursLongerThanMinutes(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 1, []string{topic})
 	pool := pgtest.Pool(t)
-	store := NewStore(pool, 0)
+	cfg := topicOfItsOwn(t, pool)
+	cfg.Retention, cfg.HourRetention, cfg.Now = 24*time.Hour, 72*time.Hour, func() time.Time { return t0 }
 	b := NewBatch()
 	for _, at := range []time.Duration{-100 * time.Hour, -48 * time.Hour, 0} {
 		_ = b.Add(delta("t", "r1", t0.Add(at+30*time.Second), 1, 0, 0, 0))
 	}
-	if err := store.Commit(context.Background(), "other", topic, 0, -1, 3, b); err != nil {
+	if err := cfg.Store.Commit(context.Background(), "other", cfg.Topic, 0, -1, 3, b); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: store,
-		Retention: 24 * time.Hour, HourRetention: 72 * time.Hour, Now: func() time.Time { return t0 }}
 	_, stop := startConsumer(t, cfg)
 	defer stop()
 	waitFor(t, "the minutes past retention pruned", func() bool {
@@ -85,14 +90,11 @@ func TestConsumerKeepsHoursLongerThanMinutes(t *testing.T) {
 // start, and never while the job fails (its database gone).
 func TestConsumerSaysWhenItLastMaintainedTheRollups(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 1, []string{topic})
 	for _, healthy := range []bool{true, false} {
 		pool := pgtest.Pool(t)
 		var logs logtest.Buffer
-		reg := prometheus.NewRegistry()
-		cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: fmt.Sprint("g-", healthy, "-", topic), Store: NewStore(pool, 0),
-			Registerer: reg, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+		cfg := topicOfItsOwn(t, pool)
+		cfg.Registerer, cfg.Now, cfg.Logger = prometheus.NewRegistry(), func() time.Time { return t0 }, slog.New(slog.NewTextHandler(&logs, nil))
 		if !healthy {
 			pool.Close()
 		}
@@ -139,13 +141,11 @@ func TestDaysAreSummedBehindAPartitionCatchingUp(t *testing.T) {
 // from its next run), up to the one that ended an hour ago.
 func TestConsumerSumsTheDaysOver(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 1, []string{topic})
 	pool := pgtest.Pool(t)
 	day := t0.Truncate(24 * time.Hour)
 	summedUntil(t, pool, day.Add(-2*24*time.Hour))
-	cfg := Config{Brokers: broker.Addrs(), Topic: topic, Group: "g-" + topic, Store: NewStore(pool, 0),
-		PruneEvery: 10 * time.Millisecond, Now: func() time.Time { return t0 }}
+	cfg := topicOfItsOwn(t, pool)
+	cfg.PruneEvery, cfg.Now = 10*time.Millisecond, func() time.Time { return t0 }
 	_, stop := startConsumer(t, cfg)
 	defer stop()
 	var until time.Time
