@@ -175,18 +175,34 @@ func TestHoursOfExistingMinutes(t *testing.T) {
 func TestDaysOfExistingTopClients(t *testing.T) {
 	t.Parallel()
 	m, conn := migratedTo(t, 26)
-	ctx := context.Background()
-	// alice in each of 28 hours from 2026-11-22 20:00 (4 that day, 24 the next), bob in the first.
-	if _, err := conn.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
+	addTopClientsOfTwoDays(t, conn)
+	if err := m.Migrate(27); err != nil {
+		t.Fatal(err)
+	}
+	// alice's errors: 0+…+3 = 6 on the 22nd, 4+…+27 = 372 on the 23rd; rejected 2 more an hour.
+	if got, want := topClientsDays(t, conn), "alice 22 14 6, alice 23 420 372, bob 22 9 0"; got != want {
+		t.Fatalf("days: %s, want %s", got, want)
+	}
+}
+
+// addTopClientsOfTwoDays stores alice's top clients' rows in each of 28
+// hours from 2026-11-22 20:00 (4 that day, 24 the next), rejected i+2 and
+// error i in the i-th, and bob's in the first, rejected 9.
+func addTopClientsOfTwoDays(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
 		SELECT 't', 'r1', timestamptz '2026-11-22 20:00:00Z' + i * interval '1 hour', 'alice', i + 2, i
 		FROM generate_series(0, 27) AS i
 		UNION ALL SELECT 't', 'r1', '2026-11-22 20:00:00Z', 'bob', 9, 0`); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Migrate(27); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := conn.Query(ctx, `SELECT concat_ws(' ', client_key, extract(day FROM day AT TIME ZONE 'UTC'), rejected, error)
+}
+
+// topClientsDays returns the top clients' days' rows as "client day-of-
+// month rejected error", comma-separated.
+func topClientsDays(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT concat_ws(' ', client_key, extract(day FROM day AT TIME ZONE 'UTC'), rejected, error)
 		FROM analytics_top_clients_day ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
@@ -195,9 +211,40 @@ func TestDaysOfExistingTopClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// alice's errors: 0+…+3 = 6 on the 22nd, 4+…+27 = 372 on the 23rd; rejected 2 more an hour.
-	want := []string{"alice 22 14 6", "alice 23 420 372", "bob 22 9 0"}
-	if strings.Join(text, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("days:\n%s\nwant:\n%s", strings.Join(text, "\n"), strings.Join(want, "\n"))
+	return strings.Join(text, ", ")
+}
+
+// Migration 29's down brings back 27's rule that a day holds the sums of
+// its hours kept: the days whose hours analytics pruned are summed again
+// from what is left of them.
+func TestDaysOfPrunedHoursDown(t *testing.T) {
+	t.Parallel()
+	m, conn := migratedTo(t, 29)
+	ctx := context.Background()
+	// As in TestDaysOfExistingTopClients, summed into their days as they
+	// are written (migration 27 marked the days before today summed), then
+	// the hours before 2026-11-23 02:00 pruned as analytics prunes them.
+	addTopClientsOfTwoDays(t, conn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT set_config('sluice.keep_days', 'on', true);
+		UPDATE analytics_top_clients_days SET hours_from = '2026-11-23 02:00:00Z';
+		DELETE FROM analytics_top_clients WHERE hour < '2026-11-23 02:00:00Z'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := topClientsDays(t, conn), "alice 22 14 6, alice 23 420 372, bob 22 9 0"; got != want {
+		t.Fatalf("days after pruning their hours: %s, want %s", got, want)
+	}
+	if err := m.Migrate(28); err != nil {
+		t.Fatal(err)
+	}
+	// alice's hours 6…27 are left: rejected 8+…+29 = 407, errors 6+…+27 = 363.
+	if got, want := topClientsDays(t, conn), "alice 23 407 363"; got != want {
+		t.Fatalf("days after migration 29 went down: %s, want %s", got, want)
 	}
 }

@@ -20,8 +20,8 @@
 //	-group          SLUICE_ANALYTICS_GROUP   consumer group (default sluice-analytics)
 //	-batch-size     SLUICE_ANALYTICS_BATCH   most events per PostgreSQL transaction (default 10000)
 //	-top-clients    SLUICE_TOP_CLIENTS       clients tracked per (tenant, rule, hour) (default 100)
-//	-retention      SLUICE_RETENTION         how long minute rollups and top clients are kept (default 720h)
-//	-hour-retention SLUICE_HOUR_RETENTION    how long hourly rollups are kept, at least -retention (default 9600h)
+//	-retention      SLUICE_RETENTION         how long minute rollups and the top clients of each hour are kept (default 720h)
+//	-hour-retention SLUICE_HOUR_RETENTION    how long hourly rollups and the top clients of each day are kept, at least -retention (default 9600h)
 //
 // DATABASE_URL and KAFKA_SASL_PASSWORD may instead be read from the file
 // their NAME_FILE variable names (Docker's and Kubernetes' secrets).
@@ -64,8 +64,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	group := fs.String("group", env("SLUICE_ANALYTICS_GROUP", "sluice-analytics"), "consumer group")
 	batch := fs.Int("batch-size", e.Int("SLUICE_ANALYTICS_BATCH", 10_000), "most events per PostgreSQL transaction")
 	topK := fs.Int("top-clients", e.Int("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
-	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long minute rollups and top clients are kept")
-	hourRetention := fs.Duration("hour-retention", e.Duration("SLUICE_HOUR_RETENTION", analytics.DefaultHourRetention), "how long hourly rollups are kept, at least -retention")
+	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long minute rollups and the top clients of each hour are kept")
+	hourRetention := fs.Duration("hour-retention", e.Duration("SLUICE_HOUR_RETENTION", analytics.DefaultHourRetention), "how long hourly rollups and the top clients of each day are kept, at least -retention")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
@@ -93,7 +94,8 @@ func checkHours(t *testing.T, pool *pgxpool.Pool) {
 }
 
 // checkDays fails t unless the top clients' day rows are the sums of
-// their hours' rows for the days summed, and there are none of the others.
+// their hours' rows for the days summed, and there are none of the
+// others, where the days' hours are all kept (from hours_from on).
 func checkDays(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	var wrong, days int64
@@ -101,7 +103,8 @@ func checkDays(t *testing.T, pool *pgxpool.Pool) {
 		FROM (SELECT tenant_id, rule_id, date_bin('1 day', hour, 'epoch') AS day, client_key, sum(rejected) r, sum(error) e
 			FROM analytics_top_clients WHERE hour < (SELECT until FROM analytics_top_clients_days) GROUP BY 1, 2, 3, 4) h
 		FULL JOIN (SELECT tenant_id, rule_id, day, client_key, rejected r, error e FROM analytics_top_clients_day) d
-			USING (tenant_id, rule_id, day, client_key)`).Scan(&wrong, &days)
+			USING (tenant_id, rule_id, day, client_key)
+		WHERE day >= (SELECT hours_from FROM analytics_top_clients_days)`).Scan(&wrong, &days)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,20 +115,28 @@ func checkDays(t *testing.T, pool *pgxpool.Pool) {
 
 func topClients(t *testing.T, pool *pgxpool.Pool, tenant, rule string) map[string]int64 {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT client_key, sum(rejected) FROM analytics_top_clients
+	return sums[string](t, pool, `SELECT client_key, sum(rejected) FROM analytics_top_clients
 		WHERE tenant_id = $1 AND rule_id = $2 GROUP BY client_key`, tenant, rule)
+}
+
+// topDays returns the rejections of the top clients' days, by day.
+func topDays(t *testing.T, pool *pgxpool.Pool) map[time.Time]int64 {
+	t.Helper()
+	return sums[time.Time](t, pool, `SELECT day AT TIME ZONE 'UTC', sum(rejected) FROM analytics_top_clients_day GROUP BY day`)
+}
+
+// sums returns the rows of query, of a key and a sum, as a map.
+func sums[K comparable](t *testing.T, pool *pgxpool.Pool, query string, args ...any) map[K]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var c string
-		var n int64
-		if err := rows.Scan(&c, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[c] = n
+	out := map[K]int64{}
+	var k K
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { out[k] = n; return nil }); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -358,8 +369,8 @@ func TestPruneRemovesOldRollups(t *testing.T) {
 	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-47*time.Hour-time.Minute)); err != nil || n != 0 {
 		t.Fatalf("Prune = %d, %v; want nothing: the old hour has not ended before the cut", n, err)
 	}
-	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-24*time.Hour)); err != nil || n != 1 {
-		t.Fatalf("Prune = %d, %v; want the old hour", n, err)
+	if n, err := s.Prune(ctx, t0.Add(-24*time.Hour), t0.Add(-24*time.Hour)); err != nil || n != 2 {
+		t.Fatalf("Prune = %d, %v; want the old hour and the old client's day", n, err)
 	}
 	if old := hourRow(t, pool, "t1", "r1", t0.Add(-48*time.Hour)); old != (minuteCounts{}) {
 		t.Errorf("the old hour stayed: %+v", old)
@@ -577,14 +588,69 @@ func TestTopClientsDaysAreTheSumsOfTheirHours(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT day) FROM analytics_top_clients_day WHERE rejected > 0`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("%d days with rows, %v; want 2", n, err)
 	}
+	// The hours pruned leave their days as they were, until the days are
+	// pruned too.
+	kept := topDays(t, pool)
 	for _, before := range []time.Time{day.Add(7 * time.Hour), day.Add(24 * time.Hour), day.Add(48 * time.Hour)} {
-		if _, err := s.Prune(ctx, before, before); err != nil {
+		if _, err := s.Prune(ctx, before, day); err != nil {
 			t.Fatal(err)
 		}
 		checkDays(t, pool)
+		if got := topDays(t, pool); !maps.Equal(got, kept) {
+			t.Fatalf("the days after pruning the hours before %v: %v, want %v", before, got, kept)
+		}
 	}
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM analytics_top_clients_day`).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("%d days' rows left after every hour was pruned, %v", n, err)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM analytics_top_clients`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d hours' rows left after every hour was pruned, %v", n, err)
+	}
+	if _, err := s.Prune(ctx, day.Add(48*time.Hour), day.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := topDays(t, pool); len(got) != 1 || got[day.Add(24*time.Hour)] != kept[day.Add(24*time.Hour)] {
+		t.Fatalf("the days after pruning the first: %v, want the second's %d", got, kept[day.Add(24*time.Hour)])
+	}
+}
+
+// The hours of a day not summed yet are kept past the retention, which
+// is cut where the days summed end: they are the only record of their
+// clients until their day is summed.
+func TestPruneKeepsTheHoursOfDaysNotSummed(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	s := NewStore(pool, 0)
+	day := t0.Truncate(24 * time.Hour)
+	summedUntil(t, pool, day)
+	b := NewBatch()
+	_ = b.Add(rejection("t", "r", "summed", day.Add(-2*time.Hour), false))
+	_ = b.Add(rejection("t", "r", "not-summed", day.Add(2*time.Hour), false))
+	if err := s.Commit(ctx, "g", "topic", 0, -1, 2, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, day.Add(5*time.Hour), day.Add(-72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := topClients(t, pool, "t", "r"); len(got) != 1 || got["not-summed"] != 1 {
+		t.Fatalf("hours after pruning: %v, want not-summed's alone", got)
+	}
+	var from time.Time
+	if err := pool.QueryRow(ctx, `SELECT hours_from FROM analytics_top_clients_days`).Scan(&from); err != nil || !from.Equal(day) {
+		t.Fatalf("hours_from %v, %v; want %v", from, err, day)
+	}
+	if got := topDays(t, pool); len(got) != 1 || got[day.Add(-24*time.Hour)] != 1 {
+		t.Fatalf("days %v, want the summed client's", got)
+	}
+	if _, err := s.SumDays(ctx, day.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, day.Add(5*time.Hour), day.Add(-72*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := topClients(t, pool, "t", "r"); len(got) != 0 {
+		t.Fatalf("hours after summing their day and pruning: %v, want none", got)
+	}
+	if got := topDays(t, pool); len(got) != 2 || got[day] != 1 {
+		t.Fatalf("days %v, want both clients'", got)
 	}
 }
 

@@ -30,12 +30,13 @@ type Config struct {
 	BatchSize int
 	// BatchWait is the longest a read event waits for its commit; 0 means 200ms.
 	BatchWait time.Duration
-	// Retention is how long minute rollups and top clients are kept; 0
+	// Retention is how long minute rollups and top clients' hours are kept; 0
 	// means 30 days.
 	Retention time.Duration
-	// HourRetention is how long hourly rollups are kept, at least
-	// Retention; 0 means 400 days (reports.MaxRange). Reports of what is
-	// older than Retention count whole hours.
+	// HourRetention is how long hourly rollups and top clients' days are
+	// kept, at least Retention; 0 means 400 days (reports.MaxRange).
+	// Reports of what is older than Retention count whole hours, and whole
+	// days of top clients.
 	HourRetention time.Duration
 	// PruneEvery is how often old rollups are pruned; 0 means 1 hour.
 	PruneEvery time.Duration

@@ -320,12 +320,12 @@ func dayLock(tenant string, hour int64) int32 {
 	return int32(h.Sum32())
 }
 
-// Prune deletes the minute rollups and top clients older than before,
-// the hourly rollups of hours that ended before hoursBefore, and the marks
-// of producers last seen before before, and returns how many rows went.
-// Top clients pruned leave their days' sums too (migration 27) without
-// writeTop's locks: a commit of events older than the retention at that
-// moment may end in a deadlock error, and is tried again.
+// Prune deletes the minute rollups older than before, the hourly rollups
+// of hours that ended before hoursBefore, and the marks of producers last
+// seen before before, and returns how many rows went. The top clients'
+// hours go with the minutes and their days with the hours: an hour goes
+// once its day is summed (SumDays), and its day keeps its sums (migration
+// 29), so that reports read whole days where the hours are gone.
 func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64, error) {
 	var n int64
 	for _, job := range []struct {
@@ -334,7 +334,7 @@ func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64
 	}{
 		{`DELETE FROM analytics_minute WHERE minute < $1`, before},
 		{`DELETE FROM analytics_hour WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`, hoursBefore},
-		{`DELETE FROM analytics_top_clients WHERE hour < date_bin('1 hour', $1::timestamptz, 'epoch')`, before},
+		{`DELETE FROM analytics_top_clients_day WHERE day < date_bin('1 day', $1::timestamptz, 'epoch')`, hoursBefore},
 		{`DELETE FROM analytics_producers WHERE seen_at < $1`, before},
 	} {
 		tag, err := s.pool.Exec(ctx, job.stmt, job.at)
@@ -343,5 +343,33 @@ func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64
 		}
 		n += tag.RowsAffected()
 	}
-	return n, nil
+	hours, err := s.pruneTopHours(ctx, before)
+	if err != nil {
+		return 0, fmt.Errorf("analytics: prune top clients: %w", err)
+	}
+	return n + hours, nil
+}
+
+// pruneTopHours deletes the top clients' hours before before's hour that
+// are summed in their days, which keep them, and moves hours_from to
+// where the hours kept begin. Its deletes take none of writeTop's locks:
+// a commit of events older than the retention at that moment may end in
+// a deadlock error, and is tried again.
+func (s *Store) pruneTopHours(ctx context.Context, before time.Time) (n int64, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// SumDays moves until under this lock, taken exclusively.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, 0), set_config('sluice.keep_days', 'on', true)`, daysLockClass); err != nil {
+			return err
+		}
+		cut := before.Truncate(time.Hour)
+		err := tx.QueryRow(ctx, `UPDATE analytics_top_clients_days SET hours_from = greatest(hours_from, least(until, $1))
+			RETURNING hours_from`, cut).Scan(&cut)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // without the days' mark, the hours are all there is
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM analytics_top_clients WHERE hour < $1`, cut)
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
 }

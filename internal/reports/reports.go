@@ -140,12 +140,12 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 	}
 	// Whole days from their sums (migration 27) where they are summed, the
 	// hours before and after them from the hours' rows; the rules' names
-	// are looked up for the answer's rows only.
+	// are looked up for the answer's rows only. Where the hours are pruned
+	// (before hours_from, migration 29), the days that the range cuts
+	// count whole, as the hours that a range older than the minutes cuts
+	// do in Timeseries.
 	hours := span{r.From.Truncate(time.Hour), r.To.Add(time.Hour - time.Nanosecond).Truncate(time.Hour)}
 	days := span{hours.from.Add(24*time.Hour - time.Nanosecond).Truncate(24 * time.Hour), hours.to.Truncate(24 * time.Hour)}
-	if !days.from.Before(days.to) {
-		days = span{hours.to, hours.to}
-	}
 	var out []TopClient
 	err := s.read(ctx, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (c TopClient, err error) {
@@ -155,19 +155,23 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 		return err
 	}, `SELECT t.client_key, t.rule_id, `+ruleName("t")+`, t.rejected, t.error
 		FROM (SELECT client_key, rule_id, sum(rejected) AS rejected, sum(error) AS error
-			FROM (SELECT greatest($3::timestamptz, least($6::timestamptz,
-					coalesce((SELECT until FROM analytics_top_clients_days), '-infinity'))) AS until) s,
+			FROM (SELECT lo, greatest(lo, least(hi, until)) AS until
+					FROM (SELECT CASE WHEN $2 < m.hours_from THEN $8::timestamptz ELSE $3::timestamptz END AS lo,
+							CASE WHEN $6 < m.hours_from AND $6 < $7 THEN $6::timestamptz + interval '24 hours' ELSE $6::timestamptz END AS hi,
+							m.until
+						FROM (SELECT coalesce(max(until), '-infinity') AS until, coalesce(max(hours_from), '-infinity') AS hours_from
+							FROM analytics_top_clients_days) m) b) s,
 				LATERAL (SELECT client_key, rule_id, rejected, error FROM analytics_top_clients
 						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4)
-							AND (hour >= $2 AND hour < $3 OR hour >= s.until AND hour < $7)
+							AND (hour >= $2 AND hour < least(s.lo, $7) OR hour >= s.until AND hour < $7)
 					UNION ALL
 					SELECT client_key, rule_id, rejected, error FROM analytics_top_clients_day
-						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4) AND day >= $3 AND day < s.until) x
+						WHERE tenant_id = $1 AND ($4 = '' OR rule_id = $4) AND day >= s.lo AND day < s.until) x
 			GROUP BY client_key, rule_id
 			ORDER BY sum(rejected) DESC, client_key, rule_id
 			LIMIT $5) t
 		LEFT JOIN rules r ON r.id::text = t.rule_id AND r.tenant_id::text = $1
-		ORDER BY t.rejected DESC, t.client_key, t.rule_id`, tenant, hours.from, days.from, rule, limit, days.to, hours.to)
+		ORDER BY t.rejected DESC, t.client_key, t.rule_id`, tenant, hours.from, days.from, rule, limit, days.to, hours.to, hours.from.Truncate(24*time.Hour))
 	if err != nil {
 		return nil, fmt.Errorf("reports: top clients: %w", err)
 	}
