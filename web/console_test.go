@@ -280,6 +280,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#top-table", "eve", nil)
 	waitText("#chart", time.Now().Format("Jan"), nil)
 	shot("04b-dashboard-week")
+	// A year, as far back as the top clients' days are kept: 146-hour steps.
+	eval(`(() => { document.querySelector('#top-table tbody').replaceChildren(); return ''; })()`)
+	do("a year", chromedp.SetValue("#range", "31536000"), chromedp.Click("#refresh"))
+	if got := eval(`range().step`); got != "525600s" {
+		t.Fatalf("a year's step %q, want 146 hours", got)
+	}
+	waitText("#top-table", "eve", nil)
 	// From a rejected client to its override: the top table offers one for
 	// the rule eve hit (it counts per client_id), the form filled in with
 	// her id, the rule and its limit, the limit to change in focus.
