@@ -36,6 +36,9 @@ type checkpoint struct {
 
 type pendingMessage struct {
 	Key, Value []byte
+	// Partition is where the delta was written before (its pin), if it
+	// was: it goes there again.
+	Partition *int `json:",omitempty"`
 }
 
 type ruleCounts struct {
@@ -52,7 +55,11 @@ func (p *Publisher) checkpoint(batch []kafka.Message) {
 	c := checkpoint{At: p.cfg.Now(), Since: p.since}
 	for _, m := range batch {
 		if m.Headers != nil { // a delta
-			c.Pending = append(c.Pending, pendingMessage{m.Key, m.Value})
+			pm := pendingMessage{Key: m.Key, Value: m.Value}
+			if pn := pinOf(m); pn != nil && pn.partition != unpinned {
+				pm.Partition = &pn.partition
+			}
+			c.Pending = append(c.Pending, pm)
 		}
 	}
 	p.mu.RLock()
@@ -113,7 +120,11 @@ func (p *Publisher) recoverCheckpoint() []kafka.Message {
 	}
 	out := make([]kafka.Message, 0, len(c.Pending)+len(c.Counts)+len(c.Dropped))
 	for _, m := range c.Pending {
-		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Headers: deltaHeader})
+		pn := newPin(unpinned)
+		if m.Partition != nil && *m.Partition >= 0 {
+			pn.partition = *m.Partition
+		}
+		out = append(out, kafka.Message{Key: m.Key, Value: m.Value, Headers: deltaHeader, WriterData: pn})
 	}
 	if c.At.Before(c.Since) {
 		c.At = c.Since

@@ -108,10 +108,7 @@ func TestCheckpointedDeltasAreSentAgainAsStamped(t *testing.T) {
 	topic := kafkatest.Topic(t)
 	b := kafkatest.Start(t, 1, []string{topic})
 	dir := t.TempDir()
-	sp, err := spool.Open(dir, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := eventstest.Spool(t, dir)
 	cfg := Config{Brokers: b.Addrs(), Topic: topic, DeltaInterval: time.Hour, FlushInterval: 10 * time.Millisecond, Spool: sp}
 	earlier := NewPublisher(cfg)
 	for range 5 {
@@ -131,9 +128,7 @@ func TestCheckpointedDeltasAreSentAgainAsStamped(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if cfg.Spool, err = spool.Open(dir, 0); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Spool = eventstest.Spool(t, dir)
 	start(t, cfg)
 	ta := eventstest.Read(t, b.Addrs(), topic, func(ta *eventstest.Tally) bool { return ta.Messages >= 3 })
 	if ta.Allowed != 5 || ta.Rejected != 3 || ta.Duplicates != 1 {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,7 @@ func NewPublisher(cfg Config) *Publisher {
 	}
 	return &Publisher{
 		cfg: cfg,
-		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.Topic, Balancer: &kafka.Hash{}, Transport: cfg.Transport,
+		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers...), Topic: cfg.Topic, Balancer: &pinning{}, Transport: cfg.Transport,
 			BatchSize: cfg.BatchSize, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll,
 			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond},
 		queue:    make(chan rejection, cfg.Buffer),
@@ -463,17 +464,35 @@ func (p *Publisher) writeChunk(ctx context.Context, chunk []kafka.Message) []kaf
 	return nil
 }
 
-// spoolRecords encodes messages for the spool: a kind byte (0 a
-// rejection, 1 a delta), the key's length as a uvarint, the key, the value.
+// Kinds of spool records: a rejection or a delta, and either pinned to a
+// partition (a message written before).
+const (
+	spoolRejection byte = iota
+	spoolDelta
+	spoolPinnedRejection
+	spoolPinnedDelta
+)
+
+// spoolRecords encodes messages for the spool: a kind byte, for a pinned
+// one its partition as a uvarint, the key's length as a uvarint, the key,
+// the value.
 func spoolRecords(msgs []kafka.Message) [][]byte {
 	out := make([][]byte, len(msgs))
 	for i, m := range msgs {
-		kind := byte(0)
+		kind := spoolRejection
 		if m.Headers != nil {
-			kind = 1
+			kind = spoolDelta
 		}
-		b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m.Key)+len(m.Value))
+		pn := pinOf(m)
+		pinned := pn != nil && pn.partition != unpinned
+		if pinned {
+			kind += spoolPinnedRejection
+		}
+		b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(m.Key)+len(m.Value))
 		b = append(b, kind)
+		if pinned {
+			b = binary.AppendUvarint(b, uint64(pn.partition))
+		}
 		b = binary.AppendUvarint(b, uint64(len(m.Key)))
 		b = append(append(b, m.Key...), m.Value...)
 		out[i] = b
@@ -484,19 +503,29 @@ func spoolRecords(msgs []kafka.Message) [][]byte {
 // messageFromSpool decodes a spoolRecords record; ok is false when it is
 // not one.
 func messageFromSpool(b []byte) (m kafka.Message, ok bool) {
-	if len(b) < 2 || b[0] > 1 {
-		return m, false
-	}
-	n, w := binary.Uvarint(b[1:])
-	if w <= 0 || n > uint64(len(b)-1-w) {
+	if len(b) < 2 || b[0] > spoolPinnedDelta {
 		return m, false
 	}
 	kind := b[0]
-	b = b[1+w:]
+	b = b[1:]
+	partition := unpinned
+	if kind >= spoolPinnedRejection {
+		p, w := binary.Uvarint(b)
+		if w <= 0 || p > math.MaxInt32 {
+			return m, false
+		}
+		partition, b = int(p), b[w:]
+	}
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return m, false
+	}
+	b = b[w:]
 	m.Key, m.Value = bytes.Clone(b[:n]), bytes.Clone(b[n:])
-	if kind == 1 {
+	if kind == spoolDelta || kind == spoolPinnedDelta {
 		m.Headers = deltaHeader
 	}
+	m.WriterData = newPin(partition)
 	return m, true
 }
 
@@ -506,7 +535,7 @@ func (p *Publisher) rejectionMessage(r rejection) kafka.Message {
 	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
 		TenantId: r.tenant, Tier: r.tier, RuleId: r.rule, ClientKey: r.client, Cost: r.cost,
 		At: timestamppb.New(time.UnixMicro(r.at)), Decider: p.cfg.Decider, Shadow: r.shadow}}})
-	return kafka.Message{Key: []byte(r.tenant), Value: b}
+	return kafka.Message{Key: []byte(r.tenant), Value: b, WriterData: newPin(unpinned)}
 }
 
 // deltaMessage stamps d, tenant's counts from from to to, as this
@@ -514,7 +543,7 @@ func (p *Publisher) rejectionMessage(r rejection) kafka.Message {
 func (p *Publisher) deltaMessage(tenant string, d *sluicev1.CounterDelta, from, to *timestamppb.Timestamp) kafka.Message {
 	d.TenantId, d.From, d.To, d.Decider = tenant, from, to, p.cfg.Decider
 	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
-	return kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader}
+	return kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader, WriterData: newPin(unpinned)}
 }
 
 // deltas takes the counts since the last deltas, one message per rule

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
@@ -198,10 +197,7 @@ func TestSpoolKeepsEventsThroughAnOutageAndARestart(t *testing.T) {
 	brokers := b.Addrs()
 	b.Close()
 	dir := t.TempDir()
-	sp, err := spool.Open(dir, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := eventstest.Spool(t, dir)
 	cfg := Config{Brokers: brokers, Topic: topic, Buffer: 100, FlushInterval: 10 * time.Millisecond,
 		DeltaInterval: time.Hour, WriteTimeout: 200 * time.Millisecond, Spool: sp}
 	first := NewPublisher(cfg)
@@ -223,9 +219,7 @@ func TestSpoolKeepsEventsThroughAnOutageAndARestart(t *testing.T) {
 	}
 
 	b.Restart(t)
-	if cfg.Spool, err = spool.Open(dir, 0); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Spool = eventstest.Spool(t, dir)
 	second := start(t, cfg)
 	ta := eventstest.Read(t, brokers, topic, func(ta *eventstest.Tally) bool {
 		return len(ta.Rejections) >= n && ta.Allowed >= 7
@@ -276,21 +270,21 @@ func TestFullSpoolDropsAreCounted(t *testing.T) {
 	}
 }
 
-// A spool record decodes to the message it was made from; anything else
-// is refused or decoded without a panic.
+// A spool record decodes to the message it was made from, with its pin;
+// anything else is refused or decoded without a panic.
 func FuzzMessageFromSpool(f *testing.F) {
-	f.Add([]byte("tenant"), []byte("value"), true)
-	f.Add([]byte{}, []byte{}, false)
-	f.Fuzz(func(t *testing.T, key, value []byte, delta bool) {
+	f.Add([]byte("tenant"), []byte("value"), true, int32(-1))
+	f.Add([]byte{}, []byte{}, false, int32(5))
+	f.Fuzz(func(t *testing.T, key, value []byte, delta bool, partition int32) {
 		messageFromSpool(append([]byte{0}, key...)) // arbitrary bytes
 		messageFromSpool(value)
-		m := kafka.Message{Key: key, Value: value}
+		m := kafka.Message{Key: key, Value: value, WriterData: newPin(max(int(partition), unpinned))}
 		if delta {
 			m.Headers = deltaHeader
 		}
 		got, ok := messageFromSpool(spoolRecords([]kafka.Message{m})[0])
-		if !ok || !bytes.Equal(got.Key, key) || !bytes.Equal(got.Value, value) || (got.Headers != nil) != delta {
-			t.Fatalf("round trip of %q/%q/%v: %+v, %v", key, value, delta, got, ok)
+		if !ok || !bytes.Equal(got.Key, key) || !bytes.Equal(got.Value, value) || (got.Headers != nil) != delta || pinOf(got).partition != pinOf(m).partition {
+			t.Fatalf("round trip of %q/%q/%v/%d: %+v, %v", key, value, delta, partition, got, ok)
 		}
 	})
 }
@@ -319,20 +313,7 @@ func TestRefusedWritesKeepEachPartitionInOrder(t *testing.T) {
 				if n := produces.Add(1); !outage.Load() && n%4 != 2 && n%4 != 3 {
 					return nil, nil, false
 				}
-				req := kr.(*kmsg.ProduceRequest)
-				resp := req.ResponseKind().(*kmsg.ProduceResponse)
-				resp.Version = req.Version
-				for _, rt := range req.Topics {
-					st := kmsg.NewProduceResponseTopic()
-					st.Topic, st.TopicID = rt.Topic, rt.TopicID
-					for _, rp := range rt.Partitions {
-						sp := kmsg.NewProduceResponseTopicPartition()
-						sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
-						st.Partitions = append(st.Partitions, sp)
-					}
-					resp.Topics = append(resp.Topics, st)
-				}
-				return resp, nil, true
+				return kafkatest.Refused(kr), nil, true
 			})
 			cfg := Config{Brokers: b.Addrs(), Topic: topic, BatchSize: 50, FlushInterval: 10 * time.Millisecond, DeltaInterval: time.Hour, RetryPause: 20 * time.Millisecond}
 			if spooled {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -166,6 +167,51 @@ func DeleteRecords(t testing.TB, brokers []string, topic string, partition int32
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
 		t.Fatalf("kafkatest: delete records: %+v", resp.Topics)
 	}
+}
+
+// AddPartitions grows topic to total partitions, as an operator's
+// kafka-topics --alter --partitions does.
+func AddPartitions(t testing.TB, brokers []string, topic string, total int32) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	req.TimeoutMillis = 10_000
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic, rt.Count = topic, total
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("kafkatest: create partitions: %v", err)
+	}
+	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+		t.Fatalf("kafkatest: create partitions: %+v", resp.Topics)
+	}
+}
+
+// Refused answers a produce request (in a kfake control function) as a
+// broker that is not the leader of any of its partitions: nothing is
+// appended, and a producer tries again.
+func Refused(kr kmsg.Request) kmsg.Response {
+	req := kr.(*kmsg.ProduceRequest)
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	resp.Version = req.Version
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition, sp.ErrorCode = rp.Partition, kerr.NotLeaderForPartition.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // StartSecure is Start with a broker that asks for TLS (its certificate

@@ -10,7 +10,20 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkatest"
+	"github.com/sluicehq/sluice/internal/spool"
 )
+
+// Spool opens a publisher's spool in dir, unbounded, and closes it when
+// the test ends (again, where the publisher's Run closed it).
+func Spool(t testing.TB, dir string) *spool.Spool {
+	t.Helper()
+	sp, err := spool.Open(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	return sp
+}
 
 // Tally is what a run of decision events adds up to.
 type Tally struct {
