@@ -654,49 +654,65 @@ func TestPruneKeepsTheHoursOfDaysNotSummed(t *testing.T) {
 	}
 }
 
-// A day summed while a commit that writes its hours is open counts them
-// once: SumDays waits for the commit, whose trigger found the day not
-// summed yet, and then sums what it wrote.
-func TestADaySummedDuringACommitCountsItsHoursOnce(t *testing.T) {
+// The hourly jobs on the top clients' days wait for a commit of top
+// clients that is open, and count its hours once. A day summed meanwhile:
+// SumDays waits for the commit, whose trigger found the day not summed
+// yet, and then sums what it wrote. An hour pruned meanwhile: the pruning
+// waits for the commit, which added the hour's clients to its day, and
+// then deletes the hour, which its day keeps (were the hour read before
+// the pruning and written after, it would come back, its clients counted
+// in their day twice).
+func TestJobsOnTheDaysDuringACommitCountItsHoursOnce(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	ctx := context.Background()
-	s := NewStore(pool, 0)
 	day := t0.Truncate(24 * time.Hour)
-	summedUntil(t, pool, day)
-	b := NewBatch()
-	_ = b.Add(rejection("t", "r1", "alice", t0, false))
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if err := s.writeTop(ctx, tx, b); err != nil {
-		t.Fatal(err)
-	}
-	summed := make(chan error, 1)
-	go func() {
-		_, err := s.SumDays(ctx, day.Add(24*time.Hour))
-		summed <- err
-	}()
-	pid := tx.Conn().PgConn().PID()
-	waitFor(t, "SumDays to wait for the commit", func() bool {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		return waiting || len(summed) > 0
-	})
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-summed; err != nil {
-		t.Fatal(err)
-	}
-	checkDays(t, pool)
-	var rejected int64
-	if err := pool.QueryRow(ctx, `SELECT rejected FROM analytics_top_clients_day WHERE client_key = 'alice'`).Scan(&rejected); err != nil || rejected != 1 {
-		t.Fatalf("alice's day: %d rejected, %v; want 1", rejected, err)
+	for _, job := range []struct {
+		name   string
+		summed time.Time // the days summed before
+		run    func(*Store) error
+		hours  int64 // the hours' rows left after it
+	}{
+		{"SumDays", day, func(s *Store) error { _, err := s.SumDays(context.Background(), day.Add(24*time.Hour)); return err }, 1},
+		{"Prune", day.Add(24 * time.Hour), func(s *Store) error { _, err := s.Prune(context.Background(), day.Add(24*time.Hour), day); return err }, 0},
+	} {
+		t.Run(job.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			ctx := context.Background()
+			s := NewStore(pool, 0)
+			summedUntil(t, pool, job.summed)
+			b := NewBatch()
+			_ = b.Add(rejection("t", "r1", "alice", t0, false))
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if err := s.writeTop(ctx, tx, b); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- job.run(s) }()
+			pid := tx.Conn().PgConn().PID()
+			waitFor(t, job.name+" to wait for the commit", func() bool {
+				var waiting bool
+				if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				return waiting || len(done) > 0
+			})
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			checkDays(t, pool)
+			var rejected, hours int64
+			if err := pool.QueryRow(ctx, `SELECT (SELECT rejected FROM analytics_top_clients_day WHERE client_key = 'alice'),
+					(SELECT count(*) FROM analytics_top_clients)`).Scan(&rejected, &hours); err != nil || rejected != 1 || hours != job.hours {
+				t.Fatalf("alice's day: %d rejected, %d hours' rows, %v; want 1 and %d", rejected, hours, err, job.hours)
+			}
+		})
 	}
 }
 

@@ -188,7 +188,15 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 		days = append(days, dayLock(g.tenant, g.hour))
 	}
 	slices.Sort(days)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::integer[]) AS k`, dayLockClass, slices.Compact(days)); err != nil {
+	// Then, before the groups are read, the lock that SumDays and the
+	// pruning of hours take exclusively (and the trigger shared): hours
+	// pruned between the read and the write would come back whole, their
+	// old counts in their days twice (migration 29 keeps the days of hours
+	// pruned). One statement: the outer lock is taken once the inner ones
+	// are all held.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($3, 0)
+		FROM (SELECT count(pg_advisory_xact_lock($1, k)) FROM unnest($2::integer[]) AS k) AS days`,
+		dayLockClass, slices.Compact(days), daysLockClass); err != nil {
 		return fmt.Errorf("analytics: lock top clients' days: %w", err)
 	}
 	// The groups are read, merged and written back by one transaction at a
@@ -260,7 +268,8 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 }
 
 // The first keys of the advisory locks that writeTop (one per tenant's
-// day) and SumDays (one, which migration 27's trigger takes shared) take.
+// day) and SumDays and the pruning of hours (one, which writeTop and
+// migration 27's trigger take shared) take.
 const (
 	dayLockClass  = 0x736c6463 // "sldc"
 	daysLockClass = 0x736c6473 // "slds"
@@ -352,13 +361,11 @@ func (s *Store) Prune(ctx context.Context, before, hoursBefore time.Time) (int64
 
 // pruneTopHours deletes the top clients' hours before before's hour that
 // are summed in their days, which keep them, and moves hours_from to
-// where the hours kept begin. Its deletes take none of writeTop's locks:
-// a commit of events older than the retention at that moment may end in
-// a deadlock error, and is tried again.
+// where the hours kept begin. It waits for the commits of top clients
+// under way (writeTop), and they for it.
 func (s *Store) pruneTopHours(ctx context.Context, before time.Time) (n int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// SumDays moves until under this lock, taken exclusively.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, 0), set_config('sluice.keep_days', 'on', true)`, daysLockClass); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, 0), set_config('sluice.keep_days', 'on', true)`, daysLockClass); err != nil {
 			return err
 		}
 		cut := before.Truncate(time.Hour)
