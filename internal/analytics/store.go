@@ -222,11 +222,12 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	}
 	// Write back only what moved: the batch's clients (added to, or new)
 	// and the evicted ones.
-	var up struct {
+	type topRows struct {
 		tenants, rules, clients []string
 		hours                   []time.Time
 		rejected, errs          []int64
 	}
+	var ins, upd topRows
 	var gone struct {
 		tenants, rules, clients []string
 		hours                   []time.Time
@@ -240,6 +241,10 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 		}
 		after := mergeTop(slices.Clone(before), batch, s.topK)
 		for _, c := range after {
+			up := &ins
+			if had[c.client] {
+				up = &upd
+			}
 			delete(had, c.client)
 			if _, moved := batch[c.client]; moved {
 				up.tenants, up.rules, up.hours = append(up.tenants, g.tenant), append(up.rules, g.rule), append(up.hours, hour)
@@ -258,10 +263,19 @@ func (s *Store) writeTop(ctx context.Context, tx pgx.Tx, b *Batch) error {
 			return fmt.Errorf("analytics: write top clients: %w", err)
 		}
 	}
+	if len(upd.clients) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE analytics_top_clients t SET rejected = g.rejected, error = g.error
+			FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])
+				AS g (tenant_id, rule_id, hour, client_key, rejected, error)
+			WHERE (t.tenant_id, t.rule_id, t.hour, t.client_key) = (g.tenant_id, g.rule_id, g.hour, g.client_key)`,
+			upd.tenants, upd.rules, upd.hours, upd.clients, upd.rejected, upd.errs); err != nil {
+			return fmt.Errorf("analytics: write top clients: %w", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO analytics_top_clients AS t (tenant_id, rule_id, hour, client_key, rejected, error)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[], $6::bigint[])
 		ON CONFLICT (tenant_id, rule_id, hour, client_key) DO UPDATE SET rejected = excluded.rejected, error = excluded.error`,
-		up.tenants, up.rules, up.hours, up.clients, up.rejected, up.errs); err != nil {
+		ins.tenants, ins.rules, ins.hours, ins.clients, ins.rejected, ins.errs); err != nil {
 		return fmt.Errorf("analytics: write top clients: %w", err)
 	}
 	return nil
