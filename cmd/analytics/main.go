@@ -18,7 +18,7 @@
 //	-kafka-sasl-username KAFKA_SASL_USERNAME SASL user name
 //	                KAFKA_SASL_PASSWORD      SASL password (the environment only: no flag shows it in a process listing)
 //	-group          SLUICE_ANALYTICS_GROUP   consumer group (default sluice-analytics)
-//	-batch-size     SLUICE_ANALYTICS_BATCH   most events per PostgreSQL transaction (default 10000)
+//	-batch-size     SLUICE_ANALYTICS_BATCH   most events per PostgreSQL transaction (default 50000)
 //	-top-clients    SLUICE_TOP_CLIENTS       clients tracked per (tenant, rule, hour) (default 100)
 //	-retention      SLUICE_RETENTION         how long minute rollups and the top clients of each hour are kept (default 720h)
 //	-hour-retention SLUICE_HOUR_RETENTION    how long hourly rollups and the top clients of each day are kept, at least -retention (default 9600h)
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
 	kafkaSec := kafkasec.Register(fs, e)
 	group := fs.String("group", env("SLUICE_ANALYTICS_GROUP", "sluice-analytics"), "consumer group")
-	batch := fs.Int("batch-size", e.Int("SLUICE_ANALYTICS_BATCH", 10_000), "most events per PostgreSQL transaction")
+	batch := fs.Int("batch-size", e.Int("SLUICE_ANALYTICS_BATCH", analytics.DefaultBatchSize), "most events per PostgreSQL transaction")
 	topK := fs.Int("top-clients", e.Int("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
 	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long minute rollups and the top clients of each hour are kept")
 	hourRetention := fs.Duration("hour-retention", e.Duration("SLUICE_HOUR_RETENTION", analytics.DefaultHourRetention), "how long hourly rollups and the top clients of each day are kept, at least -retention")

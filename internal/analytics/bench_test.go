@@ -37,7 +37,7 @@ func benchEvents(n int) [][]byte {
 }
 
 // BenchmarkIngest measures decoding, rolling up and committing events to
-// PostgreSQL in batches of 10,000 (the consumer's default), offsets
+// PostgreSQL in batches of DefaultBatchSize, offsets
 // included: the analytics ingest rate without Kafka. The events are of
 // the current day (today) or, late, of a day whose top clients were
 // summed (summed-day: every top client is written to its day's sums too).
@@ -48,7 +48,7 @@ func BenchmarkIngest(b *testing.B) {
 			name = "summed-day"
 		}
 		b.Run(name, func(b *testing.B) {
-			const batch = 10_000
+			const batch = DefaultBatchSize
 			pool := poolFor(b)
 			sumDaysUntil(b, pool, late)
 			s := NewStore(pool, 0)

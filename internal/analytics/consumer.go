@@ -26,7 +26,8 @@ type Config struct {
 	// Group is the consumer group; empty means "sluice-analytics".
 	Group string
 	Store *Store
-	// BatchSize caps the events of one transaction; 0 means 10,000.
+	// BatchSize caps the events of one transaction; 0 means
+	// DefaultBatchSize.
 	BatchSize int
 	// BatchWait is the longest a read event waits for its commit; 0 means 200ms.
 	BatchWait time.Duration
@@ -74,7 +75,7 @@ func NewConsumer(cfg Config) *Consumer {
 		cfg.Group = "sluice-analytics"
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 10_000
+		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.BatchWait <= 0 {
 		cfg.BatchWait = 200 * time.Millisecond
