@@ -71,3 +71,5 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz '^FuzzChanges$$' -fuzztime $(FUZZTIME) ./internal/auditdiff/
 	$(GO) test -run '^$$' -fuzz '^FuzzOf$$' -fuzztime $(FUZZTIME) ./internal/clientip/
 	$(GO) test -run '^$$' -fuzz '^FuzzRecoverCheckpoint$$' -fuzztime $(FUZZTIME) ./internal/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzMessageFromSpool$$' -fuzztime $(FUZZTIME) ./internal/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/spool/

@@ -1,0 +1,49 @@
+package deploy
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every fuzz target runs in `make fuzz`, in its package: a decoder's
+// fuzz target left out of it is never run for longer than its seeds.
+func TestEveryFuzzTargetRunsInMakeFuzz(t *testing.T) {
+	dir := root(t)
+	makefile, err := os.ReadFile(filepath.Join(dir, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`-fuzz '\^(Fuzz\w+)\$\$' -fuzztime \$\(FUZZTIME\) \./(\S+)/`).FindAllStringSubmatch(string(makefile), -1) {
+		listed[m[2]+" "+m[1]] = true
+	}
+	target := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(f \*testing\.F\)`)
+	found := 0
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkg, _ := filepath.Rel(dir, filepath.Dir(path))
+		for _, m := range target.FindAllStringSubmatch(string(src), -1) {
+			found++
+			if !listed[filepath.ToSlash(pkg)+" "+m[1]] {
+				t.Errorf("%s (%s) is not run by make fuzz", m[1], pkg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no fuzz targets found")
+	}
+}
