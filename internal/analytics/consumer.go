@@ -22,7 +22,8 @@ import (
 // fewer times a busy client's top-clients row is rewritten per event
 // (most of a commit's work): BenchmarkConsume 78-87k events/s in batches
 // of 10,000, 160k at 25,000, 164-238k at 50,000, 191-229k at 100,000.
-// Reading one allocates about a kilobyte an event (BenchmarkIngest), most of it garbage at once.
+// Reading one allocates about a kilobyte an event (BenchmarkIngest), most
+// of it garbage at once.
 const DefaultBatchSize = 50_000
 
 // Config configures a Consumer.
