@@ -287,6 +287,35 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("a year's step %q, want 146 hours", got)
 	}
 	waitText("#top-table", "eve", nil)
+	// A custom range, in local time: the last hour has eve, a day a year
+	// ago no one; one that ends before it starts, and one longer than the
+	// server answers, say so next to their inputs.
+	eval(`(() => { const r = document.querySelector('#range'); r.value = 'custom'; r.dispatchEvent(new Event('change')); return ''; })()`)
+	do("the custom range's inputs", chromedp.WaitVisible("#range-from"), chromedp.WaitVisible("#range-to"))
+	setRange := func(from, to string) {
+		t.Helper()
+		eval(`(() => { document.querySelector('#range-from').value = localInput(new Date(` + from + `));
+			document.querySelector('#range-to').value = localInput(new Date(` + to + `)); return ''; })()`)
+		do("apply the range", chromedp.Click("#refresh"))
+	}
+	eval(`(() => { document.querySelector('#top-table tbody').replaceChildren(); return ''; })()`)
+	setRange("Date.now() - 3600e3", "Date.now() + 60e3")
+	waitText("#top-table", "eve", nil)
+	setRange("Date.now() - 366 * 86400e3", "Date.now() - 365 * 86400e3")
+	waitJS(`String(document.querySelectorAll('#top-table tbody tr').length)`, "0")
+	setRange("Date.now()", "Date.now() - 3600e3")
+	waitText("#range-to-error", "must end after it starts", nil)
+	setRange("Date.now() - 401 * 86400e3", "Date.now()")
+	waitText("#range-to-error", "at most 400 days", nil)
+	if got := eval(`document.querySelector('#range-to').getAttribute('aria-invalid') || ''`); got != "true" {
+		t.Fatalf("the range's end after the server refused it: aria-invalid %q", got)
+	}
+	shot("04c-dashboard-custom-range")
+	setRange("Date.now() - 3600e3", "Date.now() + 60e3")
+	waitText("#top-table", "eve", nil)
+	if got := eval(`document.querySelector('#range-to-error').textContent`); got != "" {
+		t.Fatalf("the range's error after a good range: %q", got)
+	}
 	// From a rejected client to its override: the top table offers one for
 	// the rule eve hit (it counts per client_id), the form filled in with
 	// her id, the rule and its limit, the limit to change in focus.

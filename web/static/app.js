@@ -652,19 +652,58 @@ function rotateButton(k) {
 
 // ---- dashboard ----
 
-// range is the time range picked, in about 60 steps. Over days the steps
-// are whole hours from a whole hour, which the server reads from its hourly
-// rollups (a sixtieth of the rows).
+// range is the time range picked (the last so long, or from and to in
+// local time), in about 60 steps. Over days the steps are whole hours
+// from a whole hour, which the server reads from its hourly rollups (a
+// sixtieth of the rows). A custom range that cannot be read throws an
+// error with field errors, as the server's.
 function range() {
-  const span = parseInt($('#range').value, 10);
-  const to = new Date(Math.ceil(Date.now() / 60000) * 60000);
-  let from = new Date(to.getTime() - span * 1000);
+  let from, to;
+  if ($('#range').value === 'custom') {
+    from = new Date($('#range-from').value);
+    to = new Date($('#range-to').value);
+    const fields = [];
+    if (isNaN(from)) fields.push({ field: 'from', description: 'Pick when the range starts.' });
+    if (isNaN(to)) fields.push({ field: 'to', description: 'Pick when the range ends.' });
+    else if (!isNaN(from) && to <= from) fields.push({ field: 'to', description: 'The range must end after it starts.' });
+    if (fields.length) throw Object.assign(new Error('invalid range'), { fields });
+  } else {
+    to = new Date(Math.ceil(Date.now() / 60000) * 60000);
+    from = new Date(to.getTime() - parseInt($('#range').value, 10) * 1000);
+  }
+  const span = (to - from) / 1000;
   let step = Math.max(60, Math.ceil(span / 60 / 60) * 60);
   if (span >= 2 * 86400) {
     step = Math.ceil(span / 60 / 3600) * 3600;
     from = new Date(Math.floor(from.getTime() / 3600000) * 3600000);
   }
   return { from: from.toISOString(), to: to.toISOString(), step: step + 's' };
+}
+
+// localInput formats d for a datetime-local input, in local time.
+function localInput(d) {
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
+// rangeChosen shows the custom range's inputs when it is picked, filled in
+// with the last day the first time, and loads the dashboard.
+function rangeChosen() {
+  const custom = $('#range').value === 'custom';
+  $('#custom-range').hidden = !custom;
+  if (custom && !$('#range-from').value && !$('#range-to').value) {
+    const to = new Date();
+    $('#range-to').value = localInput(to);
+    $('#range-from').value = localInput(new Date(to.getTime() - 86400000));
+  }
+  showDashboard();
+}
+
+// showDashboard loads the dashboard, its range's errors (the server's too)
+// next to the range's inputs.
+function showDashboard() {
+  clearErrors($('#range-form'));
+  return loadDashboard().catch((e) => showErrors($('#range-form'), e, $('#status')));
 }
 
 async function loadDashboard() {
@@ -731,8 +770,9 @@ function drawChart(points) {
 }
 
 async function exportCSV(report) {
-  const r = range();
+  clearErrors($('#range-form'));
   try {
+    const r = range();
     const res = await api('ReportService', 'ExportCSV', { from: r.from, to: r.to, step: r.step, report });
     const a = el('a', { href: URL.createObjectURL(new Blob([res.csv], { type: 'text/csv' })), download: res.filename });
     document.body.append(a);
@@ -740,7 +780,8 @@ async function exportCSV(report) {
     a.remove();
     say(`Exported ${res.filename}`);
   } catch (e) {
-    say(`Export failed: ${e.message}`);
+    showErrors($('#range-form'), e, $('#status'));
+    say(`Export failed: ${$('#status').textContent || 'see the range'}`);
   }
 }
 
@@ -969,8 +1010,10 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#tenant-more').addEventListener('click', () => loadOperator(false).catch((e) => say(`Could not load: ${e.message}`)));
   $('#ov-cancel').addEventListener('click', resetOverrideForm);
   $('#key-form').addEventListener('submit', submitKey);
-  $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); loadDashboard().catch((e) => say(e.message)); });
-  $('#range').addEventListener('change', () => loadDashboard().catch((e) => say(e.message)));
+  $('#range-form').addEventListener('submit', (ev) => { ev.preventDefault(); showDashboard(); });
+  $('#range').addEventListener('change', rangeChosen);
+  $('#range-from').addEventListener('change', showDashboard);
+  $('#range-to').addEventListener('change', showDashboard);
   $$('[data-export]').forEach((b) => b.addEventListener('click', () => exportCSV(b.dataset.export)));
   $('#audit-more').addEventListener('click', () => loadAudit(false).catch((e) => say(e.message)));
   $('#tenant-form').addEventListener('submit', submitTenant);
