@@ -299,12 +299,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		do("apply the range", chromedp.Click("#refresh"))
 	}
 	eval(`(() => { document.querySelector('#top-table tbody').replaceChildren(); return ''; })()`)
+	topRows := `String(document.querySelectorAll('#top-table tbody tr').length)`
 	setRange("Date.now() - 3600e3", "Date.now() + 60e3")
 	waitText("#top-table", "eve", nil)
-	setRange("Date.now() - 366 * 86400e3", "Date.now() - 365 * 86400e3")
-	waitJS(`String(document.querySelectorAll('#top-table tbody tr').length)`, "0")
 	setRange("Date.now()", "Date.now() - 3600e3")
 	waitText("#range-to-error", "must end after it starts", nil)
+	waitJS(topRows, "0") // not the last hour's figures under another range
+	setRange("Date.now() - 366 * 86400e3", "Date.now() - 365 * 86400e3")
+	waitText("#status", "Updated", nil)
+	waitJS(topRows+` + ' ' + document.querySelector('#range-to-error').textContent`, "0 ")
 	setRange("Date.now() - 401 * 86400e3", "Date.now()")
 	waitText("#range-to-error", "at most 400 days", nil)
 	if got := eval(`document.querySelector('#range-to').getAttribute('aria-invalid') || ''`); got != "true" {

@@ -700,10 +700,17 @@ function rangeChosen() {
 }
 
 // showDashboard loads the dashboard, its range's errors (the server's too)
-// next to the range's inputs.
+// next to the range's inputs; what failed to load shows nothing rather
+// than the figures of the range before.
 function showDashboard() {
   clearErrors($('#range-form'));
-  return loadDashboard().catch((e) => showErrors($('#range-form'), e, $('#status')));
+  return loadDashboard().catch((e) => {
+    state.chart = null;
+    $('#chart').replaceChildren();
+    $('#totals').textContent = '';
+    $$('#top-table tbody, #rule-table tbody, #tier-table tbody').forEach((b) => b.replaceChildren());
+    showErrors($('#range-form'), e, $('#status'));
+  });
 }
 
 async function loadDashboard() {
