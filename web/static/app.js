@@ -154,7 +154,7 @@ function show(view) {
   // Busy until the view is loaded: its rows are about to be replaced.
   const section = $('#view-' + view);
   section.setAttribute('aria-busy', 'true');
-  return ({ rules: loadRules, access: loadAccess, dashboard: loadDashboard, audit: () => loadAudit(true), file: loadFile, operator: () => loadOperator(true) })[view]()
+  return ({ rules: loadRules, access: loadAccess, dashboard: showDashboard, audit: () => loadAudit(true), file: loadFile, operator: () => loadOperator(true) })[view]()
     .catch((e) => say(`Could not load: ${e.message}`))
     .finally(() => section.setAttribute('aria-busy', 'false'));
 }
