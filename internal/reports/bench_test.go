@@ -61,13 +61,38 @@ func seedMonth(b testing.TB, pool *pgxpool.Pool) {
 	}
 }
 
+// seedDaysBefore stores the top clients of the 335 days before
+// seedMonth's month by the day alone, as analytics keeps them once their
+// hours are pruned (migration 29): the same clients every day.
+func seedDaysBefore(b testing.TB, pool *pgxpool.Pool) {
+	b.Helper()
+	from := benchEnd.Add(-benchDays * 24 * time.Hour)
+	if _, err := pool.Exec(context.Background(), `
+		INSERT INTO analytics_top_clients_day (tenant_id, rule_id, day, client_key, rejected, error)
+		SELECT tn, 'rule-' || t || '-' || r, d, 'client-' || c, 24 * (1 + c % 50), 0
+		FROM unnest(array['a', 'b']) tn,
+			generate_series($1::timestamptz - interval '335 days', $1::timestamptz - interval '1 day', interval '1 day') d,
+			generate_series(1, $2::int) t, generate_series(1, $3::int) r, generate_series(1, $4::int) c`,
+		from, benchTiers, benchRules, benchClients); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE analytics_top_clients_days SET hours_from = $1`, from); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `ANALYZE analytics_top_clients_day`); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkReports times the dashboard's queries over the last day, week
 // and month of seedMonth's rollups: the time series (in 60 steps, and over
 // days in the console's steps of whole hours), the breakdown by rule and
-// the top clients.
+// the top clients; and the top clients over the last quarter and year,
+// whose days before the month are kept by the day (seedDaysBefore).
 func BenchmarkReports(b *testing.B) {
 	pool := pgtest.Pool(b)
 	seedMonth(b, pool)
+	seedDaysBefore(b, pool)
 	s := New(pool)
 	ctx := context.Background()
 	for _, span := range []struct {
@@ -100,12 +125,23 @@ func BenchmarkReports(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("top-clients/%s", span.name), func(b *testing.B) {
-			for b.Loop() {
-				if top, err := s.TopClients(ctx, "a", r, "", DefaultTopLimit); err != nil || len(top) != DefaultTopLimit {
-					b.Fatalf("%d clients, %v", len(top), err)
-				}
-			}
-		})
+		benchTopClients(b, s, span.name, r)
 	}
+	for _, span := range []struct {
+		name string
+		days int
+	}{{"quarter", 90}, {"year", 365}} {
+		// From the console's whole hour, which cuts a day whose hours are gone.
+		benchTopClients(b, s, span.name, Range{benchEnd.Add(-time.Duration(span.days)*24*time.Hour + 13*time.Hour), benchEnd})
+	}
+}
+
+func benchTopClients(b *testing.B, s *Store, name string, r Range) {
+	b.Run("top-clients/"+name, func(b *testing.B) {
+		for b.Loop() {
+			if top, err := s.TopClients(context.Background(), "a", r, "", DefaultTopLimit); err != nil || len(top) != DefaultTopLimit {
+				b.Fatalf("%d clients, %v", len(top), err)
+			}
+		}
+	})
 }

@@ -1,0 +1,1 @@
+DROP INDEX analytics_top_clients_day_tenant_day;
