@@ -556,11 +556,10 @@ func TestConsumerCountsResentEventsOnce(t *testing.T) {
 // those summed meanwhile, through pruning too.
 func TestTopClientsDaysAreTheSumsOfTheirHours(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	day := t0.Truncate(24 * time.Hour)
+	pool := poolSummedUntil(t, day.Add(24*time.Hour))
 	ctx := context.Background()
 	s := NewStore(pool, 3)
-	day := t0.Truncate(24 * time.Hour)
-	summedUntil(t, pool, day.Add(24*time.Hour))
 	const rounds = 20
 	round := [2]int{}
 	summed := make(chan error, 1)
@@ -616,11 +615,10 @@ func TestTopClientsDaysAreTheSumsOfTheirHours(t *testing.T) {
 // clients until their day is summed.
 func TestPruneKeepsTheHoursOfDaysNotSummed(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
+	day := t0.Truncate(24 * time.Hour)
+	pool := poolSummedUntil(t, day)
 	ctx := context.Background()
 	s := NewStore(pool, 0)
-	day := t0.Truncate(24 * time.Hour)
-	summedUntil(t, pool, day)
 	b := NewBatch()
 	_ = b.Add(rejection("t", "r", "summed", day.Add(-2*time.Hour), false))
 	_ = b.Add(rejection("t", "r", "not-summed", day.Add(2*time.Hour), false))
@@ -676,10 +674,9 @@ func TestJobsOnTheDaysDuringACommitCountItsHoursOnce(t *testing.T) {
 	} {
 		t.Run(job.name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
+			pool := poolSummedUntil(t, job.summed)
 			ctx := context.Background()
 			s := NewStore(pool, 0)
-			summedUntil(t, pool, job.summed)
 			b := NewBatch()
 			_ = b.Add(rejection("t", "r1", "alice", t0, false))
 			tx, err := pool.Begin(ctx)
@@ -714,6 +711,15 @@ func TestJobsOnTheDaysDuringACommitCountItsHoursOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// poolSummedUntil returns a pool on a schema of the test's own, whose top
+// clients' days before until are marked summed (summedUntil).
+func poolSummedUntil(tb testing.TB, until time.Time) *pgxpool.Pool {
+	tb.Helper()
+	pool := pgtest.Pool(tb)
+	summedUntil(tb, pool, until)
+	return pool
 }
 
 // summedUntil marks the top clients' days before until summed, as

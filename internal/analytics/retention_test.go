@@ -141,9 +141,8 @@ func TestDaysAreSummedBehindAPartitionCatchingUp(t *testing.T) {
 // from its next run), up to the one that ended an hour ago.
 func TestConsumerSumsTheDaysOver(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
 	day := t0.Truncate(24 * time.Hour)
-	summedUntil(t, pool, day.Add(-2*24*time.Hour))
+	pool := poolSummedUntil(t, day.Add(-2*24*time.Hour))
 	cfg := topicOfItsOwn(t, pool)
 	cfg.PruneEvery, cfg.Now = 10*time.Millisecond, func() time.Time { return t0 }
 	_, stop := startConsumer(t, cfg)
