@@ -278,7 +278,11 @@ func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 		}
 		if tt.field != "" {
 			errs, _ := m["errors"].([]any)
-			if len(errs) != 1 || errs[0].(map[string]any)["Field"] != tt.field {
+			var desc string
+			if len(errs) == 1 {
+				desc, _ = errs[0].(map[string]any)["description"].(string)
+			}
+			if len(errs) != 1 || errs[0].(map[string]any)["field"] != tt.field || desc == "" {
 				t.Errorf("%s: errors %v, want one on %s", tt.name, m["errors"], tt.field)
 			}
 		}

@@ -39,10 +39,12 @@ func (c Code) String() string {
 }
 
 // FieldError names one invalid field of an input, with a path such as
-// "rules[2].match[0].key", and says what is wrong with it.
+// "rules[2].match[0].key", and says what is wrong with it. In JSON (the
+// decider's problem+json answers) it is {"field", "description"}, the
+// names of google.rpc.BadRequest's field violations.
 type FieldError struct {
-	Field       string
-	Description string
+	Field       string `json:"field"`
+	Description string `json:"description"`
 }
 
 // Error is the one coded error type of the core. Message is safe to show to
