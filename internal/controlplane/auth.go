@@ -226,6 +226,32 @@ func (i interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) con
 
 // tenantOf returns the tenant a call acts in: the requested one, which an
 // admin key may leave empty and may not set to another tenant's.
+// tenantWith is tenantOf, then required over the request's ids.
+func tenantWith(ctx context.Context, requested string, fieldValue ...string) (string, error) {
+	tenant, err := tenantOf(ctx, requested)
+	if err != nil {
+		return "", err
+	}
+	return tenant, required(ctx, fieldValue...)
+}
+
+// required refuses a request that leaves an id it needs empty (fieldValue
+// holds pairs: a field's name, its value) with InvalidArgument naming each
+// such field. An id given but unknown, or not an id at all, is NotFound,
+// as the store answers.
+func required(ctx context.Context, fieldValue ...string) error {
+	var fields []policy.FieldError
+	for i := 0; i+1 < len(fieldValue); i += 2 {
+		if fieldValue[i+1] == "" {
+			fields = append(fields, policy.FieldError{Field: fieldValue[i], Description: "required"})
+		}
+	}
+	if fields == nil {
+		return nil
+	}
+	return protoconv.ToConnectError(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request", Fields: fields})
+}
+
 func tenantOf(ctx context.Context, requested string) (string, error) {
 	p := principalFrom(ctx)
 	switch {

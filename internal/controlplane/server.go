@@ -198,6 +198,9 @@ func (s tenantServer) CreateTenant(ctx context.Context, req *connect.Request[slu
 }
 
 func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluicev1.GetTenantRequest]) (*connect.Response[sluicev1.GetTenantResponse], error) {
+	if err := required(ctx, "tenant_id", req.Msg.GetTenantId()); err != nil {
+		return nil, err
+	}
 	t, v, err := s.store.GetTenant(ctx, req.Msg.GetTenantId())
 	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantOut(t, v)}, err)
 }
@@ -225,11 +228,17 @@ func (s tenantServer) ListTenants(ctx context.Context, req *connect.Request[slui
 }
 
 func (s tenantServer) UpdateTenant(ctx context.Context, req *connect.Request[sluicev1.UpdateTenantRequest]) (*connect.Response[sluicev1.UpdateTenantResponse], error) {
+	if err := required(ctx, "tenant.id", req.Msg.GetTenant().GetId()); err != nil {
+		return nil, err
+	}
 	v, err := s.store.UpdateTenant(ctx, principalFrom(ctx).actor(), protoconv.TenantFromProto(req.Msg.GetTenant()), req.Msg.GetTenant().GetEtag())
 	return reply(ctx, s.server, &sluicev1.UpdateTenantResponse{ConfigVersion: v}, err)
 }
 
 func (s tenantServer) DeleteTenant(ctx context.Context, req *connect.Request[sluicev1.DeleteTenantRequest]) (*connect.Response[sluicev1.DeleteTenantResponse], error) {
+	if err := required(ctx, "tenant_id", req.Msg.GetTenantId()); err != nil {
+		return nil, err
+	}
 	err := s.store.DeleteTenant(ctx, principalFrom(ctx).actor(), req.Msg.GetTenantId())
 	return reply(ctx, s.server, &sluicev1.DeleteTenantResponse{}, err)
 }
@@ -259,7 +268,7 @@ func (s tierServer) ListTiers(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s tierServer) DeleteTier(ctx context.Context, req *connect.Request[sluicev1.DeleteTierRequest]) (*connect.Response[sluicev1.DeleteTierResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "tier_id", req.Msg.GetTierId())
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +277,7 @@ func (s tierServer) DeleteTier(ctx context.Context, req *connect.Request[sluicev
 }
 
 func (s tierServer) RenameTier(ctx context.Context, req *connect.Request[sluicev1.RenameTierRequest]) (*connect.Response[sluicev1.RenameTierResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "tier_id", req.Msg.GetTierId())
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +297,7 @@ func (s ruleServer) CreateRule(ctx context.Context, req *connect.Request[sluicev
 }
 
 func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1.ListRulesRequest]) (*connect.Response[sluicev1.ListRulesResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "tier_id", req.Msg.GetTierId())
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +310,7 @@ func (s ruleServer) ListRules(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s ruleServer) UpdateRule(ctx context.Context, req *connect.Request[sluicev1.UpdateRuleRequest]) (*connect.Response[sluicev1.UpdateRuleResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "rule.id", req.Msg.GetRule().GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +319,7 @@ func (s ruleServer) UpdateRule(ctx context.Context, req *connect.Request[sluicev
 }
 
 func (s ruleServer) DeleteRule(ctx context.Context, req *connect.Request[sluicev1.DeleteRuleRequest]) (*connect.Response[sluicev1.DeleteRuleResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "rule_id", req.Msg.GetRuleId())
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +328,7 @@ func (s ruleServer) DeleteRule(ctx context.Context, req *connect.Request[sluicev
 }
 
 func (s ruleServer) ReorderRules(ctx context.Context, req *connect.Request[sluicev1.ReorderRulesRequest]) (*connect.Response[sluicev1.ReorderRulesResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "tier_id", req.Msg.GetTierId())
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +376,7 @@ func (s keyServer) ListKeys(ctx context.Context, req *connect.Request[sluicev1.L
 }
 
 func (s keyServer) RevokeKey(ctx context.Context, req *connect.Request[sluicev1.RevokeKeyRequest]) (*connect.Response[sluicev1.RevokeKeyResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "key_id", req.Msg.GetKeyId())
 	if err != nil {
 		return nil, err
 	}
@@ -376,7 +385,7 @@ func (s keyServer) RevokeKey(ctx context.Context, req *connect.Request[sluicev1.
 }
 
 func (s keyServer) RotateKey(ctx context.Context, req *connect.Request[sluicev1.RotateKeyRequest]) (*connect.Response[sluicev1.RotateKeyResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "key_id", req.Msg.GetKeyId())
 	if err != nil {
 		return nil, err
 	}

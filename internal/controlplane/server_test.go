@@ -240,6 +240,86 @@ func TestInvalidInputHasFieldDetails(t *testing.T) {
 	}
 }
 
+// A call that leaves an id it needs empty is InvalidArgument naming that
+// field; an id given that names nothing (unknown, or not an id at all) is
+// NotFound, whoever asks.
+func TestEmptyIDsAreInvalidUnknownOnesNotFound(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	tenantID, admin := setupTenant(t, c, "acme")
+	type rpc struct {
+		name, field string
+		call        func(key, id string) error
+	}
+	ignore := func(_ any, err error) error { return err }
+	rpcs := []rpc{
+		{"GetTenant", "tenant_id", func(k, id string) error {
+			return ignore(call(k, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: id}))
+		}},
+		{"UpdateTenant", "tenant.id", func(k, id string) error {
+			return ignore(call(k, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: &sluicev1.Tenant{Id: id, Slug: "acme", Name: "acme"}}))
+		}},
+		{"DeleteTenant", "tenant_id", func(k, id string) error {
+			return ignore(call(k, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: id}))
+		}},
+		{"DeleteTier", "tier_id", func(k, id string) error {
+			return ignore(call(k, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TierId: id}))
+		}},
+		{"RenameTier", "tier_id", func(k, id string) error {
+			return ignore(call(k, c.tiers.RenameTier, &sluicev1.RenameTierRequest{TierId: id, Name: "gold"}))
+		}},
+		{"CreateRule", "tier_id", func(k, id string) error {
+			return ignore(call(k, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: id, Rule: ruleMsg("a")}))
+		}},
+		{"ListRules", "tier_id", func(k, id string) error {
+			return ignore(call(k, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: id}))
+		}},
+		{"UpdateRule", "rule.id", func(k, id string) error {
+			r := ruleMsg("a")
+			r.Id = id
+			return ignore(call(k, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: r}))
+		}},
+		{"DeleteRule", "rule_id", func(k, id string) error {
+			return ignore(call(k, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: id}))
+		}},
+		{"ReorderRules", "tier_id", func(k, id string) error {
+			return ignore(call(k, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: id}))
+		}},
+		{"RevokeKey", "key_id", func(k, id string) error {
+			return ignore(call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: id}))
+		}},
+		{"RotateKey", "key_id", func(k, id string) error {
+			return ignore(call(k, c.keys.RotateKey, &sluicev1.RotateKeyRequest{KeyId: id}))
+		}},
+		{"UpdateOverride", "override.id", func(k, id string) error {
+			return ignore(call(k, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{Override: &sluicev1.Override{Id: id, Identifier: "alice", Tier: "free"}}))
+		}},
+		{"DeleteOverride", "override_id", func(k, id string) error {
+			return ignore(call(k, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{OverrideId: id}))
+		}},
+	}
+	for _, r := range rpcs {
+		key := admin
+		if strings.Contains(r.name, "Tenant") {
+			key = operatorKey
+		}
+		err := r.call(key, "")
+		if codeOf(err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(err), []string{r.field}) {
+			t.Errorf("%s without %s: %v (fields %v), want invalid_argument naming it", r.name, r.field, err, fieldsOf(err))
+		}
+		for _, id := range []string{"not-an-id", "00000000-0000-0000-0000-000000000000"} {
+			if err := r.call(key, id); codeOf(err) != connect.CodeNotFound {
+				t.Errorf("%s with %s %q: %v, want not_found", r.name, r.field, id, err)
+			}
+		}
+	}
+	// The tenant was not touched by any of it.
+	if got := callOK(t, operatorKey, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: tenantID}).Tenant; got.Slug != "acme" {
+		t.Fatalf("tenant now %v", got)
+	}
+}
+
 // fieldsOf returns the fields an error's BadRequest detail names.
 func fieldsOf(err error) []string {
 	var fields []string

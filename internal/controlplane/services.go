@@ -96,7 +96,7 @@ func keyCursor(token string) (*pgstore.KeyCursor, error) {
 }
 
 func (s overrideServer) UpdateOverride(ctx context.Context, req *connect.Request[sluicev1.UpdateOverrideRequest]) (*connect.Response[sluicev1.UpdateOverrideResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "override.id", req.Msg.GetOverride().GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func overrideOut(o policy.Override) *sluicev1.Override {
 }
 
 func (s overrideServer) DeleteOverride(ctx context.Context, req *connect.Request[sluicev1.DeleteOverrideRequest]) (*connect.Response[sluicev1.DeleteOverrideResponse], error) {
-	tenant, err := tenantOf(ctx, req.Msg.GetTenantId())
+	tenant, err := tenantWith(ctx, req.Msg.GetTenantId(), "override_id", req.Msg.GetOverrideId())
 	if err != nil {
 		return nil, err
 	}

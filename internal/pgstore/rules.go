@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -223,12 +224,23 @@ func listRules(ctx context.Context, q querier, tenantID, tierID string) ([]store
 	return out, translate(err, "rule")
 }
 
-// ListRules returns a tier's rules in order.
+// ListRules returns a tier's rules in order; NotFound when the tenant has
+// no such tier (a tier without rules is an empty list).
 func (s *Store) ListRules(ctx context.Context, tenantID, tierID string) ([]policy.Rule, error) {
 	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return nil, err
 	}
 	stored, err := listRules(ctx, s.db, tenantID, tierID)
+	if err == nil && len(stored) == 0 {
+		var ok bool
+		err = s.db.QueryRow(ctx, `SELECT true FROM tiers WHERE tenant_id = $1 AND id = $2`, tenantID, tierID).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, policy.Errorf(policy.CodeNotFound, "tier not found")
+		}
+		if err != nil {
+			return nil, translate(err, "tier")
+		}
+	}
 	out := make([]policy.Rule, len(stored))
 	for i, r := range stored {
 		out[i] = r.Rule
