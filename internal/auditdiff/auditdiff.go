@@ -115,9 +115,57 @@ func walk(out map[string]string, path string, v any) {
 		if len(v) == 0 {
 			return
 		}
-		b, _ := json.Marshal(v)
+		b, _ := json.Marshal(readable("", v))
 		out[path] = string(b)
 	}
+}
+
+// Readable is the JSON value raw as the API names and shows things: keys
+// in snake_case, named numbers by name (an algorithm, a failure mode, a
+// status), durations as text ("1m30s"); every field kept, zeros too. What
+// is not JSON, or is empty, is returned as it is.
+func Readable(raw []byte) []byte {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return raw
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil || d.More() {
+		return raw
+	}
+	b, err := json.Marshal(readable("", v))
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// readable is v as Readable shows it, key the name v stands under.
+func readable(key string, v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[snake(k)] = readable(snake(k), x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = readable("", x)
+		}
+		return out
+	case json.Number:
+		n, err := v.Int64()
+		switch name := enums[key]; {
+		case err == nil && n >= 0 && n < 256 && name != nil:
+			return name(n)
+		case err == nil && durations[key]:
+			return time.Duration(n).String()
+		}
+	}
+	return v
 }
 
 func join(path, k string) string {

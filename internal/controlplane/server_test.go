@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -1191,6 +1192,12 @@ func TestAuditHistory(t *testing.T) {
 	}
 	if created := mapped(history[1].Changes, (*sluicev1.AuditChange).GetField); !slices.Contains(created, "name") || !slices.Contains(created, "limit") || slices.Contains(created, "burst") {
 		t.Fatalf("the creation set %q", created)
+	}
+	// The values whole, in the API's names.
+	var after map[string]any
+	if err := json.Unmarshal([]byte(history[0].NewValue), &after); err != nil || after["algorithm"] != "token_bucket" ||
+		after["window"] != "1m30s" || after["limit"] != float64(before*2) || after["name"] != "a" {
+		t.Fatalf("the update's new value %s (%v)", history[0].NewValue, err)
 	}
 	if all := callOK(t, admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{}).Entries; len(all) <= 3 {
 		t.Fatalf("the whole log: %d entries", len(all))

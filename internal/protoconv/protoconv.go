@@ -163,7 +163,7 @@ func OverrideFromProto(p *sluicev1.Override) policy.Override {
 // AuditToProto is an audit entry with the fields it changed.
 func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
 	out := &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, ActorName: a.ActorName, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
-		OldValue: string(a.Old), NewValue: string(a.New), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
+		OldValue: string(auditdiff.Readable(a.Old)), NewValue: string(auditdiff.Readable(a.New)), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
 	for _, c := range auditdiff.Changes(a.Old, a.New) {
 		out.Changes = append(out.Changes, &sluicev1.AuditChange{Field: c.Field, Old: c.Old, New: c.New})
 	}

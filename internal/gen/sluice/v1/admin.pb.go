@@ -3212,7 +3212,9 @@ type AuditEntry struct {
 	Action     string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
 	Resource   string `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
 	ResourceId string `protobuf:"bytes,5,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
-	// JSON of the value before and after the change.
+	// JSON of the value before and after the change, in the API's names
+	// (snake_case fields, algorithms and failure modes by name, durations
+	// as "1m30s").
 	OldValue      string                 `protobuf:"bytes,6,opt,name=old_value,json=oldValue,proto3" json:"old_value,omitempty"`
 	NewValue      string                 `protobuf:"bytes,7,opt,name=new_value,json=newValue,proto3" json:"new_value,omitempty"`
 	ConfigVersion int64                  `protobuf:"varint,8,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
