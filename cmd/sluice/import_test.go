@@ -38,6 +38,19 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
+// fileWriter returns a function that writes a file of dir, and returns
+// its path.
+func fileWriter(t *testing.T, dir string) func(name, body string) string {
+	return func(name, body string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
 // importServer serves a control plane on a schema of the test's own, and
 // returns its store and the environment that points the CLI at it with
 // the operator key.
@@ -152,13 +165,7 @@ func TestImportSeveralFiles(t *testing.T) {
 	t.Parallel()
 	store, getenv := importServer(t)
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	write("edge.yaml", ratelimitYAML)
 	write("mongo.yml", "domain: mongo_cps\ndescriptors:\n  - key: database\n    value: users\n    rate_limit: {unit: second, requests_per_unit: 500}\n")
 	write("README.md", "not a configuration")
@@ -209,5 +216,55 @@ func TestImportSeveralFiles(t *testing.T) {
 	err = run(context.Background(), []string{"import", "-dry-run", filepath.Join(dir, "edge.yaml"), write("again.yaml", ratelimitYAML)}, &out, &errOut, getenv)
 	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "one file per domain") {
 		t.Fatalf("two files of one domain: %v, %q", err, errOut.String())
+	}
+}
+
+// With -merge-domains the files of one domain make its tenant together, as
+// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: their limits land in one tier
+// in one import, replaces may name a limit of another file, and a limit
+// in two files refuses them all.
+func TestImportMergesTheFilesOfADomain(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	dir := t.TempDir()
+	write := fileWriter(t, dir)
+	write("a-team.yaml", "domain: shared\ndescriptors:\n  - key: route\n    value: /a\n    rate_limit: {unit: second, requests_per_unit: 5, name: a}\n")
+	write("b-team.yaml", "domain: shared\ndescriptors:\n  - key: route\n    value: /b\n    rate_limit: {unit: minute, requests_per_unit: 7, replaces: [{name: a}]}\n")
+	write("other.yaml", "domain: other\ndescriptors:\n  - key: client_id\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"import", "-merge-domains", "-json", dir}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("merged import: %v (%s)", err, errOut.String())
+	}
+	var sums []cli.ImportSummary
+	if err := json.Unmarshal([]byte(out.String()), &sums); err != nil || len(sums) != 2 {
+		t.Fatalf("summaries %q: %v", out.String(), err)
+	}
+	tenant, _, err := store.GetTenantBySlug(context.Background(), "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, err := store.ListTiers(context.Background(), tenant.ID)
+	if err != nil || len(tiers) != 1 {
+		t.Fatalf("shared's tiers: %v, %v", tiers, err)
+	}
+	var got []string
+	for _, r := range tiers[0].Rules {
+		got = append(got, fmt.Sprintf("%s %d/%v replaces %v", r.Name, r.Limit, r.Window, r.Replaces))
+	}
+	if want := []string{"a 5/1s replaces []", "route=/b 7/1m0s replaces [a]"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("shared's rules %q, want %q", got, want)
+	}
+
+	// The same limit in two files of the domain: nothing imported.
+	write("c-team.yaml", "domain: shared\ndescriptors:\n  - key: route\n    value: /b\n    rate_limit: {unit: minute, requests_per_unit: 70}\n")
+	write("d.yaml", "domain: fresh\ndescriptors:\n  - key: client_id\n    rate_limit: {unit: hour, requests_per_unit: 9}\n")
+	errOut.Reset()
+	err = run(context.Background(), []string{"import", "-merge-domains", dir}, &out, &errOut, getenv)
+	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "c-team.yaml") || !strings.Contains(errOut.String(), "route=/b is in both files") {
+		t.Fatalf("a limit in two files: %v, %q", err, errOut.String())
+	}
+	if _, _, err := store.GetTenantBySlug(context.Background(), "fresh"); err == nil {
+		t.Fatal("a refused import created a tenant")
 	}
 }

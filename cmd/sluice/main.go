@@ -38,7 +38,7 @@ commands:
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_DECISION_BUDGET bounds a decision's Redis call (50ms; then failure modes answer),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
-  import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-tier NAME] [-json] FILE|DIR...
+  import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] FILE|DIR...
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
   tenants, tiers, rules, overrides, keys, audit, deciders, reports
@@ -147,12 +147,13 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	prune := fs.Bool("prune", false, "delete the tier's rules the file does not name")
 	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
+	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE|DIR...\n")
+		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n")
 		return errUsage
 	}
-	plans, err := parseImports(fs.Args(), stderr)
+	plans, err := parseImports(fs.Args(), *merge, stderr)
 	if err != nil {
 		return err
 	}
@@ -188,28 +189,41 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 // parseImports reads the envoyproxy/ratelimit configurations of paths, a
 // directory standing for its .yaml and .yml files (as envoyproxy/ratelimit
 // loads its config directory), and refuses them all, printing every
-// problem, when any is invalid or two have the same domain.
-func parseImports(paths []string, stderr io.Writer) ([]*envoyimport.Plan, error) {
+// problem, when any is invalid or two have the same domain — unless merge,
+// where the files of a domain make one plan (a limit in two of them is a
+// problem then).
+func parseImports(paths []string, merge bool, stderr io.Writer) ([]*envoyimport.Plan, error) {
 	files, err := yamlFiles(paths)
 	if err != nil {
 		return nil, err
 	}
 	plans := make([]*envoyimport.Plan, 0, len(files))
-	domains := map[string]string{}
+	domains := map[string]string{}           // slug: the domain's first file
+	bySlug := map[string]*envoyimport.Plan{} // slug: the domain's plan
 	invalid := false
 	for _, name := range files {
 		plan, err := parseImport(name)
+		first := ""
+		if err == nil {
+			first = domains[plan.Tenant.Slug]
+		}
 		switch {
 		case policy.ErrorCode(err) != policy.CodeUnknown:
 			reportInvalid(stderr, name, err)
 			invalid = true
 		case err != nil:
 			return nil, err
-		case domains[plan.Tenant.Slug] != "":
-			fmt.Fprintf(stderr, "%s: domain %s is also %s's: one file per domain\n", name, plan.Tenant.Name, domains[plan.Tenant.Slug])
+		case first != "" && !merge:
+			fmt.Fprintf(stderr, "%s: domain %s is also %s's: one file per domain (or -merge-domains)\n", name, plan.Tenant.Name, first)
 			invalid = true
+		case first != "":
+			if err := bySlug[plan.Tenant.Slug].Merge(plan); err != nil {
+				reportInvalid(stderr, name+" (merged with "+first+")", err)
+				invalid = true
+			}
 		default:
 			domains[plan.Tenant.Slug] = name
+			bySlug[plan.Tenant.Slug] = plan
 			plans = append(plans, plan)
 		}
 	}

@@ -112,6 +112,7 @@ func Parse(r io.Reader) (*Plan, error) {
 	names := map[string]bool{}
 	var walk func(ds []descriptor, path string, match []policy.Match, keyBy []string, depth int)
 	walk = func(ds []descriptor, path string, match []policy.Match, keyBy []string, depth int) {
+		seen := make(map[[2]string]bool, len(ds))
 		for i, d := range ds {
 			field := fmt.Sprintf("%sdescriptors[%d]", path, i)
 			if depth > maxDepth {
@@ -122,6 +123,14 @@ func Parse(r io.Reader) (*Plan, error) {
 				errs = append(errs, policy.FieldError{Field: field + ".key", Description: "required"})
 				continue
 			}
+			// envoyproxy/ratelimit refuses a key and value twice among
+			// siblings ("duplicate descriptor composite key"), limit or not.
+			kv := [2]string{d.Key, d.Value}
+			if seen[kv] {
+				errs = append(errs, policy.FieldError{Field: field, Description: fmt.Sprintf("key %q with value %q appears twice here", d.Key, d.Value)})
+				continue
+			}
+			seen[kv] = true
 			m, kb := append(match[:len(match):len(match)], policy.Match{Key: d.Key, Value: d.Value}), keyBy
 			if d.Value == "" {
 				m[len(m)-1].Value = policy.AnyValue
@@ -149,6 +158,33 @@ func Parse(r io.Reader) (*Plan, error) {
 		return nil, invalid(errs...)
 	}
 	return p, nil
+}
+
+// Merge adds other's rules (another file of p's domain) to p's, as
+// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG joins the files of a domain;
+// the names of rules both have (the same descriptor path, or the same
+// rate_limit name) are an error, and so is a tier over the rules' bound.
+// p is unchanged on an error.
+func (p *Plan) Merge(other *Plan) error {
+	names := make(map[string]bool, len(p.Rules))
+	for _, r := range p.Rules {
+		names[r.Name] = true
+	}
+	var errs []policy.FieldError
+	for _, r := range other.Rules {
+		if names[r.Name] {
+			errs = append(errs, policy.FieldError{Field: "descriptors", Description: fmt.Sprintf("%s is in both files", r.Name)})
+		}
+	}
+	if n := len(p.Rules) + len(other.Rules); len(errs) == 0 && n > policy.MaxRulesPerTier {
+		errs = append(errs, policy.FieldError{Field: "descriptors", Description: fmt.Sprintf("more than %d limits in the domain's files", policy.MaxRulesPerTier)})
+	}
+	if len(errs) > 0 {
+		return invalid(errs...)
+	}
+	p.Rules = append(p.Rules, other.Rules...)
+	p.Unlimited = append(p.Unlimited, other.Unlimited...)
+	return nil
 }
 
 // rule converts one rate_limit at a descriptor path.

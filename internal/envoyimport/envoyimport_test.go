@@ -226,6 +226,13 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: -1}
   - key: d
     rate_limit: {unit: second, requests_per_unit: 1, name: d, replaces: [{name: d}]}
+  - key: b
+    descriptors:
+      - key: e
+  - key: a
+    value: x
+  - key: a
+    value: x
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -237,7 +244,7 @@ descriptors:
 		got = append(got, f.Field)
 	}
 	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
-		"descriptors[3].rate_limit.replaces[0].name"}
+		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}
@@ -245,6 +252,35 @@ descriptors:
 		if _, err := Parse(strings.NewReader(in)); policy.ErrorCode(err) != policy.CodeInvalid {
 			t.Errorf("%.30q: %v", in, err)
 		}
+	}
+}
+
+// Merge joins the limits of two files of a domain, and refuses a limit in
+// both, leaving the plan as it was.
+func TestMerge(t *testing.T) {
+	t.Parallel()
+	parse := func(s string) *Plan {
+		t.Helper()
+		p, err := Parse(strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := parse("domain: d\ndescriptors:\n  - key: k\n    value: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	b := parse("domain: d\ndescriptors:\n  - key: k\n    value: b\n    rate_limit: {unlimited: true}\n")
+	if err := a.Merge(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{a.Rules[0].Name, a.Rules[1].Name}; len(a.Rules) != 2 || !slices.Equal(got, []string{"k=a", "k=b"}) || !slices.Equal(a.Unlimited, []string{"k=b"}) {
+		t.Fatalf("merged %v, unlimited %v", a.Rules, a.Unlimited)
+	}
+	again := parse("domain: d\ndescriptors:\n  - key: k\n    value: b\n    rate_limit: {unit: minute, requests_per_unit: 9}\n")
+	if err := a.Merge(again); policy.ErrorCode(err) != policy.CodeInvalid || !strings.Contains(err.Error(), "k=b is in both files") {
+		t.Fatalf("a limit in both: %v", err)
+	}
+	if len(a.Rules) != 2 {
+		t.Fatalf("a refused merge left %d rules", len(a.Rules))
 	}
 }
 
