@@ -84,5 +84,5 @@ func SetHeaders(h http.Header, d Decision) {
 		rules[i] = rlheaders.Rule{Name: r.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Window,
 			ResetAfter: r.ResetAfter, RetryAfter: r.RetryAfter}
 	}
-	rlheaders.Set(h, rules, d.Deciding, d.Allowed)
+	rlheaders.Set(h, rlheaders.IETF, rules, d.Deciding, d.Allowed)
 }

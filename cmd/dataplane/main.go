@@ -38,6 +38,7 @@
 //	-grpc-tls-client-ca SLUICE_GRPC_TLS_CLIENT_CA PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS; default none)
 //	-rule-metrics   SLUICE_RULE_METRICS       count each rule's answers in /metrics: sluice_rule_decisions_total and sluice_rule_near_limit_total, a series per tenant, tier, rule (and outcome) (default true)
 //	-shadow-mode    SLUICE_SHADOW_MODE        every rule of every tenant in shadow: decisions reported as ever, none rejected (default false)
+//	-rate-limit-headers SLUICE_RATE_LIMIT_HEADERS the rate limit headers answered: ietf, draft-6, x or none (default ietf; docs/configuration.md)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
@@ -106,6 +107,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/internal/secretfile"
 	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
@@ -149,6 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
 	ruleMetrics := fs.Bool("rule-metrics", env("SLUICE_RULE_METRICS", "true") != "false", "count each rule's answers in /metrics (series per tenant, tier and rule)")
 	shadowMode := fs.Bool("shadow-mode", env("SLUICE_SHADOW_MODE", "false") == "true", "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
+	headerStyle := fs.String("rate-limit-headers", env("SLUICE_RATE_LIMIT_HEADERS", "ietf"), "the rate limit headers answered: ietf (RateLimit-Policy, RateLimit, X-RateLimit-*), draft-6 (RateLimit-Policy 10;w=60, RateLimit-Limit, -Remaining, -Reset, X-RateLimit-*), x (X-RateLimit-* alone) or none (Retry-After alone)")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
@@ -177,6 +180,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	grpcKey := fs.String("grpc-tls-key", env("SLUICE_GRPC_TLS_KEY", ""), "PEM private key of -grpc-tls-cert")
 	grpcClientCA := fs.String("grpc-tls-client-ca", env("SLUICE_GRPC_TLS_CLIENT_CA", ""), "PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	headers, err := rlheaders.ParseStyle(*headerStyle)
+	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -237,7 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
-		Metrics: dataplane.NewMetrics(reg, decider)}
+		Metrics: dataplane.NewMetrics(reg, decider), Headers: headers}
 	apiCfg.Metrics.PerRule(*ruleMetrics)
 	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)
 	if err != nil {

@@ -48,6 +48,9 @@ type HTTPConfig struct {
 	// Tracer, when set, puts a span around each decision, under the trace
 	// context the request carries (tracing.Setup); nil traces nothing.
 	Tracer trace.Tracer
+	// Headers is the style of the rate limit headers of HTTP answers and
+	// of Envoy's response_headers_to_add; the zero value is IETF's.
+	Headers rlheaders.Style
 }
 
 // reset resets the counters req meets (decide.Decider.Reset), counts it,
@@ -136,8 +139,9 @@ type exchange interface {
 	// decode reads the body, one JSON object of at most maxBytes, into v;
 	// errTooLarge when it is longer.
 	decode(v any, maxBytes int64) error
-	// rateHeaders sets the rate limit headers of dec (see SetHeaders).
-	rateHeaders(dec decide.Decision)
+	// rateHeaders sets the rate limit headers of dec in style (see
+	// SetHeaders).
+	rateHeaders(dec decide.Decision, style rlheaders.Style)
 	// reply answers with status and v as JSON.
 	reply(status int, contentType string, v any)
 	// write answers with status and body.
@@ -312,7 +316,7 @@ func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed
 	// goroutine anyway: there the yield only cost 1.7 µs per decision
 	// (interleaved runs, docs/benchmarks.md).
 	runtime.Gosched()
-	ex.rateHeaders(dec)
+	ex.rateHeaders(dec, h.cfg.Headers)
 	status := http.StatusOK
 	if !dec.Allowed {
 		status = http.StatusTooManyRequests
@@ -380,7 +384,9 @@ func (e *stdExchange) decode(v any, maxBytes int64) error {
 	return err
 }
 
-func (e *stdExchange) rateHeaders(dec decide.Decision) { SetHeaders(e.w.Header(), dec) }
+func (e *stdExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {
+	SetHeaders(e.w.Header(), style, dec)
+}
 
 func (e *stdExchange) write(status int, contentType string, body []byte) {
 	e.w.Header().Set("Content-Type", contentType)
@@ -513,10 +519,10 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// SetHeaders sets the rate limit headers of dec (see rlheaders): those of
-// the deciding rule, the one that denied, not one that passed.
-func SetHeaders(h http.Header, dec decide.Decision) {
-	rlheaders.Set(h, headerRules(dec), dec.Deciding, dec.Allowed)
+// SetHeaders sets the rate limit headers of dec in style (see rlheaders):
+// those of the deciding rule, the one that denied, not one that passed.
+func SetHeaders(h http.Header, style rlheaders.Style, dec decide.Decision) {
+	rlheaders.Set(h, style, headerRules(dec), dec.Deciding, dec.Allowed)
 }
 
 // headerRules are dec's rules as package rlheaders needs them.

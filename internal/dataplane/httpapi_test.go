@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
 type fixedClock struct{ t time.Time }
@@ -179,6 +180,32 @@ func testCheckUntilRejected(t *testing.T, srv served, key string) {
 			t.Errorf("%s: %q, want %q", k, got, v)
 		}
 	}
+}
+
+// A decider configured for draft 6's headers answers them, on both
+// servers, and none of the IETF form.
+func TestCheckAnswersTheConfiguredHeaders(t *testing.T) {
+	t.Parallel()
+	draft6 := func(t testing.TB) (HTTPConfig, string) {
+		cfg, key := testAPI(t)
+		cfg.Headers = rlheaders.Draft6
+		return cfg, key
+	}
+	eachServer(t, draft6, func(t *testing.T, srv served, key string) {
+		body := `{"descriptors":{"client_id":"bob","route":"/login"}}`
+		post(t, srv, "/v1/check", key, body)
+		post(t, srv, "/v1/check", key, body)
+		resp, _ := post(t, srv, "/v1/check", key, body)
+		want := map[string]string{
+			"RateLimit-Policy": "3;w=60, 2;w=60", "RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "45",
+			"X-RateLimit-Limit": "2", "Retry-After": "45", "RateLimit": "",
+		}
+		for k, v := range want {
+			if got := resp.Header.Get(k); resp.StatusCode != 429 || got != v {
+				t.Errorf("%d, %s: %q, want %q", resp.StatusCode, k, got, v)
+			}
+		}
+	})
 }
 
 // A peek answers with what remains and consumes nothing.

@@ -195,13 +195,13 @@ func (e *fastExchange) decode(v any, maxBytes int64) error {
 
 // rateHeaders builds the values in a buffer of its own, which fasthttp
 // copies: no allocation for the commonest decisions, of a few rules.
-func (e *fastExchange) rateHeaders(dec decide.Decision) {
+func (e *fastExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {
 	var rules [4]rlheaders.Rule
 	var buf [256]byte
-	b, ends, n := rlheaders.Append(buf[:0], appendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
+	b, ends, n := rlheaders.Append(buf[:0], style, appendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
 	from := 0
 	for i := range n {
-		e.ctx.Response.Header.SetCanonical(rlheaders.Key(i), b[from:ends[i]])
+		e.ctx.Response.Header.SetCanonical(rlheaders.Key(style, i), b[from:ends[i]])
 		from = ends[i]
 	}
 }

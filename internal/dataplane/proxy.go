@@ -127,7 +127,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			h.fail(ex, err)
 			return
 		}
-		ex.rateHeaders(dec)
+		ex.rateHeaders(dec, cfg.API.Headers)
 		if !dec.Allowed {
 			ex.reply(http.StatusTooManyRequests, "application/problem+json", rejectedProblem(dec))
 			return

@@ -141,7 +141,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		out.Statuses[i] = st
 	}
 	if headersOf != nil {
-		keys, vals := rlheaders.Values(headerRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
+		keys, vals := rlheaders.Values(s.cfg.Headers, headerRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
 		hv := make([]corev3.HeaderValue, len(keys))
 		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
 		for i := range keys {

@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
 // serveRLS serves cfg's grpc-go server on a loopback port and returns a
@@ -463,5 +464,25 @@ descriptors:
 		if want := i < 5; (res.OverallCode == rlsv3.RateLimitResponse_OK) != want || res.Statuses[0].CurrentLimit.GetName() != "specific_limit" {
 			t.Fatalf("call %d with the first descriptor alone: %v", i, res)
 		}
+	}
+}
+
+// Envoy adds the headers of the decider's style: X-RateLimit-* alone here.
+func TestEnvoyRLSAddsTheConfiguredHeaders(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	cfg.Headers = rlheaders.X
+	client := serveRLS(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "dave")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range res.ResponseHeadersToAdd {
+		got = append(got, h.Key+": "+h.Value)
+	}
+	if want := []string{"X-Ratelimit-Limit: 3", "X-Ratelimit-Remaining: 2", "X-Ratelimit-Reset: 45"}; !slices.Equal(got, want) {
+		t.Fatalf("headers %q, want %q", got, want)
 	}
 }

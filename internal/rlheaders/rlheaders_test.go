@@ -1,6 +1,7 @@
 package rlheaders
 
 import (
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ func TestSet(t *testing.T) {
 		{Name: `a "quoted"\name`, Limit: 3, Remaining: 2, ResetAfter: time.Millisecond, RetryAfter: -1},
 	}
 	h := http.Header{}
-	Set(h, rules, 0, false)
+	Set(h, IETF, rules, 0, false)
 	want := map[string]string{
 		"RateLimit-Policy":      `"per-client";q=10;w=1, "a \"quoted\"\\name";q=3`,
 		"RateLimit":             `"per-client";r=0;t=2, "a \"quoted\"\\name";r=2;t=1`,
@@ -31,24 +32,99 @@ func TestSet(t *testing.T) {
 	}
 
 	h = http.Header{}
-	Set(h, rules, 1, false) // the deciding rule can never admit: no Retry-After
+	Set(h, IETF, rules, 1, false) // the deciding rule can never admit: no Retry-After
 	if h.Get("Retry-After") != "" || h.Get("X-RateLimit-Limit") != "3" {
 		t.Errorf("deciding rule 1: %v", h)
 	}
 	h = http.Header{}
-	Set(h, rules, -1, true)
+	Set(h, IETF, rules, -1, true)
 	if len(h) != 2 || h.Get("RateLimit") == "" {
 		t.Errorf("no deciding rule: %v", h)
 	}
 	h = http.Header{}
-	Set(h, []Rule{{Name: "é\x01", Limit: 1}}, 0, true)
+	Set(h, IETF, []Rule{{Name: "é\x01", Limit: 1}}, 0, true)
 	if got := h.Get("RateLimit-Policy"); got != `"???";q=1` {
 		t.Errorf("non-ASCII name: %q", got)
 	}
 }
 
+// Each style answers its own headers: of every rule, of the deciding one,
+// and Retry-After on a rejection that can be admitted later.
+func TestStyles(t *testing.T) {
+	rules := []Rule{
+		{Name: "per-client", Limit: 10, Remaining: 0, Window: time.Minute, ResetAfter: 1500 * time.Millisecond, RetryAfter: 200 * time.Millisecond},
+		{Name: "login", Limit: 3, Remaining: 2, ResetAfter: time.Millisecond, RetryAfter: -1},
+	}
+	x := map[string]string{"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "2"}
+	with := func(m map[string]string, kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range m {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	for _, c := range []struct {
+		style    Style
+		deciding int
+		allowed  bool
+		want     map[string]string
+	}{
+		{IETF, 0, false, with(x, "RateLimit-Policy", `"per-client";q=10;w=60, "login";q=3`, "RateLimit", `"per-client";r=0;t=2, "login";r=2;t=1`, "Retry-After", "1")},
+		{Draft6, 0, false, with(x, "RateLimit-Policy", "10;w=60, 3", "RateLimit-Limit", "10", "RateLimit-Remaining", "0", "RateLimit-Reset", "2", "Retry-After", "1")},
+		{Draft6, 0, true, with(x, "RateLimit-Policy", "10;w=60, 3", "RateLimit-Limit", "10", "RateLimit-Remaining", "0", "RateLimit-Reset", "2")},
+		{Draft6, -1, true, map[string]string{"RateLimit-Policy": "10;w=60, 3"}},
+		{X, 0, false, with(x, "Retry-After", "1")},
+		{X, 1, false, map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "1"}},
+		{None, 0, false, map[string]string{"Retry-After": "1"}},
+		{None, 0, true, map[string]string{}},
+		{Style(99), 1, true, map[string]string{"RateLimit-Policy": `"per-client";q=10;w=60, "login";q=3`,
+			"RateLimit": `"per-client";r=0;t=2, "login";r=2;t=1`, "X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "1"}},
+	} {
+		h := http.Header{}
+		Set(h, c.style, rules, c.deciding, c.allowed)
+		got := map[string]string{}
+		for k, v := range h {
+			got[k] = v[0]
+			if len(v) != 1 {
+				t.Errorf("%s: %s has %d values", c.style, k, len(v))
+			}
+		}
+		want := map[string]string{}
+		for k, v := range c.want {
+			want[http.CanonicalHeaderKey(k)] = v
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s, deciding %d, allowed %v:\n got %v\nwant %v", c.style, c.deciding, c.allowed, got, want)
+		}
+		// Append gives the same, unallocated, by Key.
+		var buf [256]byte
+		b, ends, n := Append(buf[:0], c.style, rules, c.deciding, c.allowed)
+		if n != len(want) {
+			t.Errorf("%s: Append gave %d headers, want %d", c.style, n, len(want))
+		}
+		from := 0
+		for i := range n {
+			if k, v := string(Key(c.style, i)), string(b[from:ends[i]]); want[k] != v {
+				t.Errorf("%s: Append's %s = %q, want %q", c.style, k, v, want[k])
+			}
+			from = ends[i]
+		}
+	}
+	for _, name := range []string{"ietf", "draft-6", "x", "none"} {
+		if s, err := ParseStyle(name); err != nil || s.String() != name {
+			t.Errorf("ParseStyle(%q) = %v, %v", name, s, err)
+		}
+	}
+	if _, err := ParseStyle("draft-7"); err == nil {
+		t.Error("ParseStyle took draft-7")
+	}
+}
+
 func TestHeaderKeysAreCanonical(t *testing.T) {
-	for _, k := range headerKeys {
+	for _, k := range headerNames {
 		if c := http.CanonicalHeaderKey(k); c != k {
 			t.Errorf("%q is stored as given but looked up as %q", k, c)
 		}
@@ -58,7 +134,7 @@ func TestHeaderKeysAreCanonical(t *testing.T) {
 func TestSetAllocations(t *testing.T) {
 	rules := []Rule{{Name: "per-client", Limit: 10, Remaining: 3, Window: time.Second, ResetAfter: time.Second}}
 	h := http.Header{}
-	if n := testing.AllocsPerRun(100, func() { Set(h, rules, 0, true) }); n > 2 {
+	if n := testing.AllocsPerRun(100, func() { Set(h, IETF, rules, 0, true) }); n > 2 {
 		t.Errorf("%v allocations per call, want at most 2", n)
 	}
 }
