@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
 
@@ -37,7 +38,8 @@ commands:
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_DECISION_BUDGET bounds a decision's Redis call (50ms; then failure modes answer),
-           SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089)
+           SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089),
+           SLUICE_RATE_LIMIT_HEADERS the headers answered (ietf, draft-6, x or none; as the decider's)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] FILE|DIR...
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
@@ -111,6 +113,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			fmt.Fprintf(stderr, "SLUICE_DECISION_BUDGET: want a positive duration such as 50ms\n")
 			return errUsage
 		}
+		headers, err := rlheaders.ParseStyle(flagenv.Env(getenv).String("SLUICE_RATE_LIMIT_HEADERS", "ietf"))
+		if err != nil {
+			fmt.Fprintf(stderr, "SLUICE_RATE_LIMIT_HEADERS: %v\n", err)
+			return errUsage
+		}
 		logger := slog.New(slog.NewTextHandler(stderr, nil))
 		tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dev", getenv)
 		if err != nil {
@@ -120,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		defer stopTracing()
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger, Tracer: tracer,
 			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: getenv("SLUICE_REDIS_CLUSTER") == "true", RedisSentinel: getenv("SLUICE_REDIS_SENTINEL") == "true", RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
-			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget,
+			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget, Headers: headers,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)

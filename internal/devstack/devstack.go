@@ -45,6 +45,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/migrations"
 )
@@ -78,6 +79,8 @@ type Config struct {
 	// Budget is the time budget of a decision's Redis call, past which its
 	// rules' failure modes answer; 0 means 50ms, the decider's default.
 	Budget time.Duration
+	// Headers is the style of the rate limit headers answered.
+	Headers rlheaders.Style
 	// Dir keeps the dev keys and the decider's snapshot; "" means
 	// <user cache dir>/sluice/dev.
 	Dir string
@@ -209,7 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
-		Metrics: dataplane.NewMetrics(reg, decider), Events: pub, Tracer: cfg.Tracer}
+		Metrics: dataplane.NewMetrics(reg, decider), Events: pub, Tracer: cfg.Tracer, Headers: cfg.Headers}
 	dataplane.MountHTTP(mux, dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
