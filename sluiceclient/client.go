@@ -62,6 +62,9 @@ type Config struct {
 	Coalesce bool
 	// Senders bounds the coalesced calls in flight; 0 means 2.
 	Senders int
+	// Headers is the style of the rate limit headers Middleware answers
+	// with; the zero value is HeadersIETF.
+	Headers HeaderStyle
 }
 
 // Request is one check: the request's descriptors, and optionally the

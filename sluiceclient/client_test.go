@@ -206,6 +206,22 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
+// The middleware answers the headers of its style: draft 6's here.
+func TestMiddlewareHeaderStyle(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := decider(t, clk)
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	h := New(Config{URL: url, Key: key, Now: clk.now, Headers: HeadersDraft6}).Middleware(ByHeader("X-Client-Id"), app)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/things", nil)
+	req.Header.Set("X-Client-Id", "bob")
+	h.ServeHTTP(rec, req)
+	if got := rec.Header(); got.Get("RateLimit-Limit") != "3" || got.Get("RateLimit-Remaining") != "2" || got.Get("RateLimit-Policy") != "3;w=60" || got.Get("RateLimit") != "" {
+		t.Fatalf("headers %v", got)
+	}
+}
+
 func TestFailureModes(t *testing.T) {
 	t.Parallel()
 	hang := make(chan struct{})

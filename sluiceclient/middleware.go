@@ -53,7 +53,7 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 			http.Error(w, "rate limiter misconfigured", http.StatusInternalServerError)
 			return
 		}
-		SetHeaders(w.Header(), d)
+		setHeaders(w.Header(), c.cfg.Headers, d)
 		if d.Allowed {
 			next.ServeHTTP(w, r)
 			return
@@ -75,14 +75,38 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 	})
 }
 
-// SetHeaders sets d's rate limit headers on h: RateLimit-Policy and
-// RateLimit for every rule, X-RateLimit-* of the deciding one, and
-// Retry-After on a rejection.
-func SetHeaders(h http.Header, d Decision) {
+// HeaderStyle is a set of rate limit headers to answer with (the
+// decider's -rate-limit-headers).
+type HeaderStyle = rlheaders.Style
+
+// Header styles. Each sends Retry-After on a rejection that can be
+// admitted later.
+const (
+	// HeadersIETF: RateLimit-Policy and RateLimit, one named item per
+	// rule, and X-RateLimit-Limit, -Remaining and -Reset of the deciding
+	// rule. The default.
+	HeadersIETF = rlheaders.IETF
+	// HeadersDraft6: RateLimit-Policy with an unnamed item per rule
+	// (10;w=60), RateLimit-Limit, -Remaining and -Reset of the deciding
+	// rule (the draft's sixth version, as Kong and envoyproxy/ratelimit
+	// send them), and the X-RateLimit-* headers.
+	HeadersDraft6 = rlheaders.Draft6
+	// HeadersX: X-RateLimit-Limit, -Remaining and -Reset alone.
+	HeadersX = rlheaders.X
+	// HeadersNone: no rate limit header but Retry-After.
+	HeadersNone = rlheaders.None
+)
+
+// SetHeaders sets d's rate limit headers on h in the HeadersIETF style:
+// RateLimit-Policy and RateLimit for every rule, X-RateLimit-* of the
+// deciding one, and Retry-After on a rejection.
+func SetHeaders(h http.Header, d Decision) { setHeaders(h, HeadersIETF, d) }
+
+func setHeaders(h http.Header, style HeaderStyle, d Decision) {
 	rules := make([]rlheaders.Rule, len(d.Rules))
 	for i, r := range d.Rules {
 		rules[i] = rlheaders.Rule{Name: r.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Window,
 			ResetAfter: r.ResetAfter, RetryAfter: r.RetryAfter}
 	}
-	rlheaders.Set(h, rlheaders.IETF, rules, d.Deciding, d.Allowed)
+	rlheaders.Set(h, style, rules, d.Deciding, d.Allowed)
 }
