@@ -222,7 +222,7 @@ type CheckJSON struct {
 
 func (h *httpAPI) check(ex exchange) {
 	var body checkBody
-	c, ok := h.begin(ex, &body)
+	c, ok := h.begin(ex, "check", &body)
 	if !ok {
 		return
 	}
@@ -263,7 +263,7 @@ type ResetJSON struct {
 
 func (h *httpAPI) reset(ex exchange) {
 	var body resetBody
-	c, ok := h.begin(ex, &body)
+	c, ok := h.begin(ex, "reset", &body)
 	if !ok {
 		return
 	}
@@ -288,7 +288,7 @@ type shouldAllowBody struct {
 
 func (h *httpAPI) shouldAllow(ex exchange) {
 	var body shouldAllowBody
-	c, ok := h.begin(ex, &body)
+	c, ok := h.begin(ex, "shouldAllowRequest", &body)
 	if !ok {
 		return
 	}
@@ -332,9 +332,10 @@ func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed
 	}
 }
 
-// begin authenticates the request and decodes its body into v; on failure
-// it has answered and returns false.
-func (h *httpAPI) begin(ex exchange, v any) (*decide.Config, bool) {
+// begin authenticates the request and decodes its body into v, the body
+// of a what ("check", "reset"); on failure it has answered and returns
+// false.
+func (h *httpAPI) begin(ex exchange, what string, v any) (*decide.Config, bool) {
 	c, err := h.cfg.Authenticate(ex.authorization())
 	if err != nil {
 		h.fail(ex, err)
@@ -348,7 +349,7 @@ func (h *httpAPI) begin(ex exchange, v any) (*decide.Config, bool) {
 		h.tooLarge(ex)
 		return nil, false
 	}
-	replyProblem(ex, http.StatusBadRequest, "Malformed request", "the body is not a valid check: "+err.Error(), nil)
+	replyProblem(ex, http.StatusBadRequest, "Malformed request", "the body is not a valid "+what+": "+err.Error(), nil)
 	return nil, false
 }
 

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,14 +90,16 @@ func TestResetAcrossDeciders(t *testing.T) {
 			for _, tc := range []struct {
 				name, key, body string
 				status          int
+				detail          string // what the problem's detail starts with
 			}{
-				{"no key", "", login, 401},
-				{"unknown field", key, `{"cost":1}`, 400},
-				{"unknown tier", key, `{"tier":"gold"}`, 400},
-				{"bad descriptor", key, `{"descriptors":{"no spaces":"x"}}`, 400},
+				{"no key", "", login, 401, ""},
+				{"unknown field", key, `{"cost":1}`, 400, "the body is not a valid reset: "},
+				{"unknown tier", key, `{"tier":"gold"}`, 400, ""},
+				{"bad descriptor", key, `{"descriptors":{"no spaces":"x"}}`, 400, ""},
 			} {
-				if resp, m := post(t, a, "/v1/reset", tc.key, tc.body); resp.StatusCode != tc.status {
-					t.Errorf("%s: %d %v, want %d", tc.name, resp.StatusCode, m, tc.status)
+				resp, m := post(t, a, "/v1/reset", tc.key, tc.body)
+				if detail, _ := m["detail"].(string); resp.StatusCode != tc.status || !strings.HasPrefix(detail, tc.detail) {
+					t.Errorf("%s: %d %v, want %d %q…", tc.name, resp.StatusCode, m, tc.status, tc.detail)
 				}
 			}
 		})
