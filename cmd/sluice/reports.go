@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluicehq/sluice/internal/days"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 )
@@ -22,7 +23,7 @@ import (
 func init() {
 	verbs["reports rejections"] = verb{"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
-		step := fs.Duration("step", time.Hour, "one row per this much (whole minutes)")
+		step := days.Flag(fs, "step", time.Hour, "one row per this much (whole minutes)")
 		rule := fs.String("rule", "", "only this rule (id or TIER/RULE)")
 		tier := fs.String("tier", "", "only this tier (name)")
 		return func(s *session, c *http.Client, _ string) error {
@@ -96,7 +97,7 @@ func init() {
 	}}
 	verbs["reports csv"] = verb{"REPORT", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
-		step := fs.Duration("step", time.Minute, "rejections: one row per this much (whole minutes)")
+		step := days.Flag(fs, "step", time.Minute, "rejections: one row per this much (whole minutes)")
 		limit := fs.Int("limit", 1000, "top: at most this many clients (1 to 1000)")
 		return func(s *session, c *http.Client, report string) error {
 			from, to, err := span.times()
@@ -130,7 +131,7 @@ type span struct {
 
 func defineSpan(fs *flag.FlagSet) span {
 	return span{
-		since: fs.Duration("since", 24*time.Hour, "the range starts this long before -until"),
+		since: days.Flag(fs, "since", 24*time.Hour, "the range starts this long before -until"),
 		until: fs.String("until", "", "the range ends here (RFC 3339, e.g. 2026-11-24T00:00:00Z; empty: now)"),
 	}
 }

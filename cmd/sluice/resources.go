@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -395,7 +396,7 @@ var verbs = map[string]verb{
 	}},
 	"keys create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		kind, name := fs.String("kind", "check", "admin (the control plane), viewer (the control plane, read only: an analyst's) or check (the data plane)"), fs.String("name", "", "a name to tell the key by")
-		lasts := fs.Duration("for", 0, "expires after this long, e.g. 720h (0: never)")
+		lasts := days.Flag(fs, "for", 0, "expires after this long, e.g. 30d (0: never)")
 		return func(s *session, c *http.Client, _ string) error {
 			kv, err := enumFlag(sluicev1.KeyKind_value, "KEY_KIND_", fs.Lookup("kind"))
 			if err != nil {
@@ -452,7 +453,7 @@ var verbs = map[string]verb{
 		})
 	}),
 	"keys rotate": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
-		grace := fs.Duration("grace", 24*time.Hour, "how long the old key keeps working, at most 720h (0: revoked at once)")
+		grace := days.Flag(fs, "grace", 24*time.Hour, "how long the old key keeps working, at most 30d (0: revoked at once)")
 		return func(s *session, c *http.Client, id string) error {
 			req := &sluicev1.RotateKeyRequest{TenantId: s.tenant, KeyId: id, Grace: durationpb.New(*grace)}
 			return call(s, sluicev1connect.NewKeyServiceClient(c, s.server).RotateKey, req, func(w *tabwriter.Writer, r *sluicev1.RotateKeyResponse) {
@@ -752,7 +753,7 @@ func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
 		tier:       fs.String("tier", "", "move the client to this tier (name)"),
 		ruleID:     fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name"),
 		block:      fs.Bool("block", false, "block the client (with -rule, on that rule only)"),
-		lasts:      fs.Duration("for", 0, "expires after this long from now, e.g. 24h or 720h (0: never)"),
+		lasts:      days.Flag(fs, "for", 0, "expires after this long from now, e.g. 24h or 30d (0: never)"),
 		params:     defineParamOpts(fs),
 	}
 }

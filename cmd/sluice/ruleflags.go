@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 )
@@ -35,7 +36,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
 		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
 		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
-		sync:     fs.Duration("sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
+		sync:     days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
 		message:  fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
 	}
 }
@@ -117,14 +118,14 @@ func defineParamOpts(fs *flag.FlagSet) paramOpts {
 		algorithm:   fs.String("algorithm", "token_bucket", "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets or concurrency"),
 		limit:       fs.Int64("limit", 0, "requests per window"),
 		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
-		window:      fs.Duration("window", 0, "window, e.g. 1m"),
+		window:      days.Flag(fs, "window", 0, "window, e.g. 1m"),
 		calendar:    fs.String("calendar", "", "fixed window: calendar windows in place of -window: day, week (from Monday), month or year (none: the window)"),
 		timeZone:    fs.String("time-zone", "", "with -calendar: the IANA time zone whose midnights start the windows, e.g. America/New_York (empty: UTC)"),
-		warmUp:      fs.Duration("warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
+		warmUp:      days.Flag(fs, "warm-up", 0, "token bucket: ramp from a cold rate to the full rate over this long"),
 		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
-		maxDelay:    fs.Duration("max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
-		granularity: fs.Duration("granularity", 0, "sliding buckets: the width of a bucket"),
-		leaseTTL:    fs.Duration("lease-ttl", 0, "concurrency: how long a lease lasts unless released"),
+		maxDelay:    days.Flag(fs, "max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
+		granularity: days.Flag(fs, "granularity", 0, "sliding buckets: the width of a bucket"),
+		leaseTTL:    days.Flag(fs, "lease-ttl", 0, "concurrency: how long a lease lasts unless released"),
 	}
 }
 

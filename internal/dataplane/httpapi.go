@@ -20,6 +20,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -183,10 +184,10 @@ func (l *limitJSON) requestLimit() (*decide.RequestLimit, error) {
 	if l == nil {
 		return nil, nil
 	}
-	w, err := time.ParseDuration(l.Window)
+	w, err := days.ParseDuration(l.Window)
 	if err != nil {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
-			Fields: []policy.FieldError{{Field: "limit.window", Description: `must be a duration such as "1m" or "3600s"`}}}
+			Fields: []policy.FieldError{{Field: "limit.window", Description: `must be a duration such as "1m", "3600s" or "1d"`}}}
 	}
 	return &decide.RequestLimit{Requests: l.Requests, Window: w}, nil
 }

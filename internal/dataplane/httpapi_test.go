@@ -343,6 +343,11 @@ func TestCheckWithItsOwnLimit(t *testing.T) {
 		if resp, _ := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "3" {
 			t.Fatalf("alice under the tier's rules: %d, limit %s", resp.StatusCode, resp.Header.Get("X-RateLimit-Limit"))
 		}
+		// A window in days.
+		_, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1d"}}`)
+		if rules, _ := m["rules"].([]any); len(rules) != 1 || rules[0].(map[string]any)["rule"] != "limit/86400s/client_id" {
+			t.Fatalf("a day's limit: %v", m)
+		}
 	})
 }
 

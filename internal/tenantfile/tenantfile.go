@@ -36,6 +36,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -107,12 +108,15 @@ type Override struct {
 }
 
 // Duration is a time.Duration written as Go writes durations ("1m",
-// "250ms").
+// "250ms"), whole days as days ("30d").
 type Duration time.Duration
 
 // MarshalYAML writes d without the zero units Go's String adds ("1m", not
-// "1m0s").
+// "1m0s"), and a whole number of days as days ("7d", not "168h").
 func (d Duration) MarshalYAML() (any, error) {
+	if d > 0 && time.Duration(d)%days.Day == 0 {
+		return strconv.FormatInt(int64(time.Duration(d)/days.Day), 10) + "d", nil
+	}
 	s := time.Duration(d).String()
 	if t, ok := strings.CutSuffix(s, "m0s"); ok {
 		s = t + "m"
@@ -123,11 +127,11 @@ func (d Duration) MarshalYAML() (any, error) {
 	return s, nil
 }
 
-// UnmarshalYAML reads a duration such as "90s" or "1h30m".
+// UnmarshalYAML reads a duration such as "90s", "1h30m" or "30d".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
+	v, err := days.ParseDuration(n.Value)
 	if err != nil || n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: %q is not a duration (such as 1m or 250ms)", n.Line, n.Value)
+		return fmt.Errorf("line %d: %q is not a duration (such as 1m, 250ms or 1d)", n.Line, n.Value)
 	}
 	*d = Duration(v)
 	return nil

@@ -334,3 +334,20 @@ func normal(f *File) *File {
 	}
 	return f
 }
+
+// Durations may be written in days, and whole days are written so.
+func TestDurationsInDays(t *testing.T) {
+	f, err := Parse([]byte("tenant: a\ntiers:\n  - name: b\n    rules:\n      - {name: c, algorithm: fixed_window, limit: 1, window: 1d12h}\n      - {name: d, algorithm: fixed_window, limit: 1, window: 7d}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := f.Tiers[0].Rules
+	if time.Duration(rules[0].Window) != 36*time.Hour || time.Duration(rules[1].Window) != 7*24*time.Hour {
+		t.Fatalf("windows %v, %v", time.Duration(rules[0].Window), time.Duration(rules[1].Window))
+	}
+	for d, want := range map[Duration]string{Duration(7 * 24 * time.Hour): "7d", Duration(36 * time.Hour): "36h", Duration(time.Minute): "1m", Duration(90 * time.Second): "1m30s"} {
+		if got, _ := d.MarshalYAML(); got != want {
+			t.Errorf("%v written %q, want %q", time.Duration(d), got, want)
+		}
+	}
+}
