@@ -98,7 +98,7 @@ function dur(s) {
   return `${+(parseFloat(m[1]) * mult).toFixed(3)}s`;
 }
 const seconds = (d) => (d ? parseFloat(d) : 0);
-const fmtDur = (d) => { const s = seconds(d); if (!s) return '–'; if (s % 3600 === 0) return s / 3600 + 'h'; if (s % 60 === 0) return s / 60 + 'm'; if (s < 1) return +(s * 1000).toFixed(3) + 'ms'; return s + 's'; };
+const fmtDur = (d) => { const s = seconds(d); if (!s) return '–'; if (s % 86400 === 0) return s / 86400 + 'd'; if (s % 3600 === 0) return s / 3600 + 'h'; if (s % 60 === 0) return s / 60 + 'm'; if (s < 1) return +(s * 1000).toFixed(3) + 'ms'; return s + 's'; };
 const fmtTime = (t) => (t ? new Date(t).toLocaleString() : '–');
 const algName = (a) => (a || '').replace('ALGORITHM_', '').toLowerCase().replace(/_/g, ' ');
 
