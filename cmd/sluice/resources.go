@@ -297,7 +297,11 @@ var verbs = map[string]verb{
 					if o.ExpiresAt != nil {
 						expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%v\t%s\n", o.Id, whom(o), o.Tier, o.RuleId, o.Params.GetLimit(), windowText(o.Params), o.Block, expires)
+					limit, window := "-", "-" // a move to a tier, or a block: no limit of its own
+					if o.Params != nil {
+						limit, window = strconv.FormatInt(o.Params.GetLimit(), 10), windowText(o.Params)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", o.Id, whom(o), cmp.Or(o.Tier, "-"), cmp.Or(o.RuleId, "-"), limit, window, o.Block, expires)
 				}
 			})
 		}
@@ -856,7 +860,7 @@ func windowText(p *sluicev1.LimitParams) string {
 	if c := p.GetCalendar(); c != sluicev1.Calendar_CALENDAR_UNSPECIFIED {
 		return strings.TrimSpace(strings.ToLower(strings.TrimPrefix(c.String(), "CALENDAR_")) + " " + p.GetTimeZone())
 	}
-	return p.GetWindow().AsDuration().String()
+	return days.Format(p.GetWindow().AsDuration())
 }
 
 func matchText(m []*sluicev1.Match) string {
@@ -885,7 +889,7 @@ func ruleFlags(r *sluicev1.Rule) string {
 		f = append(f, "replaces "+strings.Join(r.Replaces, "+"))
 	}
 	if r.Sync != nil {
-		f = append(f, "sync "+r.Sync.AsDuration().String())
+		f = append(f, "sync "+days.Format(r.Sync.AsDuration()))
 	}
 	if m := r.FailureMode; m != sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED && m != sluicev1.FailureMode_FAILURE_MODE_OPEN {
 		f = append(f, "fails "+strings.ToLower(strings.TrimPrefix(m.String(), "FAILURE_MODE_")))

@@ -53,6 +53,23 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// Format writes d as people write it, and as ParseDuration reads it back:
+// whole days as days ("7d"), else Go's form without its zero units ("1m",
+// not "1m0s"; "2h", not "2h0m0s"; "1m30s", "250ms").
+func Format(d time.Duration) string {
+	if d > 0 && d%Day == 0 {
+		return strconv.FormatInt(int64(d/Day), 10) + "d"
+	}
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
+
 // value is a flag.Value of a duration that ParseDuration reads.
 type value struct{ d *time.Duration }
 
@@ -60,7 +77,7 @@ func (v value) String() string {
 	if v.d == nil {
 		return ""
 	}
-	return v.d.String()
+	return Format(*v.d)
 }
 
 func (v value) Set(s string) error {

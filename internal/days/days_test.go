@@ -66,3 +66,17 @@ func FuzzParseDuration(f *testing.F) {
 		}
 	})
 }
+
+// Format writes what ParseDuration reads back, days as days.
+func TestFormat(t *testing.T) {
+	for d, want := range map[time.Duration]string{7 * Day: "7d", Day: "1d", 36 * time.Hour: "36h", time.Minute: "1m", 90 * time.Second: "1m30s",
+		2 * time.Hour: "2h", 250 * time.Millisecond: "250ms", 0: "0s", -Day: "-24h"} {
+		got := Format(d)
+		if got != want {
+			t.Errorf("Format(%v) = %q, want %q", d, got, want)
+		}
+		if back, err := ParseDuration(got); err != nil || back != d {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", got, back, err, d)
+		}
+	}
+}

@@ -111,21 +111,9 @@ type Override struct {
 // "250ms"), whole days as days ("30d").
 type Duration time.Duration
 
-// MarshalYAML writes d without the zero units Go's String adds ("1m", not
-// "1m0s"), and a whole number of days as days ("7d", not "168h").
-func (d Duration) MarshalYAML() (any, error) {
-	if d > 0 && time.Duration(d)%days.Day == 0 {
-		return strconv.FormatInt(int64(time.Duration(d)/days.Day), 10) + "d", nil
-	}
-	s := time.Duration(d).String()
-	if t, ok := strings.CutSuffix(s, "m0s"); ok {
-		s = t + "m"
-	}
-	if t, ok := strings.CutSuffix(s, "h0m"); ok {
-		s = t + "h"
-	}
-	return s, nil
-}
+// MarshalYAML writes d as days.Format does: "1m", not "1m0s"; "7d", not
+// "168h".
+func (d Duration) MarshalYAML() (any, error) { return days.Format(time.Duration(d)), nil }
 
 // UnmarshalYAML reads a duration such as "90s", "1h30m" or "30d".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
