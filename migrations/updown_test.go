@@ -248,3 +248,35 @@ func TestDaysOfPrunedHoursDown(t *testing.T) {
 		t.Fatalf("days after migration 29 went down: %s, want %s", got, want)
 	}
 }
+
+// Migration 31 holds top clients' counts past 2^49 at it, hours and days,
+// and their days follow their hours.
+func TestTopClientsPastTheBoundAreHeld(t *testing.T) {
+	t.Parallel()
+	m, conn := migratedTo(t, 30)
+	ctx := context.Background()
+	// Summed into its day as it is written (migration 27 marked the days
+	// before today summed): a wrapped sum, and a day past its bound.
+	if _, err := conn.Exec(ctx, `INSERT INTO analytics_top_clients (tenant_id, rule_id, hour, client_key, rejected, error)
+		VALUES ('t', 'r1', '2026-11-22 20:00:00Z', 'z', 9223372036854775805, 9000000000000000000),
+			('t', 'r1', '2026-11-22 21:00:00Z', 'alice', 7, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO analytics_top_clients_day (tenant_id, rule_id, day, client_key, rejected, error)
+		VALUES ('t', 'r1', '2026-10-01 00:00:00Z', 'y', 9223372036854775807, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Migrate(31); err != nil {
+		t.Fatal(err)
+	}
+	var hour string
+	if err := conn.QueryRow(ctx, `SELECT concat_ws(' ', rejected, error) FROM analytics_top_clients WHERE client_key = 'z'`).Scan(&hour); err != nil {
+		t.Fatal(err)
+	}
+	if want := "562949953421312 562949953421311"; hour != want {
+		t.Fatalf("z's hour %s, want %s", hour, want)
+	}
+	if got, want := topClientsDays(t, conn), "alice 22 7 2, y 1 13510798882111488 5, z 22 562949953421312 562949953421311"; got != want {
+		t.Fatalf("days %s, want %s", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -290,6 +292,59 @@ func TestCommitAddsAndFences(t *testing.T) {
 		t.Errorf("hour 0: %+v, want %+v (its two minutes, twice)", got, want)
 	}
 	checkHours(t, pool)
+}
+
+// Rejections claiming the largest costs (a check's cost is the caller's to
+// choose) count at most the largest limit each, and a client's count stays
+// at MaxClientCount: batch after batch commits, where an overflow had
+// failed every commit of the partition from then on, for every tenant on
+// it. Clients replaced in a full group keep an error under their count.
+func TestHugeCostsCountBoundedAndNeverStopTheConsumer(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 2) // two counters a group: replacements too
+	ctx := context.Background()
+	huge := func(client string) []byte {
+		b, _ := proto.Marshal(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
+			TenantId: "t1", Tier: "free", RuleId: "r1", ClientKey: client, Cost: math.MaxInt64, At: timestamppb.New(t0.Add(time.Second))}}})
+		return b
+	}
+	var offset int64 = -1
+	for i := range 4 {
+		b := NewBatch()
+		for _, v := range [][]byte{huge("z"), huge("z"), huge("y"), huge("x"), rejection("t1", "r1", "w", t0, false)} {
+			if err := b.Add(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Commit(ctx, "g", "topic", 0, offset, offset+6, b); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		offset += 6
+		if i == 0 { // z's two events count twice the largest limit, which w (replacing z) inherits
+			if got := topClients(t, pool, "t1", "r1"); got["w"] != 2*policy.MaxLimit+1 || got["y"] != 2*policy.MaxLimit {
+				t.Fatalf("after one batch: %v, want w at twice the largest limit and one, y at twice it", got)
+			}
+		}
+	}
+	var n, bad int
+	var most int64
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE error >= rejected OR rejected > $1), max(rejected)
+		FROM analytics_top_clients`, int64(MaxClientCount)).Scan(&n, &bad, &most); err != nil {
+		t.Fatal(err)
+	}
+	// Four batches of 4 largest limits and one: at most 16 of them and 4.
+	if n != 2 || bad != 0 || most > 16*policy.MaxLimit+4 {
+		t.Fatalf("%d counters, %d out of bounds, the largest %d; want 2, 0, at most %d", n, bad, most, 16*policy.MaxLimit+4)
+	}
+	// Held at the bound, not wrapped.
+	if got := addCount(MaxClientCount-1, policy.MaxLimit); got != MaxClientCount {
+		t.Fatalf("addCount at the bound = %d", got)
+	}
+	merged := mergeTop([]counter{{client: "a", rejected: MaxClientCount}}, map[string]int64{"b": MaxClientCount}, 1)
+	if merged[0].rejected != MaxClientCount || merged[0].error >= merged[0].rejected {
+		t.Fatalf("a replacement at the bound: %+v", merged[0])
+	}
 }
 
 // A batch's marks commit with it and not when it is fenced; the next batch

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // MaxEventBytes bounds one event; larger messages are refused.
@@ -137,7 +138,7 @@ func (b *Batch) Add(value []byte) error {
 			m = map[string]int64{}
 			b.clients[g] = m
 		}
-		m[r.ClientKey] += max(r.Cost, 1)
+		m[r.ClientKey] = addCount(m[r.ClientKey], min(max(r.Cost, 1), policy.MaxLimit))
 	case *sluicev1.Event_Delta:
 		d := k.Delta
 		// A delta counts at the minute its period ended.

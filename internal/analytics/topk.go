@@ -5,6 +5,19 @@ import (
 	"slices"
 )
 
+// MaxClientCount bounds a client's rejections in one top-clients group (a
+// rule's hour), at which its count stays: 2^49, so that the sums the
+// reports make of up to 400 days of hours (9,600 of them) cannot overflow
+// a bigint, whatever costs the checks claimed. An event counts at most
+// policy.MaxLimit, the largest limit, so that even a busy hour's counts
+// are exact far below it.
+const MaxClientCount = 1 << 49
+
+// addCount is a + b (neither negative) held at MaxClientCount.
+func addCount(a, b int64) int64 {
+	return min(min(a, MaxClientCount)+min(b, MaxClientCount), MaxClientCount)
+}
+
 // counter is one tracked client of a top-clients group.
 type counter struct {
 	client          string
@@ -32,7 +45,7 @@ func mergeTop(tracked []counter, batch map[string]int64, capacity int) []counter
 	}
 	for _, a := range add {
 		if i, ok := index[a.client]; ok {
-			tracked[i].rejected += a.rejected
+			tracked[i].rejected = addCount(tracked[i].rejected, a.rejected)
 			continue
 		}
 		if len(tracked) < capacity {
@@ -49,7 +62,10 @@ func mergeTop(tracked []counter, batch map[string]int64, capacity int) []counter
 		}
 		delete(index, tracked[m].client)
 		index[a.client] = m
-		tracked[m] = counter{client: a.client, rejected: tracked[m].rejected + a.rejected, error: tracked[m].rejected}
+		n := addCount(tracked[m].rejected, a.rejected)
+		// The error is what the replaced counter held; under its new count
+		// even where both are held at the bound.
+		tracked[m] = counter{client: a.client, rejected: n, error: min(tracked[m].rejected, n-1)}
 	}
 	return tracked
 }
