@@ -155,19 +155,22 @@ func TestBatchRefusesMalformedEvents(t *testing.T) {
 	t.Parallel()
 	ok := rejection("t", "r", "c", t0, false)
 	for name, v := range map[string][]byte{
-		"garbage":       []byte("\xff\xff\xff"),
-		"empty":         nil,
-		"no tenant":     rejection("", "r", "c", t0, false),
-		"no rule":       rejection("t", "", "c", t0, false),
-		"no time":       rejection("t", "r", "c", time.Unix(0, 0), false),
-		"far future":    rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
-		"negative":      delta("t", "r", t0, -1, 0, 0, 0),
-		"huge":          make([]byte, MaxEventBytes+1),
-		"long client":   rejection("t", "r", string(make([]byte, 2000)), t0, false),
-		"no seq":        stamped(rejection("t", "r", "c", t0, false), "p", 0),
-		"no producer":   stamped(rejection("t", "r", "c", t0, false), "", 7),
-		"seq > int64":   stamped(rejection("t", "r", "c", t0, false), "p", 1<<63),
-		"long producer": stamped(rejection("t", "r", "c", t0, false), string(make([]byte, 300)), 1),
+		"garbage":         []byte("\xff\xff\xff"),
+		"empty":           nil,
+		"no tenant":       rejection("", "r", "c", t0, false),
+		"no rule":         rejection("t", "", "c", t0, false),
+		"no time":         rejection("t", "r", "c", time.Unix(0, 0), false),
+		"far future":      rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
+		"negative":        delta("t", "r", t0, -1, 0, 0, 0),
+		"huge":            make([]byte, MaxEventBytes+1),
+		"long client":     rejection("t", "r", string(make([]byte, 2000)), t0, false),
+		"no seq":          stamped(rejection("t", "r", "c", t0, false), "p", 0),
+		"no producer":     stamped(rejection("t", "r", "c", t0, false), "", 7),
+		"seq > int64":     stamped(rejection("t", "r", "c", t0, false), "p", 1<<63),
+		"long producer":   stamped(rejection("t", "r", "c", t0, false), string(make([]byte, 300)), 1),
+		"NUL in tenant":   rejection("t\x00", "r", "c", t0, false),
+		"NUL in rule":     delta("t", "r\x00", t0, 1, 0, 0, 0),
+		"NUL in producer": stamped(rejection("t", "r", "c", t0, false), "p\x00", 1),
 	} {
 		b := NewBatch()
 		if err := b.Add(v); !errors.Is(err, ErrMalformed) {
@@ -344,6 +347,26 @@ func TestHugeCostsCountBoundedAndNeverStopTheConsumer(t *testing.T) {
 	merged := mergeTop([]counter{{client: "a", rejected: MaxClientCount}}, map[string]int64{"b": MaxClientCount}, 1)
 	if merged[0].rejected != MaxClientCount || merged[0].error >= merged[0].rejected {
 		t.Fatalf("a replacement at the bound: %+v", merged[0])
+	}
+}
+
+// A client id holding NUL, which PostgreSQL's text cannot, is counted as
+// U+FFFD in its place: the commit goes through, and so do the next ones.
+func TestClientKeysWithNULCommit(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 10)
+	b := NewBatch()
+	for range 2 {
+		if err := b.Add(rejection("t1", "r1", "a\x00b", t0, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Commit(context.Background(), "g", "topic", 0, -1, 2, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := topClients(t, pool, "t1", "r1"); got["a\uFFFDb"] != 2 || len(got) != 1 {
+		t.Fatalf("top clients %v", got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -167,6 +168,9 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 	case *sluicev1.Event_Rejection:
 		r := k.Rejection
 		tenant, tier, rule = r.TenantId, r.Tier, r.RuleId
+		// PostgreSQL's text holds no NUL, and a commit that tried would
+		// fail, and every one after it: a client's NUL is shown as U+FFFD.
+		r.ClientKey = strings.ReplaceAll(r.ClientKey, "\x00", "\uFFFD")
 		switch {
 		case !validTime(r.At):
 			return nil, fmt.Errorf("%w: rejection time missing or out of range", ErrMalformed)
@@ -194,6 +198,9 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 	}
 	if tenant == "" || len(tenant) > maxIDBytes || len(tier) > maxIDBytes || len(rule) > maxIDBytes {
 		return nil, fmt.Errorf("%w: tenant missing or an id over %d bytes", ErrMalformed, maxIDBytes)
+	}
+	if strings.ContainsRune(tenant+tier+rule+ev.Producer, 0) {
+		return nil, fmt.Errorf("%w: NUL in an id", ErrMalformed)
 	}
 	return ev, nil
 }

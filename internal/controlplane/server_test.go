@@ -321,6 +321,37 @@ func TestEmptyIDsAreInvalidUnknownOnesNotFound(t *testing.T) {
 	}
 }
 
+// A NUL in any string of a call, which PostgreSQL's text cannot hold, is
+// invalid_argument naming the field, not an internal error; for a caller
+// without a key, unauthenticated still.
+func TestNULInAStringIsAFieldError(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	ignore := func(_ any, err error) error { return err }
+	for _, tc := range []struct {
+		name  string
+		err   error
+		field string
+	}{
+		{"an override's identifier", ignore(call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "a\x00b", Tier: "free"}})), "override.identifier"},
+		{"a key's name", ignore(call(admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK, Name: "k\x00"})), "name"},
+		{"a tenant's name", ignore(call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "nul", Name: "N\x00"}})), "tenant.name"},
+		{"an audit filter", ignore(call(admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{ResourceId: "\x00"})), "resource_id"},
+		{"a prefix", ignore(call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "a\x00"})), "identifier_prefix"},
+		{"a match in a list", ignore(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
+			Match: []*sluicev1.Match{{Key: "route", Value: "/\x00"}}}})), "rule.match[0].value"},
+	} {
+		if codeOf(tc.err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(tc.err), []string{tc.field}) {
+			t.Errorf("%s: %v (fields %v), want invalid_argument on %s", tc.name, tc.err, fieldsOf(tc.err), tc.field)
+		}
+	}
+	if _, err := call("", c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "a\x00b"}}); codeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("without a key: %v, want unauthenticated", err)
+	}
+}
+
 // fieldsOf returns the fields an error's BadRequest detail names.
 func fieldsOf(err error) []string {
 	var fields []string

@@ -242,8 +242,8 @@ func TestCounterKeyIsInjective(t *testing.T) {
 func TestDescriptorsValidate(t *testing.T) {
 	t.Parallel()
 	long := string(make([]byte, MaxDescriptorVal+1))
-	got := fields(Descriptors{{"ok", "v"}, {"", "v"}, {"k", long}}.Validate())
-	if want := []string{"descriptors[1].key", "descriptors[2].value"}; !slices.Equal(got, want) {
+	got := fields(Descriptors{{"ok", "v"}, {"", "v"}, {"k", long}, {"n", "a\x00b"}}.Validate())
+	if want := []string{"descriptors[1].key", "descriptors[2].value", "descriptors[3].value"}; !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}
 }

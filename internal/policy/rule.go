@@ -40,6 +40,8 @@ func (d Descriptors) Validate() error {
 		validateDescriptorKey(fe.index("descriptors", i), "key", d[i].Key)
 		if len(d[i].Value) > MaxDescriptorVal {
 			fe.index("descriptors", i).add("value", "at most %d bytes", MaxDescriptorVal)
+		} else if strings.IndexByte(d[i].Value, 0) >= 0 {
+			fe.index("descriptors", i).add("value", "must not contain NUL")
 		}
 	}
 	return fe.err("descriptors")
