@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/pires/go-proxyproto"
@@ -567,5 +568,36 @@ func TestProxyIdentityFromClientCertificate(t *testing.T) {
 	countedApart(t, func() int { return status(frontend) }, func() int { return status(billing) })
 	if got := CertName(ca.ClientNamed(t, "plain-name").Leaf); got != "plain-name" {
 		t.Fatalf("a certificate without SANs is named %q, want its common name", got)
+	}
+}
+
+// A request whose path or identity no descriptor could hold (over 256
+// bytes, or with a NUL) is decided on a fitted value, not refused: long
+// paths of one client count together, and a prefix rule still meets them.
+func TestProxyFitsLongAndNULValues(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "files", KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: RouteDescriptor, Value: "/files/*"}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	up, hits := upstream(t)
+	px := proxyFor(t, cfg, key, up, nil)
+	long := "/files/" + strings.Repeat("é", 400)
+	as := func(client, path string) func() int {
+		return func() int {
+			return statusOf(t, nil, px.URL+path, func(r *http.Request) { r.Header.Set("X-Client-Id", client) })
+		}
+	}
+	countedApart(t, as("alice", long), as("bob", long))
+	countedApart(t, as("carol"+strings.Repeat("x", 300), "/files/%00a"), as("carol"+strings.Repeat("y", 300), "/files/%00a"))
+	if hits.Load() != 3+1+3+1 {
+		t.Fatalf("upstream reached %d times, want 8", hits.Load())
+	}
+	for _, v := range []string{long, "a\x00b", strings.Repeat("\x00", 300)} {
+		if f := fitValue(v); len(f) > policy.MaxDescriptorVal || !utf8.ValidString(f) || strings.IndexByte(f, 0) >= 0 {
+			t.Errorf("fitValue(%.20q) = %q", v, f)
+		}
+	}
+	if fitValue(long+"a") == fitValue(long+"b") {
+		t.Error("two long values fitted alike")
 	}
 }
