@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,7 +164,6 @@ func TestBatchRefusesMalformedEvents(t *testing.T) {
 		"far future":      rejection("t", "r", "c", time.Date(3001, 1, 1, 0, 0, 0, 0, time.UTC), false),
 		"negative":        delta("t", "r", t0, -1, 0, 0, 0),
 		"huge":            make([]byte, MaxEventBytes+1),
-		"long client":     rejection("t", "r", string(make([]byte, 2000)), t0, false),
 		"no seq":          stamped(rejection("t", "r", "c", t0, false), "p", 0),
 		"no producer":     stamped(rejection("t", "r", "c", t0, false), "", 7),
 		"seq > int64":     stamped(rejection("t", "r", "c", t0, false), "p", 1<<63),
@@ -367,6 +367,25 @@ func TestClientKeysWithNULCommit(t *testing.T) {
 	}
 	if got := topClients(t, pool, "t1", "r1"); got["a\uFFFDb"] != 2 || len(got) != 1 {
 		t.Fatalf("top clients %v", got)
+	}
+	// A client key longer than a row takes (a rule keyed by many long
+	// descriptors) is cut and counted, not dropped.
+	long := strings.Repeat("client_id=x, ", 200)
+	b = NewBatch()
+	if err := b.Add(rejection("t1", "r2", long, t0, false)); err != nil || b.Events != 1 {
+		t.Fatalf("a long client key: %v", err)
+	}
+	if err := s.Commit(context.Background(), "g", "topic", 0, 2, 3, b); err != nil {
+		t.Fatal(err)
+	}
+	got := topClients(t, pool, "t1", "r2")
+	if len(got) != 1 {
+		t.Fatalf("top clients of r2: %d", len(got))
+	}
+	for k, n := range got {
+		if n != 1 || len(k) > 1024 || !strings.HasPrefix(long, k[:100]) {
+			t.Fatalf("the long client counted as %.120q: %d", k, n)
+		}
 	}
 }
 

@@ -169,8 +169,10 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 		r := k.Rejection
 		tenant, tier, rule = r.TenantId, r.Tier, r.RuleId
 		// PostgreSQL's text holds no NUL, and a commit that tried would
-		// fail, and every one after it: a client's NUL is shown as U+FFFD.
-		r.ClientKey = strings.ReplaceAll(r.ClientKey, "\x00", "\uFFFD")
+		// fail, and every one after it: a client's NUL is shown as U+FFFD,
+		// and a key longer than a client's row takes is cut (and ended with
+		// part of its hash), not dropped.
+		r.ClientKey = policy.FitValue(r.ClientKey, maxClientBytes)
 		switch {
 		case !validTime(r.At):
 			return nil, fmt.Errorf("%w: rejection time missing or out of range", ErrMalformed)
@@ -178,8 +180,6 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 			return nil, fmt.Errorf("%w: negative cost", ErrMalformed)
 		case r.RuleId == "":
 			return nil, fmt.Errorf("%w: rejection without a rule", ErrMalformed)
-		case len(r.ClientKey) > maxClientBytes:
-			return nil, fmt.Errorf("%w: client key over %d bytes", ErrMalformed, maxClientBytes)
 		}
 	case *sluicev1.Event_Delta:
 		d := k.Delta

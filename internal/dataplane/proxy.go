@@ -1,19 +1,15 @@
 package dataplane
 
 import (
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -118,9 +114,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		client, source := cfg.identity(r, ip)
 		cfg.API.Metrics.observeIdentity(source)
 		req := decide.Request{Descriptors: policy.Descriptors{
-			{Key: policy.DefaultIdentifierKey, Value: fitValue(client)},
+			{Key: policy.DefaultIdentifierKey, Value: policy.FitValue(client, policy.MaxDescriptorVal)},
 			{Key: IPDescriptor, Value: ip},
-			{Key: RouteDescriptor, Value: fitValue(r.URL.Path)},
+			{Key: RouteDescriptor, Value: policy.FitValue(r.URL.Path, policy.MaxDescriptorVal)},
 			{Key: MethodDescriptor, Value: r.Method},
 		}}
 		if cfg.TierHeader != "" {
@@ -219,26 +215,4 @@ func CertName(c *x509.Certificate) string {
 		return c.EmailAddresses[0]
 	}
 	return c.Subject.CommonName
-}
-
-// fitValue is v as a descriptor value can be, for what the proxy takes
-// from a request as it comes (a path, an identity header or cookie): NUL
-// shown as U+FFFD, and a value over policy.MaxDescriptorVal cut at a
-// character's edge and ended with "~" and 32 hex digits of its SHA-256, so
-// that prefix rules ("route=/files/*") still match it and two long values
-// are still counted apart. A request is not refused for its path's length.
-func fitValue(v string) string {
-	if len(v) <= policy.MaxDescriptorVal && strings.IndexByte(v, 0) < 0 {
-		return v
-	}
-	v = strings.ReplaceAll(v, "\x00", "\uFFFD")
-	if len(v) <= policy.MaxDescriptorVal {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	cut := policy.MaxDescriptorVal - 33
-	for cut > 0 && !utf8.RuneStart(v[cut]) {
-		cut--
-	}
-	return v[:cut] + "~" + hex.EncodeToString(sum[:16])
 }

@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/pires/go-proxyproto"
@@ -591,13 +590,5 @@ func TestProxyFitsLongAndNULValues(t *testing.T) {
 	countedApart(t, as("carol"+strings.Repeat("x", 300), "/files/%00a"), as("carol"+strings.Repeat("y", 300), "/files/%00a"))
 	if hits.Load() != 3+1+3+1 {
 		t.Fatalf("upstream reached %d times, want 8", hits.Load())
-	}
-	for _, v := range []string{long, "a\x00b", strings.Repeat("\x00", 300)} {
-		if f := fitValue(v); len(f) > policy.MaxDescriptorVal || !utf8.ValidString(f) || strings.IndexByte(f, 0) >= 0 {
-			t.Errorf("fitValue(%.20q) = %q", v, f)
-		}
-	}
-	if fitValue(long+"a") == fitValue(long+"b") {
-		t.Error("two long values fitted alike")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func validRule() Rule {
@@ -360,5 +361,32 @@ func TestInheritCompletesPartialParams(t *testing.T) {
 		if got := tc.p.Inherit(tc.base); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// FitValue leaves what fits alone; shows NUL as U+FFFD; cuts a long value
+// at a character's edge, keeping its prefix and telling long values apart.
+func TestFitValue(t *testing.T) {
+	t.Parallel()
+	long := "/files/" + strings.Repeat("é", 400)
+	for _, v := range []string{long, "a\x00b", strings.Repeat("\x00", 300), strings.Repeat("x", 1000)} {
+		for _, max := range []int{64, MaxDescriptorVal, 1024} {
+			f := FitValue(v, max)
+			if len(f) > max || !utf8.ValidString(f) || strings.IndexByte(f, 0) >= 0 {
+				t.Errorf("FitValue(%.20q, %d) = %q", v, max, f)
+			}
+			if len(v) > max && !strings.HasPrefix(v, f[:min(len(f), 16)]) && strings.IndexByte(v, 0) < 0 {
+				t.Errorf("FitValue(%.20q, %d) = %q lost the prefix", v, max, f)
+			}
+		}
+	}
+	if FitValue(long+"a", MaxDescriptorVal) == FitValue(long+"b", MaxDescriptorVal) {
+		t.Error("two long values fitted alike")
+	}
+	if v := "route=/login"; FitValue(v, MaxDescriptorVal) != v {
+		t.Errorf("a value that fits was changed")
+	}
+	if got := FitValue("a\x00b", MaxDescriptorVal); got != "a\uFFFDb" {
+		t.Errorf("NUL: %q", got)
 	}
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"strings"
@@ -337,4 +339,26 @@ func appendKeyValue(dst []byte, v string) []byte {
 	dst = strconv.AppendInt(dst, int64(len(v)), 10)
 	dst = append(dst, ':')
 	return append(dst, v...)
+}
+
+// FitValue is v as a store of at most max bytes of text without NUL can
+// hold it, for values taken from requests as they come (a path, an
+// identity, a client key): NUL shown as U+FFFD, and a value over max cut
+// at a character's edge and ended with "~" and 32 hex digits of its
+// SHA-256, so that prefixes still match it and two long values stay
+// apart. max is at least 64.
+func FitValue(v string, max int) string {
+	if len(v) <= max && strings.IndexByte(v, 0) < 0 {
+		return v
+	}
+	v = strings.ReplaceAll(v, "\x00", "\uFFFD")
+	if len(v) <= max {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	cut := max - 33
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return v[:cut] + "~" + hex.EncodeToString(sum[:16])
 }
