@@ -114,7 +114,7 @@ func NewHandler(cfg Config) http.Handler {
 	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
 		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger}), metrics: newMetrics(cfg.Registerer)}
 	// The metrics outside the authentication: refusals are counted too.
-	chain := []connect.Interceptor{s.metrics, interceptor{auth}, refuseNUL()}
+	chain := []connect.Interceptor{s.metrics, interceptor{auth}, refuseBadFields()}
 	if cfg.Tracer != nil {
 		chain = append([]connect.Interceptor{tracer{cfg.Tracer}}, chain...)
 	}

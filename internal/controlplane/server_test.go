@@ -322,8 +322,9 @@ func TestEmptyIDsAreInvalidUnknownOnesNotFound(t *testing.T) {
 }
 
 // A NUL in any string of a call, which PostgreSQL's text cannot hold, is
-// invalid_argument naming the field, not an internal error; for a caller
-// without a key, unauthenticated still.
+// invalid_argument naming the field, not an internal error, and so is an
+// enum's number its enum does not name; for a caller without a key,
+// unauthenticated still.
 func TestNULInAStringIsAFieldError(t *testing.T) {
 	t.Parallel()
 	srv, _ := newServer(t)
@@ -342,6 +343,10 @@ func TestNULInAStringIsAFieldError(t *testing.T) {
 		{"a prefix", ignore(call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "a\x00"})), "identifier_prefix"},
 		{"a match in a list", ignore(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
 			Match: []*sluicev1.Match{{Key: "route", Value: "/\x00"}}}})), "rule.match[0].value"},
+		{"an unknown report", ignore(call(admin, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{Report: 99})), "report"},
+		{"an unknown breakdown", ignore(call(admin, c.reports.GetBreakdown, &sluicev1.GetBreakdownRequest{By: 7})), "by"},
+		{"an unknown algorithm", ignore(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
+			Params: &sluicev1.LimitParams{Algorithm: 42}}})), "rule.params.algorithm"},
 	} {
 		if codeOf(tc.err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(tc.err), []string{tc.field}) {
 			t.Errorf("%s: %v (fields %v), want invalid_argument on %s", tc.name, tc.err, fieldsOf(tc.err), tc.field)
