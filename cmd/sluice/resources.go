@@ -566,7 +566,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if *limit != "" {
 		n, w, _ := strings.Cut(*limit, "/")
 		requests, nerr := strconv.ParseInt(n, 10, 64)
-		window, werr := time.ParseDuration(w)
+		window, werr := days.ParseDuration(w)
 		if nerr != nil || werr != nil {
 			fmt.Fprintf(stderr, "-limit %q: want requests/window, such as 100/1m\n", *limit)
 			return errUsage
@@ -577,7 +577,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintf(w, "%s\t(config version %d)\n", map[bool]string{true: "allowed", false: "rejected"}[r.Allowed], r.ConfigVersion)
 		fmt.Fprintln(w, "RULE\tALLOWED\tLIMIT\tREMAINING\tRESET\tRETRY AFTER")
 		for _, x := range r.Rules {
-			fmt.Fprintf(w, "%s\t%v\t%d\t%d\t%s\t%s\n", x.GetRuleName(), x.GetAllowed(), x.GetLimit(), x.GetRemaining(), x.GetResetAfter().AsDuration(), x.GetRetryAfter().AsDuration())
+			fmt.Fprintf(w, "%s\t%v\t%d\t%d\t%s\t%s\n", x.GetRuleName(), x.GetAllowed(), x.GetLimit(), x.GetRemaining(), waitText(x.GetResetAfter().AsDuration()), waitText(x.GetRetryAfter().AsDuration()))
 		}
 	})
 	if err != nil {
@@ -907,6 +907,15 @@ func parsePairs(s string) ([]*sluicev1.Match, error) {
 		out = append(out, &sluicev1.Match{Key: k, Value: v})
 	}
 	return out, nil
+}
+
+// waitText is a reset or retry-after as people read it: to the millisecond
+// ("1m37.62s"), "never" when negative.
+func waitText(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return days.Format(d.Round(time.Millisecond))
 }
 
 func when(ok bool, t time.Time) string {
