@@ -112,6 +112,9 @@ func callOK[Req, Res any](t *testing.T, key string, f func(context.Context, *con
 	return res
 }
 
+// errOf is the error of a call's answer, the answer dropped.
+func errOf(_ any, err error) error { return err }
+
 func codeOf(err error) connect.Code {
 	if err == nil {
 		return 0
@@ -253,51 +256,50 @@ func TestEmptyIDsAreInvalidUnknownOnesNotFound(t *testing.T) {
 		name, field string
 		call        func(key, id string) error
 	}
-	ignore := func(_ any, err error) error { return err }
 	rpcs := []rpc{
 		{"GetTenant", "tenant_id", func(k, id string) error {
-			return ignore(call(k, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: id}))
+			return errOf(call(k, c.tenants.GetTenant, &sluicev1.GetTenantRequest{TenantId: id}))
 		}},
 		{"UpdateTenant", "tenant.id", func(k, id string) error {
-			return ignore(call(k, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: &sluicev1.Tenant{Id: id, Slug: "acme", Name: "acme"}}))
+			return errOf(call(k, c.tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: &sluicev1.Tenant{Id: id, Slug: "acme", Name: "acme"}}))
 		}},
 		{"DeleteTenant", "tenant_id", func(k, id string) error {
-			return ignore(call(k, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: id}))
+			return errOf(call(k, c.tenants.DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: id}))
 		}},
 		{"DeleteTier", "tier_id", func(k, id string) error {
-			return ignore(call(k, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TierId: id}))
+			return errOf(call(k, c.tiers.DeleteTier, &sluicev1.DeleteTierRequest{TierId: id}))
 		}},
 		{"RenameTier", "tier_id", func(k, id string) error {
-			return ignore(call(k, c.tiers.RenameTier, &sluicev1.RenameTierRequest{TierId: id, Name: "gold"}))
+			return errOf(call(k, c.tiers.RenameTier, &sluicev1.RenameTierRequest{TierId: id, Name: "gold"}))
 		}},
 		{"CreateRule", "tier_id", func(k, id string) error {
-			return ignore(call(k, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: id, Rule: ruleMsg("a")}))
+			return errOf(call(k, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: id, Rule: ruleMsg("a")}))
 		}},
 		{"ListRules", "tier_id", func(k, id string) error {
-			return ignore(call(k, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: id}))
+			return errOf(call(k, c.rules.ListRules, &sluicev1.ListRulesRequest{TierId: id}))
 		}},
 		{"UpdateRule", "rule.id", func(k, id string) error {
 			r := ruleMsg("a")
 			r.Id = id
-			return ignore(call(k, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: r}))
+			return errOf(call(k, c.rules.UpdateRule, &sluicev1.UpdateRuleRequest{Rule: r}))
 		}},
 		{"DeleteRule", "rule_id", func(k, id string) error {
-			return ignore(call(k, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: id}))
+			return errOf(call(k, c.rules.DeleteRule, &sluicev1.DeleteRuleRequest{RuleId: id}))
 		}},
 		{"ReorderRules", "tier_id", func(k, id string) error {
-			return ignore(call(k, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: id}))
+			return errOf(call(k, c.rules.ReorderRules, &sluicev1.ReorderRulesRequest{TierId: id}))
 		}},
 		{"RevokeKey", "key_id", func(k, id string) error {
-			return ignore(call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: id}))
+			return errOf(call(k, c.keys.RevokeKey, &sluicev1.RevokeKeyRequest{KeyId: id}))
 		}},
 		{"RotateKey", "key_id", func(k, id string) error {
-			return ignore(call(k, c.keys.RotateKey, &sluicev1.RotateKeyRequest{KeyId: id}))
+			return errOf(call(k, c.keys.RotateKey, &sluicev1.RotateKeyRequest{KeyId: id}))
 		}},
 		{"UpdateOverride", "override.id", func(k, id string) error {
-			return ignore(call(k, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{Override: &sluicev1.Override{Id: id, Identifier: "alice", Tier: "free"}}))
+			return errOf(call(k, c.ovs.UpdateOverride, &sluicev1.UpdateOverrideRequest{Override: &sluicev1.Override{Id: id, Identifier: "alice", Tier: "free"}}))
 		}},
 		{"DeleteOverride", "override_id", func(k, id string) error {
-			return ignore(call(k, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{OverrideId: id}))
+			return errOf(call(k, c.ovs.DeleteOverride, &sluicev1.DeleteOverrideRequest{OverrideId: id}))
 		}},
 	}
 	for _, r := range rpcs {
@@ -330,22 +332,21 @@ func TestNULInAStringIsAFieldError(t *testing.T) {
 	srv, _ := newServer(t)
 	c := newClients(srv)
 	_, admin := setupTenant(t, c, "acme")
-	ignore := func(_ any, err error) error { return err }
 	for _, tc := range []struct {
 		name  string
 		err   error
 		field string
 	}{
-		{"an override's identifier", ignore(call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "a\x00b", Tier: "free"}})), "override.identifier"},
-		{"a key's name", ignore(call(admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK, Name: "k\x00"})), "name"},
-		{"a tenant's name", ignore(call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "nul", Name: "N\x00"}})), "tenant.name"},
-		{"an audit filter", ignore(call(admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{ResourceId: "\x00"})), "resource_id"},
-		{"a prefix", ignore(call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "a\x00"})), "identifier_prefix"},
-		{"a match in a list", ignore(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
+		{"an override's identifier", errOf(call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "a\x00b", Tier: "free"}})), "override.identifier"},
+		{"a key's name", errOf(call(admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK, Name: "k\x00"})), "name"},
+		{"a tenant's name", errOf(call(operatorKey, c.tenants.CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "nul", Name: "N\x00"}})), "tenant.name"},
+		{"an audit filter", errOf(call(admin, c.audit.ListAudit, &sluicev1.ListAuditRequest{ResourceId: "\x00"})), "resource_id"},
+		{"a prefix", errOf(call(admin, c.ovs.ListOverrides, &sluicev1.ListOverridesRequest{IdentifierPrefix: "a\x00"})), "identifier_prefix"},
+		{"a match in a list", errOf(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
 			Match: []*sluicev1.Match{{Key: "route", Value: "/\x00"}}}})), "rule.match[0].value"},
-		{"an unknown report", ignore(call(admin, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{Report: 99})), "report"},
-		{"an unknown breakdown", ignore(call(admin, c.reports.GetBreakdown, &sluicev1.GetBreakdownRequest{By: 7})), "by"},
-		{"an unknown algorithm", ignore(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
+		{"an unknown report", errOf(call(admin, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{Report: 99})), "report"},
+		{"an unknown breakdown", errOf(call(admin, c.reports.GetBreakdown, &sluicev1.GetBreakdownRequest{By: 7})), "by"},
+		{"an unknown algorithm", errOf(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
 			Params: &sluicev1.LimitParams{Algorithm: 42}}})), "rule.params.algorithm"},
 	} {
 		if codeOf(tc.err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(tc.err), []string{tc.field}) {

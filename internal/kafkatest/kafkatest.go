@@ -145,11 +145,6 @@ func ReadPartition(t testing.TB, brokers []string, topic string, partition int, 
 // as the topic's retention would once they are old enough.
 func DeleteRecords(t testing.TB, brokers []string, topic string, partition int32, before int64) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	req := kmsg.NewPtrDeleteRecordsRequest()
 	req.TimeoutMillis = 10_000
 	rt := kmsg.NewDeleteRecordsRequestTopic()
@@ -158,12 +153,7 @@ func DeleteRecords(t testing.TB, brokers []string, topic string, partition int32
 	rp.Partition, rp.Offset = partition, before
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("kafkatest: delete records: %v", err)
-	}
+	resp := adminRequest(t, brokers, "delete records", req.RequestWith)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].ErrorCode != 0 {
 		t.Fatalf("kafkatest: delete records: %+v", resp.Topics)
 	}
@@ -173,25 +163,34 @@ func DeleteRecords(t testing.TB, brokers []string, topic string, partition int32
 // kafka-topics --alter --partitions does.
 func AddPartitions(t testing.TB, brokers []string, topic string, total int32) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	req := kmsg.NewPtrCreatePartitionsRequest()
 	req.TimeoutMillis = 10_000
 	rt := kmsg.NewCreatePartitionsRequestTopic()
 	rt.Topic, rt.Count = topic, total
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("kafkatest: create partitions: %v", err)
-	}
+	resp := adminRequest(t, brokers, "create partitions", req.RequestWith)
 	if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
 		t.Fatalf("kafkatest: create partitions: %+v", resp.Topics)
 	}
+}
+
+// adminRequest sends one admin request (send, a request's RequestWith) to
+// brokers through a client of its own, within 10 s, and returns the
+// answer; what fails, fails the test, named by what.
+func adminRequest[Resp any](t testing.TB, brokers []string, what string, send func(context.Context, kmsg.Requestor) (Resp, error)) Resp {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := send(ctx, cl)
+	if err != nil {
+		t.Fatalf("kafkatest: %s: %v", what, err)
+	}
+	return resp
 }
 
 // Refused answers a produce request (in a kfake control function) as a
