@@ -3,11 +3,15 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
@@ -15,8 +19,9 @@ import (
 
 // refuseBadFields refuses a unary call any of whose strings holds NUL, which
 // PostgreSQL's text cannot store (the store would fail with an internal
-// error), or any of whose enums has a number its enum does not name
-// (protobuf takes them, and a handler would read the default):
+// error), any of whose enums has a number its enum does not name
+// (protobuf takes them, and a handler would read the default), or any of
+// whose timestamps or durations is out of range (see badTime):
 // InvalidArgument naming each such field by its path, as
 // "override.identifier" or "tenant.name". It follows the authentication,
 // so that a caller without a key learns nothing of its input's shape.
@@ -62,6 +67,28 @@ func badFields(m protoreflect.Message, prefix string) []policy.FieldError {
 	return out
 }
 
+// badTime describes what is wrong with m when it is a Timestamp outside
+// years 1 to 9999 or with nanos outside [0, 1e9), or a Duration past what a
+// time.Duration holds (±292 years) or with nanos of the other sign: the
+// binary encoding carries such values where JSON refuses them, and handlers
+// would read them clamped or normalised.
+func badTime(m protoreflect.Message) string {
+	switch t := m.Interface().(type) {
+	case *timestamppb.Timestamp:
+		if err := t.CheckValid(); err != nil {
+			return "not a valid timestamp: years 1 to 9999, nanos from 0 to 999,999,999"
+		}
+	case *durationpb.Duration:
+		if err := t.CheckValid(); err != nil || t.Seconds >= maxDurationSeconds || t.Seconds <= -maxDurationSeconds {
+			return "not a valid duration: at most 292 years either way, seconds and nanos of one sign"
+		}
+	}
+	return ""
+}
+
+// maxDurationSeconds is the most whole seconds a time.Duration holds.
+const maxDurationSeconds = int64(math.MaxInt64 / int64(time.Second))
+
 func badValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) []policy.FieldError {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
@@ -73,6 +100,9 @@ func badValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string
 			return []policy.FieldError{{Field: path, Description: fmt.Sprintf("unknown value %d", v.Enum())}}
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
+		if d := badTime(v.Message()); d != "" {
+			return []policy.FieldError{{Field: path, Description: d}}
+		}
 		return badFields(v.Message(), path+".")
 	}
 	return nil

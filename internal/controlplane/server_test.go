@@ -348,6 +348,12 @@ func TestNULInAStringIsAFieldError(t *testing.T) {
 		{"an unknown breakdown", errOf(call(admin, c.reports.GetBreakdown, &sluicev1.GetBreakdownRequest{By: 7})), "by"},
 		{"an unknown algorithm", errOf(call(admin, c.rules.CreateRule, &sluicev1.CreateRuleRequest{TierId: "x", Rule: &sluicev1.Rule{Name: "r",
 			Params: &sluicev1.LimitParams{Algorithm: 42}}})), "rule.params.algorithm"},
+		{"a timestamp's nanos", errOf(call(admin, c.reports.GetTimeseries, &sluicev1.GetTimeseriesRequest{From: &timestamppb.Timestamp{Seconds: 1, Nanos: -1},
+			To: timestamppb.Now(), Step: durationpb.New(time.Minute)})), "from"},
+		{"a timestamp past 9999", errOf(call(admin, c.keys.CreateKey, &sluicev1.CreateKeyRequest{Kind: sluicev1.KeyKind_KEY_KIND_CHECK,
+			ExpiresAt: &timestamppb.Timestamp{Seconds: 1 << 40}})), "expires_at"},
+		{"a duration past a time.Duration", errOf(call(admin, c.keys.RotateKey, &sluicev1.RotateKeyRequest{KeyId: "x", Grace: &durationpb.Duration{Seconds: 300 * 365 * 86400}})), "grace"},
+		{"a duration of mixed signs", errOf(call(admin, c.reports.ExportCSV, &sluicev1.ExportCSVRequest{Step: &durationpb.Duration{Seconds: 60, Nanos: -1}})), "step"},
 	} {
 		if codeOf(tc.err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(tc.err), []string{tc.field}) {
 			t.Errorf("%s: %v (fields %v), want invalid_argument on %s", tc.name, tc.err, fieldsOf(tc.err), tc.field)

@@ -90,7 +90,7 @@ func (s *Store) Timeseries(ctx context.Context, tenant string, r Range, step tim
 	r = r.validate(&fields)
 	switch {
 	case step <= 0 || step%time.Minute != 0:
-		fields = append(fields, policy.FieldError{Field: "step", Description: "must be a whole number of minutes"})
+		fields = append(fields, policy.FieldError{Field: "step", Description: "must be a positive whole number of minutes"})
 	case len(fields) == 0 && r.To.Sub(r.From)/step > MaxPoints:
 		fields = append(fields, policy.FieldError{Field: "step", Description: fmt.Sprintf("too small for the range: at most %d points", MaxPoints)})
 	}
