@@ -6,6 +6,7 @@
 //	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
+//	-override-retention SLUICE_OVERRIDE_RETENTION  how long an expired override is kept before it is deleted (default 168h; 0: forever)
 //	-auth-failures SLUICE_AUTH_FAILURES      invalid keys an address may send a minute before its calls are refused for a while (default 30; 0: unlimited)
 //	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer; a check key's config pulls) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
 	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
+	overrideRetention := fs.Duration("override-retention", e.Duration("SLUICE_OVERRIDE_RETENTION", pgstore.DefaultOverrideRetention), "how long an expired override is kept before it is deleted (0: forever)")
 	authFailures := fs.Int("auth-failures", e.Int("SLUICE_AUTH_FAILURES", 30), "invalid keys an address may send a minute before its calls are refused for a while (0: unlimited)")
 	keyCalls := fs.Int("key-calls", e.Int("SLUICE_KEY_CALLS", 6000), "calls a key may make a minute (as many at once) before its calls are refused for a while (0: unlimited)")
 	trustedProxies := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "CIDRs whose X-Forwarded-For names the caller's address for -auth-failures")
@@ -88,6 +90,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *auditRetention < 0 {
 		return fmt.Errorf("-audit-retention %v: must not be negative", *auditRetention)
 	}
+	if *overrideRetention < 0 {
+		return fmt.Errorf("-override-retention %v: must not be negative", *overrideRetention)
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	operatorKey := getenv("SLUICE_OPERATOR_KEY")
 	operatorKeyFunc, err := secretfile.FromEnv(getenv, "SLUICE_OPERATOR_KEY")
@@ -111,10 +116,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer pool.Close()
 	store := pgstore.New(pool)
+	pctx, stopPruning := context.WithCancel(ctx)
+	defer stopPruning() // before the pool closes
 	if *auditRetention > 0 {
-		pctx, stop := context.WithCancel(ctx)
-		defer stop() // before the pool closes
 		go prune.Loop(pctx, store.PruneAudit, *auditRetention, time.Hour, time.Now, logger, "old audit log rows")
+	}
+	if *overrideRetention > 0 {
+		go prune.Loop(pctx, store.PruneOverrides, *overrideRetention, time.Hour, time.Now, logger, "expired overrides")
 	}
 
 	reg := telemetry.NewRegistry()

@@ -354,7 +354,8 @@ func h2cClient() *http.Client {
 
 // With SLUICE_AUDIT_RETENTION the control plane deletes audit rows older
 // than it, from its start on, and keeps the newer ones; a negative
-// retention is refused.
+// retention is refused. Overrides expired longer than the default
+// override retention (7 days) go too, and the others stay.
 func TestAuditRetention(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -369,28 +370,41 @@ func TestAuditRetention(t *testing.T) {
 		('operator', 'create', 'tenant', now() - interval '2 days'), ('operator', 'create', 'tenant', now() - interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := db.Exec(ctx, `WITH t AS (INSERT INTO tenants (slug, name) VALUES ('acme', 'Acme') RETURNING id)
+		INSERT INTO overrides (tenant_id, identifier, block, expires_at)
+		SELECT id, c.identifier, true, now() - c.ago FROM t,
+			(VALUES ('gone', interval '8 days'), ('recent', interval '1 day')) AS c (identifier, ago)`); err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{"DATABASE_URL": url, "SLUICE_AUDIT_RETENTION": "24h"}
 	start(t, ctx, env)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var old, recent int
-		if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE at < now() - interval '1 day'), count(*) FILTER (WHERE at >= now() - interval '1 day') FROM audit_log`).Scan(&old, &recent); err != nil {
+		if err := db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE at < now() - interval '1 day'), count(*) FILTER (WHERE at >= now() - interval '1 day' AND actor = 'operator') FROM audit_log`).Scan(&old, &recent); err != nil {
 			t.Fatal(err)
 		}
 		if recent != 1 {
 			t.Fatalf("%d recent audit rows, want the 1 kept", recent)
 		}
-		if old == 0 {
+		rows, _ := db.Query(ctx, `SELECT identifier FROM overrides ORDER BY identifier`)
+		overrides, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old == 0 && slices.Equal(overrides, []string{"recent"}) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the audit row older than the retention was never pruned")
+			t.Fatalf("not pruned: %d audit rows older than the retention, overrides %q (want [recent])", old, overrides)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	err = run(ctx, []string{"-audit-retention", "-1h"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "must not be negative") {
-		t.Fatalf("a negative retention: %v", err)
+	for _, flag := range []string{"-audit-retention", "-override-retention"} {
+		err = run(ctx, []string{flag, "-1h"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Fatalf("a negative %s: %v", flag, err)
+		}
 	}
 	err = run(ctx, []string{"-trusted-proxies", "10.0.0.0/8,10.0.0.0/99"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `-trusted-proxies: trusted proxy "10.0.0.0/99"`) {

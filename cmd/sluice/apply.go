@@ -26,7 +26,8 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write to this file (default stdout)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+	pos, err := parseArgs(fs, args)
+	if err != nil || len(pos) != 1 {
 		fmt.Fprint(stderr, "usage: sluice export [-o FILE] [-server URL] TENANT-SLUG\n")
 		return errUsage
 	}
@@ -34,7 +35,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
-	b, err := client.Export(ctx, fs.Arg(0))
+	b, err := client.Export(ctx, pos[0])
 	if err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	prune := fs.Bool("prune", false, "delete the tiers, rules and overrides a file does not name")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	if err := fs.Parse(args); err != nil || len(paths) == 0 || fs.NArg() != 0 {
+	if pos, err := parseArgs(fs, args); err != nil || len(paths) == 0 || len(pos) != 0 {
 		fmt.Fprint(stderr, "usage: sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json] [-server URL]\n")
 		return errUsage
 	}

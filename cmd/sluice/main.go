@@ -156,11 +156,12 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+	files, err := parseArgs(fs, args)
+	if err != nil || len(files) == 0 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n")
 		return errUsage
 	}
-	plans, err := parseImports(fs.Args(), *merge, stderr)
+	plans, err := parseImports(files, *merge, stderr)
 	if err != nil {
 		return err
 	}

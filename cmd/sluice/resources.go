@@ -293,15 +293,11 @@ var verbs = map[string]verb{
 			return call(s, allOverrides(sluicev1connect.NewOverrideServiceClient(c, s.server)), req, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
 				fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
 				for _, o := range r.Overrides {
-					expires := "never"
-					if o.ExpiresAt != nil {
-						expires = o.ExpiresAt.AsTime().Format(time.RFC3339)
-					}
 					limit, window := "-", "-" // a move to a tier, or a block: no limit of its own
 					if o.Params != nil {
 						limit, window = strconv.FormatInt(o.Params.GetLimit(), 10), windowText(o.Params)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", o.Id, whom(o), cmp.Or(o.Tier, "-"), cmp.Or(o.RuleId, "-"), limit, window, o.Block, expires)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", o.Id, whom(o), cmp.Or(o.Tier, "-"), cmp.Or(o.RuleId, "-"), limit, window, o.Block, expiry(o.ExpiresAt))
 				}
 			})
 		}
@@ -393,7 +389,7 @@ var verbs = map[string]verb{
 				fmt.Fprintln(w, "ID\tKIND\tNAME\tPREFIX\tLAST USED\tREVOKED\tEXPIRES")
 				for _, k := range r.Keys {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.Id, strings.ToLower(strings.TrimPrefix(k.Kind.String(), "KEY_KIND_")), k.Name, k.Prefix,
-						when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), when(k.ExpiresAt.IsValid(), k.ExpiresAt.AsTime()))
+						when(k.LastUsedAt.IsValid(), k.LastUsedAt.AsTime()), when(k.RevokedAt.IsValid(), k.RevokedAt.AsTime()), expiry(k.ExpiresAt))
 				}
 			})
 		}
@@ -522,7 +518,8 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	fs.StringVar(&s.tenant, "tenant", "", "tenant id (required with the operator key)")
 	fs.BoolVar(&s.json, "json", false, "print JSON")
 	run := v.flags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseArgs(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -532,7 +529,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	if v.arg == "" {
 		want = 0
 	}
-	if fs.NArg() != want {
+	if len(pos) != want {
 		fs.Usage()
 		return errUsage
 	}
@@ -540,7 +537,11 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		fmt.Fprint(stderr, "set SLUICE_KEY to the operator key or a tenant admin key (reports: or a viewer key)\n")
 		return errUsage
 	}
-	err := run(s, http.DefaultClient, fs.Arg(0))
+	var arg string
+	if want == 1 {
+		arg = pos[0]
+	}
+	err = run(s, http.DefaultClient, arg)
 	var ue usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintln(stderr, ue.msg)
@@ -628,7 +629,8 @@ func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string
 	tier := fs.String("tier", "", "tier to apply")
 	asJSON := fs.Bool("json", false, "print JSON")
 	more(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+	descs, err := parseArgs(fs, args)
+	if err != nil || len(descs) == 0 {
 		fmt.Fprintf(stderr, "usage: sluice %s [-decider URL] [-tier T] %s[-json] KEY=VALUE...\n", name, moreUsage)
 		return nil, errUsage
 	}
@@ -639,7 +641,7 @@ func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string
 	}
 	dc := &deciderCall{session: &session{ctx: ctx, key: key, json: *asJSON, out: stdout},
 		client: sluicev1connect.NewDecisionServiceClient(http.DefaultClient, *decider), tier: *tier}
-	for _, a := range fs.Args() {
+	for _, a := range descs {
 		k, v, ok := strings.Cut(a, "=")
 		if !ok || k == "" {
 			fmt.Fprintf(stderr, "descriptor %q: want KEY=VALUE\n", a)
@@ -923,6 +925,18 @@ func when(ok bool, t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// expiry says when a key or an override expires: never, a time, or
+// "expired" and the time.
+func expiry(t *timestamppb.Timestamp) string {
+	switch {
+	case t == nil:
+		return "never"
+	case !time.Now().Before(t.AsTime()):
+		return "expired " + when(true, t.AsTime())
+	}
+	return when(true, t.AsTime())
 }
 
 // describe renders a failed call for people: what the command was doing

@@ -115,8 +115,9 @@ func TestCLIAgainstDev(t *testing.T) {
 		got.Params.WarmUp != "30s" || got.Params.ColdFactor != 4 || got.Params.Algorithm != "ALGORITHM_TOKEN_BUCKET" {
 		t.Fatalf("updated %+v", got)
 	}
-	if _, err = sluice("rules", "update", "-limit", "0", ramp.ID); connect.CodeOf(err) != connect.CodeInvalidArgument {
-		t.Fatalf("an invalid update: %v", err)
+	// Flags may follow the id, as in kubectl and gh.
+	if _, err = sluice("rules", "update", ramp.ID, "-limit", "0"); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("an invalid update, its flag after the id: %v", err)
 	}
 	if _, err = sluice("rules", "update", "-limit", "5", "no-such-rule"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("an update of no rule: %v", err)

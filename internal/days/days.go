@@ -85,12 +85,17 @@ func (v value) Set(s string) error {
 	if err != nil {
 		return errors.New("parse error: want a duration such as 90s, 15m, 24h or 30d")
 	}
+	if d < 0 {
+		return errors.New("must not be negative")
+	}
 	*v.d = d
 	return nil
 }
 
 // Flag defines a duration flag on fs, as fs.Duration does, that also
-// takes days.
+// takes days and refuses a negative duration (none of Sluice's means
+// anything: a negative -for would have made an override that never
+// expires).
 func Flag(fs *flag.FlagSet, name string, def time.Duration, usage string) *time.Duration {
 	d := def
 	fs.Var(value{&d}, name, usage)

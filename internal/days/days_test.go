@@ -36,6 +36,9 @@ func TestFlag(t *testing.T) {
 	if err := fs.Parse([]string{"-since", "7 days"}); err == nil {
 		t.Fatal("-since '7 days' taken")
 	}
+	if err := fs.Parse([]string{"-since", "-1h"}); err == nil || *since != 7*Day {
+		t.Fatalf("-since -1h: %v, %v", *since, err)
+	}
 }
 
 type testWriter struct{}

@@ -43,6 +43,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/prune"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/rlheaders"
@@ -208,6 +209,9 @@ func Run(ctx context.Context, cfg Config) error {
 	background.Go(func() { _ = pub.Run(bctx) })
 	reg.MustRegister(telemetry.PublisherMetrics(pub)...)
 	background.Go(func() { _ = consumer.Run(bctx) })
+	background.Go(func() {
+		prune.Loop(bctx, store.PruneOverrides, pgstore.DefaultOverrideRetention, time.Hour, time.Now, cfg.Logger, "expired overrides")
+	})
 
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })

@@ -63,8 +63,9 @@ func scanOverride(row pgx.Row) (policy.Override, error) {
 	return o, err
 }
 
-// CreateOverride adds a per-client exception; a tenant holds at most
-// policy.MaxOverrides.
+// CreateOverride adds a per-client exception, which must not have expired
+// already; a tenant holds at most policy.MaxOverrides that have not
+// expired (PruneOverrides deletes the others in time).
 func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string, o policy.Override) (policy.Override, int64, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return o, 0, err
@@ -73,8 +74,13 @@ func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string
 	if err := validOverride(o); err != nil {
 		return o, 0, err
 	}
+	if !o.ExpiresAt.IsZero() && !time.Now().Before(o.ExpiresAt) {
+		return o, 0, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override",
+			Fields: []policy.FieldError{{Field: "expires_at", Description: "must be in the future"}}}
+	}
 	version, err := s.mutate(ctx, actor, func(tx pgx.Tx) (change, error) {
-		if err := belowLimit(ctx, tx, `SELECT count(*) FROM overrides WHERE tenant_id = $1`, tenantID, policy.MaxOverrides, "overrides"); err != nil {
+		if err := belowLimit(ctx, tx, `SELECT count(*) FROM overrides WHERE tenant_id = $1
+			AND (expires_at IS NULL OR expires_at > now())`, tenantID, policy.MaxOverrides, "live overrides"); err != nil {
 			return change{}, err
 		}
 		if err := overrideTarget(ctx, tx, tenantID, &o, nil); err != nil {
@@ -205,11 +211,15 @@ func (s *Store) ListOverrides(ctx context.Context, tenantID string) ([]policy.Ov
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
-	return listOverrides(ctx, s.db, tenantID)
+	return listOverrides(ctx, s.db, tenantID, false)
 }
 
-func listOverrides(ctx context.Context, q querier, tenantID string) ([]policy.Override, error) {
-	rows, err := q.Query(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE tenant_id = $1 ORDER BY identifier, descriptor_key, block, created_at, id`, tenantID)
+// listOverrides returns the tenant's overrides, or with live only those
+// that have not expired.
+func listOverrides(ctx context.Context, q querier, tenantID string, live bool) ([]policy.Override, error) {
+	rows, err := q.Query(ctx, `SELECT `+overrideColumns+` FROM overrides WHERE tenant_id = $1
+		AND (NOT $2 OR expires_at IS NULL OR expires_at > now())
+		ORDER BY identifier, descriptor_key, block, created_at, id`, tenantID, live)
 	if err != nil {
 		return nil, translate(err, "override")
 	}
@@ -573,8 +583,9 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 }
 
 // Snapshot returns the tenant's whole configuration at one version, read in
-// one repeatable-read transaction, with its live check keys (those expired
-// already left out).
+// one repeatable-read transaction, with its live check keys and overrides
+// (those expired already left out: they apply to nothing, and a tenant's
+// expired overrides are not bounded as its live ones are).
 func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot, []policy.CheckKey, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, nil, err
@@ -591,7 +602,7 @@ func (s *Store) Snapshot(ctx context.Context, tenantID string) (*policy.Snapshot
 		if snap.Tiers, err = listTiers(ctx, tx, tenantID); err != nil {
 			return err
 		}
-		if snap.Overrides, err = listOverrides(ctx, tx, tenantID); err != nil {
+		if snap.Overrides, err = listOverrides(ctx, tx, tenantID, true); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT hash, expires_at FROM api_keys WHERE tenant_id = $1 AND kind = 'check'
@@ -649,6 +660,55 @@ func (s *Store) PruneAudit(ctx context.Context, before time.Time) (int64, error)
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < pruneBatch {
 			return total, nil
+		}
+	}
+}
+
+// DefaultOverrideRetention is how long an override is kept once it has
+// expired, unless the control plane is told otherwise: long enough to be
+// seen as expired in the console, short enough that a tenant's temporary
+// blocks do not pile up.
+const DefaultOverrideRetention = 7 * 24 * time.Hour
+
+// PruneOverrides deletes the overrides of every tenant that expired before
+// before, and returns how many went. Each tenant's go in one config
+// version, at most pruneBatch a transaction, with an audit row each whose
+// actor is ActorRetention.
+func (s *Store) PruneOverrides(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		var tenantID string
+		err := s.db.QueryRow(ctx, `SELECT tenant_id::text FROM overrides WHERE expires_at < $1 LIMIT 1`, before).Scan(&tenantID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("pgstore: prune overrides: %w", err)
+		}
+		var n int
+		err = s.Atomically(ctx, true, func(in *Store) error {
+			return in.inTx(ctx, func(tx pgx.Tx) error {
+				rows, err := tx.Query(ctx, `DELETE FROM overrides WHERE id IN (SELECT id FROM overrides
+					WHERE tenant_id = $1 AND expires_at < $2 LIMIT $3) RETURNING `+overrideColumns, tenantID, before, pruneBatch)
+				if err != nil {
+					return err
+				}
+				gone, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Override, error) { return scanOverride(r) })
+				if err != nil {
+					return err
+				}
+				for _, o := range gone {
+					if _, err := in.bump(ctx, tx, ActorRetention, change{tenantID: tenantID, action: "delete", resource: "override", resourceID: o.ID, old: o}); err != nil {
+						return err
+					}
+				}
+				n = len(gone)
+				return nil
+			})
+		})
+		total += int64(n)
+		if err != nil {
+			return total, fmt.Errorf("pgstore: prune overrides: %w", err)
 		}
 	}
 }

@@ -103,9 +103,13 @@ func (s *Store) LockTenant(ctx context.Context, tenantID string) error {
 // reports on the analytics tables).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Actor says who makes a change, for the audit log: "operator", or
-// "key:<key id>".
+// Actor says who makes a change, for the audit log: "operator",
+// "key:<key id>", or ActorRetention.
 type Actor string
+
+// ActorRetention is the actor of what retention deletes: the overrides
+// PruneOverrides finds expired.
+const ActorRetention Actor = "retention"
 
 // change is one configuration change of a tenant, for the audit log.
 type change struct {

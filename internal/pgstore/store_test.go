@@ -1177,3 +1177,83 @@ func TestRenameAndDeleteTierInUse(t *testing.T) {
 		}
 	}
 }
+
+// Expired overrides: refused at creation, left out of snapshots (not of
+// lists), and deleted by PruneOverrides once expired before its bound,
+// each tenant's in one config version with an audit row each by
+// ActorRetention; the others stay.
+func TestExpiredOverridesArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := newStore(t)
+	now := time.Now()
+	_, _, err := s.CreateOverride(ctx, op, newTenant(t, s, "late").ID, policy.Override{Identifier: "x", Tier: "default", ExpiresAt: now.Add(-time.Second)})
+	wantCode(t, err, policy.CodeInvalid, "expires_at")
+
+	acme, shop := newTenant(t, s, "acme"), newTenant(t, s, "shop")
+	create := func(tenant policy.Tenant, id string, expires time.Time) policy.Override {
+		t.Helper()
+		o, _, err := s.CreateOverride(ctx, op, tenant.ID, policy.Override{Identifier: id, Block: true, ExpiresAt: expires})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	soon := create(acme, "soon", now.Add(time.Hour))
+	create(acme, "later", now.Add(3*time.Hour))
+	create(acme, "never", time.Time{})
+	create(shop, "a", now.Add(time.Hour))
+	create(shop, "b", now.Add(90*time.Minute))
+	_, acmeBefore, _ := s.GetTenant(ctx, acme.ID)
+	_, shopBefore, _ := s.GetTenant(ctx, shop.ID)
+
+	// An override that has expired applies to nothing: the snapshot
+	// leaves it out, the list shows it.
+	soon.ExpiresAt = now.Add(-time.Minute)
+	if _, err := s.UpdateOverride(ctx, op, acme.ID, soon, ""); err != nil {
+		t.Fatal(err)
+	}
+	acmeBefore++
+	snap, _, err := s.Snapshot(ctx, acme.ID)
+	if err != nil || len(snap.Overrides) != 2 || slices.ContainsFunc(snap.Overrides, func(o policy.Override) bool { return o.ID == soon.ID }) {
+		t.Fatalf("snapshot: %+v %v", snap.Overrides, err)
+	}
+	if all, _ := s.ListOverrides(ctx, acme.ID); len(all) != 3 {
+		t.Fatalf("list: %d overrides, want the expired one too", len(all))
+	}
+
+	// Pruning what expires within two hours: acme's soon, shop's both.
+	n, err := s.PruneOverrides(ctx, now.Add(2*time.Hour))
+	if err != nil || n != 3 {
+		t.Fatalf("pruned %d, %v; want 3", n, err)
+	}
+	left, _ := s.ListOverrides(ctx, acme.ID)
+	if len(left) != 2 || left[0].Identifier != "later" || left[1].Identifier != "never" {
+		t.Fatalf("acme kept %+v", left)
+	}
+	if left, _ := s.ListOverrides(ctx, shop.ID); len(left) != 0 {
+		t.Fatalf("shop kept %+v", left)
+	}
+	for _, tc := range []struct {
+		tenant  policy.Tenant
+		before  int64
+		deleted int
+	}{{acme, acmeBefore, 1}, {shop, shopBefore, 2}} {
+		_, v, _ := s.GetTenant(ctx, tc.tenant.ID)
+		if v != tc.before+1 {
+			t.Errorf("%s: version %d after pruning, want %d (one version)", tc.tenant.Slug, v, tc.before+1)
+		}
+		audit, err := s.ListAudit(ctx, tc.tenant.ID, 0, 10, "")
+		if err != nil || len(audit) < tc.deleted {
+			t.Fatalf("%s audit: %v", tc.tenant.Slug, err)
+		}
+		for _, a := range audit[:tc.deleted] {
+			if a.Actor != string(ActorRetention) || a.Action != "delete" || a.Resource != "override" || a.Version != v || len(a.Old) == 0 {
+				t.Errorf("%s audit row %+v", tc.tenant.Slug, a)
+			}
+		}
+	}
+	if n, err := s.PruneOverrides(ctx, now.Add(2*time.Hour)); err != nil || n != 0 {
+		t.Fatalf("pruning again: %d, %v", n, err)
+	}
+}

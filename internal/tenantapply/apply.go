@@ -359,8 +359,8 @@ func (a *applier) overrides(ctx context.Context, tenantID string, overrides []po
 				return nil, refused(err, "replace override %s", name)
 			}
 		}
-		if found {
-			continue
+		if found || (!o.ExpiresAt.IsZero() && !time.Now().Before(o.ExpiresAt)) {
+			continue // there, or expired: nothing to enforce, and the store refuses it
 		}
 		a.note("create", "override", name)
 		if _, _, err := s.CreateOverride(ctx, actor, tenantID, o); err != nil {

@@ -418,3 +418,30 @@ func TestConcurrentSetsDoNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// A file's override that has expired is not created (the store refuses
+// it, and it would enforce nothing): a file kept in a repository still
+// applies, with no change, after its temporary block runs out and after
+// retention deletes the block.
+func TestExpiredOverridesOfAFileAreNotCreated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgstore.New(pgtest.Pool(t))
+	file := shopFile + "  - identifier: mallory\n    block: true\n    expires_at: 2020-01-02T03:04:05Z\n"
+	res, err := Apply(ctx, s, operator, parse(t, file), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(res.Changes, func(c tenantfile.Change) bool { return strings.Contains(c.Name, "mallory") }) {
+		t.Fatalf("changes %+v name the expired override", res.Changes)
+	}
+	tn, _, _ := s.GetTenantBySlug(ctx, "shop")
+	ovs, _ := s.ListOverrides(ctx, tn.ID)
+	if len(ovs) != 2 {
+		t.Fatalf("overrides %+v, want the file's two live ones", ovs)
+	}
+	again, err := Apply(ctx, s, operator, parse(t, file), Options{Prune: true})
+	if err != nil || len(again.Changes) != 0 {
+		t.Fatalf("second apply: %+v, %v; want no change", again, err)
+	}
+}

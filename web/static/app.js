@@ -100,6 +100,8 @@ function dur(s) {
 const seconds = (d) => (d ? parseFloat(d) : 0);
 const fmtDur = (d) => { const s = seconds(d); if (!s) return '–'; if (s % 86400 === 0) return s / 86400 + 'd'; if (s % 3600 === 0) return s / 3600 + 'h'; if (s % 60 === 0) return s / 60 + 'm'; if (s < 1) return +(s * 1000).toFixed(3) + 'ms'; return s + 's'; };
 const fmtTime = (t) => (t ? new Date(t).toLocaleString() : '–');
+// fmtExpiry shows when a key or an override expires, or that it has.
+const fmtExpiry = (t) => (!t ? 'never' : Date.parse(t) <= Date.now() ? `expired ${fmtTime(t)}` : fmtTime(t));
 const algName = (a) => (a || '').replace('ALGORITHM_', '').toLowerCase().replace(/_/g, ' ');
 
 // ---- sign in and navigation ----
@@ -465,7 +467,7 @@ async function loadKeys(fresh) {
   const rows = (res.keys || []).map((k) => el('tr', {},
     el('td', {}, k.name || '–'), el('td', {}, (k.kind || '').replace('KEY_KIND_', '').toLowerCase()), el('td', {}, k.prefix + '…'),
     el('td', {}, fmtTime(k.createdAt)), el('td', {}, fmtTime(k.lastUsedAt)), el('td', {}, fmtTime(k.revokedAt)),
-    el('td', {}, k.expiresAt ? (Date.parse(k.expiresAt) <= Date.now() ? `expired ${fmtTime(k.expiresAt)}` : fmtTime(k.expiresAt)) : 'never'),
+    el('td', {}, fmtExpiry(k.expiresAt)),
     el('td', { class: 'actions' }, k.revokedAt ? '' : rotateButton(k),
       k.revokedAt ? '' : el('button', { type: 'button', class: 'danger', onclick: () => act(() => api('KeyService', 'RevokeKey', { keyId: k.id }), `Revoked ${k.name || k.prefix}`) }, 'Revoke'))));
   if (fresh) $('#keys-table tbody').replaceChildren(...rows);
@@ -482,7 +484,7 @@ async function loadOverrides(fresh) {
   const ruleName = (id) => (state.rules.find((r) => r.id === id) || {}).name || id || '–';
   $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
     el('td', {}, whom(o)), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
-    el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtTime(o.expiresAt)),
+    el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtExpiry(o.expiresAt)),
     el('td', { class: 'actions' },
       el('button', { type: 'button', 'aria-label': `Edit the override of ${o.identifier}`, onclick: () => editOverride(o) }, 'Edit'),
       el('button', { type: 'button', 'aria-label': `History of the override of ${o.identifier}`, 'data-read': true, onclick: () => history(o.id, `the override of ${o.identifier}`) }, 'History'),

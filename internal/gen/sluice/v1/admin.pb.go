@@ -3205,9 +3205,10 @@ func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
 type AuditEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// "operator", "key:<key id>", or "decider" for a resync (a version raised
+	// "operator", "key:<key id>", "decider" for a resync (a version raised
 	// past what a decider held, after the database went back to an earlier
-	// state).
+	// state), or "retention" for an override deleted once it had been
+	// expired longer than the control plane's -override-retention.
 	Actor      string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
 	Action     string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
 	Resource   string `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`

@@ -1,0 +1,1 @@
+DROP INDEX overrides_expires_at;
