@@ -91,6 +91,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -197,9 +198,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	keys := dataplane.NewKeys()
 	health := &dataplane.Health{}
+	var metrics atomic.Pointer[dataplane.Metrics] // set once the decider is built; nothing recorded before
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, *cpURL), HealthFunc: health.Report,
 		Key: getenv("SLUICE_DECIDER_KEY"), KeyFunc: deciderKey, Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
+		OnChange: func(old, next *decide.Config) { metrics.Load().Forget(old, next) },
 	})
 	go func() { _ = syncer.Run(ctx) }()
 
@@ -246,6 +249,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider), Headers: headers}
 	apiCfg.Metrics.PerRule(*ruleMetrics)
+	metrics.Store(apiCfg.Metrics)
 	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)
 	if err != nil {
 		return err

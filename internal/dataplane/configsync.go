@@ -54,7 +54,11 @@ type SyncConfig struct {
 	// pull at start, when a state file is there to fall back on, waits at
 	// most 5s (firstPullTimeout) before the decider starts from it.
 	PullTimeout time.Duration
-	Logger      *slog.Logger
+	// OnChange, when set, is told of each tenant's configuration replaced
+	// (old, next) or removed (old, nil), after the swap: the decider's
+	// metrics forget what is gone (Metrics.Forget).
+	OnChange func(old, next *decide.Config)
+	Logger   *slog.Logger
 }
 
 // Syncer keeps a decider's tenant configurations current: a first pull,
@@ -261,9 +265,16 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 		delete(s.current, id)
 		s.cfg.Keys.RemoveTenant(id)
 	}
-	s.configs.Store(&next)
+	was := *s.configs.Swap(&next)
 	s.ready.Store(true)
 	s.readyOnce.Do(func() { close(s.loaded) })
+	if s.cfg.OnChange != nil {
+		for id, old := range was {
+			if c := next[id]; c != old {
+				s.cfg.OnChange(old, c)
+			}
+		}
+	}
 }
 
 // saveState writes the current snapshots, whole (atomicfile).

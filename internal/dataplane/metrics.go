@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,43 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 				m.nearLimit.WithLabelValues(tenant, dec.Tier, name).Inc()
 			}
 			m.rules.WithLabelValues(tenant, dec.Tier, name, outcome).Inc()
+		}
+	}
+}
+
+// Forget drops the series that a configuration change from old to next
+// (nil: the tenant is gone) leaves about nothing: every series of a tenant
+// that is gone or whose slug changed, and the per-rule series of its tiers
+// and rules that are gone, disabled or renamed. A decider's /metrics then follows
+// the configuration instead of growing with its history. old nil (a
+// tenant new to the decider) forgets nothing.
+func (m *Metrics) Forget(old, next *decide.Config) {
+	if m == nil || old == nil {
+		return
+	}
+	slug := old.Tenant.Slug
+	if next == nil || next.Tenant.Slug != slug {
+		tenant := prometheus.Labels{"tenant": slug}
+		for _, v := range []*prometheus.CounterVec{m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit} {
+			v.DeletePartialMatch(tenant)
+		}
+		return
+	}
+	was, is := old.RuleNames(), next.RuleNames()
+	forget := func(labels prometheus.Labels) {
+		m.rules.DeletePartialMatch(labels)
+		m.nearLimit.DeletePartialMatch(labels)
+	}
+	for tier, rules := range was {
+		now, ok := is[tier]
+		if !ok {
+			forget(prometheus.Labels{"tenant": slug, "tier": tier})
+			continue
+		}
+		for _, r := range rules {
+			if !slices.Contains(now, r) {
+				forget(prometheus.Labels{"tenant": slug, "tier": tier, "rule": r})
+			}
 		}
 	}
 }

@@ -1,14 +1,18 @@
 package dataplane
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // BenchmarkObserve is what recording one decision of two rules costs the
@@ -27,5 +31,76 @@ func BenchmarkObserve(b *testing.B) {
 				m.observe("acme", false, dec, nil, time.Millisecond)
 			}
 		})
+	}
+}
+
+// A decider's metrics follow its configuration: when a change takes a
+// rule or a tier away, the syncer tells the metrics, which drop their
+// series; a tenant removed takes all its series along; what remains, and
+// other tenants, stay counted.
+func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
+	t.Parallel()
+	m := NewMetrics(prometheus.NewRegistry(), nil)
+	reg := prometheus.NewRegistry() // the counters alone: the breaker gauge would read the decider
+	reg.MustRegister(m.decisions, m.rules)
+	s := NewSyncer(SyncConfig{Keys: NewKeys(), OnChange: m.Forget})
+	rule := func(id, name string) policy.Rule {
+		return policy.Rule{ID: id, Name: name, KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
+	}
+	acme := &policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r1", "per-client"), rule("r2", "login")}},
+			{Name: "pro", Rules: []policy.Rule{rule("r3", "per-client")}}}}
+	shop := &policy.Snapshot{Tenant: policy.Tenant{ID: "t2", Slug: "shop", Name: "Shop", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r4", "per-client")}}}}
+	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(acme, nil), protoconv.SnapshotToProto(shop, nil)}, nil)
+	decide := func(tenant, tier string, rules ...string) {
+		dec := decide.Decision{Allowed: true, Tier: tier}
+		for _, name := range rules {
+			dec.Rules = append(dec.Rules, decide.RuleResult{Rule: &policy.Rule{Name: name}, Result: limit.Result{Allowed: true, Limit: 10, Remaining: 1}})
+		}
+		m.observe(tenant, false, dec, nil, time.Millisecond)
+	}
+	decide("acme", "free", "per-client", "login")
+	decide("acme", "pro", "per-client")
+	decide("shop", "free", "per-client")
+	series := func() []string {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range families {
+			for _, metric := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range metric.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				out = append(out, strings.TrimRight(labels["tenant"]+"/"+labels["tier"]+"/"+labels["rule"], "/"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := []string{"acme", "acme/free/login", "acme/free/per-client", "acme/pro/per-client", "shop", "shop/free/per-client"}
+	if got := series(); !slices.Equal(got, want) {
+		t.Fatalf("series %q, want %q", got, want)
+	}
+
+	// The login rule and the pro tier go.
+	next := *acme
+	next.Version, next.Tiers = 2, []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r1", "per-client")}}}
+	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(&next, nil)}, nil)
+	want = []string{"acme", "acme/free/per-client", "shop", "shop/free/per-client"}
+	if got := series(); !slices.Equal(got, want) {
+		t.Fatalf("after the rule and tier went: %q, want %q", got, want)
+	}
+
+	// The tenant goes.
+	s.apply(nil, []string{"t1"})
+	want = []string{"shop", "shop/free/per-client"}
+	if got := series(); !slices.Equal(got, want) {
+		t.Fatalf("after the tenant went: %q, want %q", got, want)
 	}
 }

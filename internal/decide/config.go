@@ -36,6 +36,20 @@ type Config struct {
 	shadowAll bool
 }
 
+// RuleNames returns the names of c's rules by the name of their tier, as
+// decisions report them (Decision.Tier and each rule's Name).
+func (c *Config) RuleNames() map[string][]string {
+	out := make(map[string][]string, len(c.tiers))
+	for tier, rules := range c.tiers {
+		names := make([]string, len(rules))
+		for i, r := range rules {
+			names[i] = r.Name
+		}
+		out[tier] = names
+	}
+	return out
+}
+
 // ShadowAll puts every rule of c in shadow, blocks and requests' own
 // limits included: decisions are evaluated, counted and reported as
 // ever, and none is rejected (a decider's -shadow-mode, as

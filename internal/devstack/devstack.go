@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -157,9 +158,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// The decider, following the control plane over loopback.
 	checkKeys := dataplane.NewKeys()
 	health := &dataplane.Health{}
+	var metrics atomic.Pointer[dataplane.Metrics] // set once the decider is built; nothing recorded before
 	syncer := dataplane.NewSyncer(dataplane.SyncConfig{HealthFunc: health.Report,
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, base), Key: keys.Decider, Keys: checkKeys,
 		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger, Name: "dev",
+		OnChange: func(old, next *decide.Config) { metrics.Load().Forget(old, next) },
 	})
 	local := limit.NewEngine(limit.EngineConfig{})
 	decOpts, engineName, closeEngine := redisOrLocal(ctx, cfg, local)
@@ -217,6 +220,7 @@ func Run(ctx context.Context, cfg Config) error {
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
 		Metrics: dataplane.NewMetrics(reg, decider), Events: pub, Tracer: cfg.Tracer, Headers: cfg.Headers}
+	metrics.Store(apiCfg.Metrics)
 	dataplane.MountHTTP(mux, dataplane.NewHTTPHandler(apiCfg))
 	mux.Handle(dataplane.NewDecisionService(apiCfg))
 	// The control plane takes every path not routed above (its sluice.v1 services).
