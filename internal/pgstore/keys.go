@@ -643,8 +643,9 @@ type withStamp struct {
 
 func (r withStamp) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.stamp)...) }
 
-// pruneBatch is how many audit rows one statement of PruneAudit deletes,
-// so that pruning a long backlog never holds one long transaction.
+// pruneBatch is how many rows one statement of PruneAudit or
+// PruneOverrides deletes, so that pruning a long backlog never holds one
+// long transaction.
 const pruneBatch = 5000
 
 // PruneAudit deletes the audit rows of every tenant written before before,
