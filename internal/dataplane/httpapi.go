@@ -115,6 +115,14 @@ func MountHTTP(mux *http.ServeMux, h http.Handler) {
 	for _, p := range []string{"POST /v1/check", "OPTIONS /v1/check", "POST /v1/reset", "OPTIONS /v1/reset", "POST /shouldAllowRequest"} {
 		mux.Handle(p, h)
 	}
+	// Another method on these paths is 405 with Allow, even where mux has a
+	// catch-all (sluice dev's control plane) that would answer 404.
+	for path, allow := range map[string]string{"/v1/check": "POST, OPTIONS", "/v1/reset": "POST, OPTIONS", "/shouldAllowRequest": "POST"} {
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			replyProblem(&stdExchange{w, r}, http.StatusMethodNotAllowed, "Method Not Allowed", r.Method+" "+path+": use "+allow, nil)
+		})
+	}
 }
 
 func newHTTPAPI(cfg HTTPConfig) *httpAPI {

@@ -406,3 +406,33 @@ func TestCanceledCheckIsNotAnError(t *testing.T) {
 		t.Errorf("a canceled check logged %q", logs.String())
 	}
 }
+
+// Another method on a check path is 405 naming the methods, also beside a
+// catch-all handler (sluice dev's control plane), which would say 404.
+func TestCheckPathsRefuseOtherMethods(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle("/", http.NotFoundHandler())
+	MountHTTP(mux, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodGet, "/v1/check", http.StatusMethodNotAllowed, "POST, OPTIONS"},
+		{http.MethodPut, "/v1/reset", http.StatusMethodNotAllowed, "POST, OPTIONS"},
+		{http.MethodGet, "/shouldAllowRequest", http.StatusMethodNotAllowed, "POST"},
+		{http.MethodPost, "/v1/check", http.StatusTeapot, ""},
+		{http.MethodOptions, "/v1/check", http.StatusTeapot, ""},
+		{http.MethodGet, "/elsewhere", http.StatusNotFound, ""},
+	} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(tc.method, tc.path, nil))
+		if w.Code != tc.status || w.Header().Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q; want %d, %q", tc.method, tc.path, w.Code, w.Header().Get("Allow"), tc.status, tc.allow)
+		}
+		if tc.status == http.StatusMethodNotAllowed && w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s: %s, want a problem", tc.method, tc.path, w.Header().Get("Content-Type"))
+		}
+	}
+}
