@@ -324,8 +324,9 @@ func TestEmptyIDsAreInvalidUnknownOnesNotFound(t *testing.T) {
 }
 
 // A NUL in any string of a call, which PostgreSQL's text cannot hold, is
-// invalid_argument naming the field, not an internal error, and so is an
-// enum's number its enum does not name; for a caller without a key,
+// invalid_argument naming the field, not an internal error, and so are an
+// enum's number its enum does not name and a timestamp or duration out of
+// range (which binary protobuf carries); for a caller without a key,
 // unauthenticated still.
 func TestNULInAStringIsAFieldError(t *testing.T) {
 	t.Parallel()
