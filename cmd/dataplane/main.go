@@ -58,6 +58,7 @@
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
+//	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
 //	                SLUICE_DECIDER_KEY        the decider credential, or a tenant's check key (the decider then serves that tenant alone); environment only
 //	                SLUICE_DECIDER_KEY_FILE   a file holding it instead, reread when it changes (a rotation without a restart)
 //
@@ -171,6 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "proxy: CIDRs of load balancers opening each connection with a PROXY protocol header (v1 or v2), whose address is then the client's")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
+	upstreamTimeout := fs.Duration("upstream-timeout", e.Duration("SLUICE_UPSTREAM_TIMEOUT", dataplane.DefaultUpstreamTimeout), "proxy: longest wait for the upstream's response headers, then 504 (0 none)")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
 	grpcMaxAgeGrace := fs.Duration("grpc-max-connection-age-grace", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE_GRACE", 30*time.Second), "how long calls in flight on such a connection may finish")
@@ -293,7 +295,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
-			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix}
+			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout}
+		switch {
+		case *upstreamTimeout < 0:
+			ln.Close()
+			return fmt.Errorf("-upstream-timeout %v: want 0 (none) or more", *upstreamTimeout)
+		case *upstreamTimeout == 0:
+			pc.UpstreamTimeout = -1 // the flag's 0 is "no bound"
+		}
 		if *ipv6Prefix < 1 || *ipv6Prefix > 128 {
 			ln.Close()
 			return fmt.Errorf("-ipv6-prefix %d: want 1 to 128 bits", *ipv6Prefix)

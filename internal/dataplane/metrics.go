@@ -20,6 +20,7 @@ type Metrics struct {
 	rules     *prometheus.CounterVec
 	nearLimit *prometheus.CounterVec
 	proxied   *prometheus.CounterVec
+	upstream  *prometheus.CounterVec
 	panics    *prometheus.CounterVec
 	latency   prometheus.Histogram
 	perRule   bool
@@ -46,13 +47,15 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			[]string{"tenant", "tier", "rule"}),
 		proxied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_proxy_identities_total",
 			Help: "Proxied requests by what named their client: jwt, client_cert, header, cookie or ip (none of the others did)."}, []string{"source"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_proxy_upstream_errors_total",
+			Help: "Allowed requests the proxy could not forward, by reason: unreachable (502: refused, reset, broken off), timeout (504: no answer within -upstream-timeout), canceled (the client went away first)."}, []string{"reason"}),
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_panics_total",
 			Help: "Requests whose handling panicked (a bug), answered with an internal error instead of ending the decider, by API: http, grpc."}, []string{"api"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_decision_seconds",
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
@@ -150,6 +153,14 @@ func (m *Metrics) observeIdentity(source string) {
 		return
 	}
 	m.proxied.WithLabelValues(source).Inc()
+}
+
+// upstreamError counts one request the proxy could not forward.
+func (m *Metrics) upstreamError(reason string) {
+	if m == nil {
+		return
+	}
+	m.upstream.WithLabelValues(reason).Inc()
 }
 
 // observeReset records one reset asked for by tenant.

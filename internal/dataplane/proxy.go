@@ -1,9 +1,12 @@
 package dataplane
 
 import (
+	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -14,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // ProxyConfig configures the reverse-proxy mode: the decider in front of
@@ -46,10 +50,19 @@ type ProxyConfig struct {
 	// MaxDelay bounds how long a request admitted with a delay (leaky
 	// bucket as a queue) is held before it is forwarded; 0 means 5s.
 	MaxDelay time.Duration
+	// UpstreamTimeout bounds the wait for the upstream's response headers
+	// (its body may stream for as long as it takes), after which the
+	// client gets 504; 0 means DefaultUpstreamTimeout, negative no bound.
+	// It applies to the default transport only.
+	UpstreamTimeout time.Duration
 	// Transport carries requests to the upstream; nil means
-	// UpstreamTransport().
+	// UpstreamTransport() with UpstreamTimeout.
 	Transport http.RoundTripper
 }
+
+// DefaultUpstreamTimeout is how long the proxy waits for an upstream's
+// response headers by default: nginx's proxy_read_timeout.
+const DefaultUpstreamTimeout = 60 * time.Second
 
 // UpstreamTransport is the proxy's default transport: net/http's default
 // but keeping up to 1,024 idle connections to the upstream where the
@@ -87,7 +100,14 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		cfg.MaxDelay = 5 * time.Second
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = UpstreamTransport()
+		t := UpstreamTransport()
+		switch {
+		case cfg.UpstreamTimeout == 0:
+			t.ResponseHeaderTimeout = DefaultUpstreamTimeout
+		case cfg.UpstreamTimeout > 0:
+			t.ResponseHeaderTimeout = cfg.UpstreamTimeout
+		}
+		cfg.Transport = t
 	}
 	if cfg.IPv6Prefix <= 0 {
 		cfg.IPv6Prefix = clientip.IPv6Network
@@ -100,7 +120,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		Transport:     cfg.Transport,
 		FlushInterval: -1, // stream responses as they come
 		BufferPool:    &copyBuffers{},
-		ErrorLog:      slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
+		ErrorHandler:  upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
 	}
 	h := newHTTPAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -150,6 +170,31 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// upstreamFailed answers a request the upstream did not: 504 when it
+// did not answer in time, else 502, each with a problem+json body that
+// names no upstream address (the log does), and counts it by reason in
+// sluice_proxy_upstream_errors_total. A client that went away first gets
+// nothing and is counted as canceled, not logged: it is not the
+// upstream's failure.
+func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		ex := &stdExchange{w, r}
+		var ne net.Error
+		switch {
+		case r.Context().Err() != nil:
+			m.upstreamError("canceled")
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+			m.upstreamError("timeout")
+			log.Warn("proxy: the upstream did not answer in time", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			replyProblem(ex, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time", nil)
+		default:
+			m.upstreamError("unreachable")
+			log.Warn("proxy: the upstream failed", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			replyProblem(ex, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached or broke off its answer", nil)
+		}
+	}
 }
 
 // copyBuffers lends the proxy its buffers for copying answers: without

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -590,5 +591,86 @@ func TestProxyFitsLongAndNULValues(t *testing.T) {
 	countedApart(t, as("carol"+strings.Repeat("x", 300), "/files/%00a"), as("carol"+strings.Repeat("y", 300), "/files/%00a"))
 	if hits.Load() != 3+1+3+1 {
 		t.Fatalf("upstream reached %d times, want 8", hits.Load())
+	}
+}
+
+// An allowed request the upstream does not answer gets a problem+json
+// body, not net/http's empty 502: 502 when the upstream refuses the
+// connection, 504 when it takes longer than UpstreamTimeout to answer;
+// a client gone first is counted as canceled. The rate limit headers
+// still come, and no answer names the upstream's address.
+func TestProxyAnswersUpstreamFailures(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refused.Close() // its address now refuses connections
+	arrived, release := make(chan struct{}, 4), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	down := proxyFor(t, cfg, key, refused, nil)
+	hung := proxyFor(t, cfg, key, slow, func(pc *ProxyConfig) { pc.UpstreamTimeout = 50 * time.Millisecond })
+	patient := proxyFor(t, cfg, key, slow, func(pc *ProxyConfig) { pc.UpstreamTimeout = -1 })
+
+	for _, c := range []struct {
+		url    string
+		status int
+		host   string
+	}{{down.URL, http.StatusBadGateway, refused.Listener.Addr().String()}, {hung.URL, http.StatusGatewayTimeout, slow.Listener.Addr().String()}} {
+		req, _ := http.NewRequest("GET", c.url+"/things", nil)
+		req.Header.Set("X-Client-Id", "alice-"+c.url)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var p problem
+		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil || p.Status != c.status || p.Detail == "" {
+			t.Fatalf("%s: %d %q %s, want %d with a problem+json body", c.url, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status)
+		}
+		if strings.Contains(string(body), c.host) {
+			t.Errorf("the answer names the upstream's address: %s", body)
+		}
+		if resp.Header.Get("X-RateLimit-Remaining") != "2" {
+			t.Errorf("rate limit headers: %v", resp.Header)
+		}
+	}
+	// Without a bound the proxy waits: the client gives up first.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", patient.URL+"/things", nil)
+	req.Header.Set("X-Client-Id", "bob")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-arrived // the timed-out request's
+	<-arrived // bob's, held by the upstream
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a request the upstream never answered, without a bound, was answered")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for counterValue(cfg.Metrics.upstream.WithLabelValues("canceled")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the canceled request was not counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for reason, want := range map[string]float64{"unreachable": 1, "timeout": 1, "canceled": 1} {
+		if got := counterValue(cfg.Metrics.upstream.WithLabelValues(reason)); got != want {
+			t.Errorf("sluice_proxy_upstream_errors_total{reason=%q} = %v, want %v", reason, got, want)
+		}
 	}
 }
