@@ -22,16 +22,8 @@ import (
 // come without an IPv6 zone, IPv4 ones unmapped, so that one client has
 // one name. The zero Addr means remoteAddr was no address.
 func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}
-	}
-	ip = ip.Unmap().WithZone("")
-	if !Contains(trusted, ip) {
+	ip := peer(remoteAddr)
+	if !ip.IsValid() || !Contains(trusted, ip) {
 		return ip
 	}
 	hops := strings.Split(strings.Join(h.Values("X-Forwarded-For"), ","), ",")
@@ -46,6 +38,28 @@ func Of(remoteAddr string, h http.Header, trusted []netip.Prefix) netip.Addr {
 		ip = a
 	}
 	return ip
+}
+
+// Trusted reports whether the peer remoteAddr (host:port, or a bare
+// host) is among trusted: whether what it says of the client, its
+// X-Forwarded-* headers, may be believed and passed on.
+func Trusted(remoteAddr string, trusted []netip.Prefix) bool {
+	ip := peer(remoteAddr)
+	return ip.IsValid() && Contains(trusted, ip)
+}
+
+// peer is the address of remoteAddr, without a zone and unmapped; the
+// zero Addr when it is none.
+func peer(remoteAddr string) netip.Addr {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ip.Unmap().WithZone("")
 }
 
 // IPv6Network is how many leading bits of an IPv6 address name one client

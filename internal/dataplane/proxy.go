@@ -115,7 +115,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
-			pr.SetXForwarded()
+			forwarded(pr, clientip.Trusted(pr.In.RemoteAddr, cfg.TrustedProxies))
 		},
 		Transport:     cfg.Transport,
 		FlushInterval: -1, // stream responses as they come
@@ -170,6 +170,26 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// forwarded sets the X-Forwarded-* headers of the request to the
+// upstream. A trusted peer's (a load balancer's) are passed on, the
+// peer's address appended to X-Forwarded-For, so that the upstream, like
+// the proxy, sees the client and the scheme and host it asked for, not
+// the balancer's; an untrusted peer's are replaced, as a client may not
+// pose as another or claim to have come over TLS.
+func forwarded(pr *httputil.ProxyRequest, trusted bool) {
+	if trusted {
+		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	}
+	pr.SetXForwarded()
+	if trusted {
+		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+			if v := pr.In.Header.Values(h); len(v) > 0 {
+				pr.Out.Header[h] = v
+			}
+		}
+	}
 }
 
 // upstreamFailed answers a request the upstream did not: 504 when it
