@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -146,6 +148,25 @@ func TestImportDryRunAndBadFiles(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "tenant edge-proxy") || !strings.Contains(out.String(), "unlimited health") {
 		t.Fatalf("dry run printed %q", out.String())
+	}
+	// As JSON, the rules as a tenant file writes them: names of
+	// algorithms, durations as "1m", not Go's field names and numbers.
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-dry-run", "-json", writeFile(t, ratelimitYAML)}, &out, &out, none); err != nil {
+		t.Fatal(err)
+	}
+	var plan struct {
+		Tenant, Tier   string
+		Rules          []map[string]any
+		UnlimitedPaths []string `json:"unlimited_paths"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &plan); err != nil || plan.Tenant != "edge-proxy" || plan.Tier != "default" ||
+		len(plan.Rules) != 3 || !slices.Equal(plan.UnlimitedPaths, []string{"health"}) {
+		t.Fatalf("dry run as JSON: %s (%v)", out.String(), err)
+	}
+	if r := plan.Rules[0]; r["name"] != "remote_address" || r["algorithm"] != "fixed_window" || r["limit"] != 60.0 || r["window"] != "1m" ||
+		!reflect.DeepEqual(r["key_by"], []any{"remote_address"}) {
+		t.Fatalf("the first rule as JSON: %v", r)
 	}
 	var errOut strings.Builder
 	err := run(context.Background(), []string{"import", writeFile(t, "domain: x\ndescriptors:\n  - key: a\n    rate_limit: {unit: eon, requests_per_unit: 1}\n")},

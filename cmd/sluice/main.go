@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/tenantfile"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
 
@@ -172,7 +173,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	out := &emitter{w: stdout, json: *asJSON, n: len(plans)}
 	if *dryRun && getenv("SLUICE_KEY") == "" { // no control plane to ask: the files alone
 		for _, plan := range plans {
-			if err := out.emit(plan, func(w io.Writer) { printPlan(w, plan) }); err != nil {
+			if err := out.emit(planJSON(plan), func(w io.Writer) { printPlan(w, plan) }); err != nil {
 				return err
 			}
 		}
@@ -248,6 +249,26 @@ func parseImport(name string) (*envoyimport.Plan, error) {
 	}
 	defer f.Close()
 	return envoyimport.Parse(f)
+}
+
+// importPlan is what an import without a control plane prints as JSON:
+// the rules as a tenant file writes them.
+type importPlan struct {
+	Tenant         string            `json:"tenant"`
+	Tier           string            `json:"tier"`
+	Rules          []tenantfile.Rule `json:"rules"`
+	UnlimitedPaths []string          `json:"unlimited_paths"`
+}
+
+func planJSON(plan *envoyimport.Plan) importPlan {
+	out := importPlan{Tenant: plan.Tenant.Slug, Tier: plan.Tenant.DefaultTier, Rules: []tenantfile.Rule{}, UnlimitedPaths: plan.Unlimited}
+	for _, r := range plan.Rules {
+		out.Rules = append(out.Rules, tenantfile.RuleFrom(r))
+	}
+	if out.UnlimitedPaths == nil {
+		out.UnlimitedPaths = []string{}
+	}
+	return out
 }
 
 func printPlan(w io.Writer, plan *envoyimport.Plan) {

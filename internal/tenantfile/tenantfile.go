@@ -26,6 +26,7 @@ package tenantfile
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -43,68 +44,68 @@ import (
 // File is one tenant's configuration.
 type File struct {
 	// Tenant is the tenant's slug.
-	Tenant      string `yaml:"tenant"`
-	Name        string `yaml:"name,omitempty"`
-	DefaultTier string `yaml:"default_tier,omitempty"`
+	Tenant      string `yaml:"tenant" json:"tenant"`
+	Name        string `yaml:"name,omitempty" json:"name,omitempty"`
+	DefaultTier string `yaml:"default_tier,omitempty" json:"default_tier,omitempty"`
 	// Shadow puts every rule of the tenant in shadow: decisions are
 	// reported, none rejects (a first rollout).
-	Shadow    bool       `yaml:"shadow,omitempty"`
-	Tiers     []Tier     `yaml:"tiers"`
-	Overrides []Override `yaml:"overrides,omitempty"`
+	Shadow    bool       `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Tiers     []Tier     `yaml:"tiers" json:"tiers"`
+	Overrides []Override `yaml:"overrides,omitempty" json:"overrides,omitempty"`
 }
 
 // Tier is a tier and its rules, in the order they are evaluated.
 type Tier struct {
-	Name  string `yaml:"name"`
-	Rules []Rule `yaml:"rules,omitempty"`
+	Name  string `yaml:"name" json:"name"`
+	Rules []Rule `yaml:"rules,omitempty" json:"rules,omitempty"`
 }
 
 // Params are a limit's parameters (see docs/algorithms.md).
 type Params struct {
-	Algorithm   string   `yaml:"algorithm,omitempty"`
-	Limit       int64    `yaml:"limit,omitempty"`
-	Window      Duration `yaml:"window,omitempty"`
-	Burst       int64    `yaml:"burst,omitempty"`
-	WarmUp      Duration `yaml:"warm_up,omitempty"`
-	ColdFactor  float64  `yaml:"cold_factor,omitempty"`
-	MaxDelay    Duration `yaml:"max_delay,omitempty"`
-	Granularity Duration `yaml:"granularity,omitempty"`
-	LeaseTTL    Duration `yaml:"lease_ttl,omitempty"`
-	Calendar    string   `yaml:"calendar,omitempty"`  // day, week, month or year: fixed_window only, without window
-	TimeZone    string   `yaml:"time_zone,omitempty"` // with calendar: the IANA zone of its midnights (UTC unless given)
+	Algorithm   string   `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
+	Limit       int64    `yaml:"limit,omitempty" json:"limit,omitempty"`
+	Window      Duration `yaml:"window,omitempty" json:"window,omitempty"`
+	Burst       int64    `yaml:"burst,omitempty" json:"burst,omitempty"`
+	WarmUp      Duration `yaml:"warm_up,omitempty" json:"warm_up,omitempty"`
+	ColdFactor  float64  `yaml:"cold_factor,omitempty" json:"cold_factor,omitempty"`
+	MaxDelay    Duration `yaml:"max_delay,omitempty" json:"max_delay,omitempty"`
+	Granularity Duration `yaml:"granularity,omitempty" json:"granularity,omitempty"`
+	LeaseTTL    Duration `yaml:"lease_ttl,omitempty" json:"lease_ttl,omitempty"`
+	Calendar    string   `yaml:"calendar,omitempty" json:"calendar,omitempty"`   // day, week, month or year: fixed_window only, without window
+	TimeZone    string   `yaml:"time_zone,omitempty" json:"time_zone,omitempty"` // with calendar: the IANA zone of its midnights (UTC unless given)
 }
 
 // Rule is a rule. Match is a map: its conditions all hold or the rule
 // does not apply, in no order.
 type Rule struct {
-	Name   string            `yaml:"name"`
-	Match  map[string]string `yaml:"match,omitempty"`
-	KeyBy  []string          `yaml:"key_by,omitempty"`
+	Name   string            `yaml:"name" json:"name"`
+	Match  map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
+	KeyBy  []string          `yaml:"key_by,omitempty" json:"key_by,omitempty"`
 	Params `yaml:",inline"`
-	Shadow bool `yaml:"shadow,omitempty"`
+	Shadow bool `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	// Disabled rules are kept but not evaluated (rules are enabled unless
 	// the file says otherwise).
-	Disabled    bool     `yaml:"disabled,omitempty"`
-	FailureMode string   `yaml:"failure_mode,omitempty"` // open (default), closed or local
-	Sync        Duration `yaml:"sync,omitempty"`
-	Exact       bool     `yaml:"exact,omitempty"`
-	Block       bool     `yaml:"block,omitempty"`
-	Replaces    []string `yaml:"replaces,omitempty"`
-	Message     string   `yaml:"message,omitempty"` // what a client it rejects is told
+	Disabled    bool     `yaml:"disabled,omitempty" json:"disabled,omitempty"`
+	FailureMode string   `yaml:"failure_mode,omitempty" json:"failure_mode,omitempty"` // open (default), closed or local
+	Sync        Duration `yaml:"sync,omitempty" json:"sync,omitempty"`
+	Exact       bool     `yaml:"exact,omitempty" json:"exact,omitempty"`
+	Block       bool     `yaml:"block,omitempty" json:"block,omitempty"`
+	Replaces    []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
+	Message     string   `yaml:"message,omitempty" json:"message,omitempty"` // what a client it rejects is told
 }
 
 // Override is a per-client exception: it moves the client to Tier, or
 // gives it its own Params for Rule, or blocks it (on Rule only, when
 // named).
 type Override struct {
-	Identifier    string `yaml:"identifier"`
-	DescriptorKey string `yaml:"descriptor_key,omitempty"` // default client_id
-	Tier          string `yaml:"tier,omitempty"`
+	Identifier    string `yaml:"identifier" json:"identifier"`
+	DescriptorKey string `yaml:"descriptor_key,omitempty" json:"descriptor_key,omitempty"` // default client_id
+	Tier          string `yaml:"tier,omitempty" json:"tier,omitempty"`
 	// Rule names a rule as "tier/rule".
-	Rule      string `yaml:"rule,omitempty"`
-	Block     bool   `yaml:"block,omitempty"`
+	Rule      string `yaml:"rule,omitempty" json:"rule,omitempty"`
+	Block     bool   `yaml:"block,omitempty" json:"block,omitempty"`
 	Params    `yaml:",inline"`
-	ExpiresAt time.Time `yaml:"expires_at,omitempty"`
+	ExpiresAt time.Time `yaml:"expires_at,omitempty" json:"expires_at,omitzero"`
 }
 
 // Duration is a time.Duration written as Go writes durations ("1m",
@@ -114,6 +115,9 @@ type Duration time.Duration
 // MarshalYAML writes d as days.Format does: "1m", not "1m0s"; "7d", not
 // "168h".
 func (d Duration) MarshalYAML() (any, error) { return days.Format(time.Duration(d)), nil }
+
+// MarshalJSON writes d as MarshalYAML does, a JSON string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(days.Format(time.Duration(d))) }
 
 // UnmarshalYAML reads a duration such as "90s", "1h30m" or "30d".
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
