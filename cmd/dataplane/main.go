@@ -57,6 +57,7 @@
 //	-ipv6-prefix     SLUICE_IPV6_PREFIX       proxy: leading bits of an IPv6 client's address that name it (64; 128: the address)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
+//	-descriptor-headers SLUICE_DESCRIPTOR_HEADERS proxy: comma-separated descriptor=Header pairs: each request's header, when present, is that descriptor, for rules to match and key by (e.g. org=X-Org-Id; default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
 //	                SLUICE_DECIDER_KEY        the decider credential, or a tenant's check key (the decider then serves that tenant alone); environment only
@@ -171,6 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	ipv6Prefix := fs.Int("ipv6-prefix", e.Int("SLUICE_IPV6_PREFIX", clientip.IPv6Network), "proxy: leading bits of an IPv6 client's address that name it (its ip, and its identity when nothing else names it); 128: the address")
 	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "proxy: CIDRs of load balancers opening each connection with a PROXY protocol header (v1 or v2), whose address is then the client's")
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
+	descHeaders := fs.String("descriptor-headers", env("SLUICE_DESCRIPTOR_HEADERS", ""), "proxy: descriptor=Header pairs, comma-separated: each header a descriptor for rules")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	upstreamTimeout := fs.Duration("upstream-timeout", e.Duration("SLUICE_UPSTREAM_TIMEOUT", dataplane.DefaultUpstreamTimeout), "proxy: longest wait for the upstream's response headers, then 504 (0 none)")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
@@ -302,6 +304,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("-upstream-timeout %v: want 0 (none) or more", *upstreamTimeout)
 		case *upstreamTimeout == 0:
 			pc.UpstreamTimeout = -1 // the flag's 0 is "no bound"
+		}
+		if pc.HeaderDescriptors, err = dataplane.ParseHeaderDescriptors(*descHeaders); err != nil {
+			ln.Close()
+			return fmt.Errorf("-descriptor-headers: %w", err)
 		}
 		if *ipv6Prefix < 1 || *ipv6Prefix > 128 {
 			ln.Close()

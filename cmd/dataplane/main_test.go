@@ -786,7 +786,7 @@ func TestDeciderShadowMode(t *testing.T) {
 	}
 }
 
-// The reverse proxy's identity settings are checked at start: a decider
+// The reverse proxy's identity and request settings are checked at start: a decider
 // told half of them, or nonsense, does not start.
 func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 	for _, c := range []struct {
@@ -798,6 +798,8 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		{[]string{"-identity-jwt-claim", "sub", "-identity-jwks-url", "ftp://idp.example/jwks.json"}, "https://"},
 		{[]string{"-proxy-protocol", "10.0.0.0/33"}, "proxy-protocol"},
 		{[]string{"-identity-client-cert"}, "-proxy-tls-client-ca"},
+		{[]string{"-descriptor-headers", "ip=X-Real-Ip"}, "-descriptor-headers"},
+		{[]string{"-upstream-timeout", "-1s"}, "-upstream-timeout"},
 	} {
 		var out logtest.Buffer
 		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),

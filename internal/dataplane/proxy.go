@@ -11,8 +11,11 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -47,6 +50,11 @@ type ProxyConfig struct {
 	// TierHeader, when set, names a header choosing the tier (set by a
 	// trusted gateway in front); else overrides and the default apply.
 	TierHeader string
+	// HeaderDescriptors add a descriptor of each request's header, when
+	// it has one (its first value): rules may match and key by what an
+	// application or gateway says of a request (an organization, an API
+	// key, a plan) beside the identity. See ParseHeaderDescriptors.
+	HeaderDescriptors []HeaderDescriptor
 	// MaxDelay bounds how long a request admitted with a delay (leaky
 	// bucket as a queue) is held before it is forwarded; 0 means 5s.
 	MaxDelay time.Duration
@@ -139,6 +147,11 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			{Key: RouteDescriptor, Value: policy.FitValue(r.URL.Path, policy.MaxDescriptorVal)},
 			{Key: MethodDescriptor, Value: r.Method},
 		}}
+		for _, hd := range cfg.HeaderDescriptors {
+			if v := r.Header.Get(hd.Header); v != "" {
+				req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: hd.Key, Value: policy.FitValue(v, policy.MaxDescriptorVal)})
+			}
+		}
 		if cfg.TierHeader != "" {
 			req.Tier = r.Header.Get(cfg.TierHeader)
 		}
@@ -215,6 +228,47 @@ func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.Res
 			replyProblem(ex, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached or broke off its answer", nil)
 		}
 	}
+}
+
+// HeaderDescriptor makes the value of a request's Header the descriptor
+// Key.
+type HeaderDescriptor struct{ Key, Header string }
+
+// MaxHeaderDescriptors bounds the proxy's header descriptors: with its own
+// four, within a request's policy.MaxDescriptors.
+const MaxHeaderDescriptors = 16
+
+// ParseHeaderDescriptors reads "key=Header,key=Header" (the dataplane's
+// -descriptor-headers): each key a descriptor name, none twice and none
+// of the proxy's own (client_id, ip, route, method), each header a valid
+// header name.
+func ParseHeaderDescriptors(s string) ([]HeaderDescriptor, error) {
+	var out []HeaderDescriptor
+	seen := map[string]bool{policy.DefaultIdentifierKey: true, IPDescriptor: true, RouteDescriptor: true, MethodDescriptor: true}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		key, header, ok := strings.Cut(item, "=")
+		key, header = strings.TrimSpace(key), strings.TrimSpace(header)
+		switch {
+		case !ok || header == "":
+			return nil, fmt.Errorf("%q: want descriptor=Header-Name", item)
+		case (policy.Descriptors{{Key: key}}).Validate() != nil:
+			return nil, fmt.Errorf("%q: descriptor %q may be 1 to %d letters, digits, '_', '-' and '.'", item, key, policy.MaxDescriptorKey)
+		case seen[key]:
+			return nil, fmt.Errorf("%q: descriptor %q is the proxy's own or given twice", item, key)
+		case !httpguts.ValidHeaderFieldName(header):
+			return nil, fmt.Errorf("%q: %q is not a header name", item, header)
+		}
+		seen[key] = true
+		out = append(out, HeaderDescriptor{Key: key, Header: http.CanonicalHeaderKey(header)})
+	}
+	if len(out) > MaxHeaderDescriptors {
+		return nil, fmt.Errorf("%d header descriptors: at most %d", len(out), MaxHeaderDescriptors)
+	}
+	return out, nil
 }
 
 // copyBuffers lends the proxy its buffers for copying answers: without

@@ -710,3 +710,66 @@ func TestProxyPassesOnTrustedForwardedHeaders(t *testing.T) {
 		t.Errorf("from an untrusted peer the upstream saw %q, want %q", got, want)
 	}
 }
+
+// A header named in HeaderDescriptors is a descriptor of its own: a rule
+// keyed by it counts each organization apart, whatever client sends, and
+// a request without the header is not counted by it.
+func TestProxyHeaderDescriptors(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "per-org", KeyBy: []string{"org"}, Enabled: true,
+		Match:  []policy.Match{{Key: "org", Value: policy.AnyValue}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	up, _ := upstream(t)
+	hds, err := ParseHeaderDescriptors("org = x-org-id, plan=X-Plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.HeaderDescriptors = hds })
+	as := func(org string) func() int {
+		n := 0
+		return func() int {
+			n++
+			return statusOf(t, nil, px.URL+"/", func(r *http.Request) {
+				r.Header.Set("X-Client-Id", fmt.Sprint(org, "-user-", n)) // a new user each time: the org is what counts
+				if org != "" {
+					r.Header.Set("X-Org-Id", org)
+				}
+			})
+		}
+	}
+	countedApart(t, as("acme"), as("globex"))
+	none := as("")
+	for range 5 {
+		if got := none(); got != 200 {
+			t.Fatalf("a request without the header: %d, want 200 (no org to count)", got)
+		}
+	}
+}
+
+func TestParseHeaderDescriptors(t *testing.T) {
+	t.Parallel()
+	got, err := ParseHeaderDescriptors(" org=X-Org-Id ,api_key=x-api-key,")
+	if want := []HeaderDescriptor{{"org", "X-Org-Id"}, {"api_key", "X-Api-Key"}}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %v, %v; want %v", got, err, want)
+	}
+	if got, err := ParseHeaderDescriptors(""); err != nil || len(got) != 0 {
+		t.Fatalf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{"org", "org=", "=X-Org", "o rg=X-Org", "org=X Org", "ip=X-Ip", "client_id=X-Client",
+		"org=X-A,org=X-B", strings.Repeat("k", 65) + "=X-K", manyHeaderDescriptors(MaxHeaderDescriptors + 1)} {
+		if _, err := ParseHeaderDescriptors(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+	if _, err := ParseHeaderDescriptors(manyHeaderDescriptors(MaxHeaderDescriptors)); err != nil {
+		t.Errorf("%d header descriptors: %v", MaxHeaderDescriptors, err)
+	}
+}
+
+func manyHeaderDescriptors(n int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, fmt.Sprintf("d%d=X-D%d", i, i))
+	}
+	return strings.Join(parts, ",")
+}
