@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -207,11 +208,13 @@ func forwarded(pr *httputil.ProxyRequest, trusted bool) {
 
 // upstreamFailed answers a request the upstream did not: 504 when it
 // did not answer in time, else 502, each with a problem+json body that
-// names no upstream address (the log does), and counts it by reason in
-// sluice_proxy_upstream_errors_total. A client that went away first gets
-// nothing and is counted as canceled, not logged: it is not the
+// names no upstream address (the log does, at most once a second: an
+// upstream down under load fails every request), and counts it by reason
+// in sluice_proxy_upstream_errors_total. A client that went away first
+// gets nothing and is counted as canceled, not logged: it is not the
 // upstream's failure.
 func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.ResponseWriter, *http.Request, error) {
+	logs := &rate.Sometimes{Interval: time.Second}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		ex := &stdExchange{w, r}
 		var ne net.Error
@@ -220,11 +223,15 @@ func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.Res
 			m.upstreamError("canceled")
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 			m.upstreamError("timeout")
-			log.Warn("proxy: the upstream did not answer in time", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			logs.Do(func() {
+				log.Warn("proxy: the upstream did not answer in time", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			})
 			replyProblem(ex, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time", nil)
 		default:
 			m.upstreamError("unreachable")
-			log.Warn("proxy: the upstream failed", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			logs.Do(func() {
+				log.Warn("proxy: the upstream failed", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
+			})
 			replyProblem(ex, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached or broke off its answer", nil)
 		}
 	}

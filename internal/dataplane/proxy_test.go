@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tlstest"
 )
@@ -603,6 +605,8 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
 	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+	var logs logtest.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	refused := httptest.NewServer(http.NotFoundHandler())
 	refused.Close() // its address now refuses connections
 	arrived, release := make(chan struct{}, 4), make(chan struct{})
@@ -643,6 +647,16 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 			t.Errorf("rate limit headers: %v", resp.Header)
 		}
 	}
+	// An upstream down under load fails every request: each is counted,
+	// not each logged.
+	for i := range 20 {
+		if code := statusOf(t, nil, down.URL+"/things", func(r *http.Request) { r.Header.Set("X-Client-Id", fmt.Sprint("carol-", i)) }); code != http.StatusBadGateway {
+			t.Fatalf("a request to the refusing upstream: %d", code)
+		}
+	}
+	if n := strings.Count(logs.String(), "proxy: the upstream failed"); n < 1 || n > 5 {
+		t.Errorf("21 failed requests logged %d times, want once a second", n)
+	}
 	// Without a bound the proxy waits: the client gives up first.
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", patient.URL+"/things", nil)
@@ -668,7 +682,7 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	for reason, want := range map[string]float64{"unreachable": 1, "timeout": 1, "canceled": 1} {
+	for reason, want := range map[string]float64{"unreachable": 21, "timeout": 1, "canceled": 1} {
 		if got := counterValue(cfg.Metrics.upstream.WithLabelValues(reason)); got != want {
 			t.Errorf("sluice_proxy_upstream_errors_total{reason=%q} = %v, want %v", reason, got, want)
 		}
