@@ -190,15 +190,18 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 // upstream. A trusted peer's (a load balancer's) are passed on, the
 // peer's address appended to X-Forwarded-For, so that the upstream, like
 // the proxy, sees the client and the scheme and host it asked for, not
-// the balancer's; an untrusted peer's are replaced, as a client may not
-// pose as another or claim to have come over TLS.
+// the balancer's, and so are its Forwarded (RFC 7239) and X-Real-Ip; an
+// untrusted peer's X-Forwarded-* are replaced and the others dropped, as
+// a client may not pose as another or claim to have come over TLS.
 func forwarded(pr *httputil.ProxyRequest, trusted bool) {
 	if trusted {
 		pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+	} else {
+		pr.Out.Header.Del("X-Real-Ip")
 	}
 	pr.SetXForwarded()
 	if trusted {
-		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
 			if v := pr.In.Header.Values(h); len(v) > 0 {
 				pr.Out.Header[h] = v
 			}

@@ -692,13 +692,15 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 // Behind a trusted load balancer the upstream sees what the proxy does:
 // the client's address at the head of X-Forwarded-For (the balancer's
 // appended) and the scheme and host the client asked for. From an
-// untrusted peer the same headers are replaced: nobody poses as another
-// client, or as having come over TLS.
+// untrusted peer the same headers are replaced, its Forwarded and
+// X-Real-Ip dropped: nobody poses as another client, or as having come
+// over TLS.
 func TestProxyPassesOnTrustedForwardedHeaders(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "%s|%s|%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"))
+		fmt.Fprintf(w, "%s|%s|%s|%s|%s", r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"),
+			r.Header.Get("Forwarded"), r.Header.Get("X-Real-Ip"))
 	}))
 	t.Cleanup(up.Close)
 	seen := func(px *httptest.Server) string {
@@ -707,6 +709,8 @@ func TestProxyPassesOnTrustedForwardedHeaders(t *testing.T) {
 		req.Header.Set("X-Forwarded-For", "198.51.100.7")
 		req.Header.Set("X-Forwarded-Proto", "https")
 		req.Header.Set("X-Forwarded-Host", "shop.example")
+		req.Header.Set("Forwarded", "for=198.51.100.7;proto=https")
+		req.Header.Set("X-Real-Ip", "198.51.100.7")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -716,11 +720,11 @@ func TestProxyPassesOnTrustedForwardedHeaders(t *testing.T) {
 		return string(body)
 	}
 	behind := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
-	if got, want := seen(behind), "198.51.100.7, 127.0.0.1|https|shop.example"; got != want {
+	if got, want := seen(behind), "198.51.100.7, 127.0.0.1|https|shop.example|for=198.51.100.7;proto=https|198.51.100.7"; got != want {
 		t.Errorf("through a trusted balancer the upstream saw %q, want %q", got, want)
 	}
 	exposed := proxyFor(t, cfg, key, up, nil)
-	if got, want := seen(exposed), "127.0.0.1|http|"+strings.TrimPrefix(exposed.URL, "http://"); got != want {
+	if got, want := seen(exposed), "127.0.0.1|http|"+strings.TrimPrefix(exposed.URL, "http://")+"||"; got != want {
 		t.Errorf("from an untrusted peer the upstream saw %q, want %q", got, want)
 	}
 }
