@@ -60,6 +60,7 @@
 //	-descriptor-headers SLUICE_DESCRIPTOR_HEADERS proxy: comma-separated descriptor=Header pairs: each request's header, when present, is that descriptor, for rules to match and key by (e.g. org=X-Org-Id; default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
+//	-preserve-host  SLUICE_PRESERVE_HOST      proxy: forward the client's Host header, not the upstream's (default false)
 //	                SLUICE_DECIDER_KEY        the decider credential, or a tenant's check key (the decider then serves that tenant alone); environment only
 //	                SLUICE_DECIDER_KEY_FILE   a file holding it instead, reread when it changes (a rotation without a restart)
 //
@@ -174,6 +175,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	descHeaders := fs.String("descriptor-headers", env("SLUICE_DESCRIPTOR_HEADERS", ""), "proxy: descriptor=Header pairs, comma-separated: each header a descriptor for rules")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
+	preserveHost := fs.Bool("preserve-host", env("SLUICE_PRESERVE_HOST", "false") == "true", "proxy: forward the client's Host header, not the upstream's")
 	upstreamTimeout := fs.Duration("upstream-timeout", e.Duration("SLUICE_UPSTREAM_TIMEOUT", dataplane.DefaultUpstreamTimeout), "proxy: longest wait for the upstream's response headers, then 504 (0 none)")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
@@ -297,7 +299,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if *upstream != "" {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
-			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout}
+			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout, PreserveHost: *preserveHost}
 		switch {
 		case *upstreamTimeout < 0:
 			ln.Close()

@@ -59,6 +59,11 @@ type ProxyConfig struct {
 	// MaxDelay bounds how long a request admitted with a delay (leaky
 	// bucket as a queue) is held before it is forwarded; 0 means 5s.
 	MaxDelay time.Duration
+	// PreserveHost forwards a request's Host header as it came (Traefik's
+	// passHostHeader, Envoy's default) for an upstream that serves several
+	// names; otherwise the upstream is sent its own host, the client's in
+	// X-Forwarded-Host (nginx's default).
+	PreserveHost bool
 	// UpstreamTimeout bounds the wait for the upstream's response headers
 	// (its body may stream for as long as it takes), after which the
 	// client gets 504; 0 means DefaultUpstreamTimeout, negative no bound.
@@ -124,6 +129,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(cfg.Upstream)
+			if cfg.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
 			forwarded(pr, clientip.Trusted(pr.In.RemoteAddr, cfg.TrustedProxies))
 		},
 		Transport:     cfg.Transport,

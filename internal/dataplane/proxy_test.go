@@ -791,3 +791,30 @@ func manyHeaderDescriptors(n int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// The upstream is sent its own host unless PreserveHost, when it gets
+// the one the client asked for (an upstream serving several names).
+func TestProxyPreservesHostWhenAsked(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.Host) }))
+	t.Cleanup(up.Close)
+	hostSeen := func(px *httptest.Server) string {
+		req, _ := http.NewRequest("GET", px.URL+"/", nil)
+		req.Host = "shop.example"
+		req.Header.Set("X-Client-Id", "alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	if got, want := hostSeen(proxyFor(t, cfg, key, up, nil)), strings.TrimPrefix(up.URL, "http://"); got != want {
+		t.Errorf("by default the upstream saw Host %q, want its own %q", got, want)
+	}
+	if got := hostSeen(proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.PreserveHost = true })); got != "shop.example" {
+		t.Errorf("with PreserveHost the upstream saw Host %q, want the client's", got)
+	}
+}
