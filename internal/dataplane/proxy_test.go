@@ -95,6 +95,20 @@ func statusOf(t *testing.T, c *http.Client, url string, mod func(*http.Request))
 	return resp.StatusCode
 }
 
+// bodyOf GETs url, changed by mod, and returns the answer's body.
+func bodyOf(t *testing.T, url string, mod func(*http.Request)) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	mod(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
 // countedApart checks that one client gets the three requests testAPI's
 // rule allows it and is then refused, while another still gets through.
 func countedApart(t *testing.T, one, another func() int) {
@@ -704,20 +718,14 @@ func TestProxyPassesOnTrustedForwardedHeaders(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	seen := func(px *httptest.Server) string {
-		req, _ := http.NewRequest("GET", px.URL+"/", nil)
-		req.Header.Set("X-Client-Id", "alice-"+px.URL)
-		req.Header.Set("X-Forwarded-For", "198.51.100.7")
-		req.Header.Set("X-Forwarded-Proto", "https")
-		req.Header.Set("X-Forwarded-Host", "shop.example")
-		req.Header.Set("Forwarded", "for=198.51.100.7;proto=https")
-		req.Header.Set("X-Real-Ip", "198.51.100.7")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+		return bodyOf(t, px.URL+"/", func(req *http.Request) {
+			req.Header.Set("X-Client-Id", "alice-"+px.URL)
+			req.Header.Set("X-Forwarded-For", "198.51.100.7")
+			req.Header.Set("X-Forwarded-Proto", "https")
+			req.Header.Set("X-Forwarded-Host", "shop.example")
+			req.Header.Set("Forwarded", "for=198.51.100.7;proto=https")
+			req.Header.Set("X-Real-Ip", "198.51.100.7")
+		})
 	}
 	behind := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} })
 	if got, want := seen(behind), "198.51.100.7, 127.0.0.1|https|shop.example|for=198.51.100.7;proto=https|198.51.100.7"; got != want {
@@ -800,16 +808,10 @@ func TestProxyPreservesHostWhenAsked(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.Host) }))
 	t.Cleanup(up.Close)
 	hostSeen := func(px *httptest.Server) string {
-		req, _ := http.NewRequest("GET", px.URL+"/", nil)
-		req.Host = "shop.example"
-		req.Header.Set("X-Client-Id", "alice")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
+		return bodyOf(t, px.URL+"/", func(req *http.Request) {
+			req.Host = "shop.example"
+			req.Header.Set("X-Client-Id", "alice")
+		})
 	}
 	if got, want := hostSeen(proxyFor(t, cfg, key, up, nil)), strings.TrimPrefix(up.URL, "http://"); got != want {
 		t.Errorf("by default the upstream saw Host %q, want its own %q", got, want)
