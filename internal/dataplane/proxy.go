@@ -138,6 +138,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		FlushInterval: -1, // stream responses as they come
 		BufferPool:    &copyBuffers{},
 		ErrorHandler:  upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
+		// What ErrorHandler does not see (an answer broken off while its
+		// body streams) httputil logs here.
+		ErrorLog: slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
 	}
 	h := newHTTPAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
