@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/sony/gobreaker/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -65,7 +66,22 @@ type Config struct {
 	// Headers is the style of the rate limit headers Middleware answers
 	// with; the zero value is HeadersIETF.
 	Headers HeaderStyle
+	// BreakerFailures is how many calls in a row must fail (time out, or
+	// find the decider unreachable or failing) before the Client stops
+	// calling it for BreakerCooldown and answers every Check by the
+	// failure mode at once, where each would wait out its Timeout against
+	// a decider that does not answer; then one call tries it, and an
+	// answer closes the breaker. A refusal (a bad key, an invalid check)
+	// is an answer. 0 means 5; negative, no breaker.
+	BreakerFailures int
+	// BreakerCooldown is how long an open breaker stops calls; 0 means 1s.
+	BreakerCooldown time.Duration
 }
+
+// ErrBreakerOpen is the error of a call the Client did not make: its
+// breaker is open after the decider failed BreakerFailures times in a
+// row. The Check is answered by the failure mode.
+var ErrBreakerOpen = errors.New("sluiceclient: the decider failed repeatedly; not calling it for the cooldown")
 
 // Request is one check: the request's descriptors, and optionally the
 // tier to apply, the cost (0 means 1) and, for concurrency rules, the
@@ -131,9 +147,10 @@ func (d Decision) RetryAfter() time.Duration {
 
 // Client checks requests against a decider. It is safe for concurrent use.
 type Client struct {
-	cfg  Config
-	rpc  sluicev1connect.DecisionServiceClient
-	deny *lru.Cache[string, cachedDenial]
+	cfg     Config
+	rpc     sluicev1connect.DecisionServiceClient
+	deny    *lru.Cache[string, cachedDenial]
+	breaker *gobreaker.CircuitBreaker[struct{}] // nil: none
 	// queue carries coalesced Checks to the senders until stop closes.
 	queue   chan *pending
 	stop    chan struct{}
@@ -167,6 +184,9 @@ func New(cfg Config) *Client {
 		cfg.Now = time.Now
 	}
 	c := &Client{cfg: cfg, rpc: sluicev1connect.NewDecisionServiceClient(cfg.HTTPClient, strings.TrimSuffix(cfg.URL, "/"))}
+	if cfg.BreakerFailures >= 0 {
+		c.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown)
+	}
 	if cfg.DenyCacheSize >= 0 {
 		size := cfg.DenyCacheSize
 		if size == 0 {
@@ -407,7 +427,55 @@ func authed[T any](c *Client, msg *T) *connect.Request[T] {
 func withTimeout[T any](c *Client, ctx context.Context, f func(context.Context) (*connect.Response[T], error)) (*connect.Response[T], error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	return f(ctx)
+	if c.breaker == nil {
+		return f(ctx)
+	}
+	var res *connect.Response[T]
+	_, err := c.breaker.Execute(func() (struct{}, error) {
+		var err error
+		res, err = f(ctx)
+		return struct{}{}, err
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return nil, connect.NewError(connect.CodeUnavailable, ErrBreakerOpen)
+	}
+	return res, err
+}
+
+// newBreaker returns the breaker of calls to the decider (see
+// Config.BreakerFailures).
+func newBreaker(failures int, cooldown time.Duration) *gobreaker.CircuitBreaker[struct{}] {
+	if failures == 0 {
+		failures = 5
+	}
+	if cooldown <= 0 {
+		cooldown = time.Second
+	}
+	return gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "sluice decider",
+		Timeout:     cooldown,
+		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= uint32(failures) },
+		// The decider answered: a refusal says it is up.
+		IsSuccessful: func(err error) bool {
+			if err == nil {
+				return true
+			}
+			switch connect.CodeOf(err) {
+			case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown, connect.CodeInternal, connect.CodeDataLoss:
+				return false
+			}
+			return true
+		},
+		// A caller that gave up says nothing of the decider.
+		IsExcluded: func(err error) bool { return connect.CodeOf(err) == connect.CodeCanceled },
+	})
+}
+
+// BreakerOpen reports whether the Client has stopped calling the decider
+// after it failed repeatedly (Config.BreakerFailures), or is trying it
+// again with one call: Checks are answered by the failure mode meanwhile.
+func (c *Client) BreakerOpen() bool {
+	return c.breaker != nil && c.breaker.State() != gobreaker.StateClosed
 }
 
 // failed answers by the failure mode, or refuses.

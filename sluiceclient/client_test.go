@@ -453,3 +453,56 @@ func TestRequestLimit(t *testing.T) {
 		t.Fatalf("a window of 1.5 s: %v", err)
 	}
 }
+
+// A decider that stops answering costs each Check its Timeout only until
+// the breaker opens: then Checks are answered by the failure mode without
+// a call, until the cooldown lets one through and the decider's answer
+// closes it. Refusals are answers and never open it.
+func TestBreakerStopsCallingAHungDecider(t *testing.T) {
+	t.Parallel()
+	var hung atomic.Bool
+	release := make(chan struct{})
+	url, key, calls := deciderWith(t, &clock{t: time.Now()}, func() {
+		if hung.Load() {
+			<-release
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for its calls
+	c := New(Config{URL: url, Key: key, Timeout: 50 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond})
+	hung.Store(true)
+	for i := range 3 {
+		if d, err := c.Check(context.Background(), alice()); err == nil || !d.Failed || !d.Allowed {
+			t.Fatalf("check %d against a hung decider: %+v %v, want failed open", i, d, err)
+		}
+	}
+	if !c.BreakerOpen() || calls.Load() != 3 {
+		t.Fatalf("after 3 failures: breaker open %v, %d calls", c.BreakerOpen(), calls.Load())
+	}
+	d, err := c.Check(context.Background(), alice())
+	if !errors.Is(err, ErrBreakerOpen) || !d.Failed || !d.Allowed || calls.Load() != 3 {
+		t.Fatalf("with the breaker open: %+v %v, %d calls; want the failure mode without a call", d, err, calls.Load())
+	}
+	hung.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for d.Failed {
+		if time.Now().After(deadline) {
+			t.Fatal("the breaker never let a call through once the decider answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+		d, err = c.Check(context.Background(), alice())
+	}
+	if err != nil || !d.Allowed || c.BreakerOpen() {
+		t.Fatalf("the decider back: %+v %v, breaker open %v", d, err, c.BreakerOpen())
+	}
+
+	wrong := New(Config{URL: url, Key: "sk_check_wrong", BreakerFailures: 2})
+	before := calls.Load()
+	for range 5 {
+		if _, err := wrong.Check(context.Background(), alice()); !errors.Is(err, ErrRefused) {
+			t.Fatalf("a bad key: %v, want refused", err)
+		}
+	}
+	if wrong.BreakerOpen() || calls.Load()-before != 5 {
+		t.Fatalf("refusals opened the breaker (%v) or were not all asked (%d calls)", wrong.BreakerOpen(), calls.Load()-before)
+	}
+}
