@@ -41,6 +41,7 @@
 //	-rate-limit-headers SLUICE_RATE_LIMIT_HEADERS the rate limit headers answered: ietf, draft-6, x or none (default ietf; docs/configuration.md)
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
+//	-forward-auth   SLUICE_FORWARD_AUTH       the proxy port answers as a gateway's forward-auth service (Traefik forwardAuth, Caddy forward_auth): 200 or 429 with the headers, the request's path and method from X-Forwarded-Uri and X-Forwarded-Method; instead of -upstream (default false)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	-proxy-tls-cert SLUICE_PROXY_TLS_CERT     proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS, the pair reread when the files change (default none: plaintext)
 //	-proxy-tls-key  SLUICE_PROXY_TLS_KEY      proxy: PEM private key of -proxy-tls-cert
@@ -158,6 +159,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	headerStyle := fs.String("rate-limit-headers", env("SLUICE_RATE_LIMIT_HEADERS", "ietf"), "the rate limit headers answered: ietf (RateLimit-Policy, RateLimit, X-RateLimit-*), draft-6 (RateLimit-Policy 10;w=60, RateLimit-Limit, -Remaining, -Reset, X-RateLimit-*), x (X-RateLimit-* alone) or none (Retry-After alone)")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
+	forwardAuth := fs.Bool("forward-auth", env("SLUICE_FORWARD_AUTH", "false") == "true", "the proxy port answers a gateway's forward-auth calls (200 or 429) instead of forwarding to -upstream")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
 	proxyKey := fs.String("proxy-tls-key", env("SLUICE_PROXY_TLS_KEY", ""), "proxy: PEM private key of -proxy-tls-cert")
@@ -297,9 +299,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// the connections that chose h2 by ALPN).
 	srv := dataplane.NewHTTPServer(apiCfg, mux)
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
-	if *upstream != "" {
+	if *upstream != "" && *forwardAuth {
+		ln.Close()
+		return errors.New("-forward-auth answers in place of forwarding: give -upstream or -forward-auth, not both")
+	}
+	if *upstream != "" || *forwardAuth {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
-			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout, PreserveHost: *preserveHost}
+			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout, PreserveHost: *preserveHost,
+			ForwardAuth: *forwardAuth}
 		switch {
 		case *upstreamTimeout < 0:
 			ln.Close()
@@ -396,18 +403,23 @@ func jwtIdentity(ctx context.Context, claim, jwksURL, iss, aud string) (*datapla
 	return dataplane.NewJWKSIdentity(ctx, claim, jwksURL, iss, aud)
 }
 
-// serveProxy starts the reverse proxy of pc in front of upstream, for the
-// tenant of the check key, over TLS with the certificate, key and client
+// serveProxy starts the reverse proxy of pc in front of upstream (or, with
+// pc.ForwardAuth, the forward-auth service), for the tenant of the check
+// key, over TLS with the certificate, key and client
 // CA files of tlsFiles when they are named (after the PROXY protocol of
 // balancers), and returns what stops it.
 func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig, keys *dataplane.Keys, addr, upstream, key string,
 	pc dataplane.ProxyConfig, trusted, balancers string, tlsFiles [3]string) (func(), error) {
-	u, err := url.Parse(upstream)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
+	var u *url.URL
+	var err error
+	if !pc.ForwardAuth {
+		u, err = url.Parse(upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", upstream)
+		}
 	}
 	if key == "" {
-		return nil, errors.New("reverse-proxy mode needs SLUICE_PROXY_KEY, the check key of the tenant to enforce")
+		return nil, errors.New("reverse-proxy and forward-auth modes need SLUICE_PROXY_KEY, the check key of the tenant to enforce")
 	}
 	if pc.TrustedProxies, err = clientip.ParsePrefixes(trusted); err != nil {
 		return nil, err
@@ -431,6 +443,10 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
-	fmt.Fprintf(stdout, "proxying %s://%s to %s\n", scheme, ln.Addr(), u.Redacted())
+	if pc.ForwardAuth {
+		fmt.Fprintf(stdout, "answering forward-auth calls on %s://%s\n", scheme, ln.Addr())
+	} else {
+		fmt.Fprintf(stdout, "proxying %s://%s to %s\n", scheme, ln.Addr(), u.Redacted())
+	}
 	return func() { <-done }, nil
 }

@@ -72,6 +72,15 @@ type ProxyConfig struct {
 	// Transport carries requests to the upstream; nil means
 	// UpstreamTransport() with UpstreamTimeout.
 	Transport http.RoundTripper
+	// ForwardAuth answers each request instead of forwarding it, as the
+	// forward-auth service of a gateway in front (Traefik's forwardAuth,
+	// Caddy's forward_auth): 200 with the rate limit headers when the
+	// request the gateway asks about may go through, else 429 with them
+	// and a problem+json body, which the gateway returns to its client.
+	// That request's path and method come from X-Forwarded-Uri and
+	// X-Forwarded-Method (else X-Original-Uri and X-Original-Method, else
+	// the call's own); Upstream is not used.
+	ForwardAuth bool
 }
 
 // DefaultUpstreamTimeout is how long the proxy waits for an upstream's
@@ -105,7 +114,8 @@ const (
 // method; allowed ones are
 // forwarded, bodies streamed and upgrades (websockets) passed through,
 // after waiting out a leaky bucket's delay; rejected ones get 429, the
-// rate limit headers and a problem+json body.
+// rate limit headers and a problem+json body. With cfg.ForwardAuth it
+// answers 200 in place of forwarding (see ProxyConfig.ForwardAuth).
 func NewProxy(cfg ProxyConfig) http.Handler {
 	if cfg.API.Logger == nil {
 		cfg.API.Logger = slog.Default()
@@ -126,21 +136,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	if cfg.IPv6Prefix <= 0 {
 		cfg.IPv6Prefix = clientip.IPv6Network
 	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(cfg.Upstream)
-			if cfg.PreserveHost {
-				pr.Out.Host = pr.In.Host
-			}
-			forwarded(pr, clientip.Trusted(pr.In.RemoteAddr, cfg.TrustedProxies))
-		},
-		Transport:     cfg.Transport,
-		FlushInterval: -1, // stream responses as they come
-		BufferPool:    &copyBuffers{},
-		ErrorHandler:  upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
-		// What ErrorHandler does not see (an answer broken off while its
-		// body streams) httputil logs here.
-		ErrorLog: slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
+	var rp *httputil.ReverseProxy
+	if !cfg.ForwardAuth {
+		rp = newReverseProxy(cfg)
 	}
 	h := newHTTPAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -153,11 +151,15 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies), cfg.IPv6Prefix)
 		client, source := cfg.identity(r, ip)
 		cfg.API.Metrics.observeIdentity(source)
+		path, method := r.URL.Path, r.Method
+		if cfg.ForwardAuth {
+			path, method = forwardedRequest(r)
+		}
 		req := decide.Request{Descriptors: policy.Descriptors{
 			{Key: policy.DefaultIdentifierKey, Value: policy.FitValue(client, policy.MaxDescriptorVal)},
 			{Key: IPDescriptor, Value: ip},
-			{Key: RouteDescriptor, Value: policy.FitValue(r.URL.Path, policy.MaxDescriptorVal)},
-			{Key: MethodDescriptor, Value: r.Method},
+			{Key: RouteDescriptor, Value: policy.FitValue(path, policy.MaxDescriptorVal)},
+			{Key: MethodDescriptor, Value: policy.FitValue(method, policy.MaxDescriptorVal)},
 		}}
 		for _, hd := range cfg.HeaderDescriptors {
 			if v := r.Header.Get(hd.Header); v != "" {
@@ -190,11 +192,58 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 				return
 			}
 		}
+		if cfg.ForwardAuth {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
 		// Answer while the request body still streams in (without this,
 		// the server would drain the body before sending the headers).
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// forwardedRequest is the path and method of the request a gateway asks
+// about (ProxyConfig.ForwardAuth).
+func forwardedRequest(r *http.Request) (path, method string) {
+	path, method = r.URL.Path, r.Method
+	for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri"} {
+		if v := r.Header.Get(h); v != "" {
+			if u, err := url.ParseRequestURI(v); err == nil {
+				path = u.Path
+			} else {
+				path, _, _ = strings.Cut(v, "?")
+			}
+			break
+		}
+	}
+	for _, h := range []string{"X-Forwarded-Method", "X-Original-Method"} {
+		if v := r.Header.Get(h); v != "" {
+			method = v
+			break
+		}
+	}
+	return path, method
+}
+
+// newReverseProxy is the reverse proxy to cfg.Upstream.
+func newReverseProxy(cfg ProxyConfig) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(cfg.Upstream)
+			if cfg.PreserveHost {
+				pr.Out.Host = pr.In.Host
+			}
+			forwarded(pr, clientip.Trusted(pr.In.RemoteAddr, cfg.TrustedProxies))
+		},
+		Transport:     cfg.Transport,
+		FlushInterval: -1, // stream responses as they come
+		BufferPool:    &copyBuffers{},
+		ErrorHandler:  upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
+		// What ErrorHandler does not see (an answer broken off while its
+		// body streams) httputil logs here.
+		ErrorLog: slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // forwarded sets the X-Forwarded-* headers of the request to the

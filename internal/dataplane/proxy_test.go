@@ -127,7 +127,10 @@ func countedApart(t *testing.T, one, another func() int) {
 
 func proxyFor(t *testing.T, cfg HTTPConfig, key string, up *httptest.Server, mod func(*ProxyConfig)) *httptest.Server {
 	t.Helper()
-	u, _ := url.Parse(up.URL)
+	var u *url.URL
+	if up != nil { // nil: no upstream (forward-auth)
+		u, _ = url.Parse(up.URL)
+	}
 	pc := ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id", Tenant: func() (*decide.Config, error) {
 		return cfg.Authenticate("Bearer " + key)
 	}}
@@ -818,5 +821,55 @@ func TestProxyPreservesHostWhenAsked(t *testing.T) {
 	}
 	if got := hostSeen(proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.PreserveHost = true })); got != "shop.example" {
 		t.Errorf("with PreserveHost the upstream saw Host %q, want the client's", got)
+	}
+}
+
+// In forward-auth mode the proxy answers the gateway's call instead of
+// forwarding: 200 with the headers, or 429 with them and a problem body,
+// for the request the gateway names in X-Forwarded-Uri and
+// X-Forwarded-Method (Traefik, Caddy; nginx's X-Original-*), the client
+// by the usual identity and its address by X-Forwarded-For from the
+// trusted gateway.
+func TestProxyForwardAuth(t *testing.T) {
+	t.Parallel()
+	cfg, key := testAPI(t)
+	px := proxyFor(t, cfg, key, nil, func(pc *ProxyConfig) {
+		pc.ForwardAuth = true
+		pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	ask := func(client, uri string, original bool) *http.Response {
+		req, _ := http.NewRequest("GET", px.URL+"/auth", nil)
+		req.Header.Set("X-Client-Id", client)
+		req.Header.Set("X-Forwarded-For", "198.51.100.9")
+		if original {
+			req.Header.Set("X-Original-Uri", uri)
+			req.Header.Set("X-Original-Method", "POST")
+		} else {
+			req.Header.Set("X-Forwarded-Uri", uri)
+			req.Header.Set("X-Forwarded-Method", "POST")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	// The login rule allows 2 a minute: the path comes from the header,
+	// its query left out, not from the call's own /auth.
+	var got []int
+	for _, original := range []bool{false, true, false} {
+		got = append(got, ask("alice", "/login?next=%2Fhome", original).StatusCode)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Fatalf("three logins: %v, want %v", got, want)
+	}
+	rejected := ask("alice", "/login", false)
+	body, _ := io.ReadAll(rejected.Body)
+	if rejected.Header.Get("Retry-After") == "" || rejected.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "login") {
+		t.Fatalf("a rejection: %v %s", rejected.Header, body)
+	}
+	if ok := ask("bob", "/login", false); ok.StatusCode != 200 || ok.Header.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("another client: %d %v", ok.StatusCode, ok.Header)
 	}
 }
