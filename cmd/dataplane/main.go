@@ -42,6 +42,7 @@
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-forward-auth   SLUICE_FORWARD_AUTH       the proxy port answers as a gateway's forward-auth service (Traefik forwardAuth, Caddy forward_auth): 200 or 429 with the headers, the request's path and method from X-Forwarded-Uri and X-Forwarded-Method; instead of -upstream (default false)
+//	-forward-auth-deny-status SLUICE_FORWARD_AUTH_DENY_STATUS the status of a forward-auth rejection: 429, or 403 for nginx's auth_request (default 429)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	-proxy-tls-cert SLUICE_PROXY_TLS_CERT     proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS, the pair reread when the files change (default none: plaintext)
 //	-proxy-tls-key  SLUICE_PROXY_TLS_KEY      proxy: PEM private key of -proxy-tls-cert
@@ -159,6 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	headerStyle := fs.String("rate-limit-headers", env("SLUICE_RATE_LIMIT_HEADERS", "ietf"), "the rate limit headers answered: ietf (RateLimit-Policy, RateLimit, X-RateLimit-*), draft-6 (RateLimit-Policy 10;w=60, RateLimit-Limit, -Remaining, -Reset, X-RateLimit-*), x (X-RateLimit-* alone) or none (Retry-After alone)")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
+	denyStatus := fs.Int("forward-auth-deny-status", e.Int("SLUICE_FORWARD_AUTH_DENY_STATUS", http.StatusTooManyRequests), "the status of a forward-auth rejection: 429, or 403 for nginx's auth_request")
 	forwardAuth := fs.Bool("forward-auth", env("SLUICE_FORWARD_AUTH", "false") == "true", "the proxy port answers a gateway's forward-auth calls (200 or 429) instead of forwarding to -upstream")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
@@ -306,7 +308,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *upstream != "" || *forwardAuth {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
 			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout, PreserveHost: *preserveHost,
-			ForwardAuth: *forwardAuth}
+			ForwardAuth: *forwardAuth, DenyStatus: *denyStatus}
+		if *denyStatus != http.StatusTooManyRequests && *denyStatus != http.StatusForbidden {
+			ln.Close()
+			return fmt.Errorf("-forward-auth-deny-status %d: want 429, or 403 for nginx", *denyStatus)
+		}
 		switch {
 		case *upstreamTimeout < 0:
 			ln.Close()

@@ -801,6 +801,7 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		{[]string{"-descriptor-headers", "ip=X-Real-Ip"}, "-descriptor-headers"},
 		{[]string{"-upstream-timeout", "-1s"}, "-upstream-timeout"},
 		{[]string{"-forward-auth"}, "not both"},
+		{[]string{"-forward-auth-deny-status", "500"}, "-forward-auth-deny-status"},
 	} {
 		var out logtest.Buffer
 		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),

@@ -81,6 +81,10 @@ type ProxyConfig struct {
 	// X-Forwarded-Method (else X-Original-Uri and X-Original-Method, else
 	// the call's own); Upstream is not used.
 	ForwardAuth bool
+	// DenyStatus is the status of a forward-auth rejection; 0 means 429.
+	// nginx's auth_request passes only 401 and 403 on (any other is its
+	// 500), so behind nginx it is 403, mapped back to 429 there.
+	DenyStatus int
 }
 
 // DefaultUpstreamTimeout is how long the proxy waits for an upstream's
@@ -140,6 +144,10 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	if !cfg.ForwardAuth {
 		rp = newReverseProxy(cfg)
 	}
+	deny := http.StatusTooManyRequests
+	if cfg.ForwardAuth && cfg.DenyStatus != 0 {
+		deny = cfg.DenyStatus
+	}
 	h := newHTTPAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ex := &stdExchange{w, r}
@@ -176,12 +184,12 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		}
 		ex.rateHeaders(dec, cfg.API.Headers)
 		if !dec.Allowed {
-			ex.reply(http.StatusTooManyRequests, "application/problem+json", rejectedProblem(dec))
+			ex.reply(deny, "application/problem+json", rejectedProblem(dec))
 			return
 		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
-				replyProblem(ex, http.StatusTooManyRequests, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
+				replyProblem(ex, deny, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
 				return
 			}
 			t := time.NewTimer(delay)

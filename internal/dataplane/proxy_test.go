@@ -872,4 +872,10 @@ func TestProxyForwardAuth(t *testing.T) {
 	if ok := ask("bob", "/login", false); ok.StatusCode != 200 || ok.Header.Get("X-RateLimit-Remaining") != "1" {
 		t.Fatalf("another client: %d %v", ok.StatusCode, ok.Header)
 	}
+	// Behind nginx, whose auth_request passes only 401 and 403 on, a
+	// rejection is 403, with its headers.
+	px = proxyFor(t, cfg, key, nil, func(pc *ProxyConfig) { pc.ForwardAuth, pc.DenyStatus = true, http.StatusForbidden })
+	if denied := ask("alice", "/login", true); denied.StatusCode != http.StatusForbidden || denied.Header.Get("Retry-After") == "" {
+		t.Fatalf("a rejection for nginx: %d %v", denied.StatusCode, denied.Header)
+	}
 }
