@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"strings"
@@ -504,5 +505,29 @@ func TestBreakerStopsCallingAHungDecider(t *testing.T) {
 	}
 	if wrong.BreakerOpen() || calls.Load()-before != 5 {
 		t.Fatalf("refusals opened the breaker (%v) or were not all asked (%d calls)", wrong.BreakerOpen(), calls.Load()-before)
+	}
+}
+
+// ByClientIP believes X-Forwarded-For from a trusted balancer only, and
+// names an IPv6 client by its /64.
+func TestByClientIP(t *testing.T) {
+	t.Parallel()
+	describe := ByClientIP(netip.MustParsePrefix("10.0.0.0/8"))
+	for _, c := range []struct{ remote, xff, want string }{
+		{"10.1.2.3:4000", "198.51.100.7", "198.51.100.7"},           // through the balancer
+		{"203.0.113.5:4000", "198.51.100.7", "203.0.113.5"},         // a client posing as another
+		{"10.1.2.3:4000", "", "10.1.2.3"},                           // the balancer's own call
+		{"10.1.2.3:4000", "2001:db8:1:2::99", "2001:db8:1:2::/64"},  // an IPv6 client
+		{"10.1.2.3:4000", "198.51.100.7, 10.9.9.9", "198.51.100.7"}, // two balancers
+	} {
+		r := httptest.NewRequest("GET", "/things", nil)
+		r.RemoteAddr = c.remote
+		if c.xff != "" {
+			r.Header.Set("X-Forwarded-For", c.xff)
+		}
+		req, ok := describe(r)
+		if d := req.Descriptors; !ok || d["client_id"] != c.want || d["ip"] != c.want || d["route"] != "/things" {
+			t.Errorf("from %s, X-Forwarded-For %q: %v, want client %s", c.remote, c.xff, d, c.want)
+		}
 	}
 }

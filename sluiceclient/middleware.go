@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
@@ -23,8 +25,8 @@ func ByHeader(header string) DescribeFunc {
 }
 
 // ByRemoteIP describes a request by its connection's IP address (as
-// client_id) and its path (as route). Behind a proxy, use a DescribeFunc
-// that trusts the proxy's forwarding header instead.
+// client_id) and its path (as route). Behind a load balancer or proxy,
+// use ByClientIP, or every client is the balancer.
 func ByRemoteIP() DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -32,6 +34,19 @@ func ByRemoteIP() DescribeFunc {
 			host = r.RemoteAddr
 		}
 		return Request{Descriptors: map[string]string{"client_id": host, "route": r.URL.Path}}, true
+	}
+}
+
+// ByClientIP describes a request by its client's address, as client_id
+// and ip, and its path, as route: the connection's address, unless it is
+// one of trusted (a load balancer's), in which case X-Forwarded-For is
+// believed as far as the trusted proxies go, as Sluice's own proxy does
+// with -trusted-proxies. An IPv6 client is its /64 network, within which
+// a host picks addresses at will.
+func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
+	return func(r *http.Request) (Request, bool) {
+		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, trusted), clientip.IPv6Network)
+		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": r.URL.Path}}, true
 	}
 }
 
