@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/netip"
 	"os"
 	"time"
 
@@ -22,6 +23,15 @@ func Example() {
 	})
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	http.Handle("/", c.Middleware(sluiceclient.ByHeader("X-Client-Id"), app))
+	log.Fatal(http.ListenAndServe(":8000", nil))
+}
+
+// Behind a load balancer (here in 10.0.0.0/8), limit each client by its
+// address: the balancer's X-Forwarded-For is believed, nobody else's.
+func ExampleByClientIP() {
+	c := sluiceclient.New(sluiceclient.Config{URL: "http://127.0.0.1:8080", Key: os.Getenv("SLUICE_CHECK_KEY")})
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	http.Handle("/", c.Middleware(sluiceclient.ByClientIP(netip.MustParsePrefix("10.0.0.0/8")), app))
 	log.Fatal(http.ListenAndServe(":8000", nil))
 }
 
