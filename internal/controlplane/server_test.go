@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
@@ -362,6 +364,34 @@ func TestNULInAStringIsAFieldError(t *testing.T) {
 	}
 	if _, err := call("", c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "a\x00b"}}); codeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("without a key: %v, want unauthenticated", err)
+	}
+}
+
+// A Connect-JSON request naming a field its message does not have is
+// refused, the field named, where connect-go would drop it: a misspelt
+// limit is an error, not a rule created with the default.
+func TestUnknownJSONFieldIsRefused(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "typo")
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/sluice.v1.TierService/CreateTier", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(`{"nmae":"gold"}`); code != http.StatusBadRequest || !strings.Contains(body, "invalid_argument") || !strings.Contains(body, "nmae") {
+		t.Fatalf("a misspelt field: %d %s", code, body)
+	}
+	if code, body := post(`{"name":"gold"}`); code != http.StatusOK {
+		t.Fatalf("the same request spelt right: %d %s", code, body)
 	}
 }
 

@@ -35,7 +35,7 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 	// Answers go out uncompressed: they are small, and gzip would cost more
 	// CPU than a whole decision (compressed requests are still read).
 	return sluicev1connect.NewDecisionServiceHandler(decisionServer{cfg}, connect.WithReadMaxBytes(int(maxBytes)),
-		connect.WithCompressMinBytes(math.MaxInt))
+		connect.WithCompressMinBytes(math.MaxInt), protoconv.StrictJSON())
 }
 
 type decisionServer struct{ cfg HTTPConfig }

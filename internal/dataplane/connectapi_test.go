@@ -2,8 +2,10 @@ package dataplane
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +97,22 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			// whichever of bob's comes first takes the limit of 2.
 			if err != nil || len(br.Msg.Responses) != 2 || br.Msg.Responses[0].Allowed == br.Msg.Responses[1].Allowed {
 				t.Fatalf("batch: %v %v", br, err)
+			}
+			if name == "connect" {
+				// Connect-JSON: a misspelt field is refused, not dropped
+				// (a cost of 5 silently charged as 1).
+				req, _ := http.NewRequest("POST", srv.URL+path+"Check", strings.NewReader(`{"descriptors":[{"key":"client_id","value":"dave"}],"cots":5}`))
+				req.Header.Set("Authorization", "Bearer "+secret)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "cots") {
+					t.Fatalf("a misspelt field: %d %s", resp.StatusCode, body)
+				}
 			}
 		})
 	}
