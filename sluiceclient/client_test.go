@@ -531,3 +531,17 @@ func TestByClientIP(t *testing.T) {
 		}
 	}
 }
+
+// Every DescribeFunc names the route in one spelling, so that "//login"
+// meets the rules of "/login".
+func TestDescribeNormalisesTheRoute(t *testing.T) {
+	t.Parallel()
+	for name, describe := range map[string]DescribeFunc{"ByHeader": ByHeader("X-Client-Id"), "ByRemoteIP": ByRemoteIP(), "ByClientIP": ByClientIP()} {
+		for _, p := range []string{"/login", "//login", "/./login", "/static/../login"} {
+			r := httptest.NewRequest("GET", "http://example.com"+p, nil)
+			if req, _ := describe(r); req.Descriptors["route"] != "/login" {
+				t.Errorf("%s of %s: route %q, want /login", name, p, req.Descriptors["route"])
+			}
+		}
+	}
+}

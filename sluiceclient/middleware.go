@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/route"
 )
 
 // DescribeFunc turns an incoming request into the check to make; ok false
@@ -20,7 +21,7 @@ type DescribeFunc func(r *http.Request) (req Request, ok bool)
 // the client id "".
 func ByHeader(header string) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
-		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": r.URL.Path}}, true
+		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": route.Normalize(r.URL.Path)}}, true
 	}
 }
 
@@ -33,7 +34,7 @@ func ByRemoteIP() DescribeFunc {
 		if err != nil {
 			host = r.RemoteAddr
 		}
-		return Request{Descriptors: map[string]string{"client_id": host, "route": r.URL.Path}}, true
+		return Request{Descriptors: map[string]string{"client_id": host, "route": route.Normalize(r.URL.Path)}}, true
 	}
 }
 
@@ -46,7 +47,7 @@ func ByRemoteIP() DescribeFunc {
 func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, trusted), clientip.IPv6Network)
-		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": r.URL.Path}}, true
+		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": route.Normalize(r.URL.Path)}}, true
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redact"
+	"github.com/sluicehq/sluice/internal/route"
 )
 
 // ProxyConfig configures the reverse-proxy mode: the decider in front of
@@ -166,7 +167,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		req := decide.Request{Descriptors: policy.Descriptors{
 			{Key: policy.DefaultIdentifierKey, Value: policy.FitValue(client, policy.MaxDescriptorVal)},
 			{Key: IPDescriptor, Value: ip},
-			{Key: RouteDescriptor, Value: policy.FitValue(path, policy.MaxDescriptorVal)},
+			{Key: RouteDescriptor, Value: policy.FitValue(route.Normalize(path), policy.MaxDescriptorVal)},
 			{Key: MethodDescriptor, Value: policy.FitValue(method, policy.MaxDescriptorVal)},
 		}}
 		for _, hd := range cfg.HeaderDescriptors {

@@ -879,3 +879,38 @@ func TestProxyForwardAuth(t *testing.T) {
 		t.Fatalf("a rejection for nginx: %d %v", denied.StatusCode, denied.Header)
 	}
 }
+
+// A path that names the same route in another spelling — repeated
+// slashes, dot segments, escaped letters — meets that route's rules: a
+// client cannot step around a login limit by asking for "//login".
+func TestProxyNormalisesTheRoute(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "login", KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: RouteDescriptor, Value: "/login"}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	up, _ := upstream(t)
+	for _, fa := range []bool{false, true} {
+		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
+			if pc.ForwardAuth = fa; fa {
+				pc.Upstream = nil
+			}
+		})
+		client := fmt.Sprint("alice-", fa)
+		var got []int
+		for _, p := range []string{"/login", "//login", "/./login", "/static/../login", "/%6Cogin", "/api/..//login"} {
+			got = append(got, statusOf(t, nil, px.URL+p, func(r *http.Request) {
+				r.Header.Set("X-Client-Id", client)
+				if fa { // the gateway's request names the path in a header
+					r.URL.Path, r.URL.RawPath = "/auth", ""
+					r.Header.Set("X-Forwarded-Uri", p)
+				}
+			}))
+		}
+		if want := []int{200, 200, 200, 429, 429, 429}; !slices.Equal(got, want) {
+			t.Fatalf("forward auth %v: %v, want %v", fa, got, want)
+		}
+		if s := statusOf(t, nil, px.URL+"/login/x", func(r *http.Request) { r.Header.Set("X-Client-Id", client) }); s != 200 {
+			t.Fatalf("another route: %d", s)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+// Package route gives the route descriptor of an HTTP request's path, the
+// one spelling of it that rules match, for Sluice's proxy and the SDK's
+// middleware alike.
+package route
+
+import (
+	"path"
+	"strings"
+)
+
+// Normalize returns the route of a request's path p (decoded, as
+// url.URL.Path holds it): dot segments resolved and repeated slashes
+// merged, as Envoy's normalize_path and merge_slashes do, so that
+// "//login", "/./login" and "/static/../login" meet the rules of
+// "/login" — an upstream serves them as /login, or not at all — and a
+// client cannot step around a route's limit by spelling it otherwise. A
+// trailing slash is kept ("/api/" is still under "/api/*"), and so is
+// case. A path not starting with "/" (OPTIONS *) is returned as it is. A
+// clean path, nearly every request's, is returned without allocating.
+func Normalize(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		return p
+	}
+	c := path.Clean(p) // p itself when clean
+	if strings.HasSuffix(p, "/") && c != "/" {
+		if len(c) == len(p)-1 && p[:len(c)] == c {
+			return p
+		}
+		return c + "/"
+	}
+	return c
+}
