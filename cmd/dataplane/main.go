@@ -59,7 +59,7 @@
 //	-ipv6-prefix     SLUICE_IPV6_PREFIX       proxy: leading bits of an IPv6 client's address that name it (64; 128: the address)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
 //	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
-//	-descriptor-headers SLUICE_DESCRIPTOR_HEADERS proxy: comma-separated descriptor=Header pairs: each request's header, when present, is that descriptor, for rules to match and key by (e.g. org=X-Org-Id; default none)
+//	-descriptor-headers SLUICE_DESCRIPTOR_HEADERS proxy: comma-separated descriptor=Header pairs: each request's header, when present, is that descriptor, for rules to match and key by (e.g. org=X-Org-Id, site=Host; default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
 //	-preserve-host  SLUICE_PRESERVE_HOST      proxy: forward the client's Host header, not the upstream's (default false)

@@ -171,7 +171,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			{Key: MethodDescriptor, Value: policy.FitValue(method, policy.MaxDescriptorVal)},
 		}}
 		for _, hd := range cfg.HeaderDescriptors {
-			if v := r.Header.Get(hd.Header); v != "" {
+			if v := hd.of(r); v != "" {
 				req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: hd.Key, Value: policy.FitValue(v, policy.MaxDescriptorVal)})
 			}
 		}
@@ -310,8 +310,17 @@ func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.Res
 }
 
 // HeaderDescriptor makes the value of a request's Header the descriptor
-// Key.
+// Key. Header "Host" is the host the client asked for (with its port
+// when it gave one), which net/http keeps apart from the other headers.
 type HeaderDescriptor struct{ Key, Header string }
+
+// of returns hd's value in r ("" when r has no such header).
+func (hd HeaderDescriptor) of(r *http.Request) string {
+	if hd.Header == "Host" {
+		return r.Host
+	}
+	return r.Header.Get(hd.Header)
+}
 
 // MaxHeaderDescriptors bounds the proxy's header descriptors: with its own
 // four, within a request's policy.MaxDescriptors.

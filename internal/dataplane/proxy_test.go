@@ -773,6 +773,21 @@ func TestProxyHeaderDescriptors(t *testing.T) {
 			t.Fatalf("a request without the header: %d, want 200 (no org to count)", got)
 		}
 	}
+
+	// Host is the host the client asked for, which net/http keeps out of
+	// the request's headers: a rule per site behind one proxy.
+	cfg, key = apiWith(t, []policy.Rule{{ID: "r1", Name: "per-site", KeyBy: []string{"site"}, Enabled: true,
+		Match:  []policy.Match{{Key: "site", Value: policy.AnyValue}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	hds, err = ParseHeaderDescriptors("site=host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	px = proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.HeaderDescriptors = hds })
+	site := func(host string) func() int {
+		return func() int { return statusOf(t, nil, px.URL+"/", func(r *http.Request) { r.Host = host }) }
+	}
+	countedApart(t, site("shop.example"), site("blog.example"))
 }
 
 func TestParseHeaderDescriptors(t *testing.T) {
