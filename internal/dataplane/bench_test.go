@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/sluiceclient"
 )
 
@@ -64,8 +65,9 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 // SLUICE_BENCH_SYNC (a duration) gives the rule that sync interval: local
 // counting instead of a Redis call per decision. SLUICE_BENCH_FLUSHERS (a
 // number) sets the engine's flushers, SLUICE_BENCH_SPIN (a duration) how long
-// its reads poll (redisengine.DefaultSpin when unset), and SLUICE_BENCH_NOBATCH (any value)
-// turns batching off, for comparisons.
+// its reads poll (redisengine.DefaultSpin when unset), SLUICE_BENCH_NOBATCH (any value)
+// turns batching off, and SLUICE_BENCH_HEADERS the rate limit headers answered (as the decider's
+// -rate-limit-headers: "none" as envoyproxy/ratelimit's default), for comparisons.
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
 	var sync time.Duration
 	if v := os.Getenv("SLUICE_BENCH_SYNC"); v != "" {
@@ -119,6 +121,11 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
 		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate,
 		Events: pub}
+	if v := os.Getenv("SLUICE_BENCH_HEADERS"); v != "" {
+		if apiCfg.Headers, err = rlheaders.ParseStyle(v); err != nil {
+			b.Fatalf("SLUICE_BENCH_HEADERS: %v", err)
+		}
+	}
 	return apiCfg, secret
 }
 
