@@ -58,7 +58,7 @@
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES   proxy: comma-separated CIDRs whose X-Forwarded-For is believed
 //	-ipv6-prefix     SLUICE_IPV6_PREFIX       proxy: leading bits of an IPv6 client's address that name it (64; 128: the address)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL     proxy: comma-separated CIDRs of load balancers (TCP, layer 4) that open each connection with a PROXY protocol header, v1 or v2, whose source address is then the client's; their connections without one are refused, others' served as they come (default none)
-//	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, set by a trusted gateway (default none)
+//	-tier-header    SLUICE_TIER_HEADER        proxy: header choosing the tier, believed from -trusted-proxies only (default none)
 //	-descriptor-headers SLUICE_DESCRIPTOR_HEADERS proxy: comma-separated descriptor=Header pairs: each request's header, when present, is that descriptor, for rules to match and key by (e.g. org=X-Org-Id, site=Host; default none)
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
@@ -429,6 +429,9 @@ func serveProxy(ctx context.Context, stdout io.Writer, api dataplane.HTTPConfig,
 	}
 	if pc.TrustedProxies, err = clientip.ParsePrefixes(trusted); err != nil {
 		return nil, err
+	}
+	if pc.TierHeader != "" && len(pc.TrustedProxies) == 0 {
+		return nil, errors.New("-tier-header needs -trusted-proxies: the tier is believed only from the gateway that sets it (name it; 0.0.0.0/0,::/0 trusts every peer)")
 	}
 	lbs, err := clientip.ParsePrefixes(balancers)
 	if err != nil {

@@ -802,6 +802,7 @@ func TestProxyIdentitySettingsAreChecked(t *testing.T) {
 		{[]string{"-upstream-timeout", "-1s"}, "-upstream-timeout"},
 		{[]string{"-forward-auth"}, "not both"},
 		{[]string{"-forward-auth-deny-status", "500"}, "-forward-auth-deny-status"},
+		{[]string{"-tier-header", "X-Tier"}, "-trusted-proxies"},
 	} {
 		var out logtest.Buffer
 		args := append(c.args, "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"),

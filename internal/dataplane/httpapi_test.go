@@ -46,9 +46,15 @@ func testAPI(t testing.TB) (HTTPConfig, string) {
 // apiWith is testAPI with the free tier's rules, and overrides.
 func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (HTTPConfig, string) {
 	t.Helper()
+	return apiWithTiers(t, []policy.Tier{{Name: "free", Rules: rules}}, overrides...)
+}
+
+// apiWithTiers is apiWith with tiers, the first the default.
+func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Override) (HTTPConfig, string) {
+	t.Helper()
 	snap := &policy.Snapshot{
-		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
-		Tiers: []policy.Tier{{Name: "free", Rules: rules}}, Overrides: overrides,
+		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: tiers[0].Name}, Version: 3,
+		Tiers: tiers, Overrides: overrides,
 	}
 	c, err := decide.Compile(snap)
 	if err != nil {

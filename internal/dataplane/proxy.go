@@ -49,8 +49,10 @@ type ProxyConfig struct {
 	// it: a host picks addresses at will within its network. 0 means
 	// clientip.IPv6Network (a /64); 128, the address alone.
 	IPv6Prefix int
-	// TierHeader, when set, names a header choosing the tier (set by a
-	// trusted gateway in front); else overrides and the default apply.
+	// TierHeader, when set, names a header choosing the tier, believed
+	// from TrustedProxies only (the gateway in front that sets it: a
+	// client would pick the tier with the most room); else, and from
+	// anyone else, overrides and the default apply.
 	TierHeader string
 	// HeaderDescriptors add a descriptor of each request's header, when
 	// it has one (its first value): rules may match and key by what an
@@ -175,7 +177,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 				req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: hd.Key, Value: policy.FitValue(v, policy.MaxDescriptorVal)})
 			}
 		}
-		if cfg.TierHeader != "" {
+		if cfg.TierHeader != "" && clientip.Trusted(r.RemoteAddr, cfg.TrustedProxies) {
 			req.Tier = r.Header.Get(cfg.TierHeader)
 		}
 		dec, err := cfg.API.decide(cfg.API.tracedHeader(r.Context(), r.Header), c, req)

@@ -929,3 +929,37 @@ func TestProxyNormalisesTheRoute(t *testing.T) {
 		}
 	}
 }
+
+// The tier header is the gateway's word: believed from a trusted proxy,
+// ignored from anyone else, who would pick the tier with the most room.
+func TestProxyTierHeaderOnlyFromTrustedProxies(t *testing.T) {
+	t.Parallel()
+	rule := func(limit int64) []policy.Rule {
+		return []policy.Rule{{ID: fmt.Sprint("r", limit), Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Minute}}}
+	}
+	cfg, key := apiWithTiers(t, []policy.Tier{{Name: "free", Rules: rule(1)}, {Name: "pro", Rules: rule(3)}})
+	up, _ := upstream(t)
+	for _, c := range []struct {
+		trusted string
+		want    []int
+	}{
+		{"127.0.0.1/32", []int{200, 200, 200, 429}}, // the gateway's pro
+		{"10.0.0.0/8", []int{200, 429, 429, 429}},   // a client's claim: free
+	} {
+		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
+			pc.TierHeader = "X-Tier"
+			pc.TrustedProxies = []netip.Prefix{netip.MustParsePrefix(c.trusted)}
+		})
+		var got []int
+		for range 4 {
+			got = append(got, statusOf(t, nil, px.URL+"/", func(r *http.Request) {
+				r.Header.Set("X-Client-Id", "alice-"+c.trusted)
+				r.Header.Set("X-Tier", "pro")
+			}))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("trusting %s: %v, want %v", c.trusted, got, c.want)
+		}
+	}
+}
