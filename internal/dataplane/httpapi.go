@@ -350,6 +350,13 @@ func (h *httpAPI) begin(ex exchange, what string, v any) (*decide.Config, bool) 
 		h.fail(ex, err)
 		return nil, false
 	}
+	// A compressed body would be read as malformed JSON: say why instead
+	// (bodies are a few hundred bytes; nothing is gained by compressing).
+	if ce := ex.header("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		replyProblem(ex, http.StatusUnsupportedMediaType, "Unsupported Media Type",
+			fmt.Sprintf("the body of a %s is read as it is: Content-Encoding %q is not supported", what, ce), nil)
+		return nil, false
+	}
 	err = ex.decode(v, h.cfg.MaxBodyBytes)
 	if err == nil {
 		return c, true

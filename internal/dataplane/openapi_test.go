@@ -51,37 +51,42 @@ func TestOpenAPI(t *testing.T) {
 	eachServer(t, openAPITenant, func(t *testing.T, srv served, key string) {
 		huge := `{"descriptors":{"client_id":"` + strings.Repeat("x", 2000) + `"}}`
 		for _, c := range []struct {
-			name, path, key, body string
-			status                int
+			name, path, key, body, encoding string
+			status                          int
 		}{
-			{"allowed", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, 200},
-			{"all fields", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"tier":"free","cost":1,"peek":true}`, 200},
-			{"a request's own limit", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m"}}`, 200},
-			{"delayed", "/v1/check", key, `{"descriptors":{"client_id":"bob","route":"/queue"}}`, 200},
-			{"delayed again", "/v1/check", key, `{"descriptors":{"client_id":"bob","route":"/queue"}}`, 200},
-			{"leased", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-1"}`, 200},
-			{"lease taken", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-2"}`, 429},
-			{"released", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-1","release":true}`, 200},
-			{"login", "/v1/check", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, 200},
-			{"login rejected", "/v1/check", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, 429},
-			{"cost over every limit", "/v1/check", key, `{"descriptors":{"client_id":"erin"},"cost":1000}`, 429},
-			{"negative cost", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"cost":-1}`, 400},
-			{"unknown member", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"costs":1}`, 400},
-			{"bad descriptor key", "/v1/check", key, `{"descriptors":{"":"alice"}}`, 400},
-			{"not JSON", "/v1/check", key, `{"descriptors":`, 400},
-			{"too large", "/v1/check", key, huge, 413},
-			{"no key", "/v1/check", "", `{"descriptors":{"client_id":"alice"}}`, 401},
-			{"another key", "/v1/check", "sk_check_nobodys", `{"descriptors":{"client_id":"alice"}}`, 401},
-			{"reset", "/v1/reset", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, 200},
-			{"reset, unknown member", "/v1/reset", key, `{"descriptor":{"client_id":"dave"}}`, 400},
-			{"seed", "/shouldAllowRequest", key, `{"clientId":"frank","timestamp":1763800000}`, 200},
-			{"seed, to the limit", "/shouldAllowRequest", key, `{"clientId":"frank"}`, 200},
-			{"seed, once more", "/shouldAllowRequest", key, `{"clientId":"frank"}`, 200},
-			{"seed rejected", "/shouldAllowRequest", key, `{"clientId":"frank"}`, 429},
-			{"seed without a client", "/shouldAllowRequest", key, `{"timestamp":1}`, 400},
+			{"allowed", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, "", 200},
+			{"all fields", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"tier":"free","cost":1,"peek":true}`, "", 200},
+			{"a request's own limit", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m"}}`, "", 200},
+			{"delayed", "/v1/check", key, `{"descriptors":{"client_id":"bob","route":"/queue"}}`, "", 200},
+			{"delayed again", "/v1/check", key, `{"descriptors":{"client_id":"bob","route":"/queue"}}`, "", 200},
+			{"leased", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-1"}`, "", 200},
+			{"lease taken", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-2"}`, "", 429},
+			{"released", "/v1/check", key, `{"descriptors":{"client_id":"carol","route":"/export"},"lease":"job-1","release":true}`, "", 200},
+			{"login", "/v1/check", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, "", 200},
+			{"login rejected", "/v1/check", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, "", 429},
+			{"cost over every limit", "/v1/check", key, `{"descriptors":{"client_id":"erin"},"cost":1000}`, "", 429},
+			{"negative cost", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"cost":-1}`, "", 400},
+			{"unknown member", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"costs":1}`, "", 400},
+			{"bad descriptor key", "/v1/check", key, `{"descriptors":{"":"alice"}}`, "", 400},
+			{"not JSON", "/v1/check", key, `{"descriptors":`, "", 400},
+			{"too large", "/v1/check", key, huge, "", 413},
+			{"no key", "/v1/check", "", `{"descriptors":{"client_id":"alice"}}`, "", 401},
+			{"another key", "/v1/check", "sk_check_nobodys", `{"descriptors":{"client_id":"alice"}}`, "", 401},
+			{"reset", "/v1/reset", key, `{"descriptors":{"client_id":"dave","route":"/login"}}`, "", 200},
+			{"reset, unknown member", "/v1/reset", key, `{"descriptor":{"client_id":"dave"}}`, "", 400},
+			{"seed", "/shouldAllowRequest", key, `{"clientId":"frank","timestamp":1763800000}`, "", 200},
+			{"seed, to the limit", "/shouldAllowRequest", key, `{"clientId":"frank"}`, "", 200},
+			{"seed, once more", "/shouldAllowRequest", key, `{"clientId":"frank"}`, "", 200},
+			{"seed rejected", "/shouldAllowRequest", key, `{"clientId":"frank"}`, "", 429},
+			{"seed without a client", "/shouldAllowRequest", key, `{"timestamp":1}`, "", 400},
+			{"gzip", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, "gzip", 415},
+			{"identity", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, "identity", 200},
 		} {
 			req, _ := http.NewRequest(http.MethodPost, srv.url+c.path, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")
+			if c.encoding != "" {
+				req.Header.Set("Content-Encoding", c.encoding)
+			}
 			if c.key != "" {
 				req.Header.Set("Authorization", "Bearer "+c.key)
 			}
