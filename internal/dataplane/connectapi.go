@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"math"
@@ -70,7 +71,11 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	rules, err := s.cfg.reset(ctx, c, decide.Request{Tier: m.GetTier(), Descriptors: descriptorsFromProto(m.GetDescriptors())})
+	req := decide.Request{Tier: m.GetTier(), Descriptors: descriptorsFromProto(m.GetDescriptors())}
+	if err := refuseDuplicateKeys(req.Descriptors); err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	rules, err := s.cfg.reset(ctx, c, req)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -89,7 +94,11 @@ func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.C
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	return s.check(ctx, c, m, checkRequest(m))
+	req := checkRequest(m)
+	if err := refuseDuplicateKeys(req.Descriptors); err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	return s.check(ctx, c, m, req)
 }
 
 func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
@@ -107,6 +116,9 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 	}
 	err = refuseAny("requests", len(reqs), func(i int) error {
 		if err := refuseRelease(m.Requests[i]); err != nil {
+			return err
+		}
+		if err := refuseDuplicateKeys(reqs[i].Descriptors); err != nil {
 			return err
 		}
 		return s.cfg.Decider.Validate(c, reqs[i])
@@ -143,6 +155,22 @@ func descriptorsFromProto(ds []*sluicev1.Descriptor) policy.Descriptors {
 		out = append(out, policy.Descriptor{Key: d.GetKey(), Value: d.GetValue()})
 	}
 	return out
+}
+
+// refuseDuplicateKeys refuses descriptors that give a key twice, as POST
+// /v1/check refuses a member twice: which value would count is the
+// caller's mistake to hear of, not for the decider to pick. (Envoy's
+// descriptors may repeat a key, for nested limits; the RLS takes them.)
+func refuseDuplicateKeys(d policy.Descriptors) error {
+	for j := 1; j < len(d); j++ {
+		for i := range j {
+			if d[i].Key == d[j].Key {
+				return &policy.Error{Code: policy.CodeInvalid, Message: "invalid descriptors", Fields: []policy.FieldError{
+					{Field: fmt.Sprintf("descriptors[%d].key", j), Description: fmt.Sprintf("%q is descriptors[%d]'s key too", d[j].Key, i)}}}
+			}
+		}
+	}
+	return nil
 }
 
 // refuseRelease refuses a release that names no lease.

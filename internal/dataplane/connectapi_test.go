@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,22 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			}
 			if _, err := check(secret, &sluicev1.CheckRequest{Cost: -1}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 				t.Fatalf("negative cost: %v", err)
+			}
+			// A key given twice is the caller's mistake, refused as POST
+			// /v1/check refuses a member twice: not a value picked for it.
+			twice := []*sluicev1.Descriptor{{Key: "client_id", Value: "erin"}, {Key: "route", Value: "/"}, {Key: "client_id", Value: "frank"}}
+			if _, err := check(secret, &sluicev1.CheckRequest{Descriptors: twice}); !slices.Equal(fieldsOf(t, err), []string{"descriptors[2].key"}) {
+				t.Fatalf("a key twice: %v", err)
+			}
+			dup := connect.NewRequest(&sluicev1.CheckBatchRequest{Requests: []*sluicev1.CheckRequest{{Descriptors: carol}, {Descriptors: twice}}})
+			dup.Header().Set("Authorization", "Bearer "+secret)
+			if _, err := client.CheckBatch(context.Background(), dup); !slices.Equal(fieldsOf(t, err), []string{"requests[1].descriptors[2].key"}) {
+				t.Fatalf("a key twice in a batch: %v", err)
+			}
+			reset := connect.NewRequest(&sluicev1.ResetRequest{Descriptors: twice})
+			reset.Header().Set("Authorization", "Bearer "+secret)
+			if _, err := client.Reset(context.Background(), reset); !slices.Equal(fieldsOf(t, err), []string{"descriptors[2].key"}) {
+				t.Fatalf("a key twice in a reset: %v", err)
 			}
 			batch := connect.NewRequest(&sluicev1.CheckBatchRequest{Requests: []*sluicev1.CheckRequest{
 				{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "bob"}}},
