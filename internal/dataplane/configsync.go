@@ -99,6 +99,9 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 	}
 	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{})}
 	s.configs.Store(&map[string]*decide.Config{})
+	if cfg.Keys != nil { // no key is known before the first configuration: unavailable, not invalid
+		cfg.Keys.SetReady(s.Ready)
+	}
 	return s
 }
 

@@ -385,3 +385,47 @@ func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
 		t.Errorf("the decider did not say the database went back:\n%s", logs.String())
 	}
 }
+
+// Until its first configuration a decider knows no key: a check then is
+// unavailable (retry; the callers' failure modes apply), not refused as a
+// bad key, which callers would not retry. From the first configuration
+// on, an unknown key is refused.
+func TestKeysUnavailableUntilTheFirstConfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := pgstore.New(pgtest.Pool(t))
+	release := make(chan struct{})
+	handler := controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute})
+	cp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // the control plane answers nothing until released
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		handler.ServeHTTP(w, r)
+	}))
+	cp.EnableHTTP2 = true
+	cp.StartTLS()
+	t.Cleanup(cp.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the server closes: its handlers wait on it
+
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, _ := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app")
+	s, keys, _ := startSyncer(t, sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL), filepath.Join(t.TempDir(), "snapshot.pb"))
+	if _, err := keys.Authenticate("Bearer " + key); policy.ErrorCode(err) != policy.CodeUnavailable || s.Ready() {
+		t.Fatalf("before any configuration: %v (ready %v), want unavailable", err, s.Ready())
+	}
+	open()
+	eventually(t, "ready", s.Ready)
+	if !authenticates(keys, key) {
+		t.Fatal("the tenant's key, once configured, does not authenticate")
+	}
+	if _, err := keys.Authenticate("Bearer sk_check_nobodys"); policy.ErrorCode(err) != policy.CodeUnauthenticated {
+		t.Fatalf("an unknown key once configured: %v, want unauthenticated", err)
+	}
+}

@@ -18,7 +18,18 @@ type Keys struct {
 	m        map[[32]byte]*keyEntry
 	byTenant map[string][]policy.CheckKey
 	now      func() time.Time // the clock expiries are read against
+	ready    atomic.Pointer[func() bool]
 }
+
+// errNotReady answers a check before the decider has any configuration.
+var errNotReady = policy.Errorf(policy.CodeUnavailable, "the decider has no configuration yet: retry")
+
+// SetReady makes Lookup answer CodeUnavailable while ready says false: a
+// decider without its first configuration (from the control plane or its
+// state file) knows no key, and refusing every one as invalid would make
+// callers take a restart for a bad key — the SDK and Envoy apply their
+// failure modes to an unavailable decider, not to a refusal.
+func (k *Keys) SetReady(ready func() bool) { k.ready.Store(&ready) }
 
 // keyEntry is a check key's config, its expiry (Unix ns; 0: never) and
 // whether it was used since the last TakeUsed. Its config and expiry are
@@ -94,6 +105,9 @@ func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
 // notes the key's use. An expired key is refused from its expiry on, not
 // from the tenant's next config version.
 func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
+	if r := k.ready.Load(); r != nil && !(*r)() {
+		return nil, errNotReady
+	}
 	k.mu.RLock()
 	e := k.m[h]
 	var c *decide.Config
