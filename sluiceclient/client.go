@@ -66,6 +66,11 @@ type Config struct {
 	// Headers is the style of the rate limit headers Middleware answers
 	// with; the zero value is HeadersIETF.
 	Headers HeaderStyle
+	// MaxDelay bounds how long Middleware holds a request that a leaky
+	// bucket rule admitted with a delay (a queue: the request's turn
+	// comes Delay from now) before it reaches the handler; a longer
+	// delay is answered 429, as the proxy's -max-delay does. 0 means 5s.
+	MaxDelay time.Duration
 	// BreakerFailures is how many calls in a row must fail (time out, or
 	// find the decider unreachable or failing) before the Client stops
 	// calling it for BreakerCooldown and answers every Check by the
@@ -136,6 +141,17 @@ type Decision struct {
 	ConfigVersion int64
 }
 
+// Delay is how long the request should wait before it goes on: the
+// longest Delay of the rules (a leaky bucket as a queue admits a request
+// for its turn, later); 0 for most decisions.
+func (d Decision) Delay() time.Duration {
+	var longest time.Duration
+	for _, r := range d.Rules {
+		longest = max(longest, r.Delay)
+	}
+	return longest
+}
+
 // RetryAfter is how long until the deciding rule would admit the request
 // again: 0 when allowed, negative when never.
 func (d Decision) RetryAfter() time.Duration {
@@ -156,6 +172,8 @@ type Client struct {
 	stop    chan struct{}
 	senders sync.WaitGroup
 	once    sync.Once
+	// wait holds a delayed request for d, or until ctx ends (false).
+	wait func(ctx context.Context, d time.Duration) bool
 }
 
 // pending is a coalesced Check waiting for its answer: res or err are
@@ -183,7 +201,10 @@ func New(cfg Config) *Client {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Client{cfg: cfg, rpc: sluicev1connect.NewDecisionServiceClient(cfg.HTTPClient, strings.TrimSuffix(cfg.URL, "/"))}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = 5 * time.Second
+	}
+	c := &Client{cfg: cfg, rpc: sluicev1connect.NewDecisionServiceClient(cfg.HTTPClient, strings.TrimSuffix(cfg.URL, "/")), wait: wait}
 	if cfg.BreakerFailures >= 0 {
 		c.breaker = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown)
 	}
@@ -578,4 +599,16 @@ func fromProto(m *sluicev1.CheckResponse) Decision {
 			RetryAfter: retry, Message: r.Message})
 	}
 	return d
+}
+
+// wait is Client.wait on a real timer.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

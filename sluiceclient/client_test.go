@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,9 +45,15 @@ func decider(t *testing.T, clk *clock) (url, key string, calls *atomic.Int64) {
 // deciderWith is decider calling hold before it answers each call.
 func deciderWith(t *testing.T, clk *clock, hold func()) (url, key string, calls *atomic.Int64) {
 	t.Helper()
+	return deciderOf(t, clk, []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}, Message: "Free plans make 3 calls a minute"}}, hold)
+}
+
+// deciderOf is deciderWith for a tenant of rules.
+func deciderOf(t *testing.T, clk *clock, rules []policy.Rule, hold func()) (url, key string, calls *atomic.Int64) {
+	t.Helper()
 	cfg, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 1,
-		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}, Message: "Free plans make 3 calls a minute"}}}}})
+		Tiers: []policy.Tier{{Name: "free", Rules: rules}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,5 +550,46 @@ func TestDescribeNormalisesTheRoute(t *testing.T) {
 				t.Errorf("%s of %s: route %q, want /login", name, p, req.Descriptors["route"])
 			}
 		}
+	}
+}
+
+// A request a leaky bucket admits for a later turn waits for it before
+// the handler, up to MaxDelay; past that it is answered 429, and a client
+// that goes away while it waits never reaches the handler.
+func TestMiddlewareHoldsAQueuedRequest(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := deciderOf(t, clk, []policy.Rule{{ID: "r1", Name: "queue", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 1, Window: time.Second, MaxDelay: time.Minute}}}, func() {})
+	var served atomic.Int64
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) })
+	c := New(Config{URL: url, Key: key, Now: clk.now, MaxDelay: 2500 * time.Millisecond})
+	var waited []time.Duration
+	goOn := true
+	c.wait = func(_ context.Context, d time.Duration) bool { waited = append(waited, d); return goOn }
+	h := c.Middleware(ByHeader("X-Client-Id"), app)
+	do := func() int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/jobs", nil)
+		req.Header.Set("X-Client-Id", "alice")
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// One a second: the first goes at once, the next wait their turns.
+	var codes []int
+	for range 3 {
+		codes = append(codes, do())
+	}
+	if !slices.Equal(codes, []int{200, 200, 200}) || !slices.Equal(waited, []time.Duration{time.Second, 2 * time.Second}) || served.Load() != 3 {
+		t.Fatalf("codes %v, waits %v, served %d; want 200s, waits of 1s and 2s, 3 served", codes, waited, served.Load())
+	}
+	if code := do(); code != http.StatusTooManyRequests || len(waited) != 2 || served.Load() != 3 {
+		t.Fatalf("a turn 3s away, over MaxDelay: %d (waits %v, served %d)", code, waited, served.Load())
+	}
+	clk.add(time.Minute) // the queue empties
+	do()
+	goOn = false // the client goes away while it waits its turn
+	if do(); served.Load() != 4 || len(waited) != 3 {
+		t.Fatalf("served %d, waits %v: want the request whose client left not served", served.Load(), waited)
 	}
 }

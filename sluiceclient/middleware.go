@@ -2,6 +2,7 @@ package sluiceclient
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -71,6 +72,13 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 		}
 		setHeaders(w.Header(), c.cfg.Headers, d)
 		if d.Allowed {
+			// A leaky bucket's queue: the request's turn is later.
+			if delay := d.Delay(); delay > c.cfg.MaxDelay {
+				problem(w, fmt.Sprintf("the queue's delay %v is over the bound %v", delay, c.cfg.MaxDelay), nil)
+				return
+			} else if delay > 0 && !c.wait(r.Context(), delay) {
+				return // the client went away while it waited
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -84,11 +92,21 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 		if d.Deciding >= 0 && d.Rules[d.Deciding].Message != "" {
 			detail = d.Rules[d.Deciding].Message // the tenant's words
 		}
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusTooManyRequests)
-		_ = json.NewEncoder(w).Encode(map[string]any{"type": "https://sluice.dev/problems/rate-limited", "title": "Too Many Requests",
-			"status": http.StatusTooManyRequests, "detail": detail, "violated_policies": violated})
+		problem(w, detail, violated)
 	})
+}
+
+// problem answers 429 with a problem+json body of detail, naming the
+// violated rules when there are some.
+func problem(w http.ResponseWriter, detail string, violated []string) {
+	body := map[string]any{"type": "https://sluice.dev/problems/rate-limited", "title": "Too Many Requests",
+		"status": http.StatusTooManyRequests, "detail": detail}
+	if len(violated) > 0 {
+		body["violated_policies"] = violated
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // HeaderStyle is a set of rate limit headers to answer with (the
