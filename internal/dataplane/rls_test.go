@@ -193,6 +193,11 @@ func TestDecisionServiceOnGRPCGo(t *testing.T) {
 	if _, err := client.Check(context.Background(), req); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no key: %v", err)
 	}
+	// A client that compresses its calls is understood.
+	if res, err := client.Check(ctx, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "ida"}}},
+		grpc.UseCompressor("gzip")); err != nil || !res.Allowed {
+		t.Fatalf("a gzip-compressed call: %v %v", res, err)
+	}
 }
 
 // The decider's gRPC server tells each client how many calls one
