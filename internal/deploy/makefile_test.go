@@ -18,8 +18,8 @@ func TestEveryFuzzTargetRunsInMakeFuzz(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := map[string]bool{}
-	for _, m := range regexp.MustCompile(`-fuzz '\^(Fuzz\w+)\$\$' -fuzztime \$\(FUZZTIME\) \./(\S+)/`).FindAllStringSubmatch(string(makefile), -1) {
-		listed[m[2]+" "+m[1]] = true
+	for _, m := range regexp.MustCompile(`(?m)^\t([\w/]+):(Fuzz\w+)\b`).FindAllStringSubmatch(string(makefile), -1) {
+		listed[m[1]+" "+m[2]] = true
 	}
 	target := regexp.MustCompile(`(?m)^func (Fuzz\w+)\(f \*testing\.F\)`)
 	found := 0
