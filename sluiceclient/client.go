@@ -9,6 +9,7 @@
 package sluiceclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -104,12 +105,31 @@ type Request struct {
 	Limit *Limit
 }
 
-// Limit is a request's own limit: a fixed window of Requests per Window
-// (whole seconds).
+// Limit is a request's own limit: Requests per Window (whole seconds),
+// counted by Algorithm.
 type Limit struct {
 	Requests int64
 	Window   time.Duration
+	// Algorithm counts the limit; the zero value is FixedWindow.
+	Algorithm Algorithm
 }
+
+// Algorithm is what counts a request's own Limit.
+type Algorithm int32
+
+// The algorithms a request's own limit may name.
+const (
+	// FixedWindow counts per window aligned on the Unix epoch, as Envoy's
+	// limits are: up to Requests at once at a window's start.
+	FixedWindow = Algorithm(sluicev1.Algorithm_ALGORITHM_FIXED_WINDOW)
+	// SlidingWindow weights the previous fixed window by its overlap with
+	// the sliding one: no burst of twice the limit across a boundary.
+	SlidingWindow = Algorithm(sluicev1.Algorithm_ALGORITHM_SLIDING_WINDOW)
+	// TokenBucket refills Requests per Window, up to Requests.
+	TokenBucket = Algorithm(sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET)
+	// GCRA admits at an even pace with a burst of Requests.
+	GCRA = Algorithm(sluicev1.Algorithm_ALGORITHM_GCRA)
+)
 
 // Rule is one rule's answer within a decision.
 type Rule struct {
@@ -555,8 +575,9 @@ func cacheKey(r Request) string {
 	add(strconv.FormatInt(r.Cost, 10))
 	add(r.Lease)
 	add(strconv.FormatBool(r.Peek))
-	if r.Limit != nil {
-		add(strconv.FormatInt(r.Limit.Requests, 10) + "/" + r.Limit.Window.String())
+	if r.Limit != nil { // its counter: requests, window and algorithm (unnamed: the fixed window)
+		alg := cmp.Or(r.Limit.Algorithm, FixedWindow)
+		add(strconv.FormatInt(r.Limit.Requests, 10) + "/" + r.Limit.Window.String() + "/" + strconv.Itoa(int(alg)))
 	}
 	for _, k := range keys {
 		add(k)
@@ -568,7 +589,7 @@ func cacheKey(r Request) string {
 func toProto(r Request) *sluicev1.CheckRequest {
 	m := &sluicev1.CheckRequest{Tier: r.Tier, Cost: r.Cost, Lease: r.Lease, Peek: r.Peek}
 	if r.Limit != nil {
-		m.Limit = &sluicev1.RequestLimit{Requests: r.Limit.Requests, Window: durationpb.New(r.Limit.Window)}
+		m.Limit = &sluicev1.RequestLimit{Requests: r.Limit.Requests, Window: durationpb.New(r.Limit.Window), Algorithm: sluicev1.Algorithm(r.Limit.Algorithm)}
 	}
 	keys := make([]string, 0, len(r.Descriptors))
 	for k := range r.Descriptors {

@@ -460,6 +460,26 @@ func TestRequestLimit(t *testing.T) {
 	if _, err := c.Check(ctx, bad); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "invalid_argument") {
 		t.Fatalf("a window of 1.5 s: %v", err)
 	}
+	// A token bucket of its own refills as time passes: 2 an hour, one
+	// back in half an hour, where the hour's fixed window gives none.
+	bucket := Request{Descriptors: map[string]string{"client_id": "bo"}, Limit: &Limit{Requests: 2, Window: time.Hour, Algorithm: TokenBucket}}
+	window := Request{Descriptors: map[string]string{"client_id": "bo"}, Limit: &Limit{Requests: 2, Window: time.Hour}}
+	var got []bool
+	for _, r := range []Request{bucket, bucket, bucket, window, window, window} {
+		d, err := c.Check(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, d.Allowed)
+	}
+	clk.add(30 * time.Minute)
+	for _, r := range []Request{bucket, window} {
+		d, _ := c.Check(ctx, r)
+		got = append(got, d.Allowed)
+	}
+	if want := []bool{true, true, false, true, true, false, true, false}; !slices.Equal(got, want) {
+		t.Fatalf("token bucket ×3, fixed window ×3, both half an hour on: %v, want %v", got, want)
+	}
 }
 
 // A decider that stops answering costs each Check its Timeout only until

@@ -555,10 +555,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	var cost *int64
 	var peek *bool
 	var limit *string
-	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] [-limit N/WINDOW] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
+	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] [-limit N/WINDOW[/ALGORITHM]] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
 		cost = fs.Int64("cost", 0, "cost units (default 1)")
 		peek = fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
-		limit = fs.String("limit", "", "decide by this limit alone, such as 100/1m, in place of the tier's rules")
+		limit = fs.String("limit", "", "decide by this limit alone, such as 100/1m (a fixed window) or 100/1m/token_bucket, in place of the tier's rules")
 	})
 	if err != nil {
 		return err
@@ -566,13 +566,19 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	req := &sluicev1.CheckRequest{Tier: dc.tier, Cost: *cost, Peek: *peek, Descriptors: dc.descriptors}
 	if *limit != "" {
 		n, w, _ := strings.Cut(*limit, "/")
+		w, a, named := strings.Cut(w, "/")
 		requests, nerr := strconv.ParseInt(n, 10, 64)
 		window, werr := days.ParseDuration(w)
-		if nerr != nil || werr != nil {
-			fmt.Fprintf(stderr, "-limit %q: want requests/window, such as 100/1m\n", *limit)
+		var alg policy.Algorithm
+		var aerr error
+		if named {
+			alg, aerr = policy.ParseAlgorithm(a)
+		}
+		if nerr != nil || werr != nil || aerr != nil {
+			fmt.Fprintf(stderr, "-limit %q: want requests/window[/algorithm], such as 100/1m or 100/1m/token_bucket\n", *limit)
 			return errUsage
 		}
-		req.Limit = &sluicev1.RequestLimit{Requests: requests, Window: durationpb.New(window)}
+		req.Limit = &sluicev1.RequestLimit{Requests: requests, Window: durationpb.New(window), Algorithm: sluicev1.Algorithm(alg)}
 	}
 	res, err := callFor(dc.session, dc.client.Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
 		fmt.Fprintf(w, "%s\t(config version %d)\n", map[bool]string{true: "allowed", false: "rejected"}[r.Allowed], r.ConfigVersion)

@@ -265,6 +265,14 @@ func TestCLIAgainstDev(t *testing.T) {
 	if _, err := sluice("check", "-limit", "1/soon", "client_id=cli-user"); !errors.Is(err, errUsage) {
 		t.Fatalf("check -limit 1/soon: %v", err)
 	}
+	// Its algorithm may be named: a token bucket counts apart.
+	if out, err := sluice("check", "-limit", "1/1m/token_bucket", "-tier", "pro", "client_id=cli-user", "route=/cli"); err != nil ||
+		!strings.Contains(out, "allowed") || !strings.Contains(out, "limit/token_bucket/60s/client_id,route") {
+		t.Fatalf("check -limit 1/1m/token_bucket: %v\n%s", err, out)
+	}
+	if _, err := sluice("check", "-limit", "1/1m/fastest", "client_id=cli-user"); !errors.Is(err, errUsage) {
+		t.Fatalf("check -limit 1/1m/fastest: %v", err)
+	}
 
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)

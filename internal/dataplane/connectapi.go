@@ -143,7 +143,7 @@ func checkRequest(m *sluicev1.CheckRequest) decide.Request {
 	req := decide.Request{Tier: m.GetTier(), Cost: m.GetCost(), Lease: LeaseID(m.GetLease()), Peek: m.GetPeek(),
 		Descriptors: descriptorsFromProto(m.GetDescriptors())}
 	if l := m.GetLimit(); l != nil {
-		req.Limit = &decide.RequestLimit{Requests: l.GetRequests(), Window: l.GetWindow().AsDuration()}
+		req.Limit = &decide.RequestLimit{Requests: l.GetRequests(), Window: l.GetWindow().AsDuration(), Algorithm: policy.Algorithm(l.GetAlgorithm())}
 	}
 	return req
 }

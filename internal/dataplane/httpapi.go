@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -180,10 +181,12 @@ type checkBody struct {
 }
 
 // limitJSON is a check's own limit: requests per window, a duration such
-// as "1m" or "3600s".
+// as "1m" or "3600s", counted by algorithm (a name; "": the fixed
+// window).
 type limitJSON struct {
-	Requests int64  `json:"requests"`
-	Window   string `json:"window"`
+	Requests  int64  `json:"requests"`
+	Window    string `json:"window"`
+	Algorithm string `json:"algorithm"`
 }
 
 // requestLimit is l as the decider takes it, or the field error of its
@@ -197,7 +200,13 @@ func (l *limitJSON) requestLimit() (*decide.RequestLimit, error) {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
 			Fields: []policy.FieldError{{Field: "limit.window", Description: `must be a duration such as "1m", "3600s" or "1d"`}}}
 	}
-	return &decide.RequestLimit{Requests: l.Requests, Window: w}, nil
+	var alg policy.Algorithm
+	if l.Algorithm != "" {
+		if alg, err = policy.ParseAlgorithm(l.Algorithm); err != nil {
+			alg = math.MaxUint8 // no algorithm: the decider refuses it, saying which may be named
+		}
+	}
+	return &decide.RequestLimit{Requests: l.Requests, Window: w, Algorithm: alg}, nil
 }
 
 // descriptors are the body's descriptors, sorted by key.

@@ -302,6 +302,8 @@ func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 		{"limit of no duration", key, `{"limit":{"requests":5,"window":"soon"}}`, 400, "limit.window"},
 		{"limit of a split second", key, `{"limit":{"requests":5,"window":"1500ms"}}`, 400, "limit.window"},
 		{"limit of two years", key, `{"limit":{"requests":5,"window":"17520h"}}`, 400, "limit.window"},
+		{"limit of no algorithm", key, `{"limit":{"requests":5,"window":"1m","algorithm":"fastest"}}`, 400, "limit.algorithm"},
+		{"limit of concurrency", key, `{"limit":{"requests":5,"window":"1m","algorithm":"concurrency"}}`, 400, "limit.algorithm"},
 	}
 	for _, tt := range tests {
 		resp, m := post(t, srv, "/v1/check", tt.key, tt.body)

@@ -112,12 +112,9 @@ func (c *Config) localLimiter(r *policy.Rule, p policy.Params, share float64) *l
 // others are compiled for their request.
 const maxRequestLimits = 1024
 
-// requestRule returns the rule deciding a request by its own limit l, and
-// its limiter: a fixed window, counted per the values of all of d's
-// descriptors in order, its ID naming l's window and d's keys (Rule.ID
-// stands for the key-by list in counter keys). It fails open.
 // requestLimitPrefix begins the ID (and name) of a request's own limit's
-// rule: limit/<window in seconds>s/<descriptor keys>.
+// rule: limit/[<algorithm>/]<window in seconds>s/<descriptor keys>, the
+// algorithm named unless it is the fixed window.
 const requestLimitPrefix = "limit/"
 
 // IsRequestLimit reports whether r is the rule of a request's own limit
@@ -125,8 +122,14 @@ const requestLimitPrefix = "limit/"
 // its names are the callers' to vary.
 func IsRequestLimit(r *policy.Rule) bool { return strings.HasPrefix(r.ID, requestLimitPrefix) }
 
+// requestRule returns the rule deciding a request by its own limit l, and
+// its limiter: l's algorithm, counted per the values of all of d's
+// descriptors in order, its ID naming l's algorithm, window and d's keys
+// (Rule.ID stands for the key-by list in counter keys: two algorithms or
+// windows never share a counter). It fails open.
 func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
-	p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
+	l = l.normal()
+	p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
 	var lim *limit.Limiter
 	if v, ok := c.requestLimits.Load(l); ok {
 		lim = v.(*limit.Limiter)
@@ -138,6 +141,10 @@ func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule
 	}
 	id := make([]byte, 0, 32)
 	id = append(id, requestLimitPrefix...)
+	if l.Algorithm != policy.FixedWindow { // Envoy's, and the first: its IDs stay as they were
+		id = append(id, l.Algorithm.String()...)
+		id = append(id, '/')
+	}
 	id = strconv.AppendInt(id, int64(l.Window/time.Second), 10)
 	id = append(id, "s/"...)
 	keys := make([]string, len(d)) // for policy.ClientKey: whom events name

@@ -80,8 +80,8 @@ type Request struct {
 	Peek bool
 	// Limit, when set, decides the request by this limit alone, in place
 	// of its tier's rules and overrides (Envoy's per-descriptor limit
-	// override): a fixed window counted per the values of all the
-	// request's descriptors, failing open.
+	// override): counted per the values of all the request's descriptors,
+	// failing open.
 	Limit *RequestLimit
 	// Replaced names rules that do not apply to this request: rules the
 	// other requests of the same call replace (Rule.Replaces), as
@@ -89,11 +89,27 @@ type Request struct {
 	Replaced map[string]bool
 }
 
-// RequestLimit is a limit a request brings with it: a fixed window of
-// Requests per Window.
+// RequestLimit is a limit a request brings with it: Requests per Window.
 type RequestLimit struct {
 	Requests int64
 	Window   time.Duration
+	// Algorithm counts it: policy.FixedWindow (as Envoy's limits are
+	// counted; the zero value means it), SlidingWindow, TokenBucket or GCRA
+	// (those two with a burst of Requests), as gubernator's and Unkey's
+	// per-request limits choose theirs.
+	Algorithm policy.Algorithm
+}
+
+// RequestLimitAlgorithms are the algorithms a request's own limit may
+// name: those with no parameter but a limit and a window.
+var RequestLimitAlgorithms = []policy.Algorithm{policy.FixedWindow, policy.SlidingWindow, policy.TokenBucket, policy.GCRA}
+
+// normal is l with its algorithm named.
+func (l RequestLimit) normal() RequestLimit {
+	if l.Algorithm == policy.AlgorithmUnspecified {
+		l.Algorithm = policy.FixedWindow
+	}
+	return l
 }
 
 // RuleResult is one rule's answer within a decision.
@@ -441,8 +457,13 @@ func refuse(c *Config, req Request) error {
 		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
 			Fields: []policy.FieldError{{Field: "cost", Description: "must not be negative"}}}
 	}
-	if l := req.Limit; l != nil {
-		p := policy.Params{Algorithm: policy.FixedWindow, Limit: l.Requests, Window: l.Window}
+	if req.Limit != nil {
+		l := req.Limit.normal()
+		if !slices.Contains(RequestLimitAlgorithms, l.Algorithm) {
+			return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: []policy.FieldError{{Field: "limit.algorithm",
+				Description: "must be fixed_window, sliding_window, token_bucket or gcra"}}}
+		}
+		p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
 		var fields []policy.FieldError
 		if err := p.Validate(); err != nil {
 			fields = err.(*policy.Error).Fields

@@ -500,3 +500,40 @@ func TestShadowAllRejectsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A request's own limit may name its algorithm: a token bucket refills as
+// time passes where a fixed window waits for the next window, and each
+// algorithm counts apart from the others.
+func TestRequestLimitAlgorithms(t *testing.T) {
+	c, err := Compile(snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)} // a window's start
+	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	own := func(alg policy.Algorithm) Request {
+		r := check("ann")
+		r.Limit = &RequestLimit{Requests: 2, Window: time.Minute, Algorithm: alg}
+		return r
+	}
+	for _, alg := range []policy.Algorithm{policy.AlgorithmUnspecified, policy.TokenBucket, policy.GCRA, policy.SlidingWindow} {
+		if got := admitted(t, d, c, own(alg), 3); got != 2 {
+			t.Fatalf("%v: %d of 3 admitted, want 2", alg, got)
+		}
+	}
+	if got := admitted(t, d, c, own(policy.FixedWindow), 1); got != 0 {
+		t.Fatal("an explicit fixed window is the default one, whose 2 are taken: it admitted more")
+	}
+	clk.t = clk.t.Add(30 * time.Second) // half a window: a bucket has refilled one request, the window none
+	if tb, fw := admitted(t, d, c, own(policy.TokenBucket), 2), admitted(t, d, c, own(policy.FixedWindow), 1); tb != 1 || fw != 0 {
+		t.Fatalf("half a window on: token bucket admitted %d (want 1), fixed window %d (want 0)", tb, fw)
+	}
+	dec, err := d.Decide(context.Background(), c, own(policy.GCRA))
+	if err != nil || dec.Rules[0].Rule.ID != "limit/gcra/60s/client_id" || dec.Rules[0].Limit != 2 {
+		t.Fatalf("GCRA's decision: %+v %v", dec, err)
+	}
+	var pe *policy.Error
+	if err := d.Validate(c, own(policy.Concurrency)); !errors.As(err, &pe) || len(pe.Fields) != 1 || pe.Fields[0].Field != "limit.algorithm" {
+		t.Fatalf("a concurrency limit of the request's own: %v", err)
+	}
+}

@@ -356,3 +356,51 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 		}
 	}
 }
+
+// A request's own limit counts by the algorithm it names on Redis as in
+// process (TestRequestLimitAlgorithms): a token bucket and GCRA refill as
+// time passes, the fixed window waits for its next window.
+func TestRequestLimitAlgorithmsOnRedis(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client, prefix := redistest.Client(t)
+	var mu sync.Mutex
+	now := time.UnixMicro(1_699_999_200_000_000) // an hour's start (the fixed window's)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	eng := redisengine.New(client, redisengine.Config{Prefix: prefix, Now: clock})
+	defer eng.Close()
+	c, err := Compile(snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecider(Options{Engine: eng, Budget: time.Second, Now: clock})
+	admit := func(alg policy.Algorithm, n int) int {
+		t.Helper()
+		ok := 0
+		for range n {
+			dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "ann"}},
+				Limit: &RequestLimit{Requests: 2, Window: time.Hour, Algorithm: alg}})
+			if err != nil || dec.Degraded {
+				t.Fatalf("%v: %+v %v", alg, dec, err)
+			}
+			if dec.Allowed {
+				ok++
+			}
+		}
+		return ok
+	}
+	algs := []policy.Algorithm{policy.FixedWindow, policy.TokenBucket, policy.GCRA, policy.SlidingWindow}
+	for _, alg := range algs {
+		if got := admit(alg, 3); got != 2 {
+			t.Fatalf("%v: %d of 3 admitted, want 2", alg, got)
+		}
+	}
+	mu.Lock()
+	now = now.Add(30 * time.Minute)
+	mu.Unlock()
+	for alg, want := range map[policy.Algorithm]int{policy.FixedWindow: 0, policy.TokenBucket: 1, policy.GCRA: 1} {
+		if got := admit(alg, 2); got != want {
+			t.Fatalf("%v half an hour on: %d of 2 admitted, want %d", alg, got, want)
+		}
+	}
+}

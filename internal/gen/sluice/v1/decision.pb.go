@@ -189,9 +189,9 @@ type CheckRequest struct {
 	// then its reset, the latest it can take). No event is published.
 	Peek bool `protobuf:"varint,6,opt,name=peek,proto3" json:"peek,omitempty"`
 	// Limit, when set, decides this request by this limit alone, in place of
-	// its tier's rules and overrides, as Envoy's per-descriptor limit: a
-	// fixed window counted per the values of all the request's descriptors,
-	// failing open.
+	// its tier's rules and overrides, as Envoy's per-descriptor limit:
+	// counted per the values of all the request's descriptors (a fixed
+	// window unless it names another algorithm), failing open.
 	Limit         *RequestLimit `protobuf:"bytes,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -279,10 +279,14 @@ func (x *CheckRequest) GetLimit() *RequestLimit {
 // RequestLimit is a limit a request brings with it.
 type RequestLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Requests admitted per window, 1 to 1e12.
+	// Requests admitted per window, 1 to 1e12 (token bucket and GCRA: 1e9).
 	Requests int64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
 	// The window: whole seconds, up to 366 days.
-	Window        *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// The algorithm counting it: ALGORITHM_FIXED_WINDOW (unspecified means
+	// it), ALGORITHM_SLIDING_WINDOW, ALGORITHM_TOKEN_BUCKET or ALGORITHM_GCRA
+	// (those two with a burst of requests).
+	Algorithm     Algorithm `protobuf:"varint,3,opt,name=algorithm,proto3,enum=sluice.v1.Algorithm" json:"algorithm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +333,13 @@ func (x *RequestLimit) GetWindow() *durationpb.Duration {
 		return x.Window
 	}
 	return nil
+}
+
+func (x *RequestLimit) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_ALGORITHM_UNSPECIFIED
 }
 
 // RuleStatus is one rule's answer.
@@ -640,10 +651,11 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x12\n" +
 	"\x04peek\x18\x06 \x01(\bR\x04peek\x12-\n" +
-	"\x05limit\x18\a \x01(\v2\x17.sluice.v1.RequestLimitR\x05limit\"]\n" +
+	"\x05limit\x18\a \x01(\v2\x17.sluice.v1.RequestLimitR\x05limit\"\x91\x01\n" +
 	"\fRequestLimit\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x03R\brequests\x121\n" +
-	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\"\x9e\x03\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x122\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\"\x9e\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -700,6 +712,7 @@ var file_sluice_v1_decision_proto_goTypes = []any{
 	(*CheckBatchResponse)(nil),  // 8: sluice.v1.CheckBatchResponse
 	(*Descriptor)(nil),          // 9: sluice.v1.Descriptor
 	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
+	(Algorithm)(0),              // 11: sluice.v1.Algorithm
 }
 var file_sluice_v1_decision_proto_depIdxs = []int32{
 	9,  // 0: sluice.v1.ResetRequest.descriptors:type_name -> sluice.v1.Descriptor
@@ -707,24 +720,25 @@ var file_sluice_v1_decision_proto_depIdxs = []int32{
 	9,  // 2: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
 	4,  // 3: sluice.v1.CheckRequest.limit:type_name -> sluice.v1.RequestLimit
 	10, // 4: sluice.v1.RequestLimit.window:type_name -> google.protobuf.Duration
-	10, // 5: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
-	10, // 6: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
-	10, // 7: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
-	10, // 8: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
-	5,  // 9: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
-	3,  // 10: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
-	6,  // 11: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
-	3,  // 12: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
-	7,  // 13: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
-	0,  // 14: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
-	6,  // 15: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
-	8,  // 16: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
-	1,  // 17: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	11, // 5: sluice.v1.RequestLimit.algorithm:type_name -> sluice.v1.Algorithm
+	10, // 6: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
+	10, // 7: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
+	10, // 8: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
+	10, // 9: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
+	5,  // 10: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
+	3,  // 11: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
+	6,  // 12: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
+	3,  // 13: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
+	7,  // 14: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
+	0,  // 15: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
+	6,  // 16: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
+	8,  // 17: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
+	1,  // 18: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
+	16, // [16:19] is the sub-list for method output_type
+	13, // [13:16] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_decision_proto_init() }
