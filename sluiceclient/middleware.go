@@ -17,30 +17,31 @@ import (
 // skips the check (the request goes through unchecked).
 type DescribeFunc func(r *http.Request) (req Request, ok bool)
 
-// ByHeader describes a request by the client id in header (as client_id)
-// and its path (as route); requests without the header are checked under
-// the client id "".
+// ByHeader describes a request by the client id in header (as client_id),
+// its path (as route) and its method (as method), as the proxy names them;
+// requests without the header are checked under the client id "".
 func ByHeader(header string) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
-		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": route.Normalize(r.URL.Path)}}, true
+		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
 	}
 }
 
 // ByRemoteIP describes a request by its connection's IP address (as
-// client_id) and its path (as route). Behind a load balancer or proxy,
-// use ByClientIP, or every client is the balancer.
+// client_id), its path (as route) and its method (as method).
+// Behind a load balancer or proxy, use ByClientIP, or every client is the
+// balancer.
 func ByRemoteIP() DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
 		host, _, err := net.SplitHostPort(r.RemoteAddr)
 		if err != nil {
 			host = r.RemoteAddr
 		}
-		return Request{Descriptors: map[string]string{"client_id": host, "route": route.Normalize(r.URL.Path)}}, true
+		return Request{Descriptors: map[string]string{"client_id": host, "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
 	}
 }
 
 // ByClientIP describes a request by its client's address, as client_id
-// and ip, and its path, as route: the connection's address, unless it is
+// and ip, its path, as route, and its method, as method: the connection's address, unless it is
 // one of trusted (a load balancer's), in which case X-Forwarded-For is
 // believed as far as the trusted proxies go, as Sluice's own proxy does
 // with -trusted-proxies. An IPv6 client is its /64 network, within which
@@ -48,7 +49,7 @@ func ByRemoteIP() DescribeFunc {
 func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, trusted), clientip.IPv6Network)
-		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": route.Normalize(r.URL.Path)}}, true
+		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
 	}
 }
 
