@@ -58,6 +58,7 @@ func TestOpenAPI(t *testing.T) {
 			{"all fields", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"tier":"free","cost":1,"peek":true}`, "", 200},
 			{"a request's own limit", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m"}}`, "", 200},
 			{"a token bucket of its own", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m","algorithm":"token_bucket"}}`, "", 200},
+			{"a limit over the bound", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":1000000000000,"window":"1h"}}`, "", 400},
 			{"an algorithm that is none", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m","algorithm":"fastest"}}`, "", 400},
 			{"an algorithm a request may not bring", "/v1/check", key, `{"descriptors":{"client_id":"alice"},"limit":{"requests":5,"window":"1m","algorithm":"concurrency"}}`, "", 400},
 			{"delayed", "/v1/check", key, `{"descriptors":{"client_id":"bob","route":"/queue"}}`, "", 200},

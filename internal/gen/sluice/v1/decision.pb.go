@@ -279,7 +279,7 @@ func (x *CheckRequest) GetLimit() *RequestLimit {
 // RequestLimit is a limit a request brings with it.
 type RequestLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Requests admitted per window, 1 to 1e12 (token bucket and GCRA: 1e9).
+	// Requests admitted per window, 1 to 1e9.
 	Requests int64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
 	// The window: whole seconds, up to 366 days.
 	Window *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
