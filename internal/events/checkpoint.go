@@ -63,9 +63,11 @@ func (p *Publisher) checkpoint(batch []kafka.Message) {
 		}
 	}
 	p.mu.RLock()
-	for k, n := range p.rules {
-		if a, r, s := n.allowed.Load(), n.rejected.Load(), n.shadow.Load(); a+r+s > 0 {
-			c.Counts = append(c.Counts, ruleCounts{k.tenant, k.tier, k.rule, a, r, s})
+	for _, m := range []map[ruleKey]*counts{p.rules, p.retired} {
+		for k, n := range m {
+			if a, r, s := n.allowed.Load(), n.rejected.Load(), n.shadow.Load(); a+r+s > 0 {
+				c.Counts = append(c.Counts, ruleCounts{k.tenant, k.tier, k.rule, a, r, s})
+			}
 		}
 	}
 	for tenant, d := range p.dropped {

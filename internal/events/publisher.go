@@ -66,11 +66,18 @@ type Config struct {
 // Publisher sends decision events. Rejected and Count are safe for
 // concurrent use, never block and do not allocate; Run does the sending.
 type Publisher struct {
-	cfg     Config
-	w       *kafka.Writer
-	queue   chan rejection
-	mu      sync.RWMutex
-	rules   map[ruleKey]*counts
+	cfg   Config
+	w     *kafka.Writer
+	queue chan rejection
+	mu    sync.RWMutex
+	rules map[ruleKey]*counts
+	// retired are the counts of rules that went a delta interval without
+	// one, taken out of rules so that rules holds only the rules in use —
+	// not every rule ID a decider ever saw (tenants' rules deleted since,
+	// and the request limits callers vary, which name a rule each): a
+	// Count that found one just before may still add to it, so the next
+	// deltas takes what it holds once more before it goes.
+	retired map[ruleKey]*counts      // Run's own (deltas, checkpoint)
 	dropped map[string]*atomic.Int64 // per tenant, since the last delta
 	since   time.Time
 
@@ -134,6 +141,7 @@ func NewPublisher(cfg Config) *Publisher {
 			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond},
 		queue:    make(chan rejection, cfg.Buffer),
 		rules:    map[ruleKey]*counts{},
+		retired:  map[ruleKey]*counts{},
 		dropped:  map[string]*atomic.Int64{},
 		since:    cfg.Now(),
 		producer: newProducerID(),
@@ -554,18 +562,37 @@ func (p *Publisher) deltas() []kafka.Message {
 	p.since = now
 	var out []kafka.Message
 	add := func(tenant string, d *sluicev1.CounterDelta) { out = append(out, p.deltaMessage(tenant, d, from, to)) }
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	for k, c := range p.rules {
+	take := func(k ruleKey, c *counts) bool {
 		a, r, s := c.allowed.Swap(0), c.rejected.Swap(0), c.shadow.Swap(0)
 		if a+r+s > 0 {
 			add(k.tenant, &sluicev1.CounterDelta{Tier: k.tier, RuleId: k.rule, Allowed: a, Rejected: r, ShadowRejected: s})
+		}
+		return a+r+s > 0
+	}
+	for k, c := range p.retired { // Run's own, as deltas is
+		take(k, c)
+	}
+	clear(p.retired)
+	var idle []ruleKey
+	p.mu.RLock()
+	for k, c := range p.rules {
+		if !take(k, c) {
+			idle = append(idle, k)
 		}
 	}
 	for tenant, d := range p.dropped {
 		if n := d.Swap(0); n > 0 {
 			add(tenant, &sluicev1.CounterDelta{DroppedRejections: n})
 		}
+	}
+	p.mu.RUnlock()
+	if len(idle) > 0 { // a Count waits only while these go
+		p.mu.Lock()
+		for _, k := range idle {
+			p.retired[k] = p.rules[k]
+			delete(p.rules, k)
+		}
+		p.mu.Unlock()
 	}
 	return out
 }

@@ -370,3 +370,46 @@ func TestRefusedWritesKeepEachPartitionInOrder(t *testing.T) {
 		})
 	}
 }
+
+// The counts of a rule that went a delta interval without one leave the
+// publisher (a decider sees rule IDs without end: callers' own limits
+// name one each, however they vary them), after one more delta for what
+// a Count that found them just before added: none is lost.
+func TestIdleRulesCountsAreDropped(t *testing.T) {
+	t.Parallel()
+	p := NewPublisher(Config{Brokers: []string{"127.0.0.1:1"}, Topic: "t"})
+	allowed := func(msgs []kafka.Message) map[string]int64 {
+		t.Helper()
+		got := map[string]int64{}
+		for _, m := range msgs {
+			var ev sluicev1.Event
+			if err := proto.Unmarshal(m.Value, &ev); err != nil {
+				t.Fatal(err)
+			}
+			got[ev.GetDelta().GetRuleId()] += ev.GetDelta().GetAllowed()
+		}
+		return got
+	}
+	for i := range 1000 {
+		p.Count("t1", "free", fmt.Sprintf("limit/%ds/client_id", i+1), true, false)
+	}
+	p.Count("t1", "free", "busy", true, false)
+	if got := allowed(p.deltas()); len(got) != 1001 || got["busy"] != 1 {
+		t.Fatalf("first deltas: %d rules", len(got))
+	}
+	late := p.counts(ruleKey{"t1", "free", "limit/1s/client_id"}) // a Count that found it before it went
+	p.Count("t1", "free", "busy", true, false)
+	if got := allowed(p.deltas()); len(got) != 1 || got["busy"] != 1 {
+		t.Fatalf("second deltas: %v, want busy's alone", got)
+	}
+	if len(p.rules) != 1 || len(p.retired) != 1000 {
+		t.Fatalf("%d rules kept, %d retired; want busy's alone kept, the 1000 idle ones retired", len(p.rules), len(p.retired))
+	}
+	late.allowed.Add(1)
+	if got := allowed(p.deltas()); len(got) != 1 || got["limit/1s/client_id"] != 1 {
+		t.Fatalf("third deltas: %v, want the late count of limit/1s/client_id", got)
+	}
+	if len(p.rules) != 0 || len(p.retired) != 1 {
+		t.Fatalf("%d rules kept, %d retired after the third; want none, and busy's retired", len(p.rules), len(p.retired))
+	}
+}
