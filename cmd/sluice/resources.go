@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/days"
+	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -572,7 +573,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		var alg policy.Algorithm
 		var aerr error
 		if named {
-			alg, aerr = policy.ParseAlgorithm(a)
+			alg, aerr = decide.ParseRequestLimitAlgorithm(a)
 		}
 		if nerr != nil || werr != nil || aerr != nil {
 			fmt.Fprintf(stderr, "-limit %q: want requests/window[/algorithm], such as 100/1m or 100/1m/token_bucket\n", *limit)

@@ -270,8 +270,10 @@ func TestCLIAgainstDev(t *testing.T) {
 		!strings.Contains(out, "allowed") || !strings.Contains(out, "limit/token_bucket/60s/client_id,route") {
 		t.Fatalf("check -limit 1/1m/token_bucket: %v\n%s", err, out)
 	}
-	if _, err := sluice("check", "-limit", "1/1m/fastest", "client_id=cli-user"); !errors.Is(err, errUsage) {
-		t.Fatalf("check -limit 1/1m/fastest: %v", err)
+	for _, bad := range []string{"1/1m/fastest", "1/1m/concurrency"} { // no algorithm, one a request may not bring
+		if _, err := sluice("check", "-limit", bad, "client_id=cli-user"); !errors.Is(err, errUsage) {
+			t.Fatalf("check -limit %s: %v", bad, err)
+		}
 	}
 
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {

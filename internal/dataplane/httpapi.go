@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"runtime"
 	"slices"
@@ -200,11 +199,9 @@ func (l *limitJSON) requestLimit() (*decide.RequestLimit, error) {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check",
 			Fields: []policy.FieldError{{Field: "limit.window", Description: `must be a duration such as "1m", "3600s" or "1d"`}}}
 	}
-	var alg policy.Algorithm
-	if l.Algorithm != "" {
-		if alg, err = policy.ParseAlgorithm(l.Algorithm); err != nil {
-			alg = math.MaxUint8 // no algorithm: the decider refuses it, saying which may be named
-		}
+	alg, err := decide.ParseRequestLimitAlgorithm(l.Algorithm)
+	if err != nil {
+		return nil, err
 	}
 	return &decide.RequestLimit{Requests: l.Requests, Window: w, Algorithm: alg}, nil
 }

@@ -104,6 +104,25 @@ type RequestLimit struct {
 // name: those with no parameter but a limit and a window.
 var RequestLimitAlgorithms = []policy.Algorithm{policy.FixedWindow, policy.SlidingWindow, policy.TokenBucket, policy.GCRA}
 
+// ParseRequestLimitAlgorithm returns the algorithm of a request's own
+// limit named name ("": the fixed window), or the field error of a name
+// that is not one of RequestLimitAlgorithms.
+func ParseRequestLimitAlgorithm(name string) (policy.Algorithm, error) {
+	if name == "" {
+		return policy.FixedWindow, nil
+	}
+	a, err := policy.ParseAlgorithm(name)
+	if err != nil || !slices.Contains(RequestLimitAlgorithms, a) {
+		return policy.AlgorithmUnspecified, badRequestLimitAlgorithm()
+	}
+	return a, nil
+}
+
+func badRequestLimitAlgorithm() error {
+	return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: []policy.FieldError{{Field: "limit.algorithm",
+		Description: "must be fixed_window, sliding_window, token_bucket or gcra"}}}
+}
+
 // normal is l with its algorithm named.
 func (l RequestLimit) normal() RequestLimit {
 	if l.Algorithm == policy.AlgorithmUnspecified {
@@ -460,8 +479,7 @@ func refuse(c *Config, req Request) error {
 	if req.Limit != nil {
 		l := req.Limit.normal()
 		if !slices.Contains(RequestLimitAlgorithms, l.Algorithm) {
-			return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: []policy.FieldError{{Field: "limit.algorithm",
-				Description: "must be fixed_window, sliding_window, token_bucket or gcra"}}}
+			return badRequestLimitAlgorithm()
 		}
 		p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
 		var fields []policy.FieldError
