@@ -590,14 +590,21 @@ func TestProxyIdentityFromClientCertificate(t *testing.T) {
 	}
 }
 
+// routeLimit is a check API whose one rule allows each client 3 requests
+// a minute to the routes route matches.
+func routeLimit(t *testing.T, route string) (HTTPConfig, string) {
+	t.Helper()
+	return apiWith(t, []policy.Rule{{ID: "r1", Name: "route", KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: RouteDescriptor, Value: route}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+}
+
 // A request whose path or identity no descriptor could hold (over 256
 // bytes, or with a NUL) is decided on a fitted value, not refused: long
 // paths of one client count together, and a prefix rule still meets them.
 func TestProxyFitsLongAndNULValues(t *testing.T) {
 	t.Parallel()
-	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "files", KeyBy: []string{"client_id"}, Enabled: true,
-		Match:  []policy.Match{{Key: RouteDescriptor, Value: "/files/*"}},
-		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	cfg, key := routeLimit(t, "/files/*")
 	up, hits := upstream(t)
 	px := proxyFor(t, cfg, key, up, nil)
 	long := "/files/" + strings.Repeat("é", 400)
@@ -900,9 +907,7 @@ func TestProxyForwardAuth(t *testing.T) {
 // client cannot step around a login limit by asking for "//login".
 func TestProxyNormalisesTheRoute(t *testing.T) {
 	t.Parallel()
-	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "login", KeyBy: []string{"client_id"}, Enabled: true,
-		Match:  []policy.Match{{Key: RouteDescriptor, Value: "/login"}},
-		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	cfg, key := routeLimit(t, "/login")
 	up, _ := upstream(t)
 	for _, fa := range []bool{false, true} {
 		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
