@@ -91,8 +91,9 @@ var ErrBreakerOpen = errors.New("sluiceclient: the decider failed repeatedly; no
 
 // Request is one check: the request's descriptors, and optionally the
 // tier to apply, the cost (0 means 1) and, for concurrency rules, the
-// name of the lease the check takes (end it with Release). Peek asks
-// without consuming whether the request would be admitted now.
+// name of the lease the check takes (retaking a held lease renews it;
+// "" takes a new one, which Decision.Lease names). Peek asks without
+// consuming whether the request would be admitted now.
 type Request struct {
 	Tier        string
 	Descriptors map[string]string
@@ -159,6 +160,10 @@ type Decision struct {
 	// mode did; Check then also returns the error.
 	Failed        bool
 	ConfigVersion int64
+	// Lease names the lease an admitted request holds on the concurrency
+	// rules it met ("" when it met none): end it with Release once the
+	// work it guards is done, or it ends at the rule's lease TTL.
+	Lease string
 }
 
 // Delay is how long the request should wait before it goes on: the
@@ -379,7 +384,8 @@ func (c *Client) send(batch []*pending) {
 var errWrongCount = errors.New("sluiceclient: the decider answered a different number of checks")
 
 // Release ends r.Lease early on the concurrency rules r matches (a lease
-// otherwise ends at its rule's TTL).
+// otherwise ends at its rule's TTL): a Decision's Lease, with the
+// Request's Tier and Descriptors.
 func (c *Client) Release(ctx context.Context, r Request) error {
 	if r.Lease == "" {
 		return errors.New("sluiceclient: Release needs the Request's Lease")
@@ -553,9 +559,11 @@ func (c *Client) cached(key string) (Decision, bool) {
 // peek's, whose retry-after is only the latest it can take.
 func cacheable(r Request) bool { return r.Lease == "" && !r.Peek }
 
-// remember caches a rejection until its retry-after.
+// remember caches a rejection until its retry-after, but a concurrency
+// rule's (the one rule with no window): its leases may be released
+// before then.
 func (c *Client) remember(key string, d Decision) {
-	if c.deny == nil || d.Allowed || d.Deciding < 0 || d.RetryAfter() <= 0 {
+	if c.deny == nil || d.Allowed || d.Deciding < 0 || d.RetryAfter() <= 0 || d.Rules[d.Deciding].Window == 0 {
 		return
 	}
 	c.deny.Add(key, cachedDenial{until: c.cfg.Now().Add(d.RetryAfter()), dec: d})
@@ -603,7 +611,7 @@ func toProto(r Request) *sluicev1.CheckRequest {
 }
 
 func fromProto(m *sluicev1.CheckResponse) Decision {
-	d := Decision{Allowed: m.Allowed, Deciding: int(m.Deciding), ConfigVersion: m.ConfigVersion}
+	d := Decision{Allowed: m.Allowed, Deciding: int(m.Deciding), ConfigVersion: m.ConfigVersion, Lease: m.Lease}
 	if len(m.Rules) == 0 {
 		d.Deciding = -1
 	}

@@ -316,6 +316,22 @@ func TestLeases(t *testing.T) {
 	if err := c.Release(ctx, Request{}); err == nil {
 		t.Fatal("a release without a lease was sent")
 	}
+	// A check naming no lease takes one of its own, for Release. Its
+	// rejection is not cached: a release can end it before its retry-after.
+	anon := Request{Descriptors: map[string]string{"client_id": "v"}}
+	d, err := c.Check(ctx, anon)
+	if err != nil || !d.Allowed || d.Lease == "" {
+		t.Fatalf("a check naming no lease: %+v %v", d, err)
+	}
+	if d2, _ := c.Check(ctx, anon); d2.Allowed || d2.Lease != "" {
+		t.Fatalf("a second check naming no lease while the first holds it: %+v", d2)
+	}
+	if err := c.Release(ctx, Request{Descriptors: anon.Descriptors, Lease: d.Lease}); err != nil {
+		t.Fatal(err)
+	}
+	if d3, err := c.Check(ctx, anon); err != nil || !d3.Allowed || d3.Cached {
+		t.Fatalf("after the release: %+v %v", d3, err)
+	}
 }
 
 // coalescing serves a decider whose first call waits until release is
@@ -612,5 +628,45 @@ func TestMiddlewareHoldsAQueuedRequest(t *testing.T) {
 	goOn = false // the client goes away while it waits its turn
 	if do(); served.Load() != 4 || len(waited) != 3 {
 		t.Fatalf("served %d, waits %v: want the request whose client left not served", served.Load(), waited)
+	}
+}
+
+// A request the middleware admits holds a concurrency rule's lease while
+// its handler runs: another meets the rule full, and once the first
+// answers, the next gets through.
+func TestMiddlewareHoldsALeaseWhileServing(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := deciderOf(t, clk, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Hour}}}, func() {})
+	entered, finish := make(chan struct{}), make(chan struct{})
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-finish
+		}
+	})
+	h := New(Config{URL: url, Key: key, Now: clk.now}).Middleware(ByHeader("X-Client-Id"), app)
+	do := func(path string) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("X-Client-Id", "alice")
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	first := make(chan int)
+	go func() { first <- do("/slow") }()
+	<-entered
+	if code := do("/fast"); code != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the first is served: %d", code)
+	}
+	close(finish)
+	if code := <-first; code != 200 {
+		t.Fatalf("the first: %d", code)
+	}
+	for i := range 3 { // each releases its lease as it ends
+		if code := do("/fast"); code != 200 {
+			t.Fatalf("request %d after the first ended: %d", i, code)
+		}
 	}
 }

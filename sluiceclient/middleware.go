@@ -1,6 +1,7 @@
 package sluiceclient
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -56,7 +57,9 @@ func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
 // Middleware checks each request before next: the rate limit headers are
 // set on every answer, and a rejected request gets 429 with Retry-After
 // and a problem+json body naming the rules that rejected it, without
-// reaching next. When the decider fails, the failure mode decides.
+// reaching next. An admitted request holds the lease of the concurrency
+// rules it meets until next returns. When the decider fails, the failure
+// mode decides.
 func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, ok := describe(r)
@@ -72,6 +75,12 @@ func (c *Client) Middleware(describe DescribeFunc, next http.Handler) http.Handl
 			return
 		}
 		setHeaders(w.Header(), c.cfg.Headers, d)
+		if d.Lease != "" {
+			// Not released (the decider unreachable): it ends at its TTL.
+			defer func() {
+				_ = c.Release(context.WithoutCancel(r.Context()), Request{Tier: req.Tier, Descriptors: req.Descriptors, Lease: d.Lease})
+			}()
+		}
 		if d.Allowed {
 			// A leaky bucket's queue: the request's turn is later.
 			if delay := d.Delay(); delay > c.cfg.MaxDelay {

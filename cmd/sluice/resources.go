@@ -555,16 +555,23 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	var cost *int64
 	var peek *bool
-	var limit *string
-	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] [-limit N/WINDOW[/ALGORITHM]] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
+	var limit, lease *string
+	var release *bool
+	dc, err := parseDeciderCall(ctx, "check", "[-cost N] [-peek] [-limit N/WINDOW[/ALGORITHM]] [-lease NAME [-release]] ", args, stdout, stderr, getenv, func(fs *flag.FlagSet) {
 		cost = fs.Int64("cost", 0, "cost units (default 1)")
 		peek = fs.Bool("peek", false, "ask without consuming whether the request would be admitted")
+		lease = fs.String("lease", "", "concurrency rules: the lease to take or renew (empty: a new one, which the answer names)")
+		release = fs.Bool("release", false, "end the -lease named on the concurrency rules the request meets, in place of a check")
 		limit = fs.String("limit", "", "decide by this limit alone, such as 100/1m (a fixed window) or 100/1m/token_bucket, in place of the tier's rules")
 	})
 	if err != nil {
 		return err
 	}
-	req := &sluicev1.CheckRequest{Tier: dc.tier, Cost: *cost, Peek: *peek, Descriptors: dc.descriptors}
+	if *release && *lease == "" {
+		fmt.Fprintln(stderr, "-release needs the -lease to end")
+		return errUsage
+	}
+	req := &sluicev1.CheckRequest{Tier: dc.tier, Cost: *cost, Peek: *peek, Descriptors: dc.descriptors, Lease: *lease, Release: *release}
 	if *limit != "" {
 		n, w, _ := strings.Cut(*limit, "/")
 		w, a, named := strings.Cut(w, "/")
@@ -582,10 +589,19 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		req.Limit = &sluicev1.RequestLimit{Requests: requests, Window: durationpb.New(window), Algorithm: sluicev1.Algorithm(alg)}
 	}
 	res, err := callFor(dc.session, dc.client.Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
+		if *release {
+			fmt.Fprintf(w, "released lease %s\n", *lease)
+			return
+		}
 		fmt.Fprintf(w, "%s\t(config version %d)\n", map[bool]string{true: "allowed", false: "rejected"}[r.Allowed], r.ConfigVersion)
+
 		fmt.Fprintln(w, "RULE\tALLOWED\tLIMIT\tREMAINING\tRESET\tRETRY AFTER")
 		for _, x := range r.Rules {
 			fmt.Fprintf(w, "%s\t%v\t%d\t%d\t%s\t%s\n", x.GetRuleName(), x.GetAllowed(), x.GetLimit(), x.GetRemaining(), waitText(x.GetResetAfter().AsDuration()), waitText(x.GetRetryAfter().AsDuration()))
+		}
+		if r.Lease != "" {
+			w.Flush() // a line of its own, outside the table's columns
+			fmt.Fprintf(w, "lease %s: held until its TTL, or ended by sluice check -release -lease %s KEY=VALUE...\n", r.Lease, r.Lease)
 		}
 	})
 	if err != nil {

@@ -279,6 +279,32 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
+	// A concurrency rule: a check takes a lease, which its answer names;
+	// the next finds the one slot taken until -release -lease ends it.
+	if out, err := sluice("rules", "create", "-tier", "pro", "-name", "jobs", "-algorithm", "concurrency", "-limit", "1", "-lease-ttl", "1h", "-match", "route=/jobs"); err != nil {
+		t.Fatalf("rules create -algorithm concurrency: %v\n%s", err, out)
+	}
+	leaseLine := regexp.MustCompile(`(?m)^lease (~[0-9a-f]{14}): held until its TTL`)
+	var lease []string
+	for deadline := time.Now().Add(10 * time.Second); lease == nil; time.Sleep(20 * time.Millisecond) {
+		out, err := sluice("check", "-tier", "pro", "client_id=worker", "route=/jobs")
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("check of a concurrency rule: %v\n%s", err, out)
+		}
+		lease = leaseLine.FindStringSubmatch(out) // nil until the rule reaches the decider
+	}
+	if out, err := sluice("check", "-tier", "pro", "client_id=worker", "route=/jobs"); !errors.Is(err, errRejected) {
+		t.Fatalf("a second lease of a limit of one: %v\n%s", err, out)
+	}
+	if _, err := sluice("check", "-release", "client_id=worker", "route=/jobs"); !errors.Is(err, errUsage) {
+		t.Fatalf("-release without -lease: %v", err)
+	}
+	if out, err := sluice("check", "-release", "-lease", lease[1], "-tier", "pro", "client_id=worker", "route=/jobs"); err != nil || !strings.Contains(out, "released lease "+lease[1]) {
+		t.Fatalf("check -release -lease: %v\n%s", err, out)
+	}
+	if out, err := sluice("check", "-tier", "pro", "client_id=worker", "route=/jobs"); err != nil || !leaseLine.MatchString(out) {
+		t.Fatalf("a lease after the release: %v\n%s", err, out)
+	}
 	// An override of a rule named tier/rule: one client gets 50 a second
 	// on pro's per-client rule.
 	if out, err := sluice("overrides", "create", "-identifier", "partner", "-rule", "pro/per-client", "-limit", "50", "-window", "1s", "-for", "24h"); err != nil || !strings.Contains(out, "created override") {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -197,7 +198,8 @@ func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	out := &sluicev1.CheckResponse{Allowed: dec.Allowed, Deciding: int32(dec.Deciding), ConfigVersion: dec.Version}
+	out := &sluicev1.CheckResponse{Allowed: dec.Allowed, Deciding: int32(dec.Deciding), ConfigVersion: dec.Version,
+		Lease: heldLease(dec, m.GetLease())}
 	for _, r := range dec.Rules {
 		out.Rules = append(out.Rules, ruleStatus(r))
 	}
@@ -221,12 +223,46 @@ func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
 }
 
 // LeaseID maps a caller's lease name to the 53-bit id engines store (Lua
-// numbers are exact below 2^53); "" is lease 0.
+// numbers are exact below 2^53); "" is lease 0, a new lease of the
+// decider's choosing. A name of LeaseName's form is the id it names.
 func LeaseID(name string) int64 {
 	if name == "" {
 		return 0
 	}
+	if len(name) == 1+leaseDigits && name[0] == '~' {
+		if id, err := strconv.ParseInt(name[1:], 16, 64); err == nil && id > 0 && id < 1<<53 {
+			return id
+		}
+	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(name))
-	return int64(h.Sum64() >> 11)
+	return max(int64(h.Sum64()>>11), 1)
+}
+
+// leaseDigits is the length of LeaseName's hexadecimal id.
+const leaseDigits = 14
+
+// LeaseName names lease id, a lease the decider chose (decide.NewLease),
+// for the caller to release it: "~" and 14 hexadecimal digits.
+func LeaseName(id int64) string {
+	const hex = "0123456789abcdef"
+	var b [1 + leaseDigits]byte
+	b[0] = '~'
+	for i := leaseDigits; i > 0; i-- {
+		b[i] = hex[id&15]
+		id >>= 4
+	}
+	return string(b[:])
+}
+
+// heldLease is the name of the lease dec holds, "" for none: the name
+// the caller gave, else the decider's lease's.
+func heldLease(dec decide.Decision, name string) string {
+	switch {
+	case dec.Lease == 0:
+		return ""
+	case name != "":
+		return name
+	}
+	return LeaseName(dec.Lease)
 }

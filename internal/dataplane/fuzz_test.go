@@ -143,11 +143,13 @@ func FuzzShouldRateLimit(f *testing.F) {
 // the same bytes when no rule name holds a '<', '>', '&', U+2028 or U+2029
 // (which encoding/json escapes), the same value always.
 func FuzzCheckJSON(f *testing.F) {
-	f.Add("per-client", "global", false, true, int64(10), int64(3), int64(1500), int64(0), int64(0), int64(7))
-	f.Add(`q"uo\te`, "<b>&amp;", true, false, int64(0), int64(-1), int64(-5), int64(-1), int64(2500), int64(0))
-	f.Add("é\u2028\x01", "x", false, false, int64(1)<<62, int64(0), int64(1), int64(1), int64(1), int64(-3))
-	f.Fuzz(func(t *testing.T, name1, name2 string, shadow, allowed bool, lim, remaining, resetMS, retryMS, delayMS, version int64) {
-		if !utf8.ValidString(name1) || !utf8.ValidString(name2) { // rule names are valid UTF-8 (policy.Rule.Validate)
+	f.Add("per-client", "global", false, true, int64(10), int64(3), int64(1500), int64(0), int64(0), int64(7), "")
+	f.Add(`q"uo\te`, "<b>&amp;", true, false, int64(0), int64(-1), int64(-5), int64(-1), int64(2500), int64(0), "~00000000000abc")
+	f.Add("é\u2028\x01", "x", false, false, int64(1)<<62, int64(0), int64(1), int64(1), int64(1), int64(-3), `job "7"`)
+	f.Fuzz(func(t *testing.T, name1, name2 string, shadow, allowed bool, lim, remaining, resetMS, retryMS, delayMS, version int64, lease string) {
+		// Rule names are valid UTF-8 (policy.Rule.Validate), and lease
+		// names too (the decoders refuse others).
+		if !utf8.ValidString(name1) || !utf8.ValidString(name2) || !utf8.ValidString(lease) {
 			t.Skip()
 		}
 		retry := time.Duration(retryMS) * time.Microsecond * 997
@@ -160,13 +162,13 @@ func FuzzCheckJSON(f *testing.F) {
 			{Rule: &policy.Rule{Name: name2, Shadow: shadow}, Result: limit.Result{Allowed: allowed, Limit: remaining,
 				Remaining: lim, RetryAfter: retry}},
 		}}
-		got := appendCheckJSON(nil, dec)
-		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version})
+		got := appendCheckJSON(nil, dec, lease)
+		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, '\n')
-		if !strings.ContainsAny(name1+name2, "<>&\u2028\u2029") && !bytes.Equal(got, want) {
+		if !strings.ContainsAny(name1+name2+lease, "<>&\u2028\u2029") && !bytes.Equal(got, want) {
 			t.Fatalf("appendCheckJSON:\n%s\nencoding/json:\n%s", got, want)
 		}
 		var g, w any

@@ -233,6 +233,9 @@ type CheckJSON struct {
 	Allowed       bool       `json:"allowed"`
 	Rules         []RuleJSON `json:"rules"`
 	ConfigVersion int64      `json:"config_version"`
+	// Lease names the lease the request holds on the concurrency rules it
+	// met: the request's, or the decider's new one, to end with a release.
+	Lease string `json:"lease,omitempty"`
 }
 
 func (h *httpAPI) check(ex exchange) {
@@ -260,7 +263,7 @@ func (h *httpAPI) check(ex exchange) {
 		ex.reply(http.StatusOK, "application/json", map[string]bool{"released": true})
 		return
 	}
-	h.decide(ex, c, req, false)
+	h.decide(ex, c, req, body.Lease, false)
 }
 
 // resetBody is the JSON of POST /v1/reset: the tier and descriptors of a
@@ -313,10 +316,11 @@ func (h *httpAPI) shouldAllow(ex exchange) {
 		return
 	}
 	req := decide.Request{Descriptors: policy.Descriptors{{Key: policy.DefaultIdentifierKey, Value: body.ClientID}}}
-	h.decide(ex, c, req, true)
+	h.decide(ex, c, req, "", true)
 }
 
-func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed bool) {
+// decide answers req; lease is the name of the lease it asks for.
+func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, lease string, seed bool) {
 	dec, err := h.cfg.decide(h.cfg.tracedExchange(ex), c, req)
 	if err != nil {
 		h.fail(ex, err)
@@ -341,7 +345,7 @@ func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, seed
 		ex.reply(status, "application/json", map[string]bool{"allowed": dec.Allowed})
 	case dec.Allowed:
 		var body [512]byte
-		ex.write(status, "application/json", appendCheckJSON(body[:0], dec))
+		ex.write(status, "application/json", appendCheckJSON(body[:0], dec, heldLease(dec, lease)))
 	default:
 		ex.reply(status, "application/problem+json", rejectedProblem(dec))
 	}
@@ -568,11 +572,11 @@ func appendHeaderRules(dst []rlheaders.Rule, dec decide.Decision) []rlheaders.Ru
 }
 
 // appendCheckJSON appends the JSON of CheckJSON{Allowed: true, Rules:
-// rulesJSON(dec), ConfigVersion: dec.Version}, as encoding/json writes it
+// rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease}, as encoding/json writes it
 // (but for its escaping of '<', '>', '&', U+2028 and U+2029 in rule names,
 // which this leaves as they are), with its final newline: the body of every admitted check,
 // without reflection or allocations of its own (FuzzCheckJSON).
-func appendCheckJSON(b []byte, dec decide.Decision) []byte {
+func appendCheckJSON(b []byte, dec decide.Decision, lease string) []byte {
 	b = append(b, `{"allowed":true,"rules":[`...)
 	for i, rr := range dec.Rules {
 		if i > 0 {
@@ -604,6 +608,10 @@ func appendCheckJSON(b []byte, dec decide.Decision) []byte {
 	}
 	b = append(b, `],"config_version":`...)
 	b = strconv.AppendInt(b, dec.Version, 10)
+	if lease != "" {
+		b = append(b, `,"lease":`...)
+		b, _ = jsontext.AppendQuote(b, lease)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -389,6 +389,32 @@ func testLeases(t *testing.T, srv served, key string) {
 	if s := status(`{"descriptors":{"client_id":"a"},"lease":"job-2"}`); s != 200 {
 		t.Fatalf("a lease after the release: %d", s)
 	}
+	// A check naming no lease takes one of its own, which the answer names
+	// for the release; a second such check finds the slot taken.
+	resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"b"}}`)
+	lease, _ := m["lease"].(string)
+	if resp.StatusCode != 200 || len(lease) != 15 || lease[0] != '~' {
+		t.Fatalf("a check naming no lease: %d, lease %q", resp.StatusCode, lease)
+	}
+	if s := status(`{"descriptors":{"client_id":"b"}}`); s != 429 {
+		t.Fatalf("a second check naming no lease while the first holds it: %d", s)
+	}
+	if s := status(`{"descriptors":{"client_id":"b"},"lease":"` + lease + `","release":true}`); s != 200 {
+		t.Fatalf("release of %s: %d", lease, s)
+	}
+	if resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"b"}}`); resp.StatusCode != 200 || m["lease"] == lease {
+		t.Fatalf("after the release: %d, lease %v (the first %s)", resp.StatusCode, m["lease"], lease)
+	}
+	// A named lease is named back; a peek takes none.
+	if _, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"c"},"lease":"job-3"}`); m["lease"] != "job-3" {
+		t.Fatalf("a named lease answered as %v", m["lease"])
+	}
+	if _, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"d"},"peek":true}`); m["lease"] != nil {
+		t.Fatalf("a peek took lease %v", m["lease"])
+	}
+	if s := status(`{"descriptors":{"client_id":"d"}}`); s != 200 {
+		t.Fatalf("a check after a peek: %d", s)
+	}
 }
 
 // A check whose client has gone away is not a failure of the decider: it

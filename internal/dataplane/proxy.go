@@ -190,6 +190,13 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			ex.reply(deny, "application/problem+json", rejectedProblem(dec))
 			return
 		}
+		if dec.Lease != 0 && !cfg.ForwardAuth {
+			// The request holds a lease on its concurrency rules while it
+			// is forwarded: until its response (or upgraded connection)
+			// ends. A gateway asking for forward auth tells nothing of the
+			// end: its leases end at their TTL.
+			defer cfg.release(r.Context(), c, req, dec.Lease)
+		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
 				replyProblem(ex, deny, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
@@ -212,6 +219,16 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		rp.ServeHTTP(w, r)
 	})
+}
+
+// release ends the lease a proxied request held, after it ended; a
+// lease that cannot be released now ends at its TTL.
+func (cfg *ProxyConfig) release(ctx context.Context, c *decide.Config, req decide.Request, lease int64) {
+	req.Lease = lease
+	if err := cfg.API.Decider.Release(context.WithoutCancel(ctx), c, req); err != nil {
+		cfg.API.Logger.WarnContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
+			"tenant", c.Tenant.Slug, "err", err)
+	}
 }
 
 // forwardedRequest is the path and method of the request a gateway asks

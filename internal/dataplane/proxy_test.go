@@ -968,3 +968,53 @@ func TestProxyTierHeaderOnlyFromTrustedProxies(t *testing.T) {
 		}
 	}
 }
+
+// A proxied request holds a concurrency rule's lease until its answer
+// ends: another of the client's meets the rule full meanwhile, and once
+// it ends (whatever the upstream said) the next gets through. A
+// forward-auth check cannot tell when its request ends: its lease lasts
+// its TTL.
+func TestProxyHoldsALeaseWhileForwarding(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Hour}}})
+	entered, finish := make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			close(entered)
+			<-finish
+		case "/fail":
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}))
+	t.Cleanup(up.Close)
+	p := proxyFor(t, cfg, key, up, nil)
+	as := func(client string) func(*http.Request) {
+		return func(r *http.Request) { r.Header.Set("X-Client-Id", client) }
+	}
+	first := make(chan int)
+	go func() { first <- statusOf(t, nil, p.URL+"/slow", as("alice")) }()
+	<-entered
+	if s := statusOf(t, nil, p.URL+"/fast", as("alice")); s != http.StatusTooManyRequests {
+		t.Fatalf("a second request while the first is forwarded: %d", s)
+	}
+	if s := statusOf(t, nil, p.URL+"/fast", as("bob")); s != 200 {
+		t.Fatalf("another client: %d", s)
+	}
+	close(finish)
+	if s := <-first; s != 200 {
+		t.Fatalf("the first: %d", s)
+	}
+	for _, path := range []string{"/fast", "/fail", "/fast"} {
+		if s := statusOf(t, nil, p.URL+path, as("alice")); s == http.StatusTooManyRequests {
+			t.Fatalf("%s after the first ended: %d", path, s)
+		}
+	}
+
+	auth := proxyFor(t, cfg, key, nil, func(pc *ProxyConfig) { pc.ForwardAuth = true })
+	got := []int{statusOf(t, nil, auth.URL+"/x", as("carol")), statusOf(t, nil, auth.URL+"/x", as("carol"))}
+	if !slices.Equal(got, []int{200, http.StatusTooManyRequests}) {
+		t.Fatalf("forward auth: %v, want the lease held after the first", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -71,7 +72,11 @@ type Request struct {
 	Tier        string
 	Descriptors policy.Descriptors
 	Cost        int64 // 0 means 1
-	Lease       int64 // concurrency rules' lease id
+	// Lease is the id of the lease a concurrency rule the request meets
+	// takes (retaking a held one renews it). 0 asks for a new lease of the
+	// decider's choosing, which Decision.Lease gives: each check naming none
+	// holds its own until released or its TTL ends.
+	Lease int64
 	// Peek asks without consuming whether a request of Cost would be
 	// admitted now: each rule is evaluated at a cost of 0 and answers with
 	// its remaining and reset as they stand, allowed when its remaining
@@ -153,6 +158,10 @@ type Decision struct {
 	// Cached is set when the deny cache answered: Rules then holds only
 	// the rule that denied.
 	Cached bool
+	// Lease is the lease the request holds on its concurrency rules when
+	// admitted (Request.Lease, or the decider's new one), to be ended by
+	// Release; 0 when it took none.
+	Lease int64
 }
 
 // Options configure a Decider.
@@ -396,6 +405,13 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 			}
 		}
 	}
+	lease := req.Lease
+	if sel.leases && !req.Peek && lease == 0 {
+		lease = NewLease()
+		for i := range reqs {
+			reqs[i].Lease = lease
+		}
+	}
 	var res []limit.Result
 	if sel.one != nil {
 		res, dec.Rules = sel.one.res[:], sel.one.rules[:]
@@ -421,6 +437,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
+	if allowed && sel.leases && !req.Peek {
+		dec.Lease = lease
+	}
 	if cache && !allowed && !dec.Degraded && !req.Peek {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
@@ -531,6 +550,8 @@ type selection struct {
 	// blocks is set when a rule picked blocks (Rule.Block): only then
 	// does a decision look for them.
 	blocks bool
+	// leases is set when a rule picked is a concurrency rule.
+	leases bool
 	// reqs, picked and params are the rules that apply, in order.
 	reqs   []limit.Request
 	picked []*policy.Rule
@@ -606,6 +627,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, p)
 		sel.blocks = sel.blocks || rule.Block
+		sel.leases = sel.leases || p.Algorithm == policy.Concurrency
 		if r.Exact {
 			exact++
 		}
@@ -740,6 +762,10 @@ func (d *Decider) Forget(keys []string) {
 		d.denied.forget(k)
 	}
 }
+
+// NewLease returns a new lease id: random, non-zero, below 2^53 (Lua
+// numbers are exact below it).
+func NewLease() int64 { return 1 + rand.Int64N(1<<53-1) }
 
 // Releaser is an Engine that can end concurrency leases.
 type Releaser interface {

@@ -93,3 +93,40 @@ func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
 		t.Fatalf("a concurrency rejection was cached: %+v", dec)
 	}
 }
+
+// A check naming no lease takes a lease of its own on a concurrency rule,
+// which Decision.Lease names for Release; a rejected check or a peek holds
+// none, and a named lease is the one held.
+func TestChecksNamingNoLeaseTakeTheirOwn(t *testing.T) {
+	t.Parallel()
+	d, _, _ := countingDecider(Options{})
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{
+			{ID: "w", Name: "window", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Minute}},
+			{ID: "c", Name: "leases", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.Concurrency, Limit: 2, LeaseTTL: time.Minute}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "a"}}}
+	if dec := mustDecide(t, d, c, Request{Descriptors: req.Descriptors, Peek: true}); !dec.Allowed || dec.Lease != 0 {
+		t.Fatalf("a peek: %+v", dec)
+	}
+	one, two := mustDecide(t, d, c, req), mustDecide(t, d, c, req)
+	if !one.Allowed || !two.Allowed || one.Lease == 0 || two.Lease == 0 || one.Lease == two.Lease || one.Lease >= 1<<53 {
+		t.Fatalf("two checks naming no lease: leases %d and %d, allowed %v %v", one.Lease, two.Lease, one.Allowed, two.Allowed)
+	}
+	if dec := mustDecide(t, d, c, req); dec.Allowed || dec.Lease != 0 {
+		t.Fatalf("a third of a limit of 2: %+v", dec)
+	}
+	if err := d.Release(context.Background(), c, Request{Descriptors: req.Descriptors, Lease: one.Lease}); err != nil {
+		t.Fatal(err)
+	}
+	if dec := mustDecide(t, d, c, Request{Descriptors: req.Descriptors, Lease: 42}); !dec.Allowed || dec.Lease != 42 {
+		t.Fatalf("a named lease after a release: %+v", dec)
+	}
+	if dec := mustDecide(t, d, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "b"}}, Limit: &RequestLimit{Requests: 5, Window: time.Minute}}); dec.Lease != 0 {
+		t.Fatalf("a check by its own limit took lease %d", dec.Lease)
+	}
+}

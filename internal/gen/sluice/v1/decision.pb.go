@@ -180,7 +180,10 @@ type CheckRequest struct {
 	Descriptors []*Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
 	// Cost units; 0 means 1.
 	Cost int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
-	// Lease identifies a concurrency lease to take (or, with release, to end).
+	// Lease names the lease a concurrency rule the request meets takes (or,
+	// with release, the one to end); retaking a held lease renews it. Empty
+	// asks for a new lease, which the response names: each check naming
+	// none holds its own until released or its rule's lease TTL ends.
 	Lease   string `protobuf:"bytes,4,opt,name=lease,proto3" json:"lease,omitempty"`
 	Release bool   `protobuf:"varint,5,opt,name=release,proto3" json:"release,omitempty"`
 	// Peek asks without consuming whether a request of cost would be admitted
@@ -481,6 +484,10 @@ type CheckResponse struct {
 	Rules    []*RuleStatus `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
 	// Config version the decider enforced.
 	ConfigVersion int64 `protobuf:"varint,4,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// The lease the request holds on the concurrency rules it met, when
+	// admitted: the request's, or a new one ("~" and 14 hex digits) to end
+	// with a check naming it and release set. Empty when it took none.
+	Lease         string `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,6 +548,13 @@ func (x *CheckResponse) GetConfigVersion() int64 {
 		return x.ConfigVersion
 	}
 	return 0
+}
+
+func (x *CheckResponse) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
 }
 
 type CheckBatchRequest struct {
@@ -671,12 +685,13 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\x121\n" +
 	"\x06window\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage\"\x99\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\"\xaf\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
 	"\bdeciding\x18\x02 \x01(\x05R\bdeciding\x12+\n" +
 	"\x05rules\x18\x03 \x03(\v2\x15.sluice.v1.RuleStatusR\x05rules\x12%\n" +
-	"\x0econfig_version\x18\x04 \x01(\x03R\rconfigVersion\"H\n" +
+	"\x0econfig_version\x18\x04 \x01(\x03R\rconfigVersion\x12\x14\n" +
+	"\x05lease\x18\x05 \x01(\tR\x05lease\"H\n" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.sluice.v1.CheckRequestR\brequests\"L\n" +
 	"\x12CheckBatchResponse\x126\n" +
