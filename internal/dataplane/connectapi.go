@@ -214,7 +214,7 @@ func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
 		return durationpb.New(v)
 	}
 	st := &sluicev1.RuleStatus{RuleId: r.Rule.ID, RuleName: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow,
-		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay), Window: d(r.Rule.Period()),
+		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay), Window: d(r.InForce().Period()),
 		Message: rejectionMessage(r)}
 	if !r.Allowed && r.RetryAfter != limit.Never {
 		st.RetryAfter = durationpb.New(r.RetryAfter)

@@ -216,12 +216,13 @@ func replacedBy(d *decide.Decider, c *decide.Config, reqs []decide.Request) {
 // several units. A blocking rule's limit is 0, as envoyproxy/ratelimit
 // states its requests_per_unit: 0.
 func setEnvoyLimit(l *rlsv3.RateLimitResponse_RateLimit, r decide.RuleResult) {
-	l.Name, l.RequestsPerUnit = r.Rule.Name, uint32(min(max(r.Rule.Limit, 0), math.MaxUint32))
+	p := r.InForce() // an override's limit and window, for its client
+	l.Name, l.RequestsPerUnit = r.Rule.Name, uint32(min(max(p.Limit, 0), math.MaxUint32))
 	if r.Rule.Block {
 		l.RequestsPerUnit = 0
 	}
 	for _, u := range envoyUnits {
-		if w := r.Rule.Period(); w >= u.d && w%u.d == 0 {
+		if w := p.Period(); w >= u.d && w%u.d == 0 {
 			l.Unit = u.unit
 			if n := w / u.d; n > 1 {
 				l.UnitMultiplier = wrapperspb.UInt32(uint32(min(int64(n), math.MaxUint32)))

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -26,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -489,5 +493,54 @@ func TestEnvoyRLSAddsTheConfiguredHeaders(t *testing.T) {
 	}
 	if want := []string{"X-Ratelimit-Limit: 3", "X-Ratelimit-Remaining: 2", "X-Ratelimit-Reset: 45"}; !slices.Equal(got, want) {
 		t.Fatalf("headers %q, want %q", got, want)
+	}
+}
+
+// A client whose override changes a rule's limit and window is told the
+// override's, in every answer: RateLimit-Policy, the Connect answer's
+// window, Envoy's requests_per_unit and unit. Others are told the rule's.
+func TestOverridesLimitAndWindowAreTheOnesAnswered(t *testing.T) {
+	t.Parallel()
+	overridden := func(t testing.TB) (HTTPConfig, string) {
+		return apiWith(t, []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}},
+			policy.Override{Identifier: "partner", RuleID: "r1", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 50, Window: time.Second}})
+	}
+	eachServer(t, overridden, func(t *testing.T, srv served, key string) {
+		for client, want := range map[string]string{"partner": `"per-client";q=50;w=1`, "alice": `"per-client";q=3;w=60`} {
+			resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"`+client+`"}}`)
+			if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != want {
+				t.Errorf("%s: %d, RateLimit-Policy %q, want %q (%v)", client, resp.StatusCode, resp.Header.Get("RateLimit-Policy"), want, m)
+			}
+		}
+	})
+	cfg, key := overridden(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	for client, want := range map[string]struct {
+		n    uint32
+		unit rlsv3.RateLimitResponse_RateLimit_Unit
+	}{"partner": {50, rlsv3.RateLimitResponse_RateLimit_SECOND}, "alice": {3, rlsv3.RateLimitResponse_RateLimit_MINUTE}} {
+		res, err := serveRLS(t, cfg).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", client)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := res.Statuses[0].CurrentLimit; l.GetRequestsPerUnit() != want.n || l.GetUnit() != want.unit {
+			t.Errorf("Envoy's answer for %s: %v, want %d a %v", client, l, want.n, want.unit)
+		}
+	}
+	path, h := NewDecisionService(cfg)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "partner"}}})
+	req.Header().Set("Authorization", "Bearer "+key)
+	res, err := sluicev1connect.NewDecisionServiceClient(srv.Client(), srv.URL).Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Msg.Rules[0]; r.GetLimit() != 50 || r.GetWindow().AsDuration() != time.Second {
+		t.Errorf("the Connect answer for partner: %v, want 50 a second", r)
 	}
 }

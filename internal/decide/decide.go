@@ -140,7 +140,19 @@ func (l RequestLimit) normal() RequestLimit {
 type RuleResult struct {
 	Rule *policy.Rule // points into the immutable Config
 	Key  string       // the counter key the rule counted under
+	// Params are the parameters that decided: an override's for this
+	// client, else the rule's own (nil says the rule's own too).
+	Params *policy.Params
 	limit.Result
+}
+
+// InForce returns the parameters that decided (RuleResult.Params): what
+// a client is told of its limit and window.
+func (r *RuleResult) InForce() *policy.Params {
+	if r.Params != nil {
+		return r.Params
+	}
+	return &r.Rule.Params
 }
 
 // Decision is the answer to a Request.
@@ -401,7 +413,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
-				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Result: r}}, Tier: tier, Version: c.Version, Cached: true}, false, nil
+				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Params: &params[i], Result: r}}, Tier: tier, Version: c.Version, Cached: true}, false, nil
 			}
 		}
 	}
@@ -449,7 +461,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 		}
 	}
 	for i := range reqs {
-		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Result: res[i]}
+		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Params: &params[i], Result: res[i]}
 	}
 	return dec, engaged, nil
 }
