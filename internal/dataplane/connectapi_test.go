@@ -135,6 +135,18 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 	}
 }
 
+// serveConnect serves cfg's DecisionService over HTTP/1 for the test and
+// returns a Connect client of it.
+func serveConnect(t *testing.T, cfg HTTPConfig) sluicev1connect.DecisionServiceClient {
+	t.Helper()
+	path, h := NewDecisionService(cfg)
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return sluicev1connect.NewDecisionServiceClient(srv.Client(), srv.URL)
+}
+
 func TestLeaseIDFitsLua(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"a", "job-42", "\xff\xff"} {

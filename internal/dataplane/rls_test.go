@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -29,7 +27,6 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -529,14 +526,9 @@ func TestOverridesLimitAndWindowAreTheOnesAnswered(t *testing.T) {
 			t.Errorf("Envoy's answer for %s: %v, want %d a %v", client, l, want.n, want.unit)
 		}
 	}
-	path, h := NewDecisionService(cfg)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
 	req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "partner"}}})
 	req.Header().Set("Authorization", "Bearer "+key)
-	res, err := sluicev1connect.NewDecisionServiceClient(srv.Client(), srv.URL).Check(context.Background(), req)
+	res, err := serveConnect(t, cfg).Check(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -17,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -40,15 +38,10 @@ func TestDecisionsJoinTheCallersTrace(t *testing.T) {
 			postTraced(t, serve(t, "fasthttp", cfg, NewHTTPHandler(cfg)), key, traceparent)
 		},
 		"connect": func(t *testing.T, cfg HTTPConfig, key string) {
-			path, h := NewDecisionService(cfg)
-			mux := http.NewServeMux()
-			mux.Handle(path, h)
-			srv := httptest.NewServer(mux)
-			t.Cleanup(srv.Close)
 			req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}})
 			req.Header().Set("Authorization", "Bearer "+key)
 			req.Header().Set("traceparent", traceparent)
-			if _, err := sluicev1connect.NewDecisionServiceClient(srv.Client(), srv.URL).Check(context.Background(), req); err != nil {
+			if _, err := serveConnect(t, cfg).Check(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
 		},
