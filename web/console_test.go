@@ -393,6 +393,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	do("raise partner's limit", chromedp.SendKeys("#ov-identifier", "partner"), chromedp.SetValue("#ov-limit", "1000"), chromedp.Click("#ov-submit"))
 	waitText("#status", "Created an override for partner", nil)
+	waitText("#overrides-table", "pro / per-client", nil) // its rule by tier and name: free has a per-client rule too
 	if p := overrideOf(t, api, adminKey, "partner").GetParams(); p.GetAlgorithm() != sluicev1.Algorithm_ALGORITHM_TOKEN_BUCKET ||
 		p.GetLimit() != 1000 || p.GetBurst() != 200 || p.GetWindow().AsDuration() != time.Minute {
 		t.Fatalf("partner's raised limit: %v", p)

@@ -293,12 +293,13 @@ var verbs = map[string]verb{
 			req := &sluicev1.ListOverridesRequest{TenantId: s.tenant, IdentifierPrefix: *prefix, PageSize: 1000}
 			return call(s, allOverrides(sluicev1connect.NewOverrideServiceClient(c, s.server)), req, func(w *tabwriter.Writer, r *sluicev1.ListOverridesResponse) {
 				fmt.Fprintln(w, "ID\tIDENTIFIER\tTIER\tRULE\tLIMIT\tWINDOW\tBLOCK\tEXPIRES")
+				names := ruleNames(s, sluicev1connect.NewTierServiceClient(c, s.server))
 				for _, o := range r.Overrides {
 					limit, window := "-", "-" // a move to a tier, or a block: no limit of its own
 					if o.Params != nil {
 						limit, window = strconv.FormatInt(o.Params.GetLimit(), 10), windowText(o.Params)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", o.Id, whom(o), cmp.Or(o.Tier, "-"), cmp.Or(o.RuleId, "-"), limit, window, o.Block, expiry(o.ExpiresAt))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", o.Id, whom(o), cmp.Or(o.Tier, "-"), cmp.Or(names[o.RuleId], o.RuleId, "-"), limit, window, o.Block, expiry(o.ExpiresAt))
 				}
 			})
 		}
@@ -861,6 +862,23 @@ func ruleIDByName(s *session, tiers sluicev1connect.TierServiceClient, path stri
 		}
 	}
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", path))
+}
+
+// ruleNames is the "tier/rule" name of each of the tenant's rules by id,
+// for the commands that show rules by name (nil when they cannot be
+// listed: ids are shown).
+func ruleNames(s *session, tiers sluicev1connect.TierServiceClient) map[string]string {
+	res, err := listTiers(s, tiers)
+	if err != nil {
+		return nil
+	}
+	names := map[string]string{}
+	for _, t := range res.Tiers {
+		for _, r := range t.Rules {
+			names[r.Id] = t.Name + "/" + r.Name
+		}
+	}
+	return names
 }
 
 // ruleByID is the rule of that id, as it stands.

@@ -310,6 +310,9 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("overrides", "create", "-identifier", "partner", "-rule", "pro/per-client", "-limit", "50", "-window", "1s", "-for", "24h"); err != nil || !strings.Contains(out, "created override") {
 		t.Fatalf("overrides create -rule TIER/RULE: %v\n%s", err, out)
 	}
+	if out, err := sluice("overrides", "list", "-identifier", "partner"); err != nil || !regexp.MustCompile(`partner\s+-\s+pro/per-client\s+50\s+1s\s`).MatchString(out) {
+		t.Fatalf("overrides list names the rule as TIER/RULE: %v\n%s", err, out)
+	}
 	if _, err := sluice("overrides", "create", "-identifier", "partner2", "-rule", "pro/nope", "-limit", "5", "-window", "1s"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("an override of no rule: %v", err)
 	}

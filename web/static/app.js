@@ -481,7 +481,8 @@ async function loadKeys(fresh) {
 async function loadOverrides(fresh) {
   if (fresh) { state.ovToken = ''; $('#overrides-table tbody').replaceChildren(); }
   const res = await api('OverrideService', 'ListOverrides', { identifierPrefix: $('#ov-prefix').value.trim(), pageToken: state.ovToken, pageSize: 100 });
-  const ruleName = (id) => (state.rules.find((r) => r.id === id) || {}).name || id || '–';
+  // tier / rule: two tiers' rules often share a name (per-client).
+  const ruleName = (id) => { const r = state.rules.find((x) => x.id === id); return r ? `${r.tier} / ${r.name}` : id || '–'; };
   $('#overrides-table tbody').append(...(res.overrides || []).map((o) => el('tr', {},
     el('td', {}, whom(o)), el('td', {}, o.tier || '–'), el('td', {}, ruleName(o.ruleId)), el('td', {}, o.block ? 'blocked' : '–'),
     el('td', {}, o.params ? `${limitText(o.params)} (${algName(o.params.algorithm)})` : '–'), el('td', {}, fmtExpiry(o.expiresAt)),
