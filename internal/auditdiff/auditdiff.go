@@ -104,7 +104,7 @@ func walk(out map[string]string, path string, v any) {
 			out[path] = v.String()
 		}
 	case string:
-		if v != "" {
+		if v != "" && v != zeroTime {
 			out[path] = v
 		}
 	case bool:
@@ -167,6 +167,10 @@ func readable(key string, v any) any {
 	}
 	return v
 }
+
+// zeroTime is the JSON of Go's zero time.Time: an unset time (an
+// override or key that never expires), not a change.
+const zeroTime = "0001-01-01T00:00:00Z"
 
 func join(path, k string) string {
 	if path == "" {

@@ -24,6 +24,10 @@ func TestChanges(t *testing.T) {
 			{"kind", "", "check"}, {"name", "", "ci"}, {"prefix", "", "sk_check_ab"}}},
 		{"a deletion lists what was set but its id", `{"ID": "o1", "Identifier": "bob", "RuleID": "r1", "Params": {"Limit": 50, "WarmUp": 0, "MaxDelay": 1500000000, "ID": "x"}}`, "null", []Change{
 			{"identifier", "bob", ""}, {"params.id", "x", ""}, {"params.limit", "50", ""}, {"params.max_delay", "1.5s", ""}, {"rule_id", "r1", ""}}},
+		{"an override that never expires", "", `{"Identifier": "vip", "Tier": "pro", "ExpiresAt": "0001-01-01T00:00:00Z"}`, []Change{
+			{"identifier", "", "vip"}, {"tier", "", "pro"}}},
+		{"an expiry set where there was none", `{"ExpiresAt": "0001-01-01T00:00:00Z"}`, `{"ExpiresAt": "2026-12-01T00:00:00Z"}`, []Change{
+			{"expires_at", "", "2026-12-01T00:00:00Z"}}},
 		{"a calendar window", `{"Calendar": 0, "Window": 60000000000}`, `{"Calendar": 2}`, []Change{{"calendar", "", "month"}, {"window", "1m0s", ""}}},
 		{"a tenant suspended", `{"Slug": "acme", "Status": 0}`, `{"Slug": "acme", "Status": 1}`, []Change{{"status", "active", "suspended"}}},
 		{"nothing changed", rule, rule, nil},
