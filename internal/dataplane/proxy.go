@@ -195,7 +195,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			// is forwarded: until its response (or upgraded connection)
 			// ends. A gateway asking for forward auth tells nothing of the
 			// end: its leases end at their TTL.
-			defer cfg.release(r.Context(), c, req, dec.Lease)
+			defer cfg.release(r.Context(), c, req, dec)
 		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
@@ -221,12 +221,12 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 	})
 }
 
-// release ends the lease a proxied request held, after it ended; a
-// lease that cannot be released now ends at its TTL.
-func (cfg *ProxyConfig) release(ctx context.Context, c *decide.Config, req decide.Request, lease int64) {
-	req.Lease = lease
-	if err := cfg.API.Decider.Release(context.WithoutCancel(ctx), c, req); err != nil {
-		cfg.API.Logger.WarnContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
+// release ends the lease a proxied request held (dec's), after it ended;
+// a lease that cannot be released now (Redis down: the decisions say so
+// too) ends at its TTL.
+func (cfg *ProxyConfig) release(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) {
+	if err := cfg.API.Decider.ReleaseHeld(context.WithoutCancel(ctx), c, req, dec); err != nil {
+		cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
 			"tenant", c.Tenant.Slug, "err", err)
 	}
 }

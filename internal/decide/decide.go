@@ -787,8 +787,25 @@ type Releaser interface {
 // Release ends req's lease (req.Lease) on each concurrency rule the request
 // matches, on the engine and on the in-process fallback (a lease may have
 // been taken there while the engine failed). Other rules are untouched.
-// Releasing a lease that is not held does nothing.
+// Releasing a lease that is not held does nothing. While the engine's
+// breaker is open, the engine is not asked: its leases end at their TTL.
 func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
+	return d.release(ctx, c, req, false)
+}
+
+// ReleaseHeld ends the lease dec, the decision of req, holds (dec.Lease)
+// where it was taken: on the in-process fallback alone when the engine
+// had failed (dec.Degraded), else as Release does.
+func (d *Decider) ReleaseHeld(ctx context.Context, c *Config, req Request, dec Decision) error {
+	if dec.Lease == 0 {
+		return nil
+	}
+	req.Lease = dec.Lease
+	return d.release(ctx, c, req, dec.Degraded)
+}
+
+// release is Release, asking the engine unless localOnly.
+func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly bool) error {
 	if err := req.Descriptors.Validate(); err != nil {
 		return err
 	}
@@ -812,15 +829,41 @@ func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
 		}
 	}
 	rel, ok := d.opts.Engine.(Releaser)
-	if !ok {
+	if !ok || localOnly {
 		return nil
+	}
+	if d.breakerOpen(ctx, leases) {
+		return errNotReleased
 	}
 	ctx, cancel := d.budgeted(ctx)
 	defer cancel()
 	if err := rel.Release(ctx, leases); err != nil {
-		return &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be released now; it ends at its TTL"}
+		d.engineErrors.Add(1)
+		return errNotReleased
 	}
 	return nil
+}
+
+// errNotReleased answers a release the engine did not make.
+var errNotReleased = &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be released now; it ends at its TTL"}
+
+// breakerOpen reports whether a breaker reqs would pass is open: the
+// engine (or a shard of it) is not to be asked now.
+func (d *Decider) breakerOpen(ctx context.Context, reqs []limit.Request) bool {
+	if d.breaker == nil {
+		return false
+	}
+	names := []string{""}
+	if s, ok := d.opts.Engine.(Sharder); ok {
+		first, others := s.Shards(ctx, reqs)
+		names = append([]string{first}, others...)
+	}
+	for _, n := range names {
+		if d.breakerNamed(n).State() == gobreaker.StateOpen {
+			return true
+		}
+	}
+	return false
 }
 
 // budgeted bounds ctx by the per-call time budget, when there is one.

@@ -404,3 +404,43 @@ func TestRequestLimitAlgorithmsOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// Leases through a Redis outage: a concurrency rule failing to local
+// takes its leases on the in-process engine, ReleaseHeld ends them there
+// without asking Redis, and once the breaker is open a release does not
+// ask Redis either (its leases end at their TTL).
+func TestLeasesThroughARedisOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // nothing listens: refused
+	t.Cleanup(func() { _ = down.Close() })
+	d := NewDecider(Options{Engine: redisengine.New(down, redisengine.Config{Prefix: redistest.Prefix(t)}),
+		Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5, Budget: time.Second, BreakerFailures: 2, BreakerCooldown: time.Hour})
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, FailureMode: policy.FailLocal,
+			Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 2, LeaseTTL: time.Hour}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "a"}}}
+	first := mustDecide(t, d, c, req)
+	if !first.Allowed || !first.Degraded || first.Lease == 0 {
+		t.Fatalf("the first check, Redis down: %+v", first)
+	}
+	if dec := mustDecide(t, d, c, req); dec.Allowed { // one lease here: half of 2
+		t.Fatalf("a second lease past the local share: %+v", dec)
+	}
+	errs := d.EngineErrors()
+	if d.BreakerState() != "open" {
+		t.Fatalf("breaker %s after %d failures", d.BreakerState(), errs)
+	}
+	if err := d.ReleaseHeld(ctx, c, req, first); err != nil || d.EngineErrors() != errs {
+		t.Fatalf("ReleaseHeld of a lease taken locally: %v, %d engine errors (was %d)", err, d.EngineErrors(), errs)
+	}
+	if dec := mustDecide(t, d, c, req); !dec.Allowed {
+		t.Fatalf("after the release: %+v", dec)
+	}
+	if err := d.Release(ctx, c, Request{Descriptors: req.Descriptors, Lease: 7}); err == nil || d.EngineErrors() != errs {
+		t.Fatalf("a release with the breaker open: %v, %d engine errors (was %d): Redis was asked", err, d.EngineErrors(), errs)
+	}
+}
