@@ -149,3 +149,24 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 		t.Fatalf("err %v, stderr %q", err, stderr.String())
 	}
 }
+
+// A second sluice dev on a port already taken stops before it touches the
+// database: it seeds no keys of its own there (which its dev directory
+// would hold) for a stack it never runs.
+func TestDevOnATakenPortSeedsNothing(t *testing.T) {
+	env := devEnv(t)
+	banner, _ := startDev(t, env)
+	addr := regexp.MustCompile(`API\s+http://(\S+)`).FindStringSubmatch(banner)[1]
+	second := map[string]string{}
+	for k, v := range env {
+		second[k] = v
+	}
+	second["SLUICE_DEV_DIR"] = t.TempDir()
+	err := run(context.Background(), []string{"dev", "-addr", addr}, io.Discard, io.Discard, func(k string) string { return second[k] })
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("a second sluice dev on %s: %v", addr, err)
+	}
+	if _, err := os.Stat(filepath.Join(second["SLUICE_DEV_DIR"], "keys.json")); !os.IsNotExist(err) {
+		t.Fatalf("the second run seeded keys: %v", err)
+	}
+}

@@ -130,6 +130,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.EventsTopic == "" {
 		cfg.EventsTopic = "sluice.decisions"
 	}
+	// The ports first: a second sluice dev on them stops here, before it
+	// touches the database (where it would seed keys of its own).
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("devstack: listen: %w", err)
+	}
+	defer ln.Close()
+	gln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("devstack: listen (gRPC): %w", err)
+	}
+	defer gln.Close()
 	dbURL, dbName, stopDB, err := database(ctx, cfg)
 	if err != nil {
 		return err
@@ -149,10 +161,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("devstack: demo tenant: %w", err)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("devstack: listen: %w", err)
-	}
 	base := "http://" + ln.Addr().String()
 
 	// The decider, following the control plane over loopback.
@@ -233,11 +241,6 @@ func Run(ctx context.Context, cfg Config) error {
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
 	// grpc-go's listener: Envoy's rate limit service and DecisionService.
-	gln, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("devstack: listen (gRPC): %w", err)
-	}
 	gs := dataplane.NewGRPCServer(apiCfg)
 	defer dataplane.ServeHealth(gs, syncer.Loaded())()
 	go func() { _ = gs.Serve(gln) }()
