@@ -16,7 +16,7 @@ const ALGORITHM_HELP = {
   ALGORITHM_SLIDING_LOG: 'Exactly limit requests in any window-long period, counting each request\'s time. Exact, but keeps one entry per request.',
   ALGORITHM_SLIDING_WINDOW: 'Approximately limit requests in any window-long period: the previous window\'s count weighted by its overlap. Cheap and close.',
   ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows of the bucket width (which must divide the window): the finer, the more exact.',
-  ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its lease lifetime ends. No window.',
+  ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its lease lifetime ends (the proxy and the Go middleware release it when the request ends). No window.',
 };
 
 // el builds an element: el('td', {class: 'x'}, 'text', child, ...).
