@@ -251,7 +251,7 @@ func TestTenantsCreateInShadow(t *testing.T) {
 	}
 	out.Reset()
 	if err := run(context.Background(), []string{"tenants", "list"}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "SHADOW") ||
-		!regexp.MustCompile(`trial\s+Trial\s+default\s+ACTIVE\s+true\s+1\n`).MatchString(out.String()) {
+		!regexp.MustCompile(`trial\s+Trial\s+default\s+active\s+true\s+1\n`).MatchString(out.String()) {
 		t.Fatalf("tenants list: %v\n%s", err, out.String())
 	}
 }

@@ -135,14 +135,14 @@ var verbs = map[string]verb{
 			return call(s, allTenants(sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants), req, func(w *tabwriter.Writer, r *sluicev1.ListTenantsResponse) {
 				fmt.Fprintln(w, "ID\tSLUG\tNAME\tDEFAULT TIER\tSTATUS\tSHADOW\tVERSION")
 				for _, t := range r.Tenants {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%d\n", t.Id, t.Slug, t.Name, t.DefaultTier, strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"), t.Shadow, t.ConfigVersion)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%d\n", t.Id, t.Slug, t.Name, t.DefaultTier, tenantStatus(t), t.Shadow, t.ConfigVersion)
 				}
 			})
 		}
 	}},
 	"tenants get": plain("ID", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).GetTenant, &sluicev1.GetTenantRequest{TenantId: id}, func(w *tabwriter.Writer, r *sluicev1.GetTenantResponse) {
-			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, r.Tenant.Shadow, r.Tenant.ConfigVersion)
+			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nstatus\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, tenantStatus(r.Tenant), r.Tenant.Shadow, r.Tenant.ConfigVersion)
 		})
 	}),
 	"tenants create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
@@ -674,6 +674,11 @@ func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string
 		dc.descriptors = append(dc.descriptors, &sluicev1.Descriptor{Key: k, Value: v})
 	}
 	return dc, nil
+}
+
+// tenantStatus is t's status as -status names it: active or suspended.
+func tenantStatus(t *sluicev1.Tenant) string {
+	return strings.ToLower(strings.TrimPrefix(t.Status.String(), "TENANT_STATUS_"))
 }
 
 func algorithmName(a sluicev1.Algorithm) string {

@@ -490,6 +490,9 @@ func TestCLIAgainstDev(t *testing.T) {
 		t.Fatalf("tenants update -status suspended: %v\n%s", err, out)
 	}
 	checkUntil(connect.CodePermissionDenied)
+	if out, err := sluice("tenants", "get", demo.ID); err != nil || !regexp.MustCompile(`(?m)^status\s+suspended$`).MatchString(out) {
+		t.Fatalf("tenants get of a suspended tenant: %v\n%s", err, out)
+	}
 	if out, err := sluice("tenants", "update", "-status", "active", demo.ID); err != nil {
 		t.Fatalf("tenants update -status active: %v\n%s", err, out)
 	}
