@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -147,6 +150,25 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 	err := run(context.Background(), []string{"frobnicate"}, io.Discard, &stderr, func(string) string { return "" })
 	if err != errUsage || !strings.Contains(stderr.String(), "unknown command") {
 		t.Fatalf("err %v, stderr %q", err, stderr.String())
+	}
+}
+
+// A server nobody runs is named as such, with the variables that say
+// where the CLI looks.
+func TestUnreachableServerSaysSo(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	env := map[string]string{"SLUICE_SERVER": "http://" + addr, "SLUICE_KEY": "sk_admin_x", "SLUICE_DECIDER": "http://" + addr, "SLUICE_CHECK_KEY": "sk_check_x"}
+	for _, args := range [][]string{{"tiers", "list"}, {"check", "client_id=a"}} {
+		err := run(context.Background(), args, io.Discard, io.Discard, func(k string) string { return env[k] })
+		if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(describe(err), "nothing listens there: is it running? (SLUICE_SERVER") {
+			t.Errorf("%v against %s: %v (%s)", args, addr, err, describe(err))
+		}
 	}
 }
 

@@ -1004,5 +1004,8 @@ func describe(err error) string {
 			}
 		}
 	}
+	if ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "connection refused") {
+		b.WriteString("\n  nothing listens there: is it running? (SLUICE_SERVER names the control plane, SLUICE_DECIDER the decider)")
+	}
 	return b.String()
 }
