@@ -29,8 +29,9 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// FuzzCheckBody sends arbitrary bodies to POST /v1/check, POST /v1/reset
-// and POST /shouldAllowRequest, on net/http and on fasthttp's handler (each with its
+// FuzzCheckBody sends arbitrary bodies to POST /v1/check, POST /v1/reset,
+// POST /shouldAllowRequest and Unkey's POST /v2/ratelimit.limit, on
+// net/http and on fasthttp's handler (each with its
 // own counters, in step): every answer is a decision (200, 429) or a
 // refusal of the input (400, 413), never an internal error, its body is
 // JSON, and both servers answer alike (within the body's bound).
@@ -48,10 +49,13 @@ func FuzzCheckBody(f *testing.F) {
 		`{"clientId":""}`,
 		`{"descriptors":{"client_id":"a"}} {}`,
 		`[]`, `null`, `{`, `{"cost":1e400}`, `{"descriptors":{"a":1}}`,
+		`{"namespace":"sms","identifier":"u1","limit":3,"duration":60000}`,
+		`{"namespace":"sms","identifier":"u1","limit":3,"duration":1500,"cost":0,"async":true}`,
 	} {
 		f.Add("/v1/check", seed)
 		f.Add("/v1/reset", seed)
 		f.Add("/shouldAllowRequest", seed)
+		f.Add(UnkeyLimitPath, seed)
 	}
 	cfg, secret := testAPI(f)
 	h := NewHTTPHandler(cfg)
@@ -68,7 +72,7 @@ func FuzzCheckBody(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, path, body string) {
-		if path != "/v1/check" && path != "/v1/reset" {
+		if path != "/v1/check" && path != "/v1/reset" && path != UnkeyLimitPath {
 			path = "/shouldAllowRequest"
 		}
 		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))

@@ -72,6 +72,9 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 				case "/v1/reset":
 					h.reset(&fastExchange{ctx})
 					return
+				case UnkeyLimitPath:
+					h.unkeyLimit(&fastExchange{ctx})
+					return
 				}
 			}
 			s.handOff(ctx)

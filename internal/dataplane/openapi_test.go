@@ -85,6 +85,12 @@ func TestOpenAPI(t *testing.T) {
 			{"seed without a client", "/shouldAllowRequest", key, `{"timestamp":1}`, "", 400},
 			{"gzip", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, "gzip", 415},
 			{"identity", "/v1/check", key, `{"descriptors":{"client_id":"alice"}}`, "identity", 200},
+			{"unkey", UnkeyLimitPath, key, `{"namespace":"sms.sign_up","identifier":"u1","limit":1,"duration":60000,"cost":1,"async":false}`, "", 200},
+			{"unkey, over", UnkeyLimitPath, key, `{"namespace":"sms.sign_up","identifier":"u1","limit":1,"duration":60000}`, "", 200},
+			{"unkey, a duration of no whole seconds", UnkeyLimitPath, key, `{"namespace":"a","identifier":"u1","limit":1,"duration":1500}`, "", 400},
+			{"unkey, unknown member", UnkeyLimitPath, key, `{"namespace":"a","identifier":"u1","limit":1,"duration":60000,"meta":{}}`, "", 400},
+			{"unkey, no key", UnkeyLimitPath, "", `{"namespace":"a","identifier":"u1","limit":1,"duration":60000}`, "", 401},
+			{"unkey, gzip", UnkeyLimitPath, key, `{"namespace":"a","identifier":"u1","limit":1,"duration":60000}`, "gzip", 415},
 		} {
 			req, _ := http.NewRequest(http.MethodPost, srv.url+c.path, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")

@@ -775,6 +775,9 @@ func (d *Decider) Forget(keys []string) {
 	}
 }
 
+// Now is the decider's clock: the time its answers' resets count from.
+func (d *Decider) Now() time.Time { return d.opts.Now() }
+
 // NewLease returns a new lease id: random, non-zero, below 2^53 (Lua
 // numbers are exact below it).
 func NewLease() int64 { return 1 + rand.Int64N(1<<53-1) }

@@ -1,0 +1,169 @@
+package dataplane
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Unkey's rate limit API, version 2 (POST /v2/ratelimit.limit), so that
+// an application calling Unkey, or its SDK with the base URL changed,
+// moves over by changing where it calls and with which key (the tenant's
+// check key in place of the root key). A request brings its own limit:
+// limit per duration for one identifier in one namespace, counted by a
+// sliding window as Unkey counts it, in place of the tenant's rules.
+
+// UnkeyLimitPath is the path of Unkey's rate limit call.
+const UnkeyLimitPath = "/v2/ratelimit.limit"
+
+// unkeyBody is the request of POST /v2/ratelimit.limit.
+type unkeyBody struct {
+	Namespace  string `json:"namespace"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	// Duration is the window in milliseconds: whole seconds here.
+	Duration int64 `json:"duration"`
+	// Cost is what the request takes (absent: 1); 0 asks without taking.
+	Cost *int64 `json:"cost"`
+	// Async is accepted and ignored: every answer here is exact.
+	Async bool `json:"async"`
+}
+
+// Unkey's bounds, and Sluice's: a duration of 1 s to 30 days, in whole
+// seconds; names and identifiers of 1 to 255 bytes.
+const (
+	unkeyMinDuration = 1000
+	unkeyMaxDuration = 30 * 24 * 3600 * 1000
+	unkeyMaxName     = 255
+)
+
+// request is the decision b asks for, or the field errors of its body.
+func (b *unkeyBody) request() (decide.Request, error) {
+	var fields []policy.FieldError
+	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
+	if n := len(b.Namespace); n < 1 || n > unkeyMaxName {
+		bad("namespace", "must be 1 to 255 bytes")
+	}
+	if n := len(b.Identifier); n < 1 || n > unkeyMaxName {
+		bad("identifier", "must be 1 to 255 bytes")
+	}
+	if b.Limit < 1 || b.Limit > policy.MaxLimit {
+		bad("limit", "must be 1 to 1e9")
+	}
+	switch {
+	case b.Duration < unkeyMinDuration || b.Duration > unkeyMaxDuration:
+		bad("duration", "must be 1000 to 2592000000 milliseconds")
+	case b.Duration%1000 != 0:
+		bad("duration", "must be whole seconds: a multiple of 1000 milliseconds")
+	}
+	cost := int64(1)
+	if b.Cost != nil {
+		cost = *b.Cost
+	}
+	if cost < 0 || cost > policy.MaxLimit {
+		bad("cost", "must be 0 to 1e9")
+	}
+	if fields != nil {
+		return decide.Request{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid ratelimit.limit request", Fields: fields}
+	}
+	req := decide.Request{Cost: cost, Peek: cost == 0,
+		Descriptors: policy.Descriptors{{Key: "identifier", Value: b.Identifier}, {Key: "namespace", Value: b.Namespace}},
+		Limit:       &decide.RequestLimit{Requests: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond, Algorithm: policy.SlidingWindow}}
+	if err := req.Descriptors.Validate(); err != nil {
+		return decide.Request{}, err
+	}
+	return req, nil
+}
+
+// unkeyLimit answers POST /v2/ratelimit.limit as Unkey does: 200 whether
+// or not the limit admits the request (data.success says), errors in
+// Unkey's envelope.
+func (h *httpAPI) unkeyLimit(ex exchange) {
+	ex = unkeyExchange{ex}
+	var body unkeyBody
+	c, ok := h.begin(ex, "ratelimit.limit request", &body)
+	if !ok {
+		return
+	}
+	req, err := body.request()
+	if err != nil {
+		h.fail(ex, err)
+		return
+	}
+	dec, err := h.cfg.decide(h.cfg.tracedExchange(ex), c, req)
+	if err != nil {
+		h.fail(ex, err)
+		return
+	}
+	data := unkeyData{Success: dec.Allowed || req.Peek} // a cost of 0 takes nothing: never over
+	if len(dec.Rules) > 0 {
+		r := dec.Rules[0]
+		data.Limit, data.Remaining = r.Limit, max(r.Remaining, 0)
+		data.Reset = h.cfg.Decider.Now().Add(r.ResetAfter).UnixMilli()
+	}
+	ex.reply(http.StatusOK, "application/json", unkeyAnswer{Meta: unkeyMeta{RequestID: unkeyRequestID()}, Data: &data})
+}
+
+// unkeyAnswer is the body of every answer of Unkey's API: meta, and data
+// or error.
+type unkeyAnswer struct {
+	Meta  unkeyMeta   `json:"meta"`
+	Data  *unkeyData  `json:"data,omitempty"`
+	Error *unkeyError `json:"error,omitempty"`
+}
+
+type unkeyMeta struct {
+	RequestID string `json:"requestId"`
+}
+
+// unkeyData is a decision: success (admitted), the limit, what remains of
+// it, and when the window resets (Unix milliseconds).
+type unkeyData struct {
+	Success   bool  `json:"success"`
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+}
+
+// unkeyError is a problem in Unkey's terms: its fields, and one entry per
+// invalid field of the body.
+type unkeyError struct {
+	Title  string            `json:"title"`
+	Detail string            `json:"detail"`
+	Status int               `json:"status"`
+	Type   string            `json:"type"`
+	Errors []unkeyFieldError `json:"errors,omitempty"`
+}
+
+type unkeyFieldError struct {
+	Location string `json:"location"`
+	Message  string `json:"message"`
+}
+
+// unkeyExchange answers problems in Unkey's error envelope; all else
+// passes through.
+type unkeyExchange struct{ exchange }
+
+func (e unkeyExchange) reply(status int, contentType string, v any) {
+	p, ok := v.(problem)
+	if !ok {
+		e.exchange.reply(status, contentType, v)
+		return
+	}
+	ue := &unkeyError{Title: p.Title, Detail: p.Detail, Status: p.Status, Type: p.Type}
+	for _, f := range p.Errors {
+		ue.Errors = append(ue.Errors, unkeyFieldError{Location: "body." + f.Field, Message: f.Description})
+	}
+	e.exchange.reply(status, "application/json", unkeyAnswer{Meta: unkeyMeta{RequestID: unkeyRequestID()}, Error: ue})
+}
+
+// unkeyRequestID names an answer, as Unkey's meta.requestId does.
+func unkeyRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}

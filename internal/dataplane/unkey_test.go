@@ -1,0 +1,80 @@
+package dataplane
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Unkey's POST /v2/ratelimit.limit: the request's own limit per
+// identifier and namespace, counted apart from the tenant's rules and
+// from other namespaces; 200 with data.success either way; errors in
+// Unkey's envelope with the field named as its location.
+func TestUnkeyRatelimitLimit(t *testing.T) {
+	t.Parallel()
+	eachServer(t, testAPI, func(t *testing.T, srv served, key string) {
+		limit := func(ns, id string, cost string) (status int, data map[string]any) {
+			t.Helper()
+			body := fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":3,"duration":60000%s}`, ns, id, cost)
+			resp, m := post(t, srv, UnkeyLimitPath, key, body)
+			meta, _ := m["meta"].(map[string]any)
+			if id, _ := meta["requestId"].(string); !strings.HasPrefix(id, "req_") {
+				t.Fatalf("no meta.requestId: %v", m)
+			}
+			data, _ = m["data"].(map[string]any)
+			return resp.StatusCode, data
+		}
+		now := time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC).UnixMilli() // testAPI's clock
+		for i, want := range []bool{true, true, true, false} {
+			status, data := limit("sms.sign_up", "user_1", "")
+			reset, _ := data["reset"].(float64)
+			if status != 200 || data["success"] != want || data["limit"] != 3.0 || data["remaining"] != float64(max(2-i, 0)) ||
+				int64(reset) <= now || int64(reset) > now+120000 {
+				// reset: when remaining is back to the limit, for a sliding
+				// window once the previous window no longer weighs (10:02 here).
+				t.Fatalf("call %d: %d %v; want success %v, limit 3, remaining %d, a reset within two minutes of %d", i, status, data, want, max(2-i, 0), now)
+			}
+		}
+		// A cost of 0 asks without taking: not over, nothing taken.
+		if _, data := limit("sms.sign_up", "user_2", `,"cost":0`); data["success"] != true || data["remaining"] != 3.0 {
+			t.Fatalf("a cost of 0: %v", data)
+		}
+		if _, data := limit("sms.sign_up", "user_2", `,"cost":3,"async":true`); data["success"] != true || data["remaining"] != 0.0 {
+			t.Fatalf("a cost of 3: %v", data)
+		}
+		// Another namespace, the same identifier: counted apart; and the
+		// tenant's rules (3 a minute per client_id) meet none of these.
+		if _, data := limit("api.requests", "user_1", ""); data["success"] != true || data["remaining"] != 2.0 {
+			t.Fatalf("another namespace: %v", data)
+		}
+		for _, tc := range []struct{ body, location string }{
+			{`{"namespace":"a","identifier":"b","limit":3,"duration":1500}`, "body.duration"},
+			{`{"namespace":"a","identifier":"b","limit":3,"duration":500}`, "body.duration"},
+			{`{"namespace":"","identifier":"b","limit":3,"duration":60000}`, "body.namespace"},
+			{`{"namespace":"a","identifier":"b","limit":0,"duration":60000}`, "body.limit"},
+			{`{"namespace":"a","identifier":"b","limit":3,"duration":60000,"cost":-1}`, "body.cost"},
+		} {
+			resp, m := post(t, srv, UnkeyLimitPath, key, tc.body)
+			e, _ := m["error"].(map[string]any)
+			errs, _ := e["errors"].([]any)
+			if resp.StatusCode != 400 || e["status"] != 400.0 || len(errs) != 1 || errs[0].(map[string]any)["location"] != tc.location || m["data"] != nil {
+				t.Errorf("%s: %d %v; want 400 naming %s", tc.body, resp.StatusCode, m, tc.location)
+			}
+		}
+		for _, tc := range []struct {
+			key, body string
+			status    int
+		}{
+			{"", `{"namespace":"a","identifier":"b","limit":3,"duration":60000}`, 401},
+			{key, `{"namespace":"a","identifier":"b","limit":3,"duration":60000,"resources":[]}`, 400}, // unknown field
+			{key, `{"namespace":"a",`, 400},
+		} {
+			resp, m := post(t, srv, UnkeyLimitPath, tc.key, tc.body)
+			e, _ := m["error"].(map[string]any)
+			if resp.StatusCode != tc.status || e["status"] != float64(tc.status) || e["detail"] == "" || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s: %d %v %v; want %d in Unkey's envelope", tc.body, resp.StatusCode, resp.Header, m, tc.status)
+			}
+		}
+	})
+}
