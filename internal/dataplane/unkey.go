@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
@@ -45,11 +46,13 @@ const (
 func (b *unkeyBody) request() (decide.Request, error) {
 	var fields []policy.FieldError
 	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
-	if n := len(b.Namespace); n < 1 || n > unkeyMaxName {
-		bad("namespace", "must be 1 to 255 bytes")
-	}
-	if n := len(b.Identifier); n < 1 || n > unkeyMaxName {
-		bad("identifier", "must be 1 to 255 bytes")
+	for _, f := range []struct{ field, v string }{{"namespace", b.Namespace}, {"identifier", b.Identifier}} {
+		switch {
+		case len(f.v) < 1 || len(f.v) > unkeyMaxName:
+			bad(f.field, "must be 1 to 255 bytes")
+		case strings.IndexByte(f.v, 0) >= 0:
+			bad(f.field, "must not contain NUL")
+		}
 	}
 	if b.Limit < 1 || b.Limit > policy.MaxLimit {
 		bad("limit", "must be 1 to 1e9")
@@ -73,9 +76,6 @@ func (b *unkeyBody) request() (decide.Request, error) {
 	req := decide.Request{Cost: cost, Peek: cost == 0,
 		Descriptors: policy.Descriptors{{Key: "identifier", Value: b.Identifier}, {Key: "namespace", Value: b.Namespace}},
 		Limit:       &decide.RequestLimit{Requests: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond, Algorithm: policy.SlidingWindow}}
-	if err := req.Descriptors.Validate(); err != nil {
-		return decide.Request{}, err
-	}
 	return req, nil
 }
 

@@ -52,6 +52,7 @@ func TestUnkeyRatelimitLimit(t *testing.T) {
 			{`{"namespace":"a","identifier":"b","limit":3,"duration":1500}`, "body.duration"},
 			{`{"namespace":"a","identifier":"b","limit":3,"duration":500}`, "body.duration"},
 			{`{"namespace":"","identifier":"b","limit":3,"duration":60000}`, "body.namespace"},
+			{`{"namespace":"a","identifier":"b\u0000","limit":3,"duration":60000}`, "body.identifier"},
 			{`{"namespace":"a","identifier":"b","limit":0,"duration":60000}`, "body.limit"},
 			{`{"namespace":"a","identifier":"b","limit":3,"duration":60000,"cost":-1}`, "body.cost"},
 		} {
