@@ -52,6 +52,13 @@ func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (H
 // apiWithTiers is apiWith with tiers, the first the default.
 func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Override) (HTTPConfig, string) {
 	t.Helper()
+	clk := &fixedClock{t: time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC)}
+	return apiOnClock(t, clk.now, tiers, overrides...)
+}
+
+// apiOnClock is apiWithTiers on the clock now.
+func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrides ...policy.Override) (HTTPConfig, string) {
+	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: tiers[0].Name}, Version: 3,
 		Tiers: tiers, Overrides: overrides,
@@ -60,12 +67,11 @@ func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Overrid
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &fixedClock{t: time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC)}
 	keys := NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
 	return HTTPConfig{
-		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now),
+		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
 		Authenticate: keys.Authenticate,
 		MaxBodyBytes: 1024,
 	}, secret

@@ -88,6 +88,12 @@ type ProxyConfig struct {
 	// nginx's auth_request passes only 401 and 403 on (any other is its
 	// 500), so behind nginx it is 403, mapped back to 429 there.
 	DenyStatus int
+
+	// renewals, for tests, replaces the ticker renewing a long request's
+	// leases every d (keepLeases): its ticks and its stop.
+	renewals func(d time.Duration) (<-chan time.Time, func())
+	// renewed, for tests, is told of each renewal done.
+	renewed func()
 }
 
 // DefaultUpstreamTimeout is how long the proxy waits for an upstream's
@@ -196,6 +202,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			// ends. A gateway asking for forward auth tells nothing of the
 			// end: its leases end at their TTL.
 			defer cfg.release(r.Context(), c, req, dec)
+			defer cfg.keepLeases(r.Context(), c, req, dec)() // renewed while it lasts: a websocket may outlive a TTL
 		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
@@ -228,6 +235,53 @@ func (cfg *ProxyConfig) release(ctx context.Context, c *decide.Config, req decid
 	if err := cfg.API.Decider.ReleaseHeld(context.WithoutCancel(ctx), c, req, dec); err != nil {
 		cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
 			"tenant", c.Tenant.Slug, "err", err)
+	}
+}
+
+// keepLeases renews the leases of dec, a proxied request's decision, every
+// half of its rules' shortest lease TTL until the returned stop is called,
+// so that a request lasting longer (a websocket, a long download) still
+// counts against its concurrency rules.
+func (cfg *ProxyConfig) keepLeases(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) (stop func()) {
+	var ttl time.Duration
+	for i := range dec.Rules {
+		if p := dec.Rules[i].InForce(); p.Algorithm == policy.Concurrency && p.LeaseTTL > 0 && (ttl == 0 || p.LeaseTTL < ttl) {
+			ttl = p.LeaseTTL
+		}
+	}
+	if ttl <= 0 {
+		return func() {}
+	}
+	ticks := cfg.renewals
+	if ticks == nil {
+		ticks = func(d time.Duration) (<-chan time.Time, func()) {
+			t := time.NewTicker(d)
+			return t.C, t.Stop
+		}
+	}
+	tick, stopTicks := ticks(ttl / 2)
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick:
+				ok, err := cfg.API.Decider.Renew(context.WithoutCancel(ctx), c, req, dec)
+				if err != nil || !ok {
+					cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not renewed", "tenant", c.Tenant.Slug, "err", err)
+				}
+				if cfg.renewed != nil {
+					cfg.renewed()
+				}
+			}
+		}
+	}()
+	return func() {
+		stopTicks()
+		close(done)
+		<-finished
 	}
 }
 

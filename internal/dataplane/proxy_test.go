@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -978,7 +979,7 @@ func TestProxyHoldsALeaseWhileForwarding(t *testing.T) {
 	t.Parallel()
 	cfg, key := apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
 		Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Hour}}})
-	entered, finish := make(chan struct{}), make(chan struct{})
+	entered, finish, end := heldUpstream()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/slow":
@@ -990,6 +991,7 @@ func TestProxyHoldsALeaseWhileForwarding(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	p := proxyFor(t, cfg, key, up, nil)
+	t.Cleanup(end)
 	as := func(client string) func(*http.Request) {
 		return func(r *http.Request) { r.Header.Set("X-Client-Id", client) }
 	}
@@ -1002,7 +1004,7 @@ func TestProxyHoldsALeaseWhileForwarding(t *testing.T) {
 	if s := statusOf(t, nil, p.URL+"/fast", as("bob")); s != 200 {
 		t.Fatalf("another client: %d", s)
 	}
-	close(finish)
+	end()
 	if s := <-first; s != 200 {
 		t.Fatalf("the first: %d", s)
 	}
@@ -1017,4 +1019,64 @@ func TestProxyHoldsALeaseWhileForwarding(t *testing.T) {
 	if !slices.Equal(got, []int{200, http.StatusTooManyRequests}) {
 		t.Fatalf("forward auth: %v, want the lease held after the first", got)
 	}
+}
+
+// A proxied request that outlasts its concurrency rule's lease TTL (a
+// websocket, a long download) keeps its lease, renewed every half TTL:
+// another request of the client still finds the rule full past the first
+// TTL, and gets through once the first ends.
+func TestProxyRenewsALongRequestsLease(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	cfg, key := apiOnClock(t, clock, []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"},
+		Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: 10 * time.Second}}}}})
+	entered, finish, end := heldUpstream()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/long" {
+			close(entered)
+			<-finish
+		}
+	}))
+	t.Cleanup(up.Close)
+	ticks, renewed := make(chan time.Time), make(chan struct{})
+	var every atomic.Int64
+	p := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
+		pc.renewals = func(d time.Duration) (<-chan time.Time, func()) { every.Store(int64(d)); return ticks, func() {} }
+		pc.renewed = func() { renewed <- struct{}{} }
+	})
+	t.Cleanup(end)
+	alice := func(r *http.Request) { r.Header.Set("X-Client-Id", "alice") }
+	first := make(chan int)
+	go func() { first <- statusOf(t, nil, p.URL+"/long", alice) }()
+	<-entered
+	if every.Load() != int64(5*time.Second) {
+		t.Fatalf("renewed every %v, want half the TTL", time.Duration(every.Load()))
+	}
+	advance(8 * time.Second)
+	ticks <- now
+	<-renewed
+	advance(8 * time.Second) // 16 s: past the first TTL, within the renewed one
+	if s := statusOf(t, nil, p.URL+"/short", alice); s != http.StatusTooManyRequests {
+		t.Fatalf("another request 16 s into a 10 s lease, renewed at 8 s: %d", s)
+	}
+	end()
+	if s := <-first; s != 200 {
+		t.Fatalf("the long request: %d", s)
+	}
+	if s := statusOf(t, nil, p.URL+"/short", alice); s != 200 {
+		t.Fatalf("after the long request ended: %d", s)
+	}
+}
+
+// heldUpstream is what an upstream handler holding a request uses:
+// entered, for it to close as the request arrives; finish, closed by end
+// to let it answer. A test registers end as its last cleanup (run first),
+// so that failing it does not leave the servers' Close waiting for ever.
+func heldUpstream() (entered, finish chan struct{}, end func()) {
+	entered, finish = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	return entered, finish, func() { once.Do(func() { close(finish) }) }
 }

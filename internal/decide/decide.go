@@ -807,14 +807,43 @@ func (d *Decider) ReleaseHeld(ctx context.Context, c *Config, req Request, dec D
 	return d.release(ctx, c, req, dec.Degraded)
 }
 
-// release is Release, asking the engine unless localOnly.
-func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly bool) error {
+// Renew extends the lease dec, the decision of req, holds on req's
+// concurrency rules to a full TTL from now, as retaking it does, and
+// touches no other rule: for a request that lasts longer than a lease
+// (a websocket through the proxy). A lease that ended meanwhile is taken
+// again when its rule has room; false when it had none. A decision the
+// engine failed has nothing to renew there (its leases live on this
+// decider, or nowhere).
+func (d *Decider) Renew(ctx context.Context, c *Config, req Request, dec Decision) (bool, error) {
+	if dec.Lease == 0 || dec.Degraded {
+		return true, nil
+	}
+	req.Lease = dec.Lease
+	leases, err := d.leasesOf(c, req)
+	if err != nil || len(leases) == 0 {
+		return err == nil, err
+	}
+	if d.breakerOpen(ctx, leases) {
+		return false, errNotRenewed
+	}
+	allowed, _, err := d.call(ctx, leases, make([]limit.Result, len(leases)))
+	if err != nil {
+		return false, errNotRenewed
+	}
+	return allowed, nil
+}
+
+// errNotRenewed answers a renewal the engine did not make.
+var errNotRenewed = &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be renewed now; it ends at its TTL"}
+
+// leasesOf returns the counter requests of req's concurrency rules.
+func (d *Decider) leasesOf(c *Config, req Request) ([]limit.Request, error) {
 	if err := req.Descriptors.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	sel, err := d.selectRules(c, req, 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var leases []limit.Request
 	for i, r := range sel.reqs {
@@ -822,8 +851,14 @@ func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly
 			leases = append(leases, r)
 		}
 	}
-	if len(leases) == 0 {
-		return nil
+	return leases, nil
+}
+
+// release is Release, asking the engine unless localOnly.
+func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly bool) error {
+	leases, err := d.leasesOf(c, req)
+	if err != nil || len(leases) == 0 {
+		return err
 	}
 	if d.opts.Local != nil {
 		now := d.opts.Now().UnixMicro()
