@@ -823,10 +823,7 @@ func (d *Decider) Renew(ctx context.Context, c *Config, req Request, dec Decisio
 	if err != nil || len(leases) == 0 {
 		return err == nil, err
 	}
-	if d.breakerOpen(ctx, leases) {
-		return false, errNotRenewed
-	}
-	allowed, _, err := d.call(ctx, leases, make([]limit.Result, len(leases)))
+	allowed, _, err := d.call(ctx, leases, make([]limit.Result, len(leases))) // through the breakers, as decisions go
 	if err != nil {
 		return false, errNotRenewed
 	}
