@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,6 +91,22 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 	}
 	if statuses[200] != 10 || statuses[429] != 2 {
 		t.Fatalf("statuses %v, want 10 × 200 then 2 × 429", statuses)
+	}
+	// The banner's CLI lines work as printed: its exports reach both servers.
+	exports := regexp.MustCompile(`cli\s+export (.*)`).FindStringSubmatch(text)
+	if exports == nil {
+		t.Fatalf("no CLI line in the banner:\n%s", text)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Fields(exports[1]) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, args := range [][]string{{"rules", "list"}, {"check", "client_id=erin"}} {
+		var out, errOut strings.Builder
+		if err := run(context.Background(), args, &out, &errOut, func(k string) string { return env[k] }); err != nil || !strings.Contains(out.String(), "per-client") {
+			t.Fatalf("sluice %s with the banner's exports: %v\n%s%s", strings.Join(args, " "), err, &out, &errOut)
+		}
 	}
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
   sluice tenants   list [-slug PREFIX] | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
-  sluice tiers     list | create NAME | delete ID
+  sluice tiers     list | create NAME | rename TIER -name N | delete TIER
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID [-descriptor D] (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | rotate [-grace D] ID | revoke ID
@@ -204,11 +204,23 @@ var verbs = map[string]verb{
 			}
 		})
 	}),
-	"tiers create": plain("NAME", func(s *session, c *http.Client, n string) error {
-		return call(s, sluicev1connect.NewTierServiceClient(c, s.server).CreateTier, &sluicev1.CreateTierRequest{TenantId: s.tenant, Name: n}, func(w *tabwriter.Writer, r *sluicev1.CreateTierResponse) {
-			fmt.Fprintf(w, "created tier %s (%s), config version %d\n", r.Tier.Name, r.Tier.Id, r.ConfigVersion)
-		})
-	}),
+	"tiers create": {"[NAME]", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		name := fs.String("name", "", "the tier's name (or as the argument, as rules and tenants take -name)")
+		return func(s *session, c *http.Client, n string) error {
+			switch {
+			case n != "" && *name != "" && n != *name:
+				return usageErrorf("two names: %q and -name %q", n, *name)
+			case n == "":
+				n = *name
+			}
+			if n == "" {
+				return usageErrorf("the tier's name: sluice tiers create NAME")
+			}
+			return call(s, sluicev1connect.NewTierServiceClient(c, s.server).CreateTier, &sluicev1.CreateTierRequest{TenantId: s.tenant, Name: n}, func(w *tabwriter.Writer, r *sluicev1.CreateTierResponse) {
+				fmt.Fprintf(w, "created tier %s (%s), config version %d\n", r.Tier.Name, r.Tier.Id, r.ConfigVersion)
+			})
+		}
+	}},
 	"tiers rename": {"TIER", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		name := fs.String("name", "", "the tier's new name (its overrides and the tenant's default follow)")
 		return func(s *session, c *http.Client, tier string) error {
@@ -531,7 +543,8 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	if v.arg == "" {
 		want = 0
 	}
-	if len(pos) != want {
+	optional := strings.HasPrefix(v.arg, "[")
+	if len(pos) != want && !(optional && len(pos) == 0) {
 		fs.Usage()
 		return errUsage
 	}
@@ -540,7 +553,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		return errUsage
 	}
 	var arg string
-	if want == 1 {
+	if len(pos) == 1 {
 		arg = pos[0]
 	}
 	err = run(s, http.DefaultClient, arg)

@@ -56,6 +56,19 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err = sluice("tiers", "delete", "scratch"); err != nil || !strings.Contains(out, "deleted tier scratch") {
 		t.Fatalf("tiers delete by name: %v\n%s", err, out)
 	}
+	// -name as rules and tenants take it; a tier needs a name, and one only.
+	if out, err = sluice("tiers", "create", "-name", "flagged"); err != nil || !strings.Contains(out, "created tier flagged") {
+		t.Fatalf("tiers create -name: %v\n%s", err, out)
+	}
+	if out, err = sluice("tiers", "create"); !errors.Is(err, errUsage) || !strings.Contains(out, "the tier's name") {
+		t.Fatalf("tiers create without a name: %v\n%s", err, out)
+	}
+	if out, err = sluice("tiers", "create", "-name", "a", "b"); !errors.Is(err, errUsage) || !strings.Contains(out, "two names") {
+		t.Fatalf("tiers create with two names: %v\n%s", err, out)
+	}
+	if out, err = sluice("tiers", "delete", "flagged"); err != nil {
+		t.Fatalf("tiers delete: %v\n%s", err, out)
+	}
 	if _, err = sluice("tiers", "delete", "free"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("deleting the default tier: %v", err)
 	}

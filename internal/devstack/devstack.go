@@ -275,6 +275,8 @@ func Run(ctx context.Context, cfg Config) error {
   check key     %[7]s
   viewer key    %[9]s  (read only: an analyst's console)
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
+  cli           export SLUICE_SERVER=%[4]s SLUICE_DECIDER=%[4]s SLUICE_KEY=%[6]s SLUICE_CHECK_KEY=%[7]s
+                go run ./cmd/sluice rules list; go run ./cmd/sluice check client_id=alice
 Ctrl-C stops it.
 `, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer)
 	return <-errc
