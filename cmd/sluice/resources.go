@@ -72,7 +72,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
-  sluice tenants   list [-slug PREFIX] | get ID | create -slug S -name N [-default-tier T] [-shadow] | update ID [flags] | delete ID
+  sluice tenants   list [-slug PREFIX] | get TENANT | create -slug S -name N [-default-tier T] [-shadow] | update TENANT [flags] | delete TENANT
   sluice tiers     list | create NAME | rename TIER -name N | delete TIER
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
   sluice overrides list [-identifier PREFIX] | create -identifier ID [-descriptor D] (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
@@ -83,7 +83,7 @@ const resourceUsage = `usage:
                    (each over -since D, 24h unless given, before -until T, now unless given; a viewer key is enough)
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
-common flags: -server URL (SLUICE_SERVER), -tenant ID (with the operator key), -json
+common flags: -server URL (SLUICE_SERVER), -tenant ID|SLUG (with the operator key), -json
 a tier (-tier) is given by name or id, a rule (-rule) by id or TIER/RULE; "sluice RESOURCE VERB -h" lists a command's flags
 `
 
@@ -140,7 +140,7 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
-	"tenants get": plain("ID", func(s *session, c *http.Client, id string) error {
+	"tenants get": plain("TENANT", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).GetTenant, &sluicev1.GetTenantRequest{TenantId: id}, func(w *tabwriter.Writer, r *sluicev1.GetTenantResponse) {
 			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nstatus\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, tenantStatus(r.Tenant), r.Tenant.Shadow, r.Tenant.ConfigVersion)
 		})
@@ -154,7 +154,7 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
-	"tenants update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+	"tenants update": {"TENANT", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		name, defTier := fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
 		shadow := fs.Bool("shadow", false, "shadow mode: the tenant's rules report, never reject")
 		fs.String("status", "active", "active, or suspended: every check of the tenant refused")
@@ -191,7 +191,7 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
-	"tenants delete": plain("ID", func(s *session, c *http.Client, id string) error {
+	"tenants delete": plain("TENANT", func(s *session, c *http.Client, id string) error {
 		return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).DeleteTenant, &sluicev1.DeleteTenantRequest{TenantId: id}, func(w *tabwriter.Writer, _ *sluicev1.DeleteTenantResponse) {
 			fmt.Fprintf(w, "deleted tenant %s\n", id)
 		})
@@ -529,7 +529,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	}
 	s := &session{ctx: ctx, out: stdout, key: getenv("SLUICE_KEY")}
 	fs.StringVar(&s.server, "server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
-	fs.StringVar(&s.tenant, "tenant", "", "tenant id (required with the operator key)")
+	fs.StringVar(&s.tenant, "tenant", "", "tenant id or slug (required with the operator key)")
 	fs.BoolVar(&s.json, "json", false, "print JSON")
 	run := v.flags(fs)
 	pos, err := parseArgs(fs, args[1:])
@@ -555,6 +555,16 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	var arg string
 	if len(pos) == 1 {
 		arg = pos[0]
+	}
+	if s.tenant != "" {
+		if s.tenant, err = tenantIDOf(s, http.DefaultClient, s.tenant); err != nil {
+			return err
+		}
+	}
+	if resource == "tenants" && arg != "" {
+		if arg, err = tenantIDOf(s, http.DefaultClient, arg); err != nil {
+			return err
+		}
 	}
 	err = run(s, http.DefaultClient, arg)
 	var ue usageError
@@ -846,6 +856,27 @@ func overrideByID(s *session, ovs sluicev1connect.OverrideServiceClient, id stri
 		}
 	}
 	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no override %q", id))
+}
+
+// tenantIDOf is the id of the tenant v names: the tenant whose slug is v,
+// else v as it is (an id, or a slug the server will say it does not know).
+// With a tenant's own key, which may not list tenants, v goes as it is.
+func tenantIDOf(s *session, c *http.Client, v string) (string, error) {
+	req := connect.NewRequest(&sluicev1.ListTenantsRequest{SlugPrefix: v, PageSize: 1000})
+	req.Header().Set("Authorization", "Bearer "+s.key)
+	res, err := allTenants(sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants)(s.ctx, req)
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			return v, nil // a tenant's own key, which needs no -tenant
+		}
+		return "", err
+	}
+	for _, t := range res.Msg.Tenants {
+		if t.Slug == v {
+			return t.Id, nil
+		}
+	}
+	return v, nil
 }
 
 // tierIDOf is the id of the tier v names, by name or id.

@@ -513,6 +513,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("tenants", "get", demo.ID); err != nil || !strings.Contains(out, demo.Name) {
 		t.Fatalf("the name changed: %v\n%s", err, out)
 	}
+	// A tenant is named by its slug as well as by its id.
+	if out, err := sluice("tenants", "get", demo.Slug); err != nil || !strings.Contains(out, demo.ID) {
+		t.Fatalf("tenants get SLUG: %v\n%s", err, out)
+	}
+	if out, err := sluice("tiers", "list", "-tenant", demo.Slug); err != nil || !strings.Contains(out, "free") {
+		t.Fatalf("tiers list -tenant SLUG: %v\n%s", err, out)
+	}
+	if _, err := sluice("tiers", "list", "-tenant", "no-such-tenant"); connect.CodeOf(err) != connect.CodeNotFound && connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("tiers list -tenant of no tenant: %v", err)
+	}
 
 	env["SLUICE_KEY"] = "sk_admin_nonsense"
 	if _, err := sluice("keys", "list"); connect.CodeOf(err) != connect.CodeUnauthenticated {
