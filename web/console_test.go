@@ -265,10 +265,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	if h := eval(`document.querySelector('#try-result .headers').textContent`); strings.Contains(h, "Retry-After") {
 		t.Fatalf("a blocked client's headers: %q", h)
 	}
+	// A request naming no client is rejected too; the dashboard says so.
+	eval(`(() => { document.querySelector('#try-client').value = ''; return ''; })()`)
+	do("check with no client", chromedp.Click("#try-submit"))
 
 	// The rejection reaches the dashboard (decider → Kafka → analytics → reports).
 	do("open the dashboard", chromedp.Click(`#nav button[data-view="dashboard"]`), chromedp.WaitVisible("#view-dashboard"))
 	waitText("#top-table", "eve", func() { do("refresh", chromedp.Click("#refresh")) })
+	waitText("#top-table", "(no identifier given)", func() { do("refresh", chromedp.Click("#refresh")) })
 	waitText("#rule-table", "tiny", nil)
 	shot("04-dashboard")
 	// A week: steps of whole hours from a whole hour (which the server

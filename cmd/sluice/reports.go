@@ -57,7 +57,9 @@ func init() {
 					if tc.Error > 0 { // space-saving counters over-count by at most this
 						rejected = fmt.Sprintf("%d (%d to %d)", tc.Rejected, tc.Rejected-tc.Error, tc.Rejected)
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\n", tc.ClientKey, cmp.Or(tc.RuleName, tc.RuleId), rejected)
+					// Empty: a tenant-wide rule's one counter, or requests
+					// that gave a per-client rule no identifier.
+					fmt.Fprintf(w, "%s\t%s\t%s\n", cmp.Or(tc.ClientKey, "(empty)"), cmp.Or(tc.RuleName, tc.RuleId), rejected)
 				}
 			})
 		}

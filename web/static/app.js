@@ -729,6 +729,11 @@ async function loadDashboard() {
   // counts per one (client_id, ip …) can be given its own limit of it.
   const perClient = new Map((tiers.tiers || []).flatMap((t) => t.rules || [])
     .filter((x) => (x.keyBy || []).length === 1).map((x) => [x.id, x.keyBy[0]]));
+  const rules = new Map((tiers.tiers || []).flatMap((t) => t.rules || []).map((x) => [x.id, x]));
+  // An empty client is a tenant-wide rule's one counter, or requests that
+  // gave a per-client rule no identifier (they count together).
+  const who = (c) => c.clientKey || (!rules.has(c.ruleId) ? '(empty)'
+    : (rules.get(c.ruleId).keyBy || []).length ? '(no identifier given)' : '(everyone)');
   const points = ts.points || [];
   const n = (v) => parseInt(v || '0', 10);
   state.chart = points.map((p) => ({ t: p.start, rej: n(p.counts && p.counts.rejected), sh: n(p.counts && p.counts.shadowRejected) }));
@@ -737,7 +742,7 @@ async function loadDashboard() {
   $('#totals').textContent = `${sum('allowed')} allowed, ${sum('rejected')} rejected, ${sum('shadowRejected')} shadow would-block` +
     (sum('droppedRejections') ? `, ${sum('droppedRejections')} rejection events dropped (top clients may fall short)` : '');
   $('#top-table tbody').replaceChildren(...(top.clients || []).map((c) => el('tr', { 'data-client': c.clientKey },
-    el('td', {}, c.clientKey || '(everyone)'), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
+    el('td', {}, who(c)), el('td', {}, c.ruleName || c.ruleId), el('td', {}, c.rejected + (n(c.error) ? ` (±${c.error})` : '')),
     el('td', { class: 'actions' }, c.clientKey && perClient.has(c.ruleId)
       ? el('button', { type: 'button', 'aria-label': `Override ${c.ruleName || c.ruleId} for ${c.clientKey}`, onclick: () => overrideFor(c, perClient.get(c.ruleId)) }, 'Override')
       : ''))));
