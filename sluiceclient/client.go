@@ -134,11 +134,14 @@ const (
 
 // Rule is one rule's answer within a decision.
 type Rule struct {
-	ID, Name          string
-	Allowed, Shadow   bool
-	Limit, Remaining  int64
-	Window            time.Duration
-	ResetAfter, Delay time.Duration
+	ID, Name        string
+	Allowed, Shadow bool
+	// Limit is the most a request can find, which Remaining counts down
+	// from; Quota is the rule's limit per Window, its rate (a token
+	// bucket's burst may be above it, a leaky bucket's queue below).
+	Limit, Remaining, Quota int64
+	Window                  time.Duration
+	ResetAfter, Delay       time.Duration
 	// RetryAfter is, on a rejection, when the same request would be
 	// admitted; negative when it never can be.
 	RetryAfter time.Duration
@@ -625,7 +628,7 @@ func fromProto(m *sluicev1.CheckResponse) Decision {
 		}
 		d.Rules = append(d.Rules, Rule{ID: r.RuleId, Name: r.RuleName, Allowed: r.Allowed, Shadow: r.Shadow, Limit: r.Limit,
 			Remaining: r.Remaining, Window: r.Window.AsDuration(), ResetAfter: r.ResetAfter.AsDuration(), Delay: r.Delay.AsDuration(),
-			RetryAfter: retry, Message: r.Message})
+			RetryAfter: retry, Message: r.Message, Quota: r.Quota})
 	}
 	return d
 }

@@ -214,6 +214,28 @@ func TestMiddleware(t *testing.T) {
 	}
 }
 
+// RateLimit-Policy states each rule's rate (its limit per window), while
+// X-RateLimit-Limit is the most a request can find: a token bucket's burst
+// above its rate, a leaky bucket's queue (here of one) below it.
+func TestMiddlewarePolicyIsTheRate(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := deciderOf(t, clk, []policy.Rule{
+		{ID: "r1", Name: "bursty", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Burst: 20, Window: time.Minute}},
+		{ID: "r2", Name: "queue", KeyBy: []string{"client_id"}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second}}}, func() {})
+	h := New(Config{URL: url, Key: key, Now: clk.now}).Middleware(ByHeader("X-Client-Id"), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/things", nil)
+	req.Header.Set("X-Client-Id", "carol")
+	h.ServeHTTP(rec, req)
+	if got := rec.Header(); rec.Code != 200 || got.Get("RateLimit-Policy") != `"bursty";q=10;w=60, "queue";q=5;w=1` ||
+		got.Get("RateLimit") != `"bursty";r=19;t=6, "queue";r=0;t=1` || got.Get("X-RateLimit-Limit") != "1" {
+		t.Fatalf("%d %v", rec.Code, got)
+	}
+}
+
 // The middleware answers the headers of its style: draft 6's here.
 func TestMiddlewareHeaderStyle(t *testing.T) {
 	t.Parallel()

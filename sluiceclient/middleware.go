@@ -149,7 +149,7 @@ func SetHeaders(h http.Header, d Decision) { setHeaders(h, HeadersIETF, d) }
 func setHeaders(h http.Header, style HeaderStyle, d Decision) {
 	rules := make([]rlheaders.Rule, len(d.Rules))
 	for i, r := range d.Rules {
-		rules[i] = rlheaders.Rule{Name: r.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.Window,
+		rules[i] = rlheaders.Rule{Name: r.Name, Limit: r.Limit, Remaining: r.Remaining, Quota: r.Quota, Window: r.Window,
 			ResetAfter: r.ResetAfter, RetryAfter: r.RetryAfter}
 	}
 	rlheaders.Set(h, style, rules, d.Deciding, d.Allowed)

@@ -215,11 +215,20 @@ func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
 	}
 	st := &sluicev1.RuleStatus{RuleId: r.Rule.ID, RuleName: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow,
 		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay), Window: d(r.InForce().Period()),
-		Message: rejectionMessage(r)}
+		Message: rejectionMessage(r), Quota: quota(r)}
 	if !r.Allowed && r.RetryAfter != limit.Never {
 		st.RetryAfter = durationpb.New(r.RetryAfter)
 	}
 	return st
+}
+
+// quota is r's limit per window, RateLimit-Policy's q (rlheaders.Rule):
+// the parameters' limit, but a blocking rule's 0 (it admits nothing).
+func quota(r decide.RuleResult) int64 {
+	if r.Rule.Block {
+		return 0
+	}
+	return r.InForce().Limit
 }
 
 // LeaseID maps a caller's lease name to the 53-bit id engines store (Lua

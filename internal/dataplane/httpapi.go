@@ -567,7 +567,7 @@ func appendHeaderRules(dst []rlheaders.Rule, dec decide.Decision) []rlheaders.Ru
 		if retry == limit.Never {
 			retry = -1
 		}
-		dst = append(dst, rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Window: r.InForce().Period(),
+		dst = append(dst, rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Quota: quota(r), Window: r.InForce().Period(),
 			ResetAfter: r.ResetAfter, RetryAfter: retry})
 	}
 	return dst

@@ -493,6 +493,36 @@ func TestEnvoyRLSAddsTheConfiguredHeaders(t *testing.T) {
 	}
 }
 
+// RateLimit-Policy and the Connect answer's quota are each rule's rate,
+// its limit per window; X-RateLimit-Limit and limit the most a request can
+// find: a token bucket's burst, a leaky bucket's queue (of one here).
+func TestPolicyStatesTheRate(t *testing.T) {
+	t.Parallel()
+	rated := func(t testing.TB) (HTTPConfig, string) {
+		return apiWith(t, []policy.Rule{
+			{ID: "r1", Name: "bursty", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Burst: 20, Window: time.Minute}},
+			{ID: "r2", Name: "queue", KeyBy: []string{"client_id"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second}}})
+	}
+	eachServer(t, rated, func(t *testing.T, srv served, key string) {
+		resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"carol"}}`)
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"bursty";q=10;w=60, "queue";q=5;w=1` || resp.Header.Get("X-RateLimit-Limit") != "1" {
+			t.Errorf("%d, headers %v (%v)", resp.StatusCode, resp.Header, m)
+		}
+	})
+	cfg, key := rated(t)
+	req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "carol"}}})
+	req.Header().Set("Authorization", "Bearer "+key)
+	res, err := serveConnect(t, cfg).Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Msg.Rules; r[0].GetLimit() != 20 || r[0].GetQuota() != 10 || r[1].GetLimit() != 1 || r[1].GetQuota() != 5 {
+		t.Errorf("the Connect answer: %v, want limits 20 and 1, quotas 10 and 5", r)
+	}
+}
+
 // A client whose override changes a rule's limit and window is told the
 // override's, in every answer: RateLimit-Policy, the Connect answer's
 // window, Envoy's requests_per_unit and unit. Others are told the rule's.

@@ -7,6 +7,7 @@
 package rlheaders
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -57,9 +58,15 @@ func ParseStyle(name string) (Style, error) {
 
 // Rule is one rule's answer, as the headers need it.
 type Rule struct {
-	Name       string
-	Limit      int64
-	Remaining  int64
+	Name string
+	// Limit is the most a request can find, which Remaining counts down
+	// from: X-RateLimit-Limit.
+	Limit     int64
+	Remaining int64
+	// Quota is the rule's limit per Window (its rate), RateLimit-Policy's
+	// q, when it differs from Limit: a token bucket's burst above its
+	// rate, a leaky bucket's queue below it. 0: Limit.
+	Quota      int64
 	Window     time.Duration // 0 when the rule has none (concurrency)
 	ResetAfter time.Duration
 	// RetryAfter is when the same request would be admitted; negative when
@@ -191,7 +198,7 @@ func build(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ [
 					if h == policy {
 						b = append(b, ";q="...)
 					}
-					b = strconv.AppendInt(b, r.Limit, 10)
+					b = strconv.AppendInt(b, cmp.Or(r.Quota, r.Limit), 10)
 					if r.Window > 0 {
 						b = append(b, ";w="...)
 						b = strconv.AppendInt(b, ceilSeconds(r.Window), 10)

@@ -31,6 +31,14 @@ func TestSet(t *testing.T) {
 		t.Errorf("headers %v, want only %v", h, want)
 	}
 
+	// A quota apart from the limit is the policy's q; the limit stays
+	// X-RateLimit-Limit's.
+	h = http.Header{}
+	Set(h, IETF, []Rule{{Name: "bursty", Limit: 20, Quota: 10, Remaining: 19, Window: time.Minute}}, 0, true)
+	if h.Get("RateLimit-Policy") != `"bursty";q=10;w=60` || h.Get("X-RateLimit-Limit") != "20" {
+		t.Errorf("a quota apart: %v", h)
+	}
+
 	h = http.Header{}
 	Set(h, IETF, rules, 1, false) // the deciding rule can never admit: no Retry-After
 	if h.Get("Retry-After") != "" || h.Get("X-RateLimit-Limit") != "3" {

@@ -364,7 +364,11 @@ type RuleStatus struct {
 	Window *durationpb.Duration `protobuf:"bytes,10,opt,name=window,proto3" json:"window,omitempty"`
 	// On a rejection by a rule that has one, the rule's message for the
 	// client (Rule.message).
-	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// The rule's limit per window, for RateLimit-Policy: its rate. limit is
+	// the most one request can find, which may be more (a token bucket's
+	// burst) or less (a leaky bucket's queue, ⌊max_delay/interval⌋+1).
+	Quota         int64 `protobuf:"varint,12,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -474,6 +478,13 @@ func (x *RuleStatus) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *RuleStatus) GetQuota() int64 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
 }
 
 type CheckResponse struct {
@@ -669,7 +680,7 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\fRequestLimit\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x03R\brequests\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x122\n" +
-	"\talgorithm\x18\x03 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\"\x9e\x03\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\"\xb4\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -685,7 +696,8 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\x05delay\x121\n" +
 	"\x06window\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage\"\xaf\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x12\x14\n" +
+	"\x05quota\x18\f \x01(\x03R\x05quota\"\xaf\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
 	"\bdeciding\x18\x02 \x01(\x05R\bdeciding\x12+\n" +
