@@ -165,6 +165,26 @@ func refused(err error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// operatorOnly names what want changes of tenant that only the operator
+// may (its name, default tier and shadow mode), or is "" when it changes
+// none of them.
+func operatorOnly(tenant, want policy.Tenant) string {
+	var fields []string
+	if want.Name != tenant.Name {
+		fields = append(fields, "name")
+	}
+	if want.DefaultTier != "" && want.DefaultTier != tenant.DefaultTier {
+		fields = append(fields, "default tier")
+	}
+	if want.Shadow != tenant.Shadow {
+		fields = append(fields, "shadow mode")
+	}
+	if len(fields) == 0 {
+		return ""
+	}
+	return "the tenant's " + strings.Join(fields, ", ") + ": only the operator key changes them"
+}
+
 func (a *applier) apply(ctx context.Context) error {
 	s, f, actor := a.s, a.f, a.who.Actor
 	want := f.TenantPolicy()
@@ -184,7 +204,6 @@ func (a *applier) apply(ctx context.Context) error {
 			}
 		}
 	} else {
-		a.res.Skipped = "the tenant's name, default tier and shadow mode: they need the operator key"
 		tenant, a.res.Version, err = s.GetTenant(ctx, a.who.TenantID)
 		if err == nil && tenant.Slug != f.Tenant {
 			return &policy.Error{Code: policy.CodePermissionDenied, Message: fmt.Sprintf("the file is for tenant %s, the key for %s", f.Tenant, tenant.Slug),
@@ -240,6 +259,8 @@ func (a *applier) apply(ctx context.Context) error {
 			}
 			tenant.DefaultTier = want.DefaultTier
 		}
+	} else {
+		a.res.Skipped = operatorOnly(tenant, want)
 	}
 
 	keep, err := a.overrides(ctx, tenant.ID, overrides, ruleIDs)

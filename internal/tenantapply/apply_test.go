@@ -215,8 +215,12 @@ func TestAdminKeyAppliesOnlyItsTenant(t *testing.T) {
 	}
 	admin.TenantID = shop.ID
 	res, err := Apply(ctx, s, admin, parse(t, strings.Replace(shopFile, "default_tier: free", "name: Renamed\nshadow: true\ndefault_tier: free", 1)), Options{})
-	if err != nil || res.Skipped == "" {
+	if err != nil || res.Skipped != "the tenant's name, shadow mode: only the operator key changes them" {
 		t.Fatalf("%+v, %v", res, err)
+	}
+	// A file that leaves them as they are skips nothing.
+	if res, err = Apply(ctx, s, admin, parse(t, strings.Replace(shopFile, "default_tier: free", "name: Shop\ndefault_tier: free", 1)), Options{}); err != nil || res.Skipped != "" {
+		t.Fatalf("a file of the tenant's own fields: skipped %q, %v", res.Skipped, err)
 	}
 	if tn, _, _ := s.GetTenant(ctx, shop.ID); tn.Name != "Shop" || tn.Shadow {
 		t.Fatalf("an admin key changed its tenant's fields: %+v", tn)
