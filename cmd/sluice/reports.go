@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"connectrpc.com/connect"
 	"flag"
 	"fmt"
 	"net/http"
@@ -160,12 +161,41 @@ func (sp span) forRule(s *session, c *http.Client, v string) (from, to *timestam
 	return from, to, ruleID, err
 }
 
-// ruleRef is the id of the rule v names, by id or TIER/RULE ("": none).
+// ruleRef is the id of the rule v names ("": none): by TIER/RULE, by its
+// name alone when one tier only has a rule of that name, else v itself —
+// an id, perhaps of a rule deleted since, whose counts the reports keep,
+// or a request limit's ("limit/fixed_window/60s/client_id").
 func ruleRef(s *session, c *http.Client, v string) (string, error) {
-	if !strings.Contains(v, "/") {
-		return v, nil
+	if v == "" {
+		return "", nil
 	}
-	return ruleIDByName(s, sluicev1connect.NewTierServiceClient(c, s.server), v)
+	res, err := listTiers(s, sluicev1connect.NewTierServiceClient(c, s.server))
+	if err != nil {
+		return "", err
+	}
+	var named []string // tiers with a rule named v
+	id := v
+	tierName, _, path := strings.Cut(v, "/")
+	for _, t := range res.Tiers {
+		if path && t.Name == tierName {
+			id = "" // TIER/RULE of one of the tiers: its rule, or none
+		}
+		for _, r := range t.Rules {
+			switch {
+			case t.Name+"/"+r.Name == v:
+				return r.Id, nil
+			case r.Name == v:
+				named, id = append(named, t.Name), r.Id
+			}
+		}
+	}
+	if len(named) > 1 {
+		return "", usageErrorf("-rule %s: a rule of that name is in tiers %s; name one as TIER/RULE", v, strings.Join(named, ", "))
+	}
+	if id == "" {
+		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", v))
+	}
+	return id, nil
 }
 
 // countsText is a row's counts, tab-separated: allowed, rejected, the

@@ -142,6 +142,11 @@ func TestDecisionsReachTheReports(t *testing.T) {
 	if _, err := sluice(viewer, "rules", "create", "-tier", "free", "-name", "x", "-limit", "1", "-window", "1s"); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("a viewer creating a rule: %v", err)
 	}
+	// A rule named alone is found when one tier has it; the demo's
+	// per-client is in two.
+	if out, err := sluice(viewer, "reports", "top", "-rule", "per-client"); !errors.Is(err, errUsage) || !strings.Contains(out, "tiers free, pro") {
+		t.Errorf("an ambiguous rule name: %v\n%s", err, out)
+	}
 	if _, err := sluice(viewer, "reports", "csv", "everything"); !errors.Is(err, errUsage) {
 		t.Errorf("an unknown report: %v", err)
 	}

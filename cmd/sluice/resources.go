@@ -84,7 +84,7 @@ const resourceUsage = `usage:
   sluice check     [-decider URL] [-tier T] [-cost N] [-peek] KEY=VALUE...   (SLUICE_CHECK_KEY: a check key)
   sluice reset     [-decider URL] [-tier T] KEY=VALUE...                     (SLUICE_CHECK_KEY: a check key)
 common flags: -server URL (SLUICE_SERVER), -tenant ID|SLUG (with the operator key), -json
-a tier (-tier) is given by name or id, a rule (-rule) by id or TIER/RULE; "sluice RESOURCE VERB -h" lists a command's flags
+a tier (-tier) is given by name or id, a rule (-rule) by id, TIER/RULE, or its name where one tier has it; "sluice RESOURCE VERB -h" lists a command's flags
 `
 
 // verb is one resource command: the argument it takes after its flags
@@ -835,7 +835,7 @@ func overrideParams(fs *flag.FlagSet, pf paramOpts) (*sluicev1.LimitParams, erro
 	return p, pf.apply(fs, p)
 }
 
-// resolveRule turns a -rule of TIER/RULE into the rule's id.
+// resolveRule turns a -rule naming a rule (ruleRef) into the rule's id.
 func (o overrideOpts) resolveRule(s *session, c *http.Client) error {
 	id, err := ruleRef(s, c, *o.ruleID)
 	*o.ruleID = id
@@ -894,23 +894,6 @@ func tierIDOf(s *session, tiers sluicev1connect.TierServiceClient, v string) (st
 		}
 	}
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", v))
-}
-
-// ruleIDByName is the id of the rule "tier/rule" names.
-func ruleIDByName(s *session, tiers sluicev1connect.TierServiceClient, path string) (string, error) {
-	tierName, ruleName, _ := strings.Cut(path, "/")
-	res, err := listTiers(s, tiers)
-	if err != nil {
-		return "", err
-	}
-	for _, t := range res.Tiers {
-		for _, r := range t.Rules {
-			if t.Name == tierName && r.Name == ruleName {
-				return r.Id, nil
-			}
-		}
-	}
-	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", path))
 }
 
 // ruleNames is the "tier/rule" name of each of the tenant's rules by id,
