@@ -513,15 +513,20 @@ func refuse(c *Config, req Request) error {
 			return badRequestLimitAlgorithm()
 		}
 		p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
+		// The counter's key names the window in whole seconds.
+		const window = "must be whole seconds, from 1s to 366 days"
 		var fields []policy.FieldError
 		if err := p.Validate(); err != nil {
 			fields = err.(*policy.Error).Fields
 			for i := range fields {
 				fields[i].Field = "limit." + strings.Replace(fields[i].Field, "limit", "requests", 1)
+				if fields[i].Field == "limit.window" {
+					fields[i].Description = window
+				}
 			}
 		}
-		if l.Window%time.Second != 0 && len(fields) == 0 { // the counter's key names the window in seconds
-			fields = append(fields, policy.FieldError{Field: "limit.window", Description: "must be whole seconds"})
+		if l.Window%time.Second != 0 && len(fields) == 0 {
+			fields = append(fields, policy.FieldError{Field: "limit.window", Description: window})
 		}
 		if len(fields) > 0 {
 			return &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: fields}

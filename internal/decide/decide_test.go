@@ -253,8 +253,14 @@ func TestRequestLimit(t *testing.T) {
 	bad := own(0)
 	bad.Limit.Window = 0
 	var pe *policy.Error
-	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 2 || pe.Fields[0].Field != "limit.requests" || pe.Fields[1].Field != "limit.window" {
+	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 2 || pe.Fields[0].Field != "limit.requests" || pe.Fields[1].Field != "limit.window" ||
+		pe.Fields[1].Description != "must be whole seconds, from 1s to 366 days" {
 		t.Fatalf("invalid own limit: %v", err)
+	}
+	bad = own(1)
+	bad.Limit.Window = 1500 * time.Millisecond
+	if err := d.Validate(c, bad); !errors.As(err, &pe) || len(pe.Fields) != 1 || pe.Fields[0].Description != "must be whole seconds, from 1s to 366 days" {
+		t.Fatalf("a split second: %v", err)
 	}
 }
 
