@@ -333,9 +333,16 @@ var verbs = map[string]verb{
 					return err
 				}
 			}
-			return call(s, sluicev1connect.NewOverrideServiceClient(c, s.server).CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.CreateOverrideResponse) {
+			ovs := sluicev1connect.NewOverrideServiceClient(c, s.server)
+			err := call(s, ovs.CreateOverride, &sluicev1.CreateOverrideRequest{TenantId: s.tenant, Override: o}, func(w *tabwriter.Writer, r *sluicev1.CreateOverrideResponse) {
 				fmt.Fprintf(w, "created override %s for %s, config version %d\n", r.Override.Id, r.Override.Identifier, r.ConfigVersion)
 			})
+			if connect.CodeOf(err) == connect.CodeAlreadyExists {
+				if id := sameOverride(s, ovs, o); id != "" {
+					return fmt.Errorf("%s has that override already, %s (sluice overrides update %s changes it): %w", o.Identifier, id, id, err)
+				}
+			}
+			return err
 		}
 	}},
 	"overrides update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
@@ -840,6 +847,24 @@ func (o overrideOpts) resolveRule(s *session, c *http.Client) error {
 	id, err := ruleRef(s, c, *o.ruleID)
 	*o.ruleID = id
 	return err
+}
+
+// sameOverride is the id of the tenant's override that o would duplicate:
+// of its client, descriptor and kind (a tier, a rule's limit, a block of
+// the rule or of everything), or "" when none is found.
+func sameOverride(s *session, ovs sluicev1connect.OverrideServiceClient, o *sluicev1.Override) string {
+	req := connect.NewRequest(&sluicev1.ListOverridesRequest{TenantId: s.tenant, IdentifierPrefix: o.Identifier, PageSize: 1000})
+	req.Header().Set("Authorization", "Bearer "+s.key)
+	res, err := allOverrides(ovs)(s.ctx, req)
+	if err != nil {
+		return ""
+	}
+	for _, x := range res.Msg.Overrides {
+		if x.Identifier == o.Identifier && x.DescriptorKey == cmp.Or(o.DescriptorKey, "client_id") && x.Block == o.Block && x.RuleId == o.RuleId {
+			return x.Id
+		}
+	}
+	return ""
 }
 
 // overrideByID finds the override id among the tenant's.

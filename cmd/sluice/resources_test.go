@@ -326,6 +326,11 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("overrides", "list", "-identifier", "partner"); err != nil || !regexp.MustCompile(`partner\s+-\s+pro/per-client\s+50\s+1s\s`).MatchString(out) {
 		t.Fatalf("overrides list names the rule as TIER/RULE: %v\n%s", err, out)
 	}
+	// Twice: the error names the override there is, to update.
+	if _, err := sluice("overrides", "create", "-identifier", "partner", "-rule", "pro/per-client", "-limit", "60"); connect.CodeOf(err) != connect.CodeAlreadyExists ||
+		!regexp.MustCompile(`^partner has that override already, (\S+) \(sluice overrides update (\S+) changes it\)`).MatchString(describe(err)) {
+		t.Fatalf("an override made twice: %v", describe(err))
+	}
 	if _, err := sluice("overrides", "create", "-identifier", "partner2", "-rule", "pro/nope", "-limit", "5", "-window", "1s"); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("an override of no rule: %v", err)
 	}
