@@ -190,7 +190,7 @@ func ruleRef(s *session, c *http.Client, v string) (string, error) {
 		}
 	}
 	if len(named) > 1 {
-		return "", usageErrorf("-rule %s: a rule of that name is in tiers %s; name one as TIER/RULE", v, strings.Join(named, ", "))
+		return "", usageErrorf("rule %s: one of that name is in each of tiers %s; name one as TIER/RULE", v, strings.Join(named, ", "))
 	}
 	if id == "" {
 		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", v))

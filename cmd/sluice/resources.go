@@ -74,7 +74,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 const resourceUsage = `usage:
   sluice tenants   list [-slug PREFIX] | get TENANT | create -slug S -name N [-default-tier T] [-shadow] | update TENANT [flags] | delete TENANT
   sluice tiers     list | create NAME | rename TIER -name N | delete TIER
-  sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update ID [flags] | delete ID
+  sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update RULE [flags] | delete RULE
   sluice overrides list [-identifier PREFIX] | create -identifier ID [-descriptor D] (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
   sluice keys      list [-revoked] | create [-kind admin|viewer|check] [-name N] [-for D] | rotate [-grace D] ID | revoke ID
   sluice audit     list [-limit N] [-before ID] [-resource ID]   (who changed what, newest first)
@@ -277,9 +277,13 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
-	"rules update": {"ID", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+	"rules update": {"RULE", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		rf := defineRuleOpts(fs)
-		return func(s *session, c *http.Client, id string) error {
+		return func(s *session, c *http.Client, ref string) error {
+			id, err := ruleRef(s, c, ref)
+			if err != nil {
+				return err
+			}
 			return edit(func() error {
 				rule, err := ruleByID(s, sluicev1connect.NewTierServiceClient(c, s.server), id)
 				if err != nil {
@@ -294,9 +298,13 @@ var verbs = map[string]verb{
 			})
 		}
 	}},
-	"rules delete": plain("ID", func(s *session, c *http.Client, id string) error {
+	"rules delete": plain("RULE", func(s *session, c *http.Client, ref string) error {
+		id, err := ruleRef(s, c, ref)
+		if err != nil {
+			return err
+		}
 		return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).DeleteRule, &sluicev1.DeleteRuleRequest{TenantId: s.tenant, RuleId: id}, func(w *tabwriter.Writer, r *sluicev1.DeleteRuleResponse) {
-			fmt.Fprintf(w, "deleted rule %s, config version %d\n", id, r.ConfigVersion)
+			fmt.Fprintf(w, "deleted rule %s, config version %d\n", ref, r.ConfigVersion)
 		})
 	}),
 	"overrides list": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {

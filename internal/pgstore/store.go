@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/auditdiff"
 	"io"
 	"net"
 	"strings"
@@ -138,6 +139,10 @@ func (s *Store) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 // mutate runs f in a transaction: f makes a change and describes it, and
 // mutate records it (see bump) before the commit. It returns the tenant's
 // new config version.
+//
+// An update that changes nothing (no field differs, as the audit log would
+// list them) is no change: no version, no audit row, nothing for deciders
+// to load; the version returned is the tenant's current one.
 func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (change, error)) (int64, error) {
 	var version int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -145,10 +150,42 @@ func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (chan
 		if err != nil {
 			return err
 		}
+		if c.action == "update" && c.old != nil && c.new != nil {
+			if same, err := unchanged(c); err != nil || same {
+				if err == nil {
+					version, err = s.currentVersion(ctx, tx, c.tenantID)
+				}
+				return err
+			}
+		}
 		version, err = s.bump(ctx, tx, actor, c)
 		return err
 	})
 	return version, err
+}
+
+// unchanged reports whether c's new value has every field of its old one.
+func unchanged(c change) (bool, error) {
+	oldJSON, err := jsonOrNil(c.old)
+	if err != nil {
+		return false, err
+	}
+	newJSON, err := jsonOrNil(c.new)
+	if err != nil {
+		return false, err
+	}
+	return len(auditdiff.Changes(oldJSON, newJSON)) == 0, nil
+}
+
+// currentVersion is the tenant's config version as tx sees it (within
+// Atomically, the one its changes so far took).
+func (s *Store) currentVersion(ctx context.Context, tx pgx.Tx, tenantID string) (int64, error) {
+	if s.tx != nil && s.tx.versions[tenantID] != 0 {
+		return s.tx.versions[tenantID], nil
+	}
+	var version int64
+	err := tx.QueryRow(ctx, `SELECT config_version FROM tenants WHERE id = $1`, tenantID).Scan(&version)
+	return version, translate(err, "tenant")
 }
 
 // belowLimit refuses, as ResourceExhausted, one more of what count (a

@@ -142,8 +142,16 @@ func TestTiersAndRules(t *testing.T) {
 
 	upd := rule("b2", 99)
 	upd.ID, upd.Shadow, upd.FailureMode, upd.Block = ids[1], true, policy.FailLocal, true
-	if _, err := s.UpdateRule(ctx, op, acme.ID, upd, ""); err != nil {
+	changed, err := s.UpdateRule(ctx, op, acme.ID, upd, "")
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The same update again changes nothing: no version, no audit row.
+	if v, err := s.UpdateRule(ctx, op, acme.ID, upd, ""); err != nil || v != changed {
+		t.Fatalf("an update changing nothing: v%d %v, want v%d kept", v, err, changed)
+	}
+	if audit, err := s.ListAudit(ctx, acme.ID, 0, 1, ""); err != nil || len(audit) != 1 || audit[0].Version != changed {
+		t.Fatalf("the latest audit entry after an update changing nothing: %+v %v, want v%d's", audit, err, changed)
 	}
 	if _, err := s.ReorderRules(ctx, op, acme.ID, pro.ID, []string{ids[2], ids[0], ids[1]}); err != nil {
 		t.Fatal(err)
