@@ -466,6 +466,9 @@ var verbs = map[string]verb{
 			fmt.Fprintln(w, "DECIDER\tLAST SYNCED\tTENANT\tVERSION\tLATEST\tREDIS BREAKER\tREDIS ERRORS\tEVENTS WAITING\tEVENTS DROPPED")
 			for _, d := range r.Deciders {
 				synced := when(d.LastSyncedAt.IsValid(), d.LastSyncedAt.AsTime())
+				if d.LastSyncedAt.IsValid() {
+					synced += " (" + ago(time.Since(d.LastSyncedAt.AsTime())) + ")"
+				}
 				h := d.GetHealth()
 				health := fmt.Sprintf("%s\t%d\t%d\t%d", cmp.Or(h.GetBreaker(), "-"), h.GetEngineErrors(), h.GetEventsSpooled()+h.GetEventsQueued(), h.GetEventsDropped())
 				if len(d.ConfigVersions) == 0 {
@@ -1031,6 +1034,19 @@ func when(ok bool, t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// ago says roughly how long ago something was, d before now. A decider
+// pulls every 30 s by default: one last synced minutes ago has stopped,
+// or is cut off from the control plane.
+func ago(d time.Duration) string {
+	switch d = max(d, 0); {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d.Minutes()))
+	}
+	return fmt.Sprintf("%d h ago", int(d.Hours()))
 }
 
 // expiry says when a key or an override expires: never, a time, or

@@ -465,7 +465,7 @@ func TestCLIAgainstDev(t *testing.T) {
 	// With the tenant's latest version beside it (the decider's is no
 	// later), and what it reports of itself: on Redis, its breaker closed.
 	out, err = sluice("deciders", "list")
-	m := regexp.MustCompile(`(?m)^dev\s+\S+\s+demo\s+(\d+)\s+(\d+)\s+closed\s+\d+\s+\d+\s+\d+`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`(?m)^dev\s+\S+ \(\d+ s ago\)\s+demo\s+(\d+)\s+(\d+)\s+closed\s+\d+\s+\d+\s+\d+`).FindStringSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("deciders list: %v\n%s", err, out)
 	}
