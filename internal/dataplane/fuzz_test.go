@@ -30,7 +30,8 @@ import (
 )
 
 // FuzzCheckBody sends arbitrary bodies to POST /v1/check, POST /v1/reset,
-// POST /shouldAllowRequest and Unkey's POST /v2/ratelimit.limit, on
+// POST /shouldAllowRequest, Unkey's POST /v2/ratelimit.limit and
+// gubernator's POST /v1/GetRateLimits, on
 // net/http and on fasthttp's handler (each with its
 // own counters, in step): every answer is a decision (200, 429) or a
 // refusal of the input (400, 413), never an internal error, its body is
@@ -51,11 +52,14 @@ func FuzzCheckBody(f *testing.F) {
 		`[]`, `null`, `{`, `{"cost":1e400}`, `{"descriptors":{"a":1}}`,
 		`{"namespace":"sms","identifier":"u1","limit":3,"duration":60000}`,
 		`{"namespace":"sms","identifier":"u1","limit":3,"duration":1500,"cost":0,"async":true}`,
+		`{"requests":[{"name":"n","uniqueKey":"k","hits":"1","limit":"10","duration":"1000"}]}`,
+		`{"requests":[{"name":"n","unique_key":"k","hits":0,"limit":10,"duration":2,"behavior":12,"algorithm":"LEAKY_BUCKET","burst":3}]}`,
 	} {
 		f.Add("/v1/check", seed)
 		f.Add("/v1/reset", seed)
 		f.Add("/shouldAllowRequest", seed)
 		f.Add(UnkeyLimitPath, seed)
+		f.Add(GubernatorLimitsPath, seed)
 	}
 	cfg, secret := testAPI(f)
 	h := NewHTTPHandler(cfg)
@@ -72,7 +76,7 @@ func FuzzCheckBody(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, path, body string) {
-		if path != "/v1/check" && path != "/v1/reset" && path != UnkeyLimitPath {
+		if path != "/v1/check" && path != "/v1/reset" && path != UnkeyLimitPath && path != GubernatorLimitsPath {
 			path = "/shouldAllowRequest"
 		}
 		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
@@ -76,6 +77,7 @@ func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy, opts ...grpc
 		grpc.ChainUnaryInterceptor(cfg.recoverUnary), grpc.ChainStreamInterceptor(cfg.recoverStream)}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
+	gubernatorpb.RegisterV1Server(s, NewGubernator(cfg))
 	reflection.Register(s) // grpcurl and similar tools need no .proto files
 	return s
 }

@@ -99,8 +99,9 @@ func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.
 }
 
 // NewHTTPHandler returns the handler of POST /v1/check, POST /v1/reset,
-// the seed-compatible POST /shouldAllowRequest and Unkey's POST
-// /v2/ratelimit.limit.
+// the seed-compatible POST /shouldAllowRequest, Unkey's POST
+// /v2/ratelimit.limit and gubernator's POST /v1/GetRateLimits and GET
+// /v1/HealthCheck.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	h := newHTTPAPI(cfg)
 	mux := http.NewServeMux()
@@ -108,18 +109,22 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("POST /shouldAllowRequest", func(w http.ResponseWriter, r *http.Request) { h.shouldAllow(&stdExchange{w, r}) })
 	mux.HandleFunc("POST /v1/reset", func(w http.ResponseWriter, r *http.Request) { h.reset(&stdExchange{w, r}) })
 	mux.HandleFunc("POST "+UnkeyLimitPath, func(w http.ResponseWriter, r *http.Request) { h.unkeyLimit(&stdExchange{w, r}) })
+	mux.HandleFunc("POST "+GubernatorLimitsPath, func(w http.ResponseWriter, r *http.Request) { h.gubernatorLimits(&stdExchange{w, r}) })
+	mux.HandleFunc("GET "+GubernatorHealthPath, gubernatorHealth)
 	return mux
 }
 
 // MountHTTP routes the check API's paths of mux to h (NewHTTPHandler's,
 // wrapped in CORS or not), browsers' preflights of them included.
 func MountHTTP(mux *http.ServeMux, h http.Handler) {
-	for _, p := range []string{"POST /v1/check", "OPTIONS /v1/check", "POST /v1/reset", "OPTIONS /v1/reset", "POST /shouldAllowRequest", "POST " + UnkeyLimitPath} {
+	for _, p := range []string{"POST /v1/check", "OPTIONS /v1/check", "POST /v1/reset", "OPTIONS /v1/reset", "POST /shouldAllowRequest", "POST " + UnkeyLimitPath,
+		"POST " + GubernatorLimitsPath, "GET " + GubernatorHealthPath} {
 		mux.Handle(p, h)
 	}
 	// Another method on these paths is 405 with Allow, even where mux has a
 	// catch-all (sluice dev's control plane) that would answer 404.
-	for path, allow := range map[string]string{"/v1/check": "POST, OPTIONS", "/v1/reset": "POST, OPTIONS", "/shouldAllowRequest": "POST", UnkeyLimitPath: "POST"} {
+	for path, allow := range map[string]string{"/v1/check": "POST, OPTIONS", "/v1/reset": "POST, OPTIONS", "/shouldAllowRequest": "POST", UnkeyLimitPath: "POST",
+		GubernatorLimitsPath: "POST", GubernatorHealthPath: "GET"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			replyProblem(&stdExchange{w, r}, http.StatusMethodNotAllowed, "Method Not Allowed", r.Method+" "+path+": use "+allow, nil)

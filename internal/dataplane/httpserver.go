@@ -75,12 +75,21 @@ func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
 				case UnkeyLimitPath:
 					h.unkeyLimit(&fastExchange{ctx})
 					return
+				case GubernatorLimitsPath:
+					h.gubernatorLimits(&fastExchange{ctx})
+					return
 				}
 			}
 			s.handOff(ctx)
 		}),
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			ex := &fastExchange{ctx}
+			var ex exchange = &fastExchange{ctx}
+			switch string(ctx.Path()) { // the compatible APIs answer in their own envelopes
+			case UnkeyLimitPath:
+				ex = unkeyExchange{ex}
+			case GubernatorLimitsPath:
+				ex = gatewayExchange{ex}
+			}
 			var small *fasthttp.ErrSmallBuffer
 			var ne net.Error
 			switch {

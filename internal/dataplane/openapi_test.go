@@ -91,6 +91,16 @@ func TestOpenAPI(t *testing.T) {
 			{"unkey, unknown member", UnkeyLimitPath, key, `{"namespace":"a","identifier":"u1","limit":1,"duration":60000,"meta":{}}`, "", 400},
 			{"unkey, no key", UnkeyLimitPath, "", `{"namespace":"a","identifier":"u1","limit":1,"duration":60000}`, "", 401},
 			{"unkey, gzip", UnkeyLimitPath, key, `{"namespace":"a","identifier":"u1","limit":1,"duration":60000}`, "gzip", 415},
+			{"unkey, too large", UnkeyLimitPath, key, `{"namespace":"a","identifier":"` + strings.Repeat("u", 2000) + `","limit":1,"duration":60000}`, "", 413},
+			{"gubernator", GubernatorLimitsPath, key, `{"requests":[{"name":"requests_per_sec","uniqueKey":"account:1","hits":"1","limit":"10","duration":"1000"}]}`, "", 200},
+			{"gubernator, proto names and numbers", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":60000,"algorithm":"LEAKY_BUCKET","behavior":10,"metadata":{"a":"b"}}]}`, "", 200},
+			{"gubernator, over", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":60000,"algorithm":1}]}`, "", 200},
+			{"gubernator, a request it cannot decide", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"","hits":1,"limit":10,"duration":1500}]}`, "", 200},
+			{"gubernator, no requests", GubernatorLimitsPath, key, `{"requests":[]}`, "", 400},
+			{"gubernator, not JSON", GubernatorLimitsPath, key, `{"requests":`, "", 400},
+			{"gubernator, no key", GubernatorLimitsPath, "", `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1000}]}`, "", 401},
+			{"gubernator, gzip", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1000}]}`, "gzip", 415},
+			{"gubernator, too large", GubernatorLimitsPath, key, `{"requests":[{"name":"` + strings.Repeat("n", 2000) + `","unique_key":"k","hits":1,"limit":1,"duration":1000}]}`, "", 413},
 		} {
 			req, _ := http.NewRequest(http.MethodPost, srv.url+c.path, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")

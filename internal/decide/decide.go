@@ -726,11 +726,7 @@ func (d *Decider) Reset(ctx context.Context, c *Config, req Request) ([]*policy.
 	if err := refuse(c, req); err != nil {
 		return nil, err
 	}
-	if req.Limit != nil {
-		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid reset",
-			Fields: []policy.FieldError{{Field: "limit", Description: "a request's own limit has no counter to reset"}}}
-	}
-	sel, err := d.selectRules(c, req, 1)
+	sel, err := d.selectRules(c, req, 1) // a request's own limit: its counter
 	if err != nil {
 		return nil, err
 	}

@@ -268,8 +268,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fmt.Fprintf(cfg.Out, `Sluice dev is running: control plane, decider (%s) and analytics (%s), PostgreSQL %s, tenant "demo".
   console       %[4]s/console/
-  API           %[4]s  (/v1/check, /shouldAllowRequest, Unkey's /v2/ratelimit.limit, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
-  gRPC          %[8]s  (Envoy rate limit service, DecisionService on grpc-go)
+  API           %[4]s  (/v1/check, /shouldAllowRequest, Unkey's /v2/ratelimit.limit, gubernator's /v1/GetRateLimits, sluice.v1 Connect/gRPC, /healthz, /readyz, /metrics)
+  gRPC          %[8]s  (Envoy rate limit service, DecisionService, gubernator's V1 on grpc-go)
   operator key  %[5]s
   admin key     %[6]s  (tenant demo)
   check key     %[7]s

@@ -1,0 +1,291 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
+)
+
+// gubernator's V1 API (pb.gubernator.V1: GetRateLimits and HealthCheck),
+// over gRPC on the decider's gRPC port and as its HTTP gateway's JSON
+// (POST /v1/GetRateLimits, GET /v1/HealthCheck) on the HTTP port, so that
+// an application calling gubernator moves over by changing where it calls
+// and adding the tenant's check key (Authorization: Bearer, as metadata
+// over gRPC). Each request brings its own limit, as gubernator's do,
+// decided apart from the tenant's rules and from the other requests of
+// the call: counted per (name, unique_key), a TOKEN_BUCKET by a fixed
+// window of the duration (gubernator's token bucket refills whole at the
+// end of its duration), a LEAKY_BUCKET by GCRA at limit per duration with
+// a burst of the limit.
+
+// Paths of gubernator's HTTP gateway.
+const (
+	GubernatorLimitsPath = "/v1/GetRateLimits"
+	GubernatorHealthPath = "/v1/HealthCheck"
+)
+
+// GubernatorMaxRequests bounds the requests of one GetRateLimits call, as
+// gubernator bounds them.
+const GubernatorMaxRequests = 1000
+
+// gubernatorCalendar is a DURATION_IS_GREGORIAN duration's window, of the
+// units a window aligned on the Unix epoch starts as the calendar does, in
+// UTC: minutes, hours and days.
+var gubernatorCalendar = map[int64]time.Duration{0: time.Minute, 1: time.Hour, 2: 24 * time.Hour}
+
+// gubernatorBehaviors are the behavior flags accepted: batching, global
+// and multi-region change nothing here (every decider counts in Redis, at
+// once); the calendar and resets are served. DRAIN_OVER_LIMIT is not.
+const gubernatorBehaviors = gubernatorpb.Behavior_NO_BATCHING | gubernatorpb.Behavior_GLOBAL | gubernatorpb.Behavior_DURATION_IS_GREGORIAN |
+	gubernatorpb.Behavior_RESET_REMAINING | gubernatorpb.Behavior_MULTI_REGION
+
+// gubernatorRequest is the decision r asks for and whether it resets the
+// counter first (RESET_REMAINING), or what is wrong with it: gubernator
+// answers a request it cannot decide with an error of its own, beside the
+// others' answers.
+func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, error) {
+	var fields []policy.FieldError
+	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
+	if r.GetName() == "" {
+		bad("name", "must not be empty")
+	}
+	if r.GetUniqueKey() == "" {
+		bad("unique_key", "must not be empty")
+	}
+	if r.GetHits() < 0 || r.GetHits() > policy.MaxLimit {
+		bad("hits", "must be 0 to 1e9")
+	}
+	if r.GetLimit() < 1 || r.GetLimit() > policy.MaxLimit {
+		bad("limit", "must be 1 to 1e9")
+	}
+	b := r.GetBehavior()
+	if b&^gubernatorBehaviors != 0 {
+		bad("behavior", "DRAIN_OVER_LIMIT and unknown flags are not supported")
+	}
+	l := &decide.RequestLimit{Requests: r.GetLimit(), Algorithm: policy.FixedWindow}
+	switch r.GetAlgorithm() {
+	case gubernatorpb.Algorithm_TOKEN_BUCKET:
+	case gubernatorpb.Algorithm_LEAKY_BUCKET:
+		l.Algorithm = policy.GCRA
+		if r.GetBurst() != 0 && r.GetBurst() != r.GetLimit() {
+			bad("burst", "must be 0 or the limit: a leaky bucket's burst is its limit here")
+		}
+	default:
+		bad("algorithm", "must be TOKEN_BUCKET or LEAKY_BUCKET")
+	}
+	if b&gubernatorpb.Behavior_DURATION_IS_GREGORIAN != 0 {
+		l.Window = gubernatorCalendar[r.GetDuration()]
+		switch {
+		case l.Window == 0:
+			bad("duration", "with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours) or 2 (days): a tenant rule's calendar window counts weeks, months and years")
+		case l.Algorithm != policy.FixedWindow:
+			bad("behavior", "DURATION_IS_GREGORIAN is for TOKEN_BUCKET")
+		}
+	} else {
+		d := r.GetDuration()
+		switch {
+		case d < 1000 || d > int64(policy.MaxWindow/time.Millisecond):
+			bad("duration", "must be 1000 ms to 366 days")
+		case d%1000 != 0:
+			bad("duration", "must be whole seconds: a multiple of 1000 milliseconds")
+		}
+		l.Window = time.Duration(d) * time.Millisecond
+	}
+	if fields != nil {
+		return decide.Request{}, false, &policy.Error{Code: policy.CodeInvalid, Message: "invalid rate limit request", Fields: fields}
+	}
+	req := decide.Request{Cost: r.GetHits(), Peek: r.GetHits() == 0, Limit: l,
+		Descriptors: policy.Descriptors{{Key: "name", Value: r.GetName()}, {Key: "unique_key", Value: r.GetUniqueKey()}}}
+	return req, b&gubernatorpb.Behavior_RESET_REMAINING != 0, nil
+}
+
+// gubernatorLimits answers a GetRateLimits call of tenant c: each request
+// decided on its own, all at once, its problems in its answer's error.
+func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
+	n := len(in.GetRequests())
+	if n == 0 || n > GubernatorMaxRequests {
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid GetRateLimits request",
+			Fields: []policy.FieldError{{Field: "requests", Description: fmt.Sprintf("1 to %d", GubernatorMaxRequests)}}}
+	}
+	out := &gubernatorpb.GetRateLimitsResp{Responses: make([]*gubernatorpb.RateLimitResp, n)}
+	gctx := cfg.Decider.Gather(ctx, n)
+	_ = together(n, func(i int) error {
+		r := in.Requests[i]
+		res := &gubernatorpb.RateLimitResp{Limit: r.GetLimit()}
+		out.Responses[i] = res
+		req, reset, err := gubernatorRequest(r)
+		if err == nil {
+			err = cfg.Decider.Validate(c, req)
+		}
+		if err == nil && reset {
+			_, err = cfg.reset(gctx, c, req)
+		}
+		var dec decide.Decision
+		if err == nil {
+			dec, err = cfg.decide(gctx, c, req)
+		}
+		if err != nil {
+			res.Error = gubernatorError(ctx, cfg, err)
+			return nil
+		}
+		if len(dec.Rules) > 0 {
+			rr := dec.Rules[0]
+			res.Remaining = max(rr.Remaining, 0)
+			res.ResetTime = cfg.Decider.Now().Add(rr.ResetAfter).UnixMilli()
+		}
+		// A request of no hits asks whether the next would be over.
+		if !dec.Allowed || req.Peek && res.Remaining == 0 {
+			res.Status = gubernatorpb.Status_OVER_LIMIT
+		}
+		return nil
+	})
+	return out, nil
+}
+
+// gubernatorError is err as a request's answer tells it: the fields of an
+// invalid request, a policy error's message, and nothing of an internal
+// error but that it happened (it is logged).
+func gubernatorError(ctx context.Context, cfg *HTTPConfig, err error) string {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		var ce *connect.Error
+		if errors.As(protoconv.ToConnectError(ctx, cfg.Logger, err), &ce) { // logged there
+			return ce.Message()
+		}
+		return "the decision could not be made"
+	}
+	if len(pe.Fields) == 0 {
+		return pe.Message
+	}
+	parts := make([]string, len(pe.Fields))
+	for i, f := range pe.Fields {
+		parts[i] = f.Field + ": " + f.Description
+	}
+	return pe.Message + ": " + strings.Join(parts, "; ")
+}
+
+// Gubernator serves gubernator's V1 API over gRPC.
+type Gubernator struct {
+	gubernatorpb.UnimplementedV1Server
+	cfg HTTPConfig
+}
+
+// NewGubernator returns gubernator's V1 service of cfg's decider.
+func NewGubernator(cfg HTTPConfig) *Gubernator { return &Gubernator{cfg: cfg} }
+
+// GetRateLimits authenticates the call by its check key and decides each
+// of its requests.
+func (g *Gubernator) GetRateLimits(ctx context.Context, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
+	ctx = g.cfg.tracedMetadata(ctx)
+	c, err := g.cfg.Authenticate(incomingAuth(ctx))
+	if err == nil {
+		var out *gubernatorpb.GetRateLimitsResp
+		if out, err = g.cfg.gubernatorLimits(ctx, c, in); err == nil {
+			return out, nil
+		}
+	}
+	return nil, grpcStatus(protoconv.ToConnectError(ctx, g.cfg.Logger, err))
+}
+
+// HealthCheck answers that the decider is up, as /healthz does (with no
+// key: load balancers and gubernator's clients ask it before anything).
+func (g *Gubernator) HealthCheck(context.Context, *gubernatorpb.HealthCheckReq) (*gubernatorpb.HealthCheckResp, error) {
+	return gubernatorHealthy, nil
+}
+
+var gubernatorHealthy = &gubernatorpb.HealthCheckResp{Status: "healthy"}
+
+// gubernatorJSON reads and writes gubernator's messages as its HTTP
+// gateway does: fields by either of their JSON names, unknown ones
+// ignored; written by their proto names, every field, 64-bit integers as
+// strings.
+type gubernatorJSON struct{ m proto.Message }
+
+func (j *gubernatorJSON) UnmarshalJSON(b []byte) error {
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, j.m)
+}
+
+func (j gubernatorJSON) MarshalJSON() ([]byte, error) {
+	return protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(j.m)
+}
+
+// gubernatorLimits answers POST /v1/GetRateLimits.
+func (h *httpAPI) gubernatorLimits(ex exchange) {
+	ex = gatewayExchange{ex}
+	var in gubernatorpb.GetRateLimitsReq
+	c, ok := h.begin(ex, "GetRateLimits request", &gubernatorJSON{&in})
+	if !ok {
+		return
+	}
+	out, err := h.cfg.gubernatorLimits(h.cfg.tracedExchange(ex), c, &in)
+	if err != nil {
+		h.fail(ex, err)
+		return
+	}
+	ex.reply(http.StatusOK, "application/json", gubernatorJSON{out})
+}
+
+// gubernatorHealth answers GET /v1/HealthCheck.
+func gubernatorHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, "application/json", gubernatorJSON{gubernatorHealthy})
+}
+
+// gatewayExchange answers problems as gubernator's gateway (grpc-gateway)
+// does: {"code": the gRPC code, "message": …, "details": []}, with the
+// same HTTP status; all else passes through.
+type gatewayExchange struct{ exchange }
+
+// gatewayError is grpc-gateway's error body.
+type gatewayError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Details []any  `json:"details"`
+}
+
+func (e gatewayExchange) reply(status int, contentType string, v any) {
+	p, ok := v.(problem)
+	if !ok {
+		e.exchange.reply(status, contentType, v)
+		return
+	}
+	msg := p.Detail
+	for _, f := range p.Errors {
+		msg += "; " + f.Field + ": " + f.Description
+	}
+	e.exchange.reply(status, "application/json", gatewayError{Code: grpcCodeOf(status), Message: msg, Details: []any{}})
+}
+
+// grpcCodeOf is the gRPC code grpc-gateway answers with an HTTP status.
+func grpcCodeOf(status int) int {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		return 3 // InvalidArgument
+	case http.StatusUnauthorized:
+		return 16 // Unauthenticated
+	case http.StatusForbidden:
+		return 7 // PermissionDenied
+	case http.StatusNotFound:
+		return 5 // NotFound
+	case http.StatusConflict:
+		return 10 // Aborted
+	case http.StatusTooManyRequests:
+		return 8 // ResourceExhausted
+	case http.StatusServiceUnavailable:
+		return 14 // Unavailable
+	case statusClientClosed:
+		return 1 // Canceled
+	}
+	return 13 // Internal
+}
