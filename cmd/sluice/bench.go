@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/flagenv"
+	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/grpcload"
 	"github.com/sluicehq/sluice/sluiceclient"
@@ -58,6 +60,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	coalesce := fs.Bool("coalesce", false, "check through the Go SDK with Coalesce: concurrent checks share CheckBatch calls to -decider")
 	rlsAddr := fs.String("rls", "", "benchmark Envoy's rate limit service (ShouldRateLimit) on this gRPC address instead: any RLS server, Sluice's or another")
 	domain := fs.String("domain", "", "with -rls: the request's domain (Sluice: the tenant's slug)")
+	gubAddr := fs.String("gubernator", "", "benchmark gubernator's GetRateLimits on this gRPC address instead: gubernator's own, or a Sluice decider's; one request a call, 10^6 a second per client id, so that every check is admitted")
 	conc := fs.Int("c", 50, "concurrent clients")
 	keys := fs.Int("keys", 10_000, "distinct client ids")
 	n := fs.Int("n", 100_000, "checks in all")
@@ -67,12 +70,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.IntVar(&probe.pid, "pid", 0, "also report the CPU this process (the server under load: a decider, envoyproxy/ratelimit) takes per decision, from /proc (Linux)")
 	fs.StringVar(&probe.redis, "redis", "", "also report the CPU the Redis at this host:port takes per decision, from INFO cpu")
 	if err := fs.Parse(args); err != nil || *conc < 1 || *keys < 1 || *n < 1 || (*rlsAddr != "") != (*domain != "") ||
-		(*raw && *rlsAddr == "" && *grpcAddr == "") || probe.pid < 0 || fs.NArg() > 0 {
+		(*raw && *rlsAddr == "" && *grpcAddr == "" && *gubAddr == "") || probe.pid < 0 || fs.NArg() > 0 {
 		fmt.Fprint(stderr, benchUsage)
 		return errUsage
 	}
 	key := getenv("SLUICE_CHECK_KEY")
-	if key == "" && *rlsAddr == "" {
+	if key == "" && *rlsAddr == "" && *gubAddr == "" { // those two need one for Sluice's only
 		fmt.Fprint(stderr, "set SLUICE_CHECK_KEY to a check key\n")
 		return errUsage
 	}
@@ -81,7 +84,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		if err != nil {
 			return err
 		}
-		res, err := runRaw(ctx, *rlsAddr, *domain, *grpcAddr, key, *conc, *keys, *n)
+		res, err := runRaw(ctx, rawTarget{rls: *rlsAddr, domain: *domain, grpc: *grpcAddr, gubernator: *gubAddr}, key, *conc, *keys, *n)
 		if err != nil {
 			return err
 		}
@@ -94,9 +97,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	var protocol string
 	var closeFn func()
 	var err error
-	if *rlsAddr != "" {
+	switch {
+	case *rlsAddr != "":
 		check, protocol, closeFn, err = rlsTarget(*rlsAddr, *domain, key)
-	} else {
+	case *gubAddr != "":
+		check, protocol, closeFn, err = gubernatorTarget(*gubAddr, key)
+	default:
 		check, protocol, closeFn, err = benchTarget(*decider, *grpcAddr, *coalesce, key, *conc)
 	}
 	if err != nil {
@@ -175,12 +181,29 @@ func printBench(stdout io.Writer, asJSON bool, res benchResult) error {
 	})
 }
 
-const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] | -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000] [-pid PID] [-redis HOST:PORT] [-json]\n"
+const benchUsage = "usage: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] | -rls HOST:PORT -domain D [-raw] | -gubernator HOST:PORT [-raw]] [-c 50] [-keys 10000] [-n 100000] [-pid PID] [-redis HOST:PORT] [-json]\n"
+
+// rawTarget is what `sluice bench -raw` loads: Envoy's ShouldRateLimit at
+// rls (in domain), gubernator's GetRateLimits at gubernator, else
+// DecisionService.Check at grpc.
+type rawTarget struct{ rls, domain, grpc, gubernator string }
+
+// gubernatorBenchRequest is one check of id in gubernator's terms: a hit
+// of a limit of 10^6 a second, which the load never reaches.
+func gubernatorBenchRequest(id string) *gubernatorpb.GetRateLimitsReq {
+	return &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{{Name: "bench", UniqueKey: id, Hits: 1, Limit: 1_000_000, Duration: 1000}}}
+}
+
+// gubernatorAllowed reports whether a GetRateLimits answer admitted its
+// one request.
+func gubernatorAllowed(r *gubernatorpb.GetRateLimitsResp) bool {
+	return len(r.GetResponses()) == 1 && r.Responses[0].GetError() == "" && r.Responses[0].GetStatus() == gubernatorpb.Status_UNDER_LIMIT
+}
 
 // runRaw is `sluice bench -raw`: n calls of DecisionService.Check (at
 // grpcAddr) or Envoy's ShouldRateLimit (at rlsAddr, in domain) over keys
 // client ids, conc in flight on two connections, sent by grpcload.
-func runRaw(ctx context.Context, rlsAddr, domain, grpcAddr, key string, conc, keys, n int) (benchResult, error) {
+func runRaw(ctx context.Context, to rawTarget, key string, conc, keys, n int) (benchResult, error) {
 	// conc rounded down to an even number split over the two connections.
 	cfg := grpcload.Config{Conns: min(2, conc), Streams: max(1, conc/2), Calls: int64(n)}
 	if key != "" {
@@ -190,8 +213,11 @@ func runRaw(ctx context.Context, rlsAddr, domain, grpcAddr, key string, conc, ke
 	for i := range keys {
 		id := "bench-" + strconv.Itoa(i)
 		var m proto.Message = &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: id}}}
-		if rlsAddr != "" {
-			m = &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: id}}}}}
+		switch {
+		case to.rls != "":
+			m = &rlsv3.RateLimitRequest{Domain: to.domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: id}}}}}
+		case to.gubernator != "":
+			m = gubernatorBenchRequest(id)
 		}
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -199,14 +225,21 @@ func runRaw(ctx context.Context, rlsAddr, domain, grpcAddr, key string, conc, ke
 		}
 		cfg.Messages = append(cfg.Messages, b)
 	}
-	if rlsAddr != "" {
-		cfg.Addr, cfg.Method, res.Protocol = rlsAddr, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, "Envoy RLS (raw HTTP/2) "+rlsAddr
+	switch {
+	case to.rls != "":
+		cfg.Addr, cfg.Method, res.Protocol = to.rls, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, "Envoy RLS (raw HTTP/2) "+to.rls
 		cfg.Classify = func(msg []byte) bool {
 			var r rlsv3.RateLimitResponse
 			return proto.Unmarshal(msg, &r) == nil && r.OverallCode == rlsv3.RateLimitResponse_OK
 		}
-	} else {
-		cfg.Addr, cfg.Method, res.Protocol = grpcAddr, sluicev1.DecisionService_Check_FullMethodName, "gRPC (raw HTTP/2) "+grpcAddr
+	case to.gubernator != "":
+		cfg.Addr, cfg.Method, res.Protocol = to.gubernator, gubernatorpb.V1_GetRateLimits_FullMethodName, "gubernator GetRateLimits (raw HTTP/2) "+to.gubernator
+		cfg.Classify = func(msg []byte) bool {
+			var r gubernatorpb.GetRateLimitsResp
+			return proto.Unmarshal(msg, &r) == nil && gubernatorAllowed(&r)
+		}
+	default:
+		cfg.Addr, cfg.Method, res.Protocol = to.grpc, sluicev1.DecisionService_Check_FullMethodName, "gRPC (raw HTTP/2) "+to.grpc
 		cfg.Classify = func(msg []byte) bool {
 			var r sluicev1.CheckResponse
 			return proto.Unmarshal(msg, &r) == nil && r.Allowed
@@ -231,23 +264,53 @@ func runRaw(ctx context.Context, rlsAddr, domain, grpcAddr, key string, conc, ke
 // set) as Envoy's initial metadata would. It speaks the protocol only, so
 // it measures any RLS server the same way.
 func rlsTarget(addr, domain, key string) (func(context.Context, string) (bool, error), string, func(), error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, withKey, err := dialBench(addr, key)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	var md metadata.MD
-	if key != "" {
-		md = metadata.Pairs("authorization", "Bearer "+key)
-	}
 	return func(ctx context.Context, id string) (bool, error) {
-		res, err := client.ShouldRateLimit(metadata.NewOutgoingContext(ctx, md), &rlsv3.RateLimitRequest{Domain: domain,
+		res, err := client.ShouldRateLimit(withKey(ctx), &rlsv3.RateLimitRequest{Domain: domain,
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: id}}}}})
 		if err != nil {
 			return false, err
 		}
 		return res.GetOverallCode() == rlsv3.RateLimitResponse_OK, nil
 	}, "Envoy RLS " + addr, func() { conn.Close() }, nil
+}
+
+// dialBench connects to the gRPC server at addr (plaintext), and returns
+// what puts key, when set, in a call's metadata as a bearer token.
+func dialBench(addr, key string) (*grpc.ClientConn, func(context.Context) context.Context, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	var md metadata.MD
+	if key != "" {
+		md = metadata.Pairs("authorization", "Bearer "+key)
+	}
+	return conn, func(ctx context.Context) context.Context { return metadata.NewOutgoingContext(ctx, md) }, nil
+}
+
+// gubernatorTarget returns one check through gubernator's GetRateLimits at
+// addr (gubernator's, or a decider's carrying key when set).
+func gubernatorTarget(addr, key string) (func(context.Context, string) (bool, error), string, func(), error) {
+	conn, withKey, err := dialBench(addr, key)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	client := gubernatorpb.NewV1Client(conn)
+	return func(ctx context.Context, id string) (bool, error) {
+		res, err := client.GetRateLimits(withKey(ctx), gubernatorBenchRequest(id))
+		if err != nil {
+			return false, err
+		}
+		if len(res.GetResponses()) == 1 && res.Responses[0].GetError() != "" {
+			return false, errors.New(res.Responses[0].GetError())
+		}
+		return gubernatorAllowed(res), nil
+	}, "gubernator GetRateLimits " + addr, func() { conn.Close() }, nil
 }
 
 // benchTarget returns one check against the decider over HTTP, grpc-go or

@@ -51,7 +51,7 @@ commands:
   check    ask a decider for a decision: sluice check [-peek] [-limit 100/1m] client_id=alice (SLUICE_CHECK_KEY)
   reset    reset the counters a request meets, on every decider: sluice reset client_id=alice (SLUICE_CHECK_KEY)
   bench    load a decider: sluice bench [-decider URL [-coalesce] | -grpc HOST:PORT [-raw] |
-           -rls HOST:PORT -domain D [-raw]] [-c 50] [-keys 10000] [-n 100000]
+           -rls HOST:PORT -domain D [-raw] | -gubernator HOST:PORT [-raw]] [-c 50] [-keys 10000] [-n 100000]
            [-pid PID] [-redis HOST:PORT] (the CPU that server and that Redis take per decision)
 
 environment:

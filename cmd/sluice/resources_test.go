@@ -572,6 +572,18 @@ func TestBenchAgainstDev(t *testing.T) {
 			t.Fatalf("%v: %+v", args, res)
 		}
 	}
+	// gubernator's API carries its own limit, 10^6 a second: all admitted.
+	for _, args := range [][]string{{"bench", "-gubernator", grpcAddr, "-n", "300", "-c", "4", "-keys", "20", "-json"},
+		{"bench", "-gubernator", grpcAddr, "-raw", "-n", "300", "-c", "4", "-keys", "20", "-json"}} {
+		var out strings.Builder
+		if err := run(context.Background(), args, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var res benchResult
+		if err := json.Unmarshal([]byte(out.String()), &res); err != nil || res.Decisions != 300 || res.Allowed != 300 || res.Errors != 0 {
+			t.Fatalf("%v: %q", args, out.String())
+		}
+	}
 	// -pid and -redis report what the decider (here, this process) and
 	// its Redis took per decision.
 	var cpu strings.Builder

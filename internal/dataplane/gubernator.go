@@ -115,15 +115,18 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 // decided on its own, all at once, its problems in its answer's error.
 func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
 	n := len(in.GetRequests())
-	if n == 0 || n > GubernatorMaxRequests {
+	if n > GubernatorMaxRequests {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid GetRateLimits request",
-			Fields: []policy.FieldError{{Field: "requests", Description: fmt.Sprintf("1 to %d", GubernatorMaxRequests)}}}
+			Fields: []policy.FieldError{{Field: "requests", Description: fmt.Sprintf("at most %d", GubernatorMaxRequests)}}}
 	}
 	out := &gubernatorpb.GetRateLimitsResp{Responses: make([]*gubernatorpb.RateLimitResp, n)}
+	if n == 0 { // nothing asked, nothing answered, as gubernator does
+		return out, nil
+	}
 	gctx := cfg.Decider.Gather(ctx, n)
 	_ = together(n, func(i int) error {
 		r := in.Requests[i]
-		res := &gubernatorpb.RateLimitResp{Limit: r.GetLimit()}
+		res := &gubernatorpb.RateLimitResp{}
 		out.Responses[i] = res
 		req, reset, err := gubernatorRequest(r)
 		if err == nil {
@@ -137,13 +140,20 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 			dec, err = cfg.decide(gctx, c, req)
 		}
 		if err != nil {
-			res.Error = gubernatorError(ctx, cfg, err)
+			res.Error = gubernatorError(ctx, cfg, err) // nothing else, as gubernator answers
 			return nil
 		}
+		res.Limit = r.GetLimit()
 		if len(dec.Rules) > 0 {
 			rr := dec.Rules[0]
 			res.Remaining = max(rr.Remaining, 0)
-			res.ResetTime = cfg.Decider.Now().Add(rr.ResetAfter).UnixMilli()
+			now := cfg.Decider.Now()
+			res.ResetTime = now.Add(rr.ResetAfter).UnixMilli()
+			if rr.ResetAfter <= 0 && req.Limit.Algorithm == policy.FixedWindow {
+				// A window nothing has counted in yet is whole already; gubernator
+				// names the end of the window all the same.
+				res.ResetTime = now.Truncate(req.Limit.Window).Add(req.Limit.Window).UnixMilli()
+			}
 		}
 		// A request of no hits asks whether the next would be over.
 		if !dec.Allowed || req.Peek && res.Remaining == 0 {

@@ -86,13 +86,18 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	if r := call(gregorian)[0]; r.Remaining != 1 || r.ResetTime != windowEnd || r.Error != "" {
 		t.Fatalf("a gregorian minute: %v, want the reset at %d", r, windowEnd)
 	}
+	// A day nothing has counted in yet resets at its end all the same.
+	gregorian.Duration, gregorian.Hits = 2, 0
+	if r := call(gregorian)[0]; r.Remaining != 2 || r.ResetTime != now.Truncate(24*time.Hour).Add(24*time.Hour).UnixMilli() {
+		t.Fatalf("a gregorian day, untouched: %v", r)
+	}
 
 	// The call needs the tenant's check key, and a request or more.
 	if _, err := client.GetRateLimits(context.Background(), &gubernatorpb.GetRateLimitsReq{Requests: []*gubernatorpb.RateLimitReq{perMinute("a", 1)}}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a key: %v", err)
 	}
-	if _, err := client.GetRateLimits(ctx, &gubernatorpb.GetRateLimitsReq{}); status.Code(err) != codes.InvalidArgument {
-		t.Fatalf("no requests: %v", err)
+	if res, err := client.GetRateLimits(ctx, &gubernatorpb.GetRateLimitsReq{}); err != nil || len(res.Responses) != 0 {
+		t.Fatalf("no requests: %v %v, want no answers, as gubernator", res, err)
 	}
 	if h, err := client.HealthCheck(context.Background(), &gubernatorpb.HealthCheckReq{}); err != nil || h.Status != "healthy" {
 		t.Fatalf("HealthCheck: %v %v", h, err)
@@ -128,7 +133,7 @@ func TestGubernatorHTTP(t *testing.T) {
 			code      float64
 		}{
 			{"", body, 401, 16},
-			{key, `{"requests":[]}`, 400, 3},
+			{key, `{"requests":[{"name":"n"`, 400, 3},
 			{key, `{"requests":[`, 400, 3},
 		} {
 			resp, m := post(t, srv, GubernatorLimitsPath, tc.key, tc.body)

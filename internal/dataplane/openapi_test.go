@@ -96,7 +96,7 @@ func TestOpenAPI(t *testing.T) {
 			{"gubernator, proto names and numbers", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":60000,"algorithm":"LEAKY_BUCKET","behavior":10,"metadata":{"a":"b"}}]}`, "", 200},
 			{"gubernator, over", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":60000,"algorithm":1}]}`, "", 200},
 			{"gubernator, a request it cannot decide", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"","hits":1,"limit":10,"duration":1500}]}`, "", 200},
-			{"gubernator, no requests", GubernatorLimitsPath, key, `{"requests":[]}`, "", 400},
+			{"gubernator, no requests", GubernatorLimitsPath, key, `{"requests":[]}`, "", 200},
 			{"gubernator, not JSON", GubernatorLimitsPath, key, `{"requests":`, "", 400},
 			{"gubernator, no key", GubernatorLimitsPath, "", `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1000}]}`, "", 401},
 			{"gubernator, gzip", GubernatorLimitsPath, key, `{"requests":[{"name":"n","unique_key":"k","hits":1,"limit":1,"duration":1000}]}`, "gzip", 415},
