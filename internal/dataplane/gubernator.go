@@ -124,7 +124,10 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		return out, nil
 	}
 	gctx := cfg.Decider.Gather(ctx, n)
-	_ = together(n, func(i int) error {
+	// Each request's problem is its answer's; what together returns is a
+	// decision that panicked, which fails the call rather than answer it
+	// empty (under the limit).
+	err := together(n, func(i int) error {
 		r := in.Requests[i]
 		res := &gubernatorpb.RateLimitResp{}
 		out.Responses[i] = res
@@ -161,6 +164,9 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
