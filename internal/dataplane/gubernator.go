@@ -133,7 +133,7 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		out.Responses[i] = res
 		req, reset, err := gubernatorRequest(r)
 		if err == nil {
-			err = cfg.Decider.Validate(c, req)
+			err = gubernatorFields(cfg.Decider.Validate(c, req))
 		}
 		if err == nil && reset {
 			_, err = cfg.reset(gctx, c, req)
@@ -168,6 +168,21 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		return nil, err
 	}
 	return out, nil
+}
+
+// gubernatorFields names the descriptors of err's field errors (a name or
+// a key too long, say) by the request's fields they hold.
+func gubernatorFields(err error) error {
+	var pe *policy.Error
+	if !errors.As(err, &pe) || len(pe.Fields) == 0 {
+		return err
+	}
+	out := &policy.Error{Code: pe.Code, Message: "invalid rate limit request", Fields: make([]policy.FieldError, len(pe.Fields))}
+	for i, f := range pe.Fields {
+		f.Field = strings.NewReplacer("descriptors[0].value", "name", "descriptors[1].value", "unique_key").Replace(f.Field)
+		out.Fields[i] = f
+	}
+	return out
 }
 
 // gubernatorError is err as a request's answer tells it: the fields of an

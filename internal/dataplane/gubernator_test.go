@@ -55,7 +55,8 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	res := call(perMinute("account:2", 1), perMinute("account:3", 0), perMinute("account:1", 0),
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "", Hits: 1, Limit: 2, Duration: 1500},
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 3, Behavior: gubernatorpb.Behavior_DURATION_IS_GREGORIAN},
-		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 1000, Behavior: gubernatorpb.Behavior_DRAIN_OVER_LIMIT})
+		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 1000, Behavior: gubernatorpb.Behavior_DRAIN_OVER_LIMIT},
+		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y\x00", Hits: 1, Limit: 2, Duration: 1000})
 	if res[0].Status != gubernatorpb.Status_UNDER_LIMIT || res[0].Remaining != 1 || res[1].Remaining != 2 || res[1].Status != gubernatorpb.Status_UNDER_LIMIT {
 		t.Fatalf("account:2, and a look at account:3: %v, %v", res[0], res[1])
 	}
@@ -69,6 +70,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 		3: "invalid rate limit request: unique_key: must not be empty; duration: must be whole seconds: a multiple of 1000 milliseconds",
 		4: "invalid rate limit request: duration: with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours) or 2 (days): a tenant rule's calendar window counts weeks, months and years",
 		5: "invalid rate limit request: behavior: DRAIN_OVER_LIMIT and unknown flags are not supported",
+		6: "invalid rate limit request: unique_key: must not contain NUL",
 	} {
 		if res[i].Error != want {
 			t.Errorf("request %d: error %q, want %q", i, res[i].Error, want)
