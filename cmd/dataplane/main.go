@@ -63,6 +63,7 @@
 //	-max-delay      SLUICE_MAX_DELAY          proxy: longest a leaky-bucket request is held before forwarding (default 5s)
 //	-upstream-timeout SLUICE_UPSTREAM_TIMEOUT proxy: longest wait for the upstream's response headers, then 504 (default 60s; 0 none)
 //	-preserve-host  SLUICE_PRESERVE_HOST      proxy: forward the client's Host header, not the upstream's (default false)
+//	-fold-routes    SLUICE_FOLD_ROUTES        proxy: the route descriptor in lower case without a trailing slash, for upstreams that ignore both (default false)
 //	                SLUICE_DECIDER_KEY        the decider credential, or a tenant's check key (the decider then serves that tenant alone); environment only
 //	                SLUICE_DECIDER_KEY_FILE   a file holding it instead, reread when it changes (a rotation without a restart)
 //
@@ -180,6 +181,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	descHeaders := fs.String("descriptor-headers", env("SLUICE_DESCRIPTOR_HEADERS", ""), "proxy: descriptor=Header pairs, comma-separated: each header a descriptor for rules")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
 	preserveHost := fs.Bool("preserve-host", env("SLUICE_PRESERVE_HOST", "false") == "true", "proxy: forward the client's Host header, not the upstream's")
+	foldRoutes := fs.Bool("fold-routes", env("SLUICE_FOLD_ROUTES", "false") == "true", "proxy: the route descriptor in lower case without a trailing slash (rules name routes so), for upstreams that serve /Login/ as /login")
 	upstreamTimeout := fs.Duration("upstream-timeout", e.Duration("SLUICE_UPSTREAM_TIMEOUT", dataplane.DefaultUpstreamTimeout), "proxy: longest wait for the upstream's response headers, then 504 (0 none)")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService, gubernator's V1); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
@@ -308,7 +310,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *upstream != "" || *forwardAuth {
 		pc := dataplane.ProxyConfig{IdentityHeader: *idHeader, IdentityCookie: *idCookie, TierHeader: *tierHeader, MaxDelay: *maxDelay,
 			ClientCertIdentity: *certIdentity, IPv6Prefix: *ipv6Prefix, UpstreamTimeout: *upstreamTimeout, PreserveHost: *preserveHost,
-			ForwardAuth: *forwardAuth, DenyStatus: *denyStatus}
+			ForwardAuth: *forwardAuth, DenyStatus: *denyStatus, FoldRoutes: *foldRoutes}
 		if *denyStatus != http.StatusTooManyRequests && *denyStatus != http.StatusForbidden {
 			ln.Close()
 			return fmt.Errorf("-forward-auth-deny-status %d: want 429, or 403 for nginx", *denyStatus)

@@ -62,6 +62,11 @@ type ProxyConfig struct {
 	// MaxDelay bounds how long a request admitted with a delay (leaky
 	// bucket as a queue) is held before it is forwarded; 0 means 5s.
 	MaxDelay time.Duration
+	// FoldRoutes makes the route descriptor route.Fold's, not
+	// route.Normalize's: for an upstream that serves a path in any case and
+	// with or without a trailing slash, whose rules name routes in lower
+	// case without one.
+	FoldRoutes bool
 	// PreserveHost forwards a request's Host header as it came (Traefik's
 	// passHostHeader, Envoy's default) for an upstream that serves several
 	// names; otherwise the upstream is sent its own host, the client's in
@@ -175,7 +180,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		req := decide.Request{Descriptors: policy.Descriptors{
 			{Key: policy.DefaultIdentifierKey, Value: policy.FitValue(client, policy.MaxDescriptorVal)},
 			{Key: IPDescriptor, Value: ip},
-			{Key: RouteDescriptor, Value: policy.FitValue(route.Normalize(path), policy.MaxDescriptorVal)},
+			{Key: RouteDescriptor, Value: policy.FitValue(cfg.route(path), policy.MaxDescriptorVal)},
 			{Key: MethodDescriptor, Value: policy.FitValue(method, policy.MaxDescriptorVal)},
 		}}
 		for _, hd := range cfg.HeaderDescriptors {
@@ -283,6 +288,14 @@ func (cfg *ProxyConfig) keepLeases(ctx context.Context, c *decide.Config, req de
 		close(done)
 		<-finished
 	}
+}
+
+// route is the route descriptor of a request's path.
+func (cfg *ProxyConfig) route(path string) string {
+	if cfg.FoldRoutes {
+		return route.Fold(path)
+	}
+	return route.Normalize(path)
 }
 
 // forwardedRequest is the path and method of the request a gateway asks

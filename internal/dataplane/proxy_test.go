@@ -936,6 +936,30 @@ func TestProxyNormalisesTheRoute(t *testing.T) {
 	}
 }
 
+// With FoldRoutes, case and a trailing slash are no other route either:
+// "/Login/" meets the rules of "/login", as an upstream that ignores both
+// serves it. Without, it is a route of its own.
+func TestProxyFoldsTheRoute(t *testing.T) {
+	t.Parallel()
+	cfg, key := routeLimit(t, "/login")
+	up, _ := upstream(t)
+	for _, fold := range []bool{true, false} {
+		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) { pc.FoldRoutes = fold })
+		client := fmt.Sprint("bob-", fold)
+		var got []int
+		for _, p := range []string{"/login", "/Login/", "/LOGIN", "/login/"} {
+			got = append(got, statusOf(t, nil, px.URL+p, func(r *http.Request) { r.Header.Set("X-Client-Id", client) }))
+		}
+		want := []int{200, 200, 200, 429}
+		if !fold {
+			want = []int{200, 200, 200, 200} // one of them counted by /login's rule
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("fold %v: %v, want %v", fold, got, want)
+		}
+	}
+}
+
 // The tier header is the gateway's word: believed from a trusted proxy,
 // ignored from anyone else, who would pick the tier with the most room.
 func TestProxyTierHeaderOnlyFromTrustedProxies(t *testing.T) {

@@ -30,3 +30,25 @@ func Normalize(p string) string {
 	}
 	return c
 }
+
+// Fold returns the route of p as Normalize does, and then in lower case
+// and without a trailing slash (but the root's): one spelling for every
+// path an upstream that ignores case and a trailing slash serves alike —
+// Express's and ASP.NET's defaults, Rails' trailing slash — so that
+// "/Login/" meets the rules of "/login" rather than step around them.
+// Rules then name routes in lower case.
+func Fold(p string) string {
+	r := Normalize(p)
+	if !strings.HasPrefix(r, "/") { // OPTIONS *: as Normalize leaves it
+		return r
+	}
+	if len(r) > 1 && strings.HasSuffix(r, "/") {
+		r = r[:len(r)-1]
+	}
+	for i := 0; i < len(r); i++ {
+		if c := r[i]; c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return strings.ToLower(r) // Unicode case too
+		}
+	}
+	return r
+}

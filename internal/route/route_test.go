@@ -21,14 +21,33 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+func TestFold(t *testing.T) {
+	for in, want := range map[string]string{
+		"/": "/", "/login": "/login", "/Login/": "/login", "//LOGIN": "/login", "/api/": "/api", "/Api/V1/./": "/api/v1",
+		"/ÉTÉ/": "/été", "*": "*",
+	} {
+		if got := Fold(in); got != want {
+			t.Errorf("Fold(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Fold("/api/v1/users") }); n != 0 {
+		t.Fatalf("%v allocations for a folded path", n)
+	}
+}
+
 // FuzzNormalize checks what any path's route is: one spelling (normalizing
 // it again changes nothing), with no empty, "." or ".." segment, and the
-// trailing slash of the path (unless it is the root).
+// trailing slash of the path (unless it is the root); and that its folded
+// route is one spelling too, in lower case, without a trailing slash.
 func FuzzNormalize(f *testing.F) {
 	for _, s := range []string{"/", "/login", "//a/./b/../c/", "/..", "*", "/a//"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
+		// Fold: one spelling too, in lower case, with no trailing slash.
+		if fp := Fold(p); Fold(fp) != fp || strings.HasPrefix(p, "/") && (strings.ToLower(fp) != fp || fp != "/" && strings.HasSuffix(fp, "/")) {
+			t.Fatalf("Fold(%q) = %q (folded again %q)", p, fp, Fold(fp))
+		}
 		r := Normalize(p)
 		if Normalize(r) != r {
 			t.Fatalf("Normalize(%q) = %q, which normalizes to %q", p, r, Normalize(r))
