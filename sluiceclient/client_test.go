@@ -236,6 +236,37 @@ func TestMiddlewarePolicyIsTheRate(t *testing.T) {
 	}
 }
 
+// FoldRoutes: "/Login/" is the route "/login"; without it, a route apart.
+func TestMiddlewareFoldRoutes(t *testing.T) {
+	t.Parallel()
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	url, key, _ := deciderOf(t, clk, []policy.Rule{{ID: "r1", Name: "login", KeyBy: []string{"client_id"}, Enabled: true,
+		Match: []policy.Match{{Key: "route", Value: "/login"}}, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Minute}}}, func() {})
+	c := New(Config{URL: url, Key: key, Now: clk.now, DenyCacheSize: -1})
+	app := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, tc := range []struct {
+		client   string
+		describe DescribeFunc
+		want     []int
+	}{
+		{"dana", FoldRoutes(ByHeader("X-Client-Id")), []int{200, 429}},
+		{"eli", ByHeader("X-Client-Id"), []int{200, 200}}, // "/Login/" meets no rule
+	} {
+		h := c.Middleware(tc.describe, app)
+		var got []int
+		for _, p := range []string{"/login", "/Login/"} {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest("GET", p, nil)
+			req.Header.Set("X-Client-Id", tc.client)
+			h.ServeHTTP(rec, req)
+			got = append(got, rec.Code)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%v, want %v", got, tc.want)
+		}
+	}
+}
+
 // The middleware answers the headers of its style: draft 6's here.
 func TestMiddlewareHeaderStyle(t *testing.T) {
 	t.Parallel()

@@ -54,6 +54,21 @@ func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
 	}
 }
 
+// FoldRoutes describes a request as describe does, its route in lower
+// case and without a trailing slash (the proxy's -fold-routes): for a
+// handler that serves a path in any case and with or without a trailing
+// slash, so that "/Login/" meets the rules of "/login" rather than step
+// around them. The tenant's rules then name routes so.
+func FoldRoutes(describe DescribeFunc) DescribeFunc {
+	return func(r *http.Request) (Request, bool) {
+		req, ok := describe(r)
+		if v, has := req.Descriptors["route"]; ok && has {
+			req.Descriptors["route"] = route.Fold(v)
+		}
+		return req, ok
+	}
+}
+
 // Middleware checks each request before next: the rate limit headers are
 // set on every answer, and a rejected request gets 429 with Retry-After
 // and a problem+json body naming the rules that rejected it, without
