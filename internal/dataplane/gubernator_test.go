@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -144,14 +143,5 @@ func TestGubernatorHTTP(t *testing.T) {
 			}
 		}
 	})
-	cfg, _ := testAPI(t)
-	srv := serve(t, "fasthttp", cfg, NewHTTPHandler(cfg))
-	resp, err := srv.client.Get(srv.url + GubernatorHealthPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d", GubernatorHealthPath, resp.StatusCode)
-	}
+	// GET /v1/HealthCheck: TestOpenAPI.
 }

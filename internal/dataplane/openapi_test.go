@@ -140,5 +140,24 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s: the answer is not as documented: %v\n%s %v", c.name, err, body, resp.Header)
 			}
 		}
+		// gubernator's health check, a GET with no key.
+		req, _ := http.NewRequest(http.MethodGet, srv.url+GubernatorHealthPath, nil)
+		item := doc.Paths.Find(GubernatorHealthPath)
+		if item == nil || item.Get == nil {
+			t.Fatalf("GET %s is not in docs/openapi.yaml", GubernatorHealthPath)
+		}
+		in := &openapi3filter.RequestValidationInput{Request: req, Options: opts,
+			Route: &routers.Route{Spec: doc, Path: GubernatorHealthPath, PathItem: item, Method: http.MethodGet, Operation: item.Get}}
+		resp, err := srv.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
+			Header: resp.Header, Body: io.NopCloser(bytes.NewReader(body)), Options: opts}
+		if err := openapi3filter.ValidateResponse(context.Background(), out); resp.StatusCode != 200 || err != nil {
+			t.Errorf("GET %s: %d %s: %v", GubernatorHealthPath, resp.StatusCode, body, err)
+		}
 	})
 }
