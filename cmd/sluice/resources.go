@@ -111,6 +111,16 @@ var verbNotes = map[string]string{
 	"overrides create": "With -rule, parameters without -algorithm change the rule's (a burst following -limit\nunless -burst is given); with it, the flags given are the parameters, whole.",
 }
 
+// updated says what an update did to a resource read as before, written as
+// after: "unchanged" when the flags left it as it was (the control plane
+// then writes nothing), else "updated".
+func updated(before, after proto.Message) string {
+	if proto.Equal(before, after) {
+		return "unchanged"
+	}
+	return "updated"
+}
+
 // edit runs a read-modify-write whose write carries the etag of its read,
 // again while the write is refused because another change came between
 // (Aborted), so that the change is applied to the latest state and overwrites
@@ -168,6 +178,7 @@ var verbs = map[string]verb{
 					return err
 				}
 				t := res.Msg.Tenant
+				before := proto.Clone(t)
 				fs.Visit(func(fl *flag.Flag) {
 					switch fl.Name {
 					case "name":
@@ -186,7 +197,7 @@ var verbs = map[string]verb{
 					return err
 				}
 				return call(s, tenants.UpdateTenant, &sluicev1.UpdateTenantRequest{Tenant: t}, func(w *tabwriter.Writer, r *sluicev1.UpdateTenantResponse) {
-					fmt.Fprintf(w, "updated tenant %s (%s), config version %d\n", t.Slug, t.Id, r.ConfigVersion)
+					fmt.Fprintf(w, "%s tenant %s (%s), config version %d\n", updated(before, t), t.Slug, t.Id, r.ConfigVersion)
 				})
 			})
 		}
@@ -289,11 +300,12 @@ var verbs = map[string]verb{
 				if err != nil {
 					return err
 				}
+				before := proto.Clone(rule)
 				if err := rf.apply(fs, rule); err != nil {
 					return err
 				}
 				return call(s, sluicev1connect.NewRuleServiceClient(c, s.server).UpdateRule, &sluicev1.UpdateRuleRequest{TenantId: s.tenant, Rule: rule}, func(w *tabwriter.Writer, r *sluicev1.UpdateRuleResponse) {
-					fmt.Fprintf(w, "updated rule %s (%s), config version %d\n", rule.Name, rule.Id, r.ConfigVersion)
+					fmt.Fprintf(w, "%s rule %s (%s), config version %d\n", updated(before, rule), rule.Name, rule.Id, r.ConfigVersion)
 				})
 			})
 		}

@@ -124,6 +124,12 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err = sluice("rules", "update", "-enabled", "-shadow", "-limit", "60", ramp.ID); err != nil || !strings.Contains(out, "updated rule ramp") {
 		t.Fatalf("rules update: %v\n%s", err, out)
 	}
+	// Again, by TIER/RULE: nothing changes, and no config version is made.
+	version := regexp.MustCompile(`config version (\d+)`).FindStringSubmatch(out)
+	if again, err := sluice("rules", "update", "-limit", "60", "pro/ramp"); err != nil || version == nil ||
+		!strings.Contains(again, "unchanged rule ramp") || !strings.HasSuffix(strings.TrimSpace(again), "config version "+version[1]) {
+		t.Fatalf("the same update again: %v\n%s (after %s)", err, again, out)
+	}
 	if got := ruleNamed("ramp"); !got.Enabled || !got.Shadow || got.Params.Limit != "60" || got.FailureMode != "FAILURE_MODE_CLOSED" ||
 		got.Params.WarmUp != "30s" || got.Params.ColdFactor != 4 || got.Params.Algorithm != "ALGORITHM_TOKEN_BUCKET" {
 		t.Fatalf("updated %+v", got)
