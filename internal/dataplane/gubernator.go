@@ -58,12 +58,7 @@ const gubernatorBehaviors = gubernatorpb.Behavior_NO_BATCHING | gubernatorpb.Beh
 func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, error) {
 	var fields []policy.FieldError
 	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
-	if r.GetName() == "" {
-		bad("name", "must not be empty")
-	}
-	if r.GetUniqueKey() == "" {
-		bad("unique_key", "must not be empty")
-	}
+	checkNames(bad, policy.MaxDescriptorVal, nameField{"name", r.GetName()}, nameField{"unique_key", r.GetUniqueKey()})
 	if r.GetHits() < 0 || r.GetHits() > policy.MaxLimit {
 		bad("hits", "must be 0 to 1e9")
 	}
@@ -132,9 +127,6 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		res := &gubernatorpb.RateLimitResp{}
 		out.Responses[i] = res
 		req, reset, err := gubernatorRequest(r)
-		if err == nil {
-			err = gubernatorFields(cfg.Decider.Validate(c, req))
-		}
 		if err == nil && reset {
 			_, err = cfg.reset(gctx, c, req)
 		}
@@ -168,21 +160,6 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		return nil, err
 	}
 	return out, nil
-}
-
-// gubernatorFields names the descriptors of err's field errors (a name or
-// a key too long, say) by the request's fields they hold.
-func gubernatorFields(err error) error {
-	var pe *policy.Error
-	if !errors.As(err, &pe) || len(pe.Fields) == 0 {
-		return err
-	}
-	out := &policy.Error{Code: pe.Code, Message: "invalid rate limit request", Fields: make([]policy.FieldError, len(pe.Fields))}
-	for i, f := range pe.Fields {
-		f.Field = strings.NewReplacer("descriptors[0].value", "name", "descriptors[1].value", "unique_key").Replace(f.Field)
-		out.Fields[i] = f
-	}
-	return out
 }
 
 // gubernatorError is err as a request's answer tells it: the fields of an

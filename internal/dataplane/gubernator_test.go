@@ -66,7 +66,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 		t.Fatalf("a look at the spent account:1: %v", res[2])
 	}
 	for i, want := range map[int]string{
-		3: "invalid rate limit request: unique_key: must not be empty; duration: must be whole seconds: a multiple of 1000 milliseconds",
+		3: "invalid rate limit request: unique_key: must be 1 to 256 bytes; duration: must be whole seconds: a multiple of 1000 milliseconds",
 		4: "invalid rate limit request: duration: with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours) or 2 (days): a tenant rule's calendar window counts weeks, months and years",
 		5: "invalid rate limit request: behavior: DRAIN_OVER_LIMIT and unknown flags are not supported",
 		6: "invalid rate limit request: unique_key: must not contain NUL",

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -42,18 +43,29 @@ const (
 	unkeyMaxName     = 255
 )
 
-// request is the decision b asks for, or the field errors of its body.
-func (b *unkeyBody) request() (decide.Request, error) {
-	var fields []policy.FieldError
-	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
-	for _, f := range []struct{ field, v string }{{"namespace", b.Namespace}, {"identifier", b.Identifier}} {
+// nameField is a field of a compatible API's request that names what is
+// counted, a descriptor's value: Unkey's namespace and identifier,
+// gubernator's name and unique_key.
+type nameField struct{ field, v string }
+
+// checkNames tells bad of each of fs that is empty, longer than max bytes
+// or holds a NUL (which no descriptor value may).
+func checkNames(bad func(field, desc string), max int, fs ...nameField) {
+	for _, f := range fs {
 		switch {
-		case len(f.v) < 1 || len(f.v) > unkeyMaxName:
-			bad(f.field, "must be 1 to 255 bytes")
+		case len(f.v) < 1 || len(f.v) > max:
+			bad(f.field, fmt.Sprintf("must be 1 to %d bytes", max))
 		case strings.IndexByte(f.v, 0) >= 0:
 			bad(f.field, "must not contain NUL")
 		}
 	}
+}
+
+// request is the decision b asks for, or the field errors of its body.
+func (b *unkeyBody) request() (decide.Request, error) {
+	var fields []policy.FieldError
+	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
+	checkNames(bad, unkeyMaxName, nameField{"namespace", b.Namespace}, nameField{"identifier", b.Identifier})
 	if b.Limit < 1 || b.Limit > policy.MaxLimit {
 		bad("limit", "must be 1 to 1e9")
 	}
