@@ -543,3 +543,26 @@ func TestRequestLimitAlgorithms(t *testing.T) {
 		t.Fatalf("a concurrency limit of the request's own: %v", err)
 	}
 }
+
+// A rule with several values of one match key is one limit over them all:
+// one counter, whichever value a request has.
+func TestOneRuleOverSeveralValues(t *testing.T) {
+	t.Parallel()
+	users := policy.Rule{ID: "u", Name: "users", KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: "route", Value: "/v1/users*"}, {Key: "route", Value: "/v2/users*"}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 4, Window: time.Minute}}
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{users}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
+	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	v1, v2 := check("ann", policy.Descriptor{Key: "route", Value: "/v1/users/7"}), check("ann", policy.Descriptor{Key: "route", Value: "/v2/users"})
+	if n := admitted(t, d, c, v1, 3) + admitted(t, d, c, v2, 3); n != 4 {
+		t.Fatalf("%d of 6 admitted over /v1/users and /v2/users, want the one limit of 4", n)
+	}
+	if n := admitted(t, d, c, check("ann", policy.Descriptor{Key: "route", Value: "/v3/users"}), 2); n != 2 {
+		t.Fatalf("/v3/users: %d of 2 admitted, want both (no rule applies)", n)
+	}
+}

@@ -51,7 +51,10 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		{"negative burst", func(r *Rule) { r.Burst = -1 }, []string{"burst"}},
 		{"bad match key", func(r *Rule) { r.Match[1].Key = "bad key!" }, []string{"match[1].key"}},
 		{"empty match value", func(r *Rule) { r.Match[0].Value = "" }, []string{"match[0].value"}},
-		{"duplicate match", func(r *Rule) { r.Match[1].Key = "route" }, []string{"match[1].key"}},
+		{"a condition twice", func(r *Rule) { r.Match[1] = r.Match[0] }, []string{"match[1].value"}},
+		{"two values of a key", func(r *Rule) { r.Match[1] = Match{Key: "route", Value: "/signin"} }, nil},
+		{"two values of a key in an exact rule", func(r *Rule) { r.Match[1], r.Exact = Match{Key: "route", Value: "/signin"}, true },
+			[]string{"match[1].key"}},
 		{"duplicate key_by", func(r *Rule) { r.KeyBy = []string{"ip", "ip"} }, []string{"key_by[1]"}},
 		{"max_delay on a bucket", func(r *Rule) { r.MaxDelay = time.Second }, []string{"max_delay"}},
 		{"several at once", func(r *Rule) { r.Name, r.Limit, r.Granularity = "", -5, time.Second },
@@ -174,6 +177,23 @@ func TestRuleMatches(t *testing.T) {
 	}
 	if !(&Rule{}).Matches(nil) {
 		t.Fatal("an empty match must match everything")
+	}
+	// Of several conditions on one key, any holds; each key must.
+	either := &Rule{Match: []Match{{"route", "/v1/*"}, {"method", "GET"}, {"route", "/v2/users"}, {"method", "HEAD"}}}
+	for _, tc := range []struct {
+		d    Descriptors
+		want bool
+	}{
+		{Descriptors{{"route", "/v1/x"}, {"method", "GET"}}, true},
+		{Descriptors{{"method", "HEAD"}, {"route", "/v2/users"}}, true},
+		{Descriptors{{"route", "/v2/users"}, {"method", "POST"}}, false},
+		{Descriptors{{"route", "/v2/users/1"}, {"method", "GET"}}, false},
+		{Descriptors{{"route", "/v1/x"}}, false},
+		{Descriptors{{"method", "GET"}}, false},
+	} {
+		if got := either.Matches(tc.d); got != tc.want {
+			t.Errorf("route /v1/* or /v2/users, method GET or HEAD, on %v: %v", tc.d, got)
+		}
 	}
 	prefix := &Rule{Match: []Match{{Key: "route", Value: "/api/*"}}}
 	for v, want := range map[string]bool{"/api/": true, "/api/users": true, "/api": false, "/apis": false, "": false} {

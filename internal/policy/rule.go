@@ -55,7 +55,9 @@ const AnyValue = "*"
 // Match is one condition of a rule: the request has descriptor Key, with
 // value Value, or with any value when Value is AnyValue, or with a value
 // starting with P when Value is P followed by "*" (as envoyproxy/ratelimit's
-// wildcard values).
+// wildcard values). A rule's conditions on different keys must all hold;
+// of several on one key, any: route=/v1/users* and route=/v2/users* is one
+// limit over both paths, counted together.
 type Match struct {
 	Key   string
 	Value string
@@ -141,19 +143,34 @@ const (
 	MaxSync = time.Minute
 )
 
-// Matches reports whether every condition of r's Match holds for d, and,
-// for an exact rule, that d has no other descriptors.
+// Matches reports whether, for each key of r's Match, d has that
+// descriptor and one of the key's conditions holds for its value, and, for
+// an exact rule, that d has no other descriptors.
 func (r *Rule) Matches(d Descriptors) bool {
 	if r.Exact && len(d) != len(r.Match) { // with the keys distinct, as validation makes them
 		return false
 	}
-	for _, m := range r.Match {
+	for i, m := range r.Match {
 		v, ok := d.Get(m.Key)
-		if !ok || !m.Holds(v) {
+		if !ok {
+			return false
+		}
+		if !m.Holds(v) && !holdsAnother(r.Match, i, v) {
 			return false
 		}
 	}
 	return true
+}
+
+// holdsAnother reports whether a condition of ms other than ms[i] on the
+// same key holds for v.
+func holdsAnother(ms []Match, i int, v string) bool {
+	for j := range ms {
+		if j != i && ms[j].Key == ms[i].Key && ms[j].Holds(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // MoreSpecific reports whether exact rule s, matching the same request as
@@ -194,14 +211,18 @@ func (r *Rule) validate(fe fieldErrors) {
 	if len(r.Match) > MaxMatchers {
 		fe.add("match", "at most %d conditions", MaxMatchers)
 	}
-	seen := make(map[string]bool, len(r.Match))
+	seen := make(map[Match]bool, len(r.Match))
+	keys := make(map[string]bool, len(r.Match))
 	for i, m := range r.Match {
 		mf := fe.index("match", i)
 		validateDescriptorKey(mf, "key", m.Key)
-		if seen[m.Key] {
-			mf.add("key", "%q appears twice", m.Key)
+		switch {
+		case seen[m]:
+			mf.add("value", "%s=%s appears twice", m.Key, m.Value)
+		case keys[m.Key] && r.Exact:
+			mf.add("key", "%q appears twice: an exact rule has one condition per key", m.Key)
 		}
-		seen[m.Key] = true
+		seen[m], keys[m.Key] = true, true
 		if m.Value == "" {
 			mf.add("value", "must not be empty (use %q for any value)", AnyValue)
 		} else if len(m.Value) > MaxDescriptorVal || !utf8.ValidString(m.Value) {
@@ -211,13 +232,13 @@ func (r *Rule) validate(fe fieldErrors) {
 	if len(r.KeyBy) > MaxKeyBy {
 		fe.add("key_by", "at most %d descriptors", MaxKeyBy)
 	}
-	seen = make(map[string]bool, len(r.KeyBy))
+	keys = make(map[string]bool, len(r.KeyBy))
 	for i, k := range r.KeyBy {
 		validateDescriptorKey(fe, "key_by["+strconv.Itoa(i)+"]", k)
-		if seen[k] {
+		if keys[k] {
 			fe.add("key_by["+strconv.Itoa(i)+"]", "%q appears twice", k)
 		}
-		seen[k] = true
+		keys[k] = true
 	}
 	if len(r.Replaces) > MaxReplaces {
 		fe.add("replaces", "at most %d rule names", MaxReplaces)

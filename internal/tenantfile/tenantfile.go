@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -76,10 +77,11 @@ type Params struct {
 }
 
 // Rule is a rule. Match is a map: its conditions all hold or the rule
-// does not apply, in no order.
+// does not apply, in no order; a key with a list of values holds when
+// one of them does (route: [/v1/users*, /v2/users*]).
 type Rule struct {
 	Name   string            `yaml:"name" json:"name"`
-	Match  map[string]string `yaml:"match,omitempty" json:"match,omitempty"`
+	Match  map[string]Values `yaml:"match,omitempty" json:"match,omitempty"`
 	KeyBy  []string          `yaml:"key_by,omitempty" json:"key_by,omitempty"`
 	Params `yaml:",inline"`
 	Shadow bool `yaml:"shadow,omitempty" json:"shadow,omitempty"`
@@ -106,6 +108,59 @@ type Override struct {
 	Block     bool   `yaml:"block,omitempty" json:"block,omitempty"`
 	Params    `yaml:",inline"`
 	ExpiresAt time.Time `yaml:"expires_at,omitempty" json:"expires_at,omitzero"`
+}
+
+// Values are a match key's values: written as one value when there is one
+// (route: /login), else as a list.
+type Values []string
+
+// MarshalYAML writes one value as a scalar.
+func (v Values) MarshalYAML() (any, error) {
+	if len(v) == 1 {
+		return v[0], nil
+	}
+	return []string(v), nil
+}
+
+// MarshalJSON writes v as MarshalYAML does.
+func (v Values) MarshalJSON() ([]byte, error) {
+	if len(v) == 1 {
+		return json.Marshal(v[0])
+	}
+	return json.Marshal([]string(v))
+}
+
+// UnmarshalYAML reads a value or a list of values.
+func (v *Values) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var s string
+		if err := n.Decode(&s); err != nil {
+			return err
+		}
+		*v = Values{s}
+		return nil
+	}
+	var l []string
+	if err := n.Decode(&l); err != nil {
+		return err
+	}
+	*v = l
+	return nil
+}
+
+// UnmarshalJSON reads a string or an array of strings.
+func (v *Values) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*v = Values{s}
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return err
+	}
+	*v = l
+	return nil
 }
 
 // Duration is a time.Duration written as Go writes durations ("1m",
@@ -259,9 +314,19 @@ func (f *File) fileField(path string) string {
 		ti, _ := strconv.Atoi(m[1])
 		ri, _ := strconv.Atoi(m[2])
 		mi, _ := strconv.Atoi(m[3])
-		if keys := sortedKeys(f.Tiers[ti].Rules[ri].Match); mi < len(keys) {
-			path = strings.Replace(path, m[0], m[0][:len(m[0])-len(m[3])-2]+"."+keys[mi], 1)
+		match := f.Tiers[ti].Rules[ri].Match
+		for _, k := range sortedKeys(match) {
+			if mi >= len(match[k]) {
+				mi -= len(match[k])
+				continue
+			}
+			name := "." + k
+			if len(match[k]) > 1 {
+				name += "[" + strconv.Itoa(mi) + "]"
+			}
+			path = strings.Replace(path, m[0], m[0][:len(m[0])-len(m[3])-2]+name, 1)
 			path = strings.TrimSuffix(strings.TrimSuffix(path, ".key"), ".value")
+			break
 		}
 	}
 	if strings.HasPrefix(path, "overrides[") {
@@ -331,7 +396,12 @@ func (r Rule) Policy() (policy.Rule, error) {
 	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
 		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
 	for _, k := range sortedKeys(r.Match) {
-		out.Match = append(out.Match, policy.Match{Key: k, Value: r.Match[k]})
+		if len(r.Match[k]) == 0 {
+			fields = append(fields, policy.FieldError{Field: "match." + k, Description: "at least one value"})
+		}
+		for _, v := range r.Match[k] {
+			out.Match = append(out.Match, policy.Match{Key: k, Value: v})
+		}
 	}
 	if len(fields) > 0 {
 		return out, &policy.Error{Code: policy.CodeInvalid, Message: "invalid rule", Fields: fields}
@@ -339,14 +409,7 @@ func (r Rule) Policy() (policy.Rule, error) {
 	return out, nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func sortedKeys(m map[string]Values) []string { return slices.Sorted(maps.Keys(m)) }
 
 // policy is p in the domain's terms, and the fields whose names are
 // not names of anything.
@@ -429,9 +492,9 @@ func RuleFrom(r policy.Rule) Rule {
 		out.FailureMode = r.FailureMode.String()
 	}
 	if len(r.Match) > 0 {
-		out.Match = map[string]string{}
+		out.Match = map[string]Values{}
 		for _, m := range r.Match {
-			out.Match[m.Key] = m.Value
+			out.Match[m.Key] = append(out.Match[m.Key], m.Value)
 		}
 	}
 	return out

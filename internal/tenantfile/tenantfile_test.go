@@ -26,7 +26,7 @@ tiers:
         window: 1m
         burst: 20
       - name: search
-        match: {path: /search, method: GET}
+        match: {path: [/search, /find], method: GET}
         key_by: [client_id]
         algorithm: sliding_buckets
         limit: 10
@@ -83,7 +83,7 @@ func TestParse(t *testing.T) {
 	search := free.Rules[1]
 	if search.Name != "search" || !search.Enabled || !search.Shadow || search.FailureMode != policy.FailLocal ||
 		search.Algorithm != policy.SlidingBuckets || search.Granularity != 5*time.Minute ||
-		!slices.Equal(search.Match, []policy.Match{{Key: "method", Value: "GET"}, {Key: "path", Value: "/search"}}) {
+		!slices.Equal(search.Match, []policy.Match{{Key: "method", Value: "GET"}, {Key: "path", Value: "/search"}, {Key: "path", Value: "/find"}}) {
 		t.Fatalf("search rule %+v", search)
 	}
 	pro, _ := f.Tiers[1].Policy()
@@ -130,7 +130,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"window: 1m\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
+	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}
@@ -225,6 +225,7 @@ tiers:
   - name: free
     rules:
       - name: x
+        match: {route: [/a, ""], method: []}
         algorithm: bogus
       - name: y
         algorithm: fixed_window
@@ -256,7 +257,7 @@ overrides:
 		got[f.Field] = true
 	}
 	for _, want := range []string{"tenant", "default_tier", "tiers[0].rules[0].limit", "tiers[0].rules[1].name",
-		"tiers[0].rules[1].failure_mode", "tiers[1].name", "tiers[1].rules[0].algorithm", "tiers[1].rules[1].calendar", "tiers[1].rules[2].window", "overrides[0].rule",
+		"tiers[0].rules[1].failure_mode", "tiers[1].name", "tiers[1].rules[0].algorithm", "tiers[0].rules[0].match.path", "tiers[1].rules[0].match.route[1]", "tiers[1].rules[0].match.method", "tiers[1].rules[1].calendar", "tiers[1].rules[2].window", "overrides[0].rule",
 		"overrides[1].tier", "overrides[2].descriptor_key"} {
 		if !got[want] {
 			t.Errorf("no error for %s; got %v", want, pe.Fields)

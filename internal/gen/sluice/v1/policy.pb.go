@@ -342,6 +342,8 @@ func (x *LimitParams) GetTimeZone() string {
 
 // Match is one condition on a request descriptor: its value, any value
 // for "*", or a value starting with P for P followed by "*" ("/api/*").
+// A rule's conditions on different keys must all hold; of several on one
+// key, any one (not in an exact rule).
 type Match struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
