@@ -60,6 +60,7 @@ FUZZ_TARGETS = \
 	internal/decide:FuzzSnapshot \
 	internal/redisengine:FuzzConformance \
 	internal/envoyimport:FuzzParse \
+	internal/kongimport:FuzzParse \
 	internal/tenantfile:FuzzParse \
 	internal/analytics:FuzzBatchAdd \
 	internal/dataplane:FuzzCheckBody \

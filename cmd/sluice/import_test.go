@@ -12,11 +12,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 const ratelimitYAML = `
@@ -287,5 +289,74 @@ func TestImportMergesTheFilesOfADomain(t *testing.T) {
 	}
 	if _, _, err := store.GetTenantBySlug(context.Background(), "fresh"); err == nil {
 		t.Fatal("a refused import created a tenant")
+	}
+}
+
+const kongYAML = `
+_format_version: "3.0"
+services:
+  - name: orders
+    url: http://orders:8080
+    routes:
+      - {name: orders, paths: [/orders, /v2/orders]}
+    plugins:
+      - name: rate-limiting
+        config: {minute: 100, month: 50000, limit_by: consumer, policy: redis}
+plugins:
+  - name: rate-limiting-advanced
+    config: {limit: [10], window_size: [1], identifier: ip, sync_rate: 0.1, window_type: fixed}
+`
+
+// A Kong file imports into the tenant named with -tenant, its service's
+// routes one rule over both paths, stored as the plan says, and what
+// behaves otherwise than in Kong is printed.
+func TestImportKong(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	file := writeFile(t, kongYAML)
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"import", "-kong", file}, &out, &errOut, getenv); err == nil ||
+		!strings.Contains(err.Error(), "-tenant SLUG") {
+		t.Fatalf("a file naming no tenant, with the operator key: %v", err)
+	}
+	if err := run(context.Background(), []string{"import", "-kong", "-tenant", "shop", file}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("import: %v (%s)", err, errOut.String())
+	}
+	for _, want := range []string{"created tenant shop", "3 rules created", "note: limit_by consumer: clients are told apart by -identity-header"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printed %q, want %q", out.String(), want)
+		}
+	}
+	tn, _, err := store.GetTenantBySlug(context.Background(), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(context.Background(), tn.ID)
+	if len(tiers) != 1 || len(tiers[0].Rules) != 3 {
+		t.Fatalf("stored %+v", tiers)
+	}
+	rs := tiers[0].Rules
+	// The service's limits count both its paths in one counter; Kong's
+	// two plugins are apart, so neither replaces the other.
+	if rs[0].Name != "service-orders-minute" || len(rs[0].Match) != 2 || len(rs[0].Replaces) != 0 ||
+		rs[1].Name != "service-orders-month" || rs[1].Calendar != policy.CalendarMonth ||
+		rs[2].Name != "global-1s" || rs[2].Sync != 100*time.Millisecond || rs[2].Algorithm != policy.FixedWindow {
+		t.Fatalf("stored %+v", rs)
+	}
+	// Importing again changes nothing.
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-kong", "-tenant", "shop", file}, &out, &errOut, getenv); err != nil ||
+		!strings.Contains(out.String(), "0 rules created, 0 updated, 3 unchanged") {
+		t.Fatalf("second import: %v, %q", err, out.String())
+	}
+	// Refusals name their place in the file; -kong takes one file.
+	errOut.Reset()
+	err = run(context.Background(), []string{"import", "-kong", "-tenant", "shop", writeFile(t, "plugins: [{name: rate-limiting, consumer: bob, config: {minute: 1}}]")},
+		&out, &errOut, getenv)
+	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "plugins[0]") {
+		t.Fatalf("consumer plugin: %v, %q", err, errOut.String())
+	}
+	if err := run(context.Background(), []string{"import", "-kong", file, file}, &out, &errOut, getenv); !errors.Is(err, errUsage) {
+		t.Fatalf("two files: %v", err)
 	}
 }

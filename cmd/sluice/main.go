@@ -1,8 +1,9 @@
 // Command sluice is Sluice's command-line tool: `sluice dev` runs the whole
 // system in one process; the other commands manage tenants, tiers, rules,
 // overrides and keys through the control plane's API, import an
-// envoyproxy/ratelimit config, export and apply tenant files (a tenant's
-// configuration kept in Git), and ask a decider for decisions.
+// envoyproxy/ratelimit config or the rate limiting plugins of a Kong one,
+// export and apply tenant files (a tenant's configuration kept in Git),
+// and ask a decider for decisions.
 package main
 
 import (
@@ -21,10 +22,12 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/devstack"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/kafkasec"
+	"github.com/sluicehq/sluice/internal/kongimport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/internal/tenantfile"
@@ -42,6 +45,7 @@ commands:
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089),
            SLUICE_RATE_LIMIT_HEADERS the headers answered (ietf, draft-6, x or none; as the decider's)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] FILE|DIR...
+           or the rate limiting plugins of a Kong declarative configuration: sluice import -kong [-tenant SLUG] … FILE
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
   tenants, tiers, rules, overrides, keys, audit, deciders, reports
@@ -156,13 +160,21 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
+	kong := fs.Bool("kong", false, "FILE is a Kong declarative configuration (decK): its rate-limiting and rate-limiting-advanced plugins become rules (docs/migrating.md)")
+	tenant := fs.String("tenant", "", "with -kong: the tenant's slug (default: the file's _workspace; with an admin key, its own tenant)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	files, err := parseArgs(fs, args)
-	if err != nil || len(files) == 0 {
-		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n")
+	if err != nil || len(files) == 0 || *kong && len(files) != 1 {
+		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+
+			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n")
 		return errUsage
 	}
-	plans, err := parseImports(files, *merge, stderr)
+	var plans []*envoyimport.Plan
+	if *kong {
+		plans, err = parseKong(files[0], *tenant, stderr)
+	} else {
+		plans, err = parseImports(files, *merge, stderr)
+	}
 	if err != nil {
 		return err
 	}
@@ -242,6 +254,24 @@ func parseImports(paths []string, merge bool, stderr io.Writer) ([]*envoyimport.
 	return plans, nil
 }
 
+// parseKong reads the Kong declarative configuration in name.
+func parseKong(name, tenant string, stderr io.Writer) ([]*envoyimport.Plan, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	plan, err := kongimport.Parse(f, tenant)
+	if policy.ErrorCode(err) != policy.CodeUnknown {
+		reportInvalid(stderr, name, err)
+		return nil, errInput
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []*envoyimport.Plan{plan}, nil
+}
+
 func parseImport(name string) (*envoyimport.Plan, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -258,10 +288,11 @@ type importPlan struct {
 	Tier           string            `json:"tier"`
 	Rules          []tenantfile.Rule `json:"rules"`
 	UnlimitedPaths []string          `json:"unlimited_paths"`
+	Notes          []string          `json:"notes,omitempty"`
 }
 
 func planJSON(plan *envoyimport.Plan) importPlan {
-	out := importPlan{Tenant: plan.Tenant.Slug, Tier: plan.Tenant.DefaultTier, Rules: []tenantfile.Rule{}, UnlimitedPaths: plan.Unlimited}
+	out := importPlan{Tenant: plan.Tenant.Slug, Tier: plan.Tenant.DefaultTier, Rules: []tenantfile.Rule{}, UnlimitedPaths: plan.Unlimited, Notes: plan.Notes}
 	for _, r := range plan.Rules {
 		out.Rules = append(out.Rules, tenantfile.RuleFrom(r))
 	}
@@ -278,10 +309,26 @@ func printPlan(w io.Writer, plan *envoyimport.Plan) {
 			fmt.Fprintf(w, "  rule %-40s blocks every request, key by %v, shadow %v\n", r.Name, r.KeyBy, r.Shadow)
 			continue
 		}
-		fmt.Fprintf(w, "  rule %-40s %d per %s, key by %v, shadow %v\n", r.Name, r.Limit, r.Window, r.KeyBy, r.Shadow)
+		fmt.Fprintf(w, "  rule %-40s %s %d per %s, key by %v, shadow %v\n", r.Name, r.Algorithm, r.Limit, windowOf(r.Params), r.KeyBy, r.Shadow)
 	}
 	for _, u := range plan.Unlimited {
 		fmt.Fprintf(w, "  unlimited %s (a shadow rule: never rejects)\n", u)
+	}
+	printNotes(w, plan.Notes)
+}
+
+// windowOf is a rule's window as people read it: a duration, or a
+// calendar unit.
+func windowOf(p policy.Params) string {
+	if p.Calendar != policy.CalendarNone {
+		return p.Calendar.String()
+	}
+	return days.Format(p.Window)
+}
+
+func printNotes(w io.Writer, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
 }
 
@@ -302,6 +349,7 @@ func printImported(w io.Writer, plan *envoyimport.Plan, sum cli.ImportSummary) {
 	for _, u := range sum.UnlimitedPaths {
 		fmt.Fprintf(w, "unlimited %s: a shadow rule, never rejects\n", u)
 	}
+	printNotes(w, sum.Notes)
 }
 
 // printResult writes v as JSON, or text through human.

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -53,7 +54,8 @@ type ImportSummary struct {
 	Unchanged      []string `json:"unchanged"`         // already as the plan says: not written, no new config version
 	Deleted        []string `json:"deleted,omitempty"` // with prune
 	UnlimitedPaths []string `json:"unlimited_paths"`
-	DryRun         bool     `json:"dry_run"` // what the import would do: nothing was written
+	Notes          []string `json:"notes,omitempty"` // where the rules differ from the file's limiter, what the deciders need
+	DryRun         bool     `json:"dry_run"`         // what the import would do: nothing was written
 }
 
 // Import applies plan: with the operator key, into the tenant whose slug is
@@ -70,10 +72,13 @@ type ImportSummary struct {
 // plane makes the changes, meets every error they would, and keeps none:
 // the summary is what the import would do.
 func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune, dryRun bool) (ImportSummary, error) {
-	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited, DryRun: dryRun}
+	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited, Notes: plan.Notes, DryRun: dryRun}
 	tenant, err := c.findTenant(ctx, plan.Tenant.Slug)
 	if err != nil {
 		return sum, err
+	}
+	if plan.Tenant.Slug == "" && c.operator {
+		return sum, errors.New("the file names no tenant: give its slug (sluice import -tenant SLUG), or import with the tenant's admin key")
 	}
 	f := &tenantfile.File{Tenant: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}
 	var version int64

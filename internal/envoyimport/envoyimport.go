@@ -43,6 +43,10 @@ type Plan struct {
 	Rules  []policy.Rule
 	// Unlimited names the rules of descriptor paths marked unlimited.
 	Unlimited []string
+	// Notes tell where the rules enforce what the file says otherwise
+	// than its own limiter would (see package kongimport), and what the
+	// deciders need to enforce it.
+	Notes []string
 }
 
 type config struct {

@@ -1,0 +1,676 @@
+// Package kongimport converts the rate limiting of a Kong declarative
+// configuration (a decK file) into a Sluice tenant's rules, for Sluice's
+// proxy (or its check APIs) to enforce in place of Kong's plugins.
+//
+// Each instance of the rate-limiting and rate-limiting-advanced plugins
+// becomes a rule per limit (rate-limiting's second to year, each
+// rate-limiting-advanced window) in the tenant's default tier:
+//
+//   - Scope. A global plugin's rules apply to every request; a service's
+//     to the paths of its routes that have no plugin of their own; a
+//     route's to its paths ("/orders" matching what starts with it, as
+//     Kong's prefix paths do), one rule over all of them, so that, as in
+//     Kong, they share one counter. Kong runs one instance of a plugin per
+//     request, the most specific; so do the rules: each scoped rule
+//     replaces (policy.Rule.Replaces) the global ones of its plugin, and a
+//     rule with a longer path the rules whose path it extends (Kong's
+//     router takes the longest prefix).
+//   - Counting. rate-limiting counts fixed windows, its day, month and
+//     year the calendar's, in UTC, as Kong's; rate-limiting-advanced
+//     sliding windows (the weighted previous window, its algorithm) or
+//     fixed ones. A positive sync_rate becomes the rule's sync.
+//   - Identity. limit_by (identifier) consumer and credential key by
+//     client_id, which the proxy takes from -identity-header and, without
+//     it, from the client's address, as Kong falls back to; ip by ip;
+//     header by a descriptor named after the header (the proxy's
+//     -descriptor-headers); service by nothing, one counter for the scope;
+//     path by the path given, other paths by ip, as Kong.
+//   - The rest. fault_tolerant: false fails closed; error_message is the
+//     rule's message; a disabled plugin makes disabled rules.
+//
+// What Sluice cannot express is refused with the path of each problem
+// (plugins[2].config.limit_by): plugins of consumers and consumer
+// groups (make them overrides and tiers), regex paths, routes without
+// paths. What it expresses differently is told in Plan.Notes: a route's
+// hosts and methods are not matched, nor a longer path of a route without
+// a plugin, and the proxy flags that identities need.
+package kongimport
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/days"
+	"github.com/sluicehq/sluice/internal/envoyimport"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// MaxBytes bounds the configuration read.
+const MaxBytes = 4 << 20
+
+// The plugins imported.
+const (
+	rateLimiting         = "rate-limiting"
+	rateLimitingAdvanced = "rate-limiting-advanced"
+)
+
+type file struct {
+	Workspace      string     `yaml:"_workspace"`
+	Services       []service  `yaml:"services"`
+	Routes         []route    `yaml:"routes"`
+	Plugins        []plugin   `yaml:"plugins"`
+	Consumers      []consumer `yaml:"consumers"`
+	ConsumerGroups []consumer `yaml:"consumer_groups"`
+}
+
+type service struct {
+	ID      string   `yaml:"id"`
+	Name    string   `yaml:"name"`
+	Routes  []route  `yaml:"routes"`
+	Plugins []plugin `yaml:"plugins"`
+}
+
+type route struct {
+	ID      string   `yaml:"id"`
+	Name    string   `yaml:"name"`
+	Paths   []string `yaml:"paths"`
+	Hosts   []string `yaml:"hosts"`
+	Methods []string `yaml:"methods"`
+	Headers any      `yaml:"headers"`
+	Service ref      `yaml:"service"`
+	Plugins []plugin `yaml:"plugins"`
+}
+
+type consumer struct {
+	Plugins []plugin `yaml:"plugins"`
+}
+
+type plugin struct {
+	Name          string `yaml:"name"`
+	InstanceName  string `yaml:"instance_name"`
+	Enabled       *bool  `yaml:"enabled"`
+	Config        config `yaml:"config"`
+	Service       ref    `yaml:"service"`
+	Route         ref    `yaml:"route"`
+	Consumer      ref    `yaml:"consumer"`
+	ConsumerGroup ref    `yaml:"consumer_group"`
+}
+
+// config holds both plugins' settings; the others (policy, redis,
+// strategy, namespace…) name Kong's own storage and are ignored.
+type config struct {
+	Second            *float64  `yaml:"second"`
+	Minute            *float64  `yaml:"minute"`
+	Hour              *float64  `yaml:"hour"`
+	Day               *float64  `yaml:"day"`
+	Month             *float64  `yaml:"month"`
+	Year              *float64  `yaml:"year"`
+	LimitBy           string    `yaml:"limit_by"`
+	HeaderName        string    `yaml:"header_name"`
+	Path              string    `yaml:"path"`
+	FaultTolerant     *bool     `yaml:"fault_tolerant"`
+	HideClientHeaders bool      `yaml:"hide_client_headers"`
+	ErrorCode         *float64  `yaml:"error_code"`
+	ErrorMessage      string    `yaml:"error_message"`
+	SyncRate          *float64  `yaml:"sync_rate"`
+	Limit             []float64 `yaml:"limit"`
+	WindowSize        []float64 `yaml:"window_size"`
+	WindowType        string    `yaml:"window_type"`
+	Identifier        string    `yaml:"identifier"`
+}
+
+// ref is a reference to another entity: its name or id, written as a
+// string or as {name: …} or {id: …}.
+type ref struct{ Name, ID string }
+
+func (r *ref) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		r.Name, r.ID = n.Value, n.Value
+		return nil
+	}
+	var m struct {
+		ID   string `yaml:"id"`
+		Name string `yaml:"name"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	r.Name, r.ID = m.Name, m.ID
+	return nil
+}
+
+func (r ref) set() bool { return r.Name != "" || r.ID != "" }
+
+// names reports whether r refers to the entity of this id and name.
+func (r ref) names(id, name string) bool {
+	return r.ID != "" && r.ID == id || r.Name != "" && r.Name == name
+}
+
+// instance is one plugin to import, with its scope.
+type instance struct {
+	plugin *plugin
+	field  string
+	svc    *service // service scope, or the route's service
+	rt     *route   // route scope
+}
+
+func (in *instance) enabled() bool { return in.plugin.Enabled == nil || *in.plugin.Enabled }
+
+// scope names the instance's rules: instance_name, else global,
+// service-NAME or route-NAME.
+func (in *instance) scope() string {
+	switch {
+	case in.plugin.InstanceName != "":
+		return in.plugin.InstanceName
+	case in.rt != nil:
+		return "route-" + cmpOr(in.rt.Name, in.rt.ID)
+	case in.svc != nil:
+		return "service-" + cmpOr(in.svc.Name, in.svc.ID)
+	}
+	return "global"
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// Parse reads a decK file (YAML or JSON) into the rules of tenant slug
+// (the file's _workspace when slug is empty; with neither, the plan's
+// tenant has none, for an admin key's own tenant). Every problem is a
+// field error with its path.
+func Parse(r io.Reader, slug string) (*envoyimport.Plan, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxBytes {
+		return nil, invalid(policy.FieldError{Description: fmt.Sprintf("larger than %d bytes", MaxBytes)})
+	}
+	var f file
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, invalid(policy.FieldError{Description: "not a Kong declarative configuration: " + err.Error()})
+	}
+	slug = cmpOr(slug, f.Workspace)
+	p := &envoyimport.Plan{Tenant: policy.Tenant{Slug: slug, Name: slug, DefaultTier: "default"}}
+	im := importer{plan: p, file: &f}
+	if slug != "" {
+		if err := p.Tenant.Validate(); err != nil {
+			im.fail("_workspace", "cannot be a tenant slug (letters, digits, '-' and '_'): give -tenant")
+		}
+	}
+	im.collect()
+	for _, kind := range []string{rateLimiting, rateLimitingAdvanced} {
+		im.build(kind)
+	}
+	if len(p.Rules) > policy.MaxRulesPerTier {
+		im.fail("plugins", "more than %d limits", policy.MaxRulesPerTier)
+	}
+	if len(im.errs) > 0 {
+		return nil, invalid(im.errs...)
+	}
+	return p, nil
+}
+
+type importer struct {
+	plan      *envoyimport.Plan
+	file      *file
+	instances []instance
+	// routes are every route with its service and its field path.
+	routes []routeAt
+	errs   []policy.FieldError
+	noted  map[string]bool
+}
+
+type routeAt struct {
+	rt    *route
+	svc   *service
+	field string
+}
+
+func (im *importer) fail(field, format string, args ...any) {
+	fe := policy.FieldError{Field: field, Description: fmt.Sprintf(format, args...)}
+	if !slices.Contains(im.errs, fe) { // a route's, met through each of its plugins
+		im.errs = append(im.errs, fe)
+	}
+}
+
+func (im *importer) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if im.noted == nil {
+		im.noted = map[string]bool{}
+	}
+	if !im.noted[s] {
+		im.noted[s] = true
+		im.plan.Notes = append(im.plan.Notes, s)
+	}
+}
+
+// collect finds every route and every rate limiting plugin with its scope.
+func (im *importer) collect() {
+	f := im.file
+	for i := range f.Services {
+		s := &f.Services[i]
+		for j := range s.Routes {
+			im.routes = append(im.routes, routeAt{&s.Routes[j], s, fmt.Sprintf("services[%d].routes[%d]", i, j)})
+		}
+	}
+	for i := range f.Routes {
+		rt := &f.Routes[i]
+		at := routeAt{rt: rt, field: fmt.Sprintf("routes[%d]", i)}
+		if rt.Service.set() {
+			if at.svc = im.service(rt.Service); at.svc == nil {
+				im.fail(at.field+".service", "no service %q in this file", cmpOr(rt.Service.Name, rt.Service.ID))
+			}
+		}
+		im.routes = append(im.routes, at)
+	}
+	add := func(ps []plugin, field string, svc *service, rt *route) {
+		for i := range ps {
+			p := &ps[i]
+			if p.Name != rateLimiting && p.Name != rateLimitingAdvanced {
+				continue
+			}
+			in := instance{plugin: p, field: fmt.Sprintf("%splugins[%d]", field, i), svc: svc, rt: rt}
+			if p.Service.set() && in.svc == nil {
+				if in.svc = im.service(p.Service); in.svc == nil {
+					im.fail(in.field+".service", "no service %q in this file", cmpOr(p.Service.Name, p.Service.ID))
+					continue
+				}
+			}
+			if p.Route.set() && in.rt == nil {
+				at := im.route(p.Route)
+				if at == nil {
+					im.fail(in.field+".route", "no route %q in this file", cmpOr(p.Route.Name, p.Route.ID))
+					continue
+				}
+				in.rt, in.svc = at.rt, at.svc
+			}
+			if p.Consumer.set() || p.ConsumerGroup.set() {
+				im.fail(in.field, "a plugin of a consumer or consumer group is not imported: give the client its own limits with an override (sluice overrides create), a group with a tier")
+				continue
+			}
+			im.instances = append(im.instances, in)
+		}
+	}
+	add(f.Plugins, "", nil, nil)
+	for i := range f.Services {
+		add(f.Services[i].Plugins, fmt.Sprintf("services[%d].", i), &f.Services[i], nil)
+	}
+	for _, at := range im.routes {
+		add(at.rt.Plugins, at.field+".", at.svc, at.rt)
+	}
+	for i := range f.Consumers {
+		for j := range f.Consumers[i].Plugins {
+			if n := f.Consumers[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
+				im.fail(fmt.Sprintf("consumers[%d].plugins[%d]", i, j), "a plugin of a consumer is not imported: give the client its own limits with an override (sluice overrides create)")
+			}
+		}
+	}
+	for i := range f.ConsumerGroups {
+		for j := range f.ConsumerGroups[i].Plugins {
+			if n := f.ConsumerGroups[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
+				im.fail(fmt.Sprintf("consumer_groups[%d].plugins[%d]", i, j), "a plugin of a consumer group is not imported: make the group a tier and move its clients to it with overrides")
+			}
+		}
+	}
+}
+
+func (im *importer) service(r ref) *service {
+	for i := range im.file.Services {
+		if s := &im.file.Services[i]; r.names(s.ID, s.Name) {
+			return s
+		}
+	}
+	return nil
+}
+
+func (im *importer) route(r ref) *routeAt {
+	for i := range im.routes {
+		if at := &im.routes[i]; r.names(at.rt.ID, at.rt.Name) {
+			return at
+		}
+	}
+	return nil
+}
+
+// group is the rules one plugin instance makes, with the route paths they
+// apply to (none: every request).
+type group struct {
+	in    *instance
+	paths []string
+	rules []int // indexes in plan.Rules
+}
+
+// build makes the rules of every instance of plugin kind, and what each
+// replaces.
+func (im *importer) build(kind string) {
+	var groups []*group
+	for i := range im.instances {
+		in := &im.instances[i]
+		if in.plugin.Name != kind {
+			continue
+		}
+		g := &group{in: in}
+		ok := im.scopePaths(g)
+		im.limits(g) // its errors too
+		if ok {
+			groups = append(groups, g)
+		}
+	}
+	// Kong runs the most specific instance: a scoped one over the
+	// global, the longest route path over one it extends.
+	for _, g := range groups {
+		var replaces []string
+		for _, o := range groups {
+			if o == g || !extends(g, o) {
+				continue
+			}
+			if extends(o, g) {
+				im.note("%s and %s each have a path the other's extends (or the same path): a request to both meets both", g.in.scope(), o.in.scope())
+				continue
+			}
+			for _, ri := range o.rules {
+				replaces = append(replaces, im.plan.Rules[ri].Name)
+			}
+		}
+		if len(replaces) > policy.MaxReplaces {
+			im.fail(g.in.field, "replaces %d rules of less specific scopes, at most %d", len(replaces), policy.MaxReplaces)
+			continue
+		}
+		for _, ri := range g.rules {
+			r := &im.plan.Rules[ri]
+			r.Replaces = append(slices.Clone(replaces), r.Replaces...)
+			if err := r.Validate(); err != nil {
+				im.fail(g.in.field, "rule %s: %v", r.Name, err)
+			}
+		}
+	}
+	im.noteShadowedRoutes(kind, groups)
+}
+
+// extends reports whether a request g applies to may also meet o, which
+// Kong would then not run: o is global and g scoped, or a path of g
+// extends one of o.
+func extends(g, o *group) bool {
+	if len(o.paths) == 0 {
+		return len(g.paths) > 0
+	}
+	for _, p := range g.paths {
+		for _, q := range o.paths {
+			if strings.HasPrefix(p, q) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// noteShadowedRoutes tells of routes without a plugin of their own whose
+// path extends a scoped group's: Kong routes their requests to them, where
+// those limits do not apply, and Sluice's rules, matching paths, apply.
+func (im *importer) noteShadowedRoutes(kind string, groups []*group) {
+	for _, at := range im.routes {
+		if im.scoped(at, kind) {
+			continue
+		}
+		for _, g := range groups {
+			for _, q := range g.paths {
+				for _, p := range at.rt.Paths {
+					if len(p) > len(q) && strings.HasPrefix(p, q) && !slices.Contains(g.paths, p) {
+						im.note("route %s's path %s extends %s of %s: Kong gives its requests its own plugins, Sluice %s's limits", cmpOr(at.rt.Name, at.rt.ID), p, q, g.in.scope(), g.in.scope())
+					}
+				}
+			}
+		}
+	}
+}
+
+// scoped reports whether at has an enabled instance of plugin kind of
+// its own or of its service.
+func (im *importer) scoped(at routeAt, kind string) bool {
+	for _, in := range im.instances {
+		if in.plugin.Name == kind && in.enabled() && (in.rt == at.rt || in.rt == nil && in.svc != nil && in.svc == at.svc) {
+			return true
+		}
+	}
+	return false
+}
+
+// scopePaths sets the paths g's rules apply to: a route's, or a service's
+// routes' that have no instance of the plugin of their own.
+func (im *importer) scopePaths(g *group) bool {
+	in := g.in
+	var ats []routeAt
+	switch {
+	case in.rt != nil:
+		for _, at := range im.routes {
+			if at.rt == in.rt {
+				ats = append(ats, at)
+			}
+		}
+	case in.svc != nil:
+		for _, at := range im.routes {
+			if at.svc == in.svc && !im.hasOwn(at.rt, in.plugin.Name) {
+				ats = append(ats, at)
+			}
+		}
+		if len(ats) == 0 {
+			im.note("%s: its service has no route without a plugin of its own: nothing imported", in.scope())
+			return false
+		}
+	default:
+		return true
+	}
+	ok := true
+	for _, at := range ats {
+		name := cmpOr(at.rt.Name, at.rt.ID)
+		if len(at.rt.Paths) == 0 {
+			im.fail(at.field+".paths", "route %s has no paths: Sluice tells routes apart by path (a rule of hosts or methods alone is not imported)", name)
+			ok = false
+		}
+		for i, p := range at.rt.Paths {
+			if strings.HasPrefix(p, "~") {
+				im.fail(fmt.Sprintf("%s.paths[%d]", at.field, i), "a regex path is not imported: write its prefixes as paths")
+				ok = false
+				continue
+			}
+			g.paths = append(g.paths, p)
+		}
+		if len(at.rt.Hosts) > 0 || len(at.rt.Methods) > 0 || at.rt.Headers != nil {
+			im.note("route %s: its hosts, methods and headers are not matched, only its paths", name)
+		}
+	}
+	slices.Sort(g.paths)
+	g.paths = slices.Compact(g.paths)
+	if len(g.paths) > policy.MaxMatchers {
+		im.fail(in.field, "applies to %d paths, at most %d a rule", len(g.paths), policy.MaxMatchers)
+		ok = false
+	}
+	return ok
+}
+
+// hasOwn reports whether rt has an enabled instance of plugin kind of its
+// own (Kong passes over a disabled one to the service's).
+func (im *importer) hasOwn(rt *route, kind string) bool {
+	for _, in := range im.instances {
+		if in.rt == rt && in.plugin.Name == kind && in.enabled() {
+			return true
+		}
+	}
+	return false
+}
+
+// A limit of a plugin: so many requests a window or calendar period.
+type limitOf struct {
+	name     string
+	field    string
+	limit    float64
+	window   time.Duration
+	calendar policy.Calendar
+	algo     policy.Algorithm
+}
+
+// limits makes g's rules, one per limit of its plugin.
+func (im *importer) limits(g *group) {
+	in, c := g.in, &g.in.plugin.Config
+	cf := in.field + ".config"
+	var ls []limitOf
+	by := c.LimitBy
+	if in.plugin.Name == rateLimiting {
+		for _, p := range []struct {
+			name string
+			v    *float64
+			w    time.Duration
+			cal  policy.Calendar
+		}{{"second", c.Second, time.Second, 0}, {"minute", c.Minute, time.Minute, 0}, {"hour", c.Hour, time.Hour, 0},
+			{"day", c.Day, 0, policy.CalendarDay}, {"month", c.Month, 0, policy.CalendarMonth}, {"year", c.Year, 0, policy.CalendarYear}} {
+			if p.v != nil {
+				ls = append(ls, limitOf{name: p.name, field: cf + "." + p.name, limit: *p.v, window: p.w, calendar: p.cal, algo: policy.FixedWindow})
+			}
+		}
+		if len(ls) == 0 {
+			im.fail(cf, "at least one of second, minute, hour, day, month or year")
+		}
+	} else {
+		by = c.Identifier
+		algo := policy.SlidingWindow
+		switch c.WindowType {
+		case "", "sliding":
+		case "fixed":
+			algo = policy.FixedWindow
+		default:
+			im.fail(cf+".window_type", "must be sliding or fixed")
+		}
+		if len(c.Limit) == 0 || len(c.Limit) != len(c.WindowSize) {
+			im.fail(cf+".limit", "one limit per window_size, at least one")
+		}
+		for i := range min(len(c.Limit), len(c.WindowSize)) {
+			w := c.WindowSize[i]
+			if w <= 0 || w != math.Trunc(w) || w > policy.MaxWindow.Seconds() {
+				im.fail(fmt.Sprintf("%s.window_size[%d]", cf, i), "must be a whole number of seconds, 1 to %.0f", policy.MaxWindow.Seconds())
+				continue
+			}
+			win := time.Duration(w) * time.Second
+			ls = append(ls, limitOf{name: days.Format(win), field: fmt.Sprintf("%s.limit[%d]", cf, i), limit: c.Limit[i], window: win, algo: algo})
+		}
+	}
+	base := policy.Rule{Enabled: in.enabled(), Message: c.ErrorMessage}
+	if c.FaultTolerant != nil && !*c.FaultTolerant {
+		base.FailureMode = policy.FailClosed
+	}
+	if c.ErrorMessage == "API rate limit exceeded" { // Kong's default: Sluice's says more
+		base.Message = ""
+	}
+	if c.ErrorCode != nil && *c.ErrorCode != 429 {
+		im.note("%s: rejections are answered 429, not %.0f", in.scope(), *c.ErrorCode)
+	}
+	if c.HideClientHeaders {
+		im.note("%s hides its headers: run the deciders with -rate-limit-headers none to tell clients no limits", in.scope())
+	}
+	var sync time.Duration
+	if c.SyncRate != nil && *c.SyncRate > 0 {
+		sync = min(max(time.Duration(*c.SyncRate*float64(time.Second)), policy.MinSync), policy.MaxSync)
+	}
+	byPath := false
+	switch by {
+	case "", "consumer", "credential":
+		base.KeyBy = []string{policy.DefaultIdentifierKey}
+		im.note("limit_by %s: clients are told apart by -identity-header (the credential's header, key-auth's apikey say) on the proxy, else by address, as Kong falls back to", cmpOr(by, "consumer"))
+	case "ip":
+		base.KeyBy = []string{"ip"}
+	case "header":
+		key := strings.ToLower(c.HeaderName)
+		if key == "" {
+			im.fail(cf+".header_name", "required with limit_by header")
+			return
+		}
+		base.KeyBy = []string{key}
+		im.note("limit_by header %s: run the proxy with -descriptor-headers %s=%s; requests without it share one counter (Kong counts them by address)", c.HeaderName, key, c.HeaderName)
+	case "service":
+		if in.svc == nil {
+			im.fail(cf+".limit_by", "limit_by service on a global plugin: give each service a plugin of its own")
+			return
+		}
+	case "path":
+		if c.Path == "" || strings.HasPrefix(c.Path, "~") {
+			im.fail(cf+".path", "a path, required with limit_by path")
+			return
+		}
+		byPath = true
+	default:
+		im.fail(cf+".limit_by", "%q is not imported: consumer, credential, ip, header, service or path", by)
+		return
+	}
+	if byPath {
+		// The path counts as one client; every other request in scope by
+		// its address, as Kong falls back to.
+		im.rules(g, ls, base, sync, "-path", []policy.Match{{Key: "route", Value: c.Path}}, nil)
+		pathRules := slices.Clone(g.rules)
+		base.KeyBy = []string{"ip"}
+		im.rules(g, ls, base, sync, "", nil, pathRules)
+		return
+	}
+	im.rules(g, ls, base, sync, "", nil, nil)
+}
+
+// rules adds a rule per limit to g: named scope[suffix]-limit, matching
+// match, else g's paths, and replaced by the rules of replacedBy.
+func (im *importer) rules(g *group, ls []limitOf, base policy.Rule, sync time.Duration, suffix string, match []policy.Match, replacedBy []int) {
+	if match == nil {
+		for _, p := range g.paths {
+			match = append(match, policy.Match{Key: "route", Value: p + "*"})
+		}
+	}
+	for _, l := range ls {
+		r := base
+		r.Name = g.in.scope() + suffix + "-" + l.name
+		r.Match = match
+		r.Params = policy.Params{Algorithm: l.algo, Limit: int64(l.limit), Window: l.window, Calendar: l.calendar}
+		if l.limit != math.Trunc(l.limit) || l.limit < 1 {
+			im.fail(l.field, "must be a whole number of requests, at least 1")
+			continue
+		}
+		if sync > 0 {
+			if l.algo == policy.FixedWindow {
+				r.Sync = sync
+			} else {
+				im.note("%s: sync_rate applies to fixed windows; its sliding windows are counted in Redis on every request", g.in.scope())
+			}
+		}
+		for _, o := range replacedBy {
+			if strings.HasSuffix(im.plan.Rules[o].Name, "-"+l.name) {
+				// the path's rule of the same window replaces this one
+				im.plan.Rules[o].Replaces = append(im.plan.Rules[o].Replaces, r.Name)
+			}
+		}
+		var pe *policy.Error
+		if err := r.Validate(); errors.As(err, &pe) {
+			for _, fe := range pe.Fields {
+				im.fail(l.field, "%s: %s", fe.Field, fe.Description)
+			}
+			continue
+		}
+		for _, o := range im.plan.Rules {
+			if o.Name == r.Name {
+				im.fail(g.in.field, "makes rule %s twice: give the plugin an instance_name", r.Name)
+			}
+		}
+		g.rules = append(g.rules, len(im.plan.Rules))
+		im.plan.Rules = append(im.plan.Rules, r)
+	}
+}
+
+func invalid(fields ...policy.FieldError) error {
+	return &policy.Error{Code: policy.CodeInvalid, Message: "invalid Kong configuration", Fields: fields}
+}

@@ -1,0 +1,262 @@
+package kongimport
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+const shop = `
+_format_version: "3.0"
+_workspace: shop
+services:
+  - name: orders
+    url: http://orders:8080
+    routes:
+      - name: orders-list
+        paths: [/orders]
+        methods: [GET]
+      - name: orders-v2
+        paths: [/v2/orders, /v2/carts]
+    plugins:
+      - name: rate-limiting
+        config: {minute: 100, hour: 1000, policy: redis, redis: {host: redis}, limit_by: consumer}
+  - name: search
+    url: http://search
+    routes:
+      - name: search
+        paths: [/search]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [10, 100], window_size: [60, 3600], identifier: ip, sync_rate: 0.5, strategy: redis, namespace: s}
+      - name: search-public
+        paths: [/search/public]
+      - name: search-admin
+        paths: [/search/admin]
+        plugins:
+          - name: rate-limiting
+            enabled: false
+            config: {second: 1}
+plugins:
+  - name: rate-limiting
+    config: {second: 5, day: 10000, limit_by: ip, fault_tolerant: false, error_message: "Slow down"}
+  - name: rate-limiting
+    route: login
+    config: {minute: 3, limit_by: header, header_name: X-Api-Key}
+  - name: key-auth
+    config: {key_names: [apikey]}
+routes:
+  - name: login
+    service: orders
+    paths: [/login]
+`
+
+// Each plugin instance becomes a rule per limit, scoped to its paths,
+// keyed as its limit_by, the scoped ones replacing the global ones.
+func TestParse(t *testing.T) {
+	t.Parallel()
+	p, err := Parse(strings.NewReader(shop), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tenant.Slug != "shop" || p.Tenant.DefaultTier != "default" {
+		t.Fatalf("tenant %+v", p.Tenant)
+	}
+	byName := map[string]policy.Rule{}
+	var names []string
+	for _, r := range p.Rules {
+		byName[r.Name] = r
+		names = append(names, r.Name)
+	}
+	want := []string{"global-second", "global-day", "route-login-minute", "service-orders-minute", "service-orders-hour",
+		"route-search-admin-second", "route-search-1m", "route-search-1h"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("rules %v, want %v", names, want)
+	}
+	g := byName["global-second"]
+	if g.Match != nil || !slices.Equal(g.KeyBy, []string{"ip"}) || g.FailureMode != policy.FailClosed || g.Message != "Slow down" ||
+		g.Algorithm != policy.FixedWindow || g.Limit != 5 || g.Window != time.Second || len(g.Replaces) != 0 {
+		t.Errorf("global-second %+v", g)
+	}
+	if d := byName["global-day"]; d.Calendar != policy.CalendarDay || d.Window != 0 || d.Limit != 10000 {
+		t.Errorf("global-day %+v", d)
+	}
+	o := byName["service-orders-minute"]
+	if !slices.Equal(o.Match, []policy.Match{{Key: "route", Value: "/orders*"}, {Key: "route", Value: "/v2/carts*"}, {Key: "route", Value: "/v2/orders*"}}) ||
+		!slices.Equal(o.KeyBy, []string{"client_id"}) || o.Sync != 0 || !slices.Equal(o.Replaces, []string{"global-second", "global-day"}) {
+		t.Errorf("service-orders-minute %+v: the service's routes but login, which has its own plugin", o)
+	}
+	if l := byName["route-login-minute"]; !slices.Equal(l.KeyBy, []string{"x-api-key"}) || !slices.Equal(l.Match, []policy.Match{{Key: "route", Value: "/login*"}}) {
+		t.Errorf("route-login-minute %+v", l)
+	}
+	if s := byName["route-search-1h"]; s.Algorithm != policy.SlidingWindow || s.Window != time.Hour || s.Limit != 100 || len(s.Replaces) != 0 {
+		t.Errorf("route-search-1h %+v: rate-limiting-advanced replaces no rate-limiting rule", s)
+	}
+	if a := byName["route-search-admin-second"]; a.Enabled {
+		t.Errorf("a disabled plugin made an enabled rule: %+v", a)
+	}
+	for _, want := range []string{"route orders-list: its hosts, methods and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
+		"route search-public's path /search/public extends /search of route-search",
+		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows"} {
+		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
+			t.Errorf("no note of %q in %q", want, p.Notes)
+		}
+	}
+
+	// Decided as Kong would: the most specific instance of each plugin.
+	for i := range p.Rules {
+		p.Rules[i].ID = p.Rules[i].Name
+	}
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "shop", Name: "shop", DefaultTier: "default"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "default", Rules: p.Rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
+	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	for _, tc := range []struct {
+		route string
+		want  []string
+	}{
+		{"/v2/orders/7", []string{"service-orders-minute", "service-orders-hour"}},
+		{"/login", []string{"route-login-minute"}},
+		{"/search?q=x", []string{"global-second", "global-day", "route-search-1m", "route-search-1h"}},
+		// Its own rate-limiting disabled, the global one; route-search's
+		// advanced one, as noted (Kong's router would take search-admin).
+		{"/search/admin", []string{"global-second", "global-day", "route-search-1m", "route-search-1h"}},
+		{"/elsewhere", []string{"global-second", "global-day"}},
+	} {
+		dec, err := d.Decide(context.Background(), c, decide.Request{Descriptors: policy.Descriptors{
+			{Key: "client_id", Value: "alice"}, {Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: tc.route}, {Key: "method", Value: "GET"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range dec.Rules {
+			got = append(got, r.Rule.Name)
+		}
+		slices.Sort(got)
+		slices.Sort(tc.want)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s meets %v, want %v", tc.route, got, tc.want)
+		}
+	}
+}
+
+// A longer path's instance replaces the one whose path it extends; a
+// limit by path counts that path as one client and the scope's other
+// paths by address.
+func TestLongestPathAndLimitByPath(t *testing.T) {
+	t.Parallel()
+	p, err := Parse(strings.NewReader(`
+services:
+  - name: api
+    routes:
+      - {name: all, paths: [/api], plugins: [{name: rate-limiting, config: {minute: 100, limit_by: path, path: /api/export}}]}
+      - {name: users, paths: [/api/users], plugins: [{name: rate-limiting, config: {minute: 10, limit_by: ip}}]}
+`), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, r := range p.Rules {
+		got[r.Name] = r.Replaces
+	}
+	want := map[string][]string{
+		"route-all-path-minute": {"route-all-minute"},
+		"route-all-minute":      nil,
+		"route-users-minute":    {"route-all-path-minute", "route-all-minute"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rules %v, want %v", got, want)
+	}
+	for name, w := range want {
+		if !slices.Equal(got[name], w) {
+			t.Errorf("%s replaces %v, want %v", name, got[name], w)
+		}
+	}
+	if p.Tenant.Slug != "acme" {
+		t.Errorf("tenant %q, want the one given", p.Tenant.Slug)
+	}
+}
+
+// What Sluice cannot express is refused, each problem with its path.
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	_, err := Parse(strings.NewReader(`
+_workspace: "no spaces allowed"
+services:
+  - name: s
+    routes:
+      - {name: hostonly, hosts: [example.com]}
+      - {name: regex, paths: ["~/items/\\d+$"]}
+    plugins:
+      - {name: rate-limiting, config: {minute: 1.5}}
+plugins:
+  - {name: rate-limiting, config: {}}
+  - {name: rate-limiting, consumer: alice, config: {minute: 5}}
+  - {name: rate-limiting-advanced, route: nowhere, config: {limit: [5], window_size: [60]}}
+  - {name: rate-limiting-advanced, config: {limit: [5, 6], window_size: [60], window_type: rolling, identifier: consumer-group}}
+  - {name: rate-limiting, service: s, config: {hour: 5, limit_by: service}}
+routes:
+  - {name: r, service: ghost, paths: [/r]}
+consumers:
+  - username: bob
+    plugins: [{name: rate-limiting, config: {minute: 50}}]
+consumer_groups:
+  - name: gold
+    plugins: [{name: rate-limiting-advanced, config: {limit: [5], window_size: [60]}}]
+`), "")
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("got %v, want field errors", err)
+	}
+	have := map[string]bool{}
+	for _, f := range pe.Fields {
+		have[f.Field] = true
+	}
+	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]",
+		"services[0].plugins[0].config.minute", "plugins[0].config", "plugins[1]", "plugins[2].route", "plugins[3].config.window_type",
+		"plugins[3].config.limit", "plugins[3].config.limit_by", "routes[0].service", "consumers[0].plugins[0]", "consumer_groups[0].plugins[0]"} {
+		if !have[want] {
+			t.Errorf("no error at %s; got %v", want, pe.Fields)
+		}
+	}
+	for _, bad := range []string{"services: 5", "{", "plugins: [{name: rate-limiting, config: {minute: lots}}]"} {
+		if _, err := Parse(strings.NewReader(bad), "x"); policy.ErrorCode(err) != policy.CodeInvalid {
+			t.Errorf("%q: %v, want invalid", bad, err)
+		}
+	}
+	if _, err := Parse(strings.NewReader(strings.Repeat(" ", MaxBytes+1)), "x"); policy.ErrorCode(err) != policy.CodeInvalid {
+		t.Errorf("an oversized file: %v", err)
+	}
+}
+
+// Whatever the input, Parse returns valid rules or a field error, never
+// a panic or an invalid rule.
+func FuzzParse(f *testing.F) {
+	f.Add(shop)
+	f.Add("plugins: [{name: rate-limiting, config: {minute: 5, limit_by: header, header_name: X-A}}]")
+	f.Add("services: [{name: s, routes: [{name: r, paths: [/a, /b]}], plugins: [{name: rate-limiting-advanced, config: {limit: [1], window_size: [1]}}]}]")
+	f.Fuzz(func(t *testing.T, in string) {
+		p, err := Parse(strings.NewReader(in), "t")
+		if err != nil {
+			if policy.ErrorCode(err) != policy.CodeInvalid {
+				t.Fatalf("error %v is not a field error", err)
+			}
+			return
+		}
+		for _, r := range p.Rules {
+			if err := r.Validate(); err != nil {
+				t.Fatalf("invalid rule %+v: %v", r, err)
+			}
+		}
+	})
+}
