@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -200,7 +201,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 		if err != nil {
 			return fmt.Errorf("domain %s: %w", plan.Tenant.Name, err)
 		}
-		if err := out.emit(sum, func(w io.Writer) { printImported(w, plan, sum) }); err != nil {
+		if err := out.emit(sum, func(w io.Writer) { printImported(w, sum) }); err != nil {
 			return err
 		}
 	}
@@ -305,11 +306,25 @@ func planJSON(plan *envoyimport.Plan) importPlan {
 func printPlan(w io.Writer, plan *envoyimport.Plan) {
 	fmt.Fprintf(w, "tenant %s, tier %s\n", plan.Tenant.Slug, plan.Tenant.DefaultTier)
 	for _, r := range plan.Rules {
+		what := fmt.Sprintf("%s %d per %s", r.Algorithm, r.Limit, windowOf(r.Params))
 		if r.Block {
-			fmt.Fprintf(w, "  rule %-40s blocks every request, key by %v, shadow %v\n", r.Name, r.KeyBy, r.Shadow)
-			continue
+			what = "blocks every request"
 		}
-		fmt.Fprintf(w, "  rule %-40s %s %d per %s, key by %v, shadow %v\n", r.Name, r.Algorithm, r.Limit, windowOf(r.Params), r.KeyBy, r.Shadow)
+		fmt.Fprintf(w, "  rule %-40s %s, key by %v, shadow %v", r.Name, what, r.KeyBy, r.Shadow)
+		if len(r.Match) > 0 && !r.Exact { // an exact rule's name is its match
+			var m []string
+			for _, c := range r.Match {
+				m = append(m, c.Key+"="+c.Value)
+			}
+			fmt.Fprintf(w, ", on %s", strings.Join(m, " "))
+		}
+		if len(r.Replaces) > 0 {
+			fmt.Fprintf(w, ", replaces %s", strings.Join(r.Replaces, " "))
+		}
+		if !r.Enabled {
+			fmt.Fprint(w, ", disabled")
+		}
+		fmt.Fprintln(w)
 	}
 	for _, u := range plan.Unlimited {
 		fmt.Fprintf(w, "  unlimited %s (a shadow rule: never rejects)\n", u)
@@ -332,18 +347,18 @@ func printNotes(w io.Writer, notes []string) {
 	}
 }
 
-func printImported(w io.Writer, plan *envoyimport.Plan, sum cli.ImportSummary) {
+func printImported(w io.Writer, sum cli.ImportSummary) {
 	if sum.DryRun {
 		if sum.TenantCreated {
-			fmt.Fprintf(w, "would create tenant %s\n", plan.Tenant.Slug)
+			fmt.Fprintf(w, "would create tenant %s\n", sum.Tenant)
 		}
-		fmt.Fprintf(w, "tenant %s, tier %s: %d rules to create %v, %d to update %v, %d unchanged, %d to delete %v (dry run: none made)\n", plan.Tenant.Slug, sum.Tier,
+		fmt.Fprintf(w, "tenant %s, tier %s: %d rules to create %v, %d to update %v, %d unchanged, %d to delete %v (dry run: none made)\n", sum.Tenant, sum.Tier,
 			len(sum.Created), sum.Created, len(sum.Updated), sum.Updated, len(sum.Unchanged), len(sum.Deleted), sum.Deleted)
 	} else {
 		if sum.TenantCreated {
-			fmt.Fprintf(w, "created tenant %s (%s)\n", plan.Tenant.Slug, sum.TenantID)
+			fmt.Fprintf(w, "created tenant %s (%s)\n", sum.Tenant, sum.TenantID)
 		}
-		fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d unchanged, %d deleted\n", plan.Tenant.Slug, sum.Tier,
+		fmt.Fprintf(w, "tenant %s, tier %s: %d rules created, %d updated, %d unchanged, %d deleted\n", sum.Tenant, sum.Tier,
 			len(sum.Created), len(sum.Updated), len(sum.Unchanged), len(sum.Deleted))
 	}
 	for _, u := range sum.UnlimitedPaths {

@@ -47,6 +47,7 @@ func request[T any](c *Client, msg *T) *connect.Request[T] {
 // ImportSummary says what an import did.
 type ImportSummary struct {
 	TenantID       string   `json:"tenant_id,omitempty"` // empty: the admin key's own tenant
+	Tenant         string   `json:"tenant"`              // the tenant's slug
 	TenantCreated  bool     `json:"tenant_created"`
 	Tier           string   `json:"tier"`
 	Created        []string `json:"created"`
@@ -121,6 +122,7 @@ func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune, dryR
 			return ok && !planned[name]
 		})
 	}
+	sum.Tenant = f.Tenant
 	content, err := f.Marshal()
 	if err != nil {
 		return sum, err
