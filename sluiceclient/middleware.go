@@ -147,13 +147,18 @@ const (
 	HeadersIETF = rlheaders.IETF
 	// HeadersDraft6: RateLimit-Policy with an unnamed item per rule
 	// (10;w=60), RateLimit-Limit, -Remaining and -Reset of the deciding
-	// rule (the draft's sixth version, as Kong and envoyproxy/ratelimit
-	// send them), and the X-RateLimit-* headers.
+	// rule (the draft's sixth version, as envoyproxy/ratelimit sends
+	// them), and the X-RateLimit-* headers.
 	HeadersDraft6 = rlheaders.Draft6
 	// HeadersX: X-RateLimit-Limit, -Remaining and -Reset alone.
 	HeadersX = rlheaders.X
 	// HeadersNone: no rate limit header but Retry-After.
 	HeadersNone = rlheaders.None
+	// HeadersKong: Kong's rate limiting plugins' headers,
+	// X-RateLimit-Limit-Minute and X-RateLimit-Remaining-Minute per
+	// window, and RateLimit-Limit, -Remaining and -Reset of the deciding
+	// rule.
+	HeadersKong = rlheaders.Kong
 )
 
 // SetHeaders sets d's rate limit headers on h in the HeadersIETF style:

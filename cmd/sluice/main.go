@@ -44,7 +44,7 @@ commands:
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
            SLUICE_DECISION_BUDGET bounds a decision's Redis call (50ms; then failure modes answer),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089),
-           SLUICE_RATE_LIMIT_HEADERS the headers answered (ietf, draft-6, x or none; as the decider's)
+           SLUICE_RATE_LIMIT_HEADERS the headers answered (ietf, draft-6, x, none or kong; as the decider's)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] FILE|DIR...
            or the rate limiting plugins of a Kong declarative configuration: sluice import -kong [-tenant SLUG] … FILE
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG

@@ -194,30 +194,41 @@ func testCheckUntilRejected(t *testing.T, srv served, key string) {
 	}
 }
 
-// A decider configured for draft 6's headers answers them, on both
-// servers, and none of the IETF form.
+// A decider configured for draft 6's headers, or Kong's, answers them, on
+// both servers, and none of the IETF form.
 func TestCheckAnswersTheConfiguredHeaders(t *testing.T) {
 	t.Parallel()
-	draft6 := func(t testing.TB) (HTTPConfig, string) {
-		cfg, key := testAPI(t)
-		cfg.Headers = rlheaders.Draft6
-		return cfg, key
-	}
-	eachServer(t, draft6, func(t *testing.T, srv served, key string) {
-		body := `{"descriptors":{"client_id":"bob","route":"/login"}}`
-		post(t, srv, "/v1/check", key, body)
-		post(t, srv, "/v1/check", key, body)
-		resp, _ := post(t, srv, "/v1/check", key, body)
-		want := map[string]string{
+	for style, want := range map[rlheaders.Style]map[string]string{
+		rlheaders.Draft6: {
 			"RateLimit-Policy": "3;w=60, 2;w=60", "RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "45",
 			"X-RateLimit-Limit": "2", "Retry-After": "45", "RateLimit": "",
-		}
-		for k, v := range want {
-			if got := resp.Header.Get(k); resp.StatusCode != 429 || got != v {
-				t.Errorf("%d, %s: %q, want %q", resp.StatusCode, k, got, v)
+		},
+		// Of the two per-minute rules, login's, with less remaining.
+		rlheaders.Kong: {
+			"X-RateLimit-Limit-Minute": "2", "X-RateLimit-Remaining-Minute": "0", "RateLimit-Limit": "2", "RateLimit-Remaining": "0",
+			"RateLimit-Reset": "45", "Retry-After": "45", "RateLimit-Policy": "", "X-RateLimit-Limit": "",
+		},
+	} {
+		t.Run(style.String(), func(t *testing.T) {
+			t.Parallel()
+			styled := func(t testing.TB) (HTTPConfig, string) {
+				cfg, key := testAPI(t)
+				cfg.Headers = style
+				return cfg, key
 			}
-		}
-	})
+			eachServer(t, styled, func(t *testing.T, srv served, key string) {
+				body := `{"descriptors":{"client_id":"bob","route":"/login"}}`
+				post(t, srv, "/v1/check", key, body)
+				post(t, srv, "/v1/check", key, body)
+				resp, _ := post(t, srv, "/v1/check", key, body)
+				for k, v := range want {
+					if got := resp.Header.Get(k); resp.StatusCode != 429 || got != v {
+						t.Errorf("%d, %s: %q, want %q", resp.StatusCode, k, got, v)
+					}
+				}
+			})
+		})
+	}
 }
 
 // A peek answers with what remains and consumes nothing.

@@ -210,10 +210,10 @@ func (e *fastExchange) decode(v any, maxBytes int64) error {
 func (e *fastExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {
 	var rules [4]rlheaders.Rule
 	var buf [256]byte
-	b, ends, n := rlheaders.Append(buf[:0], style, appendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
+	b, keys, ends, n := rlheaders.Append(buf[:0], style, appendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
 	from := 0
 	for i := range n {
-		e.ctx.Response.Header.SetCanonical(rlheaders.Key(style, i), b[from:ends[i]])
+		e.ctx.Response.Header.SetCanonical(keys[i], b[from:ends[i]])
 		from = ends[i]
 	}
 }

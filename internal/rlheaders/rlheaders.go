@@ -25,7 +25,7 @@ const (
 	// X-RateLimit-Limit, -Remaining and -Reset of the deciding rule.
 	IETF Style = iota
 	// Draft6: the form of the IETF draft's sixth version, which
-	// express-rate-limit's "draft-6" and Kong send: RateLimit-Policy with
+	// express-rate-limit's "draft-6" sends: RateLimit-Policy with
 	// an unnamed item per rule (10;w=60), RateLimit-Limit, -Remaining and
 	// -Reset of the deciding rule, and the X-RateLimit-* headers.
 	Draft6
@@ -35,9 +35,16 @@ const (
 	// None: no rate limit header but Retry-After: clients are not told
 	// the limits (Kong's hide_client_headers).
 	None
+	// Kong: the headers of Kong's rate limiting plugins, for clients
+	// written against them: X-RateLimit-Limit-Minute and
+	// X-RateLimit-Remaining-Minute for each rule, named after its window
+	// (Second, Minute, Hour, Day, Month or Year, else its length in
+	// seconds, as rate-limiting-advanced names them: -Limit-30), and
+	// RateLimit-Limit, -Remaining and -Reset of the deciding rule.
+	Kong
 )
 
-var styleNames = [...]string{IETF: "ietf", Draft6: "draft-6", X: "x", None: "none"}
+var styleNames = [...]string{IETF: "ietf", Draft6: "draft-6", X: "x", None: "none", Kong: "kong"}
 
 func (s Style) String() string {
 	if int(s) < len(styleNames) {
@@ -46,14 +53,14 @@ func (s Style) String() string {
 	return "style(" + strconv.Itoa(int(s)) + ")"
 }
 
-// ParseStyle reads a style by its name: ietf, draft-6, x or none.
+// ParseStyle reads a style by its name: ietf, draft-6, x, none or kong.
 func ParseStyle(name string) (Style, error) {
 	for s, n := range styleNames {
 		if n == name {
 			return Style(s), nil
 		}
 	}
-	return 0, fmt.Errorf("rate limit headers %q: want ietf, draft-6, x or none", name)
+	return 0, fmt.Errorf("rate limit headers %q: want ietf, draft-6, x, none or kong", name)
 }
 
 // Rule is one rule's answer, as the headers need it.
@@ -85,14 +92,15 @@ func Set(h http.Header, style Style, rules []Rule, deciding int, allowed bool) {
 }
 
 // Values returns the headers Set sets, in a fixed order: keys[i], in
-// canonical form, has the value vals[i]. keys is shared: it must not be
-// modified.
+// canonical form, has the value vals[i]. keys may be shared: it must not
+// be modified.
 func Values(style Style, rules []Rule, deciding int, allowed bool) (keys, vals []string) {
 	// Every value is built in one buffer and becomes one string whose
 	// parts are the values: a decision's headers cost two allocations, not
 	// one or more per value.
 	var arr [256]byte
-	b, ends, n := build(arr[:0], style, rules, deciding, allowed)
+	var ks [MaxHeaders][]byte
+	b, ends, n := build(arr[:0], &ks, style, rules, deciding, allowed)
 	if n == 0 {
 		return nil, nil
 	}
@@ -103,23 +111,29 @@ func Values(style Style, rules []Rule, deciding int, allowed bool) (keys, vals [
 		vals[i] = all[from:ends[i]]
 		from = ends[i]
 	}
-	return styleKeys[known(style)][:n], vals
+	if known(style) != Kong { // the style's own names, in order
+		return styleKeys[known(style)][:n], vals
+	}
+	keys = make([]string, n)
+	for i := range n {
+		keys[i] = string(ks[i])
+	}
+	return keys, vals
 }
 
 // MaxHeaders bounds the headers of one decision, in any style.
-const MaxHeaders = 8
+const MaxHeaders = 16
 
 // Append appends the values of the headers Set sets to b, in Values'
-// order, and returns b and where each value ends in it: the value of
-// Key(style, i) is b[ends[i-1]:ends[i]] (from len(b) for the first), for i
-// below n. It allocates nothing when b has room.
-func Append(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ []byte, ends [MaxHeaders]int, n int) {
-	return build(b, style, rules, deciding, allowed)
+// order, and returns b, their canonical names and where each value ends
+// in b: the value of keys[i] is b[ends[i-1]:ends[i]] (from len(b) for the
+// first), for i below n. The names are shared, not to be modified. It
+// allocates nothing when b has room (in the Kong style, for windows of a
+// second, minute, hour, day, month or year).
+func Append(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ []byte, keys [MaxHeaders][]byte, ends [MaxHeaders]int, n int) {
+	b, ends, n = build(b, &keys, style, rules, deciding, allowed)
+	return b, keys, ends, n
 }
-
-// Key is the canonical name of header i of Append's values in style, as
-// bytes: shared, not to be modified.
-func Key(style Style, i int) []byte { return styleKeyBytes[known(style)][i] }
 
 // known is style, or IETF for a style this package does not know.
 func known(style Style) Style {
@@ -143,6 +157,7 @@ const (
 	xReset            // X-RateLimit-Reset
 	retryAfter        // Retry-After
 	headerKinds
+	perWindow = headerKinds // Kong: X-RateLimit-Limit-Minute and -Remaining-Minute per rule
 )
 
 var headerNames = [headerKinds]string{"Ratelimit-Policy", "Ratelimit", "Ratelimit-Policy", "Ratelimit-Limit", "Ratelimit-Remaining",
@@ -157,23 +172,53 @@ var styleHeaders = [...][]int{
 	Draft6: {policy6, limit6, remaining6, reset6, xLimit, xRemaining, xReset, retryAfter},
 	X:      {xLimit, xRemaining, xReset, retryAfter},
 	None:   {retryAfter},
+	Kong:   {perWindow, limit6, remaining6, reset6, retryAfter},
 }
 
 // styleKeys and styleKeyBytes are the canonical forms (as http.Header.Get
 // looks them up) of each style's headers' names, in order.
-var styleKeys, styleKeyBytes = func() (keys [len(styleHeaders)][]string, bs [len(styleHeaders)][][]byte) {
+var styleKeys, headerKeyBytes = func() (keys [len(styleHeaders)][]string, bs [headerKinds][]byte) {
 	for s, hs := range styleHeaders {
 		for _, h := range hs {
-			keys[s] = append(keys[s], headerNames[h])
-			bs[s] = append(bs[s], []byte(headerNames[h]))
+			if h != perWindow {
+				keys[s] = append(keys[s], headerNames[h])
+			}
 		}
+	}
+	for h, name := range headerNames {
+		bs[h] = []byte(name)
 	}
 	return keys, bs
 }()
 
-// build appends the header values to b (see Append). A style it does not
-// know is IETF.
-func build(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ []byte, ends [MaxHeaders]int, n int) {
+// windowKeys are the Kong style's names of the headers of a rule of a
+// named window: X-RateLimit-Limit-Minute, X-RateLimit-Remaining-Minute.
+var windowKeys = func() map[time.Duration][2][]byte {
+	m := map[time.Duration][2][]byte{}
+	for d, unit := range map[time.Duration]string{time.Second: "Second", time.Minute: "Minute", time.Hour: "Hour",
+		24 * time.Hour: "Day", 30 * 24 * time.Hour: "Month", 365 * 24 * time.Hour: "Year"} {
+		m[d] = [2][]byte{[]byte("X-Ratelimit-Limit-" + unit), []byte("X-Ratelimit-Remaining-" + unit)}
+	}
+	return m
+}()
+
+// keysOf returns the Kong style's names of the headers of a rule of
+// window w.
+func keysOf(w time.Duration) [2][]byte {
+	if k, ok := windowKeys[w]; ok {
+		return k
+	}
+	b := append(make([]byte, 0, 64), "X-Ratelimit-Limit-"...) // one allocation for both
+	b = strconv.AppendInt(b, ceilSeconds(w), 10)
+	limit := b[:len(b):len(b)]
+	b = append(b, "X-Ratelimit-Remaining-"...)
+	b = strconv.AppendInt(b, ceilSeconds(w), 10)
+	return [2][]byte{limit, b[len(limit):]}
+}
+
+// build appends the header values to b and sets their names in keys (see
+// Append). A style it does not know is IETF.
+func build(b []byte, keys *[MaxHeaders][]byte, style Style, rules []Rule, deciding int, allowed bool) (_ []byte, ends [MaxHeaders]int, n int) {
 	style = known(style)
 	if len(rules) == 0 {
 		return b, ends, 0
@@ -185,6 +230,21 @@ func build(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ [
 	}
 	for _, h := range styleHeaders[style] {
 		switch h {
+		case perWindow: // two headers per window, of its rule with the least remaining
+			for i, r := range rules {
+				if r.Window <= 0 || n+2 > MaxHeaders-4 || tighter(rules, i) {
+					continue
+				}
+				k := keysOf(r.Window)
+				keys[n] = k[0]
+				b = strconv.AppendInt(b, r.Limit, 10)
+				ends[n] = len(b)
+				keys[n+1] = k[1]
+				b = strconv.AppendInt(b, max(0, r.Remaining), 10)
+				ends[n+1] = len(b)
+				n += 2
+			}
+			continue
 		case policy, current, policy6: // one item per rule
 			for i, r := range rules {
 				if i > 0 {
@@ -228,10 +288,23 @@ func build(b []byte, style Style, rules []Rule, deciding int, allowed bool) (_ [
 				b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
 			}
 		}
+		keys[n] = headerKeyBytes[h]
 		ends[n] = len(b)
 		n++
 	}
 	return b, ends, n
+}
+
+// tighter reports whether another rule of rules[i]'s window has less
+// remaining, or as little and comes first.
+func tighter(rules []Rule, i int) bool {
+	r := rules[i]
+	for j, o := range rules {
+		if j != i && o.Window == r.Window && (o.Remaining < r.Remaining || o.Remaining == r.Remaining && j < i) {
+			return true
+		}
+	}
+	return false
 }
 
 // appendSfString appends s as a structured-field string (RFC 8941):

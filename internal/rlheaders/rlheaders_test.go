@@ -88,6 +88,10 @@ func TestStyles(t *testing.T) {
 		{X, 1, false, map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "1"}},
 		{None, 0, false, map[string]string{"Retry-After": "1"}},
 		{None, 0, true, map[string]string{}},
+		{Kong, 0, false, map[string]string{"X-RateLimit-Limit-Minute": "10", "X-RateLimit-Remaining-Minute": "0",
+			"RateLimit-Limit": "10", "RateLimit-Remaining": "0", "RateLimit-Reset": "2", "Retry-After": "1"}},
+		{Kong, 1, true, map[string]string{"X-RateLimit-Limit-Minute": "10", "X-RateLimit-Remaining-Minute": "0", // login has no window
+			"RateLimit-Limit": "3", "RateLimit-Remaining": "2", "RateLimit-Reset": "1"}},
 		{Style(99), 1, true, map[string]string{"RateLimit-Policy": `"per-client";q=10;w=60, "login";q=3`,
 			"RateLimit": `"per-client";r=0;t=2, "login";r=2;t=1`, "X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "1"}},
 	} {
@@ -109,19 +113,19 @@ func TestStyles(t *testing.T) {
 		}
 		// Append gives the same, unallocated, by Key.
 		var buf [256]byte
-		b, ends, n := Append(buf[:0], c.style, rules, c.deciding, c.allowed)
+		b, keys, ends, n := Append(buf[:0], c.style, rules, c.deciding, c.allowed)
 		if n != len(want) {
 			t.Errorf("%s: Append gave %d headers, want %d", c.style, n, len(want))
 		}
 		from := 0
 		for i := range n {
-			if k, v := string(Key(c.style, i)), string(b[from:ends[i]]); want[k] != v {
+			if k, v := string(keys[i]), string(b[from:ends[i]]); want[k] != v {
 				t.Errorf("%s: Append's %s = %q, want %q", c.style, k, v, want[k])
 			}
 			from = ends[i]
 		}
 	}
-	for _, name := range []string{"ietf", "draft-6", "x", "none"} {
+	for _, name := range []string{"ietf", "draft-6", "x", "none", "kong"} {
 		if s, err := ParseStyle(name); err != nil || s.String() != name {
 			t.Errorf("ParseStyle(%q) = %v, %v", name, s, err)
 		}
@@ -132,10 +136,42 @@ func TestStyles(t *testing.T) {
 }
 
 func TestHeaderKeysAreCanonical(t *testing.T) {
-	for _, k := range headerNames {
+	names := headerNames[:]
+	for _, k := range windowKeys {
+		names = append(names, string(k[0]), string(k[1]))
+	}
+	for _, k := range names {
 		if c := http.CanonicalHeaderKey(k); c != k {
 			t.Errorf("%q is stored as given but looked up as %q", k, c)
 		}
+	}
+}
+
+// Kong's per-window headers name each window as Kong does, once per
+// window, as many as fit.
+func TestKongWindows(t *testing.T) {
+	var rules []Rule
+	for i, w := range []time.Duration{time.Second, 30 * time.Second, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour, 365 * 24 * time.Hour, time.Hour, 0, 7 * 24 * time.Hour} {
+		rules = append(rules, Rule{Name: "r", Limit: int64(i + 1), Remaining: -1, Window: w})
+	}
+	rules[6].Remaining = -2 // the hour's tighter rule, whose headers the hour's are
+	h := http.Header{}
+	Set(h, Kong, rules, 1, true)
+	want := map[string]string{"X-RateLimit-Limit-Second": "1", "X-RateLimit-Remaining-Second": "0", "X-RateLimit-Limit-30": "2",
+		"X-RateLimit-Limit-Hour": "7", "X-RateLimit-Limit-Day": "4", "X-RateLimit-Limit-Month": "5", "X-RateLimit-Limit-Year": "6",
+		"RateLimit-Limit": "2"}
+	for k, v := range want {
+		if got := h.Get(k); got != v {
+			t.Errorf("%s = %q, want %q", k, got, v)
+		}
+	}
+	// Six windows fit beside the deciding rule's three: the week's does not.
+	if len(h) != 15 || h.Get("X-RateLimit-Limit-604800") != "" {
+		t.Errorf("%d headers: %v", len(h), h)
+	}
+	var buf [256]byte
+	if n := testing.AllocsPerRun(100, func() { _, _, _, _ = Append(buf[:0], Kong, rules[:6], 0, true) }); n > 1 {
+		t.Errorf("Append: %v allocations, want only the 30 s window's names", n)
 	}
 }
 
