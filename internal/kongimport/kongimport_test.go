@@ -260,3 +260,68 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// What `deck gateway dump` writes, every setting present and most of them
+// null, in YAML or JSON, imports as the settings given.
+func TestDump(t *testing.T) {
+	t.Parallel()
+	for name, in := range map[string]string{
+		"yaml": `
+_format_version: "3.0"
+plugins:
+- config:
+    day: null
+    error_code: 429
+    error_message: API rate limit exceeded
+    fault_tolerant: true
+    header_name: null
+    hide_client_headers: false
+    hour: null
+    limit_by: consumer
+    minute: 5
+    month: null
+    path: null
+    policy: local
+    redis:
+      database: 0
+      host: null
+      password: null
+    second: null
+    sync_rate: -1
+    year: null
+  enabled: true
+  name: rate-limiting
+  protocols: [grpc, grpcs, http, https]
+services:
+- connect_timeout: 60000
+  enabled: true
+  host: httpbin.konghq.com
+  name: example_service
+  port: 80
+  protocol: http
+  routes:
+  - https_redirect_status_code: 426
+    name: example_route
+    paths: [/mock]
+    preserve_host: false
+    protocols: [http, https]
+    strip_path: true
+`,
+		"json": `{"_format_version":"3.0","plugins":[{"name":"rate-limiting","enabled":true,"config":{"day":null,"minute":5,"limit_by":"consumer",
+"policy":"local","error_message":"API rate limit exceeded","sync_rate":-1,"header_name":null,"path":null}}],
+"services":[{"name":"example_service","routes":[{"name":"example_route","paths":["/mock"]}]}]}`,
+	} {
+		p, err := Parse(strings.NewReader(in), "t")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(p.Rules) != 1 {
+			t.Fatalf("%s: rules %+v", name, p.Rules)
+		}
+		r := p.Rules[0]
+		if r.Name != "global-minute" || r.Limit != 5 || r.Window != time.Minute || r.Message != "" || r.Sync != 0 ||
+			r.FailureMode != policy.FailOpen || !r.Enabled || !slices.Equal(r.KeyBy, []string{"client_id"}) {
+			t.Errorf("%s: %+v", name, r)
+		}
+	}
+}
