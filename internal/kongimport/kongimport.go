@@ -56,6 +56,10 @@ import (
 // MaxBytes bounds the configuration read.
 const MaxBytes = 4 << 20
 
+// maxRoutes bounds the routes of a configuration and their paths, and so
+// the work of relating them.
+const maxRoutes = 10000
+
 // The plugins imported.
 const (
 	rateLimiting         = "rate-limiting"
@@ -210,11 +214,20 @@ func Parse(r io.Reader, slug string) (*envoyimport.Plan, error) {
 		}
 	}
 	im.collect()
+	paths := 0
+	for _, at := range im.routes {
+		paths += len(at.rt.Paths)
+	}
+	switch {
+	case len(im.routes) > maxRoutes || paths > maxRoutes:
+		im.fail("routes", "more than %d routes or paths", maxRoutes)
+		return nil, invalid(im.errs...)
+	case len(im.instances) > policy.MaxRulesPerTier: // each makes a rule at least
+		im.fail("plugins", "more than %d rate limiting plugins", policy.MaxRulesPerTier)
+		return nil, invalid(im.errs...)
+	}
 	for _, kind := range []string{rateLimiting, rateLimitingAdvanced} {
 		im.build(kind)
-	}
-	if len(p.Rules) > policy.MaxRulesPerTier {
-		im.fail("plugins", "more than %d limits", policy.MaxRulesPerTier)
 	}
 	if len(im.errs) > 0 {
 		return nil, invalid(im.errs...)
@@ -633,6 +646,10 @@ func (im *importer) rules(g *group, ls []limitOf, base policy.Rule, sync time.Du
 		}
 	}
 	for _, l := range ls {
+		if len(im.plan.Rules) == policy.MaxRulesPerTier {
+			im.fail("plugins", "more than %d limits", policy.MaxRulesPerTier)
+			return
+		}
 		r := base
 		r.Name = g.in.scope() + suffix + "-" + l.name
 		r.Match = match

@@ -3,6 +3,7 @@ package kongimport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -324,4 +325,26 @@ services:
 			t.Errorf("%s: %+v", name, r)
 		}
 	}
+}
+
+// A configuration too large to relate its routes, or with more limits
+// than a tier holds, is refused at once.
+func TestBounds(t *testing.T) {
+	t.Parallel()
+	routes := "routes: [" + strings.Repeat("{paths: [/a]},", maxRoutes+1) + "]"
+	plugins := "plugins: [" + strings.Repeat("{name: rate-limiting, config: {second: 1}},", policy.MaxRulesPerTier+1) + "]"
+	limits := "plugins: [{name: rate-limiting-advanced, config: {limit: [" + strings.Repeat("1,", 5000) + "1], window_size: [" + strings.Repeat("1,", 5000) + "1]}}]"
+	for name, in := range map[string]string{"routes": routes, "plugins": plugins, "limits": limits} {
+		if _, err := Parse(strings.NewReader(in), "t"); policy.ErrorCode(err) != policy.CodeInvalid || !strings.Contains(err.Error()+fields(err), "more than") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func fields(err error) string {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	return fmt.Sprint(pe.Fields)
 }
