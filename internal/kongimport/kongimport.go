@@ -32,8 +32,9 @@
 // (plugins[2].config.limit_by): plugins of consumers and consumer
 // groups (make them overrides and tiers), regex paths, routes without
 // paths. What it expresses differently is told in Plan.Notes: a route's
-// hosts and methods are not matched, nor a longer path of a route without
-// a plugin, and the proxy flags that identities need.
+// hosts are not matched (its methods are, when a rule's routes have the
+// same), nor a longer path of a route without a plugin, and the proxy
+// flags that identities need.
 package kongimport
 
 import (
@@ -360,9 +361,10 @@ func (im *importer) route(r ref) *routeAt {
 // group is the rules one plugin instance makes, with the route paths they
 // apply to (none: every request).
 type group struct {
-	in    *instance
-	paths []string
-	rules []int // indexes in plan.Rules
+	in      *instance
+	paths   []string
+	methods []string // the routes' methods, when they all have the same
+	rules   []int    // indexes in plan.Rules
 }
 
 // build makes the rules of every instance of plugin kind, and what each
@@ -500,17 +502,35 @@ func (im *importer) scopePaths(g *group) bool {
 			}
 			g.paths = append(g.paths, p)
 		}
-		if len(at.rt.Hosts) > 0 || len(at.rt.Methods) > 0 || at.rt.Headers != nil {
-			im.note("route %s: its hosts, methods and headers are not matched, only its paths", name)
+		if len(at.rt.Hosts) > 0 || at.rt.Headers != nil {
+			im.note("route %s: its hosts and headers are not matched, only its paths and methods", name)
 		}
 	}
 	slices.Sort(g.paths)
 	g.paths = slices.Compact(g.paths)
-	if len(g.paths) > policy.MaxMatchers {
-		im.fail(in.field, "applies to %d paths, at most %d a rule", len(g.paths), policy.MaxMatchers)
+	g.methods = methodsOf(ats[0].rt)
+	for _, at := range ats[1:] {
+		if !slices.Equal(methodsOf(at.rt), g.methods) {
+			im.note("%s: its routes' methods differ, so they are not matched (one rule over its routes' paths)", in.scope())
+			g.methods = nil
+			break
+		}
+	}
+	if n := len(g.paths) + len(g.methods); n > policy.MaxMatchers {
+		im.fail(in.field, "applies to %d paths and methods, at most %d a rule", n, policy.MaxMatchers)
 		ok = false
 	}
 	return ok
+}
+
+// methodsOf returns rt's methods, upper case, sorted, each once.
+func methodsOf(rt *route) []string {
+	var ms []string
+	for _, m := range rt.Methods {
+		ms = append(ms, strings.ToUpper(m))
+	}
+	slices.Sort(ms)
+	return slices.Compact(ms)
 }
 
 // hasOwn reports whether rt has an enabled instance of plugin kind of its
@@ -644,6 +664,9 @@ func (im *importer) rules(g *group, ls []limitOf, base policy.Rule, sync time.Du
 		for _, p := range g.paths {
 			match = append(match, policy.Match{Key: "route", Value: p + "*"})
 		}
+	}
+	for _, m := range g.methods {
+		match = append(match, policy.Match{Key: "method", Value: m})
 	}
 	for _, l := range ls {
 		if len(im.plan.Rules) == policy.MaxRulesPerTier {

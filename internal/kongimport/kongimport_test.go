@@ -57,6 +57,8 @@ routes:
   - name: login
     service: orders
     paths: [/login]
+    methods: [post]
+    hosts: [shop.example.com]
 `
 
 // Each plugin instance becomes a rule per limit, scoped to its paths,
@@ -94,7 +96,8 @@ func TestParse(t *testing.T) {
 		!slices.Equal(o.KeyBy, []string{"client_id"}) || o.Sync != 0 || !slices.Equal(o.Replaces, []string{"global-second", "global-day"}) {
 		t.Errorf("service-orders-minute %+v: the service's routes but login, which has its own plugin", o)
 	}
-	if l := byName["route-login-minute"]; !slices.Equal(l.KeyBy, []string{"x-api-key"}) || !slices.Equal(l.Match, []policy.Match{{Key: "route", Value: "/login*"}}) {
+	if l := byName["route-login-minute"]; !slices.Equal(l.KeyBy, []string{"x-api-key"}) ||
+		!slices.Equal(l.Match, []policy.Match{{Key: "route", Value: "/login*"}, {Key: "method", Value: "POST"}}) {
 		t.Errorf("route-login-minute %+v", l)
 	}
 	if s := byName["route-search-1h"]; s.Algorithm != policy.SlidingWindow || s.Window != time.Hour || s.Limit != 100 || len(s.Replaces) != 0 {
@@ -103,7 +106,7 @@ func TestParse(t *testing.T) {
 	if a := byName["route-search-admin-second"]; a.Enabled {
 		t.Errorf("a disabled plugin made an enabled rule: %+v", a)
 	}
-	for _, want := range []string{"route orders-list: its hosts, methods and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
+	for _, want := range []string{"service-orders: its routes' methods differ", "route login: its hosts and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
 		"route search-public's path /search/public extends /search of route-search",
 		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
@@ -127,15 +130,20 @@ func TestParse(t *testing.T) {
 		want  []string
 	}{
 		{"/v2/orders/7", []string{"service-orders-minute", "service-orders-hour"}},
-		{"/login", []string{"route-login-minute"}},
+		{"POST /login", []string{"route-login-minute"}},
+		{"/login", []string{"global-second", "global-day"}}, // a GET: not the route's
 		{"/search?q=x", []string{"global-second", "global-day", "route-search-1m", "route-search-1h"}},
 		// Its own rate-limiting disabled, the global one; route-search's
 		// advanced one, as noted (Kong's router would take search-admin).
 		{"/search/admin", []string{"global-second", "global-day", "route-search-1m", "route-search-1h"}},
 		{"/elsewhere", []string{"global-second", "global-day"}},
 	} {
+		method, route, ok := strings.Cut(tc.route, " ")
+		if !ok {
+			method, route = "GET", tc.route
+		}
 		dec, err := d.Decide(context.Background(), c, decide.Request{Descriptors: policy.Descriptors{
-			{Key: "client_id", Value: "alice"}, {Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: tc.route}, {Key: "method", Value: "GET"}}})
+			{Key: "client_id", Value: "alice"}, {Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: route}, {Key: "method", Value: method}}})
 		if err != nil {
 			t.Fatal(err)
 		}
