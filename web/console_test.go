@@ -505,6 +505,31 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#status", "Applied 1 change as config version", nil)
 	waitText("#file-changes", "update rule gold/tiny", nil)
 
+	// Another limiter's configuration imported: a Kong file's plugins, a
+	// refusal by its path, a dry run listing the rules and the notes, then
+	// the import, which the tenant file then shows.
+	kongFile := "services:\n  - name: orders\n    routes: [{name: orders, paths: [/orders, /v2/orders]}]\n" +
+		"    plugins: [{name: rate-limiting, config: {minute: 3, limit_by: header, header_name: X-Device}}]\n"
+	setImport := func(text string) {
+		t.Helper()
+		eval(`(() => { document.querySelector('#import-content').value = ` + strconv.Quote(text) + `; return ''; })()`)
+	}
+	do("a Kong file into gold", chromedp.SetValue("#import-format", "IMPORT_FORMAT_KONG"), chromedp.SetValue("#import-tier", "gold"))
+	setImport(strings.Replace(kongFile, "limit_by: header", "limit_by: cookie", 1))
+	waitText("#import-error", "contents[0].services[0].plugins[0].config.limit_by", func() { do("an invalid import", chromedp.Click("#import-dry")) })
+	setImport(kongFile)
+	waitText("#import-changes", "would be created: service-orders-minute", func() { do("a dry run of the import", chromedp.Click("#import-dry")) })
+	waitText("#import-changes", "-descriptor-headers x-device=X-Device", nil)
+	shot("05c-import")
+	do("import", chromedp.Click("#import-apply"))
+	waitText("#status", "Imported into tenant demo, tier gold", nil)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(eval(fileValue), "name: service-orders-minute"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant file never showed the imported rule: %q", eval(fileValue))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
 	// Usable at 390px: no view wider than the screen (tables scroll in
 	// their cards).
 	for _, w := range []int64{390, 1280} {

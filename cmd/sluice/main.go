@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/devstack"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/kongimport"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -170,23 +172,25 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n")
 		return errUsage
 	}
-	var plans []*envoyimport.Plan
+	// Each file is checked here, every problem printed with its file's
+	// name; the control plane reads them again.
+	var jobs []importJob
+	format := sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY
 	if *kong {
-		plans, err = parseKong(files[0], *tenant, stderr)
+		format = sluicev1.ImportFormat_IMPORT_FORMAT_KONG
+		jobs, err = parseKong(files[0], *tenant, stderr)
 	} else {
-		plans, err = parseImports(files, *merge, stderr)
+		jobs, err = parseImports(files, *merge, stderr)
 	}
 	if err != nil {
 		return err
 	}
-	for _, p := range plans {
-		p.Tenant.DefaultTier = *tier
-	}
 	// With several files, JSON is an array of what each printed alone.
-	out := &emitter{w: stdout, json: *asJSON, n: len(plans)}
+	out := &emitter{w: stdout, json: *asJSON, n: len(jobs)}
 	if *dryRun && getenv("SLUICE_KEY") == "" { // no control plane to ask: the files alone
-		for _, plan := range plans {
-			if err := out.emit(planJSON(plan), func(w io.Writer) { printPlan(w, plan) }); err != nil {
+		for _, job := range jobs {
+			job.plan.Tenant.DefaultTier = *tier
+			if err := out.emit(planJSON(job.plan), func(w io.Writer) { printPlan(w, job.plan) }); err != nil {
 				return err
 			}
 		}
@@ -196,10 +200,14 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if err != nil {
 		return err
 	}
-	for _, plan := range plans {
-		sum, err := client.Import(ctx, plan, *prune, *dryRun)
+	for _, job := range jobs {
+		sum, err := client.Import(ctx, &sluicev1.ImportConfigRequest{Format: format, Contents: job.contents, Tenant: *tenant, Tier: *tier,
+			Prune: *prune, DryRun: *dryRun})
 		if err != nil {
-			return fmt.Errorf("domain %s: %w", plan.Tenant.Name, err)
+			if *kong {
+				return err
+			}
+			return fmt.Errorf("domain %s: %w", job.plan.Tenant.Name, err)
 		}
 		if err := out.emit(sum, func(w io.Writer) { printImported(w, sum) }); err != nil {
 			return err
@@ -208,23 +216,33 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	return nil
 }
 
+// importJob is one import: the plan, and the files it is read from.
+type importJob struct {
+	plan     *envoyimport.Plan
+	contents [][]byte
+}
+
 // parseImports reads the envoyproxy/ratelimit configurations of paths, a
 // directory standing for its .yaml and .yml files (as envoyproxy/ratelimit
 // loads its config directory), and refuses them all, printing every
 // problem, when any is invalid or two have the same domain — unless merge,
 // where the files of a domain make one plan (a limit in two of them is a
 // problem then).
-func parseImports(paths []string, merge bool, stderr io.Writer) ([]*envoyimport.Plan, error) {
+func parseImports(paths []string, merge bool, stderr io.Writer) ([]importJob, error) {
 	files, err := yamlFiles(paths)
 	if err != nil {
 		return nil, err
 	}
-	plans := make([]*envoyimport.Plan, 0, len(files))
-	domains := map[string]string{}           // slug: the domain's first file
-	bySlug := map[string]*envoyimport.Plan{} // slug: the domain's plan
+	var jobs []importJob
+	domains := map[string]string{} // slug: the domain's first file
+	bySlug := map[string]int{}     // slug: the domain's job
 	invalid := false
 	for _, name := range files {
-		plan, err := parseImport(name)
+		content, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := envoyimport.Parse(bytes.NewReader(content))
 		first := ""
 		if err == nil {
 			first = domains[plan.Tenant.Slug]
@@ -239,30 +257,31 @@ func parseImports(paths []string, merge bool, stderr io.Writer) ([]*envoyimport.
 			fmt.Fprintf(stderr, "%s: domain %s is also %s's: one file per domain (or -merge-domains)\n", name, plan.Tenant.Name, first)
 			invalid = true
 		case first != "":
-			if err := bySlug[plan.Tenant.Slug].Merge(plan); err != nil {
+			job := &jobs[bySlug[plan.Tenant.Slug]]
+			if err := job.plan.Merge(plan); err != nil {
 				reportInvalid(stderr, name+" (merged with "+first+")", err)
 				invalid = true
 			}
+			job.contents = append(job.contents, content)
 		default:
 			domains[plan.Tenant.Slug] = name
-			bySlug[plan.Tenant.Slug] = plan
-			plans = append(plans, plan)
+			bySlug[plan.Tenant.Slug] = len(jobs)
+			jobs = append(jobs, importJob{plan: plan, contents: [][]byte{content}})
 		}
 	}
 	if invalid {
 		return nil, errInput
 	}
-	return plans, nil
+	return jobs, nil
 }
 
 // parseKong reads the Kong declarative configuration in name.
-func parseKong(name, tenant string, stderr io.Writer) ([]*envoyimport.Plan, error) {
-	f, err := os.Open(name)
+func parseKong(name, tenant string, stderr io.Writer) ([]importJob, error) {
+	content, err := os.ReadFile(name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	plan, err := kongimport.Parse(f, tenant)
+	plan, err := kongimport.Parse(bytes.NewReader(content), tenant)
 	if policy.ErrorCode(err) != policy.CodeUnknown {
 		reportInvalid(stderr, name, err)
 		return nil, errInput
@@ -270,16 +289,7 @@ func parseKong(name, tenant string, stderr io.Writer) ([]*envoyimport.Plan, erro
 	if err != nil {
 		return nil, err
 	}
-	return []*envoyimport.Plan{plan}, nil
-}
-
-func parseImport(name string) (*envoyimport.Plan, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return envoyimport.Parse(f)
+	return []importJob{{plan: plan, contents: [][]byte{content}}}, nil
 }
 
 // importPlan is what an import without a control plane prints as JSON:

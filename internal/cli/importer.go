@@ -4,18 +4,12 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"connectrpc.com/connect"
 
-	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
 // Client reaches a control plane with a key.
@@ -46,7 +40,7 @@ func request[T any](c *Client, msg *T) *connect.Request[T] {
 
 // ImportSummary says what an import did.
 type ImportSummary struct {
-	TenantID       string   `json:"tenant_id,omitempty"` // empty: the admin key's own tenant
+	TenantID       string   `json:"tenant_id,omitempty"` // empty: a dry run's tenant to be created
 	Tenant         string   `json:"tenant"`              // the tenant's slug
 	TenantCreated  bool     `json:"tenant_created"`
 	Tier           string   `json:"tier"`
@@ -59,102 +53,29 @@ type ImportSummary struct {
 	DryRun         bool     `json:"dry_run"`         // what the import would do: nothing was written
 }
 
-// Import applies plan: with the operator key, into the tenant whose slug is
-// the plan's (created if missing); with an admin key, into the key's own
-// tenant. Rules go to the plan's tier (created if missing); a rule of the
-// same name is updated when it differs, so importing twice changes nothing
-// (no new config version, no audit row) the second time; with prune, the
-// tier's rules the plan does not name are deleted (and the overrides of
-// those rules), so the tier becomes what the file says, as
-// envoyproxy/ratelimit's reload would. The import is the tenant's file
-// read, changed and applied back in one transaction, only over the
-// version it was read at: all of it or nothing, never over a change made
-// meanwhile (that is Aborted; import again). With dryRun the control
-// plane makes the changes, meets every error they would, and keeps none:
-// the summary is what the import would do.
-func (c *Client) Import(ctx context.Context, plan *envoyimport.Plan, prune, dryRun bool) (ImportSummary, error) {
-	sum := ImportSummary{Tier: plan.Tenant.DefaultTier, UnlimitedPaths: plan.Unlimited, Notes: plan.Notes, DryRun: dryRun}
-	tenant, err := c.findTenant(ctx, plan.Tenant.Slug)
+// Import has the control plane import another limiter's configuration
+// (sluice.v1.TenantFileService/ImportConfig): with the operator key into
+// the tenant it names (created if missing), with an admin key into the
+// key's own; the tier's rules of the configuration's names created or
+// updated where they differ, so importing twice changes nothing the
+// second time; with Prune, the tier's other rules deleted (and their
+// overrides), as envoyproxy/ratelimit's reload would. All of it in one
+// config version, or nothing.
+func (c *Client) Import(ctx context.Context, req *sluicev1.ImportConfigRequest) (ImportSummary, error) {
+	res, err := c.files.ImportConfig(ctx, request(c, req))
 	if err != nil {
-		return sum, err
+		return ImportSummary{}, err
 	}
-	if plan.Tenant.Slug == "" && c.operator {
-		return sum, errors.New("the file names no tenant: give its slug (sluice import -tenant SLUG), or import with the tenant's admin key")
-	}
-	f := &tenantfile.File{Tenant: plan.Tenant.Slug, Name: plan.Tenant.Name, DefaultTier: plan.Tenant.DefaultTier}
-	var version int64
-	if tenant != nil || !c.operator {
-		var id string
-		if tenant != nil {
-			id = tenant.Id
-		}
-		exp, err := c.files.ExportTenantFile(ctx, request(c, &sluicev1.ExportTenantFileRequest{TenantId: id}))
-		if err != nil {
-			return sum, err
-		}
-		if f, err = tenantfile.Parse(exp.Msg.Content); err != nil {
-			return sum, fmt.Errorf("the tenant's file: %w", err)
-		}
-		version = exp.Msg.ConfigVersion
-	}
+	m := res.Msg
+	return ImportSummary{TenantID: m.TenantId, Tenant: m.Tenant, TenantCreated: m.TenantCreated, Tier: m.Tier,
+		Created: nonNil(m.Created), Updated: nonNil(m.Updated), Unchanged: nonNil(m.Unchanged), Deleted: m.Deleted,
+		UnlimitedPaths: nonNil(m.UnlimitedPaths), Notes: m.Notes, DryRun: m.DryRun}, nil
+}
 
-	// The plan's rules into its tier: in place when named, else last.
-	i := slices.IndexFunc(f.Tiers, func(t tenantfile.Tier) bool { return t.Name == sum.Tier })
-	if i < 0 {
-		f.Tiers = append(f.Tiers, tenantfile.Tier{Name: sum.Tier})
-		i = len(f.Tiers) - 1
+// nonNil is s, or an empty list for JSON's [] where a list is expected.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
 	}
-	tier := &f.Tiers[i]
-	planned := map[string]bool{}
-	for _, r := range plan.Rules {
-		planned[r.Name] = true
-		fr := tenantfile.RuleFrom(r)
-		if j := slices.IndexFunc(tier.Rules, func(o tenantfile.Rule) bool { return o.Name == r.Name }); j >= 0 {
-			tier.Rules[j] = fr
-		} else {
-			tier.Rules = append(tier.Rules, fr)
-		}
-	}
-	if prune {
-		tier.Rules = slices.DeleteFunc(tier.Rules, func(r tenantfile.Rule) bool { return !planned[r.Name] })
-		f.Overrides = slices.DeleteFunc(f.Overrides, func(o tenantfile.Override) bool {
-			name, ok := strings.CutPrefix(o.Rule, sum.Tier+"/")
-			return ok && !planned[name]
-		})
-	}
-	sum.Tenant = f.Tenant
-	content, err := f.Marshal()
-	if err != nil {
-		return sum, err
-	}
-	res, err := c.Apply(ctx, &sluicev1.ApplyTenantFileRequest{Content: content, Prune: prune, DryRun: dryRun, IfVersion: version})
-	if err != nil {
-		return sum, err
-	}
-	sum.TenantID = res.TenantID
-	changed := map[string]bool{}
-	for _, ch := range res.Changes {
-		name, inTier := strings.CutPrefix(ch.Name, sum.Tier+"/")
-		switch {
-		case ch.Kind == "tenant" && ch.Op == "create":
-			sum.TenantCreated = true
-		case ch.Kind != "rule" || !inTier:
-			continue
-		case ch.Op == "create":
-			sum.Created = append(sum.Created, name)
-		case ch.Op == "update":
-			sum.Updated = append(sum.Updated, name)
-		case ch.Op == "delete":
-			sum.Deleted = append(sum.Deleted, name)
-		default:
-			continue
-		}
-		changed[name] = true
-	}
-	for _, r := range plan.Rules {
-		if !changed[r.Name] {
-			sum.Unchanged = append(sum.Unchanged, r.Name)
-		}
-	}
-	return sum, nil
+	return s
 }

@@ -449,6 +449,85 @@ func TestTenantFileOverTheAPI(t *testing.T) {
 	}
 }
 
+// Another limiter's configuration imports into a tier, over both
+// protocols: Kong's into the tenant named, Envoy's files of a domain
+// together; importing again changes nothing; an admin key imports into
+// its own tenant only; problems are field errors naming their file.
+func TestImportConfigOverTheAPI(t *testing.T) {
+	t.Parallel()
+	srv, store := newServer(t)
+	for name, opts := range map[string][]connect.ClientOption{"connect": nil, "grpc": {connect.WithGRPC()}} {
+		t.Run(name, func(t *testing.T) {
+			c := newClients(srv, opts...)
+			slug := "shop-" + name
+			kong := []byte(`
+services:
+  - name: orders
+    routes: [{name: orders, paths: [/orders, /v2/orders]}]
+    plugins: [{name: rate-limiting, config: {minute: 3, limit_by: ip}}]
+plugins: [{name: rate-limiting, config: {hour: 100}}]
+`)
+			req := &sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Tenant: slug, Tier: "free", Contents: [][]byte{kong}}
+			res := callOK(t, operatorKey, c.files.ImportConfig, req)
+			if !res.TenantCreated || res.Tenant != slug || res.Tier != "free" || !slices.Equal(res.Created, []string{"global-hour", "service-orders-minute"}) ||
+				len(res.Notes) == 0 || res.ConfigVersion == 0 {
+				t.Fatalf("import: %v", res)
+			}
+			tn, v1, err := store.GetTenantBySlug(context.Background(), slug)
+			if err != nil || tn.DefaultTier != "free" {
+				t.Fatalf("tenant %+v: %v", tn, err)
+			}
+			tiers, _ := store.ListTiers(context.Background(), tn.ID)
+			if len(tiers) != 1 || len(tiers[0].Rules) != 2 || len(tiers[0].Rules[1].Match) != 2 || !slices.Equal(tiers[0].Rules[1].Replaces, []string{"global-hour"}) {
+				t.Fatalf("stored %+v", tiers)
+			}
+			again := callOK(t, operatorKey, c.files.ImportConfig, req)
+			if _, v2, _ := store.GetTenantBySlug(context.Background(), slug); len(again.Unchanged) != 2 || len(again.Created)+len(again.Updated) != 0 || v2 != v1 {
+				t.Fatalf("a second import: %v, version %d then %d", again, v1, v2)
+			}
+
+			// An admin key: its own tenant, named or not; not another's.
+			admin := callOK(t, operatorKey, c.keys.CreateKey, &sluicev1.CreateKeyRequest{TenantId: tn.ID, Kind: sluicev1.KeyKind_KEY_KIND_ADMIN, Name: "admin"}).Secret
+			own := &sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Tier: "pro", DryRun: true, Contents: [][]byte{kong}}
+			if res := callOK(t, admin, c.files.ImportConfig, own); res.Tenant != slug || len(res.Created) != 2 || !res.DryRun {
+				t.Fatalf("an admin's import: %v", res)
+			}
+			own.Tenant = "someone-else"
+			if _, err := call(admin, c.files.ImportConfig, own); codeOf(err) != connect.CodePermissionDenied {
+				t.Fatalf("an admin's import into another tenant: %v", err)
+			}
+
+			// Envoy's files of one domain join; a problem names its file.
+			env := func(key string) []byte {
+				return []byte("domain: edge-" + name + "\ndescriptors:\n  - key: " + key + "\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+			}
+			envoy := &sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY, Contents: [][]byte{env("a"), env("b")}}
+			if res := callOK(t, operatorKey, c.files.ImportConfig, envoy); !slices.Equal(res.Created, []string{"a", "b"}) || res.Tier != "default" {
+				t.Fatalf("envoy import: %v", res)
+			}
+			for _, tc := range []struct {
+				req    *sluicev1.ImportConfigRequest
+				fields []string
+			}{
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY, Contents: [][]byte{env("a"), []byte("domain: x\ndescriptors: [{key: k, rate_limit: {unit: eon, requests_per_unit: 1}}]")}},
+					[]string{"contents[1].descriptors[0].rate_limit.unit"}},
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY, Contents: [][]byte{env("a"), []byte("domain: other\n")}},
+					[]string{"contents[1].domain"}},
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Contents: [][]byte{kong}}, []string{"tenant"}},
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Tenant: slug,
+					Contents: [][]byte{[]byte("plugins: [{name: rate-limiting, consumer: bob, config: {minute: 1}}]")}}, []string{"contents[0].plugins[0]"}},
+				{&sluicev1.ImportConfigRequest{Contents: [][]byte{kong}}, []string{"format"}},
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG}, []string{"contents"}},
+			} {
+				_, err := call(operatorKey, c.files.ImportConfig, tc.req)
+				if codeOf(err) != connect.CodeInvalidArgument || !slices.Equal(fieldsOf(err), tc.fields) {
+					t.Errorf("%v: %v, fields %v; want %v", tc.req, err, fieldsOf(err), tc.fields)
+				}
+			}
+		})
+	}
+}
+
 // Several tenant files go in one call, all or none: an invalid one is
 // named by its index, with its fields under it, and nothing of the others
 // is applied; a set larger than one file may be, up to its own bound.
@@ -636,6 +715,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 		},
 		"ExportTenantFile": func(k string) error {
 			_, err := call(k, c.files.ExportTenantFile, &sluicev1.ExportTenantFileRequest{TenantId: tenantA})
+			return err
+		},
+		"ImportConfig": func(k string) error {
+			// Tenant A's: for an admin key of B, another tenant's.
+			_, err := call(k, c.files.ImportConfig, &sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG,
+				Tenant: "tenant-a", DryRun: true, Contents: [][]byte{[]byte("plugins: [{name: rate-limiting, config: {minute: 5}}]")}})
 			return err
 		},
 		"ListDeciders": func(k string) error {

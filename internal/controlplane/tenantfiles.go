@@ -1,13 +1,16 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
 
+	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/kongimport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantapply"
 	"github.com/sluicehq/sluice/internal/tenantfile"
@@ -89,18 +92,75 @@ func (s tenantFileServer) ExportTenantFile(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	t, version, err := s.store.GetTenant(ctx, tenantID)
+	f, version, err := tenantapply.ExportByID(ctx, s.store, tenantID)
 	if err != nil {
 		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
 	}
-	tiers, err := s.store.ListTiers(ctx, tenantID)
+	b, err := f.Marshal()
+	return reply(ctx, s.server, &sluicev1.ExportTenantFileResponse{Content: b, Slug: f.Tenant, ConfigVersion: version}, err)
+}
+
+// maxImportFiles bounds the files of one ImportConfig.
+const maxImportFiles = 100
+
+func (s tenantFileServer) ImportConfig(ctx context.Context, req *connect.Request[sluicev1.ImportConfigRequest]) (*connect.Response[sluicev1.ImportConfigResponse], error) {
+	plan, err := importPlan(req.Msg)
 	if err != nil {
-		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
+		return reply[sluicev1.ImportConfigResponse](ctx, s.server, nil, err)
 	}
-	overrides, err := s.store.ListOverrides(ctx, tenantID)
+	res, err := tenantapply.Import(ctx, s.store, applyCaller(ctx), plan,
+		tenantapply.ImportOptions{Tier: req.Msg.GetTier(), Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun()})
 	if err != nil {
-		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
+		return reply[sluicev1.ImportConfigResponse](ctx, s.server, nil, err)
 	}
-	b, err := tenantfile.From(t, tiers, overrides).Marshal()
-	return reply(ctx, s.server, &sluicev1.ExportTenantFileResponse{Content: b, Slug: t.Slug, ConfigVersion: version}, err)
+	return reply(ctx, s.server, &sluicev1.ImportConfigResponse{TenantId: res.TenantID, Tenant: res.Tenant, TenantCreated: res.TenantCreated,
+		Tier: res.Tier, Created: res.Created, Updated: res.Updated, Unchanged: res.Unchanged, Deleted: res.Deleted,
+		UnlimitedPaths: plan.Unlimited, Notes: plan.Notes, ConfigVersion: res.Version, DryRun: res.DryRun}, nil)
+}
+
+// importPlan reads an ImportConfig's configuration: Envoy's files of one
+// domain joined (as MERGE_DOMAIN_CONFIG), or one Kong file. Each problem
+// is a field error naming its file (contents[1].descriptors[0].key).
+func importPlan(m *sluicev1.ImportConfigRequest) (*envoyimport.Plan, error) {
+	contents := m.GetContents()
+	switch {
+	case len(contents) == 0:
+		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "no configuration", Fields: []policy.FieldError{{Field: "contents", Description: "required"}}}
+	case len(contents) > maxImportFiles:
+		return nil, policy.Errorf(policy.CodeResourceExhausted, "%d files: at most %d", len(contents), maxImportFiles)
+	}
+	in := func(i int, err error) error {
+		return policy.Within(err, fmt.Sprintf("contents[%d]", i), fmt.Sprintf("contents[%d]", i))
+	}
+	switch m.GetFormat() {
+	case sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY:
+		var plan *envoyimport.Plan
+		for i, c := range contents {
+			p, err := envoyimport.Parse(bytes.NewReader(c))
+			switch {
+			case err != nil:
+				return nil, in(i, err)
+			case plan == nil:
+				plan = p
+			case p.Tenant.Slug != plan.Tenant.Slug:
+				return nil, in(i, &policy.Error{Code: policy.CodeInvalid, Message: "another domain",
+					Fields: []policy.FieldError{{Field: "domain", Description: fmt.Sprintf("%s, not %s: one domain an import", p.Tenant.Name, plan.Tenant.Name)}}})
+			default:
+				if err := plan.Merge(p); err != nil {
+					return nil, in(i, err)
+				}
+			}
+		}
+		return plan, nil
+	case sluicev1.ImportFormat_IMPORT_FORMAT_KONG:
+		if len(contents) != 1 {
+			return nil, &policy.Error{Code: policy.CodeInvalid, Message: "one Kong file", Fields: []policy.FieldError{{Field: "contents", Description: "one file"}}}
+		}
+		p, err := kongimport.Parse(bytes.NewReader(contents[0]), m.GetTenant())
+		if err != nil {
+			return nil, in(0, err)
+		}
+		return p, nil
+	}
+	return nil, &policy.Error{Code: policy.CodeInvalid, Message: "unknown format", Fields: []policy.FieldError{{Field: "format", Description: "IMPORT_FORMAT_ENVOY or IMPORT_FORMAT_KONG"}}}
 }

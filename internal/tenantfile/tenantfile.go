@@ -540,3 +540,34 @@ type ApplyResult struct {
 	// with a tenant admin key, the tenant's own fields.
 	Skipped string `json:"skipped,omitempty"`
 }
+
+// Import puts rules into f's tier of that name (added last if f has
+// none): a rule of the same name replaced in place, the others appended in
+// order; with prune, the tier's rules that rules do not name are removed,
+// and the overrides of those rules. It is how an imported configuration
+// (another limiter's) becomes a tier's rules, the rest of the file kept.
+func (f *File) Import(tier string, rules []policy.Rule, prune bool) {
+	i := slices.IndexFunc(f.Tiers, func(t Tier) bool { return t.Name == tier })
+	if i < 0 {
+		f.Tiers = append(f.Tiers, Tier{Name: tier})
+		i = len(f.Tiers) - 1
+	}
+	t := &f.Tiers[i]
+	planned := map[string]bool{}
+	for _, r := range rules {
+		planned[r.Name] = true
+		fr := RuleFrom(r)
+		if j := slices.IndexFunc(t.Rules, func(o Rule) bool { return o.Name == r.Name }); j >= 0 {
+			t.Rules[j] = fr
+		} else {
+			t.Rules = append(t.Rules, fr)
+		}
+	}
+	if prune {
+		t.Rules = slices.DeleteFunc(t.Rules, func(r Rule) bool { return !planned[r.Name] })
+		f.Overrides = slices.DeleteFunc(f.Overrides, func(o Override) bool {
+			name, ok := strings.CutPrefix(o.Rule, tier+"/")
+			return ok && !planned[name]
+		})
+	}
+}

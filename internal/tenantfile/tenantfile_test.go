@@ -352,3 +352,35 @@ func TestDurationsInDays(t *testing.T) {
 		}
 	}
 }
+
+// Import puts rules in a tier by name: one of the same name in its place,
+// the others after; with prune, the tier's others go, and their overrides,
+// and nothing of another tier.
+func TestImport(t *testing.T) {
+	f, err := Parse([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := func(name string, limit int64) policy.Rule {
+		return policy.Rule{Name: name, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Minute}}
+	}
+	f.Import("free", []policy.Rule{rule("search", 7), rule("new", 1)}, false)
+	var names []string
+	for _, r := range f.Tiers[0].Rules {
+		names = append(names, r.Name)
+	}
+	if !slices.Equal(names, []string{"per-client", "search", "new"}) || f.Tiers[0].Rules[1].Limit != 7 || f.Tiers[0].Rules[1].Match != nil {
+		t.Fatalf("free after an import: %+v", f.Tiers[0].Rules)
+	}
+	f.Import("free", []policy.Rule{rule("new", 2)}, true)
+	if len(f.Tiers[0].Rules) != 1 || f.Tiers[0].Rules[0].Limit != 2 || len(f.Tiers[1].Rules) != 3 {
+		t.Fatalf("after a pruning import: %+v", f.Tiers)
+	}
+	if slices.ContainsFunc(f.Overrides, func(o Override) bool { return o.Rule == "free/per-client" }) || len(f.Overrides) != 2 {
+		t.Fatalf("the pruned rule's override stays: %+v", f.Overrides)
+	}
+	f.Import("gold", []policy.Rule{rule("g", 1)}, true)
+	if f.Tiers[len(f.Tiers)-1].Name != "gold" || len(f.Tiers) != 3 {
+		t.Fatalf("a new tier: %+v", f.Tiers)
+	}
+}

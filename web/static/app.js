@@ -43,8 +43,8 @@ function fieldsOf(body) {
 }
 
 // Calls that name no tenant: the operator's own, and a tenant file's apply
-// (the file names its tenant).
-const TENANT_FREE = new Set(['TenantService', 'DeciderService', 'TenantFileService/ApplyTenantFile']);
+// and an import (the file names its tenant, or the import its slug).
+const TENANT_FREE = new Set(['TenantService', 'DeciderService', 'TenantFileService/ApplyTenantFile', 'TenantFileService/ImportConfig']);
 
 async function api(service, method, body = {}) {
   const free = TENANT_FREE.has(service) || TENANT_FREE.has(`${service}/${method}`);
@@ -847,6 +847,7 @@ async function loadFile() {
   const res = await api('TenantFileService', 'ExportTenantFile');
   $('#file-content').value = fromBase64(res.content);
   state.fileVersion = res.configVersion || '0';
+  state.fileSlug = res.slug || '';
   $('#file-error').textContent = '';
   $('#file-changes').replaceChildren();
 }
@@ -872,6 +873,31 @@ async function applyFile(dry) {
   } catch (e) {
     if (e.code === 'aborted') errBox.textContent = 'The tenant changed since the file was loaded: reload it and apply your edit again.';
     else errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
+  }
+}
+
+// importConfig imports the pasted configuration into the tenant's tier
+// (dry: a dry run), lists what it did and its notes, and shows the tenant
+// file as it then is.
+async function importConfig(dry) {
+  const out = $('#import-changes');
+  const errBox = $('#import-error');
+  errBox.textContent = '';
+  out.replaceChildren();
+  say('');
+  const format = $('#import-format').value;
+  try {
+    const res = await api('TenantFileService', 'ImportConfig', {
+      format, contents: [toBase64($('#import-content').value)], tenant: format === 'IMPORT_FORMAT_KONG' ? state.fileSlug || '' : '',
+      tier: $('#import-tier').value.trim(), prune: $('#import-prune').checked, dryRun: dry,
+    });
+    const rules = (what, names) => (names && names.length ? [el('li', {}, `${dry ? 'would be ' : ''}${what}: ${names.join(', ')}`)] : []);
+    out.append(...rules('created', res.created), ...rules('updated', res.updated), ...rules('deleted', res.deleted),
+      ...rules('unchanged', res.unchanged), ...(res.notes || []).map((n) => el('li', {}, `Note: ${n}`)));
+    say(`${dry ? 'Dry run of the import into' : 'Imported into'} tenant ${res.tenant}, tier ${res.tier}${dry ? ': nothing made.' : `, config version ${res.configVersion}.`}`);
+    if (!dry) await loadFile();
+  } catch (e) {
+    errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
   }
 }
 
@@ -1034,6 +1060,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#tenant-form').addEventListener('submit', submitTenant);
   $('#file-form').addEventListener('submit', (ev) => { ev.preventDefault(); applyFile(false); });
   $('#file-dry').addEventListener('click', () => applyFile(true));
+  $('#import-form').addEventListener('submit', (ev) => { ev.preventDefault(); importConfig(false); });
+  $('#import-dry').addEventListener('click', () => importConfig(true));
   $('#file-reload').addEventListener('click', () => loadFile().catch((e) => say(e.message)));
   algorithmHelp();
   autoRefresh();

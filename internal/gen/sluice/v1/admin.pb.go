@@ -72,6 +72,60 @@ func (TenantStatus) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// ImportFormat is the kind of configuration imported.
+type ImportFormat int32
+
+const (
+	ImportFormat_IMPORT_FORMAT_UNSPECIFIED ImportFormat = 0
+	// envoyproxy/ratelimit's YAML: one domain, in one file or several
+	// (MERGE_DOMAIN_CONFIG).
+	ImportFormat_IMPORT_FORMAT_ENVOY ImportFormat = 1
+	// A Kong declarative configuration (decK, YAML or JSON): its
+	// rate-limiting and rate-limiting-advanced plugins.
+	ImportFormat_IMPORT_FORMAT_KONG ImportFormat = 2
+)
+
+// Enum value maps for ImportFormat.
+var (
+	ImportFormat_name = map[int32]string{
+		0: "IMPORT_FORMAT_UNSPECIFIED",
+		1: "IMPORT_FORMAT_ENVOY",
+		2: "IMPORT_FORMAT_KONG",
+	}
+	ImportFormat_value = map[string]int32{
+		"IMPORT_FORMAT_UNSPECIFIED": 0,
+		"IMPORT_FORMAT_ENVOY":       1,
+		"IMPORT_FORMAT_KONG":        2,
+	}
+)
+
+func (x ImportFormat) Enum() *ImportFormat {
+	p := new(ImportFormat)
+	*p = x
+	return p
+}
+
+func (x ImportFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (ImportFormat) Type() protoreflect.EnumType {
+	return &file_sluice_v1_admin_proto_enumTypes[1]
+}
+
+func (x ImportFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportFormat.Descriptor instead.
+func (ImportFormat) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 // KeyKind says what a tenant's key opens.
 type KeyKind int32
 
@@ -113,11 +167,11 @@ func (x KeyKind) String() string {
 }
 
 func (KeyKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_v1_admin_proto_enumTypes[1].Descriptor()
+	return file_sluice_v1_admin_proto_enumTypes[2].Descriptor()
 }
 
 func (KeyKind) Type() protoreflect.EnumType {
-	return &file_sluice_v1_admin_proto_enumTypes[1]
+	return &file_sluice_v1_admin_proto_enumTypes[2]
 }
 
 func (x KeyKind) Number() protoreflect.EnumNumber {
@@ -126,7 +180,7 @@ func (x KeyKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeyKind.Descriptor instead.
 func (KeyKind) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{2}
 }
 
 type Tenant struct {
@@ -697,6 +751,236 @@ func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
 	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
+type ImportConfigRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Format ImportFormat           `protobuf:"varint,1,opt,name=format,proto3,enum=sluice.v1.ImportFormat" json:"format,omitempty"`
+	// The configuration: for Envoy, the files of one domain (at most 100,
+	// each at most 1 MiB); for Kong, one file (at most 4 MiB).
+	Contents [][]byte `protobuf:"bytes,2,rep,name=contents,proto3" json:"contents,omitempty"`
+	// Kong: the tenant's slug (else the file's _workspace). With an admin
+	// key, its own tenant's or empty.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The tier to import into; "default" when empty.
+	Tier string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	// Delete the tier's rules the configuration does not name.
+	Prune bool `protobuf:"varint,5,opt,name=prune,proto3" json:"prune,omitempty"`
+	// Make the changes, meet every error they would, and keep none.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportConfigRequest) Reset() {
+	*x = ImportConfigRequest{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportConfigRequest) ProtoMessage() {}
+
+func (x *ImportConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportConfigRequest.ProtoReflect.Descriptor instead.
+func (*ImportConfigRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ImportConfigRequest) GetFormat() ImportFormat {
+	if x != nil {
+		return x.Format
+	}
+	return ImportFormat_IMPORT_FORMAT_UNSPECIFIED
+}
+
+func (x *ImportConfigRequest) GetContents() [][]byte {
+	if x != nil {
+		return x.Contents
+	}
+	return nil
+}
+
+func (x *ImportConfigRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ImportConfigRequest) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *ImportConfigRequest) GetPrune() bool {
+	if x != nil {
+		return x.Prune
+	}
+	return false
+}
+
+func (x *ImportConfigRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type ImportConfigResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The tenant's slug.
+	Tenant        string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	TenantCreated bool   `protobuf:"varint,3,opt,name=tenant_created,json=tenantCreated,proto3" json:"tenant_created,omitempty"`
+	Tier          string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The tier's rules, by name.
+	Created   []string `protobuf:"bytes,5,rep,name=created,proto3" json:"created,omitempty"`
+	Updated   []string `protobuf:"bytes,6,rep,name=updated,proto3" json:"updated,omitempty"`
+	Unchanged []string `protobuf:"bytes,7,rep,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Deleted   []string `protobuf:"bytes,8,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// Envoy's paths marked unlimited: shadow rules that never reject.
+	UnlimitedPaths []string `protobuf:"bytes,9,rep,name=unlimited_paths,json=unlimitedPaths,proto3" json:"unlimited_paths,omitempty"`
+	// Where the rules enforce what the configuration says otherwise than
+	// its own limiter would, and what the deciders need to enforce it.
+	Notes []string `protobuf:"bytes,10,rep,name=notes,proto3" json:"notes,omitempty"`
+	// The tenant's config version after the import; with a dry run, or when
+	// nothing changed, the version it is at.
+	ConfigVersion int64 `protobuf:"varint,11,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	DryRun        bool  `protobuf:"varint,12,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportConfigResponse) Reset() {
+	*x = ImportConfigResponse{}
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportConfigResponse) ProtoMessage() {}
+
+func (x *ImportConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportConfigResponse.ProtoReflect.Descriptor instead.
+func (*ImportConfigResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ImportConfigResponse) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *ImportConfigResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ImportConfigResponse) GetTenantCreated() bool {
+	if x != nil {
+		return x.TenantCreated
+	}
+	return false
+}
+
+func (x *ImportConfigResponse) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *ImportConfigResponse) GetCreated() []string {
+	if x != nil {
+		return x.Created
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetUpdated() []string {
+	if x != nil {
+		return x.Updated
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetUnchanged() []string {
+	if x != nil {
+		return x.Unchanged
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetDeleted() []string {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetUnlimitedPaths() []string {
+	if x != nil {
+		return x.UnlimitedPaths
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+func (x *ImportConfigResponse) GetConfigVersion() int64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+func (x *ImportConfigResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type ApplyTenantFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file, YAML or JSON, at most 8 MiB.
@@ -715,7 +999,7 @@ type ApplyTenantFileRequest struct {
 
 func (x *ApplyTenantFileRequest) Reset() {
 	*x = ApplyTenantFileRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +1011,7 @@ func (x *ApplyTenantFileRequest) String() string {
 func (*ApplyTenantFileRequest) ProtoMessage() {}
 
 func (x *ApplyTenantFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[11]
+	mi := &file_sluice_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +1024,7 @@ func (x *ApplyTenantFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTenantFileRequest.ProtoReflect.Descriptor instead.
 func (*ApplyTenantFileRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyTenantFileRequest) GetContent() []byte {
@@ -786,7 +1070,7 @@ type ApplyTenantFilesRequest struct {
 
 func (x *ApplyTenantFilesRequest) Reset() {
 	*x = ApplyTenantFilesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +1082,7 @@ func (x *ApplyTenantFilesRequest) String() string {
 func (*ApplyTenantFilesRequest) ProtoMessage() {}
 
 func (x *ApplyTenantFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[12]
+	mi := &file_sluice_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +1095,7 @@ func (x *ApplyTenantFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTenantFilesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyTenantFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyTenantFilesRequest) GetFiles() [][]byte {
@@ -845,7 +1129,7 @@ type ApplyTenantFilesResponse struct {
 
 func (x *ApplyTenantFilesResponse) Reset() {
 	*x = ApplyTenantFilesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1141,7 @@ func (x *ApplyTenantFilesResponse) String() string {
 func (*ApplyTenantFilesResponse) ProtoMessage() {}
 
 func (x *ApplyTenantFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[13]
+	mi := &file_sluice_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1154,7 @@ func (x *ApplyTenantFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTenantFilesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTenantFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyTenantFilesResponse) GetResults() []*ApplyTenantFileResponse {
@@ -895,7 +1179,7 @@ type TenantFileChange struct {
 
 func (x *TenantFileChange) Reset() {
 	*x = TenantFileChange{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1191,7 @@ func (x *TenantFileChange) String() string {
 func (*TenantFileChange) ProtoMessage() {}
 
 func (x *TenantFileChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[14]
+	mi := &file_sluice_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1204,7 @@ func (x *TenantFileChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantFileChange.ProtoReflect.Descriptor instead.
 func (*TenantFileChange) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TenantFileChange) GetOp() string {
@@ -960,7 +1244,7 @@ type ApplyTenantFileResponse struct {
 
 func (x *ApplyTenantFileResponse) Reset() {
 	*x = ApplyTenantFileResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1256,7 @@ func (x *ApplyTenantFileResponse) String() string {
 func (*ApplyTenantFileResponse) ProtoMessage() {}
 
 func (x *ApplyTenantFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[15]
+	mi := &file_sluice_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1269,7 @@ func (x *ApplyTenantFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyTenantFileResponse.ProtoReflect.Descriptor instead.
 func (*ApplyTenantFileResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplyTenantFileResponse) GetTenantId() string {
@@ -1032,7 +1316,7 @@ type ExportTenantFileRequest struct {
 
 func (x *ExportTenantFileRequest) Reset() {
 	*x = ExportTenantFileRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1328,7 @@ func (x *ExportTenantFileRequest) String() string {
 func (*ExportTenantFileRequest) ProtoMessage() {}
 
 func (x *ExportTenantFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[16]
+	mi := &file_sluice_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1341,7 @@ func (x *ExportTenantFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportTenantFileRequest.ProtoReflect.Descriptor instead.
 func (*ExportTenantFileRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExportTenantFileRequest) GetTenantId() string {
@@ -1080,7 +1364,7 @@ type ExportTenantFileResponse struct {
 
 func (x *ExportTenantFileResponse) Reset() {
 	*x = ExportTenantFileResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1376,7 @@ func (x *ExportTenantFileResponse) String() string {
 func (*ExportTenantFileResponse) ProtoMessage() {}
 
 func (x *ExportTenantFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[17]
+	mi := &file_sluice_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1389,7 @@ func (x *ExportTenantFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportTenantFileResponse.ProtoReflect.Descriptor instead.
 func (*ExportTenantFileResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExportTenantFileResponse) GetContent() []byte {
@@ -1140,7 +1424,7 @@ type Tier struct {
 
 func (x *Tier) Reset() {
 	*x = Tier{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1436,7 @@ func (x *Tier) String() string {
 func (*Tier) ProtoMessage() {}
 
 func (x *Tier) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[18]
+	mi := &file_sluice_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1449,7 @@ func (x *Tier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tier.ProtoReflect.Descriptor instead.
 func (*Tier) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Tier) GetId() string {
@@ -1199,7 +1483,7 @@ type CreateTierRequest struct {
 
 func (x *CreateTierRequest) Reset() {
 	*x = CreateTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1495,7 @@ func (x *CreateTierRequest) String() string {
 func (*CreateTierRequest) ProtoMessage() {}
 
 func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[19]
+	mi := &file_sluice_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1508,7 @@ func (x *CreateTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierRequest.ProtoReflect.Descriptor instead.
 func (*CreateTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateTierRequest) GetTenantId() string {
@@ -1251,7 +1535,7 @@ type CreateTierResponse struct {
 
 func (x *CreateTierResponse) Reset() {
 	*x = CreateTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1547,7 @@ func (x *CreateTierResponse) String() string {
 func (*CreateTierResponse) ProtoMessage() {}
 
 func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[20]
+	mi := &file_sluice_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1560,7 @@ func (x *CreateTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTierResponse.ProtoReflect.Descriptor instead.
 func (*CreateTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateTierResponse) GetTier() *Tier {
@@ -1302,7 +1586,7 @@ type ListTiersRequest struct {
 
 func (x *ListTiersRequest) Reset() {
 	*x = ListTiersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1598,7 @@ func (x *ListTiersRequest) String() string {
 func (*ListTiersRequest) ProtoMessage() {}
 
 func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[21]
+	mi := &file_sluice_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1611,7 @@ func (x *ListTiersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersRequest.ProtoReflect.Descriptor instead.
 func (*ListTiersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTiersRequest) GetTenantId() string {
@@ -1346,7 +1630,7 @@ type ListTiersResponse struct {
 
 func (x *ListTiersResponse) Reset() {
 	*x = ListTiersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1642,7 @@ func (x *ListTiersResponse) String() string {
 func (*ListTiersResponse) ProtoMessage() {}
 
 func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[22]
+	mi := &file_sluice_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1655,7 @@ func (x *ListTiersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTiersResponse.ProtoReflect.Descriptor instead.
 func (*ListTiersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListTiersResponse) GetTiers() []*Tier {
@@ -1392,7 +1676,7 @@ type RenameTierRequest struct {
 
 func (x *RenameTierRequest) Reset() {
 	*x = RenameTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1688,7 @@ func (x *RenameTierRequest) String() string {
 func (*RenameTierRequest) ProtoMessage() {}
 
 func (x *RenameTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[23]
+	mi := &file_sluice_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1701,7 @@ func (x *RenameTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameTierRequest.ProtoReflect.Descriptor instead.
 func (*RenameTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenameTierRequest) GetTenantId() string {
@@ -1450,7 +1734,7 @@ type RenameTierResponse struct {
 
 func (x *RenameTierResponse) Reset() {
 	*x = RenameTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1746,7 @@ func (x *RenameTierResponse) String() string {
 func (*RenameTierResponse) ProtoMessage() {}
 
 func (x *RenameTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[24]
+	mi := &file_sluice_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1759,7 @@ func (x *RenameTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameTierResponse.ProtoReflect.Descriptor instead.
 func (*RenameTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenameTierResponse) GetConfigVersion() int64 {
@@ -1495,7 +1779,7 @@ type DeleteTierRequest struct {
 
 func (x *DeleteTierRequest) Reset() {
 	*x = DeleteTierRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1791,7 @@ func (x *DeleteTierRequest) String() string {
 func (*DeleteTierRequest) ProtoMessage() {}
 
 func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[25]
+	mi := &file_sluice_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1804,7 @@ func (x *DeleteTierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTierRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteTierRequest) GetTenantId() string {
@@ -1546,7 +1830,7 @@ type DeleteTierResponse struct {
 
 func (x *DeleteTierResponse) Reset() {
 	*x = DeleteTierResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1842,7 @@ func (x *DeleteTierResponse) String() string {
 func (*DeleteTierResponse) ProtoMessage() {}
 
 func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[26]
+	mi := &file_sluice_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1855,7 @@ func (x *DeleteTierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTierResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTierResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteTierResponse) GetConfigVersion() int64 {
@@ -1592,7 +1876,7 @@ type CreateRuleRequest struct {
 
 func (x *CreateRuleRequest) Reset() {
 	*x = CreateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1888,7 @@ func (x *CreateRuleRequest) String() string {
 func (*CreateRuleRequest) ProtoMessage() {}
 
 func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[27]
+	mi := &file_sluice_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1901,7 @@ func (x *CreateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleRequest.ProtoReflect.Descriptor instead.
 func (*CreateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateRuleRequest) GetTenantId() string {
@@ -1651,7 +1935,7 @@ type CreateRuleResponse struct {
 
 func (x *CreateRuleResponse) Reset() {
 	*x = CreateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1947,7 @@ func (x *CreateRuleResponse) String() string {
 func (*CreateRuleResponse) ProtoMessage() {}
 
 func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[28]
+	mi := &file_sluice_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1960,7 @@ func (x *CreateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRuleResponse.ProtoReflect.Descriptor instead.
 func (*CreateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateRuleResponse) GetRule() *Rule {
@@ -1703,7 +1987,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1999,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[29]
+	mi := &file_sluice_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +2012,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListRulesRequest) GetTenantId() string {
@@ -1754,7 +2038,7 @@ type ListRulesResponse struct {
 
 func (x *ListRulesResponse) Reset() {
 	*x = ListRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +2050,7 @@ func (x *ListRulesResponse) String() string {
 func (*ListRulesResponse) ProtoMessage() {}
 
 func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[30]
+	mi := &file_sluice_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +2063,7 @@ func (x *ListRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesResponse.ProtoReflect.Descriptor instead.
 func (*ListRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListRulesResponse) GetRules() []*Rule {
@@ -1799,7 +2083,7 @@ type UpdateRuleRequest struct {
 
 func (x *UpdateRuleRequest) Reset() {
 	*x = UpdateRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +2095,7 @@ func (x *UpdateRuleRequest) String() string {
 func (*UpdateRuleRequest) ProtoMessage() {}
 
 func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[31]
+	mi := &file_sluice_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +2108,7 @@ func (x *UpdateRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateRuleRequest) GetTenantId() string {
@@ -1850,7 +2134,7 @@ type UpdateRuleResponse struct {
 
 func (x *UpdateRuleResponse) Reset() {
 	*x = UpdateRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2146,7 @@ func (x *UpdateRuleResponse) String() string {
 func (*UpdateRuleResponse) ProtoMessage() {}
 
 func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[32]
+	mi := &file_sluice_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2159,7 @@ func (x *UpdateRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRuleResponse.ProtoReflect.Descriptor instead.
 func (*UpdateRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateRuleResponse) GetConfigVersion() int64 {
@@ -1895,7 +2179,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2191,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[33]
+	mi := &file_sluice_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2204,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteRuleRequest) GetTenantId() string {
@@ -1946,7 +2230,7 @@ type DeleteRuleResponse struct {
 
 func (x *DeleteRuleResponse) Reset() {
 	*x = DeleteRuleResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2242,7 @@ func (x *DeleteRuleResponse) String() string {
 func (*DeleteRuleResponse) ProtoMessage() {}
 
 func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[34]
+	mi := &file_sluice_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2255,7 @@ func (x *DeleteRuleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteRuleResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteRuleResponse) GetConfigVersion() int64 {
@@ -1992,7 +2276,7 @@ type ReorderRulesRequest struct {
 
 func (x *ReorderRulesRequest) Reset() {
 	*x = ReorderRulesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +2288,7 @@ func (x *ReorderRulesRequest) String() string {
 func (*ReorderRulesRequest) ProtoMessage() {}
 
 func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[35]
+	mi := &file_sluice_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +2301,7 @@ func (x *ReorderRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesRequest.ProtoReflect.Descriptor instead.
 func (*ReorderRulesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReorderRulesRequest) GetTenantId() string {
@@ -2050,7 +2334,7 @@ type ReorderRulesResponse struct {
 
 func (x *ReorderRulesResponse) Reset() {
 	*x = ReorderRulesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2346,7 @@ func (x *ReorderRulesResponse) String() string {
 func (*ReorderRulesResponse) ProtoMessage() {}
 
 func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[36]
+	mi := &file_sluice_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2359,7 @@ func (x *ReorderRulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReorderRulesResponse.ProtoReflect.Descriptor instead.
 func (*ReorderRulesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReorderRulesResponse) GetConfigVersion() int64 {
@@ -2104,7 +2388,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2400,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[37]
+	mi := &file_sluice_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2413,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ApiKey) GetId() string {
@@ -2202,7 +2486,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2498,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[38]
+	mi := &file_sluice_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2511,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateKeyRequest) GetTenantId() string {
@@ -2269,7 +2553,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2565,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[39]
+	mi := &file_sluice_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2578,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateKeyResponse) GetKey() *ApiKey {
@@ -2327,7 +2611,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2623,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[40]
+	mi := &file_sluice_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2636,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -2395,7 +2679,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2691,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[41]
+	mi := &file_sluice_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2704,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListKeysResponse) GetKeys() []*ApiKey {
@@ -2447,7 +2731,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2459,7 +2743,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[42]
+	mi := &file_sluice_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2472,7 +2756,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RevokeKeyRequest) GetTenantId() string {
@@ -2498,7 +2782,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2794,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[43]
+	mi := &file_sluice_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2807,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RevokeKeyResponse) GetConfigVersion() int64 {
@@ -2546,7 +2830,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2842,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[44]
+	mi := &file_sluice_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2855,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RotateKeyRequest) GetTenantId() string {
@@ -2608,7 +2892,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2904,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[45]
+	mi := &file_sluice_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2917,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RotateKeyResponse) GetKey() *ApiKey {
@@ -2688,7 +2972,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2984,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[46]
+	mi := &file_sluice_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2997,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Override) GetId() string {
@@ -2789,7 +3073,7 @@ type UpdateOverrideRequest struct {
 
 func (x *UpdateOverrideRequest) Reset() {
 	*x = UpdateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3085,7 @@ func (x *UpdateOverrideRequest) String() string {
 func (*UpdateOverrideRequest) ProtoMessage() {}
 
 func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[47]
+	mi := &file_sluice_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3098,7 @@ func (x *UpdateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdateOverrideRequest) GetTenantId() string {
@@ -2840,7 +3124,7 @@ type UpdateOverrideResponse struct {
 
 func (x *UpdateOverrideResponse) Reset() {
 	*x = UpdateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3136,7 @@ func (x *UpdateOverrideResponse) String() string {
 func (*UpdateOverrideResponse) ProtoMessage() {}
 
 func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[48]
+	mi := &file_sluice_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3149,7 @@ func (x *UpdateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateOverrideResponse) GetConfigVersion() int64 {
@@ -2885,7 +3169,7 @@ type CreateOverrideRequest struct {
 
 func (x *CreateOverrideRequest) Reset() {
 	*x = CreateOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3181,7 @@ func (x *CreateOverrideRequest) String() string {
 func (*CreateOverrideRequest) ProtoMessage() {}
 
 func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[49]
+	mi := &file_sluice_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3194,7 @@ func (x *CreateOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideRequest.ProtoReflect.Descriptor instead.
 func (*CreateOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateOverrideRequest) GetTenantId() string {
@@ -2937,7 +3221,7 @@ type CreateOverrideResponse struct {
 
 func (x *CreateOverrideResponse) Reset() {
 	*x = CreateOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3233,7 @@ func (x *CreateOverrideResponse) String() string {
 func (*CreateOverrideResponse) ProtoMessage() {}
 
 func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[50]
+	mi := &file_sluice_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3246,7 @@ func (x *CreateOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOverrideResponse.ProtoReflect.Descriptor instead.
 func (*CreateOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateOverrideResponse) GetOverride() *Override {
@@ -2997,7 +3281,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3293,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[51]
+	mi := &file_sluice_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3306,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListOverridesRequest) GetTenantId() string {
@@ -3064,7 +3348,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3360,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[52]
+	mi := &file_sluice_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3373,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -3116,7 +3400,7 @@ type DeleteOverrideRequest struct {
 
 func (x *DeleteOverrideRequest) Reset() {
 	*x = DeleteOverrideRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3412,7 @@ func (x *DeleteOverrideRequest) String() string {
 func (*DeleteOverrideRequest) ProtoMessage() {}
 
 func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[53]
+	mi := &file_sluice_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3425,7 @@ func (x *DeleteOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteOverrideRequest) GetTenantId() string {
@@ -3167,7 +3451,7 @@ type DeleteOverrideResponse struct {
 
 func (x *DeleteOverrideResponse) Reset() {
 	*x = DeleteOverrideResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3463,7 @@ func (x *DeleteOverrideResponse) String() string {
 func (*DeleteOverrideResponse) ProtoMessage() {}
 
 func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[54]
+	mi := &file_sluice_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3476,7 @@ func (x *DeleteOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverrideResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteOverrideResponse) GetConfigVersion() int64 {
@@ -3233,7 +3517,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3529,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[55]
+	mi := &file_sluice_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3542,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AuditEntry) GetId() int64 {
@@ -3351,7 +3635,7 @@ type AuditChange struct {
 
 func (x *AuditChange) Reset() {
 	*x = AuditChange{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3647,7 @@ func (x *AuditChange) String() string {
 func (*AuditChange) ProtoMessage() {}
 
 func (x *AuditChange) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[56]
+	mi := &file_sluice_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3660,7 @@ func (x *AuditChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditChange.ProtoReflect.Descriptor instead.
 func (*AuditChange) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AuditChange) GetField() string {
@@ -3416,7 +3700,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3712,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[57]
+	mi := &file_sluice_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3725,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListAuditRequest) GetTenantId() string {
@@ -3481,7 +3765,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[58]
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3777,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[58]
+	mi := &file_sluice_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3790,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3530,7 +3814,7 @@ type Decider struct {
 
 func (x *Decider) Reset() {
 	*x = Decider{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[59]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3826,7 @@ func (x *Decider) String() string {
 func (*Decider) ProtoMessage() {}
 
 func (x *Decider) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[59]
+	mi := &file_sluice_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3839,7 @@ func (x *Decider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decider.ProtoReflect.Descriptor instead.
 func (*Decider) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Decider) GetName() string {
@@ -3606,7 +3890,7 @@ type DeciderHealth struct {
 
 func (x *DeciderHealth) Reset() {
 	*x = DeciderHealth{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	mi := &file_sluice_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3902,7 @@ func (x *DeciderHealth) String() string {
 func (*DeciderHealth) ProtoMessage() {}
 
 func (x *DeciderHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[60]
+	mi := &file_sluice_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3915,7 @@ func (x *DeciderHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeciderHealth.ProtoReflect.Descriptor instead.
 func (*DeciderHealth) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeciderHealth) GetBreaker() string {
@@ -3677,7 +3961,7 @@ type ListDecidersRequest struct {
 
 func (x *ListDecidersRequest) Reset() {
 	*x = ListDecidersRequest{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[61]
+	mi := &file_sluice_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3973,7 @@ func (x *ListDecidersRequest) String() string {
 func (*ListDecidersRequest) ProtoMessage() {}
 
 func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[61]
+	mi := &file_sluice_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3986,7 @@ func (x *ListDecidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersRequest.ProtoReflect.Descriptor instead.
 func (*ListDecidersRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 type ListDecidersResponse struct {
@@ -3715,7 +3999,7 @@ type ListDecidersResponse struct {
 
 func (x *ListDecidersResponse) Reset() {
 	*x = ListDecidersResponse{}
-	mi := &file_sluice_v1_admin_proto_msgTypes[62]
+	mi := &file_sluice_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +4011,7 @@ func (x *ListDecidersResponse) String() string {
 func (*ListDecidersResponse) ProtoMessage() {}
 
 func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_admin_proto_msgTypes[62]
+	mi := &file_sluice_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +4024,7 @@ func (x *ListDecidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDecidersResponse.ProtoReflect.Descriptor instead.
 func (*ListDecidersResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_sluice_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListDecidersResponse) GetDeciders() []*Decider {
@@ -3787,7 +4071,28 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x0econfig_version\x18\x01 \x01(\x03R\rconfigVersion\"2\n" +
 	"\x13DeleteTenantRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\x16\n" +
-	"\x14DeleteTenantResponse\"\x80\x01\n" +
+	"\x14DeleteTenantResponse\"\xbd\x01\n" +
+	"\x13ImportConfigRequest\x12/\n" +
+	"\x06format\x18\x01 \x01(\x0e2\x17.sluice.v1.ImportFormatR\x06format\x12\x1a\n" +
+	"\bcontents\x18\x02 \x03(\fR\bcontents\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04tier\x18\x04 \x01(\tR\x04tier\x12\x14\n" +
+	"\x05prune\x18\x05 \x01(\bR\x05prune\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"\xf1\x02\n" +
+	"\x14ImportConfigResponse\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12%\n" +
+	"\x0etenant_created\x18\x03 \x01(\bR\rtenantCreated\x12\x12\n" +
+	"\x04tier\x18\x04 \x01(\tR\x04tier\x12\x18\n" +
+	"\acreated\x18\x05 \x03(\tR\acreated\x12\x18\n" +
+	"\aupdated\x18\x06 \x03(\tR\aupdated\x12\x1c\n" +
+	"\tunchanged\x18\a \x03(\tR\tunchanged\x12\x18\n" +
+	"\adeleted\x18\b \x03(\tR\adeleted\x12'\n" +
+	"\x0funlimited_paths\x18\t \x03(\tR\x0eunlimitedPaths\x12\x14\n" +
+	"\x05notes\x18\n" +
+	" \x03(\tR\x05notes\x12%\n" +
+	"\x0econfig_version\x18\v \x01(\x03R\rconfigVersion\x12\x17\n" +
+	"\adry_run\x18\f \x01(\bR\x06dryRun\"\x80\x01\n" +
 	"\x16ApplyTenantFileRequest\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\fR\acontent\x12\x14\n" +
 	"\x05prune\x18\x02 \x01(\bR\x05prune\x12\x17\n" +
@@ -4000,7 +4305,11 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\fTenantStatus\x12\x1d\n" +
 	"\x19TENANT_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TENANT_STATUS_ACTIVE\x10\x01\x12\x1b\n" +
-	"\x17TENANT_STATUS_SUSPENDED\x10\x02*`\n" +
+	"\x17TENANT_STATUS_SUSPENDED\x10\x02*^\n" +
+	"\fImportFormat\x12\x1d\n" +
+	"\x19IMPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13IMPORT_FORMAT_ENVOY\x10\x01\x12\x16\n" +
+	"\x12IMPORT_FORMAT_KONG\x10\x02*`\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_KIND_ADMIN\x10\x01\x12\x12\n" +
@@ -4011,11 +4320,12 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\tGetTenant\x12\x1b.sluice.v1.GetTenantRequest\x1a\x1c.sluice.v1.GetTenantResponse\"\x00\x12N\n" +
 	"\vListTenants\x12\x1d.sluice.v1.ListTenantsRequest\x1a\x1e.sluice.v1.ListTenantsResponse\"\x00\x12Q\n" +
 	"\fUpdateTenant\x12\x1e.sluice.v1.UpdateTenantRequest\x1a\x1f.sluice.v1.UpdateTenantResponse\"\x00\x12Q\n" +
-	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\xad\x02\n" +
+	"\fDeleteTenant\x12\x1e.sluice.v1.DeleteTenantRequest\x1a\x1f.sluice.v1.DeleteTenantResponse\"\x002\x80\x03\n" +
 	"\x11TenantFileService\x12Z\n" +
 	"\x0fApplyTenantFile\x12!.sluice.v1.ApplyTenantFileRequest\x1a\".sluice.v1.ApplyTenantFileResponse\"\x00\x12]\n" +
 	"\x10ApplyTenantFiles\x12\".sluice.v1.ApplyTenantFilesRequest\x1a#.sluice.v1.ApplyTenantFilesResponse\"\x00\x12]\n" +
-	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x002\xbe\x02\n" +
+	"\x10ExportTenantFile\x12\".sluice.v1.ExportTenantFileRequest\x1a#.sluice.v1.ExportTenantFileResponse\"\x00\x12Q\n" +
+	"\fImportConfig\x12\x1e.sluice.v1.ImportConfigRequest\x1a\x1f.sluice.v1.ImportConfigResponse\"\x002\xbe\x02\n" +
 	"\vTierService\x12K\n" +
 	"\n" +
 	"CreateTier\x12\x1c.sluice.v1.CreateTierRequest\x1a\x1d.sluice.v1.CreateTierResponse\"\x00\x12H\n" +
@@ -4061,180 +4371,186 @@ func file_sluice_v1_admin_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_admin_proto_rawDescData
 }
 
-var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_sluice_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sluice_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_sluice_v1_admin_proto_goTypes = []any{
 	(TenantStatus)(0),                // 0: sluice.v1.TenantStatus
-	(KeyKind)(0),                     // 1: sluice.v1.KeyKind
-	(*Tenant)(nil),                   // 2: sluice.v1.Tenant
-	(*CreateTenantRequest)(nil),      // 3: sluice.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),     // 4: sluice.v1.CreateTenantResponse
-	(*GetTenantRequest)(nil),         // 5: sluice.v1.GetTenantRequest
-	(*GetTenantResponse)(nil),        // 6: sluice.v1.GetTenantResponse
-	(*ListTenantsRequest)(nil),       // 7: sluice.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),      // 8: sluice.v1.ListTenantsResponse
-	(*UpdateTenantRequest)(nil),      // 9: sluice.v1.UpdateTenantRequest
-	(*UpdateTenantResponse)(nil),     // 10: sluice.v1.UpdateTenantResponse
-	(*DeleteTenantRequest)(nil),      // 11: sluice.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),     // 12: sluice.v1.DeleteTenantResponse
-	(*ApplyTenantFileRequest)(nil),   // 13: sluice.v1.ApplyTenantFileRequest
-	(*ApplyTenantFilesRequest)(nil),  // 14: sluice.v1.ApplyTenantFilesRequest
-	(*ApplyTenantFilesResponse)(nil), // 15: sluice.v1.ApplyTenantFilesResponse
-	(*TenantFileChange)(nil),         // 16: sluice.v1.TenantFileChange
-	(*ApplyTenantFileResponse)(nil),  // 17: sluice.v1.ApplyTenantFileResponse
-	(*ExportTenantFileRequest)(nil),  // 18: sluice.v1.ExportTenantFileRequest
-	(*ExportTenantFileResponse)(nil), // 19: sluice.v1.ExportTenantFileResponse
-	(*Tier)(nil),                     // 20: sluice.v1.Tier
-	(*CreateTierRequest)(nil),        // 21: sluice.v1.CreateTierRequest
-	(*CreateTierResponse)(nil),       // 22: sluice.v1.CreateTierResponse
-	(*ListTiersRequest)(nil),         // 23: sluice.v1.ListTiersRequest
-	(*ListTiersResponse)(nil),        // 24: sluice.v1.ListTiersResponse
-	(*RenameTierRequest)(nil),        // 25: sluice.v1.RenameTierRequest
-	(*RenameTierResponse)(nil),       // 26: sluice.v1.RenameTierResponse
-	(*DeleteTierRequest)(nil),        // 27: sluice.v1.DeleteTierRequest
-	(*DeleteTierResponse)(nil),       // 28: sluice.v1.DeleteTierResponse
-	(*CreateRuleRequest)(nil),        // 29: sluice.v1.CreateRuleRequest
-	(*CreateRuleResponse)(nil),       // 30: sluice.v1.CreateRuleResponse
-	(*ListRulesRequest)(nil),         // 31: sluice.v1.ListRulesRequest
-	(*ListRulesResponse)(nil),        // 32: sluice.v1.ListRulesResponse
-	(*UpdateRuleRequest)(nil),        // 33: sluice.v1.UpdateRuleRequest
-	(*UpdateRuleResponse)(nil),       // 34: sluice.v1.UpdateRuleResponse
-	(*DeleteRuleRequest)(nil),        // 35: sluice.v1.DeleteRuleRequest
-	(*DeleteRuleResponse)(nil),       // 36: sluice.v1.DeleteRuleResponse
-	(*ReorderRulesRequest)(nil),      // 37: sluice.v1.ReorderRulesRequest
-	(*ReorderRulesResponse)(nil),     // 38: sluice.v1.ReorderRulesResponse
-	(*ApiKey)(nil),                   // 39: sluice.v1.ApiKey
-	(*CreateKeyRequest)(nil),         // 40: sluice.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),        // 41: sluice.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),          // 42: sluice.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),         // 43: sluice.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),         // 44: sluice.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),        // 45: sluice.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),         // 46: sluice.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),        // 47: sluice.v1.RotateKeyResponse
-	(*Override)(nil),                 // 48: sluice.v1.Override
-	(*UpdateOverrideRequest)(nil),    // 49: sluice.v1.UpdateOverrideRequest
-	(*UpdateOverrideResponse)(nil),   // 50: sluice.v1.UpdateOverrideResponse
-	(*CreateOverrideRequest)(nil),    // 51: sluice.v1.CreateOverrideRequest
-	(*CreateOverrideResponse)(nil),   // 52: sluice.v1.CreateOverrideResponse
-	(*ListOverridesRequest)(nil),     // 53: sluice.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),    // 54: sluice.v1.ListOverridesResponse
-	(*DeleteOverrideRequest)(nil),    // 55: sluice.v1.DeleteOverrideRequest
-	(*DeleteOverrideResponse)(nil),   // 56: sluice.v1.DeleteOverrideResponse
-	(*AuditEntry)(nil),               // 57: sluice.v1.AuditEntry
-	(*AuditChange)(nil),              // 58: sluice.v1.AuditChange
-	(*ListAuditRequest)(nil),         // 59: sluice.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 60: sluice.v1.ListAuditResponse
-	(*Decider)(nil),                  // 61: sluice.v1.Decider
-	(*DeciderHealth)(nil),            // 62: sluice.v1.DeciderHealth
-	(*ListDecidersRequest)(nil),      // 63: sluice.v1.ListDecidersRequest
-	(*ListDecidersResponse)(nil),     // 64: sluice.v1.ListDecidersResponse
-	nil,                              // 65: sluice.v1.Decider.ConfigVersionsEntry
-	(*Rule)(nil),                     // 66: sluice.v1.Rule
-	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 68: google.protobuf.Duration
-	(*LimitParams)(nil),              // 69: sluice.v1.LimitParams
+	(ImportFormat)(0),                // 1: sluice.v1.ImportFormat
+	(KeyKind)(0),                     // 2: sluice.v1.KeyKind
+	(*Tenant)(nil),                   // 3: sluice.v1.Tenant
+	(*CreateTenantRequest)(nil),      // 4: sluice.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),     // 5: sluice.v1.CreateTenantResponse
+	(*GetTenantRequest)(nil),         // 6: sluice.v1.GetTenantRequest
+	(*GetTenantResponse)(nil),        // 7: sluice.v1.GetTenantResponse
+	(*ListTenantsRequest)(nil),       // 8: sluice.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),      // 9: sluice.v1.ListTenantsResponse
+	(*UpdateTenantRequest)(nil),      // 10: sluice.v1.UpdateTenantRequest
+	(*UpdateTenantResponse)(nil),     // 11: sluice.v1.UpdateTenantResponse
+	(*DeleteTenantRequest)(nil),      // 12: sluice.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),     // 13: sluice.v1.DeleteTenantResponse
+	(*ImportConfigRequest)(nil),      // 14: sluice.v1.ImportConfigRequest
+	(*ImportConfigResponse)(nil),     // 15: sluice.v1.ImportConfigResponse
+	(*ApplyTenantFileRequest)(nil),   // 16: sluice.v1.ApplyTenantFileRequest
+	(*ApplyTenantFilesRequest)(nil),  // 17: sluice.v1.ApplyTenantFilesRequest
+	(*ApplyTenantFilesResponse)(nil), // 18: sluice.v1.ApplyTenantFilesResponse
+	(*TenantFileChange)(nil),         // 19: sluice.v1.TenantFileChange
+	(*ApplyTenantFileResponse)(nil),  // 20: sluice.v1.ApplyTenantFileResponse
+	(*ExportTenantFileRequest)(nil),  // 21: sluice.v1.ExportTenantFileRequest
+	(*ExportTenantFileResponse)(nil), // 22: sluice.v1.ExportTenantFileResponse
+	(*Tier)(nil),                     // 23: sluice.v1.Tier
+	(*CreateTierRequest)(nil),        // 24: sluice.v1.CreateTierRequest
+	(*CreateTierResponse)(nil),       // 25: sluice.v1.CreateTierResponse
+	(*ListTiersRequest)(nil),         // 26: sluice.v1.ListTiersRequest
+	(*ListTiersResponse)(nil),        // 27: sluice.v1.ListTiersResponse
+	(*RenameTierRequest)(nil),        // 28: sluice.v1.RenameTierRequest
+	(*RenameTierResponse)(nil),       // 29: sluice.v1.RenameTierResponse
+	(*DeleteTierRequest)(nil),        // 30: sluice.v1.DeleteTierRequest
+	(*DeleteTierResponse)(nil),       // 31: sluice.v1.DeleteTierResponse
+	(*CreateRuleRequest)(nil),        // 32: sluice.v1.CreateRuleRequest
+	(*CreateRuleResponse)(nil),       // 33: sluice.v1.CreateRuleResponse
+	(*ListRulesRequest)(nil),         // 34: sluice.v1.ListRulesRequest
+	(*ListRulesResponse)(nil),        // 35: sluice.v1.ListRulesResponse
+	(*UpdateRuleRequest)(nil),        // 36: sluice.v1.UpdateRuleRequest
+	(*UpdateRuleResponse)(nil),       // 37: sluice.v1.UpdateRuleResponse
+	(*DeleteRuleRequest)(nil),        // 38: sluice.v1.DeleteRuleRequest
+	(*DeleteRuleResponse)(nil),       // 39: sluice.v1.DeleteRuleResponse
+	(*ReorderRulesRequest)(nil),      // 40: sluice.v1.ReorderRulesRequest
+	(*ReorderRulesResponse)(nil),     // 41: sluice.v1.ReorderRulesResponse
+	(*ApiKey)(nil),                   // 42: sluice.v1.ApiKey
+	(*CreateKeyRequest)(nil),         // 43: sluice.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),        // 44: sluice.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),          // 45: sluice.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),         // 46: sluice.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),         // 47: sluice.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),        // 48: sluice.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),         // 49: sluice.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),        // 50: sluice.v1.RotateKeyResponse
+	(*Override)(nil),                 // 51: sluice.v1.Override
+	(*UpdateOverrideRequest)(nil),    // 52: sluice.v1.UpdateOverrideRequest
+	(*UpdateOverrideResponse)(nil),   // 53: sluice.v1.UpdateOverrideResponse
+	(*CreateOverrideRequest)(nil),    // 54: sluice.v1.CreateOverrideRequest
+	(*CreateOverrideResponse)(nil),   // 55: sluice.v1.CreateOverrideResponse
+	(*ListOverridesRequest)(nil),     // 56: sluice.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),    // 57: sluice.v1.ListOverridesResponse
+	(*DeleteOverrideRequest)(nil),    // 58: sluice.v1.DeleteOverrideRequest
+	(*DeleteOverrideResponse)(nil),   // 59: sluice.v1.DeleteOverrideResponse
+	(*AuditEntry)(nil),               // 60: sluice.v1.AuditEntry
+	(*AuditChange)(nil),              // 61: sluice.v1.AuditChange
+	(*ListAuditRequest)(nil),         // 62: sluice.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 63: sluice.v1.ListAuditResponse
+	(*Decider)(nil),                  // 64: sluice.v1.Decider
+	(*DeciderHealth)(nil),            // 65: sluice.v1.DeciderHealth
+	(*ListDecidersRequest)(nil),      // 66: sluice.v1.ListDecidersRequest
+	(*ListDecidersResponse)(nil),     // 67: sluice.v1.ListDecidersResponse
+	nil,                              // 68: sluice.v1.Decider.ConfigVersionsEntry
+	(*Rule)(nil),                     // 69: sluice.v1.Rule
+	(*timestamppb.Timestamp)(nil),    // 70: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 71: google.protobuf.Duration
+	(*LimitParams)(nil),              // 72: sluice.v1.LimitParams
 }
 var file_sluice_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.Tenant.status:type_name -> sluice.v1.TenantStatus
-	2,  // 1: sluice.v1.CreateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	2,  // 2: sluice.v1.CreateTenantResponse.tenant:type_name -> sluice.v1.Tenant
-	2,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
-	2,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
-	2,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
-	17, // 6: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
-	16, // 7: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
-	66, // 8: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
-	20, // 9: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
-	20, // 10: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
-	66, // 11: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
-	66, // 12: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
-	66, // 13: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
-	66, // 14: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
-	1,  // 15: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
-	67, // 16: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	67, // 17: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	67, // 18: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
-	67, // 19: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 20: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
-	67, // 21: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
-	39, // 22: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	39, // 23: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
-	68, // 24: sluice.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
-	39, // 25: sluice.v1.RotateKeyResponse.key:type_name -> sluice.v1.ApiKey
-	39, // 26: sluice.v1.RotateKeyResponse.old:type_name -> sluice.v1.ApiKey
-	69, // 27: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
-	67, // 28: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 29: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
-	48, // 30: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
-	48, // 31: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
-	48, // 32: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
-	67, // 33: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	58, // 34: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
-	57, // 35: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
-	67, // 36: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
-	65, // 37: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
-	62, // 38: sluice.v1.Decider.health:type_name -> sluice.v1.DeciderHealth
-	61, // 39: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
-	3,  // 40: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
-	5,  // 41: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
-	7,  // 42: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
-	9,  // 43: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
-	11, // 44: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
-	13, // 45: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
-	14, // 46: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
-	18, // 47: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
-	21, // 48: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
-	23, // 49: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
-	25, // 50: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
-	27, // 51: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
-	29, // 52: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
-	31, // 53: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
-	33, // 54: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
-	35, // 55: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
-	37, // 56: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
-	40, // 57: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
-	42, // 58: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
-	44, // 59: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
-	46, // 60: sluice.v1.KeyService.RotateKey:input_type -> sluice.v1.RotateKeyRequest
-	51, // 61: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
-	53, // 62: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
-	49, // 63: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
-	55, // 64: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
-	59, // 65: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
-	63, // 66: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
-	4,  // 67: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
-	6,  // 68: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
-	8,  // 69: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
-	10, // 70: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
-	12, // 71: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
-	17, // 72: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
-	15, // 73: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
-	19, // 74: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
-	22, // 75: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
-	24, // 76: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
-	26, // 77: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
-	28, // 78: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
-	30, // 79: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
-	32, // 80: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
-	34, // 81: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
-	36, // 82: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
-	38, // 83: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
-	41, // 84: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
-	43, // 85: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
-	45, // 86: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
-	47, // 87: sluice.v1.KeyService.RotateKey:output_type -> sluice.v1.RotateKeyResponse
-	52, // 88: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
-	54, // 89: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
-	50, // 90: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
-	56, // 91: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
-	60, // 92: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
-	64, // 93: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
-	67, // [67:94] is the sub-list for method output_type
-	40, // [40:67] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	3,  // 1: sluice.v1.CreateTenantRequest.tenant:type_name -> sluice.v1.Tenant
+	3,  // 2: sluice.v1.CreateTenantResponse.tenant:type_name -> sluice.v1.Tenant
+	3,  // 3: sluice.v1.GetTenantResponse.tenant:type_name -> sluice.v1.Tenant
+	3,  // 4: sluice.v1.ListTenantsResponse.tenants:type_name -> sluice.v1.Tenant
+	3,  // 5: sluice.v1.UpdateTenantRequest.tenant:type_name -> sluice.v1.Tenant
+	1,  // 6: sluice.v1.ImportConfigRequest.format:type_name -> sluice.v1.ImportFormat
+	20, // 7: sluice.v1.ApplyTenantFilesResponse.results:type_name -> sluice.v1.ApplyTenantFileResponse
+	19, // 8: sluice.v1.ApplyTenantFileResponse.changes:type_name -> sluice.v1.TenantFileChange
+	69, // 9: sluice.v1.Tier.rules:type_name -> sluice.v1.Rule
+	23, // 10: sluice.v1.CreateTierResponse.tier:type_name -> sluice.v1.Tier
+	23, // 11: sluice.v1.ListTiersResponse.tiers:type_name -> sluice.v1.Tier
+	69, // 12: sluice.v1.CreateRuleRequest.rule:type_name -> sluice.v1.Rule
+	69, // 13: sluice.v1.CreateRuleResponse.rule:type_name -> sluice.v1.Rule
+	69, // 14: sluice.v1.ListRulesResponse.rules:type_name -> sluice.v1.Rule
+	69, // 15: sluice.v1.UpdateRuleRequest.rule:type_name -> sluice.v1.Rule
+	2,  // 16: sluice.v1.ApiKey.kind:type_name -> sluice.v1.KeyKind
+	70, // 17: sluice.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	70, // 18: sluice.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	70, // 19: sluice.v1.ApiKey.revoked_at:type_name -> google.protobuf.Timestamp
+	70, // 20: sluice.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 21: sluice.v1.CreateKeyRequest.kind:type_name -> sluice.v1.KeyKind
+	70, // 22: sluice.v1.CreateKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 23: sluice.v1.CreateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	42, // 24: sluice.v1.ListKeysResponse.keys:type_name -> sluice.v1.ApiKey
+	71, // 25: sluice.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	42, // 26: sluice.v1.RotateKeyResponse.key:type_name -> sluice.v1.ApiKey
+	42, // 27: sluice.v1.RotateKeyResponse.old:type_name -> sluice.v1.ApiKey
+	72, // 28: sluice.v1.Override.params:type_name -> sluice.v1.LimitParams
+	70, // 29: sluice.v1.Override.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 30: sluice.v1.UpdateOverrideRequest.override:type_name -> sluice.v1.Override
+	51, // 31: sluice.v1.CreateOverrideRequest.override:type_name -> sluice.v1.Override
+	51, // 32: sluice.v1.CreateOverrideResponse.override:type_name -> sluice.v1.Override
+	51, // 33: sluice.v1.ListOverridesResponse.overrides:type_name -> sluice.v1.Override
+	70, // 34: sluice.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	61, // 35: sluice.v1.AuditEntry.changes:type_name -> sluice.v1.AuditChange
+	60, // 36: sluice.v1.ListAuditResponse.entries:type_name -> sluice.v1.AuditEntry
+	70, // 37: sluice.v1.Decider.last_synced_at:type_name -> google.protobuf.Timestamp
+	68, // 38: sluice.v1.Decider.config_versions:type_name -> sluice.v1.Decider.ConfigVersionsEntry
+	65, // 39: sluice.v1.Decider.health:type_name -> sluice.v1.DeciderHealth
+	64, // 40: sluice.v1.ListDecidersResponse.deciders:type_name -> sluice.v1.Decider
+	4,  // 41: sluice.v1.TenantService.CreateTenant:input_type -> sluice.v1.CreateTenantRequest
+	6,  // 42: sluice.v1.TenantService.GetTenant:input_type -> sluice.v1.GetTenantRequest
+	8,  // 43: sluice.v1.TenantService.ListTenants:input_type -> sluice.v1.ListTenantsRequest
+	10, // 44: sluice.v1.TenantService.UpdateTenant:input_type -> sluice.v1.UpdateTenantRequest
+	12, // 45: sluice.v1.TenantService.DeleteTenant:input_type -> sluice.v1.DeleteTenantRequest
+	16, // 46: sluice.v1.TenantFileService.ApplyTenantFile:input_type -> sluice.v1.ApplyTenantFileRequest
+	17, // 47: sluice.v1.TenantFileService.ApplyTenantFiles:input_type -> sluice.v1.ApplyTenantFilesRequest
+	21, // 48: sluice.v1.TenantFileService.ExportTenantFile:input_type -> sluice.v1.ExportTenantFileRequest
+	14, // 49: sluice.v1.TenantFileService.ImportConfig:input_type -> sluice.v1.ImportConfigRequest
+	24, // 50: sluice.v1.TierService.CreateTier:input_type -> sluice.v1.CreateTierRequest
+	26, // 51: sluice.v1.TierService.ListTiers:input_type -> sluice.v1.ListTiersRequest
+	28, // 52: sluice.v1.TierService.RenameTier:input_type -> sluice.v1.RenameTierRequest
+	30, // 53: sluice.v1.TierService.DeleteTier:input_type -> sluice.v1.DeleteTierRequest
+	32, // 54: sluice.v1.RuleService.CreateRule:input_type -> sluice.v1.CreateRuleRequest
+	34, // 55: sluice.v1.RuleService.ListRules:input_type -> sluice.v1.ListRulesRequest
+	36, // 56: sluice.v1.RuleService.UpdateRule:input_type -> sluice.v1.UpdateRuleRequest
+	38, // 57: sluice.v1.RuleService.DeleteRule:input_type -> sluice.v1.DeleteRuleRequest
+	40, // 58: sluice.v1.RuleService.ReorderRules:input_type -> sluice.v1.ReorderRulesRequest
+	43, // 59: sluice.v1.KeyService.CreateKey:input_type -> sluice.v1.CreateKeyRequest
+	45, // 60: sluice.v1.KeyService.ListKeys:input_type -> sluice.v1.ListKeysRequest
+	47, // 61: sluice.v1.KeyService.RevokeKey:input_type -> sluice.v1.RevokeKeyRequest
+	49, // 62: sluice.v1.KeyService.RotateKey:input_type -> sluice.v1.RotateKeyRequest
+	54, // 63: sluice.v1.OverrideService.CreateOverride:input_type -> sluice.v1.CreateOverrideRequest
+	56, // 64: sluice.v1.OverrideService.ListOverrides:input_type -> sluice.v1.ListOverridesRequest
+	52, // 65: sluice.v1.OverrideService.UpdateOverride:input_type -> sluice.v1.UpdateOverrideRequest
+	58, // 66: sluice.v1.OverrideService.DeleteOverride:input_type -> sluice.v1.DeleteOverrideRequest
+	62, // 67: sluice.v1.AuditService.ListAudit:input_type -> sluice.v1.ListAuditRequest
+	66, // 68: sluice.v1.DeciderService.ListDeciders:input_type -> sluice.v1.ListDecidersRequest
+	5,  // 69: sluice.v1.TenantService.CreateTenant:output_type -> sluice.v1.CreateTenantResponse
+	7,  // 70: sluice.v1.TenantService.GetTenant:output_type -> sluice.v1.GetTenantResponse
+	9,  // 71: sluice.v1.TenantService.ListTenants:output_type -> sluice.v1.ListTenantsResponse
+	11, // 72: sluice.v1.TenantService.UpdateTenant:output_type -> sluice.v1.UpdateTenantResponse
+	13, // 73: sluice.v1.TenantService.DeleteTenant:output_type -> sluice.v1.DeleteTenantResponse
+	20, // 74: sluice.v1.TenantFileService.ApplyTenantFile:output_type -> sluice.v1.ApplyTenantFileResponse
+	18, // 75: sluice.v1.TenantFileService.ApplyTenantFiles:output_type -> sluice.v1.ApplyTenantFilesResponse
+	22, // 76: sluice.v1.TenantFileService.ExportTenantFile:output_type -> sluice.v1.ExportTenantFileResponse
+	15, // 77: sluice.v1.TenantFileService.ImportConfig:output_type -> sluice.v1.ImportConfigResponse
+	25, // 78: sluice.v1.TierService.CreateTier:output_type -> sluice.v1.CreateTierResponse
+	27, // 79: sluice.v1.TierService.ListTiers:output_type -> sluice.v1.ListTiersResponse
+	29, // 80: sluice.v1.TierService.RenameTier:output_type -> sluice.v1.RenameTierResponse
+	31, // 81: sluice.v1.TierService.DeleteTier:output_type -> sluice.v1.DeleteTierResponse
+	33, // 82: sluice.v1.RuleService.CreateRule:output_type -> sluice.v1.CreateRuleResponse
+	35, // 83: sluice.v1.RuleService.ListRules:output_type -> sluice.v1.ListRulesResponse
+	37, // 84: sluice.v1.RuleService.UpdateRule:output_type -> sluice.v1.UpdateRuleResponse
+	39, // 85: sluice.v1.RuleService.DeleteRule:output_type -> sluice.v1.DeleteRuleResponse
+	41, // 86: sluice.v1.RuleService.ReorderRules:output_type -> sluice.v1.ReorderRulesResponse
+	44, // 87: sluice.v1.KeyService.CreateKey:output_type -> sluice.v1.CreateKeyResponse
+	46, // 88: sluice.v1.KeyService.ListKeys:output_type -> sluice.v1.ListKeysResponse
+	48, // 89: sluice.v1.KeyService.RevokeKey:output_type -> sluice.v1.RevokeKeyResponse
+	50, // 90: sluice.v1.KeyService.RotateKey:output_type -> sluice.v1.RotateKeyResponse
+	55, // 91: sluice.v1.OverrideService.CreateOverride:output_type -> sluice.v1.CreateOverrideResponse
+	57, // 92: sluice.v1.OverrideService.ListOverrides:output_type -> sluice.v1.ListOverridesResponse
+	53, // 93: sluice.v1.OverrideService.UpdateOverride:output_type -> sluice.v1.UpdateOverrideResponse
+	59, // 94: sluice.v1.OverrideService.DeleteOverride:output_type -> sluice.v1.DeleteOverrideResponse
+	63, // 95: sluice.v1.AuditService.ListAudit:output_type -> sluice.v1.ListAuditResponse
+	67, // 96: sluice.v1.DeciderService.ListDeciders:output_type -> sluice.v1.ListDecidersResponse
+	69, // [69:97] is the sub-list for method output_type
+	41, // [41:69] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_admin_proto_init() }
@@ -4248,8 +4564,8 @@ func file_sluice_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_admin_proto_rawDesc), len(file_sluice_v1_admin_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   64,
+			NumEnums:      3,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   8,
 		},

@@ -280,6 +280,7 @@ const (
 	TenantFileService_ApplyTenantFile_FullMethodName  = "/sluice.v1.TenantFileService/ApplyTenantFile"
 	TenantFileService_ApplyTenantFiles_FullMethodName = "/sluice.v1.TenantFileService/ApplyTenantFiles"
 	TenantFileService_ExportTenantFile_FullMethodName = "/sluice.v1.TenantFileService/ExportTenantFile"
+	TenantFileService_ImportConfig_FullMethodName     = "/sluice.v1.TenantFileService/ImportConfig"
 )
 
 // TenantFileServiceClient is the client API for TenantFileService service.
@@ -309,6 +310,18 @@ type TenantFileServiceClient interface {
 	ApplyTenantFiles(ctx context.Context, in *ApplyTenantFilesRequest, opts ...grpc.CallOption) (*ApplyTenantFilesResponse, error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(ctx context.Context, in *ExportTenantFileRequest, opts ...grpc.CallOption) (*ExportTenantFileResponse, error)
+	// ImportConfig makes another limiter's configuration the rules of a tier
+	// (`sluice import`, docs/migrating.md): the tenant's file read, the
+	// tier's rules of the configuration's names put in place (created,
+	// updated where they differ; with prune, the tier's others deleted) and
+	// applied back, in one config version. The operator key imports into
+	// the tenant the configuration names (envoyproxy/ratelimit's domain;
+	// Kong's tenant, else its _workspace), created if missing; an admin key
+	// into its own, which the configuration, when it names one, must name
+	// (PermissionDenied otherwise). An invalid configuration is InvalidArgument with every
+	// problem named by its path (descriptors[2].rate_limit.unit,
+	// plugins[1].config.limit_by).
+	ImportConfig(ctx context.Context, in *ImportConfigRequest, opts ...grpc.CallOption) (*ImportConfigResponse, error)
 }
 
 type tenantFileServiceClient struct {
@@ -349,6 +362,16 @@ func (c *tenantFileServiceClient) ExportTenantFile(ctx context.Context, in *Expo
 	return out, nil
 }
 
+func (c *tenantFileServiceClient) ImportConfig(ctx context.Context, in *ImportConfigRequest, opts ...grpc.CallOption) (*ImportConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportConfigResponse)
+	err := c.cc.Invoke(ctx, TenantFileService_ImportConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TenantFileServiceServer is the server API for TenantFileService service.
 // All implementations must embed UnimplementedTenantFileServiceServer
 // for forward compatibility.
@@ -376,6 +399,18 @@ type TenantFileServiceServer interface {
 	ApplyTenantFiles(context.Context, *ApplyTenantFilesRequest) (*ApplyTenantFilesResponse, error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error)
+	// ImportConfig makes another limiter's configuration the rules of a tier
+	// (`sluice import`, docs/migrating.md): the tenant's file read, the
+	// tier's rules of the configuration's names put in place (created,
+	// updated where they differ; with prune, the tier's others deleted) and
+	// applied back, in one config version. The operator key imports into
+	// the tenant the configuration names (envoyproxy/ratelimit's domain;
+	// Kong's tenant, else its _workspace), created if missing; an admin key
+	// into its own, which the configuration, when it names one, must name
+	// (PermissionDenied otherwise). An invalid configuration is InvalidArgument with every
+	// problem named by its path (descriptors[2].rate_limit.unit,
+	// plugins[1].config.limit_by).
+	ImportConfig(context.Context, *ImportConfigRequest) (*ImportConfigResponse, error)
 	mustEmbedUnimplementedTenantFileServiceServer()
 }
 
@@ -394,6 +429,9 @@ func (UnimplementedTenantFileServiceServer) ApplyTenantFiles(context.Context, *A
 }
 func (UnimplementedTenantFileServiceServer) ExportTenantFile(context.Context, *ExportTenantFileRequest) (*ExportTenantFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExportTenantFile not implemented")
+}
+func (UnimplementedTenantFileServiceServer) ImportConfig(context.Context, *ImportConfigRequest) (*ImportConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportConfig not implemented")
 }
 func (UnimplementedTenantFileServiceServer) mustEmbedUnimplementedTenantFileServiceServer() {}
 func (UnimplementedTenantFileServiceServer) testEmbeddedByValue()                           {}
@@ -470,6 +508,24 @@ func _TenantFileService_ExportTenantFile_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TenantFileService_ImportConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TenantFileServiceServer).ImportConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TenantFileService_ImportConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TenantFileServiceServer).ImportConfig(ctx, req.(*ImportConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TenantFileService_ServiceDesc is the grpc.ServiceDesc for TenantFileService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -488,6 +544,10 @@ var TenantFileService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExportTenantFile",
 			Handler:    _TenantFileService_ExportTenantFile_Handler,
+		},
+		{
+			MethodName: "ImportConfig",
+			Handler:    _TenantFileService_ImportConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -70,6 +70,9 @@ const (
 	// TenantFileServiceExportTenantFileProcedure is the fully-qualified name of the TenantFileService's
 	// ExportTenantFile RPC.
 	TenantFileServiceExportTenantFileProcedure = "/sluice.v1.TenantFileService/ExportTenantFile"
+	// TenantFileServiceImportConfigProcedure is the fully-qualified name of the TenantFileService's
+	// ImportConfig RPC.
+	TenantFileServiceImportConfigProcedure = "/sluice.v1.TenantFileService/ImportConfig"
 	// TierServiceCreateTierProcedure is the fully-qualified name of the TierService's CreateTier RPC.
 	TierServiceCreateTierProcedure = "/sluice.v1.TierService/CreateTier"
 	// TierServiceListTiersProcedure is the fully-qualified name of the TierService's ListTiers RPC.
@@ -309,6 +312,18 @@ type TenantFileServiceClient interface {
 	ApplyTenantFiles(context.Context, *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
+	// ImportConfig makes another limiter's configuration the rules of a tier
+	// (`sluice import`, docs/migrating.md): the tenant's file read, the
+	// tier's rules of the configuration's names put in place (created,
+	// updated where they differ; with prune, the tier's others deleted) and
+	// applied back, in one config version. The operator key imports into
+	// the tenant the configuration names (envoyproxy/ratelimit's domain;
+	// Kong's tenant, else its _workspace), created if missing; an admin key
+	// into its own, which the configuration, when it names one, must name
+	// (PermissionDenied otherwise). An invalid configuration is InvalidArgument with every
+	// problem named by its path (descriptors[2].rate_limit.unit,
+	// plugins[1].config.limit_by).
+	ImportConfig(context.Context, *connect.Request[v1.ImportConfigRequest]) (*connect.Response[v1.ImportConfigResponse], error)
 }
 
 // NewTenantFileServiceClient constructs a client for the sluice.v1.TenantFileService service. By
@@ -340,6 +355,12 @@ func NewTenantFileServiceClient(httpClient connect.HTTPClient, baseURL string, o
 			connect.WithSchema(tenantFileServiceMethods.ByName("ExportTenantFile")),
 			connect.WithClientOptions(opts...),
 		),
+		importConfig: connect.NewClient[v1.ImportConfigRequest, v1.ImportConfigResponse](
+			httpClient,
+			baseURL+TenantFileServiceImportConfigProcedure,
+			connect.WithSchema(tenantFileServiceMethods.ByName("ImportConfig")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -348,6 +369,7 @@ type tenantFileServiceClient struct {
 	applyTenantFile  *connect.Client[v1.ApplyTenantFileRequest, v1.ApplyTenantFileResponse]
 	applyTenantFiles *connect.Client[v1.ApplyTenantFilesRequest, v1.ApplyTenantFilesResponse]
 	exportTenantFile *connect.Client[v1.ExportTenantFileRequest, v1.ExportTenantFileResponse]
+	importConfig     *connect.Client[v1.ImportConfigRequest, v1.ImportConfigResponse]
 }
 
 // ApplyTenantFile calls sluice.v1.TenantFileService.ApplyTenantFile.
@@ -363,6 +385,11 @@ func (c *tenantFileServiceClient) ApplyTenantFiles(ctx context.Context, req *con
 // ExportTenantFile calls sluice.v1.TenantFileService.ExportTenantFile.
 func (c *tenantFileServiceClient) ExportTenantFile(ctx context.Context, req *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error) {
 	return c.exportTenantFile.CallUnary(ctx, req)
+}
+
+// ImportConfig calls sluice.v1.TenantFileService.ImportConfig.
+func (c *tenantFileServiceClient) ImportConfig(ctx context.Context, req *connect.Request[v1.ImportConfigRequest]) (*connect.Response[v1.ImportConfigResponse], error) {
+	return c.importConfig.CallUnary(ctx, req)
 }
 
 // TenantFileServiceHandler is an implementation of the sluice.v1.TenantFileService service.
@@ -384,6 +411,18 @@ type TenantFileServiceHandler interface {
 	ApplyTenantFiles(context.Context, *connect.Request[v1.ApplyTenantFilesRequest]) (*connect.Response[v1.ApplyTenantFilesResponse], error)
 	// ExportTenantFile returns the tenant's file.
 	ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error)
+	// ImportConfig makes another limiter's configuration the rules of a tier
+	// (`sluice import`, docs/migrating.md): the tenant's file read, the
+	// tier's rules of the configuration's names put in place (created,
+	// updated where they differ; with prune, the tier's others deleted) and
+	// applied back, in one config version. The operator key imports into
+	// the tenant the configuration names (envoyproxy/ratelimit's domain;
+	// Kong's tenant, else its _workspace), created if missing; an admin key
+	// into its own, which the configuration, when it names one, must name
+	// (PermissionDenied otherwise). An invalid configuration is InvalidArgument with every
+	// problem named by its path (descriptors[2].rate_limit.unit,
+	// plugins[1].config.limit_by).
+	ImportConfig(context.Context, *connect.Request[v1.ImportConfigRequest]) (*connect.Response[v1.ImportConfigResponse], error)
 }
 
 // NewTenantFileServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -411,6 +450,12 @@ func NewTenantFileServiceHandler(svc TenantFileServiceHandler, opts ...connect.H
 		connect.WithSchema(tenantFileServiceMethods.ByName("ExportTenantFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	tenantFileServiceImportConfigHandler := connect.NewUnaryHandler(
+		TenantFileServiceImportConfigProcedure,
+		svc.ImportConfig,
+		connect.WithSchema(tenantFileServiceMethods.ByName("ImportConfig")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/sluice.v1.TenantFileService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case TenantFileServiceApplyTenantFileProcedure:
@@ -419,6 +464,8 @@ func NewTenantFileServiceHandler(svc TenantFileServiceHandler, opts ...connect.H
 			tenantFileServiceApplyTenantFilesHandler.ServeHTTP(w, r)
 		case TenantFileServiceExportTenantFileProcedure:
 			tenantFileServiceExportTenantFileHandler.ServeHTTP(w, r)
+		case TenantFileServiceImportConfigProcedure:
+			tenantFileServiceImportConfigHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -438,6 +485,10 @@ func (UnimplementedTenantFileServiceHandler) ApplyTenantFiles(context.Context, *
 
 func (UnimplementedTenantFileServiceHandler) ExportTenantFile(context.Context, *connect.Request[v1.ExportTenantFileRequest]) (*connect.Response[v1.ExportTenantFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ExportTenantFile is not implemented"))
+}
+
+func (UnimplementedTenantFileServiceHandler) ImportConfig(context.Context, *connect.Request[v1.ImportConfigRequest]) (*connect.Response[v1.ImportConfigResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sluice.v1.TenantFileService.ImportConfig is not implemented"))
 }
 
 // TierServiceClient is a client for the sluice.v1.TierService service.
