@@ -40,10 +40,14 @@ const (
 // gubernator bounds them.
 const GubernatorMaxRequests = 1000
 
-// gubernatorCalendar is a DURATION_IS_GREGORIAN duration's window, of the
-// units a window aligned on the Unix epoch starts as the calendar does, in
-// UTC: minutes, hours and days.
-var gubernatorCalendar = map[int64]time.Duration{0: time.Minute, 1: time.Hour, 2: 24 * time.Hour}
+// gubernatorWindows are the DURATION_IS_GREGORIAN durations of the units
+// a window aligned on the Unix epoch starts as the calendar does, in UTC:
+// minutes, hours and days; gubernatorCalendar those of calendar windows:
+// weeks (from Monday, which gubernator refuses), months and years.
+var (
+	gubernatorWindows  = map[int64]time.Duration{0: time.Minute, 1: time.Hour, 2: 24 * time.Hour}
+	gubernatorCalendar = map[int64]policy.Calendar{3: policy.CalendarWeek, 4: policy.CalendarMonth, 5: policy.CalendarYear}
+)
 
 // gubernatorBehaviors are the behavior flags accepted: batching, global
 // and multi-region change nothing here (every decider counts in Redis, at
@@ -81,10 +85,10 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 		bad("algorithm", "must be TOKEN_BUCKET or LEAKY_BUCKET")
 	}
 	if b&gubernatorpb.Behavior_DURATION_IS_GREGORIAN != 0 {
-		l.Window = gubernatorCalendar[r.GetDuration()]
+		l.Window, l.Calendar = gubernatorWindows[r.GetDuration()], gubernatorCalendar[r.GetDuration()]
 		switch {
-		case l.Window == 0:
-			bad("duration", "with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours) or 2 (days): a tenant rule's calendar window counts weeks, months and years")
+		case l.Window == 0 && l.Calendar == policy.CalendarNone:
+			bad("duration", "with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours), 2 (days), 3 (weeks), 4 (months) or 5 (years)")
 		case l.Algorithm != policy.FixedWindow:
 			bad("behavior", "DURATION_IS_GREGORIAN is for TOKEN_BUCKET")
 		}

@@ -53,7 +53,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	// look at account:2 comes in the next.)
 	res := call(perMinute("account:2", 1), perMinute("account:3", 0), perMinute("account:1", 0),
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "", Hits: 1, Limit: 2, Duration: 1500},
-		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 3, Behavior: gubernatorpb.Behavior_DURATION_IS_GREGORIAN},
+		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 6, Behavior: gubernatorpb.Behavior_DURATION_IS_GREGORIAN},
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 1000, Behavior: gubernatorpb.Behavior_DRAIN_OVER_LIMIT},
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y\x00", Hits: 1, Limit: 2, Duration: 1000})
 	if res[0].Status != gubernatorpb.Status_UNDER_LIMIT || res[0].Remaining != 1 || res[1].Remaining != 2 || res[1].Status != gubernatorpb.Status_UNDER_LIMIT {
@@ -67,7 +67,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	}
 	for i, want := range map[int]string{
 		3: "invalid rate limit request: unique_key: must be 1 to 256 bytes; duration: must be whole seconds: a multiple of 1000 milliseconds",
-		4: "invalid rate limit request: duration: with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours) or 2 (days): a tenant rule's calendar window counts weeks, months and years",
+		4: "invalid rate limit request: duration: with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours), 2 (days), 3 (weeks), 4 (months) or 5 (years)",
 		5: "invalid rate limit request: behavior: DRAIN_OVER_LIMIT and unknown flags are not supported",
 		6: "invalid rate limit request: unique_key: must not contain NUL",
 	} {
@@ -91,6 +91,21 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	gregorian.Duration, gregorian.Hits = 2, 0
 	if r := call(gregorian)[0]; r.Remaining != 2 || r.ResetTime != now.Truncate(24*time.Hour).Add(24*time.Hour).UnixMilli() {
 		t.Fatalf("a gregorian day, untouched: %v", r)
+	}
+	// Weeks (from Monday), months and years are the calendar's, in UTC:
+	// counted, and reset at the period's end.
+	for d, end := range map[int64]time.Time{
+		3: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC), // Sunday the 22nd's week ends Monday the 23rd
+		4: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		5: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		gregorian.Duration, gregorian.Hits = d, 2
+		if r := call(gregorian)[0]; r.Error != "" || r.Remaining != 0 || r.Status != gubernatorpb.Status_UNDER_LIMIT || r.ResetTime != end.UnixMilli() {
+			t.Fatalf("gregorian %d: %v, want its two taken and the reset at %v", d, r, end)
+		}
+		if r := call(gregorian)[0]; r.Status != gubernatorpb.Status_OVER_LIMIT {
+			t.Fatalf("gregorian %d, the period spent: %v", d, r)
+		}
 	}
 
 	// The call needs the tenant's check key, and a request or more.

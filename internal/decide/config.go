@@ -129,7 +129,7 @@ func IsRequestLimit(r *policy.Rule) bool { return strings.HasPrefix(r.ID, reques
 // windows never share a counter). It fails open.
 func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
 	l = l.normal()
-	p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
+	p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window, Calendar: l.Calendar}
 	var lim *limit.Limiter
 	if v, ok := c.requestLimits.Load(l); ok {
 		lim = v.(*limit.Limiter)
@@ -145,8 +145,13 @@ func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule
 		id = append(id, l.Algorithm.String()...)
 		id = append(id, '/')
 	}
-	id = strconv.AppendInt(id, int64(l.Window/time.Second), 10)
-	id = append(id, "s/"...)
+	if l.Calendar != policy.CalendarNone {
+		id = append(id, l.Calendar.String()...)
+		id = append(id, '/')
+	} else {
+		id = strconv.AppendInt(id, int64(l.Window/time.Second), 10)
+		id = append(id, "s/"...)
+	}
 	keys := make([]string, len(d)) // for policy.ClientKey: whom events name
 	for i := range d {
 		if i > 0 {

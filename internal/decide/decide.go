@@ -103,6 +103,10 @@ type RequestLimit struct {
 	// (those two with a burst of Requests), as gubernator's and Unkey's
 	// per-request limits choose theirs.
 	Algorithm policy.Algorithm
+	// Calendar, with the fixed window, counts per calendar day, week,
+	// month or year in UTC in place of Window (gubernator's
+	// DURATION_IS_GREGORIAN).
+	Calendar policy.Calendar
 }
 
 // RequestLimitAlgorithms are the algorithms a request's own limit may
@@ -512,7 +516,7 @@ func refuse(c *Config, req Request) error {
 		if !slices.Contains(RequestLimitAlgorithms, l.Algorithm) {
 			return badRequestLimitAlgorithm()
 		}
-		p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window}
+		p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window, Calendar: l.Calendar}
 		// The counter's key names the window in whole seconds.
 		const window = "must be whole seconds, from 1s to 366 days"
 		var fields []policy.FieldError
