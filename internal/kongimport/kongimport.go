@@ -130,6 +130,9 @@ type config struct {
 	WindowSize        []float64 `yaml:"window_size"`
 	WindowType        string    `yaml:"window_type"`
 	Identifier        string    `yaml:"identifier"`
+	// EnforceConsumerGroups gives consumer groups limits of their own,
+	// which are not imported (see the notes).
+	EnforceConsumerGroups bool `yaml:"enforce_consumer_groups"`
 }
 
 // ref is a reference to another entity: its name or id, written as a
@@ -607,6 +610,9 @@ func (im *importer) limits(g *group) {
 	}
 	if c.ErrorCode != nil && *c.ErrorCode != 429 {
 		im.note("%s: rejections are answered 429, not %.0f", in.scope(), *c.ErrorCode)
+	}
+	if c.EnforceConsumerGroups {
+		im.note("%s enforces consumer groups' own limits: make each group a tier and move its members to it with overrides", in.scope())
 	}
 	if c.HideClientHeaders {
 		im.note("%s hides its headers: run the deciders with -rate-limit-headers none to tell clients no limits", in.scope())

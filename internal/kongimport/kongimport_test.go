@@ -36,7 +36,8 @@ services:
         paths: [/search]
         plugins:
           - name: rate-limiting-advanced
-            config: {limit: [10, 100], window_size: [60, 3600], identifier: ip, sync_rate: 0.5, strategy: redis, namespace: s}
+            config: {limit: [10, 100], window_size: [60, 3600], identifier: ip, sync_rate: 0.5, strategy: redis, namespace: s,
+              enforce_consumer_groups: true, consumer_groups: [gold]}
       - name: search-public
         paths: [/search/public]
       - name: search-admin
@@ -108,7 +109,8 @@ func TestParse(t *testing.T) {
 	}
 	for _, want := range []string{"service-orders: its routes' methods differ", "route login: its hosts and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
 		"route search-public's path /search/public extends /search of route-search",
-		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows"} {
+		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows",
+		"route-search enforces consumer groups' own limits"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note of %q in %q", want, p.Notes)
 		}
