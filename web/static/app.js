@@ -894,7 +894,8 @@ async function importConfig(dry) {
     const rules = (what, names) => (names && names.length ? [el('li', {}, `${dry ? 'would be ' : ''}${what}: ${names.join(', ')}`)] : []);
     out.append(...rules('created', res.created), ...rules('updated', res.updated), ...rules('deleted', res.deleted),
       ...rules('unchanged', res.unchanged), ...(res.notes || []).map((n) => el('li', {}, `Note: ${n}`)));
-    say(`${dry ? 'Dry run of the import into' : 'Imported into'} tenant ${res.tenant}, tier ${res.tier}${dry ? ': nothing made.' : `, config version ${res.configVersion}.`}`);
+    const tenant = `tenant ${res.tenant}${res.tenantCreated ? ' (a new tenant: the domain names it)' : ''}`;
+    say(`${dry ? 'Dry run of the import into' : 'Imported into'} ${tenant}, tier ${res.tier}${dry ? ': nothing made.' : `, config version ${res.configVersion}.`}`);
     if (!dry) await loadFile();
   } catch (e) {
     errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
