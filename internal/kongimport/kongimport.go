@@ -39,6 +39,7 @@ package kongimport
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -179,18 +180,11 @@ func (in *instance) scope() string {
 	case in.plugin.InstanceName != "":
 		return in.plugin.InstanceName
 	case in.rt != nil:
-		return "route-" + cmpOr(in.rt.Name, in.rt.ID)
+		return "route-" + cmp.Or(in.rt.Name, in.rt.ID)
 	case in.svc != nil:
-		return "service-" + cmpOr(in.svc.Name, in.svc.ID)
+		return "service-" + cmp.Or(in.svc.Name, in.svc.ID)
 	}
 	return "global"
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Parse reads a decK file (YAML or JSON) into the rules of tenant slug
@@ -209,12 +203,15 @@ func Parse(r io.Reader, slug string) (*envoyimport.Plan, error) {
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, invalid(policy.FieldError{Description: "not a Kong declarative configuration: " + err.Error()})
 	}
-	slug = cmpOr(slug, f.Workspace)
+	field := "tenant"
+	if slug == "" {
+		slug, field = f.Workspace, "_workspace"
+	}
 	p := &envoyimport.Plan{Tenant: policy.Tenant{Slug: slug, Name: slug, DefaultTier: "default"}}
-	im := importer{plan: p, file: &f}
+	im := importer{plan: p, file: &f, failed: map[policy.FieldError]bool{}}
 	if slug != "" {
 		if err := p.Tenant.Validate(); err != nil {
-			im.fail("_workspace", "cannot be a tenant slug (letters, digits, '-' and '_'): give -tenant")
+			im.fail(field, "%q cannot be a tenant slug (letters, digits, '-' and '_')", slug)
 		}
 	}
 	im.collect()
@@ -246,6 +243,7 @@ type importer struct {
 	// routes are every route with its service and its field path.
 	routes []routeAt
 	errs   []policy.FieldError
+	failed map[policy.FieldError]bool // errs, each once: a route's are met through each of its plugins
 	noted  map[string]bool
 }
 
@@ -257,7 +255,8 @@ type routeAt struct {
 
 func (im *importer) fail(field, format string, args ...any) {
 	fe := policy.FieldError{Field: field, Description: fmt.Sprintf(format, args...)}
-	if !slices.Contains(im.errs, fe) { // a route's, met through each of its plugins
+	if !im.failed[fe] {
+		im.failed[fe] = true
 		im.errs = append(im.errs, fe)
 	}
 }
@@ -287,7 +286,7 @@ func (im *importer) collect() {
 		at := routeAt{rt: rt, field: fmt.Sprintf("routes[%d]", i)}
 		if rt.Service.set() {
 			if at.svc = im.service(rt.Service); at.svc == nil {
-				im.fail(at.field+".service", "no service %q in this file", cmpOr(rt.Service.Name, rt.Service.ID))
+				im.fail(at.field+".service", "no service %q in this file", cmp.Or(rt.Service.Name, rt.Service.ID))
 			}
 		}
 		im.routes = append(im.routes, at)
@@ -301,14 +300,14 @@ func (im *importer) collect() {
 			in := instance{plugin: p, field: fmt.Sprintf("%splugins[%d]", field, i), svc: svc, rt: rt}
 			if p.Service.set() && in.svc == nil {
 				if in.svc = im.service(p.Service); in.svc == nil {
-					im.fail(in.field+".service", "no service %q in this file", cmpOr(p.Service.Name, p.Service.ID))
+					im.fail(in.field+".service", "no service %q in this file", cmp.Or(p.Service.Name, p.Service.ID))
 					continue
 				}
 			}
 			if p.Route.set() && in.rt == nil {
 				at := im.route(p.Route)
 				if at == nil {
-					im.fail(in.field+".route", "no route %q in this file", cmpOr(p.Route.Name, p.Route.ID))
+					im.fail(in.field+".route", "no route %q in this file", cmp.Or(p.Route.Name, p.Route.ID))
 					continue
 				}
 				in.rt, in.svc = at.rt, at.svc
@@ -446,7 +445,7 @@ func (im *importer) noteShadowedRoutes(kind string, groups []*group) {
 			for _, q := range g.paths {
 				for _, p := range at.rt.Paths {
 					if len(p) > len(q) && strings.HasPrefix(p, q) && !slices.Contains(g.paths, p) {
-						im.note("route %s's path %s extends %s of %s: Kong gives its requests its own plugins, Sluice %s's limits", cmpOr(at.rt.Name, at.rt.ID), p, q, g.in.scope(), g.in.scope())
+						im.note("route %s's path %s extends %s of %s: Kong gives its requests its own plugins, Sluice %s's limits", cmp.Or(at.rt.Name, at.rt.ID), p, q, g.in.scope(), g.in.scope())
 					}
 				}
 			}
@@ -492,7 +491,7 @@ func (im *importer) scopePaths(g *group) bool {
 	}
 	ok := true
 	for _, at := range ats {
-		name := cmpOr(at.rt.Name, at.rt.ID)
+		name := cmp.Or(at.rt.Name, at.rt.ID)
 		if len(at.rt.Paths) == 0 {
 			im.fail(at.field+".paths", "route %s has no paths: Sluice tells routes apart by path (a rule of hosts or methods alone is not imported)", name)
 			ok = false
@@ -625,7 +624,7 @@ func (im *importer) limits(g *group) {
 	switch by {
 	case "", "consumer", "credential":
 		base.KeyBy = []string{policy.DefaultIdentifierKey}
-		im.note("limit_by %s: clients are told apart by -identity-header (the credential's header, key-auth's apikey say) on the proxy, else by address, as Kong falls back to", cmpOr(by, "consumer"))
+		im.note("limit_by %s: clients are told apart by -identity-header (the credential's header, key-auth's apikey say) on the proxy, else by address, as Kong falls back to", cmp.Or(by, "consumer"))
 	case "ip":
 		base.KeyBy = []string{"ip"}
 	case "header":

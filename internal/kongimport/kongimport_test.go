@@ -240,6 +240,9 @@ consumer_groups:
 			t.Errorf("no error at %s; got %v", want, pe.Fields)
 		}
 	}
+	if _, err := Parse(strings.NewReader("_workspace: fine"), "not a slug!"); !strings.Contains(fields(err), "{tenant ") {
+		t.Errorf("an invalid tenant given: %v", err)
+	}
 	for _, bad := range []string{"services: 5", "{", "plugins: [{name: rate-limiting, config: {minute: lots}}]"} {
 		if _, err := Parse(strings.NewReader(bad), "x"); policy.ErrorCode(err) != policy.CodeInvalid {
 			t.Errorf("%q: %v, want invalid", bad, err)
