@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
+	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
@@ -51,9 +52,9 @@ var (
 
 // gubernatorBehaviors are the behavior flags accepted: batching, global
 // and multi-region change nothing here (every decider counts in Redis, at
-// once); the calendar and resets are served. DRAIN_OVER_LIMIT is not.
+// once); the calendar, resets and draining are served.
 const gubernatorBehaviors = gubernatorpb.Behavior_NO_BATCHING | gubernatorpb.Behavior_GLOBAL | gubernatorpb.Behavior_DURATION_IS_GREGORIAN |
-	gubernatorpb.Behavior_RESET_REMAINING | gubernatorpb.Behavior_MULTI_REGION
+	gubernatorpb.Behavior_RESET_REMAINING | gubernatorpb.Behavior_MULTI_REGION | gubernatorpb.Behavior_DRAIN_OVER_LIMIT
 
 // gubernatorRequest is the decision r asks for and whether it resets the
 // counter first (RESET_REMAINING), or what is wrong with it: gubernator
@@ -71,7 +72,7 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 	}
 	b := r.GetBehavior()
 	if b&^gubernatorBehaviors != 0 {
-		bad("behavior", "DRAIN_OVER_LIMIT and unknown flags are not supported")
+		bad("behavior", "unknown flags")
 	}
 	l := &decide.RequestLimit{Requests: r.GetLimit(), Algorithm: policy.FixedWindow}
 	switch r.GetAlgorithm() {
@@ -142,6 +143,9 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 			res.Error = gubernatorError(ctx, cfg, err) // nothing else, as gubernator answers
 			return nil
 		}
+		if !dec.Allowed && r.GetBehavior()&gubernatorpb.Behavior_DRAIN_OVER_LIMIT != 0 {
+			dec = cfg.drain(gctx, c, req, dec)
+		}
 		res.Limit = r.GetLimit()
 		if len(dec.Rules) > 0 {
 			rr := dec.Rules[0]
@@ -152,6 +156,10 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 				// A window nothing has counted in yet is whole already; gubernator
 				// names the end of the window all the same.
 				res.ResetTime = now.Truncate(req.Limit.Window).Add(req.Limit.Window).UnixMilli()
+				if req.Limit.Calendar != policy.CalendarNone {
+					_, end := limit.CalendarWindow(now.UnixMicro(), req.Limit.Calendar, time.UTC)
+					res.ResetTime = time.UnixMicro(end).UnixMilli()
+				}
 			}
 		}
 		// A request of no hits asks whether the next would be over.
@@ -164,6 +172,23 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		return nil, err
 	}
 	return out, nil
+}
+
+// drain takes what remains of a request's limit that dec found it over
+// (gubernator's DRAIN_OVER_LIMIT): a second decision, of that cost, not
+// counted as a request of its own. Another request may take some of it
+// first, in which case this one takes none; either way dec's answer says
+// nothing remains.
+func (cfg *HTTPConfig) drain(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) decide.Decision {
+	if len(dec.Rules) == 0 || dec.Rules[0].Remaining <= 0 {
+		return dec
+	}
+	req.Cost, req.Peek = dec.Rules[0].Remaining, false
+	if _, err := cfg.Decider.Decide(ctx, c, req); err != nil {
+		cfg.Logger.Warn("gubernator: draining", "tenant", c.Tenant.Slug, "err", err)
+	}
+	dec.Rules[0].Remaining = 0
+	return dec
 }
 
 // gubernatorError is err as a request's answer tells it: the fields of an

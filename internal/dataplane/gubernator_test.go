@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	res := call(perMinute("account:2", 1), perMinute("account:3", 0), perMinute("account:1", 0),
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "", Hits: 1, Limit: 2, Duration: 1500},
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 6, Behavior: gubernatorpb.Behavior_DURATION_IS_GREGORIAN},
-		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 1000, Behavior: gubernatorpb.Behavior_DRAIN_OVER_LIMIT},
+		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y", Hits: 1, Limit: 2, Duration: 1000, Behavior: 1 << 12},
 		&gubernatorpb.RateLimitReq{Name: "x", UniqueKey: "y\x00", Hits: 1, Limit: 2, Duration: 1000})
 	if res[0].Status != gubernatorpb.Status_UNDER_LIMIT || res[0].Remaining != 1 || res[1].Remaining != 2 || res[1].Status != gubernatorpb.Status_UNDER_LIMIT {
 		t.Fatalf("account:2, and a look at account:3: %v, %v", res[0], res[1])
@@ -68,7 +69,7 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	for i, want := range map[int]string{
 		3: "invalid rate limit request: unique_key: must be 1 to 256 bytes; duration: must be whole seconds: a multiple of 1000 milliseconds",
 		4: "invalid rate limit request: duration: with DURATION_IS_GREGORIAN, 0 (minutes), 1 (hours), 2 (days), 3 (weeks), 4 (months) or 5 (years)",
-		5: "invalid rate limit request: behavior: DRAIN_OVER_LIMIT and unknown flags are not supported",
+		5: "invalid rate limit request: behavior: unknown flags",
 		6: "invalid rate limit request: unique_key: must not contain NUL",
 	} {
 		if res[i].Error != want {
@@ -80,6 +81,22 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	reset.Behavior = gubernatorpb.Behavior_RESET_REMAINING | gubernatorpb.Behavior_GLOBAL
 	if r := call(reset)[0]; r.Status != gubernatorpb.Status_UNDER_LIMIT || r.Remaining != 2 || r.Error != "" {
 		t.Fatalf("after RESET_REMAINING: %v", r)
+	}
+	// Over the limit, DRAIN_OVER_LIMIT takes what remains; without it, what
+	// remains stays for smaller requests.
+	for _, drain := range []bool{false, true} {
+		key := fmt.Sprint("drained:", drain)
+		big := perMinute(key, 5)
+		if drain {
+			big.Behavior = gubernatorpb.Behavior_DRAIN_OVER_LIMIT
+		}
+		call(perMinute(key, 1))
+		if r := call(big)[0]; r.Status != gubernatorpb.Status_OVER_LIMIT || r.Remaining != map[bool]int64{false: 1, true: 0}[drain] {
+			t.Fatalf("5 hits of the 1 left, drain %v: %v", drain, r)
+		}
+		if r := call(perMinute(key, 1))[0]; (r.Status == gubernatorpb.Status_OVER_LIMIT) != drain {
+			t.Fatalf("the next hit, drain %v: %v", drain, r)
+		}
 	}
 	// DURATION_IS_GREGORIAN of minutes: the window is the calendar's minute.
 	gregorian := perMinute("account:4", 1)
@@ -99,7 +116,11 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 		4: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 		5: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
 	} {
-		gregorian.Duration, gregorian.Hits = d, 2
+		gregorian.Duration, gregorian.Hits = d, 0 // untouched: its end all the same
+		if r := call(gregorian)[0]; r.Error != "" || r.Remaining != 2 || r.ResetTime != end.UnixMilli() {
+			t.Fatalf("gregorian %d, untouched: %v, want the reset at %v", d, r, end)
+		}
+		gregorian.Hits = 2
 		if r := call(gregorian)[0]; r.Error != "" || r.Remaining != 0 || r.Status != gubernatorpb.Status_UNDER_LIMIT || r.ResetTime != end.UnixMilli() {
 			t.Fatalf("gregorian %d: %v, want its two taken and the reset at %v", d, r, end)
 		}
