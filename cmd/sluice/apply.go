@@ -78,13 +78,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	invalid := false
 	tenants := map[string]string{}
 	for _, name := range names {
-		var data []byte
-		var err error
-		if name == "-" {
-			data, err = io.ReadAll(io.LimitReader(os.Stdin, tenantfile.MaxBytes+1))
-		} else {
-			data, err = os.ReadFile(name)
-		}
+		data, err := readInput(name, tenantfile.MaxBytes)
 		if err != nil {
 			return fmt.Errorf("%w: %w", errInput, err)
 		}

@@ -33,6 +33,20 @@ func yamlFiles(paths []string) ([]string, error) {
 	return files, nil
 }
 
+// readInput reads the file of name, or standard input for "-", up to
+// limit bytes and one more (for the reader to tell the file too large).
+func readInput(name string, limit int64) ([]byte, error) {
+	if name == "-" {
+		return io.ReadAll(io.LimitReader(os.Stdin, limit+1))
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, limit+1))
+}
+
 // reportInvalid prints why file name is refused: each invalid field on a
 // line of its own.
 func reportInvalid(stderr io.Writer, name string, err error) {

@@ -360,3 +360,21 @@ func TestImportKong(t *testing.T) {
 		t.Fatalf("two files: %v", err)
 	}
 }
+
+// "-" imports what standard input holds, as deck gateway dump -o - writes.
+func TestImportFromStandardInput(t *testing.T) {
+	_, getenv := importServer(t)
+	in, err := os.Open(writeFile(t, kongYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	saved := os.Stdin
+	os.Stdin = in
+	defer func() { os.Stdin = saved }()
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"import", "-kong", "-tenant", "piped", "-"}, &out, &errOut, getenv); err != nil ||
+		!strings.Contains(out.String(), "created tenant piped") || !strings.Contains(out.String(), "3 rules created") {
+		t.Fatalf("import of standard input: %v, %q %q", err, out.String(), errOut.String())
+	}
+}

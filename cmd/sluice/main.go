@@ -169,7 +169,8 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	files, err := parseArgs(fs, args)
 	if err != nil || len(files) == 0 || *kong && len(files) != 1 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+
-			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n")
+			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n"+
+			"(FILE - reads standard input: deck gateway dump -o - | sluice import -kong -tenant shop -)\n")
 		return errUsage
 	}
 	// Each file is checked here, every problem printed with its file's
@@ -229,18 +230,21 @@ type importJob struct {
 // where the files of a domain make one plan (a limit in two of them is a
 // problem then).
 func parseImports(paths []string, merge bool, stderr io.Writer) ([]importJob, error) {
-	files, err := yamlFiles(paths)
-	if err != nil {
-		return nil, err
+	files := []string{"-"}
+	if len(paths) != 1 || paths[0] != "-" {
+		var err error
+		if files, err = yamlFiles(paths); err != nil {
+			return nil, err
+		}
 	}
 	var jobs []importJob
 	domains := map[string]string{} // slug: the domain's first file
 	bySlug := map[string]int{}     // slug: the domain's job
 	invalid := false
 	for _, name := range files {
-		content, err := os.ReadFile(name)
+		content, err := readInput(name, envoyimport.MaxBytes)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", errInput, err)
 		}
 		plan, err := envoyimport.Parse(bytes.NewReader(content))
 		first := ""
@@ -277,9 +281,9 @@ func parseImports(paths []string, merge bool, stderr io.Writer) ([]importJob, er
 
 // parseKong reads the Kong declarative configuration in name.
 func parseKong(name, tenant string, stderr io.Writer) ([]importJob, error) {
-	content, err := os.ReadFile(name)
+	content, err := readInput(name, kongimport.MaxBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errInput, err)
 	}
 	plan, err := kongimport.Parse(bytes.NewReader(content), tenant)
 	if policy.ErrorCode(err) != policy.CodeUnknown {
