@@ -42,11 +42,12 @@ const importTries = 3
 
 // Import makes plan's rules the rules of a tier of the caller's tenant:
 // the operator's the plan's tenant (created if missing), an admin key's
-// its own (PermissionDenied when the plan names another). The tenant's file is read, the rules put in it
-// (tenantfile.File.Import) and the file applied back only over the
-// version it was read at, in one transaction: all of it or nothing,
-// never over a change made meanwhile (read again, a few times, then
-// Aborted). Importing the same plan twice changes nothing the second time.
+// its own (PermissionDenied when the plan names another). The tenant's
+// file is read, the rules put in it (tenantfile.File.Import) and the file
+// applied back only over the version it was read at, in one transaction:
+// all of it or nothing, never over a change made meanwhile (read again, a
+// few times, then Aborted). Importing the same plan twice changes nothing
+// the second time.
 func Import(ctx context.Context, store *pgstore.Store, who Caller, plan *envoyimport.Plan, opt ImportOptions) (ImportResult, error) {
 	tier := cmp.Or(opt.Tier, "default")
 	if who.Operator && plan.Tenant.Slug == "" {
