@@ -520,7 +520,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	setImport(kongFile)
 	waitText("#import-changes", "would be created: service-orders-minute", func() { do("a dry run of the import", chromedp.Click("#import-dry")) })
 	waitText("#import-changes", "-descriptor-headers x-device=X-Device", nil)
-	shot("05c-import")
+	shot("05d-import")
 	do("import", chromedp.Click("#import-apply"))
 	waitText("#status", "Imported into tenant demo, tier gold", nil)
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(eval(fileValue), "name: service-orders-minute"); {
@@ -534,7 +534,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// their cards).
 	for _, w := range []int64{390, 1280} {
 		do("resize", chromedp.EmulateViewport(w, 844))
-		for _, view := range []string{"rules", "access", "dashboard", "audit"} {
+		for _, view := range []string{"rules", "access", "dashboard", "audit", "file"} {
 			do("the "+view+" view", chromedp.Click(`#nav button[data-view="`+view+`"]`))
 			waitJS(`document.querySelector('#view-`+view+`').getAttribute('aria-busy')`, "false") // its rows are replaced until then
 			if view == "rules" {
@@ -611,6 +611,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#rule-table", "blocked (client_id=mallory)", func() { do("refresh", chromedp.Click("#refresh")) })
 	if got := eval(`String(document.querySelectorAll('#top-table button').length)`); got != "0" {
 		t.Fatalf("a viewer's top clients offer %s buttons", got)
+	}
+	do("a viewer's tenant file", chromedp.Click(`#nav button[data-view="file"]`), chromedp.WaitVisible("#view-file"))
+	if got := eval(`(() => { const shown = ` + shown + `; return String(shown('#file-dry, #file-apply, .file-prune, #import-form').length); })()`); got != "0" {
+		t.Fatalf("a viewer's tenant file view offers %s ways to change the tenant", got)
 	}
 
 	// The operator: tenants, and the decider with the version it enforces.
