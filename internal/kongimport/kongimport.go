@@ -134,6 +134,10 @@ type config struct {
 	// EnforceConsumerGroups gives consumer groups limits of their own,
 	// which are not imported (see the notes).
 	EnforceConsumerGroups bool `yaml:"enforce_consumer_groups"`
+	// Policy (rate-limiting) and Strategy (advanced) say where Kong
+	// counts: local (the default), on each node apart, is told in a note.
+	Policy   string `yaml:"policy"`
+	Strategy string `yaml:"strategy"`
 }
 
 // ref is a reference to another entity: its name or id, written as a
@@ -609,6 +613,9 @@ func (im *importer) limits(g *group) {
 	}
 	if c.ErrorCode != nil && *c.ErrorCode != 429 {
 		im.note("%s: rejections are answered 429, not %.0f", in.scope(), *c.ErrorCode)
+	}
+	if where := cmp.Or(c.Policy, c.Strategy, "local"); where == "local" && in.enabled() {
+		im.note("%s counted on each Kong node apart (policy local): behind several nodes a client could make up to that many times its limits; Sluice's deciders count together, the limits exactly", in.scope())
 	}
 	if c.EnforceConsumerGroups {
 		im.note("%s enforces consumer groups' own limits: make each group a tier and move its members to it with overrides", in.scope())

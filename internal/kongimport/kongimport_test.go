@@ -110,10 +110,14 @@ func TestParse(t *testing.T) {
 	for _, want := range []string{"service-orders: its routes' methods differ", "route login: its hosts and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
 		"route search-public's path /search/public extends /search of route-search",
 		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows",
-		"route-search enforces consumer groups' own limits"} {
+		"route-search enforces consumer groups' own limits", "global counted on each Kong node apart"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note of %q in %q", want, p.Notes)
 		}
+	}
+
+	if slices.ContainsFunc(p.Notes, func(n string) bool { return strings.HasPrefix(n, "service-orders counted on each") }) {
+		t.Errorf("a note of local counting for a plugin counting in Redis: %q", p.Notes)
 	}
 
 	// Decided as Kong would: the most specific instance of each plugin.
