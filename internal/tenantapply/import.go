@@ -37,8 +37,9 @@ type ImportResult struct {
 }
 
 // importTries bounds the reads and applies of an import that other
-// changes keep overtaking.
-const importTries = 3
+// changes keep overtaking: each time one is, another change has landed, so
+// of fewer than importTries imports at once every one lands.
+const importTries = 10
 
 // Import makes plan's rules the rules of a tier of the caller's tenant:
 // the operator's the plan's tenant (created if missing), an admin key's
