@@ -852,6 +852,10 @@ async function loadFile() {
   $('#file-changes').replaceChildren();
 }
 
+// byPath tells an error of a whole file: each field error by its path
+// (tiers[0].rules[1].limit), else the message.
+const byPath = (e) => (e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message);
+
 // applyFile applies the edited file (dry: a dry run), only over the
 // version it was loaded at, and lists the changes or the errors by path.
 async function applyFile(dry) {
@@ -872,7 +876,7 @@ async function applyFile(dry) {
     if (!dry && changes.length) state.fileVersion = res.configVersion;
   } catch (e) {
     if (e.code === 'aborted') errBox.textContent = 'The tenant changed since the file was loaded: reload it and apply your edit again.';
-    else errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
+    else errBox.textContent = byPath(e);
   }
 }
 
@@ -898,7 +902,7 @@ async function importConfig(dry) {
     say(`${dry ? 'Dry run of the import into' : 'Imported into'} ${tenant}, tier ${res.tier}${dry ? ': nothing made.' : `, config version ${res.configVersion}.`}`);
     if (!dry) await loadFile();
   } catch (e) {
-    errBox.textContent = e.fields.length ? e.fields.map((f) => `${f.field}: ${f.description}`).join('; ') : e.message;
+    errBox.textContent = byPath(e);
   }
 }
 
