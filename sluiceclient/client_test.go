@@ -629,15 +629,15 @@ func TestByClientIP(t *testing.T) {
 }
 
 // Every DescribeFunc names the route in one spelling, so that "//login"
-// meets the rules of "/login", and the method, as the proxy does: a rule
-// for POST /login works behind either.
+// meets the rules of "/login", the method and the host, as the proxy
+// does: a rule for POST /login at shop.example works behind either.
 func TestDescribeNormalisesTheRoute(t *testing.T) {
 	t.Parallel()
 	for name, describe := range map[string]DescribeFunc{"ByHeader": ByHeader("X-Client-Id"), "ByRemoteIP": ByRemoteIP(), "ByClientIP": ByClientIP()} {
 		for _, p := range []string{"/login", "//login", "/./login", "/static/../login"} {
-			r := httptest.NewRequest("POST", "http://example.com"+p, nil)
-			if req, _ := describe(r); req.Descriptors["route"] != "/login" || req.Descriptors["method"] != "POST" {
-				t.Errorf("%s of POST %s: route %q, method %q; want /login and POST", name, p, req.Descriptors["route"], req.Descriptors["method"])
+			r := httptest.NewRequest("POST", "http://Shop.Example:8443"+p, nil)
+			if req, _ := describe(r); req.Descriptors["route"] != "/login" || req.Descriptors["method"] != "POST" || req.Descriptors["host"] != "shop.example" {
+				t.Errorf("%s of POST %s: %v; want route /login, method POST and host shop.example", name, p, req.Descriptors)
 			}
 		}
 	}

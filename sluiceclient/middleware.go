@@ -19,16 +19,31 @@ import (
 type DescribeFunc func(r *http.Request) (req Request, ok bool)
 
 // ByHeader describes a request by the client id in header (as client_id),
-// its path (as route) and its method (as method), as the proxy names them;
-// requests without the header are checked under the client id "".
+// its path (as route), its method (as method) and its host (as host), as
+// the proxy names them; requests without the header are checked under the
+// client id "".
 func ByHeader(header string) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
-		return Request{Descriptors: map[string]string{"client_id": r.Header.Get(header), "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
+		return described(r, r.Header.Get(header), ""), true
 	}
 }
 
+// described is r's check as the proxy describes it: client as client_id,
+// ip (when given) as ip, and its route, method and host.
+func described(r *http.Request, client, ip string) Request {
+	d := map[string]string{"client_id": client, "route": route.Normalize(r.URL.Path), "method": r.Method}
+	if ip != "" {
+		d["ip"] = ip
+	}
+	if h := route.Host(r.Host); h != "" {
+		d["host"] = h
+	}
+	return Request{Descriptors: d}
+}
+
 // ByRemoteIP describes a request by its connection's IP address (as
-// client_id), its path (as route) and its method (as method).
+// client_id), its path (as route), its method (as method) and its host
+// (as host).
 // Behind a load balancer or proxy, use ByClientIP, or every client is the
 // balancer.
 func ByRemoteIP() DescribeFunc {
@@ -37,12 +52,13 @@ func ByRemoteIP() DescribeFunc {
 		if err != nil {
 			host = r.RemoteAddr
 		}
-		return Request{Descriptors: map[string]string{"client_id": host, "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
+		return described(r, host, ""), true
 	}
 }
 
 // ByClientIP describes a request by its client's address, as client_id
-// and ip, its path, as route, and its method, as method: the connection's address, unless it is
+// and ip, its path, as route, its method, as method, and its host, as
+// host: the connection's address, unless it is
 // one of trusted (a load balancer's), in which case X-Forwarded-For is
 // believed as far as the trusted proxies go, as Sluice's own proxy does
 // with -trusted-proxies. An IPv6 client is its /64 network, within which
@@ -50,7 +66,7 @@ func ByRemoteIP() DescribeFunc {
 func ByClientIP(trusted ...netip.Prefix) DescribeFunc {
 	return func(r *http.Request) (Request, bool) {
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, trusted), clientip.IPv6Network)
-		return Request{Descriptors: map[string]string{"client_id": ip, "ip": ip, "route": route.Normalize(r.URL.Path), "method": r.Method}}, true
+		return described(r, ip, ip), true
 	}
 }
 

@@ -119,6 +119,11 @@ func UpstreamTransport() *http.Transport {
 const (
 	RouteDescriptor  = "route"
 	MethodDescriptor = "method"
+	// HostDescriptor is the host the client asked for (Host, HTTP/2's
+	// :authority; in forward auth X-Forwarded-Host), in lower case
+	// without its port: rules for one site of several behind the proxy,
+	// as Kong's and Envoy's routes by host.
+	HostDescriptor = "host"
 	// IPDescriptor is the client's IP address (an IPv6 client's network:
 	// ProxyConfig.IPv6Prefix) whatever identity the request claims: a rule
 	// keyed by it bounds what one address sends when a header or cookie
@@ -128,9 +133,8 @@ const (
 )
 
 // NewProxy returns the reverse proxy: each request is checked as
-// client_id (its identity), ip (its address), route (its path) and
-// method; allowed ones are
-// forwarded, bodies streamed and upgrades (websockets) passed through,
+// client_id (its identity), ip (its address), route (its path), method
+// and host; allowed ones are forwarded, bodies streamed and upgrades (websockets) passed through,
 // after waiting out a leaky bucket's delay; rejected ones get 429, the
 // rate limit headers and a problem+json body. With cfg.ForwardAuth it
 // answers 200 in place of forwarding (see ProxyConfig.ForwardAuth).
@@ -173,9 +177,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies), cfg.IPv6Prefix)
 		client, source := cfg.identity(r, ip)
 		cfg.API.Metrics.observeIdentity(source)
-		path, method := r.URL.Path, r.Method
+		path, method, host := r.URL.Path, r.Method, r.Host
 		if cfg.ForwardAuth {
-			path, method = forwardedRequest(r)
+			path, method, host = forwardedRequest(r)
 		}
 		req := decide.Request{Descriptors: policy.Descriptors{
 			{Key: policy.DefaultIdentifierKey, Value: policy.FitValue(client, policy.MaxDescriptorVal)},
@@ -183,6 +187,9 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 			{Key: RouteDescriptor, Value: policy.FitValue(cfg.route(path), policy.MaxDescriptorVal)},
 			{Key: MethodDescriptor, Value: policy.FitValue(method, policy.MaxDescriptorVal)},
 		}}
+		if h := route.Host(host); h != "" {
+			req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: HostDescriptor, Value: policy.FitValue(h, policy.MaxDescriptorVal)})
+		}
 		for _, hd := range cfg.HeaderDescriptors {
 			if v := hd.of(r); v != "" {
 				req.Descriptors = append(req.Descriptors, policy.Descriptor{Key: hd.Key, Value: policy.FitValue(v, policy.MaxDescriptorVal)})
@@ -298,10 +305,10 @@ func (cfg *ProxyConfig) route(path string) string {
 	return route.Normalize(path)
 }
 
-// forwardedRequest is the path and method of the request a gateway asks
-// about (ProxyConfig.ForwardAuth).
-func forwardedRequest(r *http.Request) (path, method string) {
-	path, method = r.URL.Path, r.Method
+// forwardedRequest is the path, method and host of the request a gateway
+// asks about (ProxyConfig.ForwardAuth).
+func forwardedRequest(r *http.Request) (path, method, host string) {
+	path, method, host = r.URL.Path, r.Method, r.Host
 	for _, h := range []string{"X-Forwarded-Uri", "X-Original-Uri"} {
 		if v := r.Header.Get(h); v != "" {
 			if u, err := url.ParseRequestURI(v); err == nil {
@@ -318,7 +325,10 @@ func forwardedRequest(r *http.Request) (path, method string) {
 			break
 		}
 	}
-	return path, method
+	if v := r.Header.Get("X-Forwarded-Host"); v != "" {
+		host = v
+	}
+	return path, method, host
 }
 
 // newReverseProxy is the reverse proxy to cfg.Upstream.
@@ -409,16 +419,16 @@ func (hd HeaderDescriptor) of(r *http.Request) string {
 }
 
 // MaxHeaderDescriptors bounds the proxy's header descriptors: with its own
-// four, within a request's policy.MaxDescriptors.
+// five, within a request's policy.MaxDescriptors.
 const MaxHeaderDescriptors = 16
 
 // ParseHeaderDescriptors reads "key=Header,key=Header" (the dataplane's
 // -descriptor-headers): each key a descriptor name, none twice and none
-// of the proxy's own (client_id, ip, route, method), each header a valid
+// of the proxy's own (client_id, ip, route, method, host), each header a valid
 // header name.
 func ParseHeaderDescriptors(s string) ([]HeaderDescriptor, error) {
 	var out []HeaderDescriptor
-	seen := map[string]bool{policy.DefaultIdentifierKey: true, IPDescriptor: true, RouteDescriptor: true, MethodDescriptor: true}
+	seen := map[string]bool{policy.DefaultIdentifierKey: true, IPDescriptor: true, RouteDescriptor: true, MethodDescriptor: true, HostDescriptor: true}
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {

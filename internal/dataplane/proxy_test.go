@@ -798,6 +798,49 @@ func TestProxyHeaderDescriptors(t *testing.T) {
 	countedApart(t, site("shop.example"), site("blog.example"))
 }
 
+// Every request carries the host it asked for as host, in lower case
+// without its port (in forward auth, the gateway's X-Forwarded-Host): a
+// rule for one site of several leaves the others alone.
+func TestProxyHostDescriptor(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{{ID: "r1", Name: "shop", KeyBy: []string{"client_id"}, Enabled: true,
+		Match:  []policy.Match{{Key: HostDescriptor, Value: "shop.example"}, {Key: HostDescriptor, Value: "::1"}},
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}})
+	up, _ := upstream(t)
+	for _, fa := range []bool{false, true} {
+		px := proxyFor(t, cfg, key, up, func(pc *ProxyConfig) {
+			if pc.ForwardAuth = fa; fa {
+				pc.Upstream = nil
+			}
+		})
+		at := func(client, host string) int {
+			return statusOf(t, nil, px.URL+"/", func(r *http.Request) {
+				r.Header.Set("X-Client-Id", client)
+				if fa {
+					r.Header.Set("X-Forwarded-Host", host) // the gateway's; its call's own Host is the decider's
+				} else {
+					r.Host = host
+				}
+			})
+		}
+		client := fmt.Sprint("alice-", fa)
+		var got []int
+		for _, h := range []string{"shop.example", "blog.example", "Shop.Example:8443", "blog.example", "shop.example.", "shop.example", "blog.example"} {
+			got = append(got, at(client, h))
+		}
+		if want := []int{200, 200, 200, 200, 200, 429, 200}; !slices.Equal(got, want) {
+			t.Errorf("forward auth %v: %v, want %v (the shop's fourth rejected, the blog never)", fa, got, want)
+		}
+		got = got[:0]
+		for _, h := range []string{"[::1]:8080", "[::1]", "[::1]:8080", "[::1]"} {
+			got = append(got, at(client+"-v6", h))
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+			t.Errorf("forward auth %v, an IPv6 host: %v, want %v", fa, got, want)
+		}
+	}
+}
+
 func TestParseHeaderDescriptors(t *testing.T) {
 	t.Parallel()
 	got, err := ParseHeaderDescriptors(" org=X-Org-Id ,api_key=x-api-key,")
@@ -807,7 +850,7 @@ func TestParseHeaderDescriptors(t *testing.T) {
 	if got, err := ParseHeaderDescriptors(""); err != nil || len(got) != 0 {
 		t.Fatalf("empty: %v, %v", got, err)
 	}
-	for _, bad := range []string{"org", "org=", "=X-Org", "o rg=X-Org", "org=X Org", "ip=X-Ip", "client_id=X-Client",
+	for _, bad := range []string{"org", "org=", "=X-Org", "o rg=X-Org", "org=X Org", "ip=X-Ip", "client_id=X-Client", "host=X-Host",
 		"org=X-A,org=X-B", strings.Repeat("k", 65) + "=X-K", manyHeaderDescriptors(MaxHeaderDescriptors + 1)} {
 		if _, err := ParseHeaderDescriptors(bad); err == nil {
 			t.Errorf("%q was accepted", bad)

@@ -1,12 +1,26 @@
 // Package route gives the route descriptor of an HTTP request's path, the
-// one spelling of it that rules match, for Sluice's proxy and the SDK's
-// middleware alike.
+// one spelling of it that rules match, and its host descriptor, for
+// Sluice's proxy and the SDK's middleware alike.
 package route
 
 import (
+	"net"
 	"path"
 	"strings"
 )
+
+// Host returns the host descriptor of a request's Host (HTTP/2's
+// :authority): the name in lower case, without its port, a trailing dot
+// or an IPv6 address's brackets, so that "Shop.Example:8443" meets the
+// rules of "shop.example" and "[::1]:80" those of "::1".
+func Host(h string) string {
+	if name, _, err := net.SplitHostPort(h); err == nil {
+		h = name
+	} else if name, ok := strings.CutPrefix(h, "["); ok {
+		h = strings.TrimSuffix(name, "]")
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
 
 // Normalize returns the route of a request's path p (decoded, as
 // url.URL.Path holds it): dot segments resolved and repeated slashes

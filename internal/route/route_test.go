@@ -35,6 +35,20 @@ func TestFold(t *testing.T) {
 	}
 }
 
+func TestHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"shop.example": "shop.example", "Shop.Example:8443": "shop.example", "shop.example.": "shop.example",
+		"[::1]:80": "::1", "[::1]": "::1", "192.0.2.1:8080": "192.0.2.1", "": "", "[2001:DB8::1]": "2001:db8::1",
+	} {
+		if got := Host(in); got != want {
+			t.Errorf("Host(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Host("api.example.com:443") }); n != 0 {
+		t.Fatalf("%v allocations for a host in lower case", n)
+	}
+}
+
 // FuzzNormalize checks what any path's route is: one spelling (normalizing
 // it again changes nothing), with no empty, "." or ".." segment, and the
 // trailing slash of the path (unless it is the root); and that its folded
