@@ -7,14 +7,16 @@
 // rate-limiting-advanced window) in the tenant's default tier:
 //
 //   - Scope. A global plugin's rules apply to every request; a service's
-//     to the paths of its routes that have no plugin of their own; a
-//     route's to its paths ("/orders" matching what starts with it, as
-//     Kong's prefix paths do), one rule over all of them, so that, as in
-//     Kong, they share one counter. Kong runs one instance of a plugin per
-//     request, the most specific; so do the rules: each scoped rule
-//     replaces (policy.Rule.Replaces) the global ones of its plugin, and a
-//     rule with a longer path the rules whose path it extends (Kong's
-//     router takes the longest prefix).
+//     to the routes that have no plugin of their own; a route's to its
+//     paths ("/orders" matching what starts with it, as Kong's prefix
+//     paths do), methods and hosts (the proxy's host descriptor), one
+//     rule over all of them, so that, as in Kong, they share one counter.
+//     Kong runs one instance of a plugin per request, that of the route
+//     its router picks; so do the rules: each scoped rule replaces
+//     (policy.Rule.Replaces) the global ones of its plugin, and those of
+//     the routes Kong's router ranks below its own that may meet the same
+//     request (matching on fewer of paths, methods and hosts; on as many
+//     without plain hosts; or a shorter path).
 //   - Counting. rate-limiting counts fixed windows, its day, month and
 //     year the calendar's, in UTC, as Kong's; rate-limiting-advanced
 //     sliding windows (the weighted previous window, its algorithm) or
@@ -30,11 +32,12 @@
 //
 // What Sluice cannot express is refused with the path of each problem
 // (plugins[2].config.limit_by): plugins of consumers and consumer
-// groups (make them overrides and tiers), regex paths, routes without
-// paths. What it expresses differently is told in Plan.Notes: a route's
-// hosts are not matched (its methods are, when a rule's routes have the
-// same), nor a longer path of a route without a plugin, and the proxy
-// flags that identities need.
+// groups (make them overrides and tiers), regex paths, leftmost wildcard
+// hosts (*.example.com), routes with neither paths nor hosts. What it
+// expresses differently is told in Plan.Notes: a route's headers are not
+// matched, nor its methods and hosts when a rule's routes differ in them,
+// nor a host's port, nor a longer path of a route without a plugin; and
+// the proxy flags that identities and hosts need.
 package kongimport
 
 import (
@@ -44,6 +47,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -53,6 +57,7 @@ import (
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/policy"
+	reqroute "github.com/sluicehq/sluice/internal/route"
 )
 
 // MaxBytes bounds the configuration read.
@@ -364,12 +369,14 @@ func (im *importer) route(r ref) *routeAt {
 	return nil
 }
 
-// group is the rules one plugin instance makes, with the route paths they
-// apply to (none: every request).
+// group is the rules one plugin instance makes, with the routes' paths,
+// methods and hosts they apply to (each nil: any).
 type group struct {
 	in      *instance
+	scoped  bool // a service's or route's: not global
 	paths   []string
 	methods []string // the routes' methods, when they all have the same
+	hosts   []string // the routes' hosts, when they all have the same
 	rules   []int    // indexes in plan.Rules
 }
 
@@ -382,22 +389,24 @@ func (im *importer) build(kind string) {
 		if in.plugin.Name != kind {
 			continue
 		}
-		g := &group{in: in}
+		g := &group{in: in, scoped: in.rt != nil || in.svc != nil}
 		ok := im.scopePaths(g)
 		im.limits(g) // its errors too
 		if ok {
 			groups = append(groups, g)
 		}
 	}
-	// Kong runs the most specific instance: a scoped one over the
-	// global, the longest route path over one it extends.
+	// Kong runs the instance of the route it routes a request to, else
+	// of that route's service, else the global one: a scoped instance
+	// over the global, the route with more of paths, methods and hosts
+	// over one with fewer, then the longest path over one it extends.
 	for _, g := range groups {
 		var replaces []string
 		for _, o := range groups {
-			if o == g || !extends(g, o) {
+			if o == g || !outranks(g, o) {
 				continue
 			}
-			if extends(o, g) {
+			if outranks(o, g) {
 				im.note("%s and %s each have a path the other's extends (or the same path): a request to both meets both", g.in.scope(), o.in.scope())
 				continue
 			}
@@ -420,21 +429,81 @@ func (im *importer) build(kind string) {
 	im.noteShadowedRoutes(kind, groups)
 }
 
-// extends reports whether a request g applies to may also meet o, which
-// Kong would then not run: o is global and g scoped, or a path of g
-// extends one of o.
-func extends(g, o *group) bool {
-	if len(o.paths) == 0 {
-		return len(g.paths) > 0
+// outranks reports whether a request both g and o apply to may exist,
+// and Kong would run g's instance for it, not o's: o is global and g
+// scoped; or both scoped, their hosts and methods overlap, a path of each
+// meets one of the other, and, as Kong's router ranks routes, g's routes
+// match on more of paths, methods and hosts, or on as many with hosts
+// and none a wildcard where o's have not, or else with a path extending
+// one of o's (the longest prefix).
+func outranks(g, o *group) bool {
+	switch {
+	case !o.scoped:
+		return g.scoped
+	case !g.scoped, !overlap(g.hosts, o.hosts, hostsMeet), !overlap(g.methods, o.methods, func(a, b string) bool { return a == b }):
+		return false
 	}
-	for _, p := range g.paths {
-		for _, q := range o.paths {
-			if strings.HasPrefix(p, q) {
+	gp, op := orAnyPath(g.paths), orAnyPath(o.paths)
+	if !overlap(gp, op, func(p, q string) bool { return strings.HasPrefix(p, q) || strings.HasPrefix(q, p) }) {
+		return false
+	}
+	if wg, wo := g.weight(), o.weight(); wg != wo {
+		return wg > wo
+	}
+	if pg, po := g.plainHosts(), o.plainHosts(); pg != po {
+		return pg
+	}
+	return overlap(gp, op, strings.HasPrefix)
+}
+
+// plainHosts reports whether g matches hosts, none of them a wildcard:
+// Kong ranks such routes above others matching on as many fields.
+func (g *group) plainHosts() bool {
+	return g.hosts != nil && !slices.ContainsFunc(g.hosts, func(h string) bool { return strings.HasSuffix(h, "*") })
+}
+
+// weight is how many of paths, methods and hosts g's routes match on.
+func (g *group) weight() int {
+	w := 0
+	for _, f := range [][]string{g.paths, g.methods, g.hosts} {
+		if f != nil {
+			w++
+		}
+	}
+	return w
+}
+
+// orAnyPath is paths, or the prefix of every path when nil.
+func orAnyPath(paths []string) []string {
+	if paths == nil {
+		return []string{""}
+	}
+	return paths
+}
+
+// overlap reports whether a of as and b of bs meet, either list nil
+// meeting anything.
+func overlap(as, bs []string, meet func(a, b string) bool) bool {
+	if as == nil || bs == nil {
+		return true
+	}
+	for _, a := range as {
+		for _, b := range bs {
+			if meet(a, b) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// hostsMeet reports whether a request's host may match both a and b,
+// Kong hosts as hostsOf gives them: equal, or one a rightmost wildcard
+// (example.*) that the other starts with.
+func hostsMeet(a, b string) bool {
+	pa, wa := strings.CutSuffix(a, "*")
+	pb, wb := strings.CutSuffix(b, "*")
+	return a == b || wa && strings.HasPrefix(pb, pa) || wb && strings.HasPrefix(pa, pb)
 }
 
 // noteShadowedRoutes tells of routes without a plugin of their own whose
@@ -446,6 +515,9 @@ func (im *importer) noteShadowedRoutes(kind string, groups []*group) {
 			continue
 		}
 		for _, g := range groups {
+			if !overlap(hostsOf(at.rt), g.hosts, hostsMeet) {
+				continue
+			}
 			for _, q := range g.paths {
 				for _, p := range at.rt.Paths {
 					if len(p) > len(q) && strings.HasPrefix(p, q) && !slices.Contains(g.paths, p) {
@@ -493,12 +565,15 @@ func (im *importer) scopePaths(g *group) bool {
 	default:
 		return true
 	}
-	ok := true
+	ok, anyPath := true, false
 	for _, at := range ats {
 		name := cmp.Or(at.rt.Name, at.rt.ID)
 		if len(at.rt.Paths) == 0 {
-			im.fail(at.field+".paths", "route %s has no paths: Sluice tells routes apart by path (a rule of hosts or methods alone is not imported)", name)
-			ok = false
+			anyPath = true // a route of hosts: every path at them
+			if len(at.rt.Hosts) == 0 {
+				im.fail(at.field+".paths", "route %s has neither paths nor hosts: Sluice tells routes apart by path and host (a rule of methods or headers alone is not imported)", name)
+				ok = false
+			}
 		}
 		for i, p := range at.rt.Paths {
 			if strings.HasPrefix(p, "~") {
@@ -508,25 +583,74 @@ func (im *importer) scopePaths(g *group) bool {
 			}
 			g.paths = append(g.paths, p)
 		}
-		if len(at.rt.Hosts) > 0 || at.rt.Headers != nil {
-			im.note("route %s: its hosts and headers are not matched, only its paths and methods", name)
+		for i, h := range at.rt.Hosts {
+			switch {
+			case reqroute.Host(h) == "":
+				im.fail(fmt.Sprintf("%s.hosts[%d]", at.field, i), "an empty host")
+				ok = false
+			case strings.HasPrefix(h, "*"):
+				im.fail(fmt.Sprintf("%s.hosts[%d]", at.field, i), "a leftmost wildcard host is not imported: Sluice matches a host whole or by its start (example.*); list the hosts")
+				ok = false
+			case hasPort(h):
+				im.note("route %s: its host %s is matched whatever the port (the proxy's host descriptor has none)", name, h)
+			}
 		}
+		if len(at.rt.Hosts) > 0 {
+			im.note("routes' hosts are matched as the descriptor host, which Sluice's proxy gives every request (the Host asked for, in lower case, without its port): run it with -preserve-host, so that the upstream serves the host counted; behind Envoy, add a request_headers action of :authority as host")
+		}
+		if at.rt.Headers != nil {
+			im.note("route %s: its headers are not matched, only its paths, methods and hosts", name)
+		}
+	}
+	if anyPath {
+		g.paths = nil
 	}
 	slices.Sort(g.paths)
 	g.paths = slices.Compact(g.paths)
-	g.methods = methodsOf(ats[0].rt)
-	for _, at := range ats[1:] {
-		if !slices.Equal(methodsOf(at.rt), g.methods) {
-			im.note("%s: its routes' methods differ, so they are not matched (one rule over its routes' paths)", in.scope())
-			g.methods = nil
-			break
-		}
+	var differ []string
+	g.methods, differ = common(ats, methodsOf, "methods", differ)
+	g.hosts, differ = common(ats, hostsOf, "hosts", differ)
+	if len(differ) > 0 {
+		im.note("%s: its routes' %s differ, so they are not matched (one rule over its routes)", in.scope(), strings.Join(differ, " and "))
 	}
-	if n := len(g.paths) + len(g.methods); n > policy.MaxMatchers {
-		im.fail(in.field, "applies to %d paths and methods, at most %d a rule", n, policy.MaxMatchers)
+	if n := len(g.paths) + len(g.methods) + len(g.hosts); n > policy.MaxMatchers {
+		im.fail(in.field, "applies to %d paths, methods and hosts, at most %d a rule", n, policy.MaxMatchers)
 		ok = false
 	}
 	return ok
+}
+
+// common is what of returns for each of ats' routes when it is the same
+// for all, else nil with what appended to differ.
+func common(ats []routeAt, of func(*route) []string, what string, differ []string) ([]string, []string) {
+	first := of(ats[0].rt)
+	for _, at := range ats[1:] {
+		if !slices.Equal(of(at.rt), first) {
+			return nil, append(differ, what)
+		}
+	}
+	return first, differ
+}
+
+// hasPort reports whether Kong host h names a port (example.com:8000).
+func hasPort(h string) bool {
+	_, _, err := net.SplitHostPort(h)
+	return err == nil
+}
+
+// hostsOf returns rt's hosts as the proxy's host descriptor names a
+// request's: lower case, without a port or a trailing dot; sorted, each
+// once. A rightmost wildcard (example.*) stays one.
+func hostsOf(rt *route) []string {
+	var hs []string
+	for _, h := range rt.Hosts {
+		if !strings.HasSuffix(h, "*") {
+			h = reqroute.Host(h)
+		}
+		hs = append(hs, strings.ToLower(h))
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
 }
 
 // methodsOf returns rt's methods, upper case, sorted, each once.
@@ -679,6 +803,9 @@ func (im *importer) rules(g *group, ls []limitOf, base policy.Rule, sync time.Du
 	}
 	for _, m := range g.methods {
 		match = append(match, policy.Match{Key: "method", Value: m})
+	}
+	for _, h := range g.hosts {
+		match = append(match, policy.Match{Key: "host", Value: h})
 	}
 	for _, l := range ls {
 		if len(im.plan.Rules) == policy.MaxRulesPerTier {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -98,7 +99,7 @@ func TestParse(t *testing.T) {
 		t.Errorf("service-orders-minute %+v: the service's routes but login, which has its own plugin", o)
 	}
 	if l := byName["route-login-minute"]; !slices.Equal(l.KeyBy, []string{"x-api-key"}) ||
-		!slices.Equal(l.Match, []policy.Match{{Key: "route", Value: "/login*"}, {Key: "method", Value: "POST"}}) {
+		!slices.Equal(l.Match, []policy.Match{{Key: "route", Value: "/login*"}, {Key: "method", Value: "POST"}, {Key: "host", Value: "shop.example.com"}}) {
 		t.Errorf("route-login-minute %+v", l)
 	}
 	if s := byName["route-search-1h"]; s.Algorithm != policy.SlidingWindow || s.Window != time.Hour || s.Limit != 100 || len(s.Replaces) != 0 {
@@ -107,7 +108,7 @@ func TestParse(t *testing.T) {
 	if a := byName["route-search-admin-second"]; a.Enabled {
 		t.Errorf("a disabled plugin made an enabled rule: %+v", a)
 	}
-	for _, want := range []string{"service-orders: its routes' methods differ", "route login: its hosts and headers are not matched", "-descriptor-headers x-api-key=X-Api-Key",
+	for _, want := range []string{"service-orders: its routes' methods differ", "routes' hosts are matched as the descriptor host", "-descriptor-headers x-api-key=X-Api-Key",
 		"route search-public's path /search/public extends /search of route-search",
 		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows",
 		"route-search enforces consumer groups' own limits", "global counted on each Kong node apart"} {
@@ -121,23 +122,15 @@ func TestParse(t *testing.T) {
 	}
 
 	// Decided as Kong would: the most specific instance of each plugin.
-	for i := range p.Rules {
-		p.Rules[i].ID = p.Rules[i].Name
-	}
-	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "shop", Name: "shop", DefaultTier: "default"}, Version: 1,
-		Tiers: []policy.Tier{{Name: "default", Rules: p.Rules}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := func() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
-	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	meets := rulesMet(t, p)
 	for _, tc := range []struct {
 		route string
 		want  []string
 	}{
 		{"/v2/orders/7", []string{"service-orders-minute", "service-orders-hour"}},
 		{"POST /login", []string{"route-login-minute"}},
-		{"/login", []string{"global-second", "global-day"}}, // a GET: not the route's
+		{"/login", []string{"global-second", "global-day"}},                      // a GET: not the route's
+		{"POST blog.example.com/login", []string{"global-second", "global-day"}}, // another host: not the route's
 		{"/search?q=x", []string{"global-second", "global-day", "route-search-1m", "route-search-1h"}},
 		// Its own rate-limiting disabled, the global one; route-search's
 		// advanced one, as noted (Kong's router would take search-admin).
@@ -148,15 +141,12 @@ func TestParse(t *testing.T) {
 		if !ok {
 			method, route = "GET", tc.route
 		}
-		dec, err := d.Decide(context.Background(), c, decide.Request{Descriptors: policy.Descriptors{
-			{Key: "client_id", Value: "alice"}, {Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: route}, {Key: "method", Value: method}}})
-		if err != nil {
-			t.Fatal(err)
+		host := "shop.example.com"
+		if i := strings.IndexByte(route, '/'); i > 0 {
+			host, route = route[:i], route[i:]
 		}
-		var got []string
-		for _, r := range dec.Rules {
-			got = append(got, r.Rule.Name)
-		}
+		got := meets(policy.Descriptors{{Key: "client_id", Value: "alice"}, {Key: "ip", Value: "192.0.2.1"},
+			{Key: "route", Value: route}, {Key: "method", Value: method}, {Key: "host", Value: host}})
 		slices.Sort(got)
 		slices.Sort(tc.want)
 		if !slices.Equal(got, tc.want) {
@@ -202,6 +192,82 @@ services:
 	}
 }
 
+// rulesMet returns what tells the names of the rules of p a request of
+// the descriptors given meets, in p's default tier.
+func rulesMet(t *testing.T, p *envoyimport.Plan) func(policy.Descriptors) []string {
+	t.Helper()
+	for i := range p.Rules {
+		p.Rules[i].ID = p.Rules[i].Name
+	}
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "t", DefaultTier: "default"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "default", Rules: p.Rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := func() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
+	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	return func(ds policy.Descriptors) []string {
+		dec, err := d.Decide(context.Background(), c, decide.Request{Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range dec.Rules {
+			names = append(names, r.Rule.Name)
+		}
+		return names
+	}
+}
+
+// Routes' hosts are matched as the host descriptor, and rank routes as
+// Kong's router does: a route matching on more of paths, methods and
+// hosts before one matching on fewer, then plain hosts before paths.
+func TestHosts(t *testing.T) {
+	t.Parallel()
+	p, err := Parse(strings.NewReader(`
+services:
+  - name: api
+    routes:
+      - {name: shop, hosts: ["Shop.Example.com:8443", "api.*"], paths: [/orders], plugins: [{name: rate-limiting, config: {minute: 10, limit_by: ip}}]}
+      - {name: orders, paths: [/orders/export], plugins: [{name: rate-limiting, config: {minute: 2, limit_by: ip}}]}
+      - {name: blog, hosts: [blog.example.com], plugins: [{name: rate-limiting, config: {minute: 5, limit_by: ip}}]}
+plugins:
+  - {name: rate-limiting, config: {minute: 100, limit_by: ip}}
+`), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]policy.Rule{}
+	for _, r := range p.Rules {
+		byName[r.Name] = r
+	}
+	if m := byName["route-shop-minute"].Match; !slices.Equal(m, []policy.Match{{Key: "route", Value: "/orders*"}, {Key: "host", Value: "api.*"}, {Key: "host", Value: "shop.example.com"}}) {
+		t.Errorf("route-shop-minute matches %v", m)
+	}
+	if m := byName["route-blog-minute"].Match; !slices.Equal(m, []policy.Match{{Key: "host", Value: "blog.example.com"}}) {
+		t.Errorf("route-blog-minute matches %v: a route of hosts, every path at them", m)
+	}
+	for _, want := range []string{"host Shop.Example.com:8443 is matched whatever the port", "-preserve-host"} {
+		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
+			t.Errorf("no note of %q in %q", want, p.Notes)
+		}
+	}
+	meets := rulesMet(t, p)
+	for _, tc := range []struct{ host, route, want string }{
+		{"shop.example.com", "/orders/7", "route-shop-minute"},
+		{"api.example.net", "/orders/export", "route-shop-minute"}, // hosts and a path over a path alone
+		{"www.example.com", "/orders/export", "route-orders-minute"},
+		{"blog.example.com", "/orders/export", "route-blog-minute"}, // a plain host over a path
+		{"blog.example.com", "/", "route-blog-minute"},
+		{"www.example.com", "/orders", "global-minute"},
+	} {
+		got := meets(policy.Descriptors{{Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: tc.route}, {Key: "host", Value: tc.host}})
+		if !slices.Equal(got, []string{tc.want}) {
+			t.Errorf("%s%s meets %v, want %s alone", tc.host, tc.route, got, tc.want)
+		}
+	}
+}
+
 // What Sluice cannot express is refused, each problem with its path.
 func TestRefused(t *testing.T) {
 	t.Parallel()
@@ -210,8 +276,8 @@ _workspace: "no spaces allowed"
 services:
   - name: s
     routes:
-      - {name: hostonly, hosts: [example.com]}
-      - {name: regex, paths: ["~/items/\\d+$"]}
+      - {name: methodonly, methods: [GET]}
+      - {name: regex, paths: ["~/items/\\d+$"], hosts: [example.com, "*.example.com", ""]}
     plugins:
       - {name: rate-limiting, config: {minute: 1.5}}
 plugins:
@@ -237,7 +303,7 @@ consumer_groups:
 	for _, f := range pe.Fields {
 		have[f.Field] = true
 	}
-	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]",
+	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]", "services[0].routes[1].hosts[1]", "services[0].routes[1].hosts[2]",
 		"services[0].plugins[0].config.minute", "plugins[0].config", "plugins[1]", "plugins[2].route", "plugins[3].config.window_type",
 		"plugins[3].config.limit", "plugins[3].config.limit_by", "routes[0].service", "consumers[0].plugins[0]", "consumer_groups[0].plugins[0]"} {
 		if !have[want] {
@@ -263,6 +329,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(shop)
 	f.Add("plugins: [{name: rate-limiting, config: {minute: 5, limit_by: header, header_name: X-A}}]")
 	f.Add("services: [{name: s, routes: [{name: r, paths: [/a, /b]}], plugins: [{name: rate-limiting-advanced, config: {limit: [1], window_size: [1]}}]}]")
+	f.Add("services: [{name: s, routes: [{name: r, hosts: [a.example, 'b.*:80'], methods: [get]}, {name: q, paths: [/q], hosts: ['']}], plugins: [{name: rate-limiting, config: {minute: 1}}]}]")
 	f.Fuzz(func(t *testing.T, in string) {
 		p, err := Parse(strings.NewReader(in), "t")
 		if err != nil {
