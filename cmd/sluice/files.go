@@ -6,14 +6,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // yamlFiles expands paths, a directory standing for its .yaml and .yml
-// files (not its subdirectories'), in name order.
-func yamlFiles(paths []string) ([]string, error) {
+// files and those of the extensions more (".json"), not its
+// subdirectories', in name order.
+func yamlFiles(paths []string, more ...string) ([]string, error) {
 	var files []string
 	for _, p := range paths {
 		entries, err := os.ReadDir(p)
@@ -22,7 +24,7 @@ func yamlFiles(paths []string) ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml") {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || slices.Contains(more, ext)) {
 				files = append(files, filepath.Join(p, e.Name()))
 			}
 		}

@@ -356,8 +356,29 @@ func TestImportKong(t *testing.T) {
 	if !errors.Is(err, errInput) || !strings.Contains(errOut.String(), "plugins[0]") {
 		t.Fatalf("consumer plugin: %v, %q", err, errOut.String())
 	}
-	if err := run(context.Background(), []string{"import", "-kong", file, file}, &out, &errOut, getenv); !errors.Is(err, errUsage) {
-		t.Fatalf("two files: %v", err)
+	// Several files are one configuration, a plugin of one naming
+	// another's route; a directory stands for its files; each problem is
+	// told with its file's name.
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"a-orders.yaml": "services: [{name: orders, routes: [{name: list, paths: [/orders]}]}]",
+		"b-limits.json": `{"plugins": [{"name": "rate-limiting", "route": "list", "config": {"minute": 5}}]}`,
+		"notes.txt":     "not read",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"import", "-kong", "-tenant", "split", dir}, &out, &errOut, getenv); err != nil ||
+		!strings.Contains(out.String(), "created tenant split") || !strings.Contains(out.String(), "1 rules created") {
+		t.Fatalf("a directory of two files: %v, %q %q", err, out.String(), errOut.String())
+	}
+	errOut.Reset()
+	bad := writeFile(t, "plugins: [{name: rate-limiting, route: gone, config: {minute: 5}}]")
+	err = run(context.Background(), []string{"import", "-kong", "-tenant", "split", file, bad}, &out, &errOut, getenv)
+	if want := bad + ": plugins[0].route"; !errors.Is(err, errInput) || !strings.Contains(errOut.String(), want) {
+		t.Fatalf("a problem of the second file: %v, %q, want %q", err, errOut.String(), want)
 	}
 }
 

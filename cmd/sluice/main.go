@@ -163,13 +163,13 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	tier := fs.String("tier", "default", "the tier to import into (a tenant the import creates gets it as its default tier; Envoy's requests name no tier, so they meet the tenant's default)")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
 	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
-	kong := fs.Bool("kong", false, "FILE is a Kong declarative configuration (decK): its rate-limiting and rate-limiting-advanced plugins become rules (docs/migrating.md)")
+	kong := fs.Bool("kong", false, "the files are a Kong declarative configuration (decK, one file or several as deck gateway sync takes them; a directory stands for its .yaml, .yml and .json files): its rate-limiting and rate-limiting-advanced plugins become rules (docs/migrating.md)")
 	tenant := fs.String("tenant", "", "with -kong: the tenant's slug (default: the file's _workspace; with an admin key, its own tenant)")
 	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	files, err := parseArgs(fs, args)
-	if err != nil || len(files) == 0 || *kong && len(files) != 1 {
+	if err != nil || len(files) == 0 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+
-			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE\n"+
+			"       sluice import -kong [-tenant SLUG] [-dry-run] [-prune] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+
 			"(FILE - reads standard input: deck gateway dump -o - | sluice import -kong -tenant shop -)\n")
 		return errUsage
 	}
@@ -179,7 +179,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	format := sluicev1.ImportFormat_IMPORT_FORMAT_ENVOY
 	if *kong {
 		format = sluicev1.ImportFormat_IMPORT_FORMAT_KONG
-		jobs, err = parseKong(files[0], *tenant, stderr)
+		jobs, err = parseKong(files, *tenant, stderr)
 	} else {
 		jobs, err = parseImports(files, *merge, stderr)
 	}
@@ -279,21 +279,49 @@ func parseImports(paths []string, merge bool, stderr io.Writer) ([]importJob, er
 	return jobs, nil
 }
 
-// parseKong reads the Kong declarative configuration in name.
-func parseKong(name, tenant string, stderr io.Writer) ([]importJob, error) {
-	content, err := readInput(name, kongimport.MaxBytes)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errInput, err)
+// parseKong reads the Kong declarative configuration in paths, a
+// directory standing for its .yaml, .yml and .json files (as deck does).
+// With several files, a problem is printed with its file's name.
+func parseKong(paths []string, tenant string, stderr io.Writer) ([]importJob, error) {
+	files := []string{"-"}
+	if len(paths) != 1 || paths[0] != "-" {
+		var err error
+		if files, err = yamlFiles(paths, ".json"); err != nil {
+			return nil, err
+		}
 	}
-	plan, err := kongimport.Parse(bytes.NewReader(content), tenant)
-	if policy.ErrorCode(err) != policy.CodeUnknown {
-		reportInvalid(stderr, name, err)
+	var contents [][]byte
+	for _, name := range files {
+		content, err := readInput(name, kongimport.MaxBytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errInput, err)
+		}
+		contents = append(contents, content)
+	}
+	plan, err := kongimport.ParseFiles(contents, tenant)
+	var pe *policy.Error
+	switch {
+	case errors.As(err, &pe) && len(files) > 1:
+		// contents[1].plugins[0] is b.yaml's plugins[0]
+		named := *pe
+		named.Fields = nil
+		for _, fe := range pe.Fields {
+			var i int
+			if n, _ := fmt.Sscanf(fe.Field, "contents[%d]", &i); n == 1 && i < len(files) {
+				_, rest, _ := strings.Cut(fe.Field, "]")
+				fe.Field = files[i] + ": " + strings.TrimPrefix(rest, ".")
+			}
+			named.Fields = append(named.Fields, fe)
+		}
+		reportInvalid(stderr, strings.Join(files, ", "), &named)
 		return nil, errInput
-	}
-	if err != nil {
+	case policy.ErrorCode(err) != policy.CodeUnknown:
+		reportInvalid(stderr, files[0], err)
+		return nil, errInput
+	case err != nil:
 		return nil, err
 	}
-	return []importJob{{plan: plan, contents: [][]byte{content}}}, nil
+	return []importJob{{plan: plan, contents: contents}}, nil
 }
 
 // importPlan is what an import without a control plane prints as JSON:

@@ -119,7 +119,8 @@ func (s tenantFileServer) ImportConfig(ctx context.Context, req *connect.Request
 }
 
 // importPlan reads an ImportConfig's configuration: Envoy's files of one
-// domain joined (as MERGE_DOMAIN_CONFIG), or one Kong file. Each problem
+// domain joined (as MERGE_DOMAIN_CONFIG), or Kong's files of one
+// configuration. Each problem
 // is a field error naming its file (contents[1].descriptors[0].key).
 func importPlan(m *sluicev1.ImportConfigRequest) (*envoyimport.Plan, error) {
 	contents := m.GetContents()
@@ -153,8 +154,8 @@ func importPlan(m *sluicev1.ImportConfigRequest) (*envoyimport.Plan, error) {
 		}
 		return plan, nil
 	case sluicev1.ImportFormat_IMPORT_FORMAT_KONG:
-		if len(contents) != 1 {
-			return nil, &policy.Error{Code: policy.CodeInvalid, Message: "one Kong file", Fields: []policy.FieldError{{Field: "contents", Description: "one file"}}}
+		if len(contents) > 1 { // its field paths name their files
+			return kongimport.ParseFiles(contents, m.GetTenant())
 		}
 		p, err := kongimport.Parse(bytes.NewReader(contents[0]), m.GetTenant())
 		if err != nil {

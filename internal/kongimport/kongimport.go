@@ -205,19 +205,51 @@ func Parse(r io.Reader, slug string) (*envoyimport.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxBytes {
-		return nil, invalid(policy.FieldError{Description: fmt.Sprintf("larger than %d bytes", MaxBytes)})
+	return ParseFiles([][]byte{data}, slug)
+}
+
+// ParseFiles reads the decK files of one configuration, as `deck gateway
+// sync` takes several (a team's services in each, say): their entities
+// together, a plugin of one able to name a route or service of another.
+// Their _workspace, where given, must agree. With more than one file, a
+// problem's path starts with its file's index (contents[1].plugins[0]).
+func ParseFiles(contents [][]byte, slug string) (*envoyimport.Plan, error) {
+	p := &envoyimport.Plan{Tenant: policy.Tenant{DefaultTier: "default"}}
+	im := importer{plan: p, failed: map[policy.FieldError]bool{}}
+	workspace, wsField, unread := "", "", false
+	for i, data := range contents {
+		pre := ""
+		if len(contents) > 1 {
+			pre = fmt.Sprintf("contents[%d].", i)
+		}
+		if len(data) > MaxBytes {
+			im.fail(strings.TrimSuffix(pre, "."), "larger than %d bytes", MaxBytes)
+			unread = true
+			continue
+		}
+		f := &file{}
+		if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(f); err != nil && !errors.Is(err, io.EOF) {
+			im.fail(strings.TrimSuffix(pre, "."), "not a Kong declarative configuration: %v", err)
+			unread = true
+			continue
+		}
+		switch {
+		case f.Workspace == "":
+		case workspace == "":
+			workspace, wsField = f.Workspace, pre+"_workspace"
+		case f.Workspace != workspace && slug == "":
+			im.fail(pre+"_workspace", "%q, not %q: one workspace an import", f.Workspace, workspace)
+		}
+		im.files, im.prefixes = append(im.files, f), append(im.prefixes, pre)
 	}
-	var f file
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, invalid(policy.FieldError{Description: "not a Kong declarative configuration: " + err.Error()})
+	if unread {
+		return nil, invalid(im.errs...)
 	}
 	field := "tenant"
 	if slug == "" {
-		slug, field = f.Workspace, "_workspace"
+		slug, field = workspace, wsField
 	}
-	p := &envoyimport.Plan{Tenant: policy.Tenant{Slug: slug, Name: slug, DefaultTier: "default"}}
-	im := importer{plan: p, file: &f, failed: map[policy.FieldError]bool{}}
+	p.Tenant.Slug, p.Tenant.Name = slug, slug
 	if slug != "" {
 		if err := p.Tenant.Validate(); err != nil {
 			im.fail(field, "%q cannot be a tenant slug (letters, digits, '-' and '_')", slug)
@@ -246,8 +278,12 @@ func Parse(r io.Reader, slug string) (*envoyimport.Plan, error) {
 }
 
 type importer struct {
-	plan      *envoyimport.Plan
-	file      *file
+	plan     *envoyimport.Plan
+	files    []*file
+	prefixes []string // of the files' field paths: "" or "contents[i]."
+	services []*service
+	// instances are the rate limiting plugins, global ones first, then
+	// services', then routes'.
 	instances []instance
 	// routes are every route with its service and its field path.
 	routes []routeAt
@@ -283,22 +319,26 @@ func (im *importer) note(format string, args ...any) {
 
 // collect finds every route and every rate limiting plugin with its scope.
 func (im *importer) collect() {
-	f := im.file
-	for i := range f.Services {
-		s := &f.Services[i]
-		for j := range s.Routes {
-			im.routes = append(im.routes, routeAt{&s.Routes[j], s, fmt.Sprintf("services[%d].routes[%d]", i, j)})
-		}
-	}
-	for i := range f.Routes {
-		rt := &f.Routes[i]
-		at := routeAt{rt: rt, field: fmt.Sprintf("routes[%d]", i)}
-		if rt.Service.set() {
-			if at.svc = im.service(rt.Service); at.svc == nil {
-				im.fail(at.field+".service", "no service %q in this file", cmp.Or(rt.Service.Name, rt.Service.ID))
+	for fi, f := range im.files {
+		for i := range f.Services {
+			s := &f.Services[i]
+			im.services = append(im.services, s)
+			for j := range s.Routes {
+				im.routes = append(im.routes, routeAt{&s.Routes[j], s, fmt.Sprintf("%sservices[%d].routes[%d]", im.prefixes[fi], i, j)})
 			}
 		}
-		im.routes = append(im.routes, at)
+	}
+	for fi, f := range im.files {
+		for i := range f.Routes {
+			rt := &f.Routes[i]
+			at := routeAt{rt: rt, field: fmt.Sprintf("%sroutes[%d]", im.prefixes[fi], i)}
+			if rt.Service.set() {
+				if at.svc = im.service(rt.Service); at.svc == nil {
+					im.fail(at.field+".service", "no service %q in the configuration", cmp.Or(rt.Service.Name, rt.Service.ID))
+				}
+			}
+			im.routes = append(im.routes, at)
+		}
 	}
 	add := func(ps []plugin, field string, svc *service, rt *route) {
 		for i := range ps {
@@ -309,14 +349,14 @@ func (im *importer) collect() {
 			in := instance{plugin: p, field: fmt.Sprintf("%splugins[%d]", field, i), svc: svc, rt: rt}
 			if p.Service.set() && in.svc == nil {
 				if in.svc = im.service(p.Service); in.svc == nil {
-					im.fail(in.field+".service", "no service %q in this file", cmp.Or(p.Service.Name, p.Service.ID))
+					im.fail(in.field+".service", "no service %q in the configuration", cmp.Or(p.Service.Name, p.Service.ID))
 					continue
 				}
 			}
 			if p.Route.set() && in.rt == nil {
 				at := im.route(p.Route)
 				if at == nil {
-					im.fail(in.field+".route", "no route %q in this file", cmp.Or(p.Route.Name, p.Route.ID))
+					im.fail(in.field+".route", "no route %q in the configuration", cmp.Or(p.Route.Name, p.Route.ID))
 					continue
 				}
 				in.rt, in.svc = at.rt, at.svc
@@ -328,32 +368,38 @@ func (im *importer) collect() {
 			im.instances = append(im.instances, in)
 		}
 	}
-	add(f.Plugins, "", nil, nil)
-	for i := range f.Services {
-		add(f.Services[i].Plugins, fmt.Sprintf("services[%d].", i), &f.Services[i], nil)
+	for fi, f := range im.files {
+		add(f.Plugins, im.prefixes[fi], nil, nil)
+	}
+	for fi, f := range im.files {
+		for i := range f.Services {
+			add(f.Services[i].Plugins, fmt.Sprintf("%sservices[%d].", im.prefixes[fi], i), &f.Services[i], nil)
+		}
 	}
 	for _, at := range im.routes {
 		add(at.rt.Plugins, at.field+".", at.svc, at.rt)
 	}
-	for i := range f.Consumers {
-		for j := range f.Consumers[i].Plugins {
-			if n := f.Consumers[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
-				im.fail(fmt.Sprintf("consumers[%d].plugins[%d]", i, j), "a plugin of a consumer is not imported: give the client its own limits with an override (sluice overrides create)")
+	for fi, f := range im.files {
+		for i := range f.Consumers {
+			for j := range f.Consumers[i].Plugins {
+				if n := f.Consumers[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
+					im.fail(fmt.Sprintf("%sconsumers[%d].plugins[%d]", im.prefixes[fi], i, j), "a plugin of a consumer is not imported: give the client its own limits with an override (sluice overrides create)")
+				}
 			}
 		}
-	}
-	for i := range f.ConsumerGroups {
-		for j := range f.ConsumerGroups[i].Plugins {
-			if n := f.ConsumerGroups[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
-				im.fail(fmt.Sprintf("consumer_groups[%d].plugins[%d]", i, j), "a plugin of a consumer group is not imported: make the group a tier and move its clients to it with overrides")
+		for i := range f.ConsumerGroups {
+			for j := range f.ConsumerGroups[i].Plugins {
+				if n := f.ConsumerGroups[i].Plugins[j].Name; n == rateLimiting || n == rateLimitingAdvanced {
+					im.fail(fmt.Sprintf("%sconsumer_groups[%d].plugins[%d]", im.prefixes[fi], i, j), "a plugin of a consumer group is not imported: make the group a tier and move its clients to it with overrides")
+				}
 			}
 		}
 	}
 }
 
 func (im *importer) service(r ref) *service {
-	for i := range im.file.Services {
-		if s := &im.file.Services[i]; r.names(s.ID, s.Name) {
+	for _, s := range im.services {
+		if r.names(s.ID, s.Name) {
 			return s
 		}
 	}

@@ -268,6 +268,44 @@ plugins:
 	}
 }
 
+// Several decK files make one configuration, as deck gateway sync takes
+// them: a plugin in one may name another's route, and each problem's
+// path names its file.
+func TestParseFiles(t *testing.T) {
+	t.Parallel()
+	orders := []byte("_workspace: shop\nservices: [{name: orders, routes: [{name: list, paths: [/orders]}]}]\n")
+	limits := []byte(`{"_workspace": "shop", "plugins": [{"name": "rate-limiting", "route": "list", "config": {"minute": 5}},
+		{"name": "rate-limiting", "config": {"hour": 100}}]}`)
+	p, err := ParseFiles([][]byte{orders, limits}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range p.Rules {
+		names = append(names, r.Name)
+	}
+	if p.Tenant.Slug != "shop" || !slices.Equal(names, []string{"route-list-minute", "global-hour"}) {
+		t.Fatalf("tenant %s, rules %v", p.Tenant.Slug, names)
+	}
+	if r := p.Rules[0]; !slices.Equal(r.Match, []policy.Match{{Key: "route", Value: "/orders*"}}) || !slices.Equal(r.Replaces, []string{"global-hour"}) {
+		t.Errorf("route-list-minute %+v", r)
+	}
+
+	_, err = ParseFiles([][]byte{orders, []byte("_workspace: blog\nplugins: [{name: rate-limiting, route: gone, config: {minute: 5}}]"), []byte("{")}, "")
+	if got, want := fields(err), "{contents[2] "; !strings.Contains(got, want) {
+		t.Fatalf("an unreadable third file: %s, want %s", got, want)
+	}
+	_, err = ParseFiles([][]byte{orders, []byte("_workspace: blog\nplugins: [{name: rate-limiting, route: gone, config: {minute: 5}}]")}, "")
+	for _, want := range []string{"{contents[1]._workspace ", "{contents[1].plugins[0].route "} {
+		if !strings.Contains(fields(err), want) {
+			t.Errorf("no error at %s: %s", want, fields(err))
+		}
+	}
+	if _, err := ParseFiles([][]byte{orders, []byte("_workspace: blog")}, "mine"); err != nil {
+		t.Errorf("workspaces differ but the tenant is given: %v", err)
+	}
+}
+
 // What Sluice cannot express is refused, each problem with its path.
 func TestRefused(t *testing.T) {
 	t.Parallel()

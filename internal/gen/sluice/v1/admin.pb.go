@@ -80,8 +80,9 @@ const (
 	// envoyproxy/ratelimit's YAML: one domain, in one file or several
 	// (MERGE_DOMAIN_CONFIG).
 	ImportFormat_IMPORT_FORMAT_ENVOY ImportFormat = 1
-	// A Kong declarative configuration (decK, YAML or JSON): its
-	// rate-limiting and rate-limiting-advanced plugins.
+	// A Kong declarative configuration (decK, YAML or JSON), in one file or
+	// several (as deck gateway sync takes them): its rate-limiting and
+	// rate-limiting-advanced plugins.
 	ImportFormat_IMPORT_FORMAT_KONG ImportFormat = 2
 )
 
@@ -755,7 +756,9 @@ type ImportConfigRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Format ImportFormat           `protobuf:"varint,1,opt,name=format,proto3,enum=sluice.v1.ImportFormat" json:"format,omitempty"`
 	// The configuration: for Envoy, the files of one domain (at most 100,
-	// each at most 1 MiB); for Kong, one file (at most 4 MiB).
+	// each at most 1 MiB); for Kong, its files (at most 100, each at most
+	// 4 MiB), a problem's field path naming its file (contents[1].…) when
+	// there are several.
 	Contents [][]byte `protobuf:"bytes,2,rep,name=contents,proto3" json:"contents,omitempty"`
 	// Kong: the tenant's slug (else the file's _workspace). With an admin
 	// key, its own tenant's or empty.
