@@ -9,14 +9,16 @@
 //   - Scope. A global plugin's rules apply to every request; a service's
 //     to the routes that have no plugin of their own; a route's to its
 //     paths ("/orders" matching what starts with it, as Kong's prefix
-//     paths do), methods and hosts (the proxy's host descriptor), one
-//     rule over all of them, so that, as in Kong, they share one counter.
+//     paths do), methods, hosts (the proxy's host descriptor) and
+//     headers (descriptors of their own), one rule over all of them, so
+//     that, as in Kong, they share one counter.
 //     Kong runs one instance of a plugin per request, that of the route
 //     its router picks; so do the rules: each scoped rule replaces
 //     (policy.Rule.Replaces) the global ones of its plugin, and those of
 //     the routes Kong's router ranks below its own that may meet the same
-//     request (matching on fewer of paths, methods and hosts; on as many
-//     without plain hosts; or a shorter path).
+//     request (matching on fewer of paths, methods, hosts and headers; on
+//     as many without plain hosts, or on fewer headers; or a shorter
+//     path).
 //   - Counting. rate-limiting counts fixed windows, its day, month and
 //     year the calendar's, in UTC, as Kong's; rate-limiting-advanced
 //     sliding windows (the weighted previous window, its algorithm) or
@@ -32,12 +34,12 @@
 //
 // What Sluice cannot express is refused with the path of each problem
 // (plugins[2].config.limit_by): plugins of consumers and consumer
-// groups (make them overrides and tiers), regex paths, leftmost wildcard
-// hosts (*.example.com), routes with neither paths nor hosts. What it
-// expresses differently is told in Plan.Notes: a route's headers are not
-// matched, nor its methods and hosts when a rule's routes differ in them,
-// nor a host's port, nor a longer path of a route without a plugin; and
-// the proxy flags that identities and hosts need.
+// groups (make them overrides and tiers), regex paths and header values,
+// leftmost wildcard hosts (*.example.com), routes with neither paths nor
+// hosts. What it expresses differently is told in Plan.Notes: a route's
+// methods, hosts and headers are not matched when a rule's routes differ
+// in them, nor a host's port, nor a longer path of a route without a
+// plugin; and the proxy flags that identities, hosts and headers need.
 package kongimport
 
 import (
@@ -46,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"slices"
@@ -58,6 +61,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/policy"
 	reqroute "github.com/sluicehq/sluice/internal/route"
+	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
 // MaxBytes bounds the configuration read.
@@ -95,9 +99,11 @@ type route struct {
 	Paths   []string `yaml:"paths"`
 	Hosts   []string `yaml:"hosts"`
 	Methods []string `yaml:"methods"`
-	Headers any      `yaml:"headers"`
-	Service ref      `yaml:"service"`
-	Plugins []plugin `yaml:"plugins"`
+	// Headers are the request headers the route matches: any of each
+	// name's values.
+	Headers map[string]tenantfile.Values `yaml:"headers"`
+	Service ref                          `yaml:"service"`
+	Plugins []plugin                     `yaml:"plugins"`
 }
 
 type consumer struct {
@@ -423,6 +429,7 @@ type group struct {
 	paths   []string
 	methods []string // the routes' methods, when they all have the same
 	hosts   []string // the routes' hosts, when they all have the same
+	headers []string // the routes' headers, name=value, when they all have the same
 	rules   []int    // indexes in plan.Rules
 }
 
@@ -477,16 +484,18 @@ func (im *importer) build(kind string) {
 
 // outranks reports whether a request both g and o apply to may exist,
 // and Kong would run g's instance for it, not o's: o is global and g
-// scoped; or both scoped, their hosts and methods overlap, a path of each
-// meets one of the other, and, as Kong's router ranks routes, g's routes
-// match on more of paths, methods and hosts, or on as many with hosts
-// and none a wildcard where o's have not, or else with a path extending
-// one of o's (the longest prefix).
+// scoped; or both scoped, their hosts, methods and headers overlap, a
+// path of each meets one of the other, and, as Kong's router ranks
+// routes, g's routes match on more of paths, methods, hosts and headers;
+// or on as many, with hosts and none a wildcard where o's have not; or
+// else on more headers; or else with a path extending one of o's (the
+// longest prefix).
 func outranks(g, o *group) bool {
 	switch {
 	case !o.scoped:
 		return g.scoped
-	case !g.scoped, !overlap(g.hosts, o.hosts, hostsMeet), !overlap(g.methods, o.methods, func(a, b string) bool { return a == b }):
+	case !g.scoped, !overlap(g.hosts, o.hosts, hostsMeet), !overlap(g.methods, o.methods, func(a, b string) bool { return a == b }),
+		!headersMeet(g.headers, o.headers):
 		return false
 	}
 	gp, op := orAnyPath(g.paths), orAnyPath(o.paths)
@@ -499,7 +508,32 @@ func outranks(g, o *group) bool {
 	if pg, po := g.plainHosts(), o.plainHosts(); pg != po {
 		return pg
 	}
+	if hg, ho := len(headerNames(g.headers)), len(headerNames(o.headers)); hg != ho {
+		return hg > ho
+	}
 	return overlap(gp, op, strings.HasPrefix)
+}
+
+// headerNames returns the names of header conditions (name=value).
+func headerNames(hs []string) map[string][]string {
+	names := map[string][]string{}
+	for _, h := range hs {
+		k, v, _ := strings.Cut(h, "=")
+		names[k] = append(names[k], v)
+	}
+	return names
+}
+
+// headersMeet reports whether a request may meet both header conditions
+// gs and os: for each header both name, a value of both.
+func headersMeet(gs, os []string) bool {
+	on := headerNames(os)
+	for k, vs := range headerNames(gs) {
+		if ovs, ok := on[k]; ok && !slices.ContainsFunc(vs, func(v string) bool { return slices.Contains(ovs, v) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // plainHosts reports whether g matches hosts, none of them a wildcard:
@@ -508,10 +542,11 @@ func (g *group) plainHosts() bool {
 	return g.hosts != nil && !slices.ContainsFunc(g.hosts, func(h string) bool { return strings.HasSuffix(h, "*") })
 }
 
-// weight is how many of paths, methods and hosts g's routes match on.
+// weight is how many of paths, methods, hosts and headers g's routes
+// match on.
 func (g *group) weight() int {
 	w := 0
-	for _, f := range [][]string{g.paths, g.methods, g.hosts} {
+	for _, f := range [][]string{g.paths, g.methods, g.hosts, g.headers} {
 		if f != nil {
 			w++
 		}
@@ -644,9 +679,7 @@ func (im *importer) scopePaths(g *group) bool {
 		if len(at.rt.Hosts) > 0 {
 			im.note("routes' hosts are matched as the descriptor host, which Sluice's proxy gives every request (the Host asked for, in lower case, without its port): run it with -preserve-host, so that the upstream serves the host counted; behind Envoy, add a request_headers action of :authority as host")
 		}
-		if at.rt.Headers != nil {
-			im.note("route %s: its headers are not matched, only its paths, methods and hosts", name)
-		}
+		ok = im.checkHeaders(at) && ok
 	}
 	if anyPath {
 		g.paths = nil
@@ -656,11 +689,12 @@ func (im *importer) scopePaths(g *group) bool {
 	var differ []string
 	g.methods, differ = common(ats, methodsOf, "methods", differ)
 	g.hosts, differ = common(ats, hostsOf, "hosts", differ)
+	g.headers, differ = common(ats, headersOf, "headers", differ)
 	if len(differ) > 0 {
 		im.note("%s: its routes' %s differ, so they are not matched (one rule over its routes)", in.scope(), strings.Join(differ, " and "))
 	}
-	if n := len(g.paths) + len(g.methods) + len(g.hosts); n > policy.MaxMatchers {
-		im.fail(in.field, "applies to %d paths, methods and hosts, at most %d a rule", n, policy.MaxMatchers)
+	if n := len(g.paths) + len(g.methods) + len(g.hosts) + len(g.headers); n > policy.MaxMatchers {
+		im.fail(in.field, "applies to %d paths, methods, hosts and header values, at most %d a rule", n, policy.MaxMatchers)
 		ok = false
 	}
 	return ok
@@ -676,6 +710,50 @@ func common(ats []routeAt, of func(*route) []string, what string, differ []strin
 		}
 	}
 	return first, differ
+}
+
+// checkHeaders tells of at's headers what the import cannot match, and
+// what the proxy needs to: each a descriptor of its own (-descriptor-headers).
+func (im *importer) checkHeaders(at routeAt) bool {
+	ok := true
+	for _, name := range slices.Sorted(maps.Keys(at.rt.Headers)) {
+		key, field := strings.ToLower(name), at.field+".headers."+name
+		switch {
+		case (policy.Descriptors{{Key: key}}).Validate() != nil:
+			im.fail(field, "a header name that cannot be a descriptor: 1 to %d letters, digits, '_', '-' and '.'", policy.MaxDescriptorKey)
+			ok = false
+			continue
+		case slices.Contains(proxyDescriptors, key):
+			im.fail(field, "a header named as one of the proxy's own descriptors (%s)", strings.Join(proxyDescriptors, ", "))
+			ok = false
+			continue
+		}
+		for i, v := range at.rt.Headers[name] {
+			if strings.HasPrefix(v, "~*") {
+				im.fail(fmt.Sprintf("%s[%d]", field, i), "a regex header value is not imported: list the values")
+				ok = false
+			}
+		}
+		im.note("routes match header %s: run the proxy with -descriptor-headers %s=%s (values are matched as sent; Kong ignores their case)", name, key, name)
+	}
+	return ok
+}
+
+// proxyDescriptors are the descriptors Sluice's proxy gives every request
+// itself, which no header can stand for.
+var proxyDescriptors = []string{policy.DefaultIdentifierKey, "ip", "route", "method", "host"}
+
+// headersOf returns rt's header conditions as name=value, the name in
+// lower case, sorted, each once.
+func headersOf(rt *route) []string {
+	var hs []string
+	for name, vs := range rt.Headers {
+		for _, v := range vs {
+			hs = append(hs, strings.ToLower(name)+"="+v)
+		}
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
 }
 
 // hasPort reports whether Kong host h names a port (example.com:8000).
@@ -852,6 +930,10 @@ func (im *importer) rules(g *group, ls []limitOf, base policy.Rule, sync time.Du
 	}
 	for _, h := range g.hosts {
 		match = append(match, policy.Match{Key: "host", Value: h})
+	}
+	for _, h := range g.headers {
+		k, v, _ := strings.Cut(h, "=")
+		match = append(match, policy.Match{Key: k, Value: v})
 	}
 	for _, l := range ls {
 		if len(im.plan.Rules) == policy.MaxRulesPerTier {

@@ -268,6 +268,57 @@ plugins:
 	}
 }
 
+// Routes' headers are matched as descriptors of their own (the proxy's
+// -descriptor-headers), and a route matching on them ranks above one
+// matching on its path alone, as in Kong.
+func TestHeaders(t *testing.T) {
+	t.Parallel()
+	p, err := Parse(strings.NewReader(`
+services:
+  - name: api
+    routes:
+      - {name: v2, paths: [/api], headers: {X-Version: [v2, v3]}, plugins: [{name: rate-limiting, config: {minute: 10, limit_by: ip}}]}
+      - {name: users, paths: [/api/users], plugins: [{name: rate-limiting, config: {minute: 5, limit_by: ip}}]}
+`), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := p.Rules[0].Match; !slices.Equal(m, []policy.Match{{Key: "route", Value: "/api*"}, {Key: "x-version", Value: "v2"}, {Key: "x-version", Value: "v3"}}) {
+		t.Errorf("route-v2-minute matches %v", m)
+	}
+	if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, "-descriptor-headers x-version=X-Version") }) {
+		t.Errorf("no note of the proxy's flag: %q", p.Notes)
+	}
+	meets := rulesMet(t, p)
+	for _, tc := range []struct {
+		route, version string
+		want           []string
+	}{
+		{"/api/users/7", "v3", []string{"route-v2-minute"}}, // a header and a path over a longer path alone
+		{"/api/users/7", "", []string{"route-users-minute"}},
+		{"/api/users/7", "v1", []string{"route-users-minute"}},
+		{"/api/orders", "", nil},
+	} {
+		ds := policy.Descriptors{{Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: tc.route}}
+		if tc.version != "" {
+			ds = append(ds, policy.Descriptor{Key: "x-version", Value: tc.version})
+		}
+		if got := meets(ds); !slices.Equal(got, tc.want) {
+			t.Errorf("%s, version %q, meets %v, want %v", tc.route, tc.version, got, tc.want)
+		}
+	}
+
+	_, err = Parse(strings.NewReader(`
+routes:
+  - {name: r, paths: [/r], headers: {ip: [x], "x y": [z], X-V: ["~*v\\d"]}, plugins: [{name: rate-limiting, config: {minute: 1}}]}
+`), "acme")
+	for _, want := range []string{"{routes[0].headers.ip ", "{routes[0].headers.x y ", "{routes[0].headers.X-V[0] "} {
+		if !strings.Contains(fields(err), want) {
+			t.Errorf("no error at %s: %s", want, fields(err))
+		}
+	}
+}
+
 // Several decK files make one configuration, as deck gateway sync takes
 // them: a plugin in one may name another's route, and each problem's
 // path names its file.
@@ -368,6 +419,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("plugins: [{name: rate-limiting, config: {minute: 5, limit_by: header, header_name: X-A}}]")
 	f.Add("services: [{name: s, routes: [{name: r, paths: [/a, /b]}], plugins: [{name: rate-limiting-advanced, config: {limit: [1], window_size: [1]}}]}]")
 	f.Add("services: [{name: s, routes: [{name: r, hosts: [a.example, 'b.*:80'], methods: [get]}, {name: q, paths: [/q], hosts: ['']}], plugins: [{name: rate-limiting, config: {minute: 1}}]}]")
+	f.Add("routes: [{name: r, paths: [/a], headers: {X-A: [b, c], x-b: d}, plugins: [{name: rate-limiting, config: {hour: 3}}]}]")
 	f.Fuzz(func(t *testing.T, in string) {
 		p, err := Parse(strings.NewReader(in), "t")
 		if err != nil {
