@@ -17,10 +17,21 @@ import (
 // moves over by changing where it calls and with which key (the tenant's
 // check key in place of the root key). A request brings its own limit:
 // limit per duration for one identifier in one namespace, counted by a
-// sliding window as Unkey counts it, in place of the tenant's rules.
+// sliding window as Unkey counts it, in place of the tenant's rules but
+// those that override it (see unkeyNamespace).
 
 // UnkeyLimitPath is the path of Unkey's rate limit call.
 const UnkeyLimitPath = "/v2/ratelimit.limit"
+
+// The descriptors of an Unkey call. Its own limit gives way to the
+// tenant's rules that match it with a condition on the namespace (Unkey's
+// overrides): a rule matching namespace=api and identifier=user_42, or
+// identifier=user_* (a counter each, keyed by identifier), sets their
+// limit centrally, whatever the calls say.
+const (
+	unkeyNamespace  = "namespace"
+	unkeyIdentifier = "identifier"
+)
 
 // unkeyBody is the request of POST /v2/ratelimit.limit.
 type unkeyBody struct {
@@ -86,8 +97,9 @@ func (b *unkeyBody) request() (decide.Request, error) {
 		return decide.Request{}, &policy.Error{Code: policy.CodeInvalid, Message: "invalid ratelimit.limit request", Fields: fields}
 	}
 	req := decide.Request{Cost: cost, Peek: cost == 0,
-		Descriptors: policy.Descriptors{{Key: "identifier", Value: b.Identifier}, {Key: "namespace", Value: b.Namespace}},
-		Limit:       &decide.RequestLimit{Requests: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond, Algorithm: policy.SlidingWindow}}
+		Descriptors: policy.Descriptors{{Key: unkeyIdentifier, Value: b.Identifier}, {Key: unkeyNamespace, Value: b.Namespace}},
+		Limit: &decide.RequestLimit{Requests: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond, Algorithm: policy.SlidingWindow,
+			OverriddenBy: unkeyNamespace}}
 	return req, nil
 }
 

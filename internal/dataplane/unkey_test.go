@@ -2,9 +2,12 @@ package dataplane
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Unkey's POST /v2/ratelimit.limit: the request's own limit per
@@ -75,6 +78,49 @@ func TestUnkeyRatelimitLimit(t *testing.T) {
 			e, _ := m["error"].(map[string]any)
 			if resp.StatusCode != tc.status || e["status"] != float64(tc.status) || e["detail"] == "" || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: %d %v %v; want %d in Unkey's envelope", tc.body, resp.StatusCode, resp.Header, m, tc.status)
+			}
+		}
+	})
+}
+
+// A tenant's rule matching an Unkey call with a condition on its
+// namespace decides it in place of the call's own limit (Unkey's
+// overrides): per identifier when keyed by it, for the identifiers and
+// namespace it names alone; a rule naming no namespace never does.
+func TestUnkeyOverrides(t *testing.T) {
+	t.Parallel()
+	mk := func(tb testing.TB) (HTTPConfig, string) {
+		return apiWith(tb, []policy.Rule{
+			{ID: "r1", Name: "everyone", KeyBy: []string{"identifier"}, Enabled: true,
+				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Minute}},
+			{ID: "r2", Name: "vip", KeyBy: []string{"identifier"}, Enabled: true,
+				Match:  []policy.Match{{Key: "namespace", Value: "api"}, {Key: "identifier", Value: "vip_*"}},
+				Params: policy.Params{Algorithm: policy.SlidingWindow, Limit: 3, Window: time.Minute}},
+		})
+	}
+	eachServer(t, mk, func(t *testing.T, srv served, key string) {
+		calls := func(ns, id string, n int) (got []bool, limit float64) {
+			t.Helper()
+			for range n {
+				_, m := post(t, srv, UnkeyLimitPath, key, fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":1,"duration":60000}`, ns, id))
+				data, _ := m["data"].(map[string]any)
+				got = append(got, data["success"] == true)
+				limit, _ = data["limit"].(float64)
+			}
+			return got, limit
+		}
+		for _, tc := range []struct {
+			ns, id string
+			want   []bool
+			limit  float64
+		}{
+			{"api", "vip_1", []bool{true, true, true, false}, 3}, // the rule's 3, not the call's 1
+			{"api", "vip_2", []bool{true, true, true, false}, 3}, // a counter per identifier
+			{"api", "user_1", []bool{true, false}, 1},            // not named: the call's limit
+			{"web", "vip_1", []bool{true, false}, 1},             // another namespace: the call's limit
+		} {
+			if got, limit := calls(tc.ns, tc.id, len(tc.want)); !slices.Equal(got, tc.want) || limit != tc.limit {
+				t.Errorf("%s/%s: %v, limit %v; want %v, limit %v", tc.ns, tc.id, got, limit, tc.want, tc.limit)
 			}
 		}
 	})

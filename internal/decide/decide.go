@@ -107,6 +107,12 @@ type RequestLimit struct {
 	// month or year in UTC in place of Window (gubernator's
 	// DURATION_IS_GREGORIAN).
 	Calendar policy.Calendar
+	// OverriddenBy, when set, names a descriptor: the tier's rules that
+	// match the request with a condition on it decide the request in place
+	// of this limit, they alone (Unkey's overrides: a rule matching
+	// namespace=api and identifier=user_* gives those identifiers a limit
+	// of the tenant's). Without such a rule, the limit decides.
+	OverriddenBy string
 }
 
 // RequestLimitAlgorithms are the algorithms a request's own limit may
@@ -608,7 +614,10 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 			return sel, nil
 		}
 	}
-	if req.Limit != nil {
+	only := "" // with an overridden request limit, the rules naming this descriptor
+	if req.Limit != nil && req.Limit.OverriddenBy != "" && overridden(rules, req.Descriptors, req.Limit.OverriddenBy) {
+		only = req.Limit.OverriddenBy
+	} else if req.Limit != nil {
 		rule, lim := c.requestRule(*req.Limit, req.Descriptors)
 		sel.one = new(oneRule)
 		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
@@ -630,7 +639,7 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 	exact := 0
 	for i := range rules {
 		r := &rules[i]
-		if !r.Matches(req.Descriptors) {
+		if !r.Matches(req.Descriptors) || only != "" && !names(&r.Rule, only) {
 			continue
 		}
 		lim, p, rule := r.limiter, r.Params, &r.Rule
@@ -660,6 +669,22 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.dropReplaced(req.Replaced)
 	}
 	return sel, nil
+}
+
+// overridden reports whether a rule of rules matches ds with a condition
+// on descriptor key (RequestLimit.OverriddenBy).
+func overridden(rules []compiledRule, ds policy.Descriptors, key string) bool {
+	for i := range rules {
+		if names(&rules[i].Rule, key) && rules[i].Matches(ds) {
+			return true
+		}
+	}
+	return false
+}
+
+// names reports whether r's match has a condition on descriptor key.
+func names(r *policy.Rule, key string) bool {
+	return slices.ContainsFunc(r.Match, func(m policy.Match) bool { return m.Key == key })
 }
 
 // dropReplaced drops the rules of sel that replaced names, or that another
