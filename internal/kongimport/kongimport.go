@@ -77,6 +77,15 @@ const (
 	rateLimitingAdvanced = "rate-limiting-advanced"
 )
 
+// otherLimiters are Kong's other limiting plugins, whose limits count
+// what Sluice's proxy does not measure (responses' own counts, GraphQL
+// query costs, AI tokens): a note names each met.
+var otherLimiters = map[string]string{
+	"response-ratelimiting":          "counts what the upstream's responses report",
+	"graphql-rate-limiting-advanced": "counts GraphQL query costs",
+	"ai-rate-limiting-advanced":      "counts AI tokens",
+}
+
 type file struct {
 	Workspace      string     `yaml:"_workspace"`
 	Services       []service  `yaml:"services"`
@@ -349,6 +358,9 @@ func (im *importer) collect() {
 	add := func(ps []plugin, field string, svc *service, rt *route) {
 		for i := range ps {
 			p := &ps[i]
+			if what, ok := otherLimiters[p.Name]; ok {
+				im.note("%splugins[%d]: %s is not imported: it %s, which Sluice's proxy does not measure", field, i, p.Name, what)
+			}
 			if p.Name != rateLimiting && p.Name != rateLimitingAdvanced {
 				continue
 			}

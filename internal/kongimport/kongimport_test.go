@@ -55,6 +55,8 @@ plugins:
     config: {minute: 3, limit_by: header, header_name: X-Api-Key}
   - name: key-auth
     config: {key_names: [apikey]}
+  - name: response-ratelimiting
+    config: {limits: {videos: {minute: 10}}}
 routes:
   - name: login
     service: orders
@@ -111,7 +113,8 @@ func TestParse(t *testing.T) {
 	for _, want := range []string{"service-orders: its routes' methods differ", "routes' hosts are matched as the descriptor host", "-descriptor-headers x-api-key=X-Api-Key",
 		"route search-public's path /search/public extends /search of route-search",
 		"route search-admin's path /search/admin extends /search of route-search", "sync_rate applies to fixed windows",
-		"route-search enforces consumer groups' own limits", "global counted on each Kong node apart"} {
+		"route-search enforces consumer groups' own limits", "global counted on each Kong node apart",
+		"plugins[3]: response-ratelimiting is not imported"} {
 		if !slices.ContainsFunc(p.Notes, func(n string) bool { return strings.Contains(n, want) }) {
 			t.Errorf("no note of %q in %q", want, p.Notes)
 		}
