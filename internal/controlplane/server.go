@@ -136,6 +136,8 @@ func NewHandler(cfg Config) http.Handler {
 		calls, protoconv.StrictJSON(), connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
 	_, files := sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s}, calls, protoconv.StrictJSON(), connect.WithReadMaxBytes(MaxFilesBytes+64<<10))
 	mux.Handle(sluicev1connect.TenantFileServiceApplyTenantFilesProcedure, files)
+	// Unkey's override calls, for applications managing overrides with its SDK.
+	mux.Handle("POST /v2/{call}", s.unkeyHandler(auth))
 	// The console: static files calling the API above with the signed-in key.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))

@@ -1,8 +1,6 @@
 package dataplane
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/unkey"
 )
 
 // Unkey's rate limit API, version 2 (POST /v2/ratelimit.limit), so that
@@ -46,14 +45,6 @@ type unkeyBody struct {
 	Async bool `json:"async"`
 }
 
-// Unkey's bounds, and Sluice's: a duration of 1 s to 30 days, in whole
-// seconds; names and identifiers of 1 to 255 bytes.
-const (
-	unkeyMinDuration = 1000
-	unkeyMaxDuration = 30 * 24 * 3600 * 1000
-	unkeyMaxName     = 255
-)
-
 // nameField is a field of a compatible API's request that names what is
 // counted, a descriptor's value: Unkey's namespace and identifier,
 // gubernator's name and unique_key.
@@ -76,16 +67,8 @@ func checkNames(bad func(field, desc string), max int, fs ...nameField) {
 func (b *unkeyBody) request() (decide.Request, error) {
 	var fields []policy.FieldError
 	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
-	checkNames(bad, unkeyMaxName, nameField{"namespace", b.Namespace}, nameField{"identifier", b.Identifier})
-	if b.Limit < 1 || b.Limit > policy.MaxLimit {
-		bad("limit", "must be 1 to 1e9")
-	}
-	switch {
-	case b.Duration < unkeyMinDuration || b.Duration > unkeyMaxDuration:
-		bad("duration", "must be 1000 to 2592000000 milliseconds")
-	case b.Duration%1000 != 0:
-		bad("duration", "must be whole seconds: a multiple of 1000 milliseconds")
-	}
+	checkNames(bad, unkey.MaxName, nameField{"namespace", b.Namespace}, nameField{"identifier", b.Identifier})
+	unkey.CheckLimit(bad, b.Limit, b.Duration)
 	cost := int64(1)
 	if b.Cost != nil {
 		cost = *b.Cost
@@ -129,19 +112,7 @@ func (h *httpAPI) unkeyLimit(ex exchange) {
 		data.Limit, data.Remaining = r.Limit, max(r.Remaining, 0)
 		data.Reset = h.cfg.Decider.Now().Add(r.ResetAfter).UnixMilli()
 	}
-	ex.reply(http.StatusOK, "application/json", unkeyAnswer{Meta: unkeyMeta{RequestID: unkeyRequestID()}, Data: &data})
-}
-
-// unkeyAnswer is the body of every answer of Unkey's API: meta, and data
-// or error.
-type unkeyAnswer struct {
-	Meta  unkeyMeta   `json:"meta"`
-	Data  *unkeyData  `json:"data,omitempty"`
-	Error *unkeyError `json:"error,omitempty"`
-}
-
-type unkeyMeta struct {
-	RequestID string `json:"requestId"`
+	ex.reply(http.StatusOK, "application/json", unkey.Answer[unkeyData]{Meta: unkey.Meta{RequestID: unkey.RequestID()}, Data: &data})
 }
 
 // unkeyData is a decision: success (admitted), the limit, what remains of
@@ -151,21 +122,6 @@ type unkeyData struct {
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
-}
-
-// unkeyError is a problem in Unkey's terms: its fields, and one entry per
-// invalid field of the body.
-type unkeyError struct {
-	Title  string            `json:"title"`
-	Detail string            `json:"detail"`
-	Status int               `json:"status"`
-	Type   string            `json:"type"`
-	Errors []unkeyFieldError `json:"errors,omitempty"`
-}
-
-type unkeyFieldError struct {
-	Location string `json:"location"`
-	Message  string `json:"message"`
 }
 
 // unkeyExchange answers problems in Unkey's error envelope; all else
@@ -178,16 +134,6 @@ func (e unkeyExchange) reply(status int, contentType string, v any) {
 		e.exchange.reply(status, contentType, v)
 		return
 	}
-	ue := &unkeyError{Title: p.Title, Detail: p.Detail, Status: p.Status, Type: p.Type}
-	for _, f := range p.Errors {
-		ue.Errors = append(ue.Errors, unkeyFieldError{Location: "body." + f.Field, Message: f.Description})
-	}
-	e.exchange.reply(status, "application/json", unkeyAnswer{Meta: unkeyMeta{RequestID: unkeyRequestID()}, Error: ue})
-}
-
-// unkeyRequestID names an answer, as Unkey's meta.requestId does.
-func unkeyRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "req_" + hex.EncodeToString(b[:])
+	e.exchange.reply(status, "application/json", unkey.Answer[unkeyData]{Meta: unkey.Meta{RequestID: unkey.RequestID()},
+		Error: unkey.ErrorOf(p.Status, p.Title, p.Detail, p.Type, p.Errors)})
 }

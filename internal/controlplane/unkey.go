@@ -1,0 +1,322 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/unkey"
+)
+
+// Unkey's override calls (API v2), for applications that manage their
+// overrides through Unkey's SDK: POST /v2/ratelimit.setOverride,
+// getOverride, listOverrides and deleteOverride, with a tenant's admin
+// key (a viewer key gets and lists). An override is a rule of the
+// tenant's default tier matching namespace=N and identifier=I (I, or a
+// prefix with "*" after it), keyed by identifier, a sliding window of the
+// override's limit per duration: the decider's ratelimit.limit decides a
+// call it matches by it, in place of the call's own limit. The rule is
+// the console's and the CLI's too; overrideId is its id.
+const unkeyPrefix = "/v2/ratelimit."
+
+// unkeyOps are the override calls, by name; view marks those a viewer key
+// may make.
+var unkeyOps = map[string]struct {
+	view bool
+	do   func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error)
+}{
+	"setOverride":    {false, (*server).unkeySet},
+	"getOverride":    {true, (*server).unkeyGet},
+	"listOverrides":  {true, (*server).unkeyList},
+	"deleteOverride": {false, (*server).unkeyDelete},
+}
+
+func init() {
+	for name, op := range unkeyOps {
+		if op.view {
+			viewable[unkeyPrefix+name] = true
+		}
+	}
+}
+
+// unkeyOverrideBody is the body of every override call, each reading the
+// fields it needs.
+type unkeyOverrideBody struct {
+	Namespace  string `json:"namespace"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Duration   int64  `json:"duration"`
+	// Cursor (listOverrides) is the overrideId the page starts after.
+	Cursor string `json:"cursor"`
+}
+
+// unkeyOverride is an override as Unkey answers it.
+type unkeyOverride struct {
+	OverrideID string `json:"overrideId"`
+	Identifier string `json:"identifier"`
+	Limit      int64  `json:"limit"`
+	Duration   int64  `json:"duration"`
+}
+
+// unkeyPage is the most overrides a listOverrides answer holds.
+const unkeyPage = 100
+
+// unkeyHandler serves the override calls (POST /v2/{call}): each
+// authenticated and authorized as a Connect call of its name is.
+func (s *server) unkeyHandler(auth *authenticator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.PathValue("call"), "ratelimit.")
+		op, known := unkeyOps[name]
+		if !ok || !known {
+			unkeyReply[any](w, http.StatusNotFound, nil, nil, unkey.ErrorOf(http.StatusNotFound, "Not Found", "no such call: "+r.URL.Path, "not_found", nil))
+			return
+		}
+		ctx, err := auth.authorize(r.Context(), unkeyPrefix+name, r.Header, r.RemoteAddr)
+		if err != nil {
+			unkeyFail(w, err)
+			return
+		}
+		if principalFrom(ctx).Role == RoleOperator {
+			unkeyFail(w, connect.NewError(connect.CodePermissionDenied, errors.New("the override calls take the tenant's admin key: the operator key names no tenant")))
+			return
+		}
+		tenant, err := tenantOf(ctx, "")
+		if err != nil {
+			unkeyFail(w, err)
+			return
+		}
+		var b unkeyOverrideBody
+		dec := json.NewDecoder(io.LimitReader(r.Body, MaxRequestBytes))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&b); err != nil {
+			unkeyFail(w, &policy.Error{Code: policy.CodeInvalid, Message: "the body is not a valid " + name + " request: " + err.Error()})
+			return
+		}
+		data, page, err := op.do(s, ctx, tenant, &b)
+		if err != nil {
+			unkeyFail(w, err)
+			return
+		}
+		unkeyReply(w, http.StatusOK, &data, page, nil)
+	})
+}
+
+func unkeyReply[T any](w http.ResponseWriter, status int, data *T, page *unkey.Pagination, e *unkey.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(unkey.Answer[T]{Meta: unkey.Meta{RequestID: unkey.RequestID()}, Data: data, Pagination: page, Error: e})
+}
+
+// unkeyFail answers err, a Connect or policy error, in Unkey's envelope.
+func unkeyFail(w http.ResponseWriter, err error) {
+	var fields []policy.FieldError
+	var pe *policy.Error
+	code := connect.CodeOf(err)
+	if errors.As(err, &pe) {
+		fields = pe.Fields
+		code = map[policy.Code]connect.Code{policy.CodeInvalid: connect.CodeInvalidArgument, policy.CodeNotFound: connect.CodeNotFound,
+			policy.CodeConflict: connect.CodeAlreadyExists, policy.CodeAborted: connect.CodeAborted,
+			policy.CodeResourceExhausted: connect.CodeResourceExhausted, policy.CodeFailedPrecondition: connect.CodeFailedPrecondition}[pe.Code]
+	}
+	status, title, typ := http.StatusInternalServerError, "Internal Server Error", "internal_server_error"
+	switch code {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+		status, title, typ = http.StatusBadRequest, "Bad Request", "bad_request"
+	case connect.CodeUnauthenticated:
+		status, title, typ = http.StatusUnauthorized, "Unauthorized", "unauthorized"
+	case connect.CodePermissionDenied:
+		status, title, typ = http.StatusForbidden, "Forbidden", "forbidden"
+	case connect.CodeNotFound:
+		status, title, typ = http.StatusNotFound, "Not Found", "not_found"
+	case connect.CodeAlreadyExists, connect.CodeAborted:
+		status, title, typ = http.StatusConflict, "Conflict", "conflict"
+	case connect.CodeResourceExhausted:
+		status, title, typ = http.StatusTooManyRequests, "Too Many Requests", "too_many_requests"
+	}
+	detail := "the control plane failed; its log says why"
+	if status != http.StatusInternalServerError {
+		var ce *connect.Error
+		if detail = err.Error(); errors.As(err, &ce) {
+			detail = ce.Message()
+		}
+	}
+	unkeyReply[any](w, status, nil, nil, unkey.ErrorOf(status, title, detail, typ, fields))
+}
+
+// overrideTier is the tenant's default tier, the one Unkey's calls meet.
+func (s *server) overrideTier(ctx context.Context, tenant string) (policy.Tier, error) {
+	t, _, err := s.store.GetTenant(ctx, tenant)
+	if err != nil {
+		return policy.Tier{}, err
+	}
+	tiers, err := s.store.ListTiers(ctx, tenant)
+	if err != nil {
+		return policy.Tier{}, err
+	}
+	for _, tier := range tiers {
+		if tier.Name == t.DefaultTier {
+			return tier, nil
+		}
+	}
+	return policy.Tier{}, policy.Errorf(policy.CodeFailedPrecondition, "the tenant has no default tier %s", t.DefaultTier)
+}
+
+// checkNames refuses a body without its namespace and, unless listing,
+// identifier; an identifier may end in "*", its only wildcard.
+func (b *unkeyOverrideBody) checkNames(identifier bool) error {
+	var fields []policy.FieldError
+	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
+	names := map[string]string{"namespace": b.Namespace}
+	if identifier {
+		names["identifier"] = b.Identifier
+		if i := strings.IndexByte(b.Identifier, '*'); i >= 0 && i != len(b.Identifier)-1 {
+			bad("identifier", "a wildcard only at the end (user_*): Sluice matches an identifier whole or by its start")
+		}
+	}
+	for _, f := range []string{"namespace", "identifier"} {
+		if v, ok := names[f]; ok && (v == "" || len(v) > unkey.MaxName || strings.IndexByte(v, 0) >= 0) {
+			bad(f, fmt.Sprintf("must be 1 to %d bytes, without NUL", unkey.MaxName))
+		}
+	}
+	if fields != nil {
+		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: fields}
+	}
+	return nil
+}
+
+// overrideOf returns the rule of tier that is the override of namespace
+// and identifier: matching those two alone, keyed by identifier.
+func overrideOf(tier policy.Tier, namespace, identifier string) (policy.Rule, bool) {
+	for _, r := range tier.Rules {
+		if isOverride(r, namespace) && slices.Contains(r.Match, policy.Match{Key: "identifier", Value: identifier}) {
+			return r, true
+		}
+	}
+	return policy.Rule{}, false
+}
+
+// isOverride reports whether r is an override of namespace: it matches
+// namespace=namespace and one identifier, and counts per identifier.
+func isOverride(r policy.Rule, namespace string) bool {
+	return len(r.Match) == 2 && slices.Equal(r.KeyBy, []string{"identifier"}) &&
+		slices.Contains(r.Match, policy.Match{Key: "namespace", Value: namespace}) &&
+		slices.ContainsFunc(r.Match, func(m policy.Match) bool { return m.Key == "identifier" })
+}
+
+func unkeyOverrideOf(r policy.Rule) unkeyOverride {
+	o := unkeyOverride{OverrideID: r.ID, Limit: r.Limit, Duration: r.Window.Milliseconds()}
+	for _, m := range r.Match {
+		if m.Key == "identifier" {
+			o.Identifier = m.Value
+		}
+	}
+	return o
+}
+
+func (s *server) unkeySet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+	err := b.checkNames(true)
+	var fields []policy.FieldError
+	unkey.CheckLimit(func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }, b.Limit, b.Duration)
+	var pe *policy.Error
+	if errors.As(err, &pe) {
+		fields = append(pe.Fields, fields...)
+	}
+	if fields != nil {
+		return nil, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: fields}
+	}
+	tier, err := s.overrideTier(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	actor := principalFrom(ctx).actor()
+	params := policy.Params{Algorithm: policy.SlidingWindow, Limit: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond}
+	if r, ok := overrideOf(tier, b.Namespace, b.Identifier); ok {
+		r.Params, r.Enabled = params, true
+		if _, err := s.store.UpdateRule(ctx, actor, tenant, r, ""); err != nil {
+			return nil, nil, err
+		}
+		return map[string]string{"overrideId": r.ID}, nil, nil
+	}
+	sum := sha256.Sum256([]byte(b.Namespace + "\x00" + b.Identifier))
+	r, _, err := s.store.CreateRule(ctx, actor, tenant, tier.ID, policy.Rule{
+		Name:    "unkey-override-" + hex.EncodeToString(sum[:8]),
+		Match:   []policy.Match{{Key: "namespace", Value: b.Namespace}, {Key: "identifier", Value: b.Identifier}},
+		KeyBy:   []string{"identifier"},
+		Params:  params,
+		Enabled: true,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return map[string]string{"overrideId": r.ID}, nil, nil
+}
+
+func (s *server) unkeyGet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+	r, err := s.findOverride(ctx, tenant, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return unkeyOverrideOf(r), nil, nil
+}
+
+// findOverride returns the override b names, or a NotFound error.
+func (s *server) findOverride(ctx context.Context, tenant string, b *unkeyOverrideBody) (policy.Rule, error) {
+	if err := b.checkNames(true); err != nil {
+		return policy.Rule{}, err
+	}
+	tier, err := s.overrideTier(ctx, tenant)
+	if err != nil {
+		return policy.Rule{}, err
+	}
+	r, ok := overrideOf(tier, b.Namespace, b.Identifier)
+	if !ok {
+		return policy.Rule{}, policy.Errorf(policy.CodeNotFound, "no override of %q in namespace %q", b.Identifier, b.Namespace)
+	}
+	return r, nil
+}
+
+func (s *server) unkeyList(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+	if err := b.checkNames(false); err != nil {
+		return nil, nil, err
+	}
+	tier, err := s.overrideTier(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, started := []unkeyOverride{}, b.Cursor == ""
+	page := &unkey.Pagination{}
+	for _, r := range tier.Rules {
+		switch {
+		case !isOverride(r, b.Namespace):
+		case !started:
+			started = r.ID == b.Cursor
+		case len(out) == unkeyPage:
+			page.HasMore, page.Cursor = true, out[len(out)-1].OverrideID
+		default:
+			out = append(out, unkeyOverrideOf(r))
+		}
+	}
+	return out, page, nil
+}
+
+func (s *server) unkeyDelete(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+	r, err := s.findOverride(ctx, tenant, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := s.store.DeleteRule(ctx, principalFrom(ctx).actor(), tenant, r.ID); err != nil {
+		return nil, nil, err
+	}
+	return struct{}{}, nil, nil
+}
