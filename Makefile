@@ -69,6 +69,7 @@ FUZZ_TARGETS = \
 	internal/dataplane:FuzzCheckJSON \
 	internal/h2sniff:FuzzSplit \
 	internal/controlplane:FuzzReadToken \
+	internal/controlplane:FuzzUnkeyOverrideBody \
 	internal/redact:FuzzError \
 	internal/auditdiff:FuzzChanges \
 	internal/clientip:FuzzOf \

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Unkey's override calls keep an override as a rule of the tenant's
@@ -126,4 +128,30 @@ func TestUnkeyOverrides(t *testing.T) {
 			t.Errorf("%s after the delete: %d, want 404", name, status)
 		}
 	}
+}
+
+// Whatever the body, the override calls' checks answer a field error or
+// nothing, and names they pass make a rule the store takes.
+func FuzzUnkeyOverrideBody(f *testing.F) {
+	f.Add([]byte(`{"namespace":"api","identifier":"vip_*","limit":10,"duration":60000}`))
+	f.Add([]byte(`{"namespace":"","identifier":"*@example.com","limit":0,"duration":1500}`))
+	f.Add([]byte(`{"namespace":"a\u0000","identifier":"*"}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var b unkeyOverrideBody
+		if json.Unmarshal(in, &b) != nil {
+			return
+		}
+		if err := b.checkNames(true); err != nil {
+			if policy.ErrorCode(err) != policy.CodeInvalid {
+				t.Fatalf("%v is not a field error", err)
+			}
+			return
+		}
+		r := policy.Rule{Name: "unkey-override-0123456789abcdef", Enabled: true, KeyBy: []string{"identifier"},
+			Match:  []policy.Match{{Key: "namespace", Value: b.Namespace}, {Key: "identifier", Value: b.Identifier}},
+			Params: policy.Params{Algorithm: policy.SlidingWindow, Limit: 1, Window: time.Minute}}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("namespace %q and identifier %q pass, but make an invalid rule: %v", b.Namespace, b.Identifier, err)
+		}
+	})
 }
