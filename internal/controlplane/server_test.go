@@ -516,6 +516,8 @@ plugins: [{name: rate-limiting, config: {hour: 100}}]
 				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Contents: [][]byte{kong}}, []string{"tenant"}},
 				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Tenant: slug,
 					Contents: [][]byte{[]byte("plugins: [{name: rate-limiting, consumer: bob, config: {minute: 1}}]")}}, []string{"contents[0].plugins[0]"}},
+				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG, Tenant: slug,
+					Contents: [][]byte{kong, []byte("plugins: [{name: rate-limiting, route: gone, config: {minute: 1}}]")}}, []string{"contents[1].plugins[0].route"}},
 				{&sluicev1.ImportConfigRequest{Contents: [][]byte{kong}}, []string{"format"}},
 				{&sluicev1.ImportConfigRequest{Format: sluicev1.ImportFormat_IMPORT_FORMAT_KONG}, []string{"contents"}},
 			} {
