@@ -57,6 +57,7 @@ bench-check: ## run every benchmark once, briefly: a benchmark that no longer ru
 FUZZ_TARGETS = \
 	internal/limit:FuzzAlgorithms \
 	internal/policy:FuzzRuleValidate \
+	internal/policy:FuzzGlob \
 	internal/decide:FuzzSnapshot \
 	internal/redisengine:FuzzConformance \
 	internal/envoyimport:FuzzParse \

@@ -836,7 +836,7 @@ type overrideOpts struct {
 
 func defineOverrideOpts(fs *flag.FlagSet) overrideOpts {
 	return overrideOpts{
-		identifier: fs.String("identifier", "", "the client's identifier, or a prefix ending in *"),
+		identifier: fs.String("identifier", "", "the client's identifier, or a pattern whose * stands for any run of characters (acme-*, *@example.com)"),
 		descriptor: fs.String("descriptor", "", "the descriptor that holds the identifier, e.g. ip (default client_id)"),
 		tier:       fs.String("tier", "", "move the client to this tier (name)"),
 		ruleID:     fs.String("rule", "", "replace this rule's limit: the rule's id, or TIER/RULE by name"),

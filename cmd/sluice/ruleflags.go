@@ -29,7 +29,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		params:   defineParamOpts(fs),
 		name:     fs.String("name", "", "the rule's name, unique in its tier"),
 		keyBy:    fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
-		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any, prefix* for a prefix; a key given twice: either value)"),
+		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any; * within a value any run of characters: /api/*, *@example.com; a key given twice: either value)"),
 		replaces: fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
 		failure:  fs.String("failure-mode", "open", "when Redis is unreachable: open (allow), closed (reject) or local (count on each decider)"),
 		shadow:   fs.Bool("shadow", false, "report, never reject"),

@@ -23,8 +23,8 @@ import (
 // overrides through Unkey's SDK: POST /v2/ratelimit.setOverride,
 // getOverride, listOverrides and deleteOverride, with a tenant's admin
 // key (a viewer key gets and lists). An override is a rule of the
-// tenant's default tier matching namespace=N and identifier=I (I, or a
-// prefix with "*" after it), keyed by identifier, a sliding window of the
+// tenant's default tier matching namespace=N and identifier=I (each '*' of
+// I a wildcard, as Unkey's), keyed by identifier, a sliding window of the
 // override's limit per duration: the decider's ratelimit.limit decides a
 // call it matches by it, in place of the call's own limit. The rule is
 // the console's and the CLI's too; overrideId is its id.
@@ -173,16 +173,13 @@ func (s *server) overrideTier(ctx context.Context, tenant string) (policy.Tier, 
 }
 
 // checkNames refuses a body without its namespace and, unless listing,
-// identifier; an identifier may end in "*", its only wildcard.
+// identifier (whose '*', as in Unkey, is a wildcard: user_*, *@example.com).
 func (b *unkeyOverrideBody) checkNames(identifier bool) error {
 	var fields []policy.FieldError
 	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
 	names := map[string]string{"namespace": b.Namespace}
 	if identifier {
 		names["identifier"] = b.Identifier
-		if i := strings.IndexByte(b.Identifier, '*'); i >= 0 && i != len(b.Identifier)-1 {
-			bad("identifier", "a wildcard only at the end (user_*): Sluice matches an identifier whole or by its start")
-		}
 	}
 	for _, f := range []string{"namespace", "identifier"} {
 		if v, ok := names[f]; ok && (v == "" || len(v) > unkey.MaxName || strings.IndexByte(v, 0) >= 0) {

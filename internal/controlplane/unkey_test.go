@@ -100,7 +100,10 @@ func TestUnkeyOverrides(t *testing.T) {
 		}
 	}
 
-	status, m = unkeyCall(adminA, "setOverride", `{"namespace":"","identifier":"*@example.com","limit":0,"duration":1500}`)
+	if status, m = unkeyCall(adminA, "setOverride", `{"namespace":"api","identifier":"*@example.com","limit":5,"duration":1000}`); status != 200 {
+		t.Fatalf("an override of a suffix: %d %v", status, m)
+	}
+	status, m = unkeyCall(adminA, "setOverride", `{"namespace":"","identifier":"","limit":0,"duration":1500}`)
 	var locations []string
 	e, _ := m["error"].(map[string]any)
 	errs, _ := e["errors"].([]any)

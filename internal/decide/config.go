@@ -23,7 +23,7 @@ type Config struct {
 	Version int64
 	tiers   map[string][]compiledRule
 	exact   map[overrideKey][]*compiledOverride
-	prefix  []*compiledOverride // longest identifier first
+	prefix  []*compiledOverride // patterns (a '*' in the identifier), the most literal bytes first
 	idKeys  []string            // descriptor keys overrides match on
 	local   sync.Map            // localKey → *limit.Limiter, built on first failure
 	// requestLimits holds the limiters of requests' own limits
@@ -241,14 +241,16 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 			seen[o.IdentifierKey()] = true
 			c.idKeys = append(c.idKeys, o.IdentifierKey())
 		}
-		if strings.HasSuffix(o.Identifier, "*") {
+		if strings.Contains(o.Identifier, "*") {
 			c.prefix = append(c.prefix, o)
 		} else {
 			k := overrideKey{o.IdentifierKey(), o.Identifier}
 			c.exact[k] = append(c.exact[k], o)
 		}
 	}
-	sort.SliceStable(c.prefix, func(i, j int) bool { return len(c.prefix[i].Identifier) > len(c.prefix[j].Identifier) })
+	sort.SliceStable(c.prefix, func(i, j int) bool {
+		return policy.GlobLiterals(c.prefix[i].Identifier) > policy.GlobLiterals(c.prefix[j].Identifier)
+	})
 	return c, nil
 }
 
@@ -276,7 +278,7 @@ func (c *Config) blockRule(o *compiledOverride) *policy.Rule {
 }
 
 // overrides returns the overrides applying to a request at now: exact
-// matches first, then prefix matches from the longest.
+// matches first, then patterns from the most literal bytes.
 func (c *Config) overrides(d policy.Descriptors, now time.Time, dst []*compiledOverride) []*compiledOverride {
 	for _, k := range c.idKeys {
 		id, ok := d.Get(k)

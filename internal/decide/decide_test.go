@@ -37,6 +37,7 @@ func snapshot() *policy.Snapshot {
 		},
 		Overrides: []policy.Override{
 			{Identifier: "vip-*", Tier: "pro"},
+			{Identifier: "*@partner.example", RuleID: "r-client", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 6, Window: time.Minute}},
 			{Identifier: "partner-1", RuleID: "r-client", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}},
 			{Identifier: "expired", Tier: "pro", ExpiresAt: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
 		},
@@ -115,6 +116,9 @@ func TestDecideOverrides(t *testing.T) {
 	}
 	if n := admitted(t, d, c, check("partner-1"), 7); n != 5 {
 		t.Fatalf("partner-1 (limit replaced by 5) admitted %d of 7", n)
+	}
+	if n := admitted(t, d, c, check("ann@partner.example"), 8); n != 6 {
+		t.Fatalf("ann@partner.example (a suffix override: limit 6) admitted %d of 8", n)
 	}
 	if n := admitted(t, d, c, check("expired"), 5); n != 3 {
 		t.Fatalf("an expired override still applies: %d of 5", n)

@@ -135,6 +135,11 @@ func Parse(r io.Reader) (*Plan, error) {
 				continue
 			}
 			seen[kv] = true
+			if i := strings.IndexByte(d.Value, '*'); i >= 0 && i != len(d.Value)-1 {
+				// envoyproxy/ratelimit reads it as itself, Sluice as a pattern.
+				errs = append(errs, policy.FieldError{Field: field + ".value", Description: "a '*' before the end is not imported: envoyproxy/ratelimit matches it as itself, Sluice as a wildcard"})
+				continue
+			}
 			m, kb := append(match[:len(match):len(match)], policy.Match{Key: d.Key, Value: d.Value}), keyBy
 			if d.Value == "" {
 				m[len(m)-1].Value = policy.AnyValue

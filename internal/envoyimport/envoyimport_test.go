@@ -233,6 +233,9 @@ descriptors:
     value: x
   - key: a
     value: x
+  - key: f
+    value: "*.pdf"
+    rate_limit: {unit: second, requests_per_unit: 1}
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -244,7 +247,7 @@ descriptors:
 		got = append(got, f.Field)
 	}
 	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
-		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]"}
+		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]", "descriptors[7].value"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}

@@ -9,9 +9,10 @@
 //   - Scope. A global plugin's rules apply to every request; a service's
 //     to the routes that have no plugin of their own; a route's to its
 //     paths ("/orders" matching what starts with it, as Kong's prefix
-//     paths do), methods, hosts (the proxy's host descriptor) and
-//     headers (descriptors of their own), one rule over all of them, so
-//     that, as in Kong, they share one counter.
+//     paths do), methods, hosts (the proxy's host descriptor; wildcards
+//     as Kong's, *.example.com and example.*) and headers (descriptors
+//     of their own), one rule over all of them, so that, as in Kong, they
+//     share one counter.
 //     Kong runs one instance of a plugin per request, that of the route
 //     its router picks; so do the rules: each scoped rule replaces
 //     (policy.Rule.Replaces) the global ones of its plugin, and those of
@@ -35,8 +36,7 @@
 // What Sluice cannot express is refused with the path of each problem
 // (plugins[2].config.limit_by): plugins of consumers and consumer
 // groups (make them overrides and tiers), regex paths and header values,
-// leftmost wildcard hosts (*.example.com), routes with neither paths nor
-// hosts. What it expresses differently is told in Plan.Notes: a route's
+// routes with neither paths nor hosts. What it expresses differently is told in Plan.Notes: a route's
 // methods, hosts and headers are not matched when a rule's routes differ
 // in them, nor a host's port, nor a longer path of a route without a
 // plugin; and the proxy flags that identities, hosts and headers need.
@@ -551,7 +551,7 @@ func headersMeet(gs, os []string) bool {
 // plainHosts reports whether g matches hosts, none of them a wildcard:
 // Kong ranks such routes above others matching on as many fields.
 func (g *group) plainHosts() bool {
-	return g.hosts != nil && !slices.ContainsFunc(g.hosts, func(h string) bool { return strings.HasSuffix(h, "*") })
+	return g.hosts != nil && !slices.ContainsFunc(g.hosts, func(h string) bool { return strings.Contains(h, "*") })
 }
 
 // weight is how many of paths, methods, hosts and headers g's routes
@@ -591,12 +591,21 @@ func overlap(as, bs []string, meet func(a, b string) bool) bool {
 }
 
 // hostsMeet reports whether a request's host may match both a and b,
-// Kong hosts as hostsOf gives them: equal, or one a rightmost wildcard
-// (example.*) that the other starts with.
+// Kong hosts as hostsOf gives them, plain or with a wildcard
+// (*.example.com, example.*): equal, a pattern matching the other, or two
+// patterns whose ends agree.
 func hostsMeet(a, b string) bool {
-	pa, wa := strings.CutSuffix(a, "*")
-	pb, wb := strings.CutSuffix(b, "*")
-	return a == b || wa && strings.HasPrefix(pb, pa) || wb && strings.HasPrefix(pa, pb)
+	switch wa, wb := strings.Contains(a, "*"), strings.Contains(b, "*"); {
+	case !wa && !wb:
+		return a == b
+	case !wa:
+		return policy.Glob(b, a)
+	case !wb:
+		return policy.Glob(a, b)
+	}
+	pa, sa := a[:strings.IndexByte(a, '*')], a[strings.LastIndexByte(a, '*')+1:]
+	pb, sb := b[:strings.IndexByte(b, '*')], b[strings.LastIndexByte(b, '*')+1:]
+	return (strings.HasPrefix(pa, pb) || strings.HasPrefix(pb, pa)) && (strings.HasSuffix(sa, sb) || strings.HasSuffix(sb, sa))
 }
 
 // noteShadowedRoutes tells of routes without a plugin of their own whose
@@ -680,9 +689,6 @@ func (im *importer) scopePaths(g *group) bool {
 			switch {
 			case reqroute.Host(h) == "":
 				im.fail(fmt.Sprintf("%s.hosts[%d]", at.field, i), "an empty host")
-				ok = false
-			case strings.HasPrefix(h, "*"):
-				im.fail(fmt.Sprintf("%s.hosts[%d]", at.field, i), "a leftmost wildcard host is not imported: Sluice matches a host whole or by its start (example.*); list the hosts")
 				ok = false
 			case hasPort(h):
 				im.note("route %s: its host %s is matched whatever the port (the proxy's host descriptor has none)", name, h)
@@ -776,14 +782,11 @@ func hasPort(h string) bool {
 
 // hostsOf returns rt's hosts as the proxy's host descriptor names a
 // request's: lower case, without a port or a trailing dot; sorted, each
-// once. A rightmost wildcard (example.*) stays one.
+// once. A wildcard (*.example.com, example.*) stays one.
 func hostsOf(rt *route) []string {
 	var hs []string
 	for _, h := range rt.Hosts {
-		if !strings.HasSuffix(h, "*") {
-			h = reqroute.Host(h)
-		}
-		hs = append(hs, strings.ToLower(h))
+		hs = append(hs, reqroute.Host(h))
 	}
 	slices.Sort(hs)
 	return slices.Compact(hs)

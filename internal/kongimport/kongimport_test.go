@@ -234,6 +234,7 @@ services:
       - {name: shop, hosts: ["Shop.Example.com:8443", "api.*"], paths: [/orders], plugins: [{name: rate-limiting, config: {minute: 10, limit_by: ip}}]}
       - {name: orders, paths: [/orders/export], plugins: [{name: rate-limiting, config: {minute: 2, limit_by: ip}}]}
       - {name: blog, hosts: [blog.example.com], plugins: [{name: rate-limiting, config: {minute: 5, limit_by: ip}}]}
+      - {name: tenants, hosts: ["*.Example.org"], paths: [/app], plugins: [{name: rate-limiting, config: {minute: 7, limit_by: ip}}]}
 plugins:
   - {name: rate-limiting, config: {minute: 100, limit_by: ip}}
 `), "acme")
@@ -263,6 +264,8 @@ plugins:
 		{"blog.example.com", "/orders/export", "route-blog-minute"}, // a plain host over a path
 		{"blog.example.com", "/", "route-blog-minute"},
 		{"www.example.com", "/orders", "global-minute"},
+		{"acme.example.org", "/app/x", "route-tenants-minute"}, // a leftmost wildcard host
+		{"example.org", "/app/x", "global-minute"},
 	} {
 		got := meets(policy.Descriptors{{Key: "ip", Value: "192.0.2.1"}, {Key: "route", Value: tc.route}, {Key: "host", Value: tc.host}})
 		if !slices.Equal(got, []string{tc.want}) {
@@ -395,7 +398,7 @@ consumer_groups:
 	for _, f := range pe.Fields {
 		have[f.Field] = true
 	}
-	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]", "services[0].routes[1].hosts[1]", "services[0].routes[1].hosts[2]",
+	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]", "services[0].routes[1].hosts[2]",
 		"services[0].plugins[0].config.minute", "plugins[0].config", "plugins[1]", "plugins[2].route", "plugins[3].config.window_type",
 		"plugins[3].config.limit", "plugins[3].config.limit_by", "routes[0].service", "consumers[0].plugins[0]", "consumer_groups[0].plugins[0]"} {
 		if !have[want] {
@@ -524,4 +527,21 @@ func fields(err error) string {
 		return ""
 	}
 	return fmt.Sprint(pe.Fields)
+}
+
+func TestHostsMeet(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"a.example.com", "a.example.com", true}, {"a.example.com", "b.example.com", false},
+		{"*.example.com", "a.example.com", true}, {"a.example.com", "*.example.com", true}, {"*.example.com", "a.example.org", false},
+		{"api.*", "api.example.com", true}, {"api.*", "*.example.com", true}, {"api.*", "*.example.org", true},
+		{"*.example.com", "*.example.org", false}, {"www.*", "api.*", false}, {"*.b.com", "*.a.b.com", true},
+	} {
+		if got := hostsMeet(tc.a, tc.b); got != tc.want {
+			t.Errorf("hostsMeet(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
 }

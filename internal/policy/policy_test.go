@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"errors"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -133,7 +134,7 @@ func TestOverrideValidate(t *testing.T) {
 	}{
 		{Override{Identifier: "vip-*", Tier: "pro"}, nil},
 		{Override{Identifier: "client-9", RuleID: "r1", Params: good}, nil},
-		{Override{Identifier: "a*b", Tier: "pro"}, []string{"identifier"}},
+		{Override{Identifier: "*@example.com", Tier: "pro"}, nil}, // a pattern: a suffix
 		{Override{Identifier: "x"}, []string{"tier"}},
 		{Override{Identifier: "x", Tier: "pro", RuleID: "r1"}, []string{"tier"}},
 		{Override{Identifier: "x", RuleID: "r1"}, []string{"params"}},
@@ -151,9 +152,12 @@ func TestOverrideApplies(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	prefix := Override{Identifier: "vip-*"}
 	exact := Override{Identifier: "vip-1", ExpiresAt: now.Add(time.Hour)}
+	suffix := Override{Identifier: "*@example.com"}
 	switch {
 	case !prefix.Applies("vip-42", now), prefix.Applies("vi", now):
 		t.Fatal("prefix match")
+	case !suffix.Applies("bob@example.com", now), suffix.Applies("bob@example.com.evil", now):
+		t.Fatal("suffix match")
 	case !exact.Applies("vip-1", now), exact.Applies("vip-10", now):
 		t.Fatal("exact match")
 	case exact.Applies("vip-1", now.Add(time.Hour)):
@@ -409,4 +413,42 @@ func TestFitValue(t *testing.T) {
 	if got := FitValue("a\x00b", MaxDescriptorVal); got != "a\uFFFDb" {
 		t.Errorf("NUL: %q", got)
 	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, v string
+		want       bool
+	}{
+		{"abc", "abc", true}, {"abc", "abcd", false}, {"", "", true},
+		{"user_*", "user_1", true}, {"user_*", "user_", true}, {"user_*", "use", false},
+		{"*", "", true}, {"*", "anything", true},
+		{"*@example.com", "bob@example.com", true}, {"*@example.com", "bob@example.org", false}, {"*@example.com", "@example.com", true},
+		{"*.example.com", "example.com", false}, {"a*b*c", "abc", true}, {"a*b*c", "aXbYc", true}, {"a*b*c", "aXbY", false},
+		{"*.example.*", "www.example.org", true}, {"*.example.*", "www.examplе.org", false}, {"**", "x", true},
+		{"a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false}, {"*aab", "aaab", true}, {"a*", "b", false},
+	} {
+		if got := Glob(tc.pattern, tc.v); got != tc.want {
+			t.Errorf("Glob(%q, %q) = %v, want %v", tc.pattern, tc.v, got, tc.want)
+		}
+	}
+}
+
+// FuzzGlob checks Glob against path.Match, whose '*' is the same when no
+// '/' and no other special byte is in the way.
+func FuzzGlob(f *testing.F) {
+	f.Add("a*b*c", "aXbYc")
+	f.Add("*@example.com", "bob@example.com")
+	f.Fuzz(func(t *testing.T, pattern, v string) {
+		if strings.ContainsAny(pattern+v, "/?[]\\-^") || !utf8.ValidString(pattern) || !utf8.ValidString(v) {
+			return
+		}
+		want, err := path.Match(pattern, v)
+		if err != nil {
+			return
+		}
+		if got := Glob(pattern, v); got != want {
+			t.Fatalf("Glob(%q, %q) = %v, path.Match says %v", pattern, v, got, want)
+		}
+	})
 }

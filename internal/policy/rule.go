@@ -54,28 +54,25 @@ const AnyValue = "*"
 
 // Match is one condition of a rule: the request has descriptor Key, with
 // value Value, or with any value when Value is AnyValue, or with a value
-// starting with P when Value is P followed by "*" (as envoyproxy/ratelimit's
-// wildcard values). A rule's conditions on different keys must all hold;
-// of several on one key, any: route=/v1/users* and route=/v2/users* is one
-// limit over both paths, counted together.
+// Value matches as a Glob when it holds a '*': P followed by "*" a value
+// starting with P (as envoyproxy/ratelimit's wildcard values), "*" followed
+// by S one ending with S (*.example.com). A rule's conditions on different
+// keys must all hold; of several on one key, any: route=/v1/users* and
+// route=/v2/users* is one limit over both paths, counted together.
 type Match struct {
 	Key   string
 	Value string
 }
 
 // Holds reports whether value v of the descriptor meets m.
-func (m Match) Holds(v string) bool {
-	if p, ok := strings.CutSuffix(m.Value, "*"); ok {
-		return strings.HasPrefix(v, p)
-	}
-	return m.Value == v
-}
+func (m Match) Holds(v string) bool { return Glob(m.Value, v) }
 
-// specificity ranks m's value: a prefix by its length (AnyValue: 0), a
-// literal value above every prefix.
+// specificity ranks m's value: a pattern by the bytes that stand for
+// themselves (a prefix by its length; AnyValue: 0), a literal value above
+// every pattern.
 func (m Match) specificity() int {
-	if p, ok := strings.CutSuffix(m.Value, "*"); ok {
-		return len(p)
+	if strings.Contains(m.Value, "*") {
+		return GlobLiterals(m.Value)
 	}
 	return math.MaxInt
 }

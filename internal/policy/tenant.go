@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -89,7 +88,9 @@ func validateSlug(fe fieldErrors, field, s string) {
 
 // Override is a per-client exception. It applies to clients whose
 // identifier (the value of the descriptor Key, client_id by default) equals
-// Identifier, or starts with it when Identifier ends in '*'. It either moves
+// Identifier or, when Identifier holds a '*', matches it as a Glob ("acme-*"
+// every identifier starting with "acme-", "*@example.com" every one ending
+// so). It either moves
 // the client to Tier, or replaces the parameters of rule RuleID, or blocks
 // the client: every request (or, with RuleID, rule RuleID makes a blocking
 // rule for it; see Rule.Block), until ExpiresAt when set.
@@ -122,10 +123,7 @@ func (o *Override) Applies(id string, now time.Time) bool {
 	if !o.ExpiresAt.IsZero() && !now.Before(o.ExpiresAt) {
 		return false
 	}
-	if p, ok := strings.CutSuffix(o.Identifier, "*"); ok {
-		return strings.HasPrefix(id, p)
-	}
-	return id == o.Identifier
+	return Glob(o.Identifier, id)
 }
 
 // Validate returns an *Error with CodeInvalid listing every invalid field, or nil.
@@ -136,8 +134,6 @@ func (o *Override) Validate() error {
 	}
 	if o.Identifier == "" || len(o.Identifier) > MaxDescriptorVal || !utf8.ValidString(o.Identifier) {
 		fe.add("identifier", "must be 1 to %d bytes of UTF-8", MaxDescriptorVal)
-	} else if i := strings.IndexByte(o.Identifier, '*'); i >= 0 && i != len(o.Identifier)-1 {
-		fe.add("identifier", "'*' is allowed only at the end (a prefix match)")
 	}
 	switch {
 	case o.Block:

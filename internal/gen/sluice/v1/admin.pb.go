@@ -2949,7 +2949,8 @@ type Override struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Descriptor holding the client identifier; empty means client_id.
 	DescriptorKey string `protobuf:"bytes,2,opt,name=descriptor_key,json=descriptorKey,proto3" json:"descriptor_key,omitempty"`
-	// Exact identifier, or a prefix ending in '*'.
+	// Exact identifier, or a pattern whose each '*' stands for any run of
+	// characters: "acme-*" a prefix, "*@example.com" a suffix.
 	Identifier string `protobuf:"bytes,3,opt,name=identifier,proto3" json:"identifier,omitempty"`
 	// Move the client to this tier, or
 	Tier string `protobuf:"bytes,4,opt,name=tier,proto3" json:"tier,omitempty"`

@@ -341,7 +341,9 @@ func (x *LimitParams) GetTimeZone() string {
 }
 
 // Match is one condition on a request descriptor: its value, any value
-// for "*", or a value starting with P for P followed by "*" ("/api/*").
+// for "*", or, for a value holding "*", the values it matches with each "*"
+// standing for any run of characters: "/api/*" a prefix, "*@example.com"
+// a suffix.
 // A rule's conditions on different keys must all hold; of several on one
 // key, any one (not in an exact rule).
 type Match struct {
