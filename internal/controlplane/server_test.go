@@ -1126,6 +1126,14 @@ func TestAPIMetrics(t *testing.T) {
 	if _, err := call(admin, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "Not A Slug"}); codeOf(err) != connect.CodeInvalidArgument {
 		t.Fatal(err)
 	}
+	// Unkey's override calls are counted as calls of their own.
+	unkeyReq, _ := http.NewRequest("POST", srv.URL+"/v2/ratelimit.getOverride", strings.NewReader(`{"namespace":"api","identifier":"x"}`))
+	unkeyReq.Header.Set("Authorization", "Bearer "+admin)
+	if resp, err := srv.Client().Do(unkeyReq); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("getOverride: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	req := connect.NewRequest(&sluicev1.WatchRequest{})
 	req.Header().Set("Authorization", "Bearer "+deciderKey)
@@ -1173,6 +1181,7 @@ func TestAPIMetrics(t *testing.T) {
 		{"sluice_api_calls_total", []string{"code", "unauthenticated", "procedure", list}, 1},
 		{"sluice_api_calls_total", []string{"code", "invalid_argument", "procedure", sluicev1connect.TierServiceCreateTierProcedure}, 1},
 		{"sluice_api_call_seconds", []string{"procedure", list}, 3},
+		{"sluice_api_calls_total", []string{"code", "not_found", "procedure", "/v2/ratelimit.getOverride"}, 1},
 		{"sluice_config_watches", nil, 1},
 	} {
 		if got := value(c.name, c.labels...); got != c.want {

@@ -82,28 +82,14 @@ func (s *server) unkeyHandler(auth *authenticator) http.Handler {
 			unkeyReply[any](w, http.StatusNotFound, nil, nil, unkey.ErrorOf(http.StatusNotFound, "Not Found", "no such call: "+r.URL.Path, "not_found", nil))
 			return
 		}
-		ctx, err := auth.authorize(r.Context(), unkeyPrefix+name, r.Header, r.RemoteAddr)
+		start, procedure := time.Now(), unkeyPrefix+name
+		data, page, err := s.unkeyCall(r, auth, name, op.do)
+		s.metrics.seconds.WithLabelValues(procedure).Observe(time.Since(start).Seconds())
+		code := "ok"
 		if err != nil {
-			unkeyFail(w, err)
-			return
+			code = unkeyCode(err).String()
 		}
-		if principalFrom(ctx).Role == RoleOperator {
-			unkeyFail(w, connect.NewError(connect.CodePermissionDenied, errors.New("the override calls take the tenant's admin key: the operator key names no tenant")))
-			return
-		}
-		tenant, err := tenantOf(ctx, "")
-		if err != nil {
-			unkeyFail(w, err)
-			return
-		}
-		var b unkeyOverrideBody
-		dec := json.NewDecoder(io.LimitReader(r.Body, MaxRequestBytes))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil {
-			unkeyFail(w, &policy.Error{Code: policy.CodeInvalid, Message: "the body is not a valid " + name + " request: " + err.Error()})
-			return
-		}
-		data, page, err := op.do(s, ctx, tenant, &b)
+		s.metrics.calls.WithLabelValues(procedure, code).Inc()
 		if err != nil {
 			unkeyFail(w, err)
 			return
@@ -112,23 +98,58 @@ func (s *server) unkeyHandler(auth *authenticator) http.Handler {
 	})
 }
 
+// unkeyCall makes override call name of r: its key authorized as a
+// Connect call of the name is, its body read, then do.
+func (s *server) unkeyCall(r *http.Request, auth *authenticator, name string,
+	do func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error)) (any, *unkey.Pagination, error) {
+	ctx, err := auth.authorize(r.Context(), unkeyPrefix+name, r.Header, r.RemoteAddr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if principalFrom(ctx).Role == RoleOperator {
+		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("the override calls take the tenant's admin key: the operator key names no tenant"))
+	}
+	tenant, err := tenantOf(ctx, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	var b unkeyOverrideBody
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		return nil, nil, &policy.Error{Code: policy.CodeInvalid, Message: "the body is not a valid " + name + " request: " + err.Error()}
+	}
+	return do(s, ctx, tenant, &b)
+}
+
 func unkeyReply[T any](w http.ResponseWriter, status int, data *T, page *unkey.Pagination, e *unkey.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(unkey.Answer[T]{Meta: unkey.Meta{RequestID: unkey.RequestID()}, Data: data, Pagination: page, Error: e})
 }
 
+// unkeyCode is the Connect code of err, a Connect or policy error.
+func unkeyCode(err error) connect.Code {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		return connect.CodeOf(err)
+	}
+	if c, ok := map[policy.Code]connect.Code{policy.CodeInvalid: connect.CodeInvalidArgument, policy.CodeNotFound: connect.CodeNotFound,
+		policy.CodeConflict: connect.CodeAlreadyExists, policy.CodeAborted: connect.CodeAborted,
+		policy.CodeResourceExhausted: connect.CodeResourceExhausted, policy.CodeFailedPrecondition: connect.CodeFailedPrecondition}[pe.Code]; ok {
+		return c
+	}
+	return connect.CodeInternal
+}
+
 // unkeyFail answers err, a Connect or policy error, in Unkey's envelope.
 func unkeyFail(w http.ResponseWriter, err error) {
 	var fields []policy.FieldError
 	var pe *policy.Error
-	code := connect.CodeOf(err)
 	if errors.As(err, &pe) {
 		fields = pe.Fields
-		code = map[policy.Code]connect.Code{policy.CodeInvalid: connect.CodeInvalidArgument, policy.CodeNotFound: connect.CodeNotFound,
-			policy.CodeConflict: connect.CodeAlreadyExists, policy.CodeAborted: connect.CodeAborted,
-			policy.CodeResourceExhausted: connect.CodeResourceExhausted, policy.CodeFailedPrecondition: connect.CodeFailedPrecondition}[pe.Code]
 	}
+	code := unkeyCode(err)
 	status, title, typ := http.StatusInternalServerError, "Internal Server Error", "internal_server_error"
 	switch code {
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
