@@ -253,6 +253,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#try-result", "Reset: tiny", nil)
 	do("check after the reset", chromedp.Click("#try-submit"))
 	waitText("#try-result", "200: allowed", nil)
+	// Other descriptors meet the rules that match them: /reports's.
+	do("another descriptor", chromedp.SetValue("#try-more", "route=/reports, method=GET"), chromedp.Click("#try-submit"))
+	waitText("#try-result .headers", `"inflight"`, nil)
+	eval(`(() => { document.querySelector('#try-more').value = ''; return ''; })()`)
 
 	// Blocked: a client the rule never saw is rejected at once, with a
 	// limit of 0 and no Retry-After (it never can be admitted).

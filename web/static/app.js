@@ -239,11 +239,17 @@ async function act(f, msg) {
   say(msg);
 }
 
-function ruleFromForm(f) {
-  const match = f.match.value.split(',').map((s) => s.trim()).filter(Boolean).map((kv) => {
+// pairs reads "key=value, key=value" as [{key, value}] (a key alone: an
+// empty value).
+function pairs(text) {
+  return text.split(',').map((s) => s.trim()).filter(Boolean).map((kv) => {
     const i = kv.indexOf('=');
     return i < 0 ? { key: kv, value: '' } : { key: kv.slice(0, i).trim(), value: kv.slice(i + 1).trim() };
   });
+}
+
+function ruleFromForm(f) {
+  const match = pairs(f.match.value);
   // Only the parameters of the chosen algorithm go (those of another,
   // left in the form, would be refused), the optional ones when given; a
   // calendar window has no window.
@@ -413,6 +419,7 @@ function tryCall(f, path) {
   localStorage.setItem('sluice-decider', f.decider.value);
   const descriptors = { client_id: f.client.value };
   if (f.route.value) descriptors.route = f.route.value;
+  for (const { key, value } of pairs(f.more.value)) descriptors[key] = value;
   return fetch(f.decider.value.replace(/\/$/, '') + path, {
     method: 'POST', headers: { Authorization: 'Bearer ' + f.key.value, 'Content-Type': 'application/json' },
     body: JSON.stringify({ descriptors, tier: f.tier.value || undefined }),
