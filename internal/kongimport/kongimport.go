@@ -678,8 +678,13 @@ func (im *importer) scopePaths(g *group) bool {
 			}
 		}
 		for i, p := range at.rt.Paths {
-			if strings.HasPrefix(p, "~") {
+			switch {
+			case strings.HasPrefix(p, "~"):
 				im.fail(fmt.Sprintf("%s.paths[%d]", at.field, i), "a regex path is not imported: write its prefixes as paths")
+				ok = false
+				continue
+			case strings.Contains(p, "*"):
+				im.fail(fmt.Sprintf("%s.paths[%d]", at.field, i), "a '*' in a path is itself to Kong and a wildcard to Sluice: not imported")
 				ok = false
 				continue
 			}
@@ -747,8 +752,12 @@ func (im *importer) checkHeaders(at routeAt) bool {
 			continue
 		}
 		for i, v := range at.rt.Headers[name] {
-			if strings.HasPrefix(v, "~*") {
+			switch {
+			case strings.HasPrefix(v, "~*"):
 				im.fail(fmt.Sprintf("%s[%d]", field, i), "a regex header value is not imported: list the values")
+				ok = false
+			case strings.Contains(v, "*"):
+				im.fail(fmt.Sprintf("%s[%d]", field, i), "a '*' in a header value is itself to Kong and a wildcard to Sluice: not imported")
 				ok = false
 			}
 		}
@@ -911,8 +920,8 @@ func (im *importer) limits(g *group) {
 			return
 		}
 	case "path":
-		if c.Path == "" || strings.HasPrefix(c.Path, "~") {
-			im.fail(cf+".path", "a path, required with limit_by path")
+		if c.Path == "" || strings.HasPrefix(c.Path, "~") || strings.Contains(c.Path, "*") {
+			im.fail(cf+".path", "a path (not a regex, and without '*', a wildcard to Sluice), required with limit_by path")
 			return
 		}
 		byPath = true

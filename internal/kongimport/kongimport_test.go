@@ -372,7 +372,7 @@ services:
   - name: s
     routes:
       - {name: methodonly, methods: [GET]}
-      - {name: regex, paths: ["~/items/\\d+$"], hosts: [example.com, "*.example.com", ""]}
+      - {name: regex, paths: ["~/items/\\d+$", "/files/*"], hosts: [example.com, "*.example.com", ""], headers: {x-v: ["a*"]}}
     plugins:
       - {name: rate-limiting, config: {minute: 1.5}}
 plugins:
@@ -398,7 +398,7 @@ consumer_groups:
 	for _, f := range pe.Fields {
 		have[f.Field] = true
 	}
-	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]", "services[0].routes[1].hosts[2]",
+	for _, want := range []string{"_workspace", "services[0].routes[0].paths", "services[0].routes[1].paths[0]", "services[0].routes[1].hosts[2]", "services[0].routes[1].paths[1]", "services[0].routes[1].headers.x-v[0]",
 		"services[0].plugins[0].config.minute", "plugins[0].config", "plugins[1]", "plugins[2].route", "plugins[3].config.window_type",
 		"plugins[3].config.limit", "plugins[3].config.limit_by", "routes[0].service", "consumers[0].plugins[0]", "consumer_groups[0].plugins[0]"} {
 		if !have[want] {
