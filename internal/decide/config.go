@@ -22,6 +22,7 @@ type Config struct {
 	Tenant  policy.Tenant
 	Version int64
 	tiers   map[string][]compiledRule
+	indexes map[string]*ruleIndex // of the tiers large enough to index
 	exact   map[overrideKey][]*compiledOverride
 	prefix  []*compiledOverride // patterns (a '*' in the identifier), the most literal bytes first
 	idKeys  []string            // descriptor keys overrides match on
@@ -190,7 +191,7 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 	if err := s.Tenant.Validate(); err != nil {
 		return nil, fmt.Errorf("decide: tenant %s: %w", s.Tenant.Slug, err)
 	}
-	c := &Config{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)),
+	c := &Config{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)), indexes: map[string]*ruleIndex{},
 		exact: make(map[overrideKey][]*compiledOverride)}
 	ruleIDs := map[string]bool{}
 	for i := range s.Tiers {
@@ -220,6 +221,9 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 			c.replaces = c.replaces || len(r.Replaces) > 0
 		}
 		c.tiers[t.Name] = rules
+		if x := newRuleIndex(rules); x != nil {
+			c.indexes[t.Name] = x
+		}
 	}
 	seen := map[string]bool{}
 	for i := range s.Overrides {

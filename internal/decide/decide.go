@@ -567,6 +567,9 @@ func (c *Config) tierOf(tier string, ovs []*compiledOverride) (string, []compile
 	return tier, rules, nil
 }
 
+// maxExpectedRules is the room a selection makes for its rules at first.
+const maxExpectedRules = 8
+
 // selection is the rules a request is decided by: for each, its counter
 // request, the rule, and the parameters in force (an override's or its own).
 type selection struct {
@@ -614,8 +617,10 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 			return sel, nil
 		}
 	}
+	var cbuf [indexFrom]int32
+	cand := c.indexes[tier].candidates(len(rules), req.Descriptors, cbuf[:0])
 	only := "" // with an overridden request limit, the rules naming this descriptor
-	if req.Limit != nil && req.Limit.OverriddenBy != "" && overridden(rules, req.Descriptors, req.Limit.OverriddenBy) {
+	if req.Limit != nil && req.Limit.OverriddenBy != "" && overridden(rules, cand, req.Descriptors, req.Limit.OverriddenBy) {
 		only = req.Limit.OverriddenBy
 	} else if req.Limit != nil {
 		rule, lim := c.requestRule(*req.Limit, req.Descriptors)
@@ -631,13 +636,17 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 		sel.one = new(oneRule)
 		sel.reqs, sel.picked, sel.params = sel.one.reqs[:0], sel.one.picked[:0], sel.one.params[:0]
 	} else {
-		sel.reqs, sel.picked, sel.params = make([]limit.Request, 0, len(rules)), make([]*policy.Rule, 0, len(rules)),
-			make([]policy.Params, 0, len(rules))
+		// Room for the rules a request commonly meets, not for the whole
+		// tier: a tier of a thousand rules (imported routes, overrides kept
+		// as rules) would otherwise clear and collect a thousand entries a
+		// decision.
+		n := min(len(rules), maxExpectedRules)
+		sel.reqs, sel.picked, sel.params = make([]limit.Request, 0, n), make([]*policy.Rule, 0, n), make([]policy.Params, 0, n)
 	}
 	var kb [128]byte // most keys fit: one allocation each, the string's
 	key := kb[:0]
 	exact := 0
-	for i := range rules {
+	for _, i := range cand {
 		r := &rules[i]
 		if !r.Matches(req.Descriptors) || only != "" && !names(&r.Rule, only) {
 			continue
@@ -671,10 +680,11 @@ func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, er
 	return sel, nil
 }
 
-// overridden reports whether a rule of rules matches ds with a condition
-// on descriptor key (RequestLimit.OverriddenBy).
-func overridden(rules []compiledRule, ds policy.Descriptors, key string) bool {
-	for i := range rules {
+// overridden reports whether a rule of rules (of the candidates cand)
+// matches ds with a condition on descriptor key
+// (RequestLimit.OverriddenBy).
+func overridden(rules []compiledRule, cand []int32, ds policy.Descriptors, key string) bool {
+	for _, i := range cand {
 		if names(&rules[i].Rule, key) && rules[i].Matches(ds) {
 			return true
 		}
