@@ -24,9 +24,12 @@ type Config struct {
 	tiers   map[string][]compiledRule
 	indexes map[string]*ruleIndex // of the tiers large enough to index
 	exact   map[overrideKey][]*compiledOverride
-	prefix  []*compiledOverride // patterns (a '*' in the identifier), the most literal bytes first
-	idKeys  []string            // descriptor keys overrides match on
-	local   sync.Map            // localKey → *limit.Limiter, built on first failure
+	// patterns are the overrides of a '*' in the identifier, the most
+	// literal bytes first, indexed (nil: few enough to try each).
+	patterns   []*compiledOverride
+	patternIdx *patternIndex
+	idKeys     []string // descriptor keys overrides match on
+	local      sync.Map // localKey → *limit.Limiter, built on first failure
 	// requestLimits holds the limiters of requests' own limits
 	// (RequestLimit → *limit.Limiter), at most maxRequestLimits of them.
 	requestLimits  sync.Map
@@ -73,7 +76,7 @@ func (c *Config) ShadowAll() {
 			shadowBlock(o)
 		}
 	}
-	for _, o := range c.prefix {
+	for _, o := range c.patterns {
 		shadowBlock(o)
 	}
 }
@@ -225,6 +228,12 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 			c.indexes[t.Name] = x
 		}
 	}
+	byID := map[string]*policy.Rule{} // enabled rules, for blocking overrides
+	for _, rules := range c.tiers {
+		for i := range rules {
+			byID[rules[i].ID] = &rules[i].Rule
+		}
+	}
 	seen := map[string]bool{}
 	for i := range s.Overrides {
 		o := &compiledOverride{Override: s.Overrides[i]}
@@ -239,46 +248,45 @@ func Compile(s *policy.Snapshot) (*Config, error) {
 			o.limiter = l
 		}
 		if o.Block {
-			o.blockRule = c.blockRule(o)
+			o.blockRule = blockRule(o, byID)
 		}
 		if !seen[o.IdentifierKey()] {
 			seen[o.IdentifierKey()] = true
 			c.idKeys = append(c.idKeys, o.IdentifierKey())
 		}
 		if strings.Contains(o.Identifier, "*") {
-			c.prefix = append(c.prefix, o)
+			c.patterns = append(c.patterns, o)
 		} else {
 			k := overrideKey{o.IdentifierKey(), o.Identifier}
 			c.exact[k] = append(c.exact[k], o)
 		}
 	}
-	sort.SliceStable(c.prefix, func(i, j int) bool {
-		return policy.GlobLiterals(c.prefix[i].Identifier) > policy.GlobLiterals(c.prefix[j].Identifier)
+	sort.SliceStable(c.patterns, func(i, j int) bool {
+		return policy.GlobLiterals(c.patterns[i].Identifier) > policy.GlobLiterals(c.patterns[j].Identifier)
 	})
+	c.patternIdx = newPatternIndex(c.patterns)
 	return c, nil
 }
 
 // blockRule is the rule a blocking override rejects its client's requests
 // by: for every request, a rule of its own (named "blocked", counted in
 // the analytics as block/<key>=<identifier>, keyed by the identifier);
-// for rule RuleID, a blocking copy of it, nil when no tier enables it.
-func (c *Config) blockRule(o *compiledOverride) *policy.Rule {
+// for rule RuleID, a blocking copy of it, nil when no tier enables it
+// (enabled holds the enabled rules by id).
+func blockRule(o *compiledOverride, enabled map[string]*policy.Rule) *policy.Rule {
 	if o.RuleID == "" {
 		// A window of a second, for headers and Envoy's unit: a block of
 		// requests_per_unit 0 per second, as envoyproxy/ratelimit would say.
 		return &policy.Rule{ID: "block/" + o.IdentifierKey() + "=" + o.Identifier, Name: "blocked", KeyBy: []string{o.IdentifierKey()},
 			Enabled: true, Block: true, Params: policy.Params{Window: time.Second}}
 	}
-	for _, rules := range c.tiers {
-		for i := range rules {
-			if rules[i].ID == o.RuleID {
-				r := rules[i].Rule
-				r.Block, r.Shadow = true, false // a client blocked is blocked
-				return &r
-			}
-		}
+	e, ok := enabled[o.RuleID]
+	if !ok {
+		return nil
 	}
-	return nil
+	r := *e
+	r.Block, r.Shadow = true, false // a client blocked is blocked
+	return &r
 }
 
 // overrides returns the overrides applying to a request at now: exact
@@ -294,8 +302,9 @@ func (c *Config) overrides(d policy.Descriptors, now time.Time, dst []*compiledO
 				dst = append(dst, o)
 			}
 		}
-		for _, o := range c.prefix {
-			if o.IdentifierKey() == k && o.Applies(id, now) {
+		var cbuf [patternsFrom]int32
+		for _, i := range c.patternIdx.candidates(len(c.patterns), k, id, cbuf[:0]) {
+			if o := c.patterns[i]; o.IdentifierKey() == k && o.Applies(id, now) {
 				dst = append(dst, o)
 			}
 		}

@@ -86,10 +86,7 @@ func literal(match []policy.Match, key string) bool {
 // tier), else those the index finds. Each still has its match tried.
 func (x *ruleIndex) candidates(n int, d policy.Descriptors, dst []int32) []int32 {
 	if x == nil {
-		for i := range n {
-			dst = append(dst, int32(i))
-		}
-		return dst
+		return every(n, dst)
 	}
 	dst = append(dst, x.always...)
 	for _, e := range d {
@@ -97,4 +94,13 @@ func (x *ruleIndex) candidates(n int, d policy.Descriptors, dst []int32) []int32
 	}
 	slices.Sort(dst)
 	return slices.Compact(dst) // a key given twice in d would list its rules twice
+}
+
+// every appends 0 to n-1 to dst: the candidates of a list too small to
+// index.
+func every(n int, dst []int32) []int32 {
+	for i := range n {
+		dst = append(dst, int32(i))
+	}
+	return dst
 }
