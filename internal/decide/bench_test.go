@@ -20,13 +20,7 @@ func BenchmarkDecideAmong1000Rules(b *testing.B) {
 			Match:  []policy.Match{{Key: "namespace", Value: "api"}, {Key: "identifier", Value: fmt.Sprint("user_", i)}},
 			Params: policy.Params{Algorithm: policy.SlidingWindow, Limit: 1e9, Window: time.Minute}})
 	}
-	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "t", DefaultTier: "d"}, Version: 1,
-		Tiers: []policy.Tier{{Name: "d", Rules: rules}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := func() time.Time { return time.Unix(1e9, 0) }
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	d, c := benchDecider(b, []policy.Tier{{Name: "d", Rules: rules}}, nil)
 	req := Request{Descriptors: policy.Descriptors{{Key: "identifier", Value: "user_999"}, {Key: "namespace", Value: "api"}},
 		Limit: &RequestLimit{Requests: 10, Window: time.Minute, Algorithm: policy.SlidingWindow, OverriddenBy: "namespace"}}
 	for b.Loop() {
@@ -50,15 +44,8 @@ func BenchmarkDecideAmongPatternOverrides(b *testing.B) {
 			policy.Override{Identifier: fmt.Sprint("*@p", i, ".example"), RuleID: "r",
 				Params: &policy.Params{Algorithm: policy.TokenBucket, Limit: 5e8, Window: time.Minute}})
 	}
-	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "t", DefaultTier: "free"}, Version: 1,
-		Tiers: []policy.Tier{{Name: "free", Rules: rules}, {Name: "pro", Rules: []policy.Rule{{ID: "p", Name: "per-client",
-			Enabled: true, KeyBy: []string{"client_id"}, Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1e9, Window: time.Minute}}}}},
-		Overrides: ovs})
-	if err != nil {
-		b.Fatal(err)
-	}
-	now := func() time.Time { return time.Unix(1e9, 0) }
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	d, c := benchDecider(b, []policy.Tier{{Name: "free", Rules: rules}, {Name: "pro", Rules: []policy.Rule{{ID: "p", Name: "per-client",
+		Enabled: true, KeyBy: []string{"client_id"}, Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1e9, Window: time.Minute}}}}}, ovs)
 	for _, tt := range []struct{ client, tier string }{{"cust-4999-api", "pro"}, {"ann@p4999.example", "free"}, {"nobody", "free"}} {
 		b.Run(tt.client, func(b *testing.B) {
 			req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: tt.client}}}
@@ -92,4 +79,42 @@ func BenchmarkCompileBlockingOverrides(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A decision in a tier of 1,000 rules of route prefixes, as a Kong import
+// of a thousand routes makes them (route=/svc-42/*, half also on a method):
+// the rule index finds the rules of the request's route by its prefixes.
+func BenchmarkDecideAmong1000RoutePrefixes(b *testing.B) {
+	var rules []policy.Rule
+	for i := range 1000 {
+		r := policy.Rule{ID: fmt.Sprint("r", i), Name: fmt.Sprint("r", i), Enabled: true, KeyBy: []string{"client_id"},
+			Match:  []policy.Match{{Key: "route", Value: fmt.Sprint("/svc-", i, "/*")}},
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1e9, Window: time.Minute}}
+		if i%2 == 0 {
+			r.Match = append(r.Match, policy.Match{Key: "method", Value: "GET"})
+		}
+		rules = append(rules, r)
+	}
+	d, c := benchDecider(b, []policy.Tier{{Name: "d", Rules: rules}}, nil)
+	req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "alice"}, {Key: "route", Value: "/svc-998/orders/42"},
+		{Key: "method", Value: "GET"}, {Key: "host", Value: "api.example.com"}}}
+	for b.Loop() {
+		dec, err := d.Decide(context.Background(), c, req)
+		if err != nil || len(dec.Rules) != 1 || dec.Rules[0].Rule.Name != "r998" {
+			b.Fatalf("%+v, %v", dec, err)
+		}
+	}
+}
+
+// benchDecider compiles a tenant of tiers (the first its default) and
+// overrides, and returns an in-process decider at a fixed time.
+func benchDecider(b *testing.B, tiers []policy.Tier, overrides []policy.Override) (*Decider, *Config) {
+	b.Helper()
+	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "t", DefaultTier: tiers[0].Name}, Version: 1,
+		Tiers: tiers, Overrides: overrides})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := func() time.Time { return time.Unix(1e9, 0) }
+	return New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now), c
 }

@@ -16,46 +16,46 @@ const indexFrom = 16
 // routes, Unkey's overrides kept as rules) tried rule by rule costs tens
 // of microseconds a decision.
 type ruleIndex struct {
-	// byValue lists, for a descriptor and a value, the rules whose
-	// conditions on that descriptor (their index key) all name values
-	// without '*', under each of those values: such a rule can hold only
-	// for a request carrying one of them.
-	byValue map[overrideKey][]int32
+	// byValue lists each rule under the values its conditions on one
+	// descriptor (its index key) stand for: literal values, prefixes
+	// ("/orders/*") and suffixes ("*.example.com"). Such a rule can hold
+	// only for a request whose value of that descriptor is one of them.
+	byValue *affixIndex
 	// always lists the rules with no such descriptor: an empty match, or
-	// patterns only. They are tried for every request.
+	// patterns of other shapes only. They are tried for every request.
 	always []int32
 }
 
 // newRuleIndex indexes rules, or returns nil for a tier small enough to
 // try rule by rule. Each rule is listed under the descriptor of its
-// literal conditions that the fewest other rules share values of
+// conditions that the fewest other rules share values of
 // (identifier=user_42 rather than the namespace=api of a thousand rules).
 func newRuleIndex(rules []compiledRule) *ruleIndex {
 	if len(rules) < indexFrom {
 		return nil
 	}
-	shared := map[overrideKey]int{} // rules per literal condition
+	shared := map[affixEntry]int{} // rules per indexable condition
 	for i := range rules {
 		for _, m := range rules[i].Match {
-			if literal(rules[i].Match, m.Key) {
-				shared[overrideKey{m.Key, m.Value}]++
+			if e, ok := affixOf(m.Key, m.Value); ok {
+				shared[e]++
 			}
 		}
 	}
-	x := &ruleIndex{byValue: map[overrideKey][]int32{}}
+	x := &ruleIndex{byValue: newAffixIndex()}
 	for i := range rules {
+		match := rules[i].Match
 		key, best := "", 0
-		for _, m := range rules[i].Match {
-			if !literal(rules[i].Match, m.Key) {
-				continue
-			}
-			n := 0 // the rules a request meeting this condition tries
-			for _, o := range rules[i].Match {
+		for _, m := range match {
+			n, ok := 0, true // the rules a request meeting m's descriptor's conditions tries
+			for _, o := range match {
 				if o.Key == m.Key {
-					n += shared[overrideKey{o.Key, o.Value}]
+					e, indexable := affixOf(o.Key, o.Value)
+					ok = ok && indexable
+					n += shared[e]
 				}
 			}
-			if key == "" || n < best {
+			if ok && (key == "" || n < best) {
 				key, best = m.Key, n
 			}
 		}
@@ -63,22 +63,14 @@ func newRuleIndex(rules []compiledRule) *ruleIndex {
 			x.always = append(x.always, int32(i))
 			continue
 		}
-		for _, m := range rules[i].Match {
+		for _, m := range match {
 			if m.Key == key {
-				k := overrideKey{key, m.Value}
-				if l := x.byValue[k]; len(l) == 0 || l[len(l)-1] != int32(i) { // a value given twice, once
-					x.byValue[k] = append(l, int32(i))
-				}
+				x.byValue.add(m.Key, m.Value, int32(i))
 			}
 		}
 	}
+	x.byValue.done()
 	return x
-}
-
-// literal reports whether match's conditions on descriptor key all name
-// values without '*': a rule can hold only for a request carrying one.
-func literal(match []policy.Match, key string) bool {
-	return !slices.ContainsFunc(match, func(n policy.Match) bool { return n.Key == key && strings.Contains(n.Value, "*") })
 }
 
 // candidates appends to dst, in the tier's order, the indexes of the rules
@@ -90,10 +82,12 @@ func (x *ruleIndex) candidates(n int, d policy.Descriptors, dst []int32) []int32
 	}
 	dst = append(dst, x.always...)
 	for _, e := range d {
-		dst = append(dst, x.byValue[overrideKey{e.Key, e.Value}]...)
+		dst = x.byValue.lookup(e.Key, e.Value, dst)
 	}
 	slices.Sort(dst)
-	return slices.Compact(dst) // a key given twice in d would list its rules twice
+	// A rule listed under two of its values, or a key given twice in d,
+	// is found twice.
+	return slices.Compact(dst)
 }
 
 // every appends 0 to n-1 to dst: the candidates of a list too small to
@@ -101,6 +95,109 @@ func (x *ruleIndex) candidates(n int, d policy.Descriptors, dst []int32) []int32
 func every(n int, dst []int32) []int32 {
 	for i := range n {
 		dst = append(dst, int32(i))
+	}
+	return dst
+}
+
+// affixKind is the shape of a match value or an override identifier
+// (policy.Glob) that an affixIndex can look up.
+type affixKind uint8
+
+const (
+	affixLiteral affixKind = iota // no '*': the value itself
+	affixPrefix                   // one '*', last: "abc*", any value starting "abc"
+	affixSuffix                   // one '*', first: "*abc", any value ending "abc"
+)
+
+// affixEntry is a pattern of descriptor key as an affixIndex lists it.
+type affixEntry struct {
+	kind    affixKind
+	key     string
+	literal string // the pattern without its '*'
+}
+
+// affixOf returns pattern's entry, or false for a pattern of another
+// shape (a '*' inside, or several), which no affixIndex lists.
+func affixOf(key, pattern string) (affixEntry, bool) {
+	switch star := strings.IndexByte(pattern, '*'); {
+	case star < 0:
+		return affixEntry{affixLiteral, key, pattern}, true
+	case strings.IndexByte(pattern[star+1:], '*') >= 0:
+		return affixEntry{}, false
+	case star == len(pattern)-1:
+		return affixEntry{affixPrefix, key, pattern[:star]}, true
+	case star == 0:
+		return affixEntry{affixSuffix, key, pattern[1:]}, true
+	}
+	return affixEntry{}, false
+}
+
+// affixIndex lists entries (the indexes of rules or overrides) under the
+// patterns of descriptor values they stand for, and finds those of a
+// value by looking it up whole, and its prefixes and suffixes of the
+// lengths the key's patterns have: a few map reads in place of trying
+// every pattern. Build it with add, then done; lookups may then run
+// concurrently.
+type affixIndex struct {
+	entries  map[affixEntry][]int32
+	literals bool // some entry is of a literal: lookups read v whole
+	// lens holds, by descriptor key, the lengths of its prefix and
+	// suffix patterns' literals, ascending.
+	prefixLens, suffixLens map[string][]int
+}
+
+func newAffixIndex() *affixIndex {
+	return &affixIndex{entries: map[affixEntry][]int32{}, prefixLens: map[string][]int{}, suffixLens: map[string][]int{}}
+}
+
+// add lists i under pattern of descriptor key and reports whether it
+// could: a pattern of another shape is the caller's to try.
+func (a *affixIndex) add(key, pattern string, i int32) bool {
+	e, ok := affixOf(key, pattern)
+	if !ok {
+		return false
+	}
+	if l := a.entries[e]; len(l) == 0 || l[len(l)-1] != i { // a pattern given twice, once
+		a.entries[e] = append(l, i)
+	}
+	switch e.kind {
+	case affixLiteral:
+		a.literals = true
+	case affixPrefix:
+		a.prefixLens[key] = append(a.prefixLens[key], len(e.literal))
+	case affixSuffix:
+		a.suffixLens[key] = append(a.suffixLens[key], len(e.literal))
+	}
+	return true
+}
+
+// done sorts the lengths lookups go through.
+func (a *affixIndex) done() {
+	for _, m := range []map[string][]int{a.prefixLens, a.suffixLens} {
+		for k, l := range m {
+			slices.Sort(l)
+			m[k] = slices.Compact(l)
+		}
+	}
+}
+
+// lookup appends to dst the entries listed under a pattern that value v
+// of descriptor key meets, in no particular order.
+func (a *affixIndex) lookup(key, v string, dst []int32) []int32 {
+	if a.literals {
+		dst = append(dst, a.entries[affixEntry{affixLiteral, key, v}]...)
+	}
+	for _, l := range a.prefixLens[key] {
+		if l > len(v) {
+			break
+		}
+		dst = append(dst, a.entries[affixEntry{affixPrefix, key, v[:l]}]...)
+	}
+	for _, l := range a.suffixLens[key] {
+		if l > len(v) {
+			break
+		}
+		dst = append(dst, a.entries[affixEntry{affixSuffix, key, v[len(v)-l:]}]...)
 	}
 	return dst
 }

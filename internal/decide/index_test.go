@@ -16,7 +16,7 @@ func TestRuleIndexFindsWhatAScanFinds(t *testing.T) {
 	t.Parallel()
 	rnd := rand.New(rand.NewPCG(7, 11))
 	keys := []string{"a", "b", "c", "d"}
-	values := []string{"x", "y", "z", "x*", "*z", "*", "xy"}
+	values := []string{"x", "y", "z", "x*", "*z", "*", "xy", "x*z", "*y*", "xy*", "*yz"}
 	for round := range 300 {
 		rules := make([]compiledRule, indexFrom+rnd.IntN(40))
 		for i := range rules {
