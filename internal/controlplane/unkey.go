@@ -253,31 +253,37 @@ func (s *server) unkeySet(ctx context.Context, tenant string, b *unkeyOverrideBo
 	if fields != nil {
 		return nil, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid override", Fields: fields}
 	}
-	tier, err := s.overrideTier(ctx, tenant)
-	if err != nil {
-		return nil, nil, err
-	}
 	actor := principalFrom(ctx).actor()
 	params := policy.Params{Algorithm: policy.SlidingWindow, Limit: b.Limit, Window: time.Duration(b.Duration) * time.Millisecond}
-	if r, ok := overrideOf(tier, b.Namespace, b.Identifier); ok {
-		r.Params, r.Enabled = params, true
-		if _, err := s.store.UpdateRule(ctx, actor, tenant, r, ""); err != nil {
+	sum := sha256.Sum256([]byte(b.Namespace + "\x00" + b.Identifier))
+	// An upsert: when another call creates the override between the read
+	// and the create (the rule's name is taken), read again and update it.
+	for attempt := 1; ; attempt++ {
+		tier, err := s.overrideTier(ctx, tenant)
+		if err != nil {
 			return nil, nil, err
 		}
-		return map[string]string{"overrideId": r.ID}, nil, nil
+		if r, ok := overrideOf(tier, b.Namespace, b.Identifier); ok {
+			r.Params, r.Enabled = params, true
+			if _, err := s.store.UpdateRule(ctx, actor, tenant, r, ""); err != nil {
+				return nil, nil, err
+			}
+			return map[string]string{"overrideId": r.ID}, nil, nil
+		}
+		r, _, err := s.store.CreateRule(ctx, actor, tenant, tier.ID, policy.Rule{
+			Name:    "unkey-override-" + hex.EncodeToString(sum[:8]),
+			Match:   []policy.Match{{Key: "namespace", Value: b.Namespace}, {Key: "identifier", Value: b.Identifier}},
+			KeyBy:   []string{"identifier"},
+			Params:  params,
+			Enabled: true,
+		})
+		switch {
+		case err == nil:
+			return map[string]string{"overrideId": r.ID}, nil, nil
+		case !errors.Is(err, policy.ErrConflict) || attempt == 3:
+			return nil, nil, err
+		}
 	}
-	sum := sha256.Sum256([]byte(b.Namespace + "\x00" + b.Identifier))
-	r, _, err := s.store.CreateRule(ctx, actor, tenant, tier.ID, policy.Rule{
-		Name:    "unkey-override-" + hex.EncodeToString(sum[:8]),
-		Match:   []policy.Match{{Key: "namespace", Value: b.Namespace}, {Key: "identifier", Value: b.Identifier}},
-		KeyBy:   []string{"identifier"},
-		Params:  params,
-		Enabled: true,
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return map[string]string{"overrideId": r.ID}, nil, nil
 }
 
 func (s *server) unkeyGet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {

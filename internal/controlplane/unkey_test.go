@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -130,6 +131,62 @@ func TestUnkeyOverrides(t *testing.T) {
 		if status, _ := unkeyCall(adminA, name, vip+`}`); status != 404 {
 			t.Errorf("%s after the delete: %d, want 404", name, status)
 		}
+	}
+}
+
+// setOverride is an upsert, also when several callers set one override
+// at once: every call succeeds, all name the one override, and the tier
+// holds it once.
+func TestUnkeySetOverrideConcurrently(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServer(t)
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "unkey-race")
+	const n = 8
+	ids := make(chan string, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			body := fmt.Sprintf(`{"namespace":"api","identifier":"user_1","limit":%d,"duration":60000}`, 10+i)
+			req, _ := http.NewRequest("POST", srv.URL+"/v2/ratelimit.setOverride", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+admin)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			var m struct {
+				Data struct {
+					OverrideID string `json:"overrideId"`
+				} `json:"data"`
+				Error any `json:"error"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != 200 {
+				errs <- fmt.Errorf("setOverride %d: %d %v %v", i, resp.StatusCode, m.Error, err)
+				return
+			}
+			ids <- m.Data.OverrideID
+		}()
+	}
+	var got []string
+	for range n {
+		select {
+		case err := <-errs:
+			t.Error(err)
+		case id := <-ids:
+			got = append(got, id)
+		}
+	}
+	if slices.Sort(got); len(got) > 0 && (got[0] == "" || got[0] != got[len(got)-1]) {
+		t.Fatalf("the calls named overrides %v, want one", got)
+	}
+	rules := 0
+	for _, tr := range callOK(t, admin, c.tiers.ListTiers, &sluicev1.ListTiersRequest{}).Tiers {
+		rules += len(tr.Rules)
+	}
+	if rules != 1 {
+		t.Fatalf("%d rules, want the one override", rules)
 	}
 }
 
