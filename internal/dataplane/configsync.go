@@ -74,6 +74,11 @@ type Syncer struct {
 
 	mu      sync.Mutex // serialises pulls
 	current map[string]*sluicev1.Snapshot
+	// unsaved has a token when current changed since the state file was
+	// last written: the file is written by Run's saver, not by pulls, so
+	// that a large state's write neither delays the next change's pull nor
+	// happens once per change of a burst.
+	unsaved chan struct{}
 	configs atomic.Pointer[map[string]*decide.Config]
 	refused atomic.Int64 // snapshots that did not compile
 }
@@ -97,7 +102,7 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{})}
+	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{}), unsaved: make(chan struct{}, 1)}
 	s.configs.Store(&map[string]*decide.Config{})
 	if cfg.Keys != nil { // no key is known before the first configuration: unavailable, not invalid
 		cfg.Keys.SetReady(s.Ready)
@@ -133,8 +138,12 @@ func (s *Syncer) Versions() map[string]int64 {
 // the decider from starting no longer than this.
 const firstPullTimeout = 5 * time.Second
 
-// Run syncs until ctx ends. It returns nil then.
+// Run syncs until ctx ends. It returns nil then, once the state file
+// holds what was pulled.
 func (s *Syncer) Run(ctx context.Context) error {
+	saved := make(chan struct{})
+	go s.saver(ctx, saved)
+	defer func() { <-saved }()
 	first := s.cfg.PullTimeout
 	if _, err := os.Stat(s.cfg.StateFile); s.cfg.StateFile != "" && err == nil {
 		first = min(first, firstPullTimeout)
@@ -232,10 +241,31 @@ func (s *Syncer) pullWithin(ctx context.Context, timeout time.Duration) error {
 		return nil
 	}
 	s.apply(res.Msg.Snapshots, res.Msg.DeletedTenantIds)
-	if err := s.saveState(); err != nil {
-		s.cfg.Logger.WarnContext(ctx, "config: saving the last-known-good snapshot", "err", err)
+	select {
+	case s.unsaved <- struct{}{}:
+	default: // a write is due already: it takes this change too
 	}
 	return nil
+}
+
+// saver writes the state file whenever current changed, until ctx ends,
+// and then once more if it changed since; it closes done when it is
+// through. Changes made while it writes are written next, together.
+func (s *Syncer) saver(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-s.unsaved:
+			s.saveState(ctx)
+		case <-ctx.Done():
+			select {
+			case <-s.unsaved:
+				s.saveState(ctx)
+			default:
+			}
+			return
+		}
+	}
 }
 
 // apply compiles each snapshot and swaps in the ones that compile. s.mu is held.
@@ -280,20 +310,25 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 	}
 }
 
-// saveState writes the current snapshots, whole (atomicfile).
-func (s *Syncer) saveState() error {
+// saveState writes the current snapshots, whole (atomicfile). It holds
+// s.mu only to list them: snapshots are never changed once pulled.
+func (s *Syncer) saveState(ctx context.Context) {
 	if s.cfg.StateFile == "" {
-		return nil
+		return
 	}
 	state := &sluicev1.GetSnapshotsResponse{}
+	s.mu.Lock()
 	for _, p := range s.current {
 		state.Snapshots = append(state.Snapshots, p)
 	}
+	s.mu.Unlock()
 	b, err := proto.Marshal(state)
-	if err != nil {
-		return err
+	if err == nil {
+		err = atomicfile.WriteFile(s.cfg.StateFile, b, 0o600)
 	}
-	return atomicfile.WriteFile(s.cfg.StateFile, b, 0o600)
+	if err != nil {
+		s.cfg.Logger.WarnContext(ctx, "config: saving the last-known-good snapshot", "err", err)
+	}
 }
 
 // loadState applies the last-known-good snapshot from disk.

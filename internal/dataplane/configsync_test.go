@@ -121,6 +121,13 @@ func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
 	if authenticates(keys, revoke) || !authenticates(keys, keep) {
 		t.Fatal("after the revocation")
 	}
+	// The state file follows while the decider runs, not only when it
+	// stops: a decider killed keeps what it last pulled.
+	eventually(t, "the new version on disk", func() bool {
+		b, err := os.ReadFile(state)
+		var saved sluicev1.GetSnapshotsResponse
+		return err == nil && proto.Unmarshal(b, &saved) == nil && len(saved.Snapshots) == 1 && saved.Snapshots[0].GetVersion() == v
+	})
 
 	// The control plane goes away: the decider keeps enforcing. (Drop the
 	// connections first: Close waits for the open watch stream otherwise.)
