@@ -17,29 +17,43 @@ func Glob(pattern, v string) bool {
 	case i == len(pattern)-1:
 		return strings.HasPrefix(v, pattern[:i])
 	}
-	// Match the stars greedily, backtracking to the last one when a
-	// literal byte fails: O(len(pattern) × len(v)) at worst, and values
-	// are at most MaxDescriptorVal bytes.
-	p, x := 0, 0
-	star, retry := -1, 0
-	for x < len(v) {
-		switch {
-		case p < len(pattern) && pattern[p] == '*':
-			star, retry = p, x
-			p++
-		case p < len(pattern) && pattern[p] == v[x]:
-			p, x = p+1, x+1
-		case star >= 0:
-			retry++
-			p, x = star+1, retry
-		default:
+	// The bytes before the first star begin v, those after the last end
+	// it (apart: they may not overlap), and each run between two stars
+	// stands at its leftmost place in what is left, after the previous
+	// one: leftmost leaves the most room for the runs after it, so it
+	// finds a match whenever there is one. Each run costs a strings.Index:
+	// linear, where backtracking over the bytes cost up to
+	// len(pattern) × len(v), 19 µs for one pattern of a 256-byte value.
+	if !strings.HasPrefix(v, pattern[:i]) {
+		return false
+	}
+	v, pattern = v[i:], pattern[i+1:]
+	j := strings.LastIndexByte(pattern, '*')
+	last := pattern[j+1:]
+	if !strings.HasSuffix(v, last) {
+		return false
+	}
+	v = v[:len(v)-len(last)]
+	if j < 0 { // one star: a prefix and a suffix
+		return true
+	}
+	for mid := pattern[:j]; mid != ""; {
+		run := mid
+		if k := strings.IndexByte(mid, '*'); k >= 0 {
+			run, mid = mid[:k], mid[k+1:]
+		} else {
+			mid = ""
+		}
+		if run == "" {
+			continue
+		}
+		at := strings.Index(v, run)
+		if at < 0 {
 			return false
 		}
+		v = v[at+len(run):]
 	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
+	return true
 }
 
 // GlobLiterals is how many bytes of pattern stand for themselves: a

@@ -434,6 +434,35 @@ func TestGlob(t *testing.T) {
 	}
 }
 
+// Every pattern of up to 6 bytes of "ab*" against every value of up to 6
+// bytes of "ab": Glob answers as path.Match does (the fuzz target's
+// reference), prefixes, suffixes and runs between stars overlapping and
+// repeating in every way they can at that size.
+func TestGlobExhaustively(t *testing.T) {
+	t.Parallel()
+	words := func(alphabet string, n int) []string {
+		out := []string{""}
+		for prev := []string{""}; n > 0; n-- {
+			var next []string
+			for _, w := range prev {
+				for _, c := range alphabet {
+					next = append(next, w+string(c))
+				}
+			}
+			out, prev = append(out, next...), next
+		}
+		return out
+	}
+	values := words("ab", 6)
+	for _, p := range words("ab*", 6) {
+		for _, v := range values {
+			if want, _ := path.Match(p, v); Glob(p, v) != want {
+				t.Fatalf("Glob(%q, %q) = %v, path.Match says %v", p, v, !want, want)
+			}
+		}
+	}
+}
+
 // FuzzGlob checks Glob against path.Match, whose '*' is the same when no
 // '/' and no other special byte is in the way.
 func FuzzGlob(f *testing.F) {
