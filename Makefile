@@ -38,7 +38,7 @@ generate-check: generate ## fail when the committed generated code is not what `
 
 .PHONY: bench
 bench: ## run the benchmarks (figures go to docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/events/ ./internal/decide/
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/events/ ./internal/decide/ ./internal/policy/
 	$(GO) test -run '^$$' -bench 'Ingest|Consume' -benchtime 300000x ./internal/analytics/
 	$(GO) test -run '^$$' -bench Prune -benchtime 100x ./internal/analytics/
 	$(GO) test -run '^$$' -bench . ./internal/pgstore/
