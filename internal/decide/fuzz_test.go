@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,6 +29,21 @@ func FuzzSnapshot(f *testing.F) {
 	f.Add(seed, "vip-9", "", uint8(4))
 	f.Add(seed, "partner-1", "/x", uint8(0))
 	f.Add([]byte{}, "", "", uint8(1))
+	// A tenant large enough for the rule and pattern indexes: a tier of
+	// route prefixes, suffixes and inner patterns, and pattern overrides.
+	big := snapshot()
+	for i := range indexFrom + 4 {
+		route := []string{fmt.Sprint("/r", i, "/*"), fmt.Sprint("*/r", i), fmt.Sprint("/r*", i, "*"), fmt.Sprint("/r", i)}[i%4]
+		big.Tiers[0].Rules = append(big.Tiers[0].Rules, policy.Rule{ID: fmt.Sprint("big", i), Name: fmt.Sprint("big", i), Enabled: true,
+			Match: []policy.Match{{Key: "route", Value: route}}, KeyBy: []string{"client_id"},
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: int64(1 + i), Window: time.Minute}})
+		big.Overrides = append(big.Overrides, policy.Override{Identifier: []string{fmt.Sprint("c", i, "-*"), fmt.Sprint("*@d", i), fmt.Sprint("x*", i, "*")}[i%3], Tier: "pro"})
+	}
+	if seed, err = proto.Marshal(protoconv.SnapshotToProto(big, nil)); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed, "c7-x", "/r8/orders", uint8(1))
+	f.Add(seed, "ann@d4", "/api/r5", uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, client, route string, cost uint8) {
 		var p sluicev1.Snapshot
 		if proto.Unmarshal(b, &p) != nil {
