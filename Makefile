@@ -42,6 +42,7 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'Ingest|Consume' -benchtime 300000x ./internal/analytics/
 	$(GO) test -run '^$$' -bench Prune -benchtime 100x ./internal/analytics/
 	$(GO) test -run '^$$' -bench . ./internal/pgstore/
+	$(GO) test -run '^$$' -bench ConfigPropagation -benchtime 200x ./internal/dataplane/
 	$(GO) test -run '^$$' -bench Reports -benchtime 10x ./internal/reports/
 	$(GO) test -run '^$$' -bench ScriptCPU -benchtime 100000x ./internal/redisengine/
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/

@@ -52,11 +52,14 @@ func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state
 }
 
 // startSyncerWith is startSyncer of cfg, with the test's key, key table
-// and intervals.
-func startSyncerWith(t *testing.T, cfg SyncConfig) (*Syncer, *Keys, func()) {
+// and intervals (cfg's pull timeout, when it has one).
+func startSyncerWith(t testing.TB, cfg SyncConfig) (*Syncer, *Keys, func()) {
 	t.Helper()
 	keys := NewKeys()
-	cfg.Key, cfg.Keys, cfg.Repull, cfg.PullTimeout = "decider", keys, time.Minute, 2*time.Second
+	cfg.Key, cfg.Keys, cfg.Repull = "decider", keys, time.Minute
+	if cfg.PullTimeout == 0 {
+		cfg.PullTimeout = 2 * time.Second
+	}
 	s := NewSyncer(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
