@@ -216,7 +216,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Key: getenv("SLUICE_DECIDER_KEY"), KeyFunc: deciderKey, Keys: keys, StateFile: *stateFile, Logger: logger, Name: deciderName(), ShadowAll: *shadowMode,
 		OnChange: func(old, next *decide.Config) { metrics.Load().Forget(old, next) },
 	})
-	go func() { _ = syncer.Run(ctx) }()
+	// Every return waits for the syncer, so that its last state file is
+	// written before the process exits (or a test removes its directory).
+	syncCtx, stopSync := context.WithCancel(ctx)
+	synced := make(chan struct{})
+	go func() { _ = syncer.Run(syncCtx); close(synced) }()
+	defer func() { stopSync(); <-synced }()
 
 	local := limit.NewEngine(limit.EngineConfig{})
 	stopSweep := make(chan struct{})

@@ -253,7 +253,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// request (the decider's watch reconnecting as it stops, say) until it
 	// is 5 s old, counted in whole seconds.
 	go func() { errc <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
-	go func() { _ = syncer.Run(sctx) }()
+	synced := make(chan struct{})
+	go func() { _ = syncer.Run(sctx); close(synced) }()
+	defer func() { stopSync(); <-synced }() // its last state file written before the dev directory may go
 	// The banner promises a working curl line: wait for the decider's
 	// first config (it comes over loopback from the control plane above).
 	for deadline := time.Now().Add(15 * time.Second); !syncer.Ready(); {
