@@ -112,7 +112,8 @@ func NewHandler(cfg Config) http.Handler {
 		cfg.Reports = reports.New(cfg.Store.Pool())
 	}
 	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
-		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger}), metrics: newMetrics(cfg.Registerer)}
+		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger}), metrics: newMetrics(cfg.Registerer),
+		snapshots: newSnapshotCache(snapshotCacheBytes)}
 	// The metrics outside the authentication: refusals are counted too.
 	chain := []connect.Interceptor{s.metrics, interceptor{auth}, refuseBadFields()}
 	if cfg.Tracer != nil {
@@ -152,6 +153,8 @@ type server struct {
 	// watches serves every decider's config watch from one LISTEN.
 	watches *pgstore.Hub
 	metrics *metrics
+	// snapshots keeps the tenants' snapshots deciders pull.
+	snapshots *snapshotCache
 }
 
 // reply answers msg, or err as a Connect error.

@@ -162,6 +162,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 	for id := range since {
 		if _, ok := versions[id]; !ok {
 			out.DeletedTenantIds = append(out.DeletedTenantIds, id)
+			s.snapshots.forget(id)
 		}
 	}
 	for id, v := range versions {
@@ -176,15 +177,22 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		if ok && have >= v { // in place of a configuration the database lost
 			s.metrics.wentBack.Inc()
 		}
-		snap, keys, err := s.store.Snapshot(ctx, id)
+		snap, err := s.snapshots.get(ctx, id, v, stamps[id], func(ctx context.Context) (*sluicev1.Snapshot, error) {
+			snap, keys, err := s.store.Snapshot(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			return protoconv.SnapshotToProto(snap, keys), nil
+		})
 		if policy.ErrorCode(err) == policy.CodeNotFound {
 			out.DeletedTenantIds = append(out.DeletedTenantIds, id) // deleted since the list
+			s.snapshots.forget(id)
 			continue
 		}
 		if err != nil {
 			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 		}
-		out.Snapshots = append(out.Snapshots, protoconv.SnapshotToProto(snap, keys))
+		out.Snapshots = append(out.Snapshots, snap)
 	}
 	if name != "" {
 		// What the decider enforces once it applies this answer.

@@ -17,16 +17,17 @@ import (
 )
 
 // BenchmarkConfigPropagation measures a change from its start at the
-// control plane's store to the decider enforcing it: the watch's signal,
-// the decider's pull of the tenant's snapshot, its compile and the swap,
-// with a state file kept, as deciders run. It reports p50 and p99 for a
-// tenant of one rule, and for one of 1,000 rules and 10,000 overrides,
-// whose every change a decider pulls and compiles whole.
+// control plane's store to every decider enforcing it: the watch's
+// signal, each decider's pull of the tenant's snapshot, its compile and
+// the swap, with a state file kept, as deciders run. It reports p50 and
+// p99 for a tenant of one rule, and for one of 1,000 rules and 10,000
+// overrides, whose every change a decider pulls and compiles whole, with
+// one decider and with ten.
 func BenchmarkConfigPropagation(b *testing.B) {
 	for _, size := range []struct {
-		name             string
-		rules, overrides int
-	}{{"small", 0, 0}, {"1000-rules-10000-overrides", 999, 10000}} {
+		name                       string
+		rules, overrides, deciders int
+	}{{"small", 0, 0, 1}, {"1000-rules-10000-overrides", 999, 10000, 1}, {"1000-rules-10000-overrides-10-deciders", 999, 10000, 10}} {
 		b.Run(size.name, func(b *testing.B) {
 			ctx := context.Background()
 			pool := pgtest.Pool(b)
@@ -58,20 +59,30 @@ func BenchmarkConfigPropagation(b *testing.B) {
 			cp.EnableHTTP2 = true
 			cp.StartTLS()
 			b.Cleanup(cp.Close)
-			enforced := make(chan int64, 16)
-			s, _, stop := startSyncerWith(b, SyncConfig{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL),
-				StateFile: filepath.Join(b.TempDir(), "snapshot.pb"), PullTimeout: 20 * time.Second,
-				OnChange: func(_, next *decide.Config) {
-					if next != nil {
-						enforced <- next.Version
-					}
-				}})
-			defer stop()
+			type decider struct {
+				s        *Syncer
+				enforced chan int64
+			}
+			var deciders []decider
+			for range size.deciders {
+				enforced := make(chan int64, 16)
+				s, _, stop := startSyncerWith(b, SyncConfig{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL),
+					StateFile: filepath.Join(b.TempDir(), "snapshot.pb"), PullTimeout: 20 * time.Second,
+					OnChange: func(_, next *decide.Config) {
+						if next != nil {
+							enforced <- next.Version
+						}
+					}})
+				defer stop()
+				deciders = append(deciders, decider{s, enforced})
+			}
 			// The first load is no change (OnChange is not told of it).
 			_, v, _ := store.GetTenant(ctx, tn.ID)
-			for deadline := time.Now().Add(time.Minute); s.Config(tn.ID) == nil || s.Config(tn.ID).Version < v; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					b.Fatal("the decider never loaded the tenant")
+			for _, d := range deciders {
+				for deadline := time.Now().Add(time.Minute); d.s.Config(tn.ID) == nil || d.s.Config(tn.ID).Version < v; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						b.Fatal("a decider never loaded the tenant")
+					}
 				}
 			}
 			var lat []time.Duration
@@ -82,16 +93,20 @@ func BenchmarkConfigPropagation(b *testing.B) {
 					b.Fatal(err)
 				}
 				_, v, _ := store.GetTenant(ctx, tn.ID)
-				for got := int64(0); got < v; {
-					got = <-enforced
+				for _, d := range deciders {
+					for got := int64(0); got < v; {
+						got = <-d.enforced
+					}
 				}
 				lat = append(lat, time.Since(start))
 			}
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-			if n := size.rules + 1; len(s.Config(tn.ID).RuleNames()["default"]) != n {
-				b.Fatalf("the decider enforces %d rules, want %d", len(s.Config(tn.ID).RuleNames()["default"]), n)
+			for _, d := range deciders {
+				if n := size.rules + 1; len(d.s.Config(tn.ID).RuleNames()["default"]) != n {
+					b.Fatalf("a decider enforces %d rules, want %d", len(d.s.Config(tn.ID).RuleNames()["default"]), n)
+				}
 			}
 		})
 	}
