@@ -14,9 +14,10 @@ import (
 )
 
 // snapshotCacheBytes bounds the snapshots a control plane keeps for its
-// deciders: the largest tenant a tenant may be (100,000 overrides, 100
-// tiers of 1,000 rules) is some tens of MiB.
-const snapshotCacheBytes = 256 << 20
+// deciders, counted as they are sent (proto.Size; in memory they take a
+// few times that): a tenant of 1,000 rules and 10,000 overrides is about
+// a MiB, a common one a few KiB.
+const snapshotCacheBytes = 64 << 20
 
 // snapshotReadTimeout bounds a read that several deciders' pulls wait on:
 // it outlives the pull that started it, whose caller may go away.
