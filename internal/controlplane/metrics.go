@@ -19,6 +19,9 @@ type metrics struct {
 	// database no longer has: versions raised past a decider's (resync),
 	// and snapshots sent in place of a lost one.
 	wentBack prometheus.Counter
+	// snapshots counts the tenant snapshots sent to deciders, by where
+	// they came from: the cache, or a read of the database.
+	snapshots *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +35,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Config watch streams open (deciders connected to this control plane)."}),
 		wentBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_went_back_total",
 			Help: "Tenant configurations a decider held that the database no longer has (restored from a backup, failed over to a replica behind): replaced by the database's."}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_config_snapshots_sent_total",
+			Help: "Tenant snapshots sent to deciders, by source: cache (read once for every decider pulling that version) or database."}, []string{"source"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.seconds, m.watches, m.wentBack)
+		reg.MustRegister(m.calls, m.seconds, m.watches, m.wentBack, m.snapshots)
 	}
 	return m
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
@@ -1541,6 +1542,58 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 	callOK(t, adminB, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "after-the-restore"})
 	if !st.Receive() || st.Msg().TenantId != b || st.Msg().Version != before[b]+1 {
 		t.Fatalf("a check key's watch from a later version of b: %v %v, want b at %d", st.Msg(), st.Err(), before[b]+1)
+	}
+}
+
+// Deciders pulling one version of a tenant are sent the snapshot the
+// first pull read, the same as a read would give; a change is read again,
+// once. The sources are counted in sluice_config_snapshots_sent_total.
+func TestConfigServiceReadsASnapshotOncePerVersion(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	srv, store := newServerWith(t, func(cfg *Config) { cfg.Registerer = reg })
+	c := newClients(srv)
+	sent := func(source string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range mfs {
+			for _, m := range f.GetMetric() {
+				if f.GetName() == "sluice_config_snapshots_sent_total" && m.GetLabel()[0].GetValue() == source {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	a, adminA := setupTenant(t, c, "a")
+	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "pro"})
+	pull := func(since map[string]int64) *sluicev1.Snapshot {
+		t.Helper()
+		snaps := callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since}).Snapshots
+		if len(snaps) != 1 {
+			t.Fatalf("snapshots %v, want a's", snaps)
+		}
+		return snaps[0]
+	}
+	first := pull(nil)
+	if second := pull(nil); !proto.Equal(first, second) || sent("database") != 1 || sent("cache") != 1 {
+		t.Fatalf("two pulls of one version: sent from the database %v, from the cache %v; equal %v", sent("database"), sent("cache"), proto.Equal(first, second))
+	}
+	snap, keys, err := store.Snapshot(context.Background(), a)
+	if err != nil || !proto.Equal(first, protoconv.SnapshotToProto(snap, keys)) {
+		t.Fatalf("the kept snapshot is not what a read gives: %v", err)
+	}
+	callOK(t, adminA, c.tiers.CreateTier, &sluicev1.CreateTierRequest{Name: "enterprise"})
+	for range 3 {
+		if next := pull(map[string]int64{a: first.Version}); next.Version != first.Version+1 || len(next.Tiers) != len(first.Tiers)+1 {
+			t.Fatalf("after a change: version %d with %d tiers, want %d with %d", next.Version, len(next.Tiers), first.Version+1, len(first.Tiers)+1)
+		}
+	}
+	if sent("database") != 2 || sent("cache") != 3 {
+		t.Fatalf("after a change pulled three times: sent from the database %v, from the cache %v; want 2 and 3", sent("database"), sent("cache"))
 	}
 }
 

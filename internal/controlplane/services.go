@@ -177,7 +177,9 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		if ok && have >= v { // in place of a configuration the database lost
 			s.metrics.wentBack.Inc()
 		}
+		source := "cache"
 		snap, err := s.snapshots.get(ctx, id, v, stamps[id], func(ctx context.Context) (*sluicev1.Snapshot, error) {
+			source = "database" // the pull whose read others share counts it
 			snap, keys, err := s.store.Snapshot(ctx, id)
 			if err != nil {
 				return nil, err
@@ -192,6 +194,7 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		if err != nil {
 			return reply[sluicev1.GetSnapshotsResponse](ctx, s.server, nil, err)
 		}
+		s.metrics.snapshots.WithLabelValues(source).Inc()
 		out.Snapshots = append(out.Snapshots, snap)
 	}
 	if name != "" {
