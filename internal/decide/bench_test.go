@@ -31,10 +31,11 @@ func BenchmarkDecideAmong1000Rules(b *testing.B) {
 	}
 }
 
-// A decision for a client among 10,000 pattern overrides (a prefix for
-// each customer's clients, "cust-42-*", and a suffix for each partner's
-// domain, "*@p42.example"), of which one applies: the pattern index finds
-// it without trying the others.
+// A decision for a client among 15,000 pattern overrides (a prefix for
+// each customer's clients, "cust-42-*", a suffix for each partner's
+// domain, "*@p42.example", and a star inside for each service's
+// production clients, "svc-42-*-prod"), of which one applies: the pattern
+// index finds it without trying the others.
 func BenchmarkDecideAmongPatternOverrides(b *testing.B) {
 	rules := []policy.Rule{{ID: "r", Name: "per-client", Enabled: true, KeyBy: []string{"client_id"},
 		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1e9, Window: time.Minute}}}
@@ -42,11 +43,12 @@ func BenchmarkDecideAmongPatternOverrides(b *testing.B) {
 	for i := range 5000 {
 		ovs = append(ovs, policy.Override{Identifier: fmt.Sprint("cust-", i, "-*"), Tier: "pro"},
 			policy.Override{Identifier: fmt.Sprint("*@p", i, ".example"), RuleID: "r",
-				Params: &policy.Params{Algorithm: policy.TokenBucket, Limit: 5e8, Window: time.Minute}})
+				Params: &policy.Params{Algorithm: policy.TokenBucket, Limit: 5e8, Window: time.Minute}},
+			policy.Override{Identifier: fmt.Sprint("svc-", i, "-*-prod"), Tier: "pro"}) // a star inside: under its prefix
 	}
 	d, c := benchDecider(b, []policy.Tier{{Name: "free", Rules: rules}, {Name: "pro", Rules: []policy.Rule{{ID: "p", Name: "per-client",
 		Enabled: true, KeyBy: []string{"client_id"}, Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1e9, Window: time.Minute}}}}}, ovs)
-	for _, tt := range []struct{ client, tier string }{{"cust-4999-api", "pro"}, {"ann@p4999.example", "free"}, {"nobody", "free"}} {
+	for _, tt := range []struct{ client, tier string }{{"cust-4999-api", "pro"}, {"ann@p4999.example", "free"}, {"svc-4999-eu-prod", "pro"}, {"nobody", "free"}} {
 		b.Run(tt.client, func(b *testing.B) {
 			req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: tt.client}}}
 			for b.Loop() {

@@ -17,12 +17,14 @@ const indexFrom = 16
 // of microseconds a decision.
 type ruleIndex struct {
 	// byValue lists each rule under the values its conditions on one
-	// descriptor (its index key) stand for: literal values, prefixes
-	// ("/orders/*") and suffixes ("*.example.com"). Such a rule can hold
-	// only for a request whose value of that descriptor is one of them.
+	// descriptor (its index key) stand for: literal values, and the
+	// literal prefixes ("/orders/*") or suffixes ("*.example.com") of its
+	// patterns. Such a rule can hold only for a request whose value of
+	// that descriptor is, starts or ends with one of them.
 	byValue *affixIndex
 	// always lists the rules with no such descriptor: an empty match, or
-	// patterns of other shapes only. They are tried for every request.
+	// patterns beginning and ending with a star only. They are tried for
+	// every request.
 	always []int32
 }
 
@@ -116,20 +118,28 @@ type affixEntry struct {
 	literal string // the pattern without its '*'
 }
 
-// affixOf returns pattern's entry, or false for a pattern of another
-// shape (a '*' inside, or several), which no affixIndex lists.
+// affixOf returns the entry pattern is listed under: the value itself
+// for a pattern without '*', else the bytes before its first star (a
+// prefix every value it matches starts with) or those after its last (a
+// suffix they end with), whichever is longer ("a*@example.com" under the
+// suffix "@example.com"). A pattern beginning and ending with a star
+// ("*.example.*", "*") has neither, and no affixIndex lists it: false.
 func affixOf(key, pattern string) (affixEntry, bool) {
-	switch star := strings.IndexByte(pattern, '*'); {
-	case star < 0:
+	first := strings.IndexByte(pattern, '*')
+	if first < 0 {
 		return affixEntry{affixLiteral, key, pattern}, true
-	case strings.IndexByte(pattern[star+1:], '*') >= 0:
-		return affixEntry{}, false
-	case star == len(pattern)-1:
-		return affixEntry{affixPrefix, key, pattern[:star]}, true
-	case star == 0:
-		return affixEntry{affixSuffix, key, pattern[1:]}, true
 	}
-	return affixEntry{}, false
+	last := strings.LastIndexByte(pattern, '*')
+	prefix, suffix := pattern[:first], pattern[last+1:]
+	switch {
+	case first == len(pattern)-1: // "abc*", and "*": every value, under the empty prefix
+		return affixEntry{affixPrefix, key, prefix}, true
+	case prefix == "" && suffix == "":
+		return affixEntry{}, false
+	case len(prefix) >= len(suffix):
+		return affixEntry{affixPrefix, key, prefix}, true
+	}
+	return affixEntry{affixSuffix, key, suffix}, true
 }
 
 // affixIndex lists entries (the indexes of rules or overrides) under the

@@ -9,13 +9,14 @@ const patternsFrom = 16
 // patternIndex finds the pattern overrides (a '*' in the identifier) that
 // an identifier may meet without trying every pattern: a tenant may hold
 // up to policy.MaxOverrides of them, and trying ten thousand cost a
-// quarter of a millisecond a decision. Prefixes ("cust-42-*") and
-// suffixes ("*@example.com"), the common patterns, are looked up in an
-// affixIndex; the rest are tried one by one. Entries are ranks in
-// Config.patterns, whose order decides which override wins.
+// quarter of a millisecond a decision. Patterns are looked up in an
+// affixIndex by the literal prefix ("cust-42-*") or suffix
+// ("*@example.com") they hold; those beginning and ending with a star
+// are tried one by one. Entries are ranks in Config.patterns, whose
+// order decides which override wins.
 type patternIndex struct {
 	affixes *affixIndex
-	other   []int32 // patterns of other shapes (a '*' inside, or several)
+	other   []int32 // patterns beginning and ending with a star
 }
 
 // newPatternIndex indexes patterns (Config.patterns, in their order), or
