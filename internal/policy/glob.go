@@ -38,12 +38,8 @@ func Glob(pattern, v string) bool {
 		return true
 	}
 	for mid := pattern[:j]; mid != ""; {
-		run := mid
-		if k := strings.IndexByte(mid, '*'); k >= 0 {
-			run, mid = mid[:k], mid[k+1:]
-		} else {
-			mid = ""
-		}
+		var run string
+		run, mid, _ = strings.Cut(mid, "*")
 		if run == "" {
 			continue
 		}
