@@ -36,17 +36,23 @@ const snapshotReadTimeout = 30 * time.Second
 // Snapshots it returns are shared: never modify one.
 type snapshotCache struct {
 	mu    sync.Mutex
-	byID  *lru.Cache[string, *sluicev1.Snapshot]
-	bytes int
+	byID  *lru.Cache[string, keptSnapshot]
+	bytes int // the sum of the kept snapshots' sizes
 	max   int
 	reads singleflight.Group
+}
+
+// keptSnapshot is a snapshot and its size as sent.
+type keptSnapshot struct {
+	*sluicev1.Snapshot
+	size int
 }
 
 func newSnapshotCache(maxBytes int) *snapshotCache {
 	c := &snapshotCache{max: maxBytes}
 	// Unbounded in number (the bytes bound it); the callback keeps the
 	// count of bytes, under c.mu like every call on byID.
-	c.byID, _ = lru.NewWithEvict(1<<30, func(_ string, s *sluicev1.Snapshot) { c.bytes -= proto.Size(s) })
+	c.byID, _ = lru.NewWithEvict(1<<30, func(_ string, k keptSnapshot) { c.bytes -= k.size })
 	return c
 }
 
@@ -58,7 +64,7 @@ func (c *snapshotCache) get(ctx context.Context, id string, version, stamp int64
 	s, ok := c.byID.Get(id)
 	c.mu.Unlock()
 	if ok && s.GetVersion() == version && s.GetStamp() == stamp {
-		return s, nil
+		return s.Snapshot, nil
 	}
 	v, err, _ := c.reads.Do(id+"@"+strconv.FormatInt(version, 10), func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotReadTimeout)
@@ -88,8 +94,9 @@ func (c *snapshotCache) keep(id string, s *sluicev1.Snapshot) {
 		}
 		c.byID.Remove(id)
 	}
-	c.byID.Add(id, s)
-	c.bytes += proto.Size(s)
+	k := keptSnapshot{s, proto.Size(s)}
+	c.byID.Add(id, k)
+	c.bytes += k.size
 	for c.bytes > c.max && c.byID.Len() > 1 {
 		c.byID.RemoveOldest()
 	}
