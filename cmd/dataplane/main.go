@@ -27,8 +27,11 @@
 //	-kafka-sasl     KAFKA_SASL_MECHANISM      SASL mechanism: plain, scram-sha-256 or scram-sha-512 (default none)
 //	-kafka-sasl-username KAFKA_SASL_USERNAME  SASL user name
 //	                KAFKA_SASL_PASSWORD       SASL password (the environment only: no flag shows it in a process listing)
-//	-budget         SLUICE_DECISION_BUDGET    time budget of one Redis call (default 50ms)
-//	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails (default 1)
+//	-budget         SLUICE_DECISION_BUDGET    longest a decision may wait in the decider to be sent to Redis; past it, overload (default 50ms)
+//	-redis-timeout  SLUICE_REDIS_TIMEOUT      longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed (default 200ms)
+//	-max-in-flight  SLUICE_MAX_IN_FLIGHT      decisions waiting on Redis at once, shared fairly between tenants; beyond, overload (default 512; 0 no bound)
+//	-overload-policy SLUICE_OVERLOAD_POLICY   what answers a decision overload keeps from Redis: local (the in-process engine at -local-share), failure_mode (each rule's) or reject (default local)
+//	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails or the decider is overloaded (default 1)
 //	-sync-max-keys  SLUICE_SYNC_MAX_KEYS      keys counted locally at once for rules with a sync interval, ~200 B each (default 262144)
 //	-grpc-addr      SLUICE_GRPC_ADDR          grpc-go listener: Envoy's rate limit service, sluice.v1.DecisionService and gubernator's V1 (default 127.0.0.1:8089; "off" disables)
 //	-grpc-max-connection-age SLUICE_GRPC_MAX_CONNECTION_AGE gRPC connections are closed gracefully after this long, so clients spread over new deciders (default 0: never)
@@ -153,8 +156,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	spoolDir := fs.String("events-spool", env("SLUICE_EVENTS_SPOOL", ""), `directory keeping the events Kafka did not take, sent when it returns; default events-spool beside -state-file, "off" none`)
 	spoolMB := fs.Int("events-spool-mb", e.Int("SLUICE_EVENTS_SPOOL_MB", 256), "bound of the events spool, in MiB; past it events are dropped and counted")
 	kafkaSec := kafkasec.Register(fs, e)
-	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "time budget of one Redis call")
-	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails")
+	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "longest a decision may wait in the decider to be sent to Redis; past it, overload")
+	redisTimeout := fs.Duration("redis-timeout", e.Duration("SLUICE_REDIS_TIMEOUT", redisengine.DefaultTimeout), "longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed")
+	maxInFlight := fs.Int("max-in-flight", e.Int("SLUICE_MAX_IN_FLIGHT", decide.DefaultMaxInFlight), "decisions waiting on Redis at once, shared fairly between tenants; beyond, overload (0: no bound)")
+	overloadPolicy := fs.String("overload-policy", env("SLUICE_OVERLOAD_POLICY", "local"), "what answers a decision overload keeps from Redis: local, failure_mode or reject")
+	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails or the decider is overloaded")
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
 	ruleMetrics := fs.Bool("rule-metrics", env("SLUICE_RULE_METRICS", "true") != "false", "count each rule's answers in /metrics (series per tenant, tier and rule)")
 	shadowMode := fs.Bool("shadow-mode", env("SLUICE_SHADOW_MODE", "false") == "true", "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
@@ -199,6 +205,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	overload, err := decide.ParseOverloadPolicy(*overloadPolicy)
+	if err != nil {
+		return fmt.Errorf("-overload-policy (SLUICE_OVERLOAD_POLICY): %w", err)
+	}
+	switch {
+	case *budget <= 0:
+		return fmt.Errorf("-budget (SLUICE_DECISION_BUDGET) %v: want more than 0", *budget)
+	case *redisTimeout <= 0:
+		return fmt.Errorf("-redis-timeout (SLUICE_REDIS_TIMEOUT) %v: want more than 0", *redisTimeout)
+	case *maxInFlight < 0:
+		return fmt.Errorf("-max-in-flight (SLUICE_MAX_IN_FLIGHT) %d: want 0 (no bound) or more", *maxInFlight)
+	case *share <= 0 || *share > 1:
+		return fmt.Errorf("-local-share (SLUICE_LOCAL_SHARE) %v: want more than 0, at most 1", *share)
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	if err := os.MkdirAll(filepath.Dir(*stateFile), 0o700); err != nil {
 		return err
@@ -231,7 +251,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var redisEngine *redisengine.Engine
 	if *redisURL != "" {
 		eng, err := redisengine.Open(*redisURL, redisengine.ClientOptions{Cluster: *redisCluster, Sentinel: *redisSentinel, Spin: *redisSpin},
-			redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys})
+			redisengine.Config{Prefix: *redisPrefix, Batch: *batch, MaxLocalKeys: *syncKeys, Timeout: *redisTimeout})
 		if err != nil {
 			return fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -246,7 +266,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		go eng.WatchEviction(ctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
 		opts = decide.Options{Engine: eng, Local: local, LocalShare: *share, Budget: *budget,
-			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000}
+			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000,
+			MaxInFlight: *maxInFlight, Overload: overload, Logger: logger}
 	}
 	decider := decide.NewDecider(opts)
 	health.SetDecider(decider, redisEngine != nil)

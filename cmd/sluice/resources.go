@@ -1014,7 +1014,7 @@ func ruleFlags(r *sluicev1.Rule) string {
 	if r.Sync != nil {
 		f = append(f, "sync "+days.Format(r.Sync.AsDuration()))
 	}
-	if m := r.FailureMode; m != sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED && m != sluicev1.FailureMode_FAILURE_MODE_OPEN {
+	if m := r.FailureMode; m != sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED && m != sluicev1.FailureMode_FAILURE_MODE_LOCAL {
 		f = append(f, "fails "+strings.ToLower(strings.TrimPrefix(m.String(), "FAILURE_MODE_")))
 	}
 	return strings.Join(f, ",")

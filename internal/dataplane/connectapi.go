@@ -199,7 +199,7 @@ func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
 	out := &sluicev1.CheckResponse{Allowed: dec.Allowed, Deciding: int32(dec.Deciding), ConfigVersion: dec.Version,
-		Lease: heldLease(dec, m.GetLease())}
+		Lease: heldLease(dec, m.GetLease()), Degraded: dec.Degradation.Reason()}
 	for _, r := range dec.Rules {
 		out.Rules = append(out.Rules, ruleStatus(r))
 	}
@@ -215,7 +215,7 @@ func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
 	}
 	st := &sluicev1.RuleStatus{RuleId: r.Rule.ID, RuleName: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow,
 		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay), Window: d(r.InForce().Period()),
-		Message: rejectionMessage(r), Quota: quota(r)}
+		Message: rejectionMessage(r), Quota: quota(r), Unenforced: r.Unenforced}
 	if !r.Allowed && r.RetryAfter != limit.Never {
 		st.RetryAfter = durationpb.New(r.RetryAfter)
 	}

@@ -170,8 +170,12 @@ func FuzzCheckJSON(f *testing.F) {
 			{Rule: &policy.Rule{Name: name2, Shadow: shadow}, Result: limit.Result{Allowed: allowed, Limit: remaining,
 				Remaining: lim, RetryAfter: retry}},
 		}}
+		// Degraded decisions, of every reason, from the version's value.
+		dec.Degradation = decide.Degradation(uint64(version) % 4)
+		dec.Degraded = dec.Degradation != decide.NotDegraded
+		dec.Rules[0].Unenforced = dec.Degradation == decide.StoreUnavailable && allowed
 		got := appendCheckJSON(nil, dec, lease)
-		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease})
+		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded: dec.Degradation.Reason()})
 		if err != nil {
 			t.Fatal(err)
 		}

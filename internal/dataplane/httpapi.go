@@ -233,6 +233,9 @@ type RuleJSON struct {
 	DelayMS      int64  `json:"delay_ms,omitempty"`
 	// Message is, on a rejection, the rule's message for the client.
 	Message string `json:"message,omitempty"`
+	// Unenforced is set on a degraded decision's rule that nothing
+	// counted (it answered open).
+	Unenforced bool `json:"unenforced,omitempty"`
 }
 
 // CheckJSON is the body of a check response when the request is allowed.
@@ -243,6 +246,9 @@ type CheckJSON struct {
 	// Lease names the lease the request holds on the concurrency rules it
 	// met: the request's, or the decider's new one, to end with a release.
 	Lease string `json:"lease,omitempty"`
+	// Degraded names why the shared store did not decide
+	// (decide.Degradation.Reason): store_unavailable or overload.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 func (h *httpAPI) check(ex exchange) {
@@ -497,7 +503,7 @@ func rulesJSON(dec decide.Decision) []RuleJSON {
 // ruleJSON is r's answer, but for RetryAfterMS (see retryAfterMS).
 func ruleJSON(r decide.RuleResult) RuleJSON {
 	return RuleJSON{Rule: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow, Limit: r.Limit,
-		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay), Message: rejectionMessage(r)}
+		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay), Message: rejectionMessage(r), Unenforced: r.Unenforced}
 }
 
 // rejectionMessage is r's rule's message for the client when the rule
@@ -526,11 +532,12 @@ type problem struct {
 	ViolatedPolicies []string            `json:"violated_policies,omitempty"`
 	Rules            []RuleJSON          `json:"rules,omitempty"`
 	ConfigVersion    int64               `json:"config_version,omitempty"`
+	Degraded         string              `json:"degraded,omitempty"`
 }
 
 func rejectedProblem(dec decide.Decision) problem {
 	p := problem{Type: "https://sluice.dev/problems/rate-limited", Title: "Too Many Requests",
-		Status: http.StatusTooManyRequests, Rules: rulesJSON(dec), ConfigVersion: dec.Version}
+		Status: http.StatusTooManyRequests, Rules: rulesJSON(dec), ConfigVersion: dec.Version, Degraded: dec.Degradation.Reason()}
 	for _, r := range dec.Rules {
 		if !r.Allowed && !r.Rule.Shadow {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, r.Rule.Name)
@@ -557,7 +564,15 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 // those of the deciding rule, the one that denied, not one that passed.
 func SetHeaders(h http.Header, style rlheaders.Style, dec decide.Decision) {
 	rlheaders.Set(h, style, headerRules(dec), dec.Deciding, dec.Allowed)
+	if dec.Degraded {
+		h.Set(DegradedHeader, dec.Degradation.Reason())
+	}
 }
+
+// DegradedHeader is the response header naming why the shared store did
+// not make a decision (decide.Degradation.Reason): store_unavailable or
+// overload. It is absent when the store decided.
+const DegradedHeader = "Sluice-Degraded"
 
 // headerRules are dec's rules as package rlheaders needs them.
 func headerRules(dec decide.Decision) []rlheaders.Rule {
@@ -579,7 +594,8 @@ func appendHeaderRules(dst []rlheaders.Rule, dec decide.Decision) []rlheaders.Ru
 }
 
 // appendCheckJSON appends the JSON of CheckJSON{Allowed: true, Rules:
-// rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease}, as encoding/json writes it
+// rulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded:
+// dec.Degradation.Reason()}, as encoding/json writes it
 // (but for its escaping of '<', '>', '&', U+2028 and U+2029 in rule names,
 // which this leaves as they are), with its final newline: the body of every admitted check,
 // without reflection or allocations of its own (FuzzCheckJSON).
@@ -611,6 +627,9 @@ func appendCheckJSON(b []byte, dec decide.Decision, lease string) []byte {
 			b = append(b, `,"delay_ms":`...)
 			b = strconv.AppendInt(b, r.DelayMS, 10)
 		}
+		if r.Unenforced {
+			b = append(b, `,"unenforced":true`...)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `],"config_version":`...)
@@ -618,6 +637,11 @@ func appendCheckJSON(b []byte, dec decide.Decision, lease string) []byte {
 	if lease != "" {
 		b = append(b, `,"lease":`...)
 		b, _ = jsontext.AppendQuote(b, lease)
+	}
+	if dec.Degraded {
+		b = append(b, `,"degraded":"`...)
+		b = append(b, dec.Degradation.Reason()...)
+		b = append(b, '"')
 	}
 	return append(b, "}\n"...)
 }

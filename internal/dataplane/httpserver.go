@@ -216,6 +216,9 @@ func (e *fastExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {
 		e.ctx.Response.Header.SetCanonical(keys[i], b[from:ends[i]])
 		from = ends[i]
 	}
+	if dec.Degraded {
+		e.ctx.Response.Header.Set(DegradedHeader, dec.Degradation.Reason())
+	}
 }
 
 func (e *fastExchange) reply(status int, contentType string, v any) {

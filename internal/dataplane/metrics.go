@@ -15,6 +15,7 @@ import (
 type Metrics struct {
 	decisions *prometheus.CounterVec
 	degraded  *prometheus.CounterVec
+	overload  *prometheus.CounterVec
 	denyHits  *prometheus.CounterVec
 	resets    *prometheus.CounterVec
 	rules     *prometheus.CounterVec
@@ -35,6 +36,9 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Decisions by tenant and outcome (allowed, rejected, peek, error)."}, []string{"tenant", "outcome"}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
 			Help: "Decisions answered by the rules' failure modes because the engine failed or its breaker was open."}, []string{"tenant"}),
+		overload: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_overload_decisions_total",
+			Help: "Decisions the overload policy answered because the decider could not get them to Redis in their budget, by tenant and cause: shed (the decider was full and the tenant had its share in flight), queued (the budget ran out while queued in the decider)."},
+			[]string{"tenant", "cause"}),
 		denyHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deny_cache_hits_total",
 			Help: "Rejections answered from the deny cache, without the engine."}, []string{"tenant"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_resets_total",
@@ -55,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.overload, inFlight{decider}, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
@@ -77,8 +81,11 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 		outcome = "rejected"
 	}
 	m.decisions.WithLabelValues(tenant, outcome).Inc()
-	if dec.Degraded {
+	switch {
+	case dec.Degradation == decide.StoreUnavailable:
 		m.degraded.WithLabelValues(tenant).Inc()
+	case dec.Degraded:
+		m.overload.WithLabelValues(tenant, dec.Degradation.Cause()).Inc()
 	}
 	if dec.Cached {
 		m.denyHits.WithLabelValues(tenant).Inc()
@@ -117,7 +124,7 @@ func (m *Metrics) Forget(old, next *decide.Config) {
 	slug := old.Tenant.Slug
 	if next == nil || next.Tenant.Slug != slug {
 		tenant := prometheus.Labels{"tenant": slug}
-		for _, v := range []*prometheus.CounterVec{m.decisions, m.degraded, m.denyHits, m.resets, m.rules, m.nearLimit} {
+		for _, v := range []*prometheus.CounterVec{m.decisions, m.degraded, m.overload, m.denyHits, m.resets, m.rules, m.nearLimit} {
 			v.DeletePartialMatch(tenant)
 		}
 		return
@@ -173,4 +180,24 @@ func (m *Metrics) observeReset(tenant string, err error) {
 		outcome = "error"
 	}
 	m.resets.WithLabelValues(tenant, outcome).Inc()
+}
+
+// inFlight collects sluice_in_flight_decisions, each tenant's decisions
+// waiting on Redis now (decide.Decider.Loads), at scrape time: nothing is
+// recorded per decision.
+type inFlight struct{ d *decide.Decider }
+
+var inFlightDesc = prometheus.NewDesc("sluice_in_flight_decisions",
+	"Decisions waiting on Redis now, by tenant (bounded by -max-in-flight, shared fairly between tenants).", []string{"tenant"}, nil)
+
+func (c inFlight) Describe(ch chan<- *prometheus.Desc) { ch <- inFlightDesc }
+
+func (c inFlight) Collect(ch chan<- prometheus.Metric) {
+	bySlug := map[string]int64{} // a slug given up and taken again names two tenants
+	for _, l := range c.d.Loads() {
+		bySlug[l.Tenant] += l.InFlight
+	}
+	for slug, n := range bySlug {
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(n), slug)
+	}
 }

@@ -112,8 +112,12 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		reset durationpb.Duration
 	}, len(decs))
 	var headersOf *decide.Decision
+	degraded := "" // the first degraded descriptor's reason
 	for i := range decs {
 		dec, p := &decs[i], &parts[i]
+		if dec.Degraded && degraded == "" {
+			degraded = dec.Degradation.Reason()
+		}
 		st := &p.st
 		st.Code = rlsv3.RateLimitResponse_OK
 		if !dec.Allowed {
@@ -148,6 +152,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			hv[i].Key, hv[i].Value = keys[i], vals[i]
 			out.ResponseHeadersToAdd[i] = &hv[i]
 		}
+	}
+	if degraded != "" {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: DegradedHeader, Value: degraded})
 	}
 	return out, nil
 }

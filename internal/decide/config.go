@@ -164,7 +164,7 @@ func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule
 		id = append(id, d[i].Key...)
 		keys[i] = d[i].Key
 	}
-	r := &policy.Rule{ID: string(id), KeyBy: keys, Params: p, Enabled: true, Shadow: c.shadowAll}
+	r := &policy.Rule{ID: string(id), KeyBy: keys, Params: p, Enabled: true, Shadow: c.shadowAll} // failing open
 	r.Name = r.ID
 	return r, lim
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -154,6 +155,9 @@ type RuleResult struct {
 	// client, else the rule's own (nil says the rule's own too).
 	Params *policy.Params
 	limit.Result
+	// Unenforced is set on a degraded decision's rule that nothing counted
+	// (answered open): its Remaining is its capacity, not a count.
+	Unenforced bool
 }
 
 // InForce returns the parameters that decided (RuleResult.Params): what
@@ -168,9 +172,12 @@ func (r *RuleResult) InForce() *policy.Params {
 // Decision is the answer to a Request.
 type Decision struct {
 	Allowed bool
-	// Degraded is set when the engine failed (or its breaker was open) and
-	// each rule answered by its failure mode.
-	Degraded bool
+	// Degraded is set when the engine did not decide: it failed (or its
+	// breaker was open) and each rule answered by its failure mode, or
+	// overload kept the decision from it and the overload policy answered.
+	// Degradation says which.
+	Degraded    bool
+	Degradation Degradation
 	// Deciding indexes Rules: the rule that denied, or the most restrictive
 	// one when allowed; -1 when no enforced rule applied.
 	Deciding int
@@ -205,6 +212,17 @@ type Options struct {
 	// engine that is a Sharder has a breaker per shard.
 	BreakerFailures uint32
 	BreakerCooldown time.Duration
+	// MaxInFlight bounds the decisions waiting on Engine at once, shared
+	// fairly between tenants (see admission); a decision beyond it is
+	// answered by Overload without the engine. 0 means no bound.
+	MaxInFlight int
+	// Overload answers the decisions that overload keeps from Engine: those
+	// MaxInFlight refuses, and those whose budget runs out while queued in
+	// the engine (limit.ErrOverloaded). Neither counts against a breaker.
+	Overload OverloadPolicy
+	// Logger receives one line per breaker transition and per overload
+	// episode's start and end; nil means slog.Default().
+	Logger *slog.Logger
 	// DenyCacheSize > 0 remembers that many keys rejected until a known
 	// time, answering checks before then without the engine.
 	DenyCacheSize int
@@ -223,6 +241,7 @@ type Decider struct {
 	// the open breaker refused are not made and not counted).
 	engineErrors atomic.Int64
 	denied       *denyCache // nil without a deny cache
+	admit        *admission // nil without MaxInFlight
 }
 
 // New returns a Decider on engine with no failure handling, for engines
@@ -239,7 +258,13 @@ func NewDecider(o Options) *Decider {
 	if o.LocalShare <= 0 || o.LocalShare > 1 {
 		o.LocalShare = 1
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	d := &Decider{opts: o}
+	if o.MaxInFlight > 0 {
+		d.admit = newAdmission(o.MaxInFlight, o.Logger, o.Now)
+	}
 	if o.DenyCacheSize > 0 {
 		d.denied = newDenyCache(o.DenyCacheSize)
 	}
@@ -256,8 +281,18 @@ func (d *Decider) newBreaker(name string) *gobreaker.CircuitBreaker[bool] {
 		Timeout:     d.opts.BreakerCooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= d.opts.BreakerFailures },
 		// A caller hanging up says nothing about the engine, nor another
-		// shard's failure about this one's.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) },
+		// shard's failure about this one's, nor the decider's own backlog.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded)
+		},
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			level := slog.LevelWarn
+			if to == gobreaker.StateClosed {
+				level = slog.LevelInfo
+			}
+			d.opts.Logger.LogAttrs(context.Background(), level, "breaker "+to.String(),
+				slog.String("breaker", name), slog.String("from", from.String()))
+		},
 	})
 }
 
@@ -440,13 +475,40 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	} else {
 		res, dec.Rules = make([]limit.Result, len(reqs)), make([]RuleResult, len(reqs))
 	}
-	allowed, engaged, err := d.call(ctx, reqs, res)
-	if err != nil {
-		if ctx.Err() != nil {
-			return Decision{}, engaged, ctx.Err()
+	var (
+		allowed    bool
+		load       *tenantLoad
+		unenforced []bool // rules a degraded decision answered open
+	)
+	if d.admit != nil {
+		var admitted bool
+		if load, admitted = d.admit.acquire(c); !admitted {
+			dec.Degradation = Shed
 		}
-		allowed, dec.Degraded = d.degrade(c, picked, params, reqs, res), true
 	}
+	if dec.Degradation == NotDegraded {
+		allowed, engaged, err = d.call(ctx, reqs, res)
+		if load != nil {
+			d.admit.release(load)
+		}
+	}
+	switch {
+	case err == nil && dec.Degradation == NotDegraded:
+	case err != nil && ctx.Err() != nil:
+		return Decision{}, engaged, ctx.Err()
+	case err != nil && !errors.Is(err, limit.ErrOverloaded):
+		dec.Degradation = StoreUnavailable
+		allowed, unenforced = d.degrade(c, picked, params, reqs, res, failureMode)
+	default: // shed, or queued past its budget
+		if dec.Degradation == NotDegraded {
+			dec.Degradation = QueuedPastBudget
+			if load != nil {
+				d.admit.queuedPastBudget(load)
+			}
+		}
+		allowed, unenforced = d.degrade(c, picked, params, reqs, res, d.opts.Overload.modeUnder)
+	}
+	dec.Degraded = dec.Degradation != NotDegraded
 	if req.Peek {
 		allowed = peeked(reqs, res, max(req.Cost, 1))
 	}
@@ -472,6 +534,9 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	for i := range reqs {
 		dec.Rules[i] = RuleResult{Rule: picked[i], Key: reqs[i].Key, Params: &params[i], Result: res[i]}
+	}
+	for i, open := range unenforced {
+		dec.Rules[i].Unenforced = open
 	}
 	return dec, engaged, nil
 }
@@ -913,7 +978,9 @@ func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly
 	ctx, cancel := d.budgeted(ctx)
 	defer cancel()
 	if err := rel.Release(ctx, leases); err != nil {
-		d.engineErrors.Add(1)
+		if !errors.Is(err, limit.ErrOverloaded) {
+			d.engineErrors.Add(1)
+		}
 		return errNotReleased
 	}
 	return nil
@@ -958,7 +1025,7 @@ func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Re
 	do := func() (bool, error) {
 		engaged = true
 		ok, err := d.allowAll(ctx, reqs, res)
-		if err != nil {
+		if err != nil && !errors.Is(err, limit.ErrOverloaded) {
 			d.engineErrors.Add(1)
 		}
 		return ok, err
@@ -990,33 +1057,42 @@ func (d *Decider) allowAll(ctx context.Context, reqs []limit.Request, res []limi
 	return d.opts.Engine.AllowAll(ctx, reqs, res)
 }
 
-// degrade answers each rule by its failure mode after an engine failure and
-// returns whether the decision is admitted: open rules admit, closed ones
-// reject (retry in a second), local ones are enforced by the in-process
-// engine at LocalShare of their limit, and only when no closed rule
-// rejects, so that a rejected decision consumes nothing there either.
-func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result) bool {
+// degrade answers each rule by the failure mode modeOf gives it (its own,
+// after an engine failure; the overload policy's, under overload) and
+// returns whether the decision is admitted, and which rules were answered
+// open (nil when none): open rules admit, closed ones reject (retry in a
+// second), local ones are enforced by the in-process engine at LocalShare
+// of their limit, and only when no closed rule rejects, so that a rejected
+// decision consumes nothing there either. Without an in-process engine,
+// local rules answer open.
+func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result,
+	modeOf func(*policy.Rule) policy.FailureMode) (bool, []bool) {
 	admitted := true
 	var local []limit.Request
 	var at []int
+	var open []bool
 	for i, r := range picked {
 		capacity := reqs[i].Limiter.Capacity()
-		switch {
-		case r.FailureMode == policy.FailClosed:
+		switch mode := modeOf(r); {
+		case mode == policy.FailClosed:
 			res[i] = limit.Result{Limit: capacity, RetryAfter: time.Second}
 			if !r.Shadow {
 				admitted = false
 			}
-		case r.FailureMode == policy.FailLocal && d.opts.Local != nil:
+		case mode == policy.FailLocal && d.opts.Local != nil:
 			l := c.localLimiter(r, params[i], d.opts.LocalShare)
 			local = append(local, limit.Request{Key: reqs[i].Key, Limiter: l, Cost: reqs[i].Cost, Lease: reqs[i].Lease, Shadow: r.Shadow})
 			at = append(at, i)
 		default: // open, or local without a local engine
 			res[i] = limit.Result{Allowed: true, Limit: capacity, Remaining: capacity}
+			if open == nil {
+				open = make([]bool, len(picked))
+			}
+			open[i] = true
 		}
 	}
 	if len(local) == 0 {
-		return admitted
+		return admitted, open
 	}
 	if !admitted {
 		for k := range local {
@@ -1030,5 +1106,18 @@ func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Para
 	for k, i := range at {
 		res[i] = out[k]
 	}
-	return admitted
+	return admitted, open
+}
+
+// failureMode is r's own failure mode.
+func failureMode(r *policy.Rule) policy.FailureMode { return r.FailureMode }
+
+// Loads returns each tenant's share of the decisions on the engine: in
+// flight now, and shed or queued past their budget since start (nil
+// without Options.MaxInFlight).
+func (d *Decider) Loads() []TenantLoad {
+	if d.admit == nil {
+		return nil
+	}
+	return d.admit.loads()
 }

@@ -65,6 +65,14 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 		}
 		return dec
 	}
+	// Each answer while Redis is frozen says why and what was enforced:
+	// an open rule nothing (unenforced), a closed one a rejection, a local
+	// one the in-process engine's count at half its limit.
+	enforced := map[string]func(r RuleResult) bool{
+		"/open":   func(r RuleResult) bool { return r.Unenforced && r.Allowed },
+		"/closed": func(r RuleResult) bool { return !r.Unenforced && !r.Allowed && r.RetryAfter == time.Second },
+		"/local":  func(r RuleResult) bool { return !r.Unenforced && r.Limit == 2 && r.Remaining >= 0 && r.Remaining < 2 },
+	}
 	count := func(route string, n int) (admitted int, degraded bool) {
 		for range n {
 			dec := check(route)
@@ -72,6 +80,14 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 				admitted++
 			}
 			degraded = dec.Degraded
+			switch {
+			case !dec.Degraded && dec.Degradation != NotDegraded:
+				t.Fatalf("%s: %+v: a degradation without degraded", route, dec)
+			case dec.Degraded && dec.Degradation != StoreUnavailable:
+				t.Fatalf("%s: degraded by %q with Redis frozen, want store_unavailable", route, dec.Degradation.Reason())
+			case dec.Degraded && !enforced[route](dec.Rules[0]):
+				t.Fatalf("%s: degraded answer %+v does not say what was enforced", route, dec.Rules[0])
+			}
 		}
 		return admitted, degraded
 	}
@@ -144,7 +160,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	d := NewDecider(Options{Engine: eng, Budget: budget, BreakerFailures: 5, BreakerCooldown: 200 * time.Millisecond})
 	load := func() (slowest time.Duration, degraded int64) {
 		var mu sync.Mutex
-		var deg atomic.Int64
+		var deg, unavailable atomic.Int64
 		var wg sync.WaitGroup
 		for g := range 50 {
 			wg.Go(func() {
@@ -157,6 +173,13 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 					}
 					if dec.Degraded {
 						deg.Add(1)
+						// Nothing counted an open rule: its answer says so.
+						if !dec.Rules[0].Unenforced {
+							t.Errorf("a degraded answer of an open rule %+v, want it unenforced", dec.Rules[0])
+						}
+					}
+					if dec.Degradation == StoreUnavailable {
+						unavailable.Add(1)
 					}
 					mu.Lock()
 					slowest = max(slowest, took)
@@ -165,6 +188,9 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		if deg.Load() > 0 && unavailable.Load() == 0 {
+			t.Error("no decision said store_unavailable while Redis was frozen")
+		}
 		return slowest, deg.Load()
 	}
 	if _, deg := load(); deg != 0 {
@@ -310,12 +336,12 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 
 	before := d.EngineErrors()
 	for range 10 {
-		if dec := decide(spanning); !dec.Allowed || !dec.Degraded {
-			t.Fatalf("a decision spanning the dead master: allowed %v, degraded %v; want its rules' failure mode (open)", dec.Allowed, dec.Degraded)
+		if dec := decide(spanning); !dec.Allowed || dec.Degradation != StoreUnavailable || !dec.Rules[0].Unenforced {
+			t.Fatalf("a decision spanning the dead master: %+v; want its rules' failure mode (open, unenforced)", dec)
 		}
 		for _, r := range req[0] {
-			if dec := decide(r); !dec.Allowed || !dec.Degraded {
-				t.Fatalf("a client of the dead master: allowed %v, degraded %v; want its rule's failure mode (open)", dec.Allowed, dec.Degraded)
+			if dec := decide(r); !dec.Allowed || dec.Degradation != StoreUnavailable || !dec.Rules[0].Unenforced {
+				t.Fatalf("a client of the dead master: %+v; want its rule's failure mode (open, unenforced)", dec)
 			}
 		}
 	}

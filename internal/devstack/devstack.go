@@ -78,8 +78,9 @@ type Config struct {
 	// DeltaInterval is how often the decider sends counter deltas; 0
 	// means 10s.
 	DeltaInterval time.Duration
-	// Budget is the time budget of a decision's Redis call, past which its
-	// rules' failure modes answer; 0 means 50ms, the decider's default.
+	// Budget is how long a decision may wait in the decider to be sent to
+	// Redis, past which the overload policy answers; 0 means 50ms, the
+	// decider's default.
 	Budget time.Duration
 	// Headers is the style of the rate limit headers answered.
 	Headers rlheaders.Style
@@ -368,7 +369,7 @@ func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.
 		return inProcess, "in-process engine", func() {}
 	}
 	return decide.Options{Engine: eng, Local: local, Budget: cmp.Or(cfg.Budget, 50*time.Millisecond), BreakerFailures: 5,
-			BreakerCooldown: time.Second, DenyCacheSize: 10_000},
+			BreakerCooldown: time.Second, DenyCacheSize: 10_000, MaxInFlight: decide.DefaultMaxInFlight, Logger: cfg.Logger},
 		"Redis " + redact.URL(u), func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -209,7 +209,7 @@ func (p *Plan) rule(rl *rateLimit, shadow bool, match []policy.Match, keyBy []st
 	if rl.Name != "" {
 		name = rl.Name
 	}
-	r := policy.Rule{Name: name, Match: match, KeyBy: keyBy, Shadow: shadow, Enabled: true, Exact: true,
+	r := policy.Rule{Name: name, Match: match, KeyBy: keyBy, Shadow: shadow, Enabled: true, Exact: true, FailureMode: policy.DefaultFailureMode,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: rl.RequestsPerUnit}}
 	window, ok := units[strings.ToLower(rl.Unit)]
 	for _, rp := range rl.Replaces {

@@ -876,6 +876,8 @@ func (im *importer) limits(g *group) {
 			ls = append(ls, limitOf{name: days.Format(win), field: fmt.Sprintf("%s.limit[%d]", cf, i), limit: c.Limit[i], window: win, algo: algo})
 		}
 	}
+	// Kong's fault_tolerant (true unless set false) lets requests through
+	// while its counters' store is away: open.
 	base := policy.Rule{Enabled: in.enabled(), Message: c.ErrorMessage}
 	if c.FaultTolerant != nil && !*c.FaultTolerant {
 		base.FailureMode = policy.FailClosed

@@ -10,10 +10,18 @@
 package limit
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
 )
+
+// ErrOverloaded is what an engine answers (wrapped or as is) for a
+// decision it did not send to its shared store within the decision's time
+// budget because of work queued ahead of it in this process (a pipeline, a
+// connection, a CPU): the decider's overload, not a failure of the store.
+// Such a decision is counted as overload and never trips a breaker.
+var ErrOverloaded = errors.New("limit: decision not sent to the store within its budget (overload)")
 
 // Never is the RetryAfter of a request that can never be admitted, such as
 // one whose cost exceeds the limiter's capacity or is negative.

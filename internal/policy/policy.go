@@ -68,12 +68,19 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // cannot be reached in time.
 type FailureMode uint8
 
-// Failure modes. The zero value is FailOpen.
+// Failure modes. Their values are stored (the audit log's JSON): never
+// renumber them. The zero value is FailOpen, but a rule made without
+// naming one, through the API, a tenant file or an import, gets
+// DefaultFailureMode.
 const (
 	FailOpen   FailureMode = iota // allow
 	FailClosed                    // reject
 	FailLocal                     // enforce with the in-process engine at a share of the limit
 )
+
+// DefaultFailureMode is the failure mode of a rule that names none: a rule
+// still limits while Redis is away.
+const DefaultFailureMode = FailLocal
 
 var failureModeNames = [...]string{"open", "closed", "local"}
 
@@ -84,17 +91,21 @@ func (m FailureMode) String() string {
 	return fmt.Sprintf("failure_mode(%d)", m)
 }
 
-// ParseFailureMode returns the failure mode named s; "" is FailOpen.
+// Valid reports whether m is one of the failure modes.
+func (m FailureMode) Valid() bool { return int(m) < len(failureModeNames) }
+
+// ParseFailureMode returns the failure mode named s; "" is
+// DefaultFailureMode.
 func ParseFailureMode(s string) (FailureMode, error) {
 	if s == "" {
-		return FailOpen, nil
+		return DefaultFailureMode, nil
 	}
 	for i, n := range failureModeNames {
 		if n == s {
 			return FailureMode(i), nil
 		}
 	}
-	return FailOpen, Errorf(CodeInvalid, "unknown failure mode %q", s)
+	return DefaultFailureMode, Errorf(CodeInvalid, "unknown failure mode %q", s)
 }
 
 // Calendar aligns a FixedWindow rule's windows on the calendar instead of

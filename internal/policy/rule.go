@@ -253,7 +253,7 @@ func (r *Rule) validate(fe fieldErrors) {
 	case !utf8.ValidString(r.Message) || strings.ContainsFunc(r.Message, unicode.IsControl):
 		fe.add("message", "must be valid UTF-8 without control characters (one line)")
 	}
-	if r.FailureMode > FailLocal {
+	if !r.FailureMode.Valid() {
 		fe.add("failure_mode", "must be open, closed or local")
 	}
 	switch {

@@ -39,17 +39,32 @@ func TierToProto(t policy.Tier) *sluicev1.Tier {
 	return out
 }
 
-// failureModes maps the proto enum to the domain; unspecified is open.
+// failureModes maps the proto enum to the domain; unspecified is local,
+// the default.
 var failureModes = map[sluicev1.FailureMode]policy.FailureMode{
-	sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED: policy.FailOpen,
+	sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED: policy.DefaultFailureMode,
 	sluicev1.FailureMode_FAILURE_MODE_OPEN:        policy.FailOpen,
 	sluicev1.FailureMode_FAILURE_MODE_CLOSED:      policy.FailClosed,
 	sluicev1.FailureMode_FAILURE_MODE_LOCAL:       policy.FailLocal,
 }
 
+// failureModeToProto is the proto enum of m, always named (never
+// unspecified), so that a decider reads what the control plane meant.
+func failureModeToProto(m policy.FailureMode) sluicev1.FailureMode {
+	switch m {
+	case policy.FailOpen:
+		return sluicev1.FailureMode_FAILURE_MODE_OPEN
+	case policy.FailClosed:
+		return sluicev1.FailureMode_FAILURE_MODE_CLOSED
+	case policy.FailLocal:
+		return sluicev1.FailureMode_FAILURE_MODE_LOCAL
+	}
+	return sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED
+}
+
 func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
-		FailureMode: sluicev1.FailureMode(r.FailureMode + 1), Enabled: r.Enabled, Sync: durationToProto(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces,
+		FailureMode: failureModeToProto(r.FailureMode), Enabled: r.Enabled, Sync: durationToProto(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces,
 		Message: r.Message}
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})

@@ -7,9 +7,12 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/limit"
 )
 
 // call is one decision waiting for a pipeline.
@@ -20,9 +23,12 @@ type call struct {
 	reply  []int64
 	err    error
 	done   chan struct{}
-	// deadline is the caller's (zero: none); the pipeline carrying the
-	// call ends by it (see flush).
+	// deadline is the caller's (zero: none): past it, a call not yet sent
+	// is overload (see flush).
 	deadline time.Time
+	// sent is set once the call is in a pipeline written to Redis: from
+	// then on, its wait is Redis's doing.
+	sent atomic.Bool
 	// rest are the calls queued with this one as a unit: the other
 	// decisions of a gathered group (see Gather).
 	rest []*call
@@ -31,15 +37,14 @@ type call struct {
 // ErrClosed is returned for decisions made after Close.
 var ErrClosed = errors.New("redisengine: engine closed")
 
-// flushTimeout bounds a pipeline whose calls have no deadline.
-const flushTimeout = 5 * time.Second
-
-// batched queues a call for the flushers and waits for it or for ctx. The
-// wait is bounded by ctx's deadline even when ctx is a budgetCtx, whose
-// Done does not close at it: the flusher ends every pipeline by the
-// earliest deadline of its calls, and a call waits in the queue only
-// behind pipelines of earlier deadlines (or, when the queue is full, on a
-// timer of its own).
+// batched queues a call for the flushers and waits for it or for ctx. A
+// call whose deadline passes before it is sent fails with
+// limit.ErrOverloaded: the wait was the decider's queue, not Redis. Once
+// sent, it waits for its pipeline, which Config.Timeout bounds from the
+// moment it is written; even when ctx is a budgetCtx, whose Done does not
+// close at its deadline, the wait is bounded: by the deadline while
+// queued (the flusher fails expired calls, and a full queue is waited on
+// with a timer), by the Redis timeout once sent.
 func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
 	c.deadline, _ = ctx.Deadline()
@@ -54,8 +59,18 @@ func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, a
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		return nil, ctx.Err() // the flusher finishes it; nobody reads it
+		return nil, queuedErr(ctx.Err(), !c.sent.Load()) // the flusher finishes it; nobody reads it
 	}
+}
+
+// queuedErr is err, the end of a call's context, as the decider should
+// read it: a deadline that passed while the call was still queued is
+// overload (limit.ErrOverloaded).
+func queuedErr(err error, queued bool) error {
+	if queued && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", limit.ErrOverloaded, err)
+	}
+	return err
 }
 
 // enqueue hands c (with c.rest) to the flushers. When the queue is full it
@@ -77,9 +92,9 @@ func (e *Engine) enqueue(ctx context.Context, c *call) error {
 	case e.calls <- c:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return queuedErr(ctx.Err(), true)
 	case <-expired:
-		return context.DeadlineExceeded
+		return queuedErr(context.DeadlineExceeded, true)
 	case <-e.stop:
 		return ErrClosed
 	}
@@ -270,25 +285,24 @@ func (e *Engine) Pipelines() (pipelines, calls int64) {
 	return e.pipelines.Load(), e.pipelined.Load()
 }
 
-// flush runs batch as one pipeline of EVALSHA, ended by the earliest
-// deadline of its calls: a call whose deadline passed in the queue fails
-// at once rather than cut its pipeline short. Pipelines do not fall back
-// to EVAL by themselves: on NOSCRIPT (a restarted or flushed Redis) the
-// script is loaded and the refused calls are sent once more.
+// flush runs batch as one pipeline of EVALSHA, which Redis must answer
+// within Config.Timeout of its writing, else every call of it fails: that
+// is Redis's failure. A call whose deadline passed in the queue fails at
+// once with limit.ErrOverloaded, the decider's overload, and is not sent.
+// Pipelines do not fall back to EVAL by themselves: on NOSCRIPT (a
+// restarted or flushed Redis) the script is loaded and the refused calls
+// are sent once more.
 func (e *Engine) flush(batch []*call) {
 	now := time.Now()
-	deadline := now.Add(flushTimeout)
+	deadline := now.Add(e.cfg.Timeout)
 	pending := batch[:0] // in place: the flusher reuses batch
 	for _, c := range batch {
-		switch {
-		case c.deadline.IsZero():
-		case !c.deadline.After(now):
-			c.err = context.DeadlineExceeded
+		if !c.deadline.IsZero() && !c.deadline.After(now) {
+			c.err = fmt.Errorf("%w: %w", limit.ErrOverloaded, context.DeadlineExceeded)
 			close(c.done)
 			continue
-		case c.deadline.Before(deadline):
-			deadline = c.deadline
 		}
+		c.sent.Store(true)
 		pending = append(pending, c)
 	}
 	if len(pending) == 0 {

@@ -120,6 +120,13 @@ type Config struct {
 	BatchSize int
 	BatchWait time.Duration
 	Flushers  int
+	// Timeout bounds how long Redis may take to answer a pipeline, from the
+	// moment it is written: a slower answer fails its calls, as Redis's
+	// failure. It is apart from a decision's budget, which bounds the time
+	// a call may wait in the decider's queue before it is sent (see
+	// limit.ErrOverloaded); a decision takes at most both. 0 means
+	// DefaultTimeout. Unbatched calls are bounded by their context alone.
+	Timeout time.Duration
 	// GatherWait bounds how long the decisions of a Gather group wait for
 	// each other; 0 means 200µs.
 	GatherWait time.Duration
@@ -135,6 +142,12 @@ type Config struct {
 	// tests.
 	Now func() time.Time
 }
+
+// DefaultTimeout is how long Redis may take to answer a pipeline when
+// Config.Timeout is 0: long enough for a busy decider to read an answer
+// Redis gave in time, short enough that a frozen Redis is found out in a
+// fraction of a second.
+const DefaultTimeout = 200 * time.Millisecond
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
 type Engine struct {
@@ -176,6 +189,9 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 		if _, cluster := client.(*redis.ClusterClient); cluster {
 			cfg.Flushers = 2
 		}
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.GatherWait <= 0 {
 		cfg.GatherWait = 200 * time.Microsecond

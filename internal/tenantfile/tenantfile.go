@@ -88,7 +88,7 @@ type Rule struct {
 	// Disabled rules are kept but not evaluated (rules are enabled unless
 	// the file says otherwise).
 	Disabled    bool     `yaml:"disabled,omitempty" json:"disabled,omitempty"`
-	FailureMode string   `yaml:"failure_mode,omitempty" json:"failure_mode,omitempty"` // open (default), closed or local
+	FailureMode string   `yaml:"failure_mode,omitempty" json:"failure_mode,omitempty"` // local (default), open or closed
 	Sync        Duration `yaml:"sync,omitempty" json:"sync,omitempty"`
 	Exact       bool     `yaml:"exact,omitempty" json:"exact,omitempty"`
 	Block       bool     `yaml:"block,omitempty" json:"block,omitempty"`
@@ -488,7 +488,7 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 func RuleFrom(r policy.Rule) Rule {
 	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
 		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
-	if r.FailureMode != policy.FailOpen {
+	if r.FailureMode != policy.DefaultFailureMode {
 		out.FailureMode = r.FailureMode.String()
 	}
 	if len(r.Match) > 0 {

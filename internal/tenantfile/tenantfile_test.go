@@ -32,7 +32,7 @@ tiers:
         limit: 10
         window: 1h
         granularity: 5m
-        failure_mode: local
+        failure_mode: open
         shadow: true
   - name: pro
     rules:
@@ -81,7 +81,7 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	search := free.Rules[1]
-	if search.Name != "search" || !search.Enabled || !search.Shadow || search.FailureMode != policy.FailLocal ||
+	if search.Name != "search" || !search.Enabled || !search.Shadow || search.FailureMode != policy.FailOpen ||
 		search.Algorithm != policy.SlidingBuckets || search.Granularity != 5*time.Minute ||
 		!slices.Equal(search.Match, []policy.Match{{Key: "method", Value: "GET"}, {Key: "path", Value: "/search"}, {Key: "path", Value: "/find"}}) {
 		t.Fatalf("search rule %+v", search)
@@ -130,7 +130,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: local\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
+	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: open\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}

@@ -298,7 +298,7 @@ function editRule(tier, r) {
   f.match.value = (r.match || []).map((m) => `${m.key}=${m.value}`).join(', ');
   f.replaces.value = (r.replaces || []).join(', ');
   f.message.value = r.message || '';
-  f.failureMode.value = r.failureMode && r.failureMode !== 'FAILURE_MODE_UNSPECIFIED' ? r.failureMode : 'FAILURE_MODE_OPEN';
+  f.failureMode.value = r.failureMode && r.failureMode !== 'FAILURE_MODE_UNSPECIFIED' ? r.failureMode : 'FAILURE_MODE_LOCAL';
   f.sync.value = r.sync || '0s';
   f.enabled.checked = !!r.enabled;
   f.shadow.checked = !!r.shadow;

@@ -368,7 +368,10 @@ type RuleStatus struct {
 	// The rule's limit per window, for RateLimit-Policy: its rate. limit is
 	// the most one request can find, which may be more (a token bucket's
 	// burst) or less (a leaky bucket's queue, ⌊max_delay/interval⌋+1).
-	Quota         int64 `protobuf:"varint,12,opt,name=quota,proto3" json:"quota,omitempty"`
+	Quota int64 `protobuf:"varint,12,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Set on a degraded decision's rule that nothing counted (it answered
+	// open): its remaining is its limit, not a count.
+	Unenforced    bool `protobuf:"varint,13,opt,name=unenforced,proto3" json:"unenforced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +490,13 @@ func (x *RuleStatus) GetQuota() int64 {
 	return 0
 }
 
+func (x *RuleStatus) GetUnenforced() bool {
+	if x != nil {
+		return x.Unenforced
+	}
+	return false
+}
+
 type CheckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -498,7 +508,13 @@ type CheckResponse struct {
 	// The lease the request holds on the concurrency rules it met, when
 	// admitted: the request's, or a new one ("~" and 14 hex digits) to end
 	// with a check naming it and release set. Empty when it took none.
-	Lease         string `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease string `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Set when the shared store (Redis) did not make this decision, naming
+	// why: "store_unavailable" (it failed or its breaker is open: each rule
+	// answered by its failure mode) or "overload" (the decider could not get
+	// it to the store within its budget: the overload policy answered). The
+	// rules then say what was enforced instead. Empty otherwise.
+	Degraded      string `protobuf:"bytes,6,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +580,13 @@ func (x *CheckResponse) GetConfigVersion() int64 {
 func (x *CheckResponse) GetLease() string {
 	if x != nil {
 		return x.Lease
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetDegraded() string {
+	if x != nil {
+		return x.Degraded
 	}
 	return ""
 }
@@ -680,7 +703,7 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\fRequestLimit\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x03R\brequests\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x122\n" +
-	"\talgorithm\x18\x03 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\"\xb4\x03\n" +
+	"\talgorithm\x18\x03 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\"\xd4\x03\n" +
 	"\n" +
 	"RuleStatus\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
@@ -697,13 +720,17 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x06window\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x06window\x12\x18\n" +
 	"\amessage\x18\v \x01(\tR\amessage\x12\x14\n" +
-	"\x05quota\x18\f \x01(\x03R\x05quota\"\xaf\x01\n" +
+	"\x05quota\x18\f \x01(\x03R\x05quota\x12\x1e\n" +
+	"\n" +
+	"unenforced\x18\r \x01(\bR\n" +
+	"unenforced\"\xcb\x01\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x1a\n" +
 	"\bdeciding\x18\x02 \x01(\x05R\bdeciding\x12+\n" +
 	"\x05rules\x18\x03 \x03(\v2\x15.sluice.v1.RuleStatusR\x05rules\x12%\n" +
 	"\x0econfig_version\x18\x04 \x01(\x03R\rconfigVersion\x12\x14\n" +
-	"\x05lease\x18\x05 \x01(\tR\x05lease\"H\n" +
+	"\x05lease\x18\x05 \x01(\tR\x05lease\x12\x1a\n" +
+	"\bdegraded\x18\x06 \x01(\tR\bdegraded\"H\n" +
 	"\x11CheckBatchRequest\x123\n" +
 	"\brequests\x18\x01 \x03(\v2\x17.sluice.v1.CheckRequestR\brequests\"L\n" +
 	"\x12CheckBatchResponse\x126\n" +

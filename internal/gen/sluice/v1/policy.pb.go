@@ -102,7 +102,7 @@ func (Algorithm) EnumDescriptor() ([]byte, []int) {
 type FailureMode int32
 
 const (
-	FailureMode_FAILURE_MODE_UNSPECIFIED FailureMode = 0 // open
+	FailureMode_FAILURE_MODE_UNSPECIFIED FailureMode = 0 // local, the default
 	FailureMode_FAILURE_MODE_OPEN        FailureMode = 1
 	FailureMode_FAILURE_MODE_CLOSED      FailureMode = 2
 	FailureMode_FAILURE_MODE_LOCAL       FailureMode = 3

@@ -1,0 +1,1 @@
+ALTER TABLE rules ALTER COLUMN failure_mode SET DEFAULT 'open';
