@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/internal/controlplane"
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/pgstore"
+	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestMain lets the tests run the decider's main in a child process (the
+// test binary re-executed) with its own GOMAXPROCS, and a process that only
+// burns CPU beside it.
+func TestMain(m *testing.M) {
+	switch os.Getenv("SLUICE_DATAPLANE_CHILD") {
+	case "decider":
+		main()
+		os.Exit(0)
+	case "burn":
+		for range runtime.GOMAXPROCS(0) - 1 {
+			go func() {
+				for {
+				}
+			}()
+		}
+		for {
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// deciderProcess runs a decider in a child process with args and env
+// until the test ends, and returns its HTTP and gRPC addresses once it is
+// ready.
+func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0",
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-events-spool", "off"}, args...)...)
+	cmd.Env = append(os.Environ(), append(env, "SLUICE_DATAPLANE_CHILD=decider")...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	lines := bufio.NewReader(out)
+	var a deciderAddrs
+	for a.base == "" || a.grpc == "" {
+		line, err := lines.ReadString('\n')
+		if err != nil {
+			_ = cmd.Process.Kill()
+			close(done)
+			t.Fatalf("the decider did not start: %v", err)
+		}
+		fields := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(line, "decider listening"):
+			a.base = strings.Fields(line[strings.Index(line, "http"):])[0]
+		case strings.HasPrefix(line, "gRPC"):
+			a.grpc = fields[len(fields)-1]
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out); _ = cmd.Wait(); close(done) }()
+	waitReady(t, a.base)
+	return a
+}
+
+// burnCPU runs a process that keeps every CPU busy until the test ends.
+func burnCPU(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "SLUICE_DATAPLANE_CHILD=burn")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// tenantOn creates a tenant of slug with rule in store and returns its
+// check key.
+func tenantOn(t *testing.T, store *pgstore.Store, slug string, rule policy.Rule) string {
+	t.Helper()
+	ctx := context.Background()
+	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: slug, Name: slug})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiers, _ := store.ListTiers(ctx, tn.ID)
+	if _, _, err := store.CreateRule(ctx, "operator", tn.ID, tiers[0].ID, rule); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := store.CreateKey(ctx, "operator", tn.ID, policy.KeyCheck, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// controlPlane serves store's tenants to deciders until the test ends.
+func controlPlane(t *testing.T, store *pgstore.Store) string {
+	t.Helper()
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "dk", WatchRecheck: time.Minute}))
+	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
+	return cp.URL
+}
+
+// checkOnce posts one check of client with key and returns whether it was
+// admitted and the Sluice-Degraded header ("" when Redis decided).
+func checkOnce(client *http.Client, base, key, clientID string) (allowed bool, degraded string, err error) {
+	req, _ := http.NewRequest("POST", base+"/v1/check", strings.NewReader(`{"descriptors":{"client_id":"`+clientID+`"}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusTooManyRequests {
+		return false, "", fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp.StatusCode == http.StatusOK, resp.Header.Get("Sluice-Degraded"), nil
+}
+
+// metrics reads the decider's /metrics.
+func metrics(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// sumOf sums the series of metric name whose labels contain every one of
+// labels (`tenant="flood"`).
+func sumOf(body, name string, labels ...string) float64 {
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if i := strings.LastIndexByte(line, ' '); ok && i > 0 {
+			v, _ := strconv.ParseFloat(line[i+1:], 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// One tenant flooding a decider process, beyond what it and Redis serve
+// on this machine, over HTTP, CheckBatch and Envoy RLS at once, lifts no
+// other tenant's limit: tenant B, sending bursts of 20 against its rule of
+// 5 a minute, is admitted 5 in all, every answer decided by Redis. The
+// flood is shed within its share, and no breaker opens.
+//
+// The decider's budget is 500ms rather than 50ms: under the race detector
+// on a small machine a decision can wait that long for a CPU, and the test
+// is of fairness, not of speed. The bound on work in flight is 128, so
+// that the flood exceeds it for sure.
+func TestNoisyNeighbour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood of several seconds")
+	}
+	store := pgstore.New(pgtest.Pool(t))
+	floodKey := tenantOn(t, store, "flood", policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000, Window: time.Second}})
+	quietKey := tenantOn(t, store, "quiet", policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 5, Window: time.Minute}})
+	_, prefix := redistest.Client(t)
+	a := deciderProcess(t, []string{"-control-plane", controlPlane(t, store), "-redis-url", "redis://" + redistest.Addr(t),
+		"-redis-prefix", prefix, "-budget", "500ms", "-max-in-flight", "128"}, "SLUICE_DECIDER_KEY=dk")
+
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	// HTTP checks of new client ids.
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for g := range 32 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				if _, _, err := checkOnce(httpClient, a.base, floodKey, fmt.Sprintf("h%d-%d", g, i)); err == nil {
+					sent.Add(1)
+				}
+			}
+		})
+	}
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	gctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+floodKey)
+	// CheckBatch calls of 100 new client ids each.
+	decisions := sluicev1.NewDecisionServiceClient(conn)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				batch := &sluicev1.CheckBatchRequest{}
+				for k := range 100 {
+					batch.Requests = append(batch.Requests, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{
+						{Key: "client_id", Value: fmt.Sprintf("b%d-%d-%d", g, i, k)}}})
+				}
+				if _, err := decisions.CheckBatch(gctx, batch); err == nil {
+					sent.Add(100)
+				}
+			}
+		})
+	}
+	// Envoy RLS requests of 10 descriptors each.
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				req := &rlsv3.RateLimitRequest{Domain: "flood"}
+				for k := range 10 {
+					req.Descriptors = append(req.Descriptors, &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{
+						{Key: "client_id", Value: fmt.Sprintf("r%d-%d-%d", g, i, k)}}})
+				}
+				if _, err := rls.ShouldRateLimit(gctx, req); err == nil {
+					sent.Add(10)
+				}
+			}
+		})
+	}
+
+	// Tenant B's bursts, once the flood is being shed.
+	deadline := time.Now().Add(30 * time.Second)
+	for sumOf(metrics(t, a.base), "sluice_overload_decisions_total", `tenant="flood"`, `cause="shed"`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood never filled the decider")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	var admitted atomic.Int64
+	var bursts []int64
+	quietClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 20}}
+	for range 10 {
+		var burst sync.WaitGroup
+		before := admitted.Load()
+		for range 20 {
+			burst.Go(func() {
+				ok, degraded, err := checkOnce(quietClient, a.base, quietKey, "b-client")
+				switch {
+				case err != nil:
+					t.Errorf("tenant B's check: %v", err)
+				case degraded != "":
+					t.Errorf("tenant B's check decided without Redis (%s) during the flood", degraded)
+				case ok:
+					admitted.Add(1)
+				}
+			})
+		}
+		burst.Wait()
+		bursts = append(bursts, admitted.Load()-before)
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	m := metrics(t, a.base)
+	stop()
+	wg.Wait()
+
+	// A token bucket of 5 a minute, full at first: 5, and one more per
+	// 12 s elapsed.
+	if bound := 5 + int64(elapsed/(12*time.Second)); admitted.Load() != bound {
+		t.Errorf("tenant B admitted %d in %v (bursts %v), want %d", admitted.Load(), elapsed.Round(time.Millisecond), bursts, bound)
+	}
+	if v := sumOf(m, "sluice_breaker_state"); v != 0 {
+		t.Errorf("breaker state %v after the flood, want 0 (closed)", v)
+	}
+	if v := sumOf(m, "sluice_engine_errors_total"); v != 0 {
+		t.Errorf("%v engine errors with Redis healthy", v)
+	}
+	if v := sumOf(m, "sluice_overload_decisions_total", `tenant="quiet"`); v != 0 {
+		t.Errorf("tenant B had %v decisions kept from Redis", v)
+	}
+	t.Logf("flood: %d decisions answered, %v shed, %v queued past budget; B's bursts %v", sent.Load(),
+		sumOf(m, "sluice_overload_decisions_total", `tenant="flood"`, `cause="shed"`),
+		sumOf(m, "sluice_overload_decisions_total", `tenant="flood"`, `cause="queued"`), bursts)
+}
+
+// A decider starved of CPU (GOMAXPROCS=1, a process burning every CPU
+// beside it, load far beyond what it serves) with Redis healthy keeps
+// limiting: every client is admitted at most its limit by Redis and at
+// most its local share by the overload policy, no breaker opens, and the
+// overload metrics count exactly the answers that said overload.
+//
+// The Redis timeout is 1s rather than 200ms: under the race detector a
+// starved decider may read Redis's answer later than that, which would be
+// a Redis failure by definition; the budget stays at its default.
+func TestStarvedDeciderKeepsLimiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a flood of several seconds")
+	}
+	store := pgstore.New(pgtest.Pool(t))
+	const limit = 50
+	key := tenantOn(t, store, "starved", policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}})
+	_, prefix := redistest.Client(t)
+	a := deciderProcess(t, []string{"-control-plane", controlPlane(t, store), "-redis-url", "redis://" + redistest.Addr(t),
+		"-redis-prefix", prefix, "-redis-timeout", "1s", "-max-in-flight", "8"}, "SLUICE_DECIDER_KEY=dk", "GOMAXPROCS=1")
+	burnCPU(t)
+
+	const clients = 20
+	var byRedis, byOverload [clients]atomic.Int64
+	var overloaded, answered atomic.Int64
+	ctx, stop := context.WithTimeout(t.Context(), 4*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	httpClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	for g := range 64 {
+		wg.Go(func() {
+			for i := g; ctx.Err() == nil; i++ {
+				c := i % clients
+				ok, degraded, err := checkOnce(httpClient, a.base, key, "c"+strconv.Itoa(c))
+				if err != nil {
+					continue // the flood's end
+				}
+				answered.Add(1)
+				switch {
+				case degraded == "overload":
+					overloaded.Add(1)
+					if ok {
+						byOverload[c].Add(1)
+					}
+				case degraded != "":
+					t.Errorf("a decision degraded by %s with Redis healthy", degraded)
+				case ok:
+					byRedis[c].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	m := metrics(t, a.base)
+	for c := range clients {
+		if n := byRedis[c].Load(); n > limit {
+			t.Errorf("client %d: %d admitted by Redis, over its limit of %d", c, n, limit)
+		}
+		if n := byOverload[c].Load(); n > limit { // -local-share 1
+			t.Errorf("client %d: %d admitted by the overload policy, over its local share of %d", c, n, limit)
+		}
+	}
+	if v := sumOf(m, "sluice_breaker_state"); v != 0 {
+		t.Errorf("breaker state %v, want 0 (closed)", v)
+	}
+	if v := sumOf(m, "sluice_engine_errors_total"); v != 0 {
+		t.Errorf("%v engine errors with Redis healthy", v)
+	}
+	if overloaded.Load() == 0 {
+		t.Error("no decision said overload: the load did not exceed the decider")
+	}
+	if v := sumOf(m, "sluice_overload_decisions_total", `tenant="starved"`); int64(v) != overloaded.Load() {
+		t.Errorf("sluice_overload_decisions_total says %v, the answers %d", v, overloaded.Load())
+	}
+	t.Logf("%d answered, %d by the overload policy", answered.Load(), overloaded.Load())
+}
