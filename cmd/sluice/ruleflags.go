@@ -31,7 +31,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		keyBy:    fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
 		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any; * within a value any run of characters: /api/*, *@example.com; a key given twice: either value)"),
 		replaces: fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
-		failure:  fs.String("failure-mode", "open", "when Redis is unreachable: open (allow), closed (reject) or local (count on each decider)"),
+		failure:  fs.String("failure-mode", "local", "when Redis is unreachable: local (count on each decider), open (allow) or closed (reject)"),
 		shadow:   fs.Bool("shadow", false, "report, never reject"),
 		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
 		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
