@@ -44,7 +44,7 @@ commands:
            DATABASE_URL else local PostgreSQL, REDIS_URL else local Redis else in-process,
            KAFKA_BROKERS else an embedded broker, SLUICE_DEV_DIR keeps the dev keys and data
            (default: the user cache dir), SLUICE_DELTA_INTERVAL paces counter deltas (10s),
-           SLUICE_DECISION_BUDGET bounds a decision's Redis call (50ms; then failure modes answer),
+           SLUICE_DECISION_BUDGET bounds a decision's wait to be sent to Redis (50ms; then the overload policy answers),
            SLUICE_GRPC_ADDR the gRPC listener (Envoy RLS, DecisionService; 127.0.0.1:8089),
            SLUICE_RATE_LIMIT_HEADERS the headers answered (ietf, draft-6, x, none or kong; as the decider's)
   import   import envoyproxy/ratelimit YAML files, each a domain, into tenants: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] FILE|DIR...
