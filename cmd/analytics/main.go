@@ -50,7 +50,7 @@ import (
 func main() { flagenv.Main("analytics", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	e := flagenv.Env(getenv)
+	e := flagenv.NewEnv(getenv)
 	env := e.String
 	fs := flag.NewFlagSet("analytics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,6 +67,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long minute rollups and the top clients of each hour are kept")
 	hourRetention := fs.Duration("hour-retention", e.Duration("SLUICE_HOUR_RETENTION", analytics.DefaultHourRetention), "how long hourly rollups and the top clients of each day are kept, at least -retention")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := e.Err(); err != nil { // a variable that does not parse stops the binary, named
 		return err
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))

@@ -350,3 +350,12 @@ func TestKafkaOverTLSWithSASL(t *testing.T) {
 		t.Fatalf("the log shows the SASL password (or cannot be read: %v)", err)
 	}
 }
+
+// A variable that does not parse stops analytics at start, named.
+func TestMalformedSettingStopsAnalytics(t *testing.T) {
+	env := map[string]string{"SLUICE_RETENTION": "30d", "DATABASE_URL": "postgres://127.0.0.1:1/none"}
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `SLUICE_RETENTION="30d": want a duration`) {
+		t.Fatalf("run: %v, want SLUICE_RETENTION named", err)
+	}
+}

@@ -56,7 +56,7 @@ import (
 func main() { flagenv.Main("controlplane", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	e := flagenv.Env(getenv)
+	e := flagenv.NewEnv(getenv)
 	env := e.String
 	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -71,6 +71,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
 	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := e.Err(); err != nil { // a variable that does not parse stops the binary, named
 		return err
 	}
 	if *keyCalls < 0 {

@@ -513,3 +513,13 @@ func TestAuthFailureBudgetBehindProxyProtocol(t *testing.T) {
 		t.Fatalf("another caller behind the same balancer: %d, want 401 (its own budget)", code)
 	}
 }
+
+// A variable that does not parse stops the control plane at start, named,
+// before it touches the database.
+func TestMalformedSettingStopsTheControlPlane(t *testing.T) {
+	env := map[string]string{"SLUICE_AUDIT_RETENTION": "30", "SLUICE_AUTH_FAILURES": "many", "DATABASE_URL": "postgres://127.0.0.1:1/none"}
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `SLUICE_AUDIT_RETENTION="30"`) || !strings.Contains(err.Error(), `SLUICE_AUTH_FAILURES="many"`) {
+		t.Fatalf("run: %v, want both variables named", err)
+	}
+}

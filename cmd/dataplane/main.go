@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// What run starts stops when it returns, an error at start included.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	e := flagenv.Env(getenv)
+	e := flagenv.NewEnv(getenv)
 	env := e.String
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -145,11 +145,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	addr := fs.String("addr", env("SLUICE_DATAPLANE_ADDR", "127.0.0.1:8080"), "listen address")
 	cpURL := fs.String("control-plane", env("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8081"), "control plane URL")
 	redisURL := fs.String("redis-url", env("REDIS_URL", ""), "redis:// URL; empty decides in this process only")
-	redisCluster := fs.Bool("redis-cluster", env("SLUICE_REDIS_CLUSTER", "false") == "true", "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
-	redisSentinel := fs.Bool("redis-sentinel", env("SLUICE_REDIS_SENTINEL", "false") == "true", "the Redis URL names Sentinels (host and addr parameters) and, as master_name, the master they watch")
+	redisCluster := fs.Bool("redis-cluster", e.Bool("SLUICE_REDIS_CLUSTER", false), "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
+	redisSentinel := fs.Bool("redis-sentinel", e.Bool("SLUICE_REDIS_SENTINEL", false), "the Redis URL names Sentinels (host and addr parameters) and, as master_name, the master they watch")
 	redisSpin := fs.Duration("redis-spin", e.Duration("SLUICE_REDIS_SPIN", redisengine.DefaultSpin), "how long a read waiting for Redis polls before it sleeps; 0 never")
 	redisPrefix := fs.String("redis-prefix", env("SLUICE_REDIS_PREFIX", ""), "prefix of every counter key")
-	batch := fs.Bool("redis-batch", env("SLUICE_REDIS_BATCH", "true") != "false", "coalesce concurrent decisions into pipelines")
+	batch := fs.Bool("redis-batch", e.Bool("SLUICE_REDIS_BATCH", true), "coalesce concurrent decisions into pipelines")
 	stateFile := fs.String("state-file", env("SLUICE_STATE_FILE", filepath.Join(cache, "sluice", "decider-snapshot.pb")), "last-known-good config")
 	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", ""), "comma-separated brokers for decision events")
 	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
@@ -162,18 +162,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	overloadPolicy := fs.String("overload-policy", env("SLUICE_OVERLOAD_POLICY", "local"), "what answers a decision overload keeps from Redis: local, failure_mode or reject")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails or the decider is overloaded")
 	syncKeys := fs.Int("sync-max-keys", e.Int("SLUICE_SYNC_MAX_KEYS", redisengine.DefaultMaxLocalKeys), "keys counted locally at once for rules with a sync interval; beyond, decided in Redis")
-	ruleMetrics := fs.Bool("rule-metrics", env("SLUICE_RULE_METRICS", "true") != "false", "count each rule's answers in /metrics (series per tenant, tier and rule)")
-	shadowMode := fs.Bool("shadow-mode", env("SLUICE_SHADOW_MODE", "false") == "true", "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
+	ruleMetrics := fs.Bool("rule-metrics", e.Bool("SLUICE_RULE_METRICS", true), "count each rule's answers in /metrics (series per tenant, tier and rule)")
+	shadowMode := fs.Bool("shadow-mode", e.Bool("SLUICE_SHADOW_MODE", false), "every rule of every tenant in shadow: decisions are reported as ever, none rejected")
 	headerStyle := fs.String("rate-limit-headers", env("SLUICE_RATE_LIMIT_HEADERS", "ietf"), "the rate limit headers answered: ietf (RateLimit-Policy, RateLimit, X-RateLimit-*), draft-6 (RateLimit-Policy 10;w=60, RateLimit-Limit, -Remaining, -Reset, X-RateLimit-*), x (X-RateLimit-* alone), none (Retry-After alone) or kong (X-RateLimit-Limit-Minute and -Remaining-Minute per rule, RateLimit-Limit, -Remaining, -Reset)")
 	corsOrigins := fs.String("cors-origins", env("SLUICE_CORS_ORIGINS", ""), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "reverse-proxy mode: forward allowed requests to this URL")
 	denyStatus := fs.Int("forward-auth-deny-status", e.Int("SLUICE_FORWARD_AUTH_DENY_STATUS", http.StatusTooManyRequests), "the status of a forward-auth rejection: 429, or 403 for nginx's auth_request")
-	forwardAuth := fs.Bool("forward-auth", env("SLUICE_FORWARD_AUTH", "false") == "true", "the proxy port answers a gateway's forward-auth calls (200 or 429) instead of forwarding to -upstream")
+	forwardAuth := fs.Bool("forward-auth", e.Bool("SLUICE_FORWARD_AUTH", false), "the proxy port answers a gateway's forward-auth calls (200 or 429) instead of forwarding to -upstream")
 	proxyAddr := fs.String("proxy-addr", env("SLUICE_PROXY_ADDR", "127.0.0.1:8000"), "listen address of the reverse proxy")
 	proxyCert := fs.String("proxy-tls-cert", env("SLUICE_PROXY_TLS_CERT", ""), "proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS (reread when the files change)")
 	proxyKey := fs.String("proxy-tls-key", env("SLUICE_PROXY_TLS_KEY", ""), "proxy: PEM private key of -proxy-tls-cert")
 	proxyClientCA := fs.String("proxy-tls-client-ca", env("SLUICE_PROXY_TLS_CLIENT_CA", ""), "proxy: PEM CA bundle clients' certificates must chain to (mutual TLS)")
-	certIdentity := fs.Bool("identity-client-cert", env("SLUICE_IDENTITY_CLIENT_CERT", "false") == "true", "proxy: name the client by its verified certificate")
+	certIdentity := fs.Bool("identity-client-cert", e.Bool("SLUICE_IDENTITY_CLIENT_CERT", false), "proxy: name the client by its verified certificate")
 	idHeader := fs.String("identity-header", env("SLUICE_IDENTITY_HEADER", ""), "proxy: header naming the client")
 	jwtClaim := fs.String("identity-jwt-claim", env("SLUICE_IDENTITY_JWT_CLAIM", ""), "proxy: claim of a verified bearer token naming the client, e.g. sub")
 	jwksURL := fs.String("identity-jwks-url", env("SLUICE_IDENTITY_JWKS_URL", ""), "proxy: the identity provider's JSON Web Key Set URL")
@@ -186,8 +186,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	tierHeader := fs.String("tier-header", env("SLUICE_TIER_HEADER", ""), "proxy: header choosing the tier")
 	descHeaders := fs.String("descriptor-headers", env("SLUICE_DESCRIPTOR_HEADERS", ""), "proxy: descriptor=Header pairs, comma-separated: each header a descriptor for rules")
 	maxDelay := fs.Duration("max-delay", e.Duration("SLUICE_MAX_DELAY", 5*time.Second), "proxy: longest hold for a leaky-bucket delay")
-	preserveHost := fs.Bool("preserve-host", env("SLUICE_PRESERVE_HOST", "false") == "true", "proxy: forward the client's Host header, not the upstream's")
-	foldRoutes := fs.Bool("fold-routes", env("SLUICE_FOLD_ROUTES", "false") == "true", "proxy: the route descriptor in lower case without a trailing slash (rules name routes so), for upstreams that serve /Login/ as /login")
+	preserveHost := fs.Bool("preserve-host", e.Bool("SLUICE_PRESERVE_HOST", false), "proxy: forward the client's Host header, not the upstream's")
+	foldRoutes := fs.Bool("fold-routes", e.Bool("SLUICE_FOLD_ROUTES", false), "proxy: the route descriptor in lower case without a trailing slash (rules name routes so), for upstreams that serve /Login/ as /login")
 	upstreamTimeout := fs.Duration("upstream-timeout", e.Duration("SLUICE_UPSTREAM_TIMEOUT", dataplane.DefaultUpstreamTimeout), "proxy: longest wait for the upstream's response headers, then 504 (0 none)")
 	grpcAddr := fs.String("grpc-addr", env("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), `grpc-go listener (Envoy RLS, DecisionService, gubernator's V1); "off" disables`)
 	grpcMaxAge := fs.Duration("grpc-max-connection-age", e.Duration("SLUICE_GRPC_MAX_CONNECTION_AGE", 0), "gRPC connections are closed gracefully after this long, so clients spread over new deciders; 0 never")
@@ -199,6 +199,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	grpcKey := fs.String("grpc-tls-key", env("SLUICE_GRPC_TLS_KEY", ""), "PEM private key of -grpc-tls-cert")
 	grpcClientCA := fs.String("grpc-tls-client-ca", env("SLUICE_GRPC_TLS_CLIENT_CA", ""), "PEM CA bundle: gRPC clients must present a certificate it signed (mutual TLS)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := e.Err(); err != nil { // a variable that does not parse stops the binary, named
 		return err
 	}
 	headers, err := rlheaders.ParseStyle(*headerStyle)

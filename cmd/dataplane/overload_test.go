@@ -390,3 +390,34 @@ func TestStarvedDeciderKeepsLimiting(t *testing.T) {
 	}
 	t.Logf("%d answered, %d by the overload policy", answered.Load(), overloaded.Load())
 }
+
+// A setting that does not parse stops the decider process at start with
+// an error naming the variable, its value and what it expects, rather than
+// run on the default; booleans parse as strconv.ParseBool does.
+func TestMalformedSettingsStopTheDecider(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"SLUICE_DECISION_BUDGET=50", `SLUICE_DECISION_BUDGET="50": want a duration with its unit`},
+		{"SLUICE_REDIS_CLUSTER=yes", `SLUICE_REDIS_CLUSTER="yes": want true or false`},
+		{"SLUICE_MAX_IN_FLIGHT=lots", `SLUICE_MAX_IN_FLIGHT="lots": want an integer`},
+		{"SLUICE_LOCAL_SHARE=2", `-local-share (SLUICE_LOCAL_SHARE) 2: want more than 0, at most 1`},
+		{"SLUICE_OVERLOAD_POLICY=allow", `unknown overload policy "allow"`},
+	} {
+		cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
+		cmd.Env = append(os.Environ(), tc.env, "SLUICE_DATAPLANE_CHILD=decider")
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
+			t.Errorf("%s: exit %d (%v), want 1:\n%s", tc.env, code, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: the decider said %q, want %q", tc.env, out, tc.want)
+		}
+	}
+	// 1 is true, as ParseBool reads it: with Sentinels and a Cluster both
+	// named, the decider refuses to start.
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
+	cmd.Env = append(os.Environ(), "SLUICE_REDIS_CLUSTER=1", "SLUICE_REDIS_SENTINEL=1", "REDIS_URL=redis://127.0.0.1:1", "SLUICE_DATAPLANE_CHILD=decider")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "REDIS_URL") {
+		t.Errorf("SLUICE_REDIS_CLUSTER=1 and SLUICE_REDIS_SENTINEL=1: %v\n%s", err, out)
+	}
+}

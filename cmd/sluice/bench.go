@@ -54,7 +54,7 @@ type benchResult struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("sluice bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := flagenv.Env(getenv)
+	env := flagenv.NewEnv(getenv)
 	decider := fs.String("decider", env.String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL, for HTTP (env SLUICE_DECIDER)")
 	grpcAddr := fs.String("grpc", "", "benchmark DecisionService on this grpc-go address (host:port) instead of HTTP")
 	coalesce := fs.Bool("coalesce", false, "check through the Go SDK with Coalesce: concurrent checks share CheckBatch calls to -decider")

@@ -107,21 +107,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "dev":
 		fs := flag.NewFlagSet("sluice dev", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		addr := fs.String("addr", flagenv.Env(getenv).String("SLUICE_ADDR", "127.0.0.1:8080"), "listen address of the HTTP API (env SLUICE_ADDR)")
+		e := flagenv.NewEnv(getenv)
+		addr := fs.String("addr", e.String("SLUICE_ADDR", "127.0.0.1:8080"), "listen address of the HTTP API (env SLUICE_ADDR)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return errUsage
 		}
-		deltas, err := time.ParseDuration(flagenv.Env(getenv).String("SLUICE_DELTA_INTERVAL", "10s"))
-		if err != nil || deltas <= 0 {
-			fmt.Fprintf(stderr, "SLUICE_DELTA_INTERVAL: want a positive duration such as 10s\n")
+		deltas := e.Duration("SLUICE_DELTA_INTERVAL", 10*time.Second)
+		budget := e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond)
+		cluster, sentinel := e.Bool("SLUICE_REDIS_CLUSTER", false), e.Bool("SLUICE_REDIS_SENTINEL", false)
+		if err := e.Err(); err != nil {
+			fmt.Fprintln(stderr, err)
 			return errUsage
 		}
-		budget, err := time.ParseDuration(flagenv.Env(getenv).String("SLUICE_DECISION_BUDGET", "50ms"))
-		if err != nil || budget <= 0 {
-			fmt.Fprintf(stderr, "SLUICE_DECISION_BUDGET: want a positive duration such as 50ms\n")
+		if deltas <= 0 {
+			fmt.Fprintf(stderr, "SLUICE_DELTA_INTERVAL=%v: want a positive duration such as 10s\n", deltas)
 			return errUsage
 		}
-		headers, err := rlheaders.ParseStyle(flagenv.Env(getenv).String("SLUICE_RATE_LIMIT_HEADERS", "ietf"))
+		if budget <= 0 {
+			fmt.Fprintf(stderr, "SLUICE_DECISION_BUDGET=%v: want a positive duration such as 50ms\n", budget)
+			return errUsage
+		}
+		headers, err := rlheaders.ParseStyle(e.String("SLUICE_RATE_LIMIT_HEADERS", "ietf"))
 		if err != nil {
 			fmt.Fprintf(stderr, "SLUICE_RATE_LIMIT_HEADERS: %v\n", err)
 			return errUsage
@@ -134,8 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		defer stopTracing()
 		return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger, Tracer: tracer,
-			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: getenv("SLUICE_REDIS_CLUSTER") == "true", RedisSentinel: getenv("SLUICE_REDIS_SENTINEL") == "true", RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
-			GRPCAddr: flagenv.Env(getenv).String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget, Headers: headers,
+			DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: cluster, RedisSentinel: sentinel, RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
+			GRPCAddr: e.String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget, Headers: headers,
 			Dir: getenv("SLUICE_DEV_DIR")})
 	case "import":
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
@@ -165,7 +171,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
 	kong := fs.Bool("kong", false, "the files are a Kong declarative configuration (decK, one file or several as deck gateway sync takes them; a directory stands for its .yaml, .yml and .json files): its rate-limiting and rate-limiting-advanced plugins become rules (docs/migrating.md)")
 	tenant := fs.String("tenant", "", "with -kong: the tenant's slug (default: the file's _workspace; with an admin key, its own tenant)")
-	server := fs.String("server", flagenv.Env(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
 	files, err := parseArgs(fs, args)
 	if err != nil || len(files) == 0 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+

@@ -5,6 +5,7 @@ package flagenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,40 +17,94 @@ import (
 )
 
 // Env reads variables through a getenv function (os.Getenv, or a map in
-// tests). A variable that is unset or does not parse gives the default.
-type Env func(string) string
+// tests). A variable that is unset gives the default; one that is set but
+// does not parse gives the default too, and is remembered for Err, which
+// the binary checks before it starts: a malformed setting stops it, named,
+// rather than be replaced silently.
+type Env struct {
+	get  func(string) string
+	errs []error
+}
+
+// NewEnv returns an Env reading through getenv.
+func NewEnv(getenv func(string) string) *Env { return &Env{get: getenv} }
+
+// Get returns k's value as it is ("" when unset).
+func (e *Env) Get(k string) string { return e.get(k) }
 
 // String returns k's value, or def when unset.
-func (e Env) String(k, def string) string {
-	if v := e(k); v != "" {
+func (e *Env) String(k, def string) string {
+	if v := e.get(k); v != "" {
 		return v
 	}
 	return def
 }
 
+// bad remembers that k's value v is not what it should be.
+func (e *Env) bad(k, v, want string) {
+	e.errs = append(e.errs, fmt.Errorf("%s=%q: want %s", k, v, want))
+}
+
 // Int returns k as an integer, or def.
-func (e Env) Int(k string, def int) int {
-	if n, err := strconv.Atoi(e(k)); err == nil {
-		return n
+func (e *Env) Int(k string, def int) int {
+	v := e.get(k)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		e.bad(k, v, "an integer")
+		return def
+	}
+	return n
 }
 
 // Float returns k as a number, or def.
-func (e Env) Float(k string, def float64) float64 {
-	if f, err := strconv.ParseFloat(e(k), 64); err == nil {
-		return f
+func (e *Env) Float(k string, def float64) float64 {
+	v := e.get(k)
+	if v == "" {
+		return def
 	}
-	return def
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil {
+		e.bad(k, v, "a number")
+		return def
+	}
+	return f
 }
 
-// Duration returns k as a Go duration ("50ms", "720h"), or def.
-func (e Env) Duration(k string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(e(k)); err == nil {
-		return d
+// Duration returns k as a Go duration ("50ms", "720h"), or def. A number
+// without a unit is refused (but 0): "50" could mean 50 ms or 50 s.
+func (e *Env) Duration(k string, def time.Duration) time.Duration {
+	v := e.get(k)
+	if v == "" {
+		return def
 	}
-	return def
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		e.bad(k, v, `a duration with its unit, such as "50ms", "10s" or "2h"`)
+		return def
+	}
+	return d
 }
+
+// Bool returns k as strconv.ParseBool reads it (1, t, true, TRUE, 0, f,
+// false, …), or def.
+func (e *Env) Bool(k string, def bool) bool {
+	v := e.get(k)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		e.bad(k, v, "true or false (or 1 or 0)")
+		return def
+	}
+	return b
+}
+
+// Err returns every malformed variable read so far, nil when none.
+func (e *Env) Err() error { return errors.Join(e.errs...) }
 
 // List splits a comma-separated value, trimming items and dropping empty
 // ones.

@@ -10,19 +10,48 @@ import (
 
 func TestEnvDefaultsAndParsing(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"S": "x", "I": "42", "F": "0.25", "D": "50ms", "BAD": "nope"}
-	e := Env(func(k string) string { return vars[k] })
+	vars := map[string]string{"S": "x", "I": "42", "F": "0.25", "D": "50ms", "B1": "1", "BT": "TRUE", "B0": "false"}
+	e := NewEnv(func(k string) string { return vars[k] })
 	if e.String("S", "d") != "x" || e.String("UNSET", "d") != "d" {
 		t.Error("String")
 	}
-	if e.Int("I", 1) != 42 || e.Int("BAD", 1) != 1 || e.Int("UNSET", 7) != 7 {
+	if e.Int("I", 1) != 42 || e.Int("UNSET", 7) != 7 {
 		t.Error("Int")
 	}
-	if e.Float("F", 1) != 0.25 || e.Float("BAD", 1) != 1 {
+	if e.Float("F", 1) != 0.25 || e.Float("UNSET", 1) != 1 {
 		t.Error("Float")
 	}
-	if e.Duration("D", time.Second) != 50*time.Millisecond || e.Duration("BAD", time.Second) != time.Second {
+	if e.Duration("D", time.Second) != 50*time.Millisecond || e.Duration("UNSET", time.Second) != time.Second {
 		t.Error("Duration")
+	}
+	// Booleans as strconv.ParseBool reads them, everywhere.
+	if !e.Bool("B1", false) || !e.Bool("BT", false) || e.Bool("B0", true) || !e.Bool("UNSET", true) {
+		t.Error("Bool")
+	}
+	if err := e.Err(); err != nil {
+		t.Fatalf("well-formed values: %v", err)
+	}
+}
+
+// A value that does not parse is never replaced silently: Err names every
+// such variable, its value and what it should be.
+func TestEnvRefusesMalformedValues(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"SLUICE_DECISION_BUDGET": "50", "SLUICE_REDIS_CLUSTER": "yes", "SLUICE_N": "1k", "SLUICE_SHARE": "half"}
+	e := NewEnv(func(k string) string { return vars[k] })
+	if e.Duration("SLUICE_DECISION_BUDGET", time.Second) != time.Second || e.Bool("SLUICE_REDIS_CLUSTER", false) ||
+		e.Int("SLUICE_N", 3) != 3 || e.Float("SLUICE_SHARE", 1) != 1 {
+		t.Error("a malformed value gives the default back (and is reported)")
+	}
+	err := e.Err()
+	if err == nil {
+		t.Fatal("no error for malformed values")
+	}
+	for _, want := range []string{`SLUICE_DECISION_BUDGET="50": want a duration with its unit`, `SLUICE_REDIS_CLUSTER="yes": want true or false`,
+		`SLUICE_N="1k": want an integer`, `SLUICE_SHARE="half": want a number`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
 	}
 }
 

@@ -43,9 +43,10 @@ type Config struct {
 // environment (KAFKA_TLS, KAFKA_TLS_CA, KAFKA_TLS_CERT, KAFKA_TLS_KEY,
 // KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME), and reads the password from
 // KAFKA_SASL_PASSWORD. The flags are read once fs is parsed.
-func Register(fs *flag.FlagSet, e flagenv.Env) *Config {
+func Register(fs *flag.FlagSet, env *flagenv.Env) *Config {
+	e := env.Get
 	c := &Config{Password: e("KAFKA_SASL_PASSWORD")}
-	fs.BoolVar(&c.TLS, "kafka-tls", e("KAFKA_TLS") == "true" || e("KAFKA_TLS") == "1", "connect to Kafka over TLS (env KAFKA_TLS=true)")
+	fs.BoolVar(&c.TLS, "kafka-tls", env.Bool("KAFKA_TLS", false), "connect to Kafka over TLS (env KAFKA_TLS=true)")
 	fs.StringVar(&c.CAFile, "kafka-tls-ca", e("KAFKA_TLS_CA"), "PEM CA bundle verifying the Kafka brokers (implies -kafka-tls; default the system's roots)")
 	fs.StringVar(&c.CertFile, "kafka-tls-cert", e("KAFKA_TLS_CERT"), "PEM client certificate for Kafka (implies -kafka-tls)")
 	fs.StringVar(&c.KeyFile, "kafka-tls-key", e("KAFKA_TLS_KEY"), "PEM private key of -kafka-tls-cert")
@@ -58,7 +59,7 @@ func Register(fs *flag.FlagSet, e flagenv.Env) *Config {
 // would with no flag given.
 func FromEnv(getenv func(string) string) *Config {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	return Register(fs, flagenv.Env(getenv))
+	return Register(fs, flagenv.NewEnv(getenv))
 }
 
 // Build returns the TLS configuration (nil for plaintext) and the SASL
