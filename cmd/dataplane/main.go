@@ -28,7 +28,7 @@
 //	-kafka-sasl-username KAFKA_SASL_USERNAME  SASL user name
 //	                KAFKA_SASL_PASSWORD       SASL password (the environment only: no flag shows it in a process listing)
 //	-budget         SLUICE_DECISION_BUDGET    longest a decision may wait in the decider to be sent to Redis; past it, overload (default 50ms)
-//	-redis-timeout  SLUICE_REDIS_TIMEOUT      longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed (default 200ms)
+//	-redis-timeout  SLUICE_REDIS_TIMEOUT      longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed (default 500ms)
 //	-max-in-flight  SLUICE_MAX_IN_FLIGHT      decisions waiting on Redis at once, shared fairly between tenants; beyond, overload (default 512; 0 no bound)
 //	-overload-policy SLUICE_OVERLOAD_POLICY   what answers a decision overload keeps from Redis: local (the in-process engine at -local-share), failure_mode (each rule's) or reject (default local)
 //	-local-share    SLUICE_LOCAL_SHARE        share of a limit enforced locally while Redis fails or the decider is overloaded (default 1)

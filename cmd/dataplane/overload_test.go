@@ -187,9 +187,10 @@ func sumOf(body, name string, labels ...string) float64 {
 // 5 a minute, is admitted 5 in all, every answer decided by Redis. The
 // flood is shed within its share, and no breaker opens.
 //
-// The decider's budget is 500ms rather than 50ms: under the race detector
-// on a small machine a decision can wait that long for a CPU, and the test
-// is of fairness, not of speed. The bound on work in flight is 128, so
+// The decider's budget is 500ms rather than 50ms, and its Redis timeout
+// 5s: under the race detector, with the rest of the test suite on a small
+// machine, a decision can wait that long for a CPU, and the test is of
+// fairness, not of speed. The bound on work in flight is 128, so
 // that the flood exceeds it for sure.
 func TestNoisyNeighbour(t *testing.T) {
 	if testing.Short() {
@@ -202,7 +203,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 5, Window: time.Minute}})
 	_, prefix := redistest.Client(t)
 	a := deciderProcess(t, []string{"-control-plane", controlPlane(t, store), "-redis-url", "redis://" + redistest.Addr(t),
-		"-redis-prefix", prefix, "-budget", "500ms", "-max-in-flight", "128"}, "SLUICE_DECIDER_KEY=dk")
+		"-redis-prefix", prefix, "-budget", "500ms", "-redis-timeout", "5s", "-max-in-flight", "128"}, "SLUICE_DECIDER_KEY=dk")
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
@@ -320,7 +321,7 @@ func TestNoisyNeighbour(t *testing.T) {
 // most its local share by the overload policy, no breaker opens, and the
 // overload metrics count exactly the answers that said overload.
 //
-// The Redis timeout is 1s rather than 200ms: under the race detector a
+// The Redis timeout is 5s rather than 500ms: under the race detector a
 // starved decider may read Redis's answer later than that, which would be
 // a Redis failure by definition; the budget stays at its default.
 func TestStarvedDeciderKeepsLimiting(t *testing.T) {
@@ -333,7 +334,7 @@ func TestStarvedDeciderKeepsLimiting(t *testing.T) {
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}})
 	_, prefix := redistest.Client(t)
 	a := deciderProcess(t, []string{"-control-plane", controlPlane(t, store), "-redis-url", "redis://" + redistest.Addr(t),
-		"-redis-prefix", prefix, "-redis-timeout", "1s", "-max-in-flight", "8"}, "SLUICE_DECIDER_KEY=dk", "GOMAXPROCS=1")
+		"-redis-prefix", prefix, "-redis-timeout", "5s", "-max-in-flight", "8"}, "SLUICE_DECIDER_KEY=dk", "GOMAXPROCS=1")
 	burnCPU(t)
 
 	const clients = 20

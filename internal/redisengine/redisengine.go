@@ -144,10 +144,10 @@ type Config struct {
 }
 
 // DefaultTimeout is how long Redis may take to answer a pipeline when
-// Config.Timeout is 0: long enough for a busy decider to read an answer
-// Redis gave in time, short enough that a frozen Redis is found out in a
-// fraction of a second.
-const DefaultTimeout = 200 * time.Millisecond
+// Config.Timeout is 0: long enough for a decider whose CPU is saturated to
+// read an answer Redis gave in time (a late read is counted as Redis's
+// failure), short enough that a frozen Redis is found out within a second.
+const DefaultTimeout = 500 * time.Millisecond
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
 type Engine struct {
