@@ -96,7 +96,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Its port serves health and metrics alone: no request has a body worth
+	// waiting for.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	fmt.Fprintf(stdout, "analytics consuming %s as %s; metrics on %s://%s\n", *topic, *group, scheme, ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()

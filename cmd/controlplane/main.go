@@ -11,6 +11,7 @@
 //	-key-calls     SLUICE_KEY_CALLS          calls a key (operator, admin, viewer; a check key's config pulls) may make a minute before its calls are refused for a while (default 6000; 0: unlimited)
 //	-trusted-proxies SLUICE_TRUSTED_PROXIES  comma-separated CIDRs (a load balancer's) whose X-Forwarded-For names the caller's address for -auth-failures (default none)
 //	-proxy-protocol SLUICE_PROXY_PROTOCOL    comma-separated CIDRs of layer-4 load balancers that open each connection with a PROXY protocol header (v1 or v2), whose source address is then the caller's; their connections without one are refused, others served as they come (default none)
+//	-read-timeout  SLUICE_READ_TIMEOUT       longest a client may take to send a whole request, headers and body; a streaming call once its request is read is not bounded (default 10s)
 //	-tls-cert      SLUICE_CONTROLPLANE_TLS_CERT PEM certificate: with -tls-key the port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key       SLUICE_CONTROLPLANE_TLS_KEY  PEM private key of -tls-cert
 //	               SLUICE_OPERATOR_KEY       the operator's key; environment only, so it never shows in process lists;
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	keyCalls := fs.Int("key-calls", e.Int("SLUICE_KEY_CALLS", 6000), "calls a key may make a minute (as many at once) before its calls are refused for a while (0: unlimited)")
 	trustedProxies := fs.String("trusted-proxies", env("SLUICE_TRUSTED_PROXIES", ""), "CIDRs whose X-Forwarded-For names the caller's address for -auth-failures")
 	balancers := fs.String("proxy-protocol", env("SLUICE_PROXY_PROTOCOL", ""), "CIDRs of load balancers opening each connection with a PROXY protocol header, whose address is then the caller's")
+	readTimeout := fs.Duration("read-timeout", e.Duration("SLUICE_READ_TIMEOUT", controlplane.DefaultReadTimeout), "longest a client may take to send a whole request, headers and body")
 	tlsCert := fs.String("tls-cert", env("SLUICE_CONTROLPLANE_TLS_CERT", ""), "PEM certificate: with -tls-key the port serves HTTPS (reread when the files change)")
 	tlsKey := fs.String("tls-key", env("SLUICE_CONTROLPLANE_TLS_KEY", ""), "PEM private key of -tls-cert")
 	if err := fs.Parse(args); err != nil {
@@ -75,6 +77,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if err := e.Err(); err != nil { // a variable that does not parse stops the binary, named
 		return err
+	}
+	if *readTimeout <= 0 {
+		return fmt.Errorf("-read-timeout (SLUICE_READ_TIMEOUT) %v: want more than 0", *readTimeout)
 	}
 	if *keyCalls < 0 {
 		return fmt.Errorf("-key-calls %d: must not be negative (0: unlimited)", *keyCalls)
@@ -140,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer stopTracing()
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: operatorKey, Registerer: reg,
-		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Tracer: tracer, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted}))
+		DeciderKey: getenv("SLUICE_DECIDER_KEY"), OperatorKeyFunc: operatorKeyFunc, DeciderKeyFunc: deciderKeyFunc, Closing: closing, Tracer: tracer, Logger: logger, AuthFailures: *authFailures, KeyCalls: *keyCalls, TrustedProxies: trusted, ReadTimeout: *readTimeout}))
 
 	tcp, err := net.Listen("tcp", *addr)
 	if err != nil {

@@ -523,3 +523,106 @@ func TestMalformedSettingStopsTheControlPlane(t *testing.T) {
 		t.Fatalf("run: %v, want both variables named", err)
 	}
 }
+
+// trickle sends body to a connection's request a byte at a time, every
+// pause, until it is sent or the server ends the connection, and says
+// whether the server ended it first.
+func trickle(c net.Conn, body []byte, pause time.Duration) (cutOff bool) {
+	for i := range body {
+		if _, err := c.Write(body[i : i+1]); err != nil {
+			return true
+		}
+		time.Sleep(pause)
+	}
+	return false
+}
+
+// No slow client holds the control plane: a request whose body trickles
+// in is cut off once -read-timeout has passed, over HTTP/1.1 and h2c; a
+// large body without a valid key is refused before it is read; and a
+// config watch, whose call lasts, outlives the timeout.
+func TestSlowBodiesAreCutOff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"}
+	base, done := start(t, ctx, env, "-read-timeout", "500ms")
+	defer func() { cancel(); <-done }()
+	addr := strings.TrimPrefix(base, "http://")
+	body := []byte(`{"tenant":"` + strings.Repeat("a", 200) + `"}`) // 200 bytes at 20 ms each: 4 s, well past the timeout
+
+	t.Run("HTTP/1.1 with a valid key", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /sluice.v1.TierService/ListTiers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer op-secret\r\n"+
+			"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+		go func() { _, _ = io.Copy(io.Discard, c) }() // the answer, if any
+		if !trickle(c, body, 20*time.Millisecond) {
+			t.Fatal("the control plane read a trickled body to its end")
+		}
+	})
+	t.Run("h2c with a valid key", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		go func() {
+			defer pw.Close()
+			for i := range body {
+				if _, err := pw.Write(body[i : i+1]); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		req, _ := http.NewRequest("POST", base+"/sluice.v1.TierService/ListTiers", pr)
+		req.Header.Set("Authorization", "Bearer op-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := h2cClient().Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				t.Fatalf("a trickled h2c body was read to its end: %d %s", resp.StatusCode, b)
+			}
+		}
+		pr.CloseWithError(io.ErrClosedPipe)
+	})
+	t.Run("a large body without a valid key", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /sluice.v1.TierService/ListTiers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
+		// The answer comes without a byte of the body sent.
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.Contains(line, " 401 ") {
+			t.Fatalf("a 60,000-byte body under an invalid key: %q %v, want 401 before the body", line, err)
+		}
+	})
+	t.Run("a config watch outlives the timeout", func(t *testing.T) {
+		wreq := connect.NewRequest(&sluicev1.WatchRequest{})
+		wreq.Header().Set("Authorization", "Bearer decider-secret")
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		watch, err := sluicev1connect.NewConfigServiceClient(h2cClient(), base, connect.WithGRPC()).Watch(wctx, wreq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer watch.Close()
+		time.Sleep(time.Second) // twice the read timeout: the stream must live on
+		creq := connect.NewRequest(&sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: "late", Name: "Late"}})
+		creq.Header().Set("Authorization", "Bearer op-secret")
+		if _, err := sluicev1connect.NewTenantServiceClient(h2cClient(), base, connect.WithGRPC()).CreateTenant(ctx, creq); err != nil {
+			t.Fatal(err)
+		}
+		for watch.Receive() {
+			if watch.Msg().GetTenantId() != "" {
+				return // the change reached the watch past the timeout
+			}
+		}
+		t.Fatalf("the watch ended: %v", watch.Err())
+	})
+}

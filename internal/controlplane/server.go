@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -76,6 +77,10 @@ type Config struct {
 	// Tracer, when set, puts a span around each unary call (tracing.Setup);
 	// nil traces nothing.
 	Tracer trace.Tracer
+	// ReadTimeout bounds how long a client may take to send a whole
+	// request, headers and body (a streaming call's once its request is
+	// read is not bounded); 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
 }
 
 func init() {
@@ -142,7 +147,7 @@ func NewHandler(cfg Config) http.Handler {
 	// The console: static files calling the API above with the signed-in key.
 	mux.Handle("GET "+web.Prefix, web.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))
-	return mux
+	return guardReads(mux, auth, cmp.Or(cfg.ReadTimeout, DefaultReadTimeout))
 }
 
 type server struct {

@@ -198,7 +198,7 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			secFlags := regexp.MustCompile(`fs\.(?:String|Bool)Var\(&c\.\w+, "([a-z0-9-]+)", e\("([A-Z0-9_]+)"\)`).FindAllStringSubmatch(string(sec), -1)
+			secFlags := regexp.MustCompile(`fs\.(?:String|Bool)Var\(&c\.\w+, "([a-z0-9-]+)", (?:e|env\.Bool)\("([A-Z0-9_]+)"`).FindAllStringSubmatch(string(sec), -1)
 			if len(secFlags) != 6 {
 				t.Fatalf("internal/kafkasec: %d flags read, want 6: is one defined another way?", len(secFlags))
 			}
