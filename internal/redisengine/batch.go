@@ -34,6 +34,9 @@ type call struct {
 	rest []*call
 }
 
+// flushTimeout bounds a pipeline none of whose calls has a deadline.
+const flushTimeout = 5 * time.Second
+
 // ErrClosed is returned for decisions made after Close.
 var ErrClosed = errors.New("redisengine: engine closed")
 
@@ -286,25 +289,30 @@ func (e *Engine) Pipelines() (pipelines, calls int64) {
 }
 
 // flush runs batch as one pipeline of EVALSHA, which Redis must answer
-// within Config.Timeout of its writing, else every call of it fails: that
-// is Redis's failure. A call whose deadline passed in the queue fails at
+// within Config.Timeout of its writing (flushTimeout when no call of it
+// has a deadline: a caller without a budget), else every call of it
+// fails: that is Redis's failure. A call whose deadline passed in the queue fails at
 // once with limit.ErrOverloaded, the decider's overload, and is not sent.
 // Pipelines do not fall back to EVAL by themselves: on NOSCRIPT (a
 // restarted or flushed Redis) the script is loaded and the refused calls
 // are sent once more.
 func (e *Engine) flush(batch []*call) {
 	now := time.Now()
-	deadline := now.Add(e.cfg.Timeout)
+	timeout := flushTimeout
 	pending := batch[:0] // in place: the flusher reuses batch
 	for _, c := range batch {
-		if !c.deadline.IsZero() && !c.deadline.After(now) {
-			c.err = fmt.Errorf("%w: %w", limit.ErrOverloaded, context.DeadlineExceeded)
-			close(c.done)
-			continue
+		if !c.deadline.IsZero() {
+			if !c.deadline.After(now) {
+				c.err = fmt.Errorf("%w: %w", limit.ErrOverloaded, context.DeadlineExceeded)
+				close(c.done)
+				continue
+			}
+			timeout = e.cfg.Timeout
 		}
 		c.sent.Store(true)
 		pending = append(pending, c)
 	}
+	deadline := now.Add(timeout)
 	if len(pending) == 0 {
 		return
 	}
