@@ -3,7 +3,8 @@
 //
 // Configuration (flags override the environment):
 //
-//	-addr          SLUICE_CONTROLPLANE_ADDR  listen address (default 127.0.0.1:8081)
+//	-addr          SLUICE_CONTROLPLANE_ADDR  listen address of the API, the console, /healthz and /readyz (default 127.0.0.1:8081)
+//	-admin-addr    SLUICE_ADMIN_ADDR         listen address of /metrics and detailed health, plaintext, for operators alone; "off" none (default 127.0.0.1:9081)
 //	-database-url  DATABASE_URL              PostgreSQL URL (default postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable)
 //	-audit-retention SLUICE_AUDIT_RETENTION  how long audit log rows are kept, e.g. 2160h (default 0: forever)
 //	-override-retention SLUICE_OVERRIDE_RETENTION  how long an expired override is kept before it is deleted (default 168h; 0: forever)
@@ -61,7 +62,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	env := e.String
 	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address")
+	addr := fs.String("addr", env("SLUICE_CONTROLPLANE_ADDR", "127.0.0.1:8081"), "listen address of the API, the console, /healthz and /readyz")
+	adminAddr := fs.String("admin-addr", env("SLUICE_ADMIN_ADDR", "127.0.0.1:9081"), `listen address of /metrics and detailed health, for operators alone; "off" none`)
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
 	auditRetention := fs.Duration("audit-retention", e.Duration("SLUICE_AUDIT_RETENTION", 0), "how long audit log rows are kept (0: forever)")
 	overrideRetention := fs.Duration("override-retention", e.Duration("SLUICE_OVERRIDE_RETENTION", pgstore.DefaultOverrideRetention), "how long an expired override is kept before it is deleted (0: forever)")
@@ -137,7 +139,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var ready telemetry.Readiness
 	db := telemetry.NewProbe(func(ctx context.Context) error { return migrations.Check(ctx, pool) }, time.Second)
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, func() bool { return ready.Ready() && db.OK() }, nil)
+	isReady := func() bool { return ready.Ready() && db.OK() }
+	telemetry.MountPublic(mux, isReady)
+	admin := http.NewServeMux()
+	telemetry.Mount(admin, reg, isReady, nil)
+	adminAt, stopAdmin, err := telemetry.ServeAdmin(ctx, *adminAddr, admin)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 	closing := make(chan struct{})
 	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-controlplane", getenv)
 	if err != nil {
@@ -163,5 +173,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv.RegisterOnShutdown(func() { close(closing) })
 	ready.SetReady(true)
 	fmt.Fprintf(stdout, "control plane listening on %s://%s (console: %[1]s://%[2]s/console/)\n", scheme, ln.Addr())
+	if adminAt != "" {
+		fmt.Fprintf(stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
+	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
 }

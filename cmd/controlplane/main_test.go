@@ -31,13 +31,30 @@ func TestRunServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := map[string]string{"DATABASE_URL": pgtest.Schema(t), "SLUICE_OPERATOR_KEY": "op-secret", "SLUICE_DECIDER_KEY": "decider-secret"}
-	base, done := start(t, ctx, env)
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the admin listener
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := adminLn.Addr().String()
+	adminLn.Close()
+	base, done := start(t, ctx, env, "-admin-addr", admin)
 
-	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(base + path)
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%s: %v %v", path, resp, err)
 		}
+		resp.Body.Close()
+	}
+	// Metrics are the admin listener's alone.
+	if resp, err := http.Get(base + "/metrics"); err != nil || resp.StatusCode == 200 {
+		t.Fatalf("the API's port answers /metrics: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, err := http.Get("http://" + admin + "/metrics"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the admin listener's /metrics: %v %v", resp, err)
+	} else {
 		resp.Body.Close()
 	}
 	// Ready only while the database answers with a clean schema: a failed
@@ -106,7 +123,11 @@ func launch(ctx context.Context, env map[string]string, extra ...string) func(t 
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, extra...), func(k string) string { return env[k] }, pw, io.Discard)
+		args := []string{"-addr", "127.0.0.1:0"}
+		if !slices.Contains(extra, "-admin-addr") {
+			args = append(args, "-admin-addr", "127.0.0.1:0")
+		}
+		done <- run(ctx, append(args, extra...), func(k string) string { return env[k] }, pw, io.Discard)
 		pw.Close()
 	}()
 	return func(t *testing.T) (string, <-chan error) {
@@ -248,7 +269,7 @@ func TestServesHTTPS(t *testing.T) {
 		}
 	}
 
-	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-tls-cert", cert, "-tls-key", filepath.Join(t.TempDir(), "none.pem")},
+	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin-addr", "off", "-tls-cert", cert, "-tls-key", filepath.Join(t.TempDir(), "none.pem")},
 		func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "tls") {
 		t.Fatalf("a missing key: %v, want a tls error", err)
@@ -471,7 +492,7 @@ func TestOperatorKeyFileRotates(t *testing.T) {
 	}
 
 	missing := map[string]string{"DATABASE_URL": env["DATABASE_URL"], "SLUICE_OPERATOR_KEY_FILE": filepath.Join(t.TempDir(), "missing")}
-	if err := run(ctx, []string{"-addr", "127.0.0.1:0"}, func(k string) string { return missing[k] }, io.Discard, io.Discard); err == nil ||
+	if err := run(ctx, []string{"-addr", "127.0.0.1:0", "-admin-addr", "off"}, func(k string) string { return missing[k] }, io.Discard, io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "SLUICE_OPERATOR_KEY_FILE") {
 		t.Fatalf("start with a missing key file: %v", err)
 	}
@@ -518,7 +539,7 @@ func TestAuthFailureBudgetBehindProxyProtocol(t *testing.T) {
 // before it touches the database.
 func TestMalformedSettingStopsTheControlPlane(t *testing.T) {
 	env := map[string]string{"SLUICE_AUDIT_RETENTION": "30", "SLUICE_AUTH_FAILURES": "many", "DATABASE_URL": "postgres://127.0.0.1:1/none"}
-	err := run(context.Background(), []string{"-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-admin-addr", "off"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `SLUICE_AUDIT_RETENTION="30"`) || !strings.Contains(err.Error(), `SLUICE_AUTH_FAILURES="many"`) {
 		t.Fatalf("run: %v, want both variables named", err)
 	}

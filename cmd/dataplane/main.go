@@ -4,7 +4,8 @@
 //
 // Configuration (flags override the environment):
 //
-//	-addr           SLUICE_DATAPLANE_ADDR     listen address (default 127.0.0.1:8080)
+//	-addr           SLUICE_DATAPLANE_ADDR     listen address of the check APIs, /healthz and /readyz (default 127.0.0.1:8080)
+//	-admin-addr     SLUICE_ADMIN_ADDR         listen address of /metrics and detailed health (/readyz with the config versions enforced), plaintext, for operators alone; "off" none (default 127.0.0.1:9080)
 //	-tls-cert       SLUICE_DATAPLANE_TLS_CERT PEM certificate: with -tls-key the HTTP port serves HTTPS (HTTP/2 and HTTP/1.1), the pair reread when the files change (default none: plaintext)
 //	-tls-key        SLUICE_DATAPLANE_TLS_KEY  PEM private key of -tls-cert
 //	-tls-client-ca  SLUICE_DATAPLANE_TLS_CLIENT_CA PEM CA bundle: HTTP clients must present a certificate it signed (mutual TLS; default none)
@@ -142,7 +143,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", env("SLUICE_DATAPLANE_ADDR", "127.0.0.1:8080"), "listen address")
+	addr := fs.String("addr", env("SLUICE_DATAPLANE_ADDR", "127.0.0.1:8080"), "listen address of the check APIs, /healthz and /readyz")
+	adminAddr := fs.String("admin-addr", env("SLUICE_ADMIN_ADDR", "127.0.0.1:9080"), `listen address of /metrics and detailed health, for operators alone; "off" none`)
 	cpURL := fs.String("control-plane", env("SLUICE_CONTROL_PLANE_URL", "http://127.0.0.1:8081"), "control plane URL")
 	redisURL := fs.String("redis-url", env("REDIS_URL", ""), "redis:// URL; empty decides in this process only")
 	redisCluster := fs.Bool("redis-cluster", e.Bool("SLUICE_REDIS_CLUSTER", false), "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
@@ -285,8 +287,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if redisEngine != nil {
 		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
 	}
+	// The port every tenant's applications reach tells nothing of tenants:
+	// metrics and the versions enforced are the admin listener's.
 	mux := http.NewServeMux()
-	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
+	telemetry.MountPublic(mux, syncer.Ready)
+	admin := http.NewServeMux()
+	telemetry.Mount(admin, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
+	adminAt, stopAdmin, err := telemetry.ServeAdmin(ctx, *adminAddr, admin)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
 		Metrics: dataplane.NewMetrics(reg, decider), Headers: headers}
 	apiCfg.Metrics.PerRule(*ruleMetrics)
@@ -332,6 +343,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// the connections that chose h2 by ALPN).
 	srv := dataplane.NewHTTPServer(apiCfg, mux)
 	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
+	if adminAt != "" {
+		fmt.Fprintf(stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
+	}
 	if *upstream != "" && *forwardAuth {
 		ln.Close()
 		return errors.New("-forward-auth answers in place of forwarding: give -upstream or -forward-auth, not both")

@@ -66,7 +66,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 	addrs, done := startDecider(t, ctx, args, env)
 	base, proxy := addrs.base, addrs.proxy
 
-	ready := waitReady(t, base)
+	ready := waitReady(t, addrs.admin)
 	if ready[tn.ID] != version {
 		t.Fatalf("/readyz reports %v, want version %d of %s", ready, version, tn.ID)
 	}
@@ -109,7 +109,7 @@ func TestDeciderEndToEnd(t *testing.T) {
 			t.Fatalf("CORS preflight of %s: %v %v", path, resp, err)
 		}
 	}
-	resp, err := http.Get(base + "/metrics")
+	resp, err := http.Get(addrs.admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,8 +218,9 @@ func acmeOnPool(t *testing.T, pool *pgxpool.Pool, rule policy.Rule) (tn policy.T
 }
 
 // deciderAddrs are the addresses a decider prints: its HTTP port, its
-// proxy ("" without -upstream) and its gRPC port ("" with -grpc-addr off).
-type deciderAddrs struct{ base, proxy, grpc string }
+// proxy ("" without -upstream), its gRPC port ("" with -grpc-addr off) and
+// its admin listener (metrics, detailed health).
+type deciderAddrs struct{ base, proxy, grpc, admin string }
 
 // startDecider runs the decider with args and env until ctx ends, and
 // returns the addresses it prints, once it has printed them, and where
@@ -228,12 +229,15 @@ func startDecider(t *testing.T, ctx context.Context, args []string, env map[stri
 	t.Helper()
 	pr, pw := io.Pipe()
 	errc := make(chan error, 1)
+	if !slices.Contains(args, "-admin-addr") {
+		args = append(args, "-admin-addr", "127.0.0.1:0")
+	}
 	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
 	lines := bufio.NewReader(pr)
 	proxied := slices.Contains(args, "-upstream")
 	withGRPC := !slices.Contains(args, "off")
 	var a deciderAddrs
-	for a.base == "" || (proxied && a.proxy == "") || (withGRPC && a.grpc == "") {
+	for a.base == "" || (proxied && a.proxy == "") || (withGRPC && a.grpc == "") || a.admin == "" {
 		line, err := lines.ReadString('\n')
 		if err != nil {
 			t.Fatalf("no banner: %v", err)
@@ -245,6 +249,8 @@ func startDecider(t *testing.T, ctx context.Context, args []string, env map[stri
 			a.base = url
 		case strings.HasPrefix(line, "proxying"):
 			a.proxy = url
+		case strings.HasPrefix(line, "admin"):
+			a.admin = url
 		case strings.HasPrefix(line, "gRPC"):
 			a.grpc = fields[len(fields)-1]
 		}
@@ -709,9 +715,9 @@ func TestDeciderHTTPS(t *testing.T) {
 	if res, err := sluicev1connect.NewDecisionServiceClient(h2, a.base, connect.WithGRPC()).Check(ctx, creq); err != nil || !res.Msg.Allowed {
 		t.Fatalf("Check over gRPC on TLS: %v %v", res, err)
 	}
-	resp, err := h1.Get(a.base + "/metrics")
+	resp, err := h1.Get(a.base + "/readyz")
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/metrics over HTTP/1.1 on TLS: %v %v", resp, err)
+		t.Fatalf("/readyz over HTTP/1.1 on TLS: %v %v", resp, err)
 	}
 	resp.Body.Close()
 
@@ -765,7 +771,7 @@ func TestDeciderShadowMode(t *testing.T) {
 			codes = append(codes, check(t, a.base, checkKey, "alice").StatusCode)
 		}
 		// The rule's metrics tell the would-rejects from the rejections.
-		resp, err := http.Get(a.base + "/metrics")
+		resp, err := http.Get(a.admin + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -832,7 +838,7 @@ func TestDeciderWithACheckKeyServesItsTenantOnly(t *testing.T) {
 	}
 	addrs, _ := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, map[string]string{"SLUICE_DECIDER_KEY": checkKey})
-	if ready := waitReady(t, addrs.base); len(ready) != 1 || ready[tn.ID] != version {
+	if ready := waitReady(t, addrs.admin); len(ready) != 1 || ready[tn.ID] != version {
 		t.Fatalf("/readyz reports %v, want only version %d of %s", ready, version, tn.ID)
 	}
 	if code := check(t, addrs.base, checkKey, "alice").StatusCode; code != 200 {
@@ -881,5 +887,44 @@ func TestDeciderServesATenantWithTheMostOverrides(t *testing.T) {
 	}
 	if want := []int{200, 200, 429}; !slices.Equal(codes, want) {
 		t.Errorf("a client without an override: %v, want %v", codes, want)
+	}
+}
+
+// The port every tenant's applications reach tells nothing of tenants:
+// no /metrics, and a /readyz without the tenants' ids or versions. The
+// admin listener, on loopback, has both.
+func TestCheckPortTellsNothingOfTenants(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tn, version, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}})
+	a, done := startDecider(t, ctx, []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL,
+		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}, map[string]string{"SLUICE_DECIDER_KEY": "dk"})
+	defer func() { cancel(); <-done }()
+	if v := waitReady(t, a.admin); v[tn.ID] != version {
+		t.Fatalf("admin /readyz: %v, want version %d of %s", v, version, tn.ID)
+	}
+	check(t, a.base, checkKey, "alice")
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(a.base + "/metrics"); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+		t.Errorf("the check port's /metrics: %d %.200s", code, body)
+	}
+	if code, body := get(a.base + "/readyz"); code != 200 || strings.Contains(body, tn.ID) || strings.Contains(body, "acme") || strings.TrimSpace(body) != `{"ready":true}` {
+		t.Errorf("the check port's /readyz: %d %s, want {\"ready\":true} alone", code, body)
+	}
+	if code, body := get(a.admin + "/metrics"); code != 200 || !strings.Contains(body, `sluice_decisions_total{outcome="allowed",tenant="acme"} 1`) {
+		t.Errorf("the admin listener's /metrics: %d, lacking the tenant's decisions", code)
+	}
+	if !strings.HasPrefix(a.admin, "http://127.0.0.1:") {
+		t.Errorf("admin listener on %s, want loopback", a.admin)
 	}
 }

@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 // ready.
 func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0",
+	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-events-spool", "off"}, args...)...)
 	cmd.Env = append(os.Environ(), append(env, "SLUICE_DATAPLANE_CHILD=decider")...)
 	out, err := cmd.StdoutPipe()
@@ -73,7 +73,7 @@ func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	lines := bufio.NewReader(out)
 	var a deciderAddrs
-	for a.base == "" || a.grpc == "" {
+	for a.base == "" || a.grpc == "" || a.admin == "" {
 		line, err := lines.ReadString('\n')
 		if err != nil {
 			_ = cmd.Process.Kill()
@@ -86,6 +86,8 @@ func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 			a.base = strings.Fields(line[strings.Index(line, "http"):])[0]
 		case strings.HasPrefix(line, "gRPC"):
 			a.grpc = fields[len(fields)-1]
+		case strings.HasPrefix(line, "admin"):
+			a.admin = fields[len(fields)-1]
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, out); _ = cmd.Wait(); close(done) }()
@@ -149,10 +151,10 @@ func checkOnce(client *http.Client, base, key, clientID string) (allowed bool, d
 	return resp.StatusCode == http.StatusOK, resp.Header.Get("Sluice-Degraded"), nil
 }
 
-// metrics reads the decider's /metrics.
-func metrics(t *testing.T, base string) string {
+// metrics reads /metrics on a decider's admin listener.
+func metrics(t *testing.T, admin string) string {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +263,7 @@ func TestNoisyNeighbour(t *testing.T) {
 
 	// Tenant B's bursts, once the flood is being shed.
 	deadline := time.Now().Add(30 * time.Second)
-	for sumOf(metrics(t, a.base), "sluice_overload_decisions_total", `tenant="flood"`, `cause="shed"`) == 0 {
+	for sumOf(metrics(t, a.admin), "sluice_overload_decisions_total", `tenant="flood"`, `cause="shed"`) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the flood never filled the decider")
 		}
@@ -292,7 +294,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	m := metrics(t, a.base)
+	m := metrics(t, a.admin)
 	stop()
 	wg.Wait()
 
@@ -368,7 +370,7 @@ func TestStarvedDeciderKeepsLimiting(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	m := metrics(t, a.base)
+	m := metrics(t, a.admin)
 	for c := range clients {
 		if n := byRedis[c].Load(); n > limit {
 			t.Errorf("client %d: %d admitted by Redis, over its limit of %d", c, n, limit)
@@ -403,7 +405,7 @@ func TestMalformedSettingsStopTheDecider(t *testing.T) {
 		{"SLUICE_LOCAL_SHARE=2", `-local-share (SLUICE_LOCAL_SHARE) 2: want more than 0, at most 1`},
 		{"SLUICE_OVERLOAD_POLICY=allow", `unknown overload policy "allow"`},
 	} {
-		cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
+		cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-admin-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
 		cmd.Env = append(os.Environ(), tc.env, "SLUICE_DATAPLANE_CHILD=decider")
 		out, err := cmd.CombinedOutput()
 		if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 {
@@ -416,7 +418,7 @@ func TestMalformedSettingsStopTheDecider(t *testing.T) {
 	}
 	// 1 is true, as ParseBool reads it: with Sentinels and a Cluster both
 	// named, the decider refuses to start.
-	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-admin-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))
 	cmd.Env = append(os.Environ(), "SLUICE_REDIS_CLUSTER=1", "SLUICE_REDIS_SENTINEL=1", "REDIS_URL=redis://127.0.0.1:1", "SLUICE_DATAPLANE_CHILD=decider")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "REDIS_URL") {
 		t.Errorf("SLUICE_REDIS_CLUSTER=1 and SLUICE_REDIS_SENTINEL=1: %v\n%s", err, out)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -39,21 +40,51 @@ func (r *Readiness) Ready() bool { return r.ready.Load() }
 // Mount registers /healthz (the process is up), /readyz and /metrics on
 // mux. /readyz answers 200 when ready() holds, else 503, with a JSON body
 // {"ready": …, "info": info()} (info may be nil: a deciders' enforced
-// config versions, say).
+// config versions, say). It is the admin listener's (see MountPublic).
 func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready func() bool, info func() any) {
+	mountHealth(mux, ready, info)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+// MountPublic registers what a load balancer needs on a port that every
+// client reaches: /healthz and /readyz ({"ready": …}, 200 or 503), with
+// nothing about tenants or traffic. Metrics and detailed health are the
+// admin listener's (Mount).
+func MountPublic(mux *http.ServeMux, ready func() bool) { mountHealth(mux, ready, nil) }
+
+func mountHealth(mux *http.ServeMux, ready func() bool, info func() any) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		body := map[string]any{"ready": ready()}
+		ok := ready()
+		body := map[string]any{"ready": ok}
 		if info != nil {
 			body["info"] = info()
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if !ready() {
+		if !ok {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(body)
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+// ServeAdmin serves mux (Mount's) on addr until ctx ends or stop is
+// called, plaintext: an admin listener, on loopback unless the operator
+// exposes it on purpose. "off" serves nothing. It returns the address it
+// listens on ("" when off) and stop, which ends it and waits.
+func ServeAdmin(ctx context.Context, addr string, mux *http.ServeMux) (at string, stop func(), _ error) {
+	if addr == "off" {
+		return "", func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin listener: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = Serve(ctx, srv, ln, 5*time.Second) }()
+	return ln.Addr().String(), func() { cancel(); <-done }, nil
 }
 
 // EngineCollector exports an in-process engine's counters.
