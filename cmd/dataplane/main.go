@@ -28,6 +28,7 @@
 //	-kafka-sasl     KAFKA_SASL_MECHANISM      SASL mechanism: plain, scram-sha-256 or scram-sha-512 (default none)
 //	-kafka-sasl-username KAFKA_SASL_USERNAME  SASL user name
 //	                KAFKA_SASL_PASSWORD       SASL password (the environment only: no flag shows it in a process listing)
+//	-auth-failures  SLUICE_AUTH_FAILURES      invalid check keys one address (an IPv6 caller's /64) may send a minute, as many at once, before its calls are refused with 429 / resource_exhausted until it is back under; 0 unlimited (default 30)
 //	-budget         SLUICE_DECISION_BUDGET    longest a decision may wait in the decider to be sent to Redis; past it, overload (default 50ms)
 //	-redis-timeout  SLUICE_REDIS_TIMEOUT      longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed (default 500ms)
 //	-max-in-flight  SLUICE_MAX_IN_FLIGHT      decisions waiting on Redis at once, shared fairly between tenants; beyond, overload (default 512; 0 no bound)
@@ -160,6 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	kafkaSec := kafkasec.Register(fs, e)
 	budget := fs.Duration("budget", e.Duration("SLUICE_DECISION_BUDGET", 50*time.Millisecond), "longest a decision may wait in the decider to be sent to Redis; past it, overload")
 	redisTimeout := fs.Duration("redis-timeout", e.Duration("SLUICE_REDIS_TIMEOUT", redisengine.DefaultTimeout), "longest Redis may take to answer, from the moment a pipeline is written; past it, Redis has failed")
+	authFailures := fs.Int("auth-failures", e.Int("SLUICE_AUTH_FAILURES", 30), "invalid check keys an address may send a minute before its calls are refused for a while (0: unlimited)")
 	maxInFlight := fs.Int("max-in-flight", e.Int("SLUICE_MAX_IN_FLIGHT", decide.DefaultMaxInFlight), "decisions waiting on Redis at once, shared fairly between tenants; beyond, overload (0: no bound)")
 	overloadPolicy := fs.String("overload-policy", env("SLUICE_OVERLOAD_POLICY", "local"), "what answers a decision overload keeps from Redis: local, failure_mode or reject")
 	share := fs.Float64("local-share", e.Float("SLUICE_LOCAL_SHARE", 1), "share of a limit enforced locally while Redis fails or the decider is overloaded")
@@ -299,7 +301,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer stopAdmin()
 	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
-		Metrics: dataplane.NewMetrics(reg, decider), Headers: headers}
+		Metrics: dataplane.NewMetrics(reg, decider), Headers: headers, KeyGuard: dataplane.NewKeyGuard(*authFailures, logger, reg)}
 	apiCfg.Metrics.PerRule(*ruleMetrics)
 	metrics.Store(apiCfg.Metrics)
 	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)

@@ -18,15 +18,20 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
@@ -926,5 +931,104 @@ func TestCheckPortTellsNothingOfTenants(t *testing.T) {
 	}
 	if !strings.HasPrefix(a.admin, "http://127.0.0.1:") {
 		t.Errorf("admin listener on %s, want loopback", a.admin)
+	}
+}
+
+// Guessing check keys is slowed on every decider API: an address that
+// sends more invalid keys than -auth-failures (5 here) is refused, 429 or
+// resource_exhausted, its valid key too, over HTTP, Connect, gRPC and
+// Envoy RLS alike; the invalid keys are counted and logged.
+func TestInvalidCheckKeysAreThrottled(t *testing.T) {
+	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour}})
+	for _, api := range []string{"http", "connect", "grpc", "rls"} {
+		t.Run(api, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			logs := &logtest.Buffer{}
+			pr, pw := io.Pipe()
+			errc := make(chan error, 1)
+			args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0", "-control-plane", cpURL,
+				"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-auth-failures", "5"}
+			env := map[string]string{"SLUICE_DECIDER_KEY": "dk"}
+			go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, pw, logs); pw.Close() }()
+			defer func() { cancel(); <-errc }()
+			var a deciderAddrs
+			lines := bufio.NewReader(pr)
+			for a.base == "" || a.grpc == "" || a.admin == "" {
+				line, err := lines.ReadString('\n')
+				if err != nil {
+					t.Fatalf("no banner: %v", err)
+				}
+				fields := strings.Fields(line)
+				switch {
+				case strings.HasPrefix(line, "decider listening"), strings.HasPrefix(line, "admin"):
+					u := fields[len(fields)-1]
+					if strings.HasPrefix(line, "admin") {
+						a.admin = u
+					} else {
+						a.base = u
+					}
+				case strings.HasPrefix(line, "gRPC"):
+					a.grpc = fields[len(fields)-1]
+				}
+			}
+			go func() { _, _ = io.Copy(io.Discard, pr) }()
+			waitReady(t, a.base)
+			conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// call checks with key over api and returns the answer's kind:
+			// "ok", "unauthenticated" or "exhausted".
+			call := func(key string) string {
+				t.Helper()
+				var code int
+				switch api {
+				case "http":
+					code = check(t, a.base, key, "alice").StatusCode
+				case "connect":
+					req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}})
+					req.Header().Set("Authorization", "Bearer "+key)
+					_, err := sluicev1connect.NewDecisionServiceClient(http.DefaultClient, a.base).Check(ctx, req)
+					if err == nil {
+						code = 200
+					} else {
+						code = map[connect.Code]int{connect.CodeUnauthenticated: 401, connect.CodeResourceExhausted: 429}[connect.CodeOf(err)]
+					}
+				case "grpc", "rls":
+					gctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+					if api == "grpc" {
+						_, err = sluicev1.NewDecisionServiceClient(conn).Check(gctx, &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}})
+					} else {
+						_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(gctx, &rlsv3.RateLimitRequest{Domain: "acme",
+							Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "client_id", Value: "alice"}}}}})
+					}
+					code = map[codes.Code]int{codes.OK: 200, codes.Unauthenticated: 401, codes.ResourceExhausted: 429}[status.Code(err)]
+				}
+				return map[int]string{200: "ok", 401: "unauthenticated", 429: "exhausted"}[code]
+			}
+			if got := call(checkKey); got != "ok" {
+				t.Fatalf("a valid key: %s", got)
+			}
+			for i := range 5 {
+				if got := call(fmt.Sprintf("sk_check_guess%d", i)); got != "unauthenticated" {
+					t.Fatalf("invalid key %d: %s", i, got)
+				}
+			}
+			if got := call("sk_check_guess5"); got != "exhausted" {
+				t.Fatalf("the 6th invalid key: %s, want refused", got)
+			}
+			if got := call(checkKey); got != "exhausted" {
+				t.Fatalf("a valid key from the throttled address: %s, want refused", got)
+			}
+			m := metrics(t, a.admin)
+			if sumOf(m, "sluice_check_key_failures_total") != 5 || sumOf(m, "sluice_check_key_throttled_total") != 2 {
+				t.Errorf("metrics: %v invalid keys, %v refusals; want 5 and 2", sumOf(m, "sluice_check_key_failures_total"), sumOf(m, "sluice_check_key_throttled_total"))
+			}
+			if !strings.Contains(logs.String(), "invalid check key") {
+				t.Errorf("nothing logged of the invalid keys:\n%s", logs)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sluicehq/sluice/internal/authguard"
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -65,10 +66,10 @@ var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, 
 // credential (compared by hash, in constant time), or a tenant's admin key
 // from the store.
 type authenticator struct {
-	operator, decider *keySet    // the accepted secrets
-	calls             *authGuard // calls per key (not deciders')
+	operator, decider *keySet          // the accepted secrets
+	calls             *authguard.Guard // calls per key (not deciders')
 	keys              *pgstore.Store
-	guard             *authGuard
+	guard             *authguard.Guard // invalid keys per address
 	trusted           []netip.Prefix
 	logger            *slog.Logger
 }
@@ -91,13 +92,13 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 	if ip := clientip.Of(peer, header, a.trusted); ip.IsValid() {
 		client = clientip.Name(ip, clientip.IPv6Network) // an IPv6 caller by its /64, whatever address it picks there
 	}
-	if err := a.guard.check(client); err != nil {
-		return Principal{}, err
+	if err := a.guard.Check(client); err != nil {
+		return Principal{}, guardError(err)
 	}
 	k, err := a.keys.KeyByHash(ctx, h)
 	if err != nil {
 		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
-			a.guard.failed(client)
+			a.guard.Failed(client)
 			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
 		}
 		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
@@ -190,8 +191,8 @@ func (a *authenticator) authorize(ctx context.Context, procedure string, h http.
 		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys"))
 	}
 	if p.Role != RoleDecider || p.KeyID != "" { // the decider credential is not counted; check keys are
-		if err := a.calls.take(cmp.Or(p.KeyID, "operator")); err != nil {
-			return nil, err
+		if err := a.calls.Take(cmp.Or(p.KeyID, "operator")); err != nil {
+			return nil, guardError(err)
 		}
 	}
 	return context.WithValue(ctx, principalKey{}, p), nil

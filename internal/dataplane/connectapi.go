@@ -43,7 +43,7 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 type decisionServer struct{ cfg HTTPConfig }
 
 func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
-	res, err := s.checkOne(s.cfg.tracedHeader(ctx, req.Header()), req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkOne(withPeer(s.cfg.tracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
-	res, err := s.checkBatch(s.cfg.tracedHeader(ctx, req.Header()), req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkBatch(withPeer(s.cfg.tracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 }
 
 func (s decisionServer) Reset(ctx context.Context, req *connect.Request[sluicev1.ResetRequest]) (*connect.Response[sluicev1.ResetResponse], error) {
-	res, err := s.reset(ctx, req.Header().Get("Authorization"), req.Msg)
+	res, err := s.reset(withPeer(ctx, req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (s decisionServer) Reset(ctx context.Context, req *connect.Request[sluicev1
 
 // reset is Reset, whatever serves it (see checkOne).
 func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
-	c, err := s.cfg.Authenticate(auth)
+	c, err := s.cfg.authenticate(auth, peerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -91,7 +91,7 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 // authenticate the caller from its Authorization header and answer, or
 // fail with a Connect error.
 func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	c, err := s.cfg.Authenticate(auth)
+	c, err := s.cfg.authenticate(auth, peerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -103,7 +103,7 @@ func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.C
 }
 
 func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	c, err := s.cfg.Authenticate(auth)
+	c, err := s.cfg.authenticate(auth, peerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}

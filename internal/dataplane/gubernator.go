@@ -226,7 +226,7 @@ func NewGubernator(cfg HTTPConfig) *Gubernator { return &Gubernator{cfg: cfg} }
 // of its requests.
 func (g *Gubernator) GetRateLimits(ctx context.Context, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
 	ctx = g.cfg.tracedMetadata(ctx)
-	c, err := g.cfg.Authenticate(incomingAuth(ctx))
+	c, err := g.cfg.authenticate(incomingAuth(ctx), peerOf(ctx))
 	if err == nil {
 		var out *gubernatorpb.GetRateLimitsResp
 		if out, err = g.cfg.gubernatorLimits(ctx, c, in); err == nil {

@@ -52,6 +52,9 @@ type HTTPConfig struct {
 	// Headers is the style of the rate limit headers of HTTP answers and
 	// of Envoy's response_headers_to_add; the zero value is IETF's.
 	Headers rlheaders.Style
+	// KeyGuard throttles the addresses sending invalid check keys, on
+	// every API; nil throttles none.
+	KeyGuard *KeyGuard
 }
 
 // reset resets the counters req meets (decide.Decider.Reset), counts it,
@@ -152,6 +155,8 @@ type exchange interface {
 	authorization() string
 	// header reads a request header (trace context).
 	header(key string) string
+	// peer is the caller's address, ip:port.
+	peer() string
 	// decode reads the body, one JSON object of at most maxBytes, into v;
 	// errTooLarge when it is longer.
 	decode(v any, maxBytes int64) error
@@ -368,7 +373,7 @@ func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, leas
 // of a what ("check", "reset"); on failure it has answered and returns
 // false.
 func (h *httpAPI) begin(ex exchange, what string, v any) (*decide.Config, bool) {
-	c, err := h.cfg.Authenticate(ex.authorization())
+	c, err := h.cfg.authenticate(ex.authorization(), ex.peer())
 	if err != nil {
 		h.fail(ex, err)
 		return nil, false
@@ -413,6 +418,7 @@ type stdExchange struct {
 func (e *stdExchange) context() context.Context { return e.r.Context() }
 func (e *stdExchange) authorization() string    { return e.r.Header.Get("Authorization") }
 func (e *stdExchange) header(key string) string { return e.r.Header.Get(key) }
+func (e *stdExchange) peer() string             { return e.r.RemoteAddr }
 
 // decode reads one JSON object; unknown fields and trailing data are
 // errors.

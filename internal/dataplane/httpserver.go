@@ -189,6 +189,8 @@ func (e *fastExchange) header(key string) string {
 	return string(e.ctx.Request.Header.Peek(key))
 }
 
+func (e *fastExchange) peer() string { return e.ctx.RemoteAddr().String() }
+
 func (e *fastExchange) authorization() string {
 	return string(e.ctx.Request.Header.Peek("Authorization"))
 }

@@ -49,7 +49,7 @@ func NewRLS(cfg HTTPConfig) *RLS { return &RLS{cfg: cfg} }
 // the last one with a rule) for Envoy to add to the response.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	ctx = s.cfg.tracedMetadata(ctx)
-	c, err := s.cfg.Authenticate(incomingAuth(ctx))
+	c, err := s.cfg.authenticate(incomingAuth(ctx), peerOf(ctx))
 	if err != nil {
 		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
