@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,8 +52,13 @@ func startDev(t *testing.T, env map[string]string) (banner string, stop func() e
 	case <-time.After(30 * time.Second):
 		t.Fatal("sluice dev printed no banner")
 	}
-	t.Cleanup(cancel)
-	return banner, func() error { cancel(); return <-done }
+	// Every end waits for run, so that nothing writes to the dev directory
+	// once the test removes it.
+	var once sync.Once
+	var result error
+	wait := func() error { once.Do(func() { result = <-done }); return result }
+	t.Cleanup(func() { cancel(); _ = wait() })
+	return banner, func() error { cancel(); return wait() }
 }
 
 // devEnv isolates a dev run: its own schema, key prefix and key file.

@@ -289,17 +289,18 @@ func (e *Engine) Pipelines() (pipelines, calls int64) {
 }
 
 // flush runs batch as one pipeline of EVALSHA, which Redis must answer
-// within Config.Timeout of its writing (flushTimeout when no call of it
-// has a deadline: a caller without a budget), else every call of it
-// fails: that is Redis's failure. A call whose deadline passed in the queue fails at
+// within Config.Timeout of its writing, or by the earliest deadline of
+// its calls when that is later (flushTimeout when no call has one: a
+// caller without a budget), else every call of it fails: that is Redis's
+// failure. A call whose deadline passed in the queue fails at
 // once with limit.ErrOverloaded, the decider's overload, and is not sent.
 // Pipelines do not fall back to EVAL by themselves: on NOSCRIPT (a
 // restarted or flushed Redis) the script is loaded and the refused calls
 // are sent once more.
 func (e *Engine) flush(batch []*call) {
 	now := time.Now()
-	timeout := flushTimeout
-	pending := batch[:0] // in place: the flusher reuses batch
+	var earliest time.Time // of the calls' deadlines
+	pending := batch[:0]   // in place: the flusher reuses batch
 	for _, c := range batch {
 		if !c.deadline.IsZero() {
 			if !c.deadline.After(now) {
@@ -307,12 +308,17 @@ func (e *Engine) flush(batch []*call) {
 				close(c.done)
 				continue
 			}
-			timeout = e.cfg.Timeout
+			if earliest.IsZero() || c.deadline.Before(earliest) {
+				earliest = c.deadline
+			}
 		}
 		c.sent.Store(true)
 		pending = append(pending, c)
 	}
-	deadline := now.Add(timeout)
+	deadline := now.Add(flushTimeout)
+	if !earliest.IsZero() { // the Redis timeout, or the calls' budgets when they leave more
+		deadline = now.Add(max(e.cfg.Timeout, earliest.Sub(now)))
+	}
 	if len(pending) == 0 {
 		return
 	}

@@ -121,8 +121,8 @@ type Config struct {
 	BatchWait time.Duration
 	Flushers  int
 	// Timeout bounds how long Redis may take to answer a pipeline, from the
-	// moment it is written: a slower answer fails its calls, as Redis's
-	// failure. It is apart from a decision's budget, which bounds the time
+	// moment it is written (or longer, when its calls' budgets all leave
+	// more): a slower answer fails its calls, as Redis's failure. It is apart from a decision's budget, which bounds the time
 	// a call may wait in the decider's queue before it is sent (see
 	// limit.ErrOverloaded); a decision takes at most both. 0 means
 	// DefaultTimeout. Unbatched calls are bounded by their context alone.
