@@ -74,7 +74,8 @@ var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, Per
 func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(maxStreams), grpc.KeepaliveEnforcementPolicy(kep),
-		grpc.ChainUnaryInterceptor(cfg.recoverUnary), grpc.ChainStreamInterceptor(cfg.recoverStream)}, opts...)...)
+		grpc.ForceServerCodecV2(grpcCodec),
+		grpc.ChainUnaryInterceptor(cfg.recoverUnary, refuseMalformedUnary), grpc.ChainStreamInterceptor(cfg.recoverStream, refuseMalformedStream)}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	gubernatorpb.RegisterV1Server(s, NewGubernator(cfg))
