@@ -1094,6 +1094,17 @@ func overridesAndAudit(t *testing.T, c clients, slug string) {
 	if len(older) == 0 || older[0].Id >= audit[1].Id {
 		t.Fatalf("paging: %v", older)
 	}
+	// A page before a negative id, or of a size out of range, is no page:
+	// invalid_argument naming the field, not an empty answer.
+	for _, tc := range []struct {
+		req   *sluicev1.ListAuditRequest
+		field string
+	}{{&sluicev1.ListAuditRequest{BeforeId: -1}, "before_id"}, {&sluicev1.ListAuditRequest{Limit: 5000}, "limit"}, {&sluicev1.ListAuditRequest{Limit: -1}, "limit"}} {
+		_, err := call(admin, c.audit.ListAudit, tc.req)
+		if codeOf(err) != connect.CodeInvalidArgument || !slices.Contains(fieldsOf(err), tc.field) {
+			t.Fatalf("ListAudit %v: %v, want invalid_argument on %s", tc.req, err, tc.field)
+		}
+	}
 
 	// A block of the client: no tier, no params.
 	_, err = call(admin, c.ovs.CreateOverride, &sluicev1.CreateOverrideRequest{Override: &sluicev1.Override{Identifier: "bad", Block: true, Tier: "pro"}})

@@ -128,6 +128,16 @@ func (s auditServer) ListAudit(ctx context.Context, req *connect.Request[sluicev
 	if err != nil {
 		return nil, err
 	}
+	var bad []policy.FieldError
+	if req.Msg.GetBeforeId() < 0 {
+		bad = append(bad, policy.FieldError{Field: "before_id", Description: "must be 0 (from the newest) or an entry's id"})
+	}
+	if l := req.Msg.GetLimit(); l < 0 || l > 1000 {
+		bad = append(bad, policy.FieldError{Field: "limit", Description: "must be 0 (100) to 1000"})
+	}
+	if len(bad) > 0 {
+		return reply[sluicev1.ListAuditResponse](ctx, s.server, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid audit query", Fields: bad})
+	}
 	entries, err := s.store.ListAudit(ctx, tenant, req.Msg.GetBeforeId(), int(req.Msg.GetLimit()), req.Msg.GetResourceId())
 	out := &sluicev1.ListAuditResponse{}
 	for _, a := range entries {
