@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -423,11 +424,37 @@ func (e *stdExchange) peer() string             { return e.r.RemoteAddr }
 // decode reads one JSON object; unknown fields and trailing data are
 // errors.
 func (e *stdExchange) decode(v any, maxBytes int64) error {
-	err := jsonv2.UnmarshalRead(http.MaxBytesReader(e.w, e.r.Body, maxBytes), v, decodeOptions)
+	body, err := io.ReadAll(http.MaxBytesReader(e.w, e.r.Body, maxBytes))
 	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
 		return errTooLarge
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if err := refuseNonObject(body); err != nil {
+		return err
+	}
+	return jsonv2.Unmarshal(body, v, decodeOptions)
+}
+
+// errNotObject is a body that is JSON but not an object (null, a number,
+// an array): no request's.
+var errNotObject = errors.New("want a JSON object")
+
+// refuseNonObject refuses a body whose JSON is not an object: decoding
+// null into a request would leave it empty, a check of nothing, and
+// count it.
+func refuseNonObject(body []byte) error {
+	for _, b := range body {
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return nil
+		}
+		return errNotObject
+	}
+	return errNotObject
 }
 
 func (e *stdExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {

@@ -201,6 +201,9 @@ func (e *fastExchange) decode(v any, maxBytes int64) error {
 	if int64(len(body)) > maxBytes {
 		return errTooLarge
 	}
+	if err := refuseNonObject(body); err != nil {
+		return err
+	}
 	if c, ok := v.(*checkBody); ok && c.parse(body) {
 		return nil
 	}
