@@ -570,3 +570,26 @@ func TestOneRuleOverSeveralValues(t *testing.T) {
 		t.Fatalf("/v3/users: %d of 2 admitted, want both (no rule applies)", n)
 	}
 }
+
+// A request without a rule's key-by descriptor is not counted by that
+// rule, on any API (they all decide here), rather than share one counter
+// with every other such request; the rules it carries the keys of still
+// apply.
+func TestRequestWithoutAKeyByDescriptorSkipsTheRule(t *testing.T) {
+	t.Parallel()
+	d, c := newDecider(t)
+	for i := range 5 { // per-client (3) would have rejected the 4th
+		dec, err := d.Decide(context.Background(), c, Request{Descriptors: policy.Descriptors{{Key: "route", Value: "/x"}}})
+		if err != nil || !dec.Allowed {
+			t.Fatalf("check %d without client_id: %+v %v", i, dec, err)
+		}
+		for _, r := range dec.Rules {
+			if r.Rule.Name == "per-client" {
+				t.Fatalf("check %d without client_id was counted by per-client: %+v", i, dec.Rules)
+			}
+		}
+		if len(dec.Rules) != 1 || dec.Rules[0].Rule.Name != "shadow-global" {
+			t.Fatalf("check %d: rules %+v, want the global shadow rule alone", i, dec.Rules)
+		}
+	}
+}

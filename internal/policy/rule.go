@@ -140,12 +140,21 @@ const (
 	MaxSync = time.Minute
 )
 
-// Matches reports whether, for each key of r's Match, d has that
-// descriptor and one of the key's conditions holds for its value, and, for
-// an exact rule, that d has no other descriptors.
+// Matches reports whether r applies to a request of descriptors d: for
+// each key of r's Match, d has that descriptor and one of the key's
+// conditions holds for its value; for an exact rule, d has no other
+// descriptors; and d has each of r's KeyBy descriptors. A request without
+// a rule's key-by descriptor is not counted by that rule (as
+// envoyproxy/ratelimit does), rather than all such requests sharing one
+// counter of an empty value.
 func (r *Rule) Matches(d Descriptors) bool {
 	if r.Exact && len(d) != len(r.Match) { // with the keys distinct, as validation makes them
 		return false
+	}
+	for _, k := range r.KeyBy {
+		if _, ok := d.Get(k); !ok {
+			return false
+		}
 	}
 	for i, m := range r.Match {
 		v, ok := d.Get(m.Key)
