@@ -187,6 +187,15 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal("the invalid limit input is not marked invalid")
 	}
 	shot("02-field-error")
+	// A malformed duration shows next to its input, as a field error, and
+	// not as a decoder's message under the form.
+	do("a malformed window", chromedp.SetValue("#rule-limit", "2"), chromedp.SetValue("#rule-sync", "0s"),
+		chromedp.SetValue("#rule-window", "abc"), chromedp.Click("#rule-submit"))
+	waitText(`[data-error-for="window"]`, "a duration such as", nil)
+	if got := eval(`document.querySelector('#rule-error').textContent`); strings.Contains(got, "unmarshal") || strings.Contains(got, "proto") {
+		t.Fatalf("a malformed window's error under the form: %q", got)
+	}
+	do("the window again", chromedp.SetValue("#rule-window", "1m"))
 	do("a valid rule, counted locally", chromedp.SetValue("#rule-limit", "2"), chromedp.SetValue("#rule-sync", "50ms"),
 		chromedp.SetValue("#rule-message", "Gold plans make 2 calls a minute"), chromedp.Click("#rule-submit"))
 	waitText(`[data-tier="gold"]`, "tiny", nil)

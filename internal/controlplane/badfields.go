@@ -21,7 +21,8 @@ import (
 // PostgreSQL's text cannot store (the store would fail with an internal
 // error), any of whose enums has a number its enum does not name
 // (protobuf takes them, and a handler would read the default), or any of
-// whose timestamps or durations is out of range (see badTime):
+// whose timestamps or durations is out of range (see badTime), or whose
+// JSON did not decode (protoconv.FieldJSON):
 // InvalidArgument naming each such field by its path, as
 // "override.identifier" or "tenant.name". It follows the authentication,
 // so that a caller without a key learns nothing of its input's shape.
@@ -29,6 +30,9 @@ func refuseBadFields() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if m, ok := req.Any().(proto.Message); ok {
+				if err := protoconv.DecodeError(m); err != nil { // JSON that did not decode (protoconv.FieldJSON)
+					return nil, protoconv.ToConnectError(ctx, nil, err)
+				}
 				if fields := badFields(m.ProtoReflect(), ""); len(fields) > 0 {
 					return nil, protoconv.ToConnectError(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request", Fields: fields})
 				}

@@ -125,7 +125,7 @@ func NewHandler(cfg Config) http.Handler {
 		chain = append([]connect.Interceptor{tracer{cfg.Tracer}}, chain...)
 	}
 	calls := connect.WithInterceptors(chain...)
-	opts := []connect.HandlerOption{calls, protoconv.StrictJSON(), connect.WithReadMaxBytes(MaxRequestBytes)}
+	opts := []connect.HandlerOption{calls, protoconv.FieldJSON(), connect.WithReadMaxBytes(MaxRequestBytes)}
 	mux := http.NewServeMux()
 	mux.Handle(sluicev1connect.NewTenantServiceHandler(tenantServer{s}, opts...))
 	mux.Handle(sluicev1connect.NewTierServiceHandler(tierServer{s}, opts...))
@@ -139,8 +139,8 @@ func NewHandler(cfg Config) http.Handler {
 	// A tenant file may be larger than other requests (many overrides),
 	// and several files larger again.
 	mux.Handle(sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s},
-		calls, protoconv.StrictJSON(), connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
-	_, files := sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s}, calls, protoconv.StrictJSON(), connect.WithReadMaxBytes(MaxFilesBytes+64<<10))
+		calls, protoconv.FieldJSON(), connect.WithReadMaxBytes(tenantfile.MaxBytes+64<<10)))
+	_, files := sluicev1connect.NewTenantFileServiceHandler(tenantFileServer{s}, calls, protoconv.FieldJSON(), connect.WithReadMaxBytes(MaxFilesBytes+64<<10))
 	mux.Handle(sluicev1connect.TenantFileServiceApplyTenantFilesProcedure, files)
 	// Unkey's override calls, for applications managing overrides with its SDK.
 	mux.Handle("POST /v2/{call}", s.unkeyHandler(auth))

@@ -1663,3 +1663,42 @@ func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
 		t.Fatalf("after a change: %v, want version %d with a new stamp (not %d)", next, v+1, stamp)
 	}
 }
+
+// A request whose JSON holds a malformed value is refused with a field
+// error naming it, as the domain's validation names fields, not with the
+// decoder's message: the console shows it next to its input.
+func TestMalformedJSONValueIsAFieldError(t *testing.T) {
+	t.Parallel()
+	srv, _ := newServerWith(t, func(*Config) {})
+	c := newClients(srv)
+	_, admin := setupTenant(t, c, "acme")
+	body := `{"tierId":"x","rule":{"name":"r","params":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","window":"abc"}}}`
+	req, _ := http.NewRequest("POST", srv.URL+"/sluice.v1.RuleService/CreateRule", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Code    string
+		Message string
+		Details []struct{ Debug struct{ FieldViolations []struct{ Field, Description string } } }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Code != "invalid_argument" || len(out.Details) != 1 || len(out.Details[0].Debug.FieldViolations) != 1 ||
+		out.Details[0].Debug.FieldViolations[0].Field != "window" || strings.Contains(out.Message, "unmarshal") {
+		t.Fatalf("a malformed window: %d %+v", resp.StatusCode, out)
+	}
+	// Without a key, nothing is said of the body's shape.
+	req, _ = http.NewRequest("POST", srv.URL+"/sluice.v1.RuleService/CreateRule", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := srv.Client().Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}

@@ -306,6 +306,9 @@ func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[slui
 }
 
 func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.WatchRequest], stream *connect.ServerStream[sluicev1.WatchResponse]) error {
+	if err := protoconv.DecodeError(req.Msg); err != nil { // streams pass no unary interceptor
+		return protoconv.ToConnectError(ctx, s.logger, err)
+	}
 	if s.closing != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)

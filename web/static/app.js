@@ -332,9 +332,27 @@ function algorithmHelp() {
   for (const d of document.querySelectorAll('#rule-form [data-for]')) d.hidden = !d.dataset.for.split(' ').includes(alg);
 }
 
+// badDurations returns a field error for each duration field of the rule
+// form that dur cannot read, so that it shows next to its input.
+function badDurations(f) {
+  const fields = { window: 'window', maxDelay: 'max_delay', warmUp: 'warm_up', granularity: 'granularity', leaseTtl: 'lease_ttl', sync: 'sync' };
+  const out = [];
+  for (const [name, field] of Object.entries(fields)) {
+    const v = f[name].value.trim();
+    if (v && !/^\d+(\.\d+)?s$/.test(dur(v))) out.push({ field, description: 'a duration such as 500ms, 90s, 5m, 2h or 1d' });
+  }
+  return out;
+}
+
 async function submitRule(ev) {
   ev.preventDefault();
   const f = ev.target;
+  const bad = badDurations(f);
+  if (bad.length) {
+    showErrors(f, { fields: bad }, $('#rule-error'));
+    say('The rule was not saved: a duration is malformed');
+    return;
+  }
   const rule = ruleFromForm(f);
   try {
     if (rule.id) await api('RuleService', 'UpdateRule', { rule });

@@ -1,0 +1,32 @@
+package protoconv
+
+import (
+	"testing"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+)
+
+// A request whose JSON does not decode is marked with the field that
+// failed, named as the domain's validation names it, and what is wrong.
+func TestFieldJSONNamesTheField(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ body, field, desc string }{
+		{`{"tierId":"t","rule":{"name":"r","params":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","window":"abc"}}}`, "window", `must be a duration such as "90s" or "3600s"`},
+		{`{"rule":{"name":"r","sync":"soon","params":{"window":"60s"}}}`, "sync", `must be a duration such as "90s" or "3600s"`},
+		{"{\n  \"rule\": {\n    \"params\": {\"maxDelay\": \"x\"}\n  }\n}", "max_delay", `must be a duration such as "90s" or "3600s"`},
+		{`{"rule":{"colour":"red"}}`, "colour", `unknown field "colour"`},
+	} {
+		m := &sluicev1.CreateRuleRequest{}
+		if err := (fieldJSON{strictJSON{"json"}}).Unmarshal([]byte(tc.body), m); err != nil {
+			t.Fatalf("%s: %v", tc.body, err)
+		}
+		perr := DecodeError(m)
+		if perr == nil || len(perr.Fields) != 1 || perr.Fields[0].Field != tc.field || perr.Fields[0].Description != tc.desc {
+			t.Errorf("%s: %+v, want %s: %s", tc.body, perr, tc.field, tc.desc)
+		}
+	}
+	ok := &sluicev1.CreateRuleRequest{}
+	if err := (fieldJSON{strictJSON{"json"}}).Unmarshal([]byte(`{"tierId":"t"}`), ok); err != nil || DecodeError(ok) != nil || ok.TierId != "t" {
+		t.Fatalf("a well-formed request: %v %v", err, DecodeError(ok))
+	}
+}
