@@ -1684,7 +1684,11 @@ func TestMalformedJSONValueIsAFieldError(t *testing.T) {
 	var out struct {
 		Code    string
 		Message string
-		Details []struct{ Debug struct{ FieldViolations []struct{ Field, Description string } } }
+		Details []struct {
+			Debug struct {
+				FieldViolations []struct{ Field, Description string }
+			}
+		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatal(err)
