@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -188,27 +189,42 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // own limits is far smaller.
 const MaxBytes = 8 << 20
 
-// Parse reads and checks a file. Errors name the line (YAML, unknown
-// fields) or the path of each invalid field (a *policy.Error).
+// Parse reads and checks a file. Errors name the line (YAML) or the path
+// of each invalid field (a *policy.Error), unknown fields among them.
 func Parse(data []byte) (*File, error) {
 	if len(data) > MaxBytes {
 		return nil, fmt.Errorf("tenant file: %d bytes, at most %d", len(data), MaxBytes)
 	}
+	// The document first, for the fields no type has: they are reported
+	// by their path, among the file's other errors.
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var f File
-	if err := dec.Decode(&f); err != nil {
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("tenant file: %w", err)
 	}
-	var more File
+	var more yaml.Node
 	if err := dec.Decode(&more); err == nil {
 		return nil, errors.New("tenant file: one tenant per file, and this one holds another document")
 	}
-	f.inheritOverrideParams()
-	if err := f.Validate(); err != nil {
-		return nil, err
+	unknown := unknownFields(&doc, reflect.TypeFor[File](), "", nil)
+	var f File
+	if err := doc.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tenant file: %w", err)
 	}
-	return &f, nil
+	f.inheritOverrideParams()
+	err := f.Validate()
+	if len(unknown) == 0 {
+		if err != nil {
+			return nil, err
+		}
+		return &f, nil
+	}
+	all := &policy.Error{Code: policy.CodeInvalid, Message: "invalid tenant file", Fields: unknown}
+	var pe *policy.Error
+	if errors.As(err, &pe) {
+		all.Fields = append(all.Fields, pe.Fields...)
+	}
+	return nil, all
 }
 
 // inheritOverrideParams completes each override that changes its rule's

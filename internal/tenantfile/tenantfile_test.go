@@ -384,3 +384,31 @@ func TestImport(t *testing.T) {
 		t.Fatalf("a new tier: %+v", f.Tiers)
 	}
 }
+
+// An unknown field is reported by its path, with its line, among the
+// file's other errors, never by a Go type's name.
+func TestUnknownFieldsAmongTheOtherErrors(t *testing.T) {
+	t.Parallel()
+	_, err := Parse([]byte("tenant: acme\ncolor: blue\ntiers:\n  - name: free\n    rules:\n      - name: a\n        algorithm: fixed_window\n        limit: 1\n        window: 1m\n" +
+		"      - name: b\n        algorithm: bogus\n        colour: red\n        match: {route: /x}\noverrides:\n  - identifier: bob\n    tier: free\n    expires: soon\n"))
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("got %v, want a *policy.Error", err)
+	}
+	got := map[string]string{}
+	for _, f := range pe.Fields {
+		got[f.Field] = f.Description
+	}
+	for field, want := range map[string]string{"color": "unknown field (line 2)", "tiers[0].rules[1].colour": "unknown field (line 12)",
+		"overrides[0].expires": "unknown field (line 17)"} {
+		if got[field] != want {
+			t.Errorf("%s: %q, want %q; all: %v", field, got[field], want, pe.Fields)
+		}
+	}
+	if _, ok := got["tiers[0].rules[1].algorithm"]; !ok {
+		t.Errorf("the file's other error is missing: %v", pe.Fields)
+	}
+	if strings.Contains(err.Error(), "tenantfile.") || strings.Contains(err.Error(), "not found in type") {
+		t.Errorf("a Go type in the error: %v", err)
+	}
+}
