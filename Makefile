@@ -69,6 +69,8 @@ FUZZ_TARGETS = \
 	internal/dataplane:FuzzShouldRateLimit \
 	internal/dataplane:FuzzParseCheckBody \
 	internal/dataplane:FuzzCheckJSON \
+	internal/dataplane:FuzzGRPCCodec \
+	internal/protoconv:FuzzFieldJSON \
 	internal/h2sniff:FuzzSplit \
 	internal/controlplane:FuzzReadToken \
 	internal/controlplane:FuzzUnkeyOverrideBody \

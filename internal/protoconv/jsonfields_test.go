@@ -1,6 +1,7 @@
 package protoconv
 
 import (
+	"strings"
 	"testing"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -29,4 +30,35 @@ func TestFieldJSONNamesTheField(t *testing.T) {
 	if err := (fieldJSON{strictJSON{"json"}}).Unmarshal([]byte(`{"tierId":"t"}`), ok); err != nil || DecodeError(ok) != nil || ok.TierId != "t" {
 		t.Fatalf("a well-formed request: %v %v", err, DecodeError(ok))
 	}
+}
+
+// FuzzFieldJSON: the control plane's JSON decoder takes any body without
+// panicking, and either decodes it as protojson does or marks it with a
+// field error that names no Go type.
+func FuzzFieldJSON(f *testing.F) {
+	for _, seed := range []string{`{"tierId":"t","rule":{"name":"r","params":{"window":"abc"}}}`, `{"rule":{"colour":1}}`, `{}`, `null`, `[`,
+		"{\n \"rule\": {\"params\": {\"maxDelay\": \"é\"}}}", `{"rule":{"match":[{"key":1}]}}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m := &sluicev1.CreateRuleRequest{}
+		err := (fieldJSON{strictJSON{"json"}}).Unmarshal(body, m)
+		if len(body) == 0 {
+			if err == nil {
+				t.Fatal("an empty body decoded")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v, want a marked request", body, err)
+		}
+		strict := (strictJSON{"json"}).Unmarshal(body, &sluicev1.CreateRuleRequest{})
+		perr := DecodeError(m)
+		if (strict == nil) != (perr == nil) {
+			t.Fatalf("%q: strict %v, marked %v", body, strict, perr)
+		}
+		if perr != nil && (len(perr.Fields) != 1 || strings.Contains(perr.Error(), "sluicev1.")) {
+			t.Fatalf("%q: %v", body, perr)
+		}
+	})
 }
