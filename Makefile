@@ -11,9 +11,16 @@ FUZZTIME ?= 30s
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: build
+build: ## build the binaries into bin/: sluice (the CLI and sluice dev), controlplane, dataplane, analytics
+	@echo "building bin/sluice, bin/controlplane, bin/dataplane and bin/analytics (the first build takes a minute or two)"
+	$(GO) build -o bin/ ./cmd/...
+
 .PHONY: dev
-dev: ## run Sluice on this machine, with embedded defaults where no service is configured
-	$(GO) run ./cmd/sluice dev
+dev: build ## build, then run Sluice on this machine, with embedded defaults where no service is configured
+	@echo "starting sluice dev; in another terminal, the CLI: bin/sluice rules list (or add bin/ to your PATH)"
+	@# Ctrl-C stops sluice dev, which exits 0; so does make.
+	@trap 'exit 0' INT TERM; ./bin/sluice dev
 
 .PHONY: test
 test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka

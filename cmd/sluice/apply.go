@@ -25,7 +25,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	fs := flag.NewFlagSet("sluice export", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write to this file (default stdout)")
-	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", defaultAddress), "control plane URL (env SLUICE_SERVER)")
 	pos, err := parseArgs(fs, args)
 	if err != nil || len(pos) != 1 {
 		fmt.Fprint(stderr, "usage: sluice export [-o FILE] [-server URL] TENANT-SLUG\n")
@@ -57,7 +57,7 @@ func runApply(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	dryRun := fs.Bool("dry-run", false, "print what would change, change nothing")
 	prune := fs.Bool("prune", false, "delete the tiers, rules and overrides a file does not name")
 	asJSON := fs.Bool("json", false, "print JSON (with several files, an array)")
-	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", defaultAddress), "control plane URL (env SLUICE_SERVER)")
 	if pos, err := parseArgs(fs, args); err != nil || len(paths) == 0 || len(pos) != 0 {
 		fmt.Fprint(stderr, "usage: sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json] [-server URL]\n")
 		return errUsage

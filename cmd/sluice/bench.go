@@ -55,7 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs := flag.NewFlagSet("sluice bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	env := flagenv.NewEnv(getenv)
-	decider := fs.String("decider", env.String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL, for HTTP (env SLUICE_DECIDER)")
+	decider := fs.String("decider", env.String("SLUICE_DECIDER", defaultAddress), "decider URL, for HTTP (env SLUICE_DECIDER)")
 	grpcAddr := fs.String("grpc", "", "benchmark DecisionService on this grpc-go address (host:port) instead of HTTP")
 	coalesce := fs.Bool("coalesce", false, "check through the Go SDK with Coalesce: concurrent checks share CheckBatch calls to -decider")
 	rlsAddr := fs.String("rls", "", "benchmark Envoy's rate limit service (ShouldRateLimit) on this gRPC address instead: any RLS server, Sluice's or another")

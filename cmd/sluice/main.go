@@ -62,8 +62,11 @@ commands:
            [-pid PID] [-redis HOST:PORT] (the CPU that server and that Redis take per decision)
 
 environment:
-  SLUICE_SERVER   control plane URL (default http://127.0.0.1:8081)
-  SLUICE_KEY      the operator key, or a tenant admin key (reports: or a viewer key)
+  SLUICE_SERVER   control plane URL (default http://127.0.0.1:8080, sluice dev's)
+  SLUICE_DECIDER  decider URL, for check, reset and bench (default http://127.0.0.1:8080, sluice dev's)
+  SLUICE_KEY      the operator key, or a tenant admin key (reports: or a viewer key);
+                  unset, with neither URL set: sluice dev's admin key (SLUICE_DEV_DIR)
+  SLUICE_CHECK_KEY a check key, for check, reset and bench; unset likewise: sluice dev's
   SLUICE_KEY_FILE a file holding it instead (also SLUICE_CHECK_KEY_FILE)
 
 exit codes: 0 done (check: allowed), 1 failed, 2 usage, 3 invalid input, 4 check rejected
@@ -102,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsage
+	}
+	if args[0] != "dev" {
+		getenv = withDevKeys(getenv)
 	}
 	switch args[0] {
 	case "dev":
@@ -171,7 +177,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	merge := fs.Bool("merge-domains", false, "files of one domain make its tenant together, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG (a limit in two of them is an error); otherwise one file per domain")
 	kong := fs.Bool("kong", false, "the files are a Kong declarative configuration (decK, one file or several as deck gateway sync takes them; a directory stands for its .yaml, .yml and .json files): its rate-limiting and rate-limiting-advanced plugins become rules (docs/migrating.md)")
 	tenant := fs.String("tenant", "", "with -kong: the tenant's slug (default: the file's _workspace; with an admin key, its own tenant)")
-	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	server := fs.String("server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", defaultAddress), "control plane URL (env SLUICE_SERVER)")
 	files, err := parseArgs(fs, args)
 	if err != nil || len(files) == 0 {
 		fmt.Fprint(stderr, "usage: sluice import [-dry-run] [-prune] [-merge-domains] [-tier NAME] [-json] [-server URL] FILE|DIR...\n"+

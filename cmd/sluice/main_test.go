@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -197,4 +198,54 @@ func TestDevOnATakenPortSeedsNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(second["SLUICE_DEV_DIR"], "keys.json")); !os.IsNotExist(err) {
 		t.Fatalf("the second run seeded keys: %v", err)
 	}
+}
+
+// A fresh sluice dev on its default address and the CLI told nothing but
+// where the dev directory is (no address flag or variable, no key): the
+// CLI finds the address and the dev keys, and its commands answer.
+func TestCLIFindsSluiceDevByItself(t *testing.T) {
+	if ln, err := net.Listen("tcp", "127.0.0.1:8080"); err != nil {
+		t.Skipf("127.0.0.1:8080, sluice dev's default, is taken: %v", err)
+	} else {
+		ln.Close()
+	}
+	env := devEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pr, pw := io.Pipe()
+	go func() {
+		done <- run(ctx, []string{"dev"}, pw, io.Discard, func(k string) string { return env[k] })
+		pw.Close()
+	}()
+	defer func() { cancel(); <-done }()
+	sc := bufio.NewScanner(pr)
+	var banner strings.Builder
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "Ctrl-C") {
+		banner.WriteString(sc.Text() + "\n")
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !strings.Contains(banner.String(), "http://127.0.0.1:8080/console/") || !strings.Contains(banner.String(), "bin/sluice rules list") {
+		t.Fatalf("banner:\n%s", &banner)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errOut strings.Builder
+		err := run(context.Background(), args, &out, &errOut, func(k string) string {
+			if k == "SLUICE_DEV_DIR" {
+				return env[k]
+			}
+			return ""
+		})
+		if err != nil && !(args[0] == "check" && errors.Is(err, errRejected)) {
+			t.Fatalf("sluice %s: %v\n%s%s", strings.Join(args, " "), err, &out, &errOut)
+		}
+		return out.String()
+	}
+	if out := cli("rules", "list"); !strings.Contains(out, "per-client") {
+		t.Fatalf("rules list: %q", out)
+	}
+	if out := cli("check", "client_id=alice"); !strings.Contains(out, "allowed") {
+		t.Fatalf("check: %q", out)
+	}
+	cli("reports", "top")
 }

@@ -558,7 +558,7 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 		fs.PrintDefaults()
 	}
 	s := &session{ctx: ctx, out: stdout, key: getenv("SLUICE_KEY")}
-	fs.StringVar(&s.server, "server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", "http://127.0.0.1:8081"), "control plane URL (env SLUICE_SERVER)")
+	fs.StringVar(&s.server, "server", flagenv.NewEnv(getenv).String("SLUICE_SERVER", defaultAddress), "control plane URL (env SLUICE_SERVER)")
 	fs.StringVar(&s.tenant, "tenant", "", "tenant id or slug (required with the operator key)")
 	fs.BoolVar(&s.json, "json", false, "print JSON")
 	run := v.flags(fs)
@@ -702,7 +702,7 @@ type deciderCall struct {
 func parseDeciderCall(ctx context.Context, name, moreUsage string, args []string, stdout, stderr io.Writer, getenv func(string) string, more func(*flag.FlagSet)) (*deciderCall, error) {
 	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	decider := fs.String("decider", flagenv.NewEnv(getenv).String("SLUICE_DECIDER", "http://127.0.0.1:8080"), "decider URL (env SLUICE_DECIDER)")
+	decider := fs.String("decider", flagenv.NewEnv(getenv).String("SLUICE_DECIDER", defaultAddress), "decider URL (env SLUICE_DECIDER)")
 	tier := fs.String("tier", "", "tier to apply")
 	asJSON := fs.Bool("json", false, "print JSON")
 	more(fs)

@@ -278,11 +278,22 @@ func Run(ctx context.Context, cfg Config) error {
   check key     %[7]s
   viewer key    %[9]s  (read only: an analyst's console)
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
-  cli           export SLUICE_SERVER=%[4]s SLUICE_DECIDER=%[4]s SLUICE_KEY=%[6]s SLUICE_CHECK_KEY=%[7]s
-                go run ./cmd/sluice rules list; go run ./cmd/sluice check client_id=alice
+%[10]s
 Ctrl-C stops it.
-`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer)
+`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer, cliLines(base, keys))
 	return <-errc
+}
+
+// cliLines says how to run the CLI against a dev stack at base: on the
+// CLI's default address, with no variables (it reads the dev keys
+// itself); elsewhere, with the variables naming the address and keys.
+func cliLines(base string, keys devKeys) string {
+	const run = "bin/sluice rules list; bin/sluice check client_id=alice; bin/sluice reports top"
+	if base == "http://127.0.0.1:8080" {
+		return "  cli           " + run + "\n                (the CLI finds this address and the dev keys itself)"
+	}
+	return fmt.Sprintf("  cli           export SLUICE_SERVER=%[1]s SLUICE_DECIDER=%[1]s SLUICE_KEY=%[2]s SLUICE_CHECK_KEY=%[3]s\n                %[4]s",
+		base, keys.Admin, keys.Check, run)
 }
 
 // database returns the URL to use and what to call at exit: u if it
