@@ -55,8 +55,8 @@ func TestREADMECurlExamples(t *testing.T) {
 	banner, stop := startDev(t, devEnv(t))
 	defer func() { _ = stop() }()
 	find := func(re string) string { return regexp.MustCompile(re).FindStringSubmatch(banner)[1] }
-	env := append(os.Environ(), "SLUICE="+find(`API\s+(http://\S+)`), "CHECK_KEY="+find(`check key\s+(\S+)`),
-		"ADMIN_KEY="+find(`admin key\s+(\S+)`), "OPERATOR_KEY="+find(`operator key\s+(\S+)`))
+	env := append(os.Environ(), "SLUICE_SERVER="+find(`API\s+(http://\S+)`), "SLUICE_CHECK_KEY="+find(`check key\s+(\S+)`),
+		"SLUICE_KEY="+find(`admin key\s+(\S+)`), "SLUICE_OPERATOR_KEY="+find(`operator key\s+(\S+)`))
 	for _, ex := range examples {
 		cmd := exec.Command("sh", "-c", ex.command)
 		cmd.Env = env
@@ -110,4 +110,19 @@ func contains(got, want any) bool {
 		return true
 	}
 	return reflect.DeepEqual(got, want)
+}
+
+// The README is a pitch and a quick start, not a notebook: at most 150
+// lines, no machine named by its ordinal, no history of the work.
+func TestREADMEIsShort(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 150 {
+		t.Errorf("README.md has %d lines, want at most 150", n)
+	}
+	if m := regexp.MustCompile(`(?i)\b(\w+(st|nd|rd|th)) machine\b|the issues' reference|this session`).FindString(string(b)); m != "" {
+		t.Errorf("README.md says %q: the product as it is, not the history of the work", m)
+	}
 }
