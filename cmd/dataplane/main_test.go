@@ -64,7 +64,12 @@ func TestDeciderEndToEnd(t *testing.T) {
 
 	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_PROXY_KEY": checkKey,
 		"KAFKA_BROKERS": strings.Join(broker.Addrs(), ","), "SLUICE_EVENTS_TOPIC": topic}
+	// The test counts every decision exactly in Redis; a decision the
+	// machine's load keeps from Redis past the default 50 ms is answered by
+	// the overload policy instead (honestly, but not exactly): this test
+	// waits for Redis, the overload tests test the budget.
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
+		"-budget", "10s",
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-upstream", upstream.URL, "-proxy-addr", "127.0.0.1:0",
 		"-proxy-protocol", "192.0.2.0/24", // a balancer elsewhere: this test's direct connections are served as they come
 		"-cors-origins", "http://console.example"}
@@ -175,8 +180,11 @@ func TestDeciderEndToEnd(t *testing.T) {
 	}
 	end, err := kc.ReadLastOffset()
 	kc.Close()
-	if err != nil || end != 3 {
-		t.Fatalf("the topic ends at %d (%v) when run returns, want 3 messages", end, err)
+	// Two rejections and at least one delta; a slow run may have sent a
+	// periodic delta before the last (its interval is 10 s): the counts
+	// are what must add up, not how many messages carried them.
+	if err != nil || end < 3 {
+		t.Fatalf("the topic ends at %d (%v) when run returns, want at least 3 messages", end, err)
 	}
 	ta := eventstest.Read(t, broker.Addrs(), topic, func(ta *eventstest.Tally) bool { return ta.Messages == end })
 	if len(ta.Rejections) != 2 || ta.Allowed != 7 || ta.Rejected != 2 {
