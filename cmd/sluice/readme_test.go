@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -124,5 +125,28 @@ func TestREADMEIsShort(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`(?i)\b(\w+(st|nd|rd|th)) machine\b|the issues' reference|this session`).FindString(string(b)); m != "" {
 		t.Errorf("README.md says %q: the product as it is, not the history of the work", m)
+	}
+}
+
+// The docs describe the product as it is: no machine named by its
+// ordinal, no "issues' reference", and the benchmarks page at most 300
+// lines of current tables.
+func TestDocsHaveNoDiary(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("docs: %v %v", files, err)
+	}
+	diary := regexp.MustCompile(`(?i)\b(first|second|third|\w+(th|st|nd|rd)) machine\b|the issues' reference|this session`)
+	for _, f := range append(files, "../../README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := diary.FindString(string(b)); m != "" {
+			t.Errorf("%s says %q", f, m)
+		}
+		if strings.HasSuffix(f, "benchmarks.md") && strings.Count(string(b), "\n") > 300 {
+			t.Errorf("%s has %d lines, want at most 300", f, strings.Count(string(b), "\n"))
+		}
 	}
 }
