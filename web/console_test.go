@@ -288,6 +288,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#top-table", "(no identifier given)", func() { do("refresh", chromedp.Click("#refresh")) })
 	waitText("#rule-table", "tiny", nil)
 	shot("04-dashboard")
+	// A rule of a 40-character name (the README's gubernator example makes
+	// one) wraps in the "By rule" card: its numbers stay in view.
+	eval(`(() => { const r = document.querySelector('#rule-table tbody tr').cloneNode(true);
+		r.cells[0].textContent = 'limit/token_bucket/1s/requests_per_sec_x';
+		document.querySelector('#rule-table tbody').append(r); return ''; })()`)
+	if got := eval(`(() => { const s = document.querySelector('#rule-table').closest('.scroll');
+		return s.scrollWidth <= s.clientWidth + 1 ? 'fits' : 'clipped ' + s.scrollWidth + ' > ' + s.clientWidth; })()`); got != "fits" {
+		t.Errorf("the By rule card with a 40-character rule name: %s", got)
+	}
+	shot("04-dashboard-long-rule-name")
 	// A week: steps of whole hours from a whole hour (which the server
 	// reads from its hourly rollups), dated on the chart.
 	do("a week", chromedp.SetValue("#range", "604800"), chromedp.Click("#refresh"))
@@ -490,6 +500,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	shot("07-rule-history")
 	if got := eval(`String(new Set([...document.querySelectorAll('#audit-table tbody tr')].map((r) => r.cells[3].textContent)).size)`); got != "1" {
 		t.Fatalf("tiny's history holds %s resources", got)
+	}
+	// Entries name the rule by its name, not its id.
+	if got := eval(`[...document.querySelectorAll('#audit-table tbody tr')].map((r) => r.cells[3].textContent).join('|')`); !strings.Contains(got, "rule tiny") || regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-`).MatchString(got) {
+		t.Fatalf("tiny's history names it %q, want its name", got)
 	}
 	do("every change", chromedp.Click("#audit-all"))
 	waitText("#audit-table", "override", nil)

@@ -845,10 +845,25 @@ async function loadAudit(fresh) {
   const res = await api('AuditService', 'ListAudit', { beforeId: String(state.auditBefore), limit: 50, resourceId: of ? of.id : '' });
   const entries = res.entries || [];
   $('#audit-table tbody').append(...entries.map((a) => el('tr', {},
-    el('td', {}, fmtTime(a.at)), el('td', { title: a.actor }, a.actorName || a.actor), el('td', {}, a.action), el('td', {}, `${a.resource} ${a.resourceId || ''}`), el('td', {}, a.configVersion || '–'),
+    el('td', {}, fmtTime(a.at)), el('td', { title: a.actor }, a.actorName || a.actor), el('td', {}, a.action), el('td', { title: a.resourceId || '' }, `${a.resource} ${auditName(a)}`), el('td', {}, a.configVersion || '–'),
     el('td', {}, el('ul', { class: 'changes' }, ...(a.changes || []).map(changeItem))))));
   if (entries.length) state.auditBefore = entries[entries.length - 1].id;
   $('#audit-more').hidden = entries.length < 50;
+}
+
+// auditName names what an audit entry changed by its name (a rule's, a
+// tier's), its identifier (an override's) or its slug (a tenant's), from
+// the value after the change or, for a deletion, before it; its id when
+// the value names none.
+function auditName(a) {
+  for (const v of [a.newValue, a.oldValue]) {
+    try {
+      const o = JSON.parse(v || 'null');
+      const name = o && (o.name || o.Name || o.identifier || o.Identifier || o.slug || o.Slug);
+      if (name) return name;
+    } catch (e) { /* not JSON: the id below */ }
+  }
+  return a.resourceId || '';
 }
 
 // changeItem is one field an audit entry changed: "limit: 10 → 20", or
