@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -115,7 +114,6 @@ func pathAt(body []byte, offset int, child string) string {
 	type level struct {
 		key    string
 		object bool
-		index  int
 		inKey  bool // the next string token of an object is a key
 	}
 	var stack []level
@@ -188,5 +186,3 @@ func snake(s string) string {
 	}
 	return b.String()
 }
-
-var _ = protojson.Unmarshal // the codec whose errors fieldOf reads
