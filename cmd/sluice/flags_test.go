@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Flags are taken wherever they stand; after "--" nothing is a flag.
@@ -32,5 +33,20 @@ func TestParseArgsTakesFlagsAmongArguments(t *testing.T) {
 	fs.SetOutput(io.Discard)
 	if _, err := parseArgs(fs, []string{"id", "-nope"}); err == nil {
 		t.Error("an unknown flag after an argument was taken")
+	}
+}
+
+// Waits read as people read them: whole seconds past a minute, tenths
+// past a second.
+func TestWaitText(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		13*time.Minute + 44722*time.Millisecond: "13m45s",
+		2345 * time.Millisecond:                 "2.3s",
+		450 * time.Millisecond:                  "450ms",
+		-1:                                      "never",
+	} {
+		if got := waitText(d); got != want {
+			t.Errorf("waitText(%v) = %q, want %q", d, got, want)
+		}
 	}
 }

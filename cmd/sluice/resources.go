@@ -265,8 +265,12 @@ var verbs = map[string]verb{
 			return call(s, tiersRules(sluicev1connect.NewTierServiceClient(c, s.server), *tier, &tiers), &sluicev1.ListTiersRequest{TenantId: s.tenant}, func(w *tabwriter.Writer, r *sluicev1.ListRulesResponse) {
 				fmt.Fprintln(w, "ID\tTIER\tNAME\tALGORITHM\tLIMIT\tWINDOW\tKEY BY\tMATCH\tFLAGS")
 				for i, x := range r.Rules {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", x.Id, tiers[i], x.Name, algorithmName(x.Params.GetAlgorithm()), x.Params.GetLimit(),
-						windowText(x.Params), strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
+					alg, lim, win := algorithmName(x.Params.GetAlgorithm()), strconv.FormatInt(x.Params.GetLimit(), 10), windowText(x.Params)
+					if x.Block { // it counts nothing: its parameters mean nothing
+						alg, lim, win = "block", "-", "-"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.Id, tiers[i], x.Name, alg, lim,
+						win, strings.Join(x.KeyBy, ","), matchText(x.Match), ruleFlags(x))
 				}
 			})
 		}
@@ -1005,9 +1009,6 @@ func ruleFlags(r *sluicev1.Rule) string {
 	if r.Exact {
 		f = append(f, "exact")
 	}
-	if r.Block {
-		f = append(f, "block")
-	}
 	if len(r.Replaces) > 0 {
 		f = append(f, "replaces "+strings.Join(r.Replaces, "+"))
 	}
@@ -1035,10 +1036,17 @@ func parsePairs(s string) ([]*sluicev1.Match, error) {
 // waitText is a reset or retry-after as people read it: to the millisecond
 // ("1m37.62s"), "never" when negative.
 func waitText(d time.Duration) string {
-	if d < 0 {
+	switch {
+	case d < 0:
 		return "never"
+	case d >= time.Minute:
+		d = d.Round(time.Second) // 13m45s, not 13m44.722s
+	case d >= time.Second:
+		d = d.Round(100 * time.Millisecond)
+	default:
+		d = d.Round(time.Millisecond)
 	}
-	return days.Format(d.Round(time.Millisecond))
+	return days.Format(d)
 }
 
 func when(ok bool, t time.Time) string {
