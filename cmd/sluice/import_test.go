@@ -399,3 +399,23 @@ func TestImportFromStandardInput(t *testing.T) {
 		t.Fatalf("import of standard input: %v, %q %q", err, out.String(), errOut.String())
 	}
 }
+
+// A domain that is no slug as it is (edge_proxy) says which tenant it
+// became, and -tenant takes the domain as well as the slug.
+func TestImportSaysWhichTenantADomainBecame(t *testing.T) {
+	t.Parallel()
+	_, getenv := importServer(t)
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"import", writeFile(t, ratelimitYAML)}, &out, &errOut, getenv); err != nil {
+		t.Fatalf("import: %v (%s)", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), "domain edge_proxy is tenant edge-proxy") {
+		t.Fatalf("the import said %q, not which tenant edge_proxy became", out.String())
+	}
+	for _, name := range []string{"edge_proxy", "edge-proxy"} {
+		out.Reset()
+		if err := run(context.Background(), []string{"rules", "list", "-tenant", name}, &out, &errOut, getenv); err != nil || !strings.Contains(out.String(), "remote_address") {
+			t.Fatalf("rules list -tenant %s: %v %q (%s)", name, err, out.String(), errOut.String())
+		}
+	}
+}

@@ -222,6 +222,9 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer, get
 			}
 			return fmt.Errorf("domain %s: %w", job.plan.Tenant.Name, err)
 		}
+		if !*kong && job.plan.Tenant.Name != sum.Tenant { // a domain that is no slug as it is: say which tenant it became
+			sum.Notes = append([]string{fmt.Sprintf("domain %s is tenant %s (a slug has '-' where a domain has '_'); -tenant takes either", job.plan.Tenant.Name, sum.Tenant)}, sum.Notes...)
+		}
 		if err := out.emit(sum, func(w io.Writer) { printImported(w, sum) }); err != nil {
 			return err
 		}

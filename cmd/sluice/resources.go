@@ -914,7 +914,7 @@ func overrideByID(s *session, ovs sluicev1connect.OverrideServiceClient, id stri
 // else v as it is (an id, or a slug the server will say it does not know).
 // With a tenant's own key, which may not list tenants, v goes as it is.
 func tenantIDOf(s *session, c *http.Client, v string) (string, error) {
-	req := connect.NewRequest(&sluicev1.ListTenantsRequest{SlugPrefix: v, PageSize: 1000})
+	req := connect.NewRequest(&sluicev1.ListTenantsRequest{SlugPrefix: strings.ReplaceAll(strings.ToLower(v), "_", "-"), PageSize: 1000})
 	req.Header().Set("Authorization", "Bearer "+s.key)
 	res, err := allTenants(sluicev1connect.NewTenantServiceClient(c, s.server).ListTenants)(s.ctx, req)
 	if err != nil {
@@ -923,8 +923,11 @@ func tenantIDOf(s *session, c *http.Client, v string) (string, error) {
 		}
 		return "", err
 	}
+	// An envoyproxy/ratelimit domain names its tenant too: mongo_cps is
+	// the tenant mongo-cps its import made.
+	slug := strings.ReplaceAll(strings.ToLower(v), "_", "-")
 	for _, t := range res.Msg.Tenants {
-		if t.Slug == v {
+		if t.Slug == v || t.Slug == slug {
 			return t.Id, nil
 		}
 	}
