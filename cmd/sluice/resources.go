@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -646,7 +647,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		}
 		req.Limit = &sluicev1.RequestLimit{Requests: requests, Window: durationpb.New(window), Algorithm: sluicev1.Algorithm(alg)}
 	}
+	asJSON := dc.session.json
+	dc.session.json = false // its JSON is the HTTP API's, below
 	res, err := callFor(dc.session, dc.client.Check, req, func(w *tabwriter.Writer, r *sluicev1.CheckResponse) {
+		if asJSON {
+			return
+		}
 		if *release {
 			fmt.Fprintf(w, "released lease %s\n", *lease)
 			return
@@ -664,6 +670,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	})
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		if err := printCheckJSON(dc.session.out, res); err != nil {
+			return err
+		}
 	}
 	if !res.Allowed {
 		return errRejected
@@ -1107,4 +1118,41 @@ func describe(err error) string {
 		b.WriteString("\n  nothing listens there: is it running? (SLUICE_SERVER names the control plane, SLUICE_DECIDER the decider)")
 	}
 	return b.String()
+}
+
+// printCheckJSON writes a check's answer as POST /v1/check answers it
+// (docs/api.md): the same field names, waits in milliseconds.
+func printCheckJSON(w io.Writer, r *sluicev1.CheckResponse) error {
+	type ruleJSON struct {
+		Rule         string `json:"rule"`
+		Allowed      bool   `json:"allowed"`
+		Shadow       bool   `json:"shadow,omitempty"`
+		Limit        int64  `json:"limit"`
+		Remaining    int64  `json:"remaining"`
+		ResetAfterMS int64  `json:"reset_after_ms"`
+		RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
+		DelayMS      int64  `json:"delay_ms,omitempty"`
+		Message      string `json:"message,omitempty"`
+		Unenforced   bool   `json:"unenforced,omitempty"`
+	}
+	ms := func(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+	out := struct {
+		Allowed       bool       `json:"allowed"`
+		Rules         []ruleJSON `json:"rules"`
+		ConfigVersion int64      `json:"config_version"`
+		Lease         string     `json:"lease,omitempty"`
+		Degraded      string     `json:"degraded,omitempty"`
+	}{Allowed: r.Allowed, Rules: []ruleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
+	for _, x := range r.Rules {
+		j := ruleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
+			ResetAfterMS: ms(x.GetResetAfter().AsDuration()), DelayMS: ms(x.GetDelay().AsDuration()), Message: x.Message, Unenforced: x.Unenforced}
+		if x.RetryAfter != nil {
+			v := ms(x.RetryAfter.AsDuration())
+			j.RetryAfterMS = &v
+		}
+		out.Rules = append(out.Rules, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }

@@ -272,6 +272,18 @@ func TestCLIAgainstDev(t *testing.T) {
 			t.Fatalf("check -peek: %v\n%s", err, out)
 		}
 	}
+	// -json answers as POST /v1/check does: its field names, waits in ms.
+	out, err = sluice("check", "-json", "-peek", "-tier", "pro", "client_id=cli-user", "route=/cli")
+	var ans struct {
+		Allowed bool
+		Rules   []map[string]any
+	}
+	if !errors.Is(err, errRejected) || json.Unmarshal([]byte(out), &ans) != nil || len(ans.Rules) == 0 {
+		t.Fatalf("check -json: %v\n%s", err, out)
+	}
+	if _, ok := ans.Rules[0]["reset_after_ms"]; !ok || ans.Rules[0]["rule"] == nil || strings.Contains(out, "resetAfter") {
+		t.Fatalf("check -json does not answer as the HTTP API: %s", out)
+	}
 
 	// The request's own limit decides in place of the tier's rules: the
 	// rejected client gets its own 1 a minute.
