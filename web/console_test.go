@@ -39,6 +39,20 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// browser starts Chromium at exe (headless, no sandbox, no GPU, no
+// background networking, 1280×900, and flags more) until the test ends,
+// and returns its context, ended after timeout.
+func browser(t *testing.T, exe string, timeout time.Duration, flags ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900)), flags...)...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return ctx
+}
+
 // artifacts is where screenshots go: $SLUICE_ARTIFACTS, else .artifacts/
 // at the repository root.
 func artifacts(t *testing.T) string {
@@ -97,14 +111,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	console, adminKey, checkKey := find(`console\s+(\S+)`), find(`admin key\s+(\S+)`), find(`check key\s+(\S+)`)
 	operatorKey := find(`operator key\s+(\S+)`)
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancelTimeout()
+	ctx := browser(t, exe, 3*time.Minute)
 
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()

@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -33,15 +32,7 @@ func TestFormsSendNoSecretInAURL(t *testing.T) {
 	}
 
 	// Page scripts off, as before the console's script attaches.
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("blink-settings", "scriptEnabled=false"),
-		chromedp.WindowSize(1280, 900))...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelTimeout()
+	ctx := browser(t, exe, 2*time.Minute, chromedp.Flag("blink-settings", "scriptEnabled=false"))
 
 	const secret = "sk_admin_secretmarker"
 	for _, f := range forms {

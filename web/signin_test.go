@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -23,14 +22,7 @@ func TestSignInWithoutErrors(t *testing.T) {
 	console := find(`console\s+(\S+)`)
 	for _, who := range []struct{ name, key string }{{"admin", find(`admin key\s+(\S+)`)}, {"viewer", find(`viewer key\s+(\S+)`)}} {
 		t.Run(who.name, func(t *testing.T) {
-			actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-				chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
-				chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900))...)
-			defer cancelAlloc()
-			ctx, cancel := chromedp.NewContext(actx)
-			defer cancel()
-			ctx, cancelTimeout := context.WithTimeout(ctx, time.Minute)
-			defer cancelTimeout()
+			ctx := browser(t, exe, time.Minute)
 
 			var mu sync.Mutex
 			var failed []string

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/flagenv"
@@ -1121,30 +1122,13 @@ func describe(err error) string {
 }
 
 // printCheckJSON writes a check's answer as POST /v1/check answers it
-// (docs/api.md): the same field names, waits in milliseconds.
+// (docs/api.md, dataplane.CheckJSON): the same field names, waits in
+// milliseconds.
 func printCheckJSON(w io.Writer, r *sluicev1.CheckResponse) error {
-	type ruleJSON struct {
-		Rule         string `json:"rule"`
-		Allowed      bool   `json:"allowed"`
-		Shadow       bool   `json:"shadow,omitempty"`
-		Limit        int64  `json:"limit"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMS int64  `json:"reset_after_ms"`
-		RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
-		DelayMS      int64  `json:"delay_ms,omitempty"`
-		Message      string `json:"message,omitempty"`
-		Unenforced   bool   `json:"unenforced,omitempty"`
-	}
 	ms := func(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-	out := struct {
-		Allowed       bool       `json:"allowed"`
-		Rules         []ruleJSON `json:"rules"`
-		ConfigVersion int64      `json:"config_version"`
-		Lease         string     `json:"lease,omitempty"`
-		Degraded      string     `json:"degraded,omitempty"`
-	}{Allowed: r.Allowed, Rules: []ruleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
+	out := dataplane.CheckJSON{Allowed: r.Allowed, Rules: []dataplane.RuleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
 	for _, x := range r.Rules {
-		j := ruleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
+		j := dataplane.RuleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
 			ResetAfterMS: ms(x.GetResetAfter().AsDuration()), DelayMS: ms(x.GetDelay().AsDuration()), Message: x.Message, Unenforced: x.Unenforced}
 		if x.RetryAfter != nil {
 			v := ms(x.RetryAfter.AsDuration())

@@ -46,61 +46,38 @@ func (e *Env) bad(k, v, want string) {
 }
 
 // Int returns k as an integer, or def.
-func (e *Env) Int(k string, def int) int {
-	v := e.get(k)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil {
-		e.bad(k, v, "an integer")
-		return def
-	}
-	return n
-}
+func (e *Env) Int(k string, def int) int { return read(e, k, def, "an integer", strconv.Atoi) }
 
 // Float returns k as a number, or def.
 func (e *Env) Float(k string, def float64) float64 {
-	v := e.get(k)
-	if v == "" {
-		return def
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil {
-		e.bad(k, v, "a number")
-		return def
-	}
-	return f
+	return read(e, k, def, "a number", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
 }
 
 // Duration returns k as a Go duration ("50ms", "720h"), or def. A number
 // without a unit is refused (but 0): "50" could mean 50 ms or 50 s.
 func (e *Env) Duration(k string, def time.Duration) time.Duration {
-	v := e.get(k)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil {
-		e.bad(k, v, `a duration with its unit, such as "50ms", "10s" or "2h"`)
-		return def
-	}
-	return d
+	return read(e, k, def, `a duration with its unit, such as "50ms", "10s" or "2h"`, time.ParseDuration)
 }
 
 // Bool returns k as strconv.ParseBool reads it (1, t, true, TRUE, 0, f,
 // false, …), or def.
 func (e *Env) Bool(k string, def bool) bool {
+	return read(e, k, def, "true or false (or 1 or 0)", strconv.ParseBool)
+}
+
+// read returns k parsed by parse, or def when unset; a value parse
+// refuses gives def and is remembered for Err, with want, what k should be.
+func read[T any](e *Env, k string, def T, want string, parse func(string) (T, error)) T {
 	v := e.get(k)
 	if v == "" {
 		return def
 	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	x, err := parse(strings.TrimSpace(v))
 	if err != nil {
-		e.bad(k, v, "true or false (or 1 or 0)")
+		e.bad(k, v, want)
 		return def
 	}
-	return b
+	return x
 }
 
 // Err returns every malformed variable read so far, nil when none.
