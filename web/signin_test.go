@@ -72,6 +72,12 @@ func TestSignInWithoutErrors(t *testing.T) {
 					t.Fatal("the browser never asked for a favicon")
 				}
 			}
+			// An empty table says so.
+			empty, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => { const b = document.querySelector('#audit-table tbody');
+				const rows = [...b.children]; b.replaceChildren(); const c = getComputedStyle(b, '::before').content; b.replaceChildren(...rows); return c; })()`))
+			if err != nil || !strings.Contains(empty, "No change yet") {
+				t.Errorf("an empty audit table shows %q (%v), want it to say it is empty", empty, err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if len(failed) > 0 {
