@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // A request whose JSON does not decode is marked with the field that
@@ -61,4 +62,19 @@ func FuzzFieldJSON(f *testing.F) {
 			t.Fatalf("%q: %v", body, perr)
 		}
 	})
+}
+
+// Every failure mode crosses to protobuf under its own name and back; a
+// rule that names none is the default, local.
+func TestFailureModesRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, m := range []policy.FailureMode{policy.FailOpen, policy.FailClosed, policy.FailLocal} {
+		p := failureModeToProto(m)
+		if p == sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED || RuleFromProto(&sluicev1.Rule{FailureMode: p}).FailureMode != m {
+			t.Errorf("%v: proto %v, back %v", m, p, RuleFromProto(&sluicev1.Rule{FailureMode: p}).FailureMode)
+		}
+	}
+	if got := RuleFromProto(&sluicev1.Rule{}).FailureMode; got != policy.FailLocal {
+		t.Errorf("a rule naming no failure mode: %v, want local", got)
+	}
 }

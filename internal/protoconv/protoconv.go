@@ -48,19 +48,22 @@ var failureModes = map[sluicev1.FailureMode]policy.FailureMode{
 	sluicev1.FailureMode_FAILURE_MODE_LOCAL:       policy.FailLocal,
 }
 
-// failureModeToProto is the proto enum of m, always named (never
-// unspecified), so that a decider reads what the control plane meant.
-func failureModeToProto(m policy.FailureMode) sluicev1.FailureMode {
-	switch m {
-	case policy.FailOpen:
-		return sluicev1.FailureMode_FAILURE_MODE_OPEN
-	case policy.FailClosed:
-		return sluicev1.FailureMode_FAILURE_MODE_CLOSED
-	case policy.FailLocal:
-		return sluicev1.FailureMode_FAILURE_MODE_LOCAL
+// failureModesOut is failureModes the other way, each mode by its own
+// name (never unspecified), so that a decider reads what the control
+// plane meant.
+var failureModesOut = func() map[policy.FailureMode]sluicev1.FailureMode {
+	out := map[policy.FailureMode]sluicev1.FailureMode{}
+	for p, m := range failureModes {
+		if p != sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED {
+			out[m] = p
+		}
 	}
-	return sluicev1.FailureMode_FAILURE_MODE_UNSPECIFIED
-}
+	return out
+}()
+
+// failureModeToProto is the proto enum of m (unspecified for a mode of no
+// name, which validation refuses).
+func failureModeToProto(m policy.FailureMode) sluicev1.FailureMode { return failureModesOut[m] }
 
 func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
