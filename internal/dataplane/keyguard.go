@@ -24,12 +24,19 @@ import (
 // refusals are counted in metrics, and logged at most once a second with
 // the address and how many were not logged. A nil *KeyGuard limits
 // nothing. Behind a load balancer every caller shares its address.
+// Until an invalid key comes, and a minute after the last, a check costs
+// the guard one atomic load: no address is looked up.
 type KeyGuard struct {
 	guard            *authguard.Guard
 	logger           *slog.Logger
 	invalid, refused prometheus.Counter
 	lastLog          atomic.Int64 // unix ns
 	unlogged         atomic.Int64
+	// lastFailure is when an invalid key last came (unix ns; 0: never).
+	// An address is refused only within a minute of its last invalid key
+	// (its bucket is full again after one), so until one comes, and a
+	// minute after, a check costs the guard one atomic load.
+	lastFailure atomic.Int64
 }
 
 // NewKeyGuard returns a guard of perMinute invalid keys a minute per
@@ -55,15 +62,22 @@ func (cfg *HTTPConfig) authenticate(authorization, peer string) (*decide.Config,
 	if g == nil {
 		return cfg.Authenticate(authorization)
 	}
-	name := addressName(peer)
-	if err := g.guard.Check(name); err != nil {
-		g.refused.Inc()
-		var r *authguard.RefusedError
-		errors.As(err, &r)
-		return nil, policy.Errorf(policy.CodeResourceExhausted, "%s", r.Error())
+	var name string
+	if last := g.lastFailure.Load(); last != 0 && time.Now().UnixNano()-last < int64(time.Minute) {
+		name = addressName(peer)
+		if err := g.guard.Check(name); err != nil {
+			g.refused.Inc()
+			var r *authguard.RefusedError
+			errors.As(err, &r)
+			return nil, policy.Errorf(policy.CodeResourceExhausted, "%s", r.Error())
+		}
 	}
 	c, err := cfg.Authenticate(authorization)
 	if err != nil && policy.ErrorCode(err) == policy.CodeUnauthenticated {
+		if name == "" {
+			name = addressName(peer)
+		}
+		g.lastFailure.Store(time.Now().UnixNano())
 		g.guard.Failed(name)
 		g.invalid.Inc()
 		g.log(name)
