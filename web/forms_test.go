@@ -20,7 +20,7 @@ import (
 // the address bar, history and proxies' logs see none of it.
 func TestFormsSendNoSecretInAURL(t *testing.T) {
 	exe := chromium(t)
-	srv := httptest.NewServer(web.Handler())
+	srv := httptest.NewServer(web.Handler(web.Options{}))
 	defer srv.Close()
 	page, err := os.ReadFile(filepath.Join("static", "index.html"))
 	if err != nil {

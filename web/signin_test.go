@@ -14,12 +14,14 @@ import (
 
 // Signing in with an admin or a viewer key makes no call that fails: no
 // refused ListTenants, no missing favicon, nothing in red in the
-// browser's console.
+// browser's console. The header names the tenant, and the try panel holds
+// the dev tenant's check key.
 func TestSignInWithoutErrors(t *testing.T) {
 	exe := chromium(t)
 	banner := stack(t)
 	find := func(re string) string { return regexp.MustCompile(re).FindStringSubmatch(banner)[1] }
 	console := find(`console\s+(\S+)`)
+	check := find(`check key\s+(\S+)`)
 	for _, who := range []struct{ name, key string }{{"admin", find(`admin key\s+(\S+)`)}, {"viewer", find(`viewer key\s+(\S+)`)}} {
 		t.Run(who.name, func(t *testing.T) {
 			ctx := browser(t, exe, time.Minute)
@@ -63,6 +65,20 @@ func TestSignInWithoutErrors(t *testing.T) {
 			role, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.dataset.role`))
 			if err != nil || role != who.name {
 				t.Fatalf("role %q (%v), want %s", role, err, who.name)
+			}
+			name, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#tenant-name').textContent`))
+			if err != nil || !strings.HasPrefix(name, "demo (") {
+				t.Errorf("the header names the tenant %q (%v), want demo (…)", name, err)
+			}
+			for { // filled once the control plane answers the try key
+				got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#try-key').value`))
+				if err == nil && got == check {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the try panel's check key is %q (%v), want the dev check key", got, err)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 			for seen := false; !seen; time.Sleep(20 * time.Millisecond) { // the favicon, asked once the page is idle
 				mu.Lock()

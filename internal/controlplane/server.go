@@ -81,12 +81,13 @@ type Config struct {
 	// request, headers and body (a streaming call's once its request is
 	// read is not bounded); 0 means DefaultReadTimeout.
 	ReadTimeout time.Duration
+	// Console tunes the console served under /console/.
+	Console web.Options
 }
 
 func init() {
 	for _, p := range []string{
-		sluicev1connect.TenantServiceCreateTenantProcedure, sluicev1connect.TenantServiceGetTenantProcedure,
-		sluicev1connect.TenantServiceListTenantsProcedure, sluicev1connect.TenantServiceUpdateTenantProcedure,
+		sluicev1connect.TenantServiceCreateTenantProcedure, sluicev1connect.TenantServiceListTenantsProcedure, sluicev1connect.TenantServiceUpdateTenantProcedure,
 		sluicev1connect.TenantServiceDeleteTenantProcedure, sluicev1connect.DeciderServiceListDecidersProcedure,
 	} {
 		operatorOnly[p] = true
@@ -94,6 +95,7 @@ func init() {
 	deciderOnly[sluicev1connect.ConfigServiceGetSnapshotsProcedure] = true
 	deciderOnly[sluicev1connect.ConfigServiceWatchProcedure] = true
 	for _, p := range []string{
+		sluicev1connect.TenantServiceGetTenantProcedure,
 		sluicev1connect.TierServiceListTiersProcedure, sluicev1connect.RuleServiceListRulesProcedure,
 		sluicev1connect.OverrideServiceListOverridesProcedure, sluicev1connect.AuditServiceListAuditProcedure,
 		sluicev1connect.TenantFileServiceExportTenantFileProcedure,
@@ -145,7 +147,7 @@ func NewHandler(cfg Config) http.Handler {
 	// Unkey's override calls, for applications managing overrides with its SDK.
 	mux.Handle("POST /v2/{call}", s.unkeyHandler(auth))
 	// The console: static files calling the API above with the signed-in key.
-	mux.Handle("GET "+web.Prefix, web.Handler())
+	mux.Handle("GET "+web.Prefix, web.Handler(cfg.Console))
 	mux.Handle("GET /{$}", http.RedirectHandler(web.Prefix, http.StatusFound))
 	return guardReads(mux, auth, cmp.Or(cfg.ReadTimeout, DefaultReadTimeout))
 }
@@ -208,10 +210,13 @@ func (s tenantServer) CreateTenant(ctx context.Context, req *connect.Request[slu
 }
 
 func (s tenantServer) GetTenant(ctx context.Context, req *connect.Request[sluicev1.GetTenantRequest]) (*connect.Response[sluicev1.GetTenantResponse], error) {
-	if err := required(ctx, "tenant_id", req.Msg.GetTenantId()); err != nil {
+	// A tenant's keys read their own tenant (its id may be left out); the
+	// operator names one.
+	id, err := tenantOf(ctx, req.Msg.GetTenantId())
+	if err != nil {
 		return nil, err
 	}
-	t, v, err := s.store.GetTenant(ctx, req.Msg.GetTenantId())
+	t, v, err := s.store.GetTenant(ctx, id)
 	return reply(ctx, s.server, &sluicev1.GetTenantResponse{Tenant: tenantOut(t, v)}, err)
 }
 

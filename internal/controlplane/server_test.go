@@ -752,9 +752,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			return st.Err()
 		},
 	}
-	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "GetTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true, "ListDeciders": true}
+	operatorOnlyRPCs := map[string]bool{"CreateTenant": true, "ListTenants": true, "UpdateTenant": true, "DeleteTenant": true, "ListDeciders": true}
 	deciderOnlyRPCs := map[string]bool{"GetSnapshots": true, "Watch": true}
-	viewerRPCs := map[string]bool{"ListTiers": true, "ListRules": true, "ListOverrides": true, "ListAudit": true, "ExportTenantFile": true,
+	viewerRPCs := map[string]bool{"GetTenant": true, "ListTiers": true, "ListRules": true, "ListOverrides": true, "ListAudit": true, "ExportTenantFile": true,
 		"GetTimeseries": true, "GetTopClients": true, "GetBreakdown": true, "ExportCSV": true}
 	denied := []connect.Code{connect.CodePermissionDenied}
 	allowed := []connect.Code{0, connect.CodeInvalidArgument, connect.CodeNotFound}

@@ -113,10 +113,12 @@ async function signIn(key) {
   // console). Any other key is the operator's, or none.
   const tenantKey = key.startsWith('sk_admin_') || key.startsWith('sk_viewer_');
   if (tenantKey) {
-    await api('TierService', 'ListTiers');
+    const own = (await api('TenantService', 'GetTenant', {})).tenant;
     // A viewer key reads (the API refuses it the rest): the console offers
     // no change.
     state.role = key.startsWith('sk_viewer_') ? 'viewer' : 'admin';
+    $('#tenant-name').textContent = `${own.slug} (${own.name})`;
+    fillTryKey(key);
   } else {
     const t = await api('TenantService', 'ListTenants', { pageSize: 100 });
     state.role = 'operator';
@@ -134,6 +136,15 @@ async function signIn(key) {
   $$('[data-operator]').forEach((e) => { e.hidden = state.role !== 'operator'; });
   fillTenantSelect();
   show('rules');
+}
+
+// fillTryKey fills the try panel's check key where the control plane
+// offers one to this key (sluice dev does, for its demo tenant).
+async function fillTryKey(key) {
+  const res = await fetch('try-key', { headers: { Authorization: 'Bearer ' + key } }).catch(() => null);
+  if (!res || !res.ok) return;
+  const { key: check } = await res.json();
+  $('#try-key').value ||= check;
 }
 
 // fillTenantSelect offers the tenants loaded, and the one being worked on

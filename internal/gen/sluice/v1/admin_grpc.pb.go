@@ -30,9 +30,12 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// TenantService is for the operator only.
+// TenantService is for the operator only, but for GetTenant.
 type TenantServiceClient interface {
 	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error)
+	// GetTenant answers a tenant: the one named (the operator), or the
+	// caller's own (a tenant's admin and viewer keys, tenant_id empty or
+	// their own).
 	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*GetTenantResponse, error)
 	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
 	UpdateTenant(ctx context.Context, in *UpdateTenantRequest, opts ...grpc.CallOption) (*UpdateTenantResponse, error)
@@ -101,9 +104,12 @@ func (c *tenantServiceClient) DeleteTenant(ctx context.Context, in *DeleteTenant
 // All implementations must embed UnimplementedTenantServiceServer
 // for forward compatibility.
 //
-// TenantService is for the operator only.
+// TenantService is for the operator only, but for GetTenant.
 type TenantServiceServer interface {
 	CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error)
+	// GetTenant answers a tenant: the one named (the operator), or the
+	// caller's own (a tenant's admin and viewer keys, tenant_id empty or
+	// their own).
 	GetTenant(context.Context, *GetTenantRequest) (*GetTenantResponse, error)
 	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
 	UpdateTenant(context.Context, *UpdateTenantRequest) (*UpdateTenantResponse, error)

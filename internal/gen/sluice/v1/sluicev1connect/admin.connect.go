@@ -122,6 +122,9 @@ const (
 // TenantServiceClient is a client for the sluice.v1.TenantService service.
 type TenantServiceClient interface {
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// GetTenant answers a tenant: the one named (the operator), or the
+	// caller's own (a tenant's admin and viewer keys, tenant_id empty or
+	// their own).
 	GetTenant(context.Context, *connect.Request[v1.GetTenantRequest]) (*connect.Response[v1.GetTenantResponse], error)
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
@@ -209,6 +212,9 @@ func (c *tenantServiceClient) DeleteTenant(ctx context.Context, req *connect.Req
 // TenantServiceHandler is an implementation of the sluice.v1.TenantService service.
 type TenantServiceHandler interface {
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// GetTenant answers a tenant: the one named (the operator), or the
+	// caller's own (a tenant's admin and viewer keys, tenant_id empty or
+	// their own).
 	GetTenant(context.Context, *connect.Request[v1.GetTenantRequest]) (*connect.Response[v1.GetTenantResponse], error)
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	UpdateTenant(context.Context, *connect.Request[v1.UpdateTenantRequest]) (*connect.Response[v1.UpdateTenantResponse], error)
