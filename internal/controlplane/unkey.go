@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/unkey"
 )
 
@@ -134,12 +135,7 @@ func unkeyCode(err error) connect.Code {
 	if !errors.As(err, &pe) {
 		return connect.CodeOf(err)
 	}
-	if c, ok := map[policy.Code]connect.Code{policy.CodeInvalid: connect.CodeInvalidArgument, policy.CodeNotFound: connect.CodeNotFound,
-		policy.CodeConflict: connect.CodeAlreadyExists, policy.CodeAborted: connect.CodeAborted,
-		policy.CodeResourceExhausted: connect.CodeResourceExhausted, policy.CodeFailedPrecondition: connect.CodeFailedPrecondition}[pe.Code]; ok {
-		return c
-	}
-	return connect.CodeInternal
+	return protoconv.ConnectCode(pe.Code)
 }
 
 // unkeyFail answers err, a Connect or policy error, in Unkey's envelope.

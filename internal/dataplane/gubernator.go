@@ -286,7 +286,7 @@ type gatewayExchange struct{ exchange }
 
 // gatewayError is grpc-gateway's error body.
 type gatewayError struct {
-	Code    int    `json:"code"`
+	Code    uint32 `json:"code"`
 	Message string `json:"message"`
 	Details []any  `json:"details"`
 }
@@ -301,28 +301,21 @@ func (e gatewayExchange) reply(status int, contentType string, v any) {
 	for _, f := range p.Errors {
 		msg += "; " + f.Field + ": " + f.Description
 	}
-	e.exchange.reply(status, "application/json", gatewayError{Code: grpcCodeOf(status), Message: msg, Details: []any{}})
+	e.exchange.reply(status, "application/json", gatewayError{Code: rpcCodeOf(p), Message: msg, Details: []any{}})
 }
 
-// grpcCodeOf is the gRPC code grpc-gateway answers with an HTTP status.
-func grpcCodeOf(status int) int {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-		return 3 // InvalidArgument
-	case http.StatusUnauthorized:
-		return 16 // Unauthenticated
-	case http.StatusForbidden:
-		return 7 // PermissionDenied
-	case http.StatusNotFound:
-		return 5 // NotFound
-	case http.StatusConflict:
-		return 10 // Aborted
-	case http.StatusTooManyRequests:
-		return 8 // ResourceExhausted
-	case http.StatusServiceUnavailable:
-		return 14 // Unavailable
-	case statusClientClosed:
+// rpcCodeOf is the gRPC code grpc-gateway answers p with: its policy
+// code's, from policy's one table. The transport's own refusals have none:
+// a body refused (400, 413, 415) is InvalidArgument, a request its client
+// canceled Canceled, anything else Internal.
+func rpcCodeOf(p problem) uint32 {
+	switch {
+	case p.code != policy.CodeUnknown:
+		return p.code.Status().RPC
+	case p.Status == statusClientClosed:
 		return 1 // Canceled
+	case p.Status == http.StatusBadRequest || p.Status == http.StatusRequestEntityTooLarge || p.Status == http.StatusUnsupportedMediaType:
+		return policy.CodeInvalid.Status().RPC
 	}
-	return 13 // Internal
+	return policy.CodeUnknown.Status().RPC
 }

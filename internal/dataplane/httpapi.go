@@ -485,33 +485,12 @@ func (h *httpAPI) fail(ex exchange, err error) {
 		replyProblem(ex, http.StatusInternalServerError, "Internal error", "the decision could not be made", nil)
 		return
 	}
-	status := HTTPStatus(pe.Code)
-	replyProblem(ex, status, http.StatusText(status), pe.Message, pe.Fields)
+	status := pe.Code.Status().HTTP
+	replyCodedProblem(ex, pe.Code, http.StatusText(status), pe.Message, pe.Fields)
 }
 
 // statusClientClosed answers a request its client canceled (nginx's 499).
 const statusClientClosed = 499
-
-// HTTPStatus maps a policy error code to an HTTP status, in one place.
-func HTTPStatus(c policy.Code) int {
-	switch c {
-	case policy.CodeInvalid:
-		return http.StatusBadRequest
-	case policy.CodeNotFound:
-		return http.StatusNotFound
-	case policy.CodeConflict, policy.CodeAborted, policy.CodeFailedPrecondition:
-		return http.StatusConflict
-	case policy.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case policy.CodePermissionDenied:
-		return http.StatusForbidden
-	case policy.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case policy.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	}
-	return http.StatusInternalServerError
-}
 
 func descriptorsOf(m map[string]string) policy.Descriptors {
 	d := make(policy.Descriptors, 0, len(m))
@@ -566,6 +545,9 @@ type problem struct {
 	Rules            []RuleJSON          `json:"rules,omitempty"`
 	ConfigVersion    int64               `json:"config_version,omitempty"`
 	Degraded         string              `json:"degraded,omitempty"`
+	// code is the policy code behind a policy error's answer; CodeUnknown
+	// for the transport's own refusals.
+	code policy.Code
 }
 
 func rejectedProblem(dec decide.Decision) problem {
@@ -583,8 +565,17 @@ func rejectedProblem(dec decide.Decision) problem {
 	return p
 }
 
+// replyProblem answers a refusal of the transport's own (a malformed body,
+// a method not allowed): status says it, with no policy code behind it.
 func replyProblem(ex exchange, status int, title, detail string, fields []policy.FieldError) {
 	ex.reply(status, "application/problem+json", problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Errors: fields})
+}
+
+// replyCodedProblem answers a policy error of code c, with the status
+// policy's table gives it.
+func replyCodedProblem(ex exchange, c policy.Code, title, detail string, fields []policy.FieldError) {
+	status := c.Status().HTTP
+	ex.reply(status, "application/problem+json", problem{Type: "about:blank", Title: title, Status: status, Detail: detail, Errors: fields, code: c})
 }
 
 func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {

@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Code classifies an Error. Transports map a Code to their own status once
-// (Connect code, HTTP status); nothing else inspects error text.
+// Code classifies an Error. Each transport answers a Code as its Status
+// says (the one table, below); nothing inspects error text.
 type Code uint8
 
 // The error codes of the domain.
@@ -28,6 +28,40 @@ const (
 	// (a tier still in use); change that state first.
 	CodeFailedPrecondition
 )
+
+// Status is how every transport answers a Code.
+type Status struct {
+	// RPC is the gRPC status code, which is also the Connect code: the two
+	// share their numbers (codes.InvalidArgument = connect.CodeInvalidArgument
+	// = 3). A number here keeps the core free of either library.
+	RPC uint32
+	// HTTP is the HTTP status of the JSON APIs.
+	HTTP int
+}
+
+// statuses is the one table of answers: every transport reads it through
+// Code.Status. A Code outside it is answered as CodeUnknown, an internal
+// error.
+var statuses = [...]Status{
+	CodeUnknown:            {RPC: 13, HTTP: 500}, // Internal
+	CodeInvalid:            {RPC: 3, HTTP: 400},  // InvalidArgument
+	CodeNotFound:           {RPC: 5, HTTP: 404},  // NotFound
+	CodeConflict:           {RPC: 6, HTTP: 409},  // AlreadyExists
+	CodeUnauthenticated:    {RPC: 16, HTTP: 401}, // Unauthenticated
+	CodePermissionDenied:   {RPC: 7, HTTP: 403},  // PermissionDenied
+	CodeUnavailable:        {RPC: 14, HTTP: 503}, // Unavailable
+	CodeResourceExhausted:  {RPC: 8, HTTP: 429},  // ResourceExhausted
+	CodeAborted:            {RPC: 10, HTTP: 409}, // Aborted
+	CodeFailedPrecondition: {RPC: 9, HTTP: 409},  // FailedPrecondition
+}
+
+// Status says how transports answer c.
+func (c Code) Status() Status {
+	if int(c) < len(statuses) {
+		return statuses[c]
+	}
+	return statuses[CodeUnknown]
+}
 
 var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted", "failed_precondition"}
 

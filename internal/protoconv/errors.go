@@ -11,18 +11,9 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// connectCodes maps policy codes to Connect codes, in one place.
-var connectCodes = map[policy.Code]connect.Code{
-	policy.CodeInvalid:            connect.CodeInvalidArgument,
-	policy.CodeNotFound:           connect.CodeNotFound,
-	policy.CodeConflict:           connect.CodeAlreadyExists,
-	policy.CodeUnauthenticated:    connect.CodeUnauthenticated,
-	policy.CodePermissionDenied:   connect.CodePermissionDenied,
-	policy.CodeUnavailable:        connect.CodeUnavailable,
-	policy.CodeResourceExhausted:  connect.CodeResourceExhausted,
-	policy.CodeAborted:            connect.CodeAborted,
-	policy.CodeFailedPrecondition: connect.CodeFailedPrecondition,
-}
+// ConnectCode is the Connect code of a policy code, from policy's one
+// table (policy.Code.Status).
+func ConnectCode(c policy.Code) connect.Code { return connect.Code(c.Status().RPC) }
 
 // ToConnectError turns err into a Connect error: policy errors with their code,
 // message and field details (google.rpc.BadRequest); the end of ctx (the
@@ -31,8 +22,7 @@ var connectCodes = map[policy.Code]connect.Code{
 // logged and answered as an internal error without its text.
 func ToConnectError(ctx context.Context, logger *slog.Logger, err error) error {
 	var pe *policy.Error
-	code, ok := connectCodes[policy.ErrorCode(err)]
-	if !ok || !errors.As(err, &pe) {
+	if !errors.As(err, &pe) || pe.Code == policy.CodeUnknown {
 		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
 			if errors.Is(cerr, context.DeadlineExceeded) {
 				return connect.NewError(connect.CodeDeadlineExceeded, cerr)
@@ -45,7 +35,7 @@ func ToConnectError(ctx context.Context, logger *slog.Logger, err error) error {
 		logger.ErrorContext(ctx, "call failed", "err", err)
 		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 	}
-	ce := connect.NewError(code, errors.New(pe.Message))
+	ce := connect.NewError(ConnectCode(pe.Code), errors.New(pe.Message))
 	if len(pe.Fields) > 0 {
 		br := &errdetails.BadRequest{}
 		for _, f := range pe.Fields {
