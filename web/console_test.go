@@ -256,7 +256,7 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// The try panel, until a check is rejected (the new rule reaches the
 	// decider through the config watch within moments).
-	do("fill the try panel", chromedp.SendKeys("#try-key", checkKey), chromedp.SetValue("#try-client", "eve"), chromedp.SetValue("#try-tier", "gold"))
+	do("fill the try panel", chromedp.SetValue("#try-key", checkKey), chromedp.SetValue("#try-client", "eve"), chromedp.SetValue("#try-tier", "gold"))
 	waitText("#try-result", "429: rejected", func() { do("check", chromedp.Click("#try-submit")) })
 	if h := eval(`document.querySelector('#try-result .headers').textContent`); !strings.Contains(h, "Retry-After") || !strings.Contains(h, `"tiny"`) {
 		t.Fatalf("the rejection's headers: %q", h)

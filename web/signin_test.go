@@ -66,7 +66,7 @@ func TestSignInWithoutErrors(t *testing.T) {
 			if err != nil || role != who.name {
 				t.Fatalf("role %q (%v), want %s", role, err, who.name)
 			}
-			name, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#tenant-name').textContent`))
+			name, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#signed-in-tenant').textContent`))
 			if err != nil || !strings.HasPrefix(name, "demo (") {
 				t.Errorf("the header names the tenant %q (%v), want demo (…)", name, err)
 			}

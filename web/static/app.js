@@ -117,7 +117,7 @@ async function signIn(key) {
     // A viewer key reads (the API refuses it the rest): the console offers
     // no change.
     state.role = key.startsWith('sk_viewer_') ? 'viewer' : 'admin';
-    $('#tenant-name').textContent = `${own.slug} (${own.name})`;
+    $('#signed-in-tenant').textContent = `${own.slug} (${own.name})`;
     fillTryKey(key);
   } else {
     const t = await api('TenantService', 'ListTenants', { pageSize: 100 });
