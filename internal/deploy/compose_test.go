@@ -46,14 +46,27 @@ func loadCompose(t *testing.T) map[string]service {
 	return f.Services
 }
 
+// configSource is where a binary defines and documents its settings:
+// its main.go, or the package that assembles it.
+var configSource = map[string]string{
+	"controlplane": "cmd/controlplane/main.go",
+	"dataplane":    "internal/decider/flags.go",
+	"analytics":    "cmd/analytics/main.go",
+}
+
 // documentedEnv reads the variables a binary documents in its package
-// comment's configuration table.
+// comment's configuration table, and its settings' doc comment.
 func documentedEnv(t *testing.T, binary string) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root(t), "cmd", binary, "main.go"))
 	if err != nil {
 		t.Fatalf("no binary %s: %v", binary, err)
 	}
+	settings, err := os.ReadFile(filepath.Join(root(t), configSource[binary]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, settings...)
 	env := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^//\t\s*(?:-[a-z-]+\s+)?([A-Z][A-Z0-9_]+)\s`).FindAllStringSubmatch(string(b), -1) {
 		env[m[1]] = true
@@ -182,16 +195,16 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	def := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64)\("([a-z0-9-]+)",\s*(?:env|e\.[A-Za-z]+)\("([A-Z0-9_]+)"`)
+	def := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64)(?:Var)?\((?:&[\w.]+,\s*)?"([a-z0-9-]+)",\s*(?:env|e\.[A-Za-z]+)\("([A-Z0-9_]+)"`)
 	for _, binary := range []string{"controlplane", "dataplane", "analytics"} {
-		src, err := os.ReadFile(filepath.Join(root(t), "cmd", binary, "main.go"))
+		src, err := os.ReadFile(filepath.Join(root(t), configSource[binary]))
 		if err != nil {
 			t.Fatal(err)
 		}
 		flags := def.FindAllStringSubmatch(string(src), -1)
-		all := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64|Var|Func|TextVar)\(`).FindAllIndex(src, -1)
+		all := regexp.MustCompile(`fs\.(?:String|Bool|Duration|Int|Float64|Var|Func|TextVar)(?:Var)?\(`).FindAllIndex(src, -1)
 		if len(flags) == 0 || len(flags) != len(all) {
-			t.Fatalf("cmd/%s: %d flags read of %d defined: is one defined another way?", binary, len(flags), len(all))
+			t.Fatalf("%s: %d flags read of %d defined: is one defined another way?", configSource[binary], len(flags), len(all))
 		}
 		if binary != "controlplane" { // both Kafka clients: internal/kafkasec's flags too
 			sec, err := os.ReadFile(filepath.Join(root(t), "internal", "kafkasec", "kafkasec.go"))
@@ -208,7 +221,7 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 			name, env := f[1], f[2]
 			doc := regexp.MustCompile(`(?m)^//\t-` + regexp.QuoteMeta(name) + `\s+` + env + `\s`)
 			if !doc.Match(src) {
-				t.Errorf("cmd/%s: -%s (%s) is not in the doc comment", binary, name, env)
+				t.Errorf("%s: -%s (%s) is not in the doc comment", configSource[binary], name, env)
 			}
 			if !strings.Contains(string(conf), "| `-"+name+"` | `"+env+"` |") {
 				t.Errorf("docs/configuration.md: no row for %s's -%s (%s)", binary, name, env)

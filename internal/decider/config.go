@@ -1,0 +1,215 @@
+// Package decider assembles a decider: the binary cmd/dataplane fills a
+// Config from its flags and environment, Validate checks it, and Run
+// serves it until its context ends. Construction runs in dependency
+// order: engines, the decider, metrics, the config follower, the
+// listeners.
+package decider
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/internal/dataplane"
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/kafkasec"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/rlheaders"
+)
+
+// Config is a decider's settings, one field per setting. Defaults gives
+// each its default; docs/configuration.md and Flags say what each does.
+type Config struct {
+	Addr      string // the check APIs, /healthz and /readyz
+	AdminAddr string // /metrics and detailed health; "off" none
+	TLS       TLSFiles
+
+	ControlPlane   string        // the control plane's URL
+	DeciderKey     string        // the decider credential, or a tenant's check key
+	DeciderKeyFunc func() string // reads it again (a rotated file); nil: DeciderKey
+	StateFile      string        // the last-known-good configuration
+	Name           string        // this decider in events and the control plane's list; default host/pid
+
+	RedisURL      string // empty: decide in this process only
+	RedisCluster  bool
+	RedisSentinel bool
+	RedisSpin     time.Duration
+	RedisPrefix   string
+	RedisBatch    bool
+	RedisTimeout  time.Duration
+
+	KafkaBrokers  string // comma-separated; empty sends no events
+	Kafka         *kafkasec.Config
+	EventsTopic   string
+	EventsSpool   string // default events-spool beside StateFile; "off" none
+	EventsSpoolMB int
+
+	Budget           time.Duration
+	MaxInFlight      int
+	OverloadPolicy   string // local, failure_mode or reject
+	LocalShare       float64
+	SyncMaxKeys      int
+	AuthFailures     int
+	RuleMetrics      bool
+	ShadowMode       bool
+	RateLimitHeaders string // ietf, draft-6, x, none or kong
+	CORSOrigins      string // comma-separated
+
+	GRPCAddr                  string // "off" none
+	GRPCTLS                   TLSFiles
+	GRPCMaxConnectionAge      time.Duration
+	GRPCMaxConnectionAgeGrace time.Duration
+
+	Proxy Proxy
+
+	Logger *slog.Logger            // nil: JSON to Stderr
+	Stdout io.Writer               // where the listening addresses are printed; nil: none
+	Getenv func(key string) string // the OpenTelemetry variables (tracing.Setup); nil: none
+}
+
+// TLSFiles name a listener's PEM certificate, key and client CA; none
+// named serves plaintext, a CA asks clients for certificates.
+type TLSFiles struct{ Cert, Key, ClientCA string }
+
+// Proxy is the reverse proxy's settings: on with Upstream or
+// ForwardAuth.
+type Proxy struct {
+	Upstream          string
+	ForwardAuth       bool
+	DenyStatus        int
+	Addr              string
+	TLS               TLSFiles
+	Key               string // the check key of the tenant it enforces
+	ClientCert        bool   // name clients by their verified certificates
+	IdentityHeader    string
+	IdentityCookie    string
+	JWTClaim          string
+	JWKSURL           string
+	JWTIssuer         string
+	JWTAudience       string
+	TrustedProxies    string // comma-separated CIDRs
+	IPv6Prefix        int
+	ProxyProtocol     string // comma-separated CIDRs
+	TierHeader        string
+	DescriptorHeaders string
+	MaxDelay          time.Duration
+	UpstreamTimeout   time.Duration // 0: no bound
+	PreserveHost      bool
+	FoldRoutes        bool
+}
+
+// On reports whether the proxy runs.
+func (p Proxy) On() bool { return p.Upstream != "" || p.ForwardAuth }
+
+// Defaults returns every setting at its default.
+func Defaults() Config {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	return Config{
+		Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9080", ControlPlane: "http://127.0.0.1:8081",
+		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
+		RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
+		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
+		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local", LocalShare: 1,
+		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
+		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,
+		Proxy: Proxy{DenyStatus: http.StatusTooManyRequests, Addr: "127.0.0.1:8000", IPv6Prefix: clientip.IPv6Network,
+			MaxDelay: 5 * time.Second, UpstreamTimeout: dataplane.DefaultUpstreamTimeout},
+	}
+}
+
+// Validate checks every setting that can be checked without the network,
+// naming the flag and variable of the first wrong one.
+func (c *Config) Validate() error {
+	_, err := c.parsed()
+	return err
+}
+
+// parsedConfig is what Validate reads out of the settings' text.
+type parsedConfig struct {
+	headers  rlheaders.Style
+	overload decide.OverloadPolicy
+	proxy    dataplane.ProxyConfig // without API, Upstream, Tenant, JWT
+	upstream *url.URL
+}
+
+func (c *Config) parsed() (parsedConfig, error) {
+	var p parsedConfig
+	var err error
+	if p.headers, err = rlheaders.ParseStyle(c.RateLimitHeaders); err != nil {
+		return p, err
+	}
+	if p.overload, err = decide.ParseOverloadPolicy(c.OverloadPolicy); err != nil {
+		return p, fmt.Errorf("-overload-policy (SLUICE_OVERLOAD_POLICY): %w", err)
+	}
+	switch {
+	case c.Budget <= 0:
+		return p, fmt.Errorf("-budget (SLUICE_DECISION_BUDGET) %v: want more than 0", c.Budget)
+	case c.RedisTimeout <= 0:
+		return p, fmt.Errorf("-redis-timeout (SLUICE_REDIS_TIMEOUT) %v: want more than 0", c.RedisTimeout)
+	case c.MaxInFlight < 0:
+		return p, fmt.Errorf("-max-in-flight (SLUICE_MAX_IN_FLIGHT) %d: want 0 (no bound) or more", c.MaxInFlight)
+	case c.LocalShare <= 0 || c.LocalShare > 1:
+		return p, fmt.Errorf("-local-share (SLUICE_LOCAL_SHARE) %v: want more than 0, at most 1", c.LocalShare)
+	}
+	if !c.Proxy.On() {
+		return p, nil
+	}
+	x := c.Proxy
+	if x.Upstream != "" && x.ForwardAuth {
+		return p, errors.New("-forward-auth answers in place of forwarding: give -upstream or -forward-auth, not both")
+	}
+	p.proxy = dataplane.ProxyConfig{IdentityHeader: x.IdentityHeader, IdentityCookie: x.IdentityCookie, TierHeader: x.TierHeader,
+		MaxDelay: x.MaxDelay, ClientCertIdentity: x.ClientCert, IPv6Prefix: x.IPv6Prefix, UpstreamTimeout: x.UpstreamTimeout,
+		PreserveHost: x.PreserveHost, ForwardAuth: x.ForwardAuth, DenyStatus: x.DenyStatus, FoldRoutes: x.FoldRoutes}
+	if x.DenyStatus != http.StatusTooManyRequests && x.DenyStatus != http.StatusForbidden {
+		return p, fmt.Errorf("-forward-auth-deny-status %d: want 429, or 403 for nginx", x.DenyStatus)
+	}
+	switch {
+	case x.UpstreamTimeout < 0:
+		return p, fmt.Errorf("-upstream-timeout %v: want 0 (none) or more", x.UpstreamTimeout)
+	case x.UpstreamTimeout == 0:
+		p.proxy.UpstreamTimeout = -1 // the setting's 0 is "no bound"
+	}
+	if p.proxy.HeaderDescriptors, err = dataplane.ParseHeaderDescriptors(x.DescriptorHeaders); err != nil {
+		return p, fmt.Errorf("-descriptor-headers: %w", err)
+	}
+	if x.IPv6Prefix < 1 || x.IPv6Prefix > 128 {
+		return p, fmt.Errorf("-ipv6-prefix %d: want 1 to 128 bits", x.IPv6Prefix)
+	}
+	if x.ClientCert && x.TLS.ClientCA == "" {
+		return p, errors.New("-identity-client-cert needs -proxy-tls-client-ca: only a verified certificate names a client")
+	}
+	if (x.JWTClaim == "") != (x.JWKSURL == "") {
+		return p, errors.New("-identity-jwt-claim and -identity-jwks-url go together")
+	}
+	if !x.ForwardAuth {
+		u, err := url.Parse(x.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return p, fmt.Errorf("upstream %q: want an http:// or https:// URL", x.Upstream)
+		}
+		p.upstream = u
+	}
+	if x.Key == "" {
+		return p, errors.New("reverse-proxy and forward-auth modes need SLUICE_PROXY_KEY, the check key of the tenant to enforce")
+	}
+	if p.proxy.TrustedProxies, err = clientip.ParsePrefixes(x.TrustedProxies); err != nil {
+		return p, err
+	}
+	if x.TierHeader != "" && len(p.proxy.TrustedProxies) == 0 {
+		return p, errors.New("-tier-header needs -trusted-proxies: the tier is believed only from the gateway that sets it (name it; 0.0.0.0/0,::/0 trusts every peer)")
+	}
+	if _, err := clientip.ParsePrefixes(x.ProxyProtocol); err != nil {
+		return p, fmt.Errorf("proxy-protocol: %w", err)
+	}
+	return p, nil
+}

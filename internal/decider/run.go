@@ -1,0 +1,293 @@
+package decider
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/internal/clientip"
+	"github.com/sluicehq/sluice/internal/dataplane"
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/flagenv"
+	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/limit"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/spool"
+	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
+	"github.com/sluicehq/sluice/internal/tracing"
+)
+
+// GRPCStopGrace bounds how long a stopping decider waits for its gRPC
+// calls and streams (a health Watch never ends by itself) after the HTTP
+// side has drained.
+const GRPCStopGrace = 5 * time.Second
+
+// Run serves cfg's decider until ctx ends, then stops it: the listeners
+// drain, the local counts go to Redis, the last events to Kafka, and the
+// last configuration to the state file. An invalid cfg is an error before
+// anything starts.
+func Run(ctx context.Context, cfg Config) error {
+	p, err := cfg.parsed()
+	if err != nil {
+		return err
+	}
+	// What Run starts stops when it returns, an error at start included.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	stdout := cfg.Stdout
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	name := cfg.Name
+	if name == "" {
+		host, _ := os.Hostname()
+		name = host + "/" + strconv.Itoa(os.Getpid())
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o700); err != nil {
+		return err
+	}
+
+	// The engines, then the decider.
+	local := limit.NewEngine(limit.EngineConfig{})
+	stopSweep := make(chan struct{})
+	defer close(stopSweep)
+	go local.RunSweeper(stopSweep, 10*time.Second, time.Now)
+	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
+	var redisEngine *redisengine.Engine
+	if cfg.RedisURL != "" {
+		eng, err := redisengine.Open(cfg.RedisURL, redisengine.ClientOptions{Cluster: cfg.RedisCluster, Sentinel: cfg.RedisSentinel, Spin: cfg.RedisSpin},
+			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout})
+		if err != nil {
+			return fmt.Errorf("REDIS_URL: %w", err)
+		}
+		defer func() { // after the servers have stopped (deferred after this)
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			eng.Shutdown(sctx) // and closes the client
+		}()
+		redisEngine = eng
+		if err := eng.Preload(ctx); err != nil {
+			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
+		}
+		go eng.WatchEviction(ctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
+		opts = decide.Options{Engine: eng, Local: local, LocalShare: cfg.LocalShare, Budget: cfg.Budget,
+			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000,
+			MaxInFlight: cfg.MaxInFlight, Overload: p.overload, Logger: logger}
+	}
+	decider := decide.NewDecider(opts)
+	if redisEngine != nil { // resets made by other deciders
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go redisEngine.WatchResets(wctx, decider.Forget, logger, nil)
+	}
+
+	// Its metrics, then the config follower that tells them what changed.
+	reg := telemetry.NewRegistry()
+	metrics := dataplane.NewMetrics(reg, decider)
+	metrics.PerRule(cfg.RuleMetrics)
+	keys := dataplane.NewKeys()
+	health := &dataplane.Health{}
+	health.SetDecider(decider, redisEngine != nil)
+	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
+		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, cfg.ControlPlane), HealthFunc: health.Report,
+		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: keys, StateFile: cfg.StateFile, Logger: logger, Name: name,
+		ShadowAll: cfg.ShadowMode, OnChange: metrics.Forget,
+	})
+	// Every return waits for the syncer, so that its last state file is
+	// written before the process exits (or a test removes its directory).
+	syncCtx, stopSync := context.WithCancel(ctx)
+	synced := make(chan struct{})
+	go func() { _ = syncer.Run(syncCtx); close(synced) }()
+	defer func() { stopSync(); <-synced }()
+	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
+	if redisEngine != nil {
+		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
+	}
+
+	// The port every tenant's applications reach tells nothing of tenants:
+	// metrics and the versions enforced are the admin listener's.
+	mux := http.NewServeMux()
+	telemetry.MountPublic(mux, syncer.Ready)
+	admin := http.NewServeMux()
+	telemetry.Mount(admin, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
+	adminAt, stopAdmin, err := telemetry.ServeAdmin(ctx, cfg.AdminAddr, admin)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
+	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
+		Metrics: metrics, Headers: p.headers, KeyGuard: dataplane.NewKeyGuard(cfg.AuthFailures, logger, reg)}
+	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	apiCfg.Tracer = tracer
+	if cfg.KafkaBrokers != "" {
+		stopEvents, err := publish(ctx, cfg, name, logger, reg, health, &apiCfg)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
+	}
+	api := dataplane.CORS(flagenv.List(cfg.CORSOrigins), dataplane.NewHTTPHandler(apiCfg))
+	dataplane.MountHTTP(mux, api)
+	mux.Handle(dataplane.NewDecisionService(apiCfg))
+
+	ln, scheme, err := tlsfiles.Listen(cfg.Addr, cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA)
+	if err != nil {
+		return err
+	}
+	// The check routes on fasthttp, everything else (and browsers' checks,
+	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
+	// the connections that chose h2 by ALPN).
+	srv := dataplane.NewHTTPServer(apiCfg, mux)
+	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
+	if adminAt != "" {
+		fmt.Fprintf(stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
+	}
+	if cfg.Proxy.On() {
+		stopProxy, err := serveProxy(ctx, stdout, cfg.Proxy, p, apiCfg, keys)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopProxy()
+	}
+	if cfg.GRPCAddr != "off" {
+		stopGRPC, err := serveGRPC(ctx, stdout, cfg, apiCfg, syncer)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stopGRPC()
+	}
+	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
+}
+
+// publish starts the events publisher of cfg into apiCfg.Events, and
+// returns what stops it. It outlives the servers: its last flush, after
+// they have stopped, carries the events and counts of their last
+// decisions, and the process exits only after it.
+func publish(ctx context.Context, cfg Config, name string, logger *slog.Logger, reg *prometheus.Registry, health *dataplane.Health,
+	apiCfg *dataplane.HTTPConfig) (func(), error) {
+	transport, err := cfg.Kafka.Transport()
+	if err != nil {
+		return nil, err
+	}
+	pcfg := events.Config{Brokers: strings.Split(cfg.KafkaBrokers, ","), Topic: cfg.EventsTopic, Transport: transport,
+		Decider: name, Logger: logger}
+	if pcfg.Spool, err = openSpool(ctx, logger, cfg.EventsSpool, cfg.StateFile, cfg.EventsSpoolMB); err != nil {
+		return nil, err
+	}
+	pub := events.NewPublisher(pcfg)
+	health.SetEvents(pub)
+	pctx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	published := make(chan struct{})
+	go func() { defer close(published); _ = pub.Run(pctx) }()
+	reg.MustRegister(telemetry.PublisherMetrics(pub)...)
+	apiCfg.Events = pub
+	return func() { stopEvents(); <-published }, nil
+}
+
+// openSpool opens the events spool in dir: default events-spool beside
+// the state file, "off" none.
+func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, mb int) (*spool.Spool, error) {
+	if dir == "off" {
+		return nil, nil
+	}
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(stateFile), "events-spool")
+	}
+	return events.OpenSpool(ctx, logger, dir, int64(mb)<<20)
+}
+
+// serveGRPC starts the grpc-go listener of cfg (Envoy's rate limit
+// service, DecisionService, gubernator's V1, gRPC health), and returns
+// what stops it.
+func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg dataplane.HTTPConfig, syncer *dataplane.Syncer) (func(), error) {
+	rln, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("grpc: %w", err)
+	}
+	var opts []grpc.ServerOption
+	if t := cfg.GRPCTLS; t.Cert != "" || t.Key != "" || t.ClientCA != "" {
+		tlsCfg, err := tlsfiles.ServerConfig(t.Cert, t.Key, t.ClientCA)
+		if err != nil {
+			rln.Close()
+			return nil, fmt.Errorf("grpc: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	if cfg.GRPCMaxConnectionAge > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.GRPCMaxConnectionAge,
+			MaxConnectionAgeGrace: cfg.GRPCMaxConnectionAgeGrace}))
+	}
+	gs := dataplane.NewGRPCServer(apiCfg, opts...)
+	stopHealth := dataplane.ServeHealth(gs, syncer.Loaded())
+	go func() { <-ctx.Done(); stopHealth() }() // balancers drain first
+	go func() { _ = gs.Serve(rln) }()
+	fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
+	return func() { dataplane.StopGRPC(gs, GRPCStopGrace) }, nil
+}
+
+// serveProxy starts the reverse proxy of x in front of its upstream (or,
+// with x.ForwardAuth, the forward-auth service), for the tenant of its
+// check key, over TLS when its files are named (after the PROXY protocol
+// of its balancers), and returns what stops it.
+func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api dataplane.HTTPConfig, keys *dataplane.Keys) (func(), error) {
+	pc := p.proxy
+	if x.JWTClaim != "" {
+		jwt, err := dataplane.NewJWKSIdentity(ctx, x.JWTClaim, x.JWKSURL, x.JWTIssuer, x.JWTAudience)
+		if err != nil {
+			return nil, err
+		}
+		pc.JWT = jwt
+	}
+	lbs, _ := clientip.ParsePrefixes(x.ProxyProtocol) // checked by Validate
+	hash := policy.HashKey(x.Key)                     // once, not per proxied request
+	pc.API, pc.Upstream = api, p.upstream
+	pc.Tenant = func() (*decide.Config, error) { return keys.Lookup(hash) }
+	tcp, err := net.Listen("tcp", x.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	// The PROXY header comes first on the wire, before any TLS.
+	ln, scheme, err := tlsfiles.Wrap(clientip.ProxyProtocol(tcp, lbs), x.TLS.Cert, x.TLS.Key, x.TLS.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
+	if pc.ForwardAuth {
+		fmt.Fprintf(stdout, "answering forward-auth calls on %s://%s\n", scheme, ln.Addr())
+	} else {
+		fmt.Fprintf(stdout, "proxying %s://%s to %s\n", scheme, ln.Addr(), p.upstream.Redacted())
+	}
+	return func() { <-done }, nil
+}
