@@ -16,6 +16,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
@@ -36,6 +39,7 @@ type Config struct {
 	DeciderKeyFunc func() string // reads it again (a rotated file); nil: DeciderKey
 	StateFile      string        // the last-known-good configuration
 	Name           string        // this decider in events and the control plane's list; default host/pid
+	ConfigRepull   time.Duration // how often the configuration is pulled again besides the watch; 0: 30s
 
 	RedisURL      string // empty: decide in this process only
 	RedisCluster  bool
@@ -50,6 +54,8 @@ type Config struct {
 	EventsTopic   string
 	EventsSpool   string // default events-spool beside StateFile; "off" none
 	EventsSpoolMB int
+	// EventsDeltaInterval is how often counter deltas are sent; 0: 10s.
+	EventsDeltaInterval time.Duration
 
 	Budget           time.Duration
 	MaxInFlight      int
@@ -68,6 +74,12 @@ type Config struct {
 	GRPCMaxConnectionAgeGrace time.Duration
 
 	Proxy Proxy
+
+	// Registry takes the decider's metrics; nil: a registry of its own.
+	Registry *prometheus.Registry
+	// Tracer traces decisions; nil: tracing.Setup from Getenv's
+	// OpenTelemetry variables.
+	Tracer trace.Tracer
 
 	Logger *slog.Logger            // nil: JSON to Stderr
 	Stdout io.Writer               // where the listening addresses are printed; nil: none

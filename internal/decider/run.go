@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -38,43 +39,60 @@ import (
 // side has drained.
 const GRPCStopGrace = 5 * time.Second
 
-// Run serves cfg's decider until ctx ends, then stops it: the listeners
-// drain, the local counts go to Redis, the last events to Kafka, and the
-// last configuration to the state file. An invalid cfg is an error before
-// anything starts.
-func Run(ctx context.Context, cfg Config) error {
+// Decider is a decider built from its Config: the decision service every
+// API serves, the config follower feeding it, and their metrics. New
+// starts its background work; Close stops it.
+type Decider struct {
+	// Service is the decision service: Decide and Reset, with the
+	// recording of metrics, events and spans.
+	Service  dataplane.HTTPConfig
+	Syncer   *dataplane.Syncer
+	Keys     *dataplane.Keys
+	Registry *prometheus.Registry
+	cfg      Config
+	parsed   parsedConfig
+	stops    []func() // Close runs them last first
+}
+
+// New builds and starts cfg's decider: its engines, the decider, its
+// metrics, the config follower and the events publisher, in that order.
+// An invalid cfg is an error before anything starts.
+func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	p, err := cfg.parsed()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// What Run starts stops when it returns, an error at start included.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	stdout := cfg.Stdout
-	if stdout == nil {
-		stdout = io.Discard
+	if cfg.Stdout == nil {
+		cfg.Stdout = io.Discard
 	}
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
+	if cfg.Getenv == nil {
+		cfg.Getenv = func(string) string { return "" }
 	}
-	name := cfg.Name
-	if name == "" {
+	if cfg.Name == "" {
 		host, _ := os.Hostname()
-		name = host + "/" + strconv.Itoa(os.Getpid())
+		cfg.Name = host + "/" + strconv.Itoa(os.Getpid())
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.StateFile), 0o700); err != nil {
-		return err
+		return nil, err
 	}
+	logger := cfg.Logger
+	d := &Decider{cfg: cfg, parsed: p, Registry: cfg.Registry}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	// Background work stops when the decider closes.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.stops = append(d.stops, cancel)
 
 	// The engines, then the decider.
 	local := limit.NewEngine(limit.EngineConfig{})
 	stopSweep := make(chan struct{})
-	defer close(stopSweep)
+	d.stops = append(d.stops, func() { close(stopSweep) })
 	go local.RunSweeper(stopSweep, 10*time.Second, time.Now)
 	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
@@ -82,81 +100,120 @@ func Run(ctx context.Context, cfg Config) error {
 		eng, err := redisengine.Open(cfg.RedisURL, redisengine.ClientOptions{Cluster: cfg.RedisCluster, Sentinel: cfg.RedisSentinel, Spin: cfg.RedisSpin},
 			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout})
 		if err != nil {
-			return fmt.Errorf("REDIS_URL: %w", err)
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
-		defer func() { // after the servers have stopped (deferred after this)
+		d.stops = append(d.stops, func() { // what was counted locally goes to Redis; closes the client
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			eng.Shutdown(sctx) // and closes the client
-		}()
+			eng.Shutdown(sctx)
+		})
 		redisEngine = eng
 		if err := eng.Preload(ctx); err != nil {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
 		}
-		go eng.WatchEviction(ctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
+		go eng.WatchEviction(bctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
 		opts = decide.Options{Engine: eng, Local: local, LocalShare: cfg.LocalShare, Budget: cfg.Budget,
 			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000,
 			MaxInFlight: cfg.MaxInFlight, Overload: p.overload, Logger: logger}
 	}
 	decider := decide.NewDecider(opts)
 	if redisEngine != nil { // resets made by other deciders
-		wctx, stop := context.WithCancel(ctx)
-		defer stop()
+		wctx, stop := context.WithCancel(bctx)
+		d.stops = append(d.stops, stop)
 		go redisEngine.WatchResets(wctx, decider.Forget, logger, nil)
 	}
 
 	// Its metrics, then the config follower that tells them what changed.
-	reg := telemetry.NewRegistry()
+	if d.Registry == nil {
+		d.Registry = telemetry.NewRegistry()
+	}
+	reg := d.Registry
 	metrics := dataplane.NewMetrics(reg, decider)
 	metrics.PerRule(cfg.RuleMetrics)
-	keys := dataplane.NewKeys()
+	d.Keys = dataplane.NewKeys()
 	health := &dataplane.Health{}
 	health.SetDecider(decider, redisEngine != nil)
-	syncer := dataplane.NewSyncer(dataplane.SyncConfig{
+	d.Syncer = dataplane.NewSyncer(dataplane.SyncConfig{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, cfg.ControlPlane), HealthFunc: health.Report,
-		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: keys, StateFile: cfg.StateFile, Logger: logger, Name: name,
-		ShadowAll: cfg.ShadowMode, OnChange: metrics.Forget,
+		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: d.Keys, StateFile: cfg.StateFile, Repull: cfg.ConfigRepull,
+		Logger: logger, Name: cfg.Name, ShadowAll: cfg.ShadowMode, OnChange: metrics.Forget,
 	})
-	// Every return waits for the syncer, so that its last state file is
-	// written before the process exits (or a test removes its directory).
-	syncCtx, stopSync := context.WithCancel(ctx)
+	// Closing waits for the syncer, so that its last state file is written
+	// before the process exits (or a test removes its directory).
+	syncCtx, stopSync := context.WithCancel(bctx)
 	synced := make(chan struct{})
-	go func() { _ = syncer.Run(syncCtx); close(synced) }()
-	defer func() { stopSync(); <-synced }()
-	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
+	go func() { _ = d.Syncer.Run(syncCtx); close(synced) }()
+	d.stops = append(d.stops, func() { stopSync(); <-synced })
+	reg.MustRegister(append(telemetry.ConfigMetrics(d.Syncer), telemetry.NewEngineCollector(local))...)
 	if redisEngine != nil {
 		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
 	}
 
+	// The decision service, tracing and publishing its decisions.
+	d.Service = dataplane.HTTPConfig{Decider: decider, Authenticate: d.Keys.Authenticate, Logger: logger,
+		Metrics: metrics, Headers: p.headers, KeyGuard: dataplane.NewKeyGuard(cfg.AuthFailures, logger, reg), Tracer: cfg.Tracer}
+	if d.Service.Tracer == nil {
+		tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", cfg.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		d.stops = append(d.stops, stopTracing)
+		d.Service.Tracer = tracer
+	}
+	if cfg.KafkaBrokers != "" {
+		stopEvents, err := publish(ctx, cfg, reg, health, &d.Service)
+		if err != nil {
+			return nil, err
+		}
+		d.stops = append(d.stops, stopEvents)
+	}
+	return d, nil
+}
+
+// Close stops what New started, last first: the events publisher's last
+// flush, tracing, the config follower (its last state file written), the
+// resets watch, and the Redis engine (local counts sent). Call it after
+// the listeners have drained.
+func (d *Decider) Close() {
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		d.stops[i]()
+	}
+	d.stops = nil
+}
+
+// Mount routes the check APIs on mux: HTTP (with CORS for the origins
+// configured) and Connect's DecisionService.
+func (d *Decider) Mount(mux *http.ServeMux) {
+	dataplane.MountHTTP(mux, dataplane.CORS(flagenv.List(d.cfg.CORSOrigins), dataplane.NewHTTPHandler(d.Service)))
+	mux.Handle(dataplane.NewDecisionService(d.Service))
+}
+
+// Run serves cfg's decider on its listeners until ctx ends, then stops it:
+// the listeners drain, the local counts go to Redis, the last events to
+// Kafka, and the last configuration to the state file. An invalid cfg is
+// an error before anything starts.
+func Run(ctx context.Context, cfg Config) error {
+	// What Run starts stops when it returns, an error at start included.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	cfg = d.cfg
 	// The port every tenant's applications reach tells nothing of tenants:
 	// metrics and the versions enforced are the admin listener's.
 	mux := http.NewServeMux()
-	telemetry.MountPublic(mux, syncer.Ready)
+	telemetry.MountPublic(mux, d.Syncer.Ready)
 	admin := http.NewServeMux()
-	telemetry.Mount(admin, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
+	telemetry.Mount(admin, d.Registry, d.Syncer.Ready, func() any { return map[string]any{"config_versions": d.Syncer.Versions()} })
 	adminAt, stopAdmin, err := telemetry.ServeAdmin(ctx, cfg.AdminAddr, admin)
 	if err != nil {
 		return err
 	}
 	defer stopAdmin()
-	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: keys.Authenticate, Logger: logger,
-		Metrics: metrics, Headers: p.headers, KeyGuard: dataplane.NewKeyGuard(cfg.AuthFailures, logger, reg)}
-	tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", getenv)
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	apiCfg.Tracer = tracer
-	if cfg.KafkaBrokers != "" {
-		stopEvents, err := publish(ctx, cfg, name, logger, reg, health, &apiCfg)
-		if err != nil {
-			return err
-		}
-		defer stopEvents()
-	}
-	api := dataplane.CORS(flagenv.List(cfg.CORSOrigins), dataplane.NewHTTPHandler(apiCfg))
-	dataplane.MountHTTP(mux, api)
-	mux.Handle(dataplane.NewDecisionService(apiCfg))
+	d.Mount(mux)
 
 	ln, scheme, err := tlsfiles.Listen(cfg.Addr, cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA)
 	if err != nil {
@@ -165,13 +222,13 @@ func Run(ctx context.Context, cfg Config) error {
 	// The check routes on fasthttp, everything else (and browsers' checks,
 	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
 	// the connections that chose h2 by ALPN).
-	srv := dataplane.NewHTTPServer(apiCfg, mux)
-	fmt.Fprintf(stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
+	srv := dataplane.NewHTTPServer(d.Service, mux)
+	fmt.Fprintf(cfg.Stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if adminAt != "" {
-		fmt.Fprintf(stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
+		fmt.Fprintf(cfg.Stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
 	}
 	if cfg.Proxy.On() {
-		stopProxy, err := serveProxy(ctx, stdout, cfg.Proxy, p, apiCfg, keys)
+		stopProxy, err := serveProxy(ctx, cfg.Stdout, cfg.Proxy, d.parsed, d.Service, d.Keys)
 		if err != nil {
 			ln.Close()
 			return err
@@ -179,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer stopProxy()
 	}
 	if cfg.GRPCAddr != "off" {
-		stopGRPC, err := serveGRPC(ctx, stdout, cfg, apiCfg, syncer)
+		stopGRPC, err := serveGRPC(ctx, cfg.Stdout, cfg, d.Service, d.Syncer)
 		if err != nil {
 			ln.Close()
 			return err
@@ -193,15 +250,18 @@ func Run(ctx context.Context, cfg Config) error {
 // returns what stops it. It outlives the servers: its last flush, after
 // they have stopped, carries the events and counts of their last
 // decisions, and the process exits only after it.
-func publish(ctx context.Context, cfg Config, name string, logger *slog.Logger, reg *prometheus.Registry, health *dataplane.Health,
-	apiCfg *dataplane.HTTPConfig) (func(), error) {
-	transport, err := cfg.Kafka.Transport()
+func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *dataplane.Health, apiCfg *dataplane.HTTPConfig) (func(), error) {
+	sec := cfg.Kafka
+	if sec == nil {
+		sec = &kafkasec.Config{}
+	}
+	transport, err := sec.Transport()
 	if err != nil {
 		return nil, err
 	}
 	pcfg := events.Config{Brokers: strings.Split(cfg.KafkaBrokers, ","), Topic: cfg.EventsTopic, Transport: transport,
-		Decider: name, Logger: logger}
-	if pcfg.Spool, err = openSpool(ctx, logger, cfg.EventsSpool, cfg.StateFile, cfg.EventsSpoolMB); err != nil {
+		Decider: cfg.Name, DeltaInterval: cfg.EventsDeltaInterval, Logger: cfg.Logger}
+	if pcfg.Spool, err = openSpool(ctx, cfg.Logger, cfg.EventsSpool, cfg.StateFile, cfg.EventsSpoolMB); err != nil {
 		return nil, err
 	}
 	pub := events.NewPublisher(pcfg)

@@ -24,7 +24,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,11 +36,8 @@ import (
 	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/dataplane"
-	"github.com/sluicehq/sluice/internal/decide"
-	"github.com/sluicehq/sluice/internal/events"
-	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/decider"
 	"github.com/sluicehq/sluice/internal/kafkasec"
-	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/prune"
@@ -165,62 +161,51 @@ func Run(ctx context.Context, cfg Config) error {
 
 	base := "http://" + ln.Addr().String()
 
-	// The decider, following the control plane over loopback.
-	checkKeys := dataplane.NewKeys()
-	health := &dataplane.Health{}
-	var metrics atomic.Pointer[dataplane.Metrics] // set once the decider is built; nothing recorded before
-	syncer := dataplane.NewSyncer(dataplane.SyncConfig{HealthFunc: health.Report,
-		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, base), Key: keys.Decider, Keys: checkKeys,
-		StateFile: filepath.Join(cfg.Dir, "decider-snapshot.pb"), Repull: 10 * time.Second, Logger: cfg.Logger, Name: "dev",
-		OnChange: func(old, next *decide.Config) { metrics.Load().Forget(old, next) },
-	})
-	local := limit.NewEngine(limit.EngineConfig{})
-	decOpts, engineName, closeEngine := redisOrLocal(ctx, cfg, local)
-	defer closeEngine()
-	decider := decide.NewDecider(decOpts)
-	_, onRedis := decOpts.Engine.(*redisengine.Engine)
-	health.SetDecider(decider, onRedis)
-
-	reg := telemetry.NewRegistry()
-	reg.MustRegister(append(telemetry.ConfigMetrics(syncer), telemetry.NewEngineCollector(local))...)
-	if eng, ok := decOpts.Engine.(*redisengine.Engine); ok {
-		go eng.WatchResets(ctx, decider.Forget, cfg.Logger, nil) // resets of other deciders on the same Redis
-		reg.MustRegister(telemetry.RedisEngineMetrics(eng)...)
-	}
-
-	// Decision events, and the analytics consumer rolling them up.
+	// Decision events go to Kafka, or the embedded broker.
 	brokers, kafkaName, closeKafka, err := kafkaOrEmbedded(cfg)
 	if err != nil {
 		return err
 	}
 	defer closeKafka()
-	var transport kafka.RoundTripper
+	embedded := strings.HasPrefix(kafkaName, "embedded")
 	var dialer *kafka.Dialer
-	if sec := cfg.KafkaSec; sec != nil && !strings.HasPrefix(kafkaName, "embedded") {
-		if transport, err = sec.Transport(); err != nil {
-			return err
-		}
+	if sec := cfg.KafkaSec; sec != nil && !embedded {
 		if dialer, err = sec.Dialer(); err != nil {
 			return err
 		}
 	}
-	pcfg := events.Config{Brokers: brokers, Topic: cfg.EventsTopic, Transport: transport, Decider: "dev",
-		DeltaInterval: cfg.DeltaInterval, Logger: cfg.Logger}
-	if !strings.HasPrefix(kafkaName, "embedded") { // the embedded broker lives and dies with this process
-		if pcfg.Spool, err = events.OpenSpool(ctx, cfg.Logger, filepath.Join(cfg.Dir, "events-spool"), 256<<20); err != nil {
-			return err
-		}
+
+	// The decider, following the control plane over loopback: the same
+	// assembly as the dataplane binary's, with the dev stack's settings.
+	reg := telemetry.NewRegistry()
+	dcfg := decider.Defaults()
+	dcfg.ControlPlane, dcfg.DeciderKey, dcfg.Name, dcfg.ConfigRepull = base, keys.Decider, "dev", 10*time.Second
+	dcfg.StateFile = filepath.Join(cfg.Dir, "decider-snapshot.pb")
+	dcfg.RedisURL, dcfg.RedisCluster, dcfg.RedisSentinel, dcfg.RedisPrefix = redisURL(ctx, cfg)
+	dcfg.KafkaBrokers, dcfg.Kafka, dcfg.EventsTopic, dcfg.EventsDeltaInterval = strings.Join(brokers, ","), cfg.KafkaSec, cfg.EventsTopic, cfg.DeltaInterval
+	if embedded { // the embedded broker lives and dies with this process: nothing to keep for it
+		dcfg.EventsSpool, dcfg.Kafka = "off", nil
 	}
-	pub := events.NewPublisher(pcfg)
-	health.SetEvents(pub)
+	dcfg.Budget = cmp.Or(cfg.Budget, dcfg.Budget)
+	dcfg.RateLimitHeaders, dcfg.Registry, dcfg.Tracer, dcfg.Logger = cfg.Headers.String(), reg, cfg.Tracer, cfg.Logger
+	engineName := "in-process engine"
+	if dcfg.RedisURL != "" {
+		engineName = "Redis " + redact.URL(dcfg.RedisURL)
+	}
+	dec, err := decider.New(ctx, dcfg)
+	if err != nil {
+		return err
+	}
+	defer dec.Close() // after the server: the publisher's last flush, then Kafka closes
+	syncer := dec.Syncer
+
+	// The analytics consumer rolling the events up.
 	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic, Dialer: dialer,
 		Store: analytics.NewStore(pool, 0), Registerer: reg, Logger: cfg.Logger})
 	var background sync.WaitGroup
-	defer background.Wait() // after the server: the publisher's last flush, then Kafka closes
+	defer background.Wait()
 	bctx, stopBackground := context.WithCancel(ctx)
 	defer stopBackground()
-	background.Go(func() { _ = pub.Run(bctx) })
-	reg.MustRegister(telemetry.PublisherMetrics(pub)...)
 	background.Go(func() { _ = consumer.Run(bctx) })
 	background.Go(func() {
 		prune.Loop(bctx, store.PruneOverrides, pgstore.DefaultOverrideRetention, time.Hour, time.Now, cfg.Logger, "expired overrides")
@@ -228,11 +213,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mux := http.NewServeMux()
 	telemetry.Mount(mux, reg, syncer.Ready, func() any { return map[string]any{"config_versions": syncer.Versions()} })
-	apiCfg := dataplane.HTTPConfig{Decider: decider, Authenticate: checkKeys.Authenticate, Logger: cfg.Logger,
-		Metrics: dataplane.NewMetrics(reg, decider), Events: pub, Tracer: cfg.Tracer, Headers: cfg.Headers}
-	metrics.Store(apiCfg.Metrics)
-	dataplane.MountHTTP(mux, dataplane.NewHTTPHandler(apiCfg))
-	mux.Handle(dataplane.NewDecisionService(apiCfg))
+	dec.Mount(mux)
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})
 	mux.Handle("/", controlplane.NewHandler(controlplane.Config{Store: store, OperatorKey: keys.Operator, Registerer: reg, Tracer: cfg.Tracer,
@@ -244,21 +225,16 @@ func Run(ctx context.Context, cfg Config) error {
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
 	// grpc-go's listener: Envoy's rate limit service and DecisionService.
-	gs := dataplane.NewGRPCServer(apiCfg)
+	gs := dataplane.NewGRPCServer(dec.Service)
 	defer dataplane.ServeHealth(gs, syncer.Loaded())()
 	go func() { _ = gs.Serve(gln) }()
 	defer gs.Stop()
 
-	sctx, stopSync := context.WithCancel(ctx)
-	defer stopSync()
 	errc := make(chan error, 1)
 	// A grace past 6 s: Shutdown waits for a connection that has sent no
 	// request (the decider's watch reconnecting as it stops, say) until it
 	// is 5 s old, counted in whole seconds.
 	go func() { errc <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
-	synced := make(chan struct{})
-	go func() { _ = syncer.Run(sctx); close(synced) }()
-	defer func() { stopSync(); <-synced }() // its last state file written before the dev directory may go
 	// The banner promises a working curl line: wait for the decider's
 	// first config (it comes over loopback from the control plane above).
 	for deadline := time.Now().Add(15 * time.Second); !syncer.Ready(); {
@@ -360,34 +336,28 @@ func devDatabase(ctx context.Context, base string) (string, error) {
 	return p.String(), nil
 }
 
-// redisOrLocal returns the decision engine: Redis at cfg.RedisURL, else the
-// local server if it answers, else the in-process engine.
-func redisOrLocal(ctx context.Context, cfg Config, local *limit.Engine) (decide.Options, string, func()) {
-	inProcess := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
+// redisURL returns the Redis the decider is to use: cfg.RedisURL, else
+// the local server, whichever answers within 2 s; none ("") decides in
+// process.
+func redisURL(ctx context.Context, cfg Config) (url string, cluster, sentinel bool, prefix string) {
 	u := cfg.RedisURL
 	if u == "" {
 		u = LocalRedis
 	}
-	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cfg.RedisCluster && cfg.RedisURL != "",
-		Sentinel: cfg.RedisSentinel && cfg.RedisURL != "", Spin: redisengine.DefaultSpin}, redisengine.Config{Prefix: cfg.RedisPrefix, Batch: true})
+	cluster, sentinel = cfg.RedisCluster && cfg.RedisURL != "", cfg.RedisSentinel && cfg.RedisURL != ""
+	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cluster, Sentinel: sentinel}, redisengine.Config{Prefix: cfg.RedisPrefix})
 	if err != nil {
 		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)
-		return inProcess, "in-process engine", func() {}
+		return "", false, false, ""
 	}
+	defer eng.Close()
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := eng.Preload(pctx); err != nil {
-		eng.Close()
 		cfg.Logger.InfoContext(ctx, "devstack: no Redis; deciding in process", "redis", redact.URL(u))
-		return inProcess, "in-process engine", func() {}
+		return "", false, false, ""
 	}
-	return decide.Options{Engine: eng, Local: local, Budget: cmp.Or(cfg.Budget, 50*time.Millisecond), BreakerFailures: 5,
-			BreakerCooldown: time.Second, DenyCacheSize: 10_000, MaxInFlight: decide.DefaultMaxInFlight, Logger: cfg.Logger},
-		"Redis " + redact.URL(u), func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			eng.Shutdown(sctx) // what was counted locally, to Redis; closes the client
-		}
+	return u, cluster, sentinel, cfg.RedisPrefix
 }
 
 // kafkaOrEmbedded returns the brokers to use: cfg.KafkaBrokers if one
