@@ -49,7 +49,7 @@ func loadCompose(t *testing.T) map[string]service {
 // configSource is where a binary defines and documents its settings:
 // its main.go, or the package that assembles it.
 var configSource = map[string]string{
-	"controlplane": "cmd/controlplane/main.go",
+	"controlplane": "internal/controlplane/settings.go",
 	"dataplane":    "internal/decider/flags.go",
 	"analytics":    "cmd/analytics/main.go",
 }
