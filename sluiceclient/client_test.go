@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -57,7 +58,7 @@ func deciderOf(t *testing.T, clk *clock, rules []policy.Rule, hold func()) (url,
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := dataplane.NewKeys()
+	keys := follower.NewKeys()
 	key, _ = policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
 	path, h := dataplane.NewDecisionService(dataplane.HTTPConfig{Authenticate: keys.Authenticate,
@@ -340,7 +341,7 @@ func TestLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := dataplane.NewKeys()
+	keys := follower.NewKeys()
 	key, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
 	path, h := dataplane.NewDecisionService(dataplane.HTTPConfig{Authenticate: keys.Authenticate,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/follower"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/kafkatest"
@@ -115,7 +116,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := NewKeys()
+	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), cfg)
 	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/follower"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -31,7 +32,7 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys := NewKeys()
+			keys := follower.NewKeys()
 			secret, _ := policy.NewKeySecret(policy.KeyCheck)
 			keys.Set(policy.HashKey(secret), c)
 			now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }

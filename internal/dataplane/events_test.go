@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
+	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -33,7 +34,7 @@ func TestDecisionsArePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := NewKeys()
+	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
 	srv := httptest.NewServer(NewHTTPHandler(HTTPConfig{Authenticate: keys.Authenticate, Events: pub,

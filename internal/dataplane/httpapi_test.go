@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -67,7 +68,7 @@ func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrid
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := NewKeys()
+	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
 	return HTTPConfig{

@@ -9,10 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/decide"
-	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // BenchmarkObserve is what recording one decision of two rules costs the
@@ -43,7 +41,6 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 	m := NewMetrics(prometheus.NewRegistry(), nil)
 	reg := prometheus.NewRegistry() // the counters alone: the breaker gauge would read the decider
 	reg.MustRegister(m.decisions, m.rules)
-	s := NewSyncer(SyncConfig{Keys: NewKeys(), OnChange: m.Forget})
 	rule := func(id, name string) policy.Rule {
 		return policy.Rule{ID: id, Name: name, KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
@@ -53,17 +50,25 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 			{Name: "pro", Rules: []policy.Rule{rule("r3", "per-client")}}}}
 	shop := &policy.Snapshot{Tenant: policy.Tenant{ID: "t2", Slug: "shop", Name: "Shop", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r4", "per-client")}}}}
-	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(acme, nil), protoconv.SnapshotToProto(shop, nil)}, nil)
-	decide := func(tenant, tier string, rules ...string) {
+	compile := func(s *policy.Snapshot) *decide.Config {
+		c, err := decide.Compile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	acmeConfig := compile(acme)
+	compile(shop)
+	observe := func(tenant, tier string, rules ...string) {
 		dec := decide.Decision{Allowed: true, Tier: tier}
 		for _, name := range rules {
 			dec.Rules = append(dec.Rules, decide.RuleResult{Rule: &policy.Rule{Name: name}, Result: limit.Result{Allowed: true, Limit: 10, Remaining: 1}})
 		}
 		m.observe(tenant, false, dec, nil, time.Millisecond)
 	}
-	decide("acme", "free", "per-client", "login")
-	decide("acme", "pro", "per-client")
-	decide("shop", "free", "per-client")
+	observe("acme", "free", "per-client", "login")
+	observe("acme", "pro", "per-client")
+	observe("shop", "free", "per-client")
 	series := func() []string {
 		t.Helper()
 		families, err := reg.Gather()
@@ -91,14 +96,15 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 	// The login rule and the pro tier go.
 	next := *acme
 	next.Version, next.Tiers = 2, []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r1", "per-client")}}}
-	s.apply([]*sluicev1.Snapshot{protoconv.SnapshotToProto(&next, nil)}, nil)
+	nextConfig := compile(&next)
+	m.Forget(acmeConfig, nextConfig) // as the config follower tells it
 	want = []string{"acme", "acme/free/per-client", "shop", "shop/free/per-client"}
 	if got := series(); !slices.Equal(got, want) {
 		t.Fatalf("after the rule and tier went: %q, want %q", got, want)
 	}
 
 	// The tenant goes.
-	s.apply(nil, []string{"t1"})
+	m.Forget(nextConfig, nil)
 	want = []string{"shop", "shop/free/per-client"}
 	if got := series(); !slices.Equal(got, want) {
 		t.Fatalf("after the tenant went: %q, want %q", got, want)

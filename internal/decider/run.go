@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -46,8 +47,8 @@ type Decider struct {
 	// Service is the decision service: Decide and Reset, with the
 	// recording of metrics, events and spans.
 	Service  dataplane.HTTPConfig
-	Syncer   *dataplane.Syncer
-	Keys     *dataplane.Keys
+	Follower *follower.Follower
+	Keys     *follower.Keys
 	Registry *prometheus.Registry
 	cfg      Config
 	parsed   parsedConfig
@@ -130,10 +131,10 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	reg := d.Registry
 	metrics := dataplane.NewMetrics(reg, decider)
 	metrics.PerRule(cfg.RuleMetrics)
-	d.Keys = dataplane.NewKeys()
-	health := &dataplane.Health{}
+	d.Keys = follower.NewKeys()
+	health := &follower.Health{}
 	health.SetDecider(decider, redisEngine != nil)
-	d.Syncer = dataplane.NewSyncer(dataplane.SyncConfig{
+	d.Follower = follower.New(follower.Config{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, cfg.ControlPlane), HealthFunc: health.Report,
 		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: d.Keys, StateFile: cfg.StateFile, Repull: cfg.ConfigRepull,
 		Logger: logger, Name: cfg.Name, ShadowAll: cfg.ShadowMode, OnChange: metrics.Forget,
@@ -142,9 +143,9 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	// before the process exits (or a test removes its directory).
 	syncCtx, stopSync := context.WithCancel(bctx)
 	synced := make(chan struct{})
-	go func() { _ = d.Syncer.Run(syncCtx); close(synced) }()
+	go func() { _ = d.Follower.Run(syncCtx); close(synced) }()
 	d.stops = append(d.stops, func() { stopSync(); <-synced })
-	reg.MustRegister(append(telemetry.ConfigMetrics(d.Syncer), telemetry.NewEngineCollector(local))...)
+	reg.MustRegister(append(telemetry.ConfigMetrics(d.Follower), telemetry.NewEngineCollector(local))...)
 	if redisEngine != nil {
 		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
 	}
@@ -205,9 +206,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// The port every tenant's applications reach tells nothing of tenants:
 	// metrics and the versions enforced are the admin listener's.
 	mux := http.NewServeMux()
-	telemetry.MountPublic(mux, d.Syncer.Ready)
+	telemetry.MountPublic(mux, d.Follower.Ready)
 	admin := http.NewServeMux()
-	telemetry.Mount(admin, d.Registry, d.Syncer.Ready, func() any { return map[string]any{"config_versions": d.Syncer.Versions()} })
+	telemetry.Mount(admin, d.Registry, d.Follower.Ready, func() any { return map[string]any{"config_versions": d.Follower.Versions()} })
 	adminAt, stopAdmin, err := telemetry.ServeAdmin(ctx, cfg.AdminAddr, admin)
 	if err != nil {
 		return err
@@ -236,7 +237,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer stopProxy()
 	}
 	if cfg.GRPCAddr != "off" {
-		stopGRPC, err := serveGRPC(ctx, cfg.Stdout, cfg, d.Service, d.Syncer)
+		stopGRPC, err := serveGRPC(ctx, cfg.Stdout, cfg, d.Service, d.Follower)
 		if err != nil {
 			ln.Close()
 			return err
@@ -250,7 +251,7 @@ func Run(ctx context.Context, cfg Config) error {
 // returns what stops it. It outlives the servers: its last flush, after
 // they have stopped, carries the events and counts of their last
 // decisions, and the process exits only after it.
-func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *dataplane.Health, apiCfg *dataplane.HTTPConfig) (func(), error) {
+func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *follower.Health, apiCfg *dataplane.HTTPConfig) (func(), error) {
 	sec := cfg.Kafka
 	if sec == nil {
 		sec = &kafkasec.Config{}
@@ -289,7 +290,7 @@ func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, 
 // serveGRPC starts the grpc-go listener of cfg (Envoy's rate limit
 // service, DecisionService, gubernator's V1, gRPC health), and returns
 // what stops it.
-func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg dataplane.HTTPConfig, syncer *dataplane.Syncer) (func(), error) {
+func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg dataplane.HTTPConfig, syncer *follower.Follower) (func(), error) {
 	rln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc: %w", err)
@@ -319,7 +320,7 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg datapla
 // with x.ForwardAuth, the forward-auth service), for the tenant of its
 // check key, over TLS when its files are named (after the PROXY protocol
 // of its balancers), and returns what stops it.
-func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api dataplane.HTTPConfig, keys *dataplane.Keys) (func(), error) {
+func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api dataplane.HTTPConfig, keys *follower.Keys) (func(), error) {
 	pc := p.proxy
 	if x.JWTClaim != "" {
 		jwt, err := dataplane.NewJWKSIdentity(ctx, x.JWTClaim, x.JWKSURL, x.JWTIssuer, x.JWTAudience)

@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer dec.Close() // after the server: the publisher's last flush, then Kafka closes
-	syncer := dec.Syncer
+	syncer := dec.Follower
 
 	// The analytics consumer rolling the events up.
 	consumer := analytics.NewConsumer(analytics.Config{Brokers: brokers, Topic: cfg.EventsTopic, Dialer: dialer,

@@ -26,7 +26,7 @@ func (c versionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// ConfigSync is what a decider's config syncer (dataplane.Syncer) tells.
+// ConfigSync is what a decider's config syncer (follower.Follower) tells.
 type ConfigSync interface {
 	// Versions are the config versions enforced, by tenant.
 	Versions() map[string]int64

@@ -1,4 +1,4 @@
-package dataplane
+package follower
 
 import (
 	"context"
@@ -60,13 +60,13 @@ func BenchmarkConfigPropagation(b *testing.B) {
 			cp.StartTLS()
 			b.Cleanup(cp.Close)
 			type decider struct {
-				s        *Syncer
+				s        *Follower
 				enforced chan int64
 			}
 			var deciders []decider
 			for range size.deciders {
 				enforced := make(chan int64, 16)
-				s, _, stop := startSyncerWith(b, SyncConfig{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL),
+				s, _, stop := startSyncerWith(b, Config{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL),
 					StateFile: filepath.Join(b.TempDir(), "snapshot.pb"), PullTimeout: 20 * time.Second,
 					OnChange: func(_, next *decide.Config) {
 						if next != nil {

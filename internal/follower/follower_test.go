@@ -1,4 +1,4 @@
-package dataplane
+package follower
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,23 +45,23 @@ func authenticates(k *Keys, secret string) bool {
 	return err == nil
 }
 
-// startSyncer runs a Syncer; the returned stop cancels it and waits until
+// startSyncer runs a Follower; the returned stop cancels it and waits until
 // Run has returned (a pull in flight, its state file written).
-func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Syncer, *Keys, func()) {
+func startSyncer(t *testing.T, client sluicev1connect.ConfigServiceClient, state string) (*Follower, *Keys, func()) {
 	t.Helper()
-	return startSyncerWith(t, SyncConfig{Client: client, StateFile: state})
+	return startSyncerWith(t, Config{Client: client, StateFile: state})
 }
 
 // startSyncerWith is startSyncer of cfg, with the test's key, key table
 // and intervals (cfg's pull timeout, when it has one).
-func startSyncerWith(t testing.TB, cfg SyncConfig) (*Syncer, *Keys, func()) {
+func startSyncerWith(t testing.TB, cfg Config) (*Follower, *Keys, func()) {
 	t.Helper()
 	keys := NewKeys()
 	cfg.Key, cfg.Keys, cfg.Repull = "decider", keys, time.Minute
 	if cfg.PullTimeout == 0 {
 		cfg.PullTimeout = 2 * time.Second
 	}
-	s := NewSyncer(cfg)
+	s := New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = s.Run(ctx); close(done) }()
@@ -320,7 +321,7 @@ func TestCheckKeyExpires(t *testing.T) {
 // previous config stays in force, its version the one enforced.
 func TestRefusedSnapshotKeepsThePrevious(t *testing.T) {
 	t.Parallel()
-	s := NewSyncer(SyncConfig{Keys: NewKeys()})
+	s := New(Config{Keys: NewKeys()})
 	rule := policy.Rule{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
 	snap := &policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free"}, Version: 3,
@@ -380,7 +381,7 @@ func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
-	s, _, stop := startSyncerWith(t, SyncConfig{Client: client, StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, _, stop := startSyncerWith(t, Config{Client: client, StateFile: state, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	eventually(t, "ready from the state file", s.Ready)
 	if c := s.Config(tn.ID); c == nil || c.Version != snap.Version || c.Tenant.Name != lost.Tenant.Name {
 		t.Fatalf("started from the state file: %+v", c)
@@ -437,5 +438,37 @@ func TestKeysUnavailableUntilTheFirstConfiguration(t *testing.T) {
 	}
 	if _, err := keys.Authenticate("Bearer sk_check_nobodys"); policy.ErrorCode(err) != policy.CodeUnauthenticated {
 		t.Fatalf("an unknown key once configured: %v, want unauthenticated", err)
+	}
+}
+
+// OnChange hears of every tenant whose configuration a pull replaced or
+// removed, with the old and the new (nil when removed), and of no other.
+func TestOnChangeTellsWhatChanged(t *testing.T) {
+	type change struct {
+		tenant    string
+		old, next int64
+	} // versions; 0: none
+	var got []change
+	version := func(c *decide.Config) int64 {
+		if c == nil {
+			return 0
+		}
+		return c.Version
+	}
+	s := New(Config{Keys: NewKeys(), OnChange: func(old, next *decide.Config) {
+		got = append(got, change{old.Tenant.ID, version(old), version(next)})
+	}})
+	snap := func(id string, v int64) *sluicev1.Snapshot {
+		return protoconv.SnapshotToProto(&policy.Snapshot{Tenant: policy.Tenant{ID: id, Slug: "s" + id, Name: id, DefaultTier: "free"}, Version: v,
+			Tiers: []policy.Tier{{Name: "free"}}}, nil)
+	}
+	s.apply([]*sluicev1.Snapshot{snap("a", 1), snap("b", 1)}, nil)
+	if len(got) != 0 {
+		t.Fatalf("first configurations: %v, want no change told", got)
+	}
+	s.apply([]*sluicev1.Snapshot{snap("a", 2)}, nil)
+	s.apply(nil, []string{"b"})
+	if want := []change{{"a", 1, 2}, {"b", 1, 0}}; !slices.Equal(got, want) {
+		t.Fatalf("changes %v, want %v", got, want)
 	}
 }

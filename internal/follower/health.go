@@ -1,4 +1,4 @@
-package dataplane
+package follower
 
 import (
 	"sync/atomic"
@@ -9,7 +9,7 @@ import (
 )
 
 // Health is what a decider reports of itself with each pull
-// (SyncConfig.HealthFunc is Report), gathered from its parts as they are
+// (Config.HealthFunc is Report), gathered from its parts as they are
 // made: the config sync starts before them. Safe for concurrent use; the
 // zero value reports nothing.
 type Health struct {

@@ -1,4 +1,10 @@
-package dataplane
+// Package follower keeps a decider's configuration: it pulls every
+// tenant's snapshot from the control plane, follows its changes over the
+// config watch, compiles them for the decider, keeps the check keys that
+// name each tenant (Keys), reports the decider's health with each pull
+// (Health), and writes the last-known-good state to a file to start from
+// without the control plane.
+package follower
 
 import (
 	"context"
@@ -21,8 +27,8 @@ import (
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
-// SyncConfig configures a Syncer.
-type SyncConfig struct {
+// Config configures a Follower.
+type Config struct {
 	Client sluicev1connect.ConfigServiceClient
 	// Key is the decider credential (the control plane's SLUICE_DECIDER_KEY).
 	Key string
@@ -39,7 +45,7 @@ type SyncConfig struct {
 	// ShadowAll): the decider reports what its limits would do and
 	// rejects nothing.
 	ShadowAll bool
-	// Keys is the check-key table the Syncer keeps current.
+	// Keys is the check-key table the Follower keeps current.
 	Keys *Keys
 	// StateFile keeps the last good configuration, loaded at start when the
 	// control plane cannot be reached; "" disables it.
@@ -61,13 +67,13 @@ type SyncConfig struct {
 	Logger   *slog.Logger
 }
 
-// Syncer keeps a decider's tenant configurations current: a first pull,
+// Follower keeps a decider's tenant configurations current: a first pull,
 // the control plane's watch stream, a periodic re-pull, and the last good
 // configuration on disk. Each tenant's snapshot is compiled whole and
 // swapped atomically; one that does not compile leaves the previous one in
 // force. It is ready once a first configuration is loaded.
-type Syncer struct {
-	cfg       SyncConfig
+type Follower struct {
+	cfg       Config
 	ready     atomic.Bool
 	loaded    chan struct{} // closed with the first configuration
 	readyOnce sync.Once
@@ -84,15 +90,15 @@ type Syncer struct {
 }
 
 // key is the credential to present now.
-func (s *Syncer) key() string {
+func (s *Follower) key() string {
 	if s.cfg.KeyFunc != nil {
 		return s.cfg.KeyFunc()
 	}
 	return s.cfg.Key
 }
 
-// NewSyncer returns a Syncer; Run starts it.
-func NewSyncer(cfg SyncConfig) *Syncer {
+// New returns a Follower; Run starts it.
+func New(cfg Config) *Follower {
 	if cfg.Repull <= 0 {
 		cfg.Repull = 30 * time.Second
 	}
@@ -102,7 +108,7 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Syncer{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{}), unsaved: make(chan struct{}, 1)}
+	s := &Follower{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{}), unsaved: make(chan struct{}, 1)}
 	s.configs.Store(&map[string]*decide.Config{})
 	if cfg.Keys != nil { // no key is known before the first configuration: unavailable, not invalid
 		cfg.Keys.SetReady(s.Ready)
@@ -111,21 +117,21 @@ func NewSyncer(cfg SyncConfig) *Syncer {
 }
 
 // Ready reports whether a configuration has been loaded.
-func (s *Syncer) Ready() bool { return s.ready.Load() }
+func (s *Follower) Ready() bool { return s.ready.Load() }
 
 // Refused counts the tenant snapshots that did not compile (the previous
 // one of the tenant, if any, stayed in force): a decider enforcing an
 // older config than the control plane holds.
-func (s *Syncer) Refused() int64 { return s.refused.Load() }
+func (s *Follower) Refused() int64 { return s.refused.Load() }
 
 // Loaded is closed once a configuration has been loaded.
-func (s *Syncer) Loaded() <-chan struct{} { return s.loaded }
+func (s *Follower) Loaded() <-chan struct{} { return s.loaded }
 
 // Config returns the enforced config of a tenant, or nil.
-func (s *Syncer) Config(tenantID string) *decide.Config { return (*s.configs.Load())[tenantID] }
+func (s *Follower) Config(tenantID string) *decide.Config { return (*s.configs.Load())[tenantID] }
 
 // Versions returns the config version enforced for each tenant.
-func (s *Syncer) Versions() map[string]int64 {
+func (s *Follower) Versions() map[string]int64 {
 	out := map[string]int64{}
 	for id, c := range *s.configs.Load() {
 		out[id] = c.Version
@@ -140,7 +146,7 @@ const firstPullTimeout = 5 * time.Second
 
 // Run syncs until ctx ends. It returns nil then, once the state file
 // holds what was pulled.
-func (s *Syncer) Run(ctx context.Context) error {
+func (s *Follower) Run(ctx context.Context) error {
 	saved := make(chan struct{})
 	go s.saver(ctx, saved)
 	defer func() { <-saved }()
@@ -174,7 +180,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 // watch follows the control plane's stream and signals events; it
 // reconnects (with a pause) until ctx ends. After reconnecting it signals
 // once, so anything missed meanwhile is pulled.
-func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
+func (s *Follower) watch(ctx context.Context, events chan<- struct{}) {
 	signal := func() {
 		select {
 		case events <- struct{}{}:
@@ -210,10 +216,10 @@ func (s *Syncer) watch(ctx context.Context, events chan<- struct{}) {
 const usedKeysPerPull = 10_000
 
 // pull fetches what changed and applies it.
-func (s *Syncer) pull(ctx context.Context) error { return s.pullWithin(ctx, s.cfg.PullTimeout) }
+func (s *Follower) pull(ctx context.Context) error { return s.pullWithin(ctx, s.cfg.PullTimeout) }
 
 // pullWithin is pull bounded by timeout.
-func (s *Syncer) pullWithin(ctx context.Context, timeout time.Duration) error {
+func (s *Follower) pullWithin(ctx context.Context, timeout time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -251,7 +257,7 @@ func (s *Syncer) pullWithin(ctx context.Context, timeout time.Duration) error {
 // saver writes the state file whenever current changed, until ctx ends,
 // and then once more if it changed since; it closes done when it is
 // through. Changes made while it writes are written next, together.
-func (s *Syncer) saver(ctx context.Context, done chan<- struct{}) {
+func (s *Follower) saver(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	for {
 		select {
@@ -269,7 +275,7 @@ func (s *Syncer) saver(ctx context.Context, done chan<- struct{}) {
 }
 
 // apply compiles each snapshot and swaps in the ones that compile. s.mu is held.
-func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
+func (s *Follower) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 	next := map[string]*decide.Config{}
 	for id, c := range *s.configs.Load() {
 		next[id] = c
@@ -312,7 +318,7 @@ func (s *Syncer) apply(snaps []*sluicev1.Snapshot, deleted []string) {
 
 // saveState writes the current snapshots, whole (atomicfile). It holds
 // s.mu only to list them: snapshots are never changed once pulled.
-func (s *Syncer) saveState(ctx context.Context) {
+func (s *Follower) saveState(ctx context.Context) {
 	if s.cfg.StateFile == "" {
 		return
 	}
@@ -332,7 +338,7 @@ func (s *Syncer) saveState(ctx context.Context) {
 }
 
 // loadState applies the last-known-good snapshot from disk.
-func (s *Syncer) loadState() error {
+func (s *Follower) loadState() error {
 	if s.cfg.StateFile == "" {
 		return errors.New("no state file configured")
 	}
