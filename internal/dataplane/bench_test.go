@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/follower"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -69,7 +70,7 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 // its reads poll (redisengine.DefaultSpin when unset), SLUICE_BENCH_NOBATCH (any value)
 // turns batching off, and SLUICE_BENCH_HEADERS the rate limit headers answered (as the decider's
 // -rate-limit-headers: "none" as envoyproxy/ratelimit's default), for comparisons.
-func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTTPConfig, string) {
+func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (decision.Service, string) {
 	var sync time.Duration
 	if v := os.Getenv("SLUICE_BENCH_SYNC"); v != "" {
 		var err error
@@ -119,7 +120,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (HTT
 	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), cfg)
-	apiCfg := HTTPConfig{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
+	apiCfg := decision.Service{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
 		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate,
 		Events: pub}
 	if v := os.Getenv("SLUICE_BENCH_HEADERS"); v != "" {
@@ -322,7 +323,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	redisCfg, redisKey := benchConfig(b, 1_000_000, nil)
 	localCfg, localKey := benchConfig(b, 1_000_000, nil)
 	localCfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
-	proxy := func(cfg HTTPConfig, key string) string {
+	proxy := func(cfg decision.Service, key string) string {
 		srv := httptest.NewServer(NewProxy(ProxyConfig{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
 			Tenant: func() (*decide.Config, error) { return cfg.Authenticate("Bearer " + key) }}))
 		b.Cleanup(srv.Close)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -26,7 +27,7 @@ const MaxBatch = 100
 
 // NewDecisionService returns the path and handler of sluice.v1.DecisionService
 // (Connect, gRPC and gRPC-Web), authenticated by the tenant's check key.
-func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
+func NewDecisionService(cfg decision.Service) (string, http.Handler) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -40,10 +41,10 @@ func NewDecisionService(cfg HTTPConfig) (string, http.Handler) {
 		connect.WithCompressMinBytes(math.MaxInt), protoconv.StrictJSON())
 }
 
-type decisionServer struct{ cfg HTTPConfig }
+type decisionServer struct{ cfg decision.Service }
 
 func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1.CheckRequest]) (*connect.Response[sluicev1.CheckResponse], error) {
-	res, err := s.checkOne(withPeer(s.cfg.tracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkOne(decision.WithPeer(s.cfg.TracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,7 @@ func (s decisionServer) Check(ctx context.Context, req *connect.Request[sluicev1
 }
 
 func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[sluicev1.CheckBatchRequest]) (*connect.Response[sluicev1.CheckBatchResponse], error) {
-	res, err := s.checkBatch(withPeer(s.cfg.tracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
+	res, err := s.checkBatch(decision.WithPeer(s.cfg.TracedHeader(ctx, req.Header()), req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +60,7 @@ func (s decisionServer) CheckBatch(ctx context.Context, req *connect.Request[slu
 }
 
 func (s decisionServer) Reset(ctx context.Context, req *connect.Request[sluicev1.ResetRequest]) (*connect.Response[sluicev1.ResetResponse], error) {
-	res, err := s.reset(withPeer(ctx, req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
+	res, err := s.reset(decision.WithPeer(ctx, req.Peer().Addr), req.Header().Get("Authorization"), req.Msg)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +69,7 @@ func (s decisionServer) Reset(ctx context.Context, req *connect.Request[sluicev1
 
 // reset is Reset, whatever serves it (see checkOne).
 func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
-	c, err := s.cfg.authenticate(auth, peerOf(ctx))
+	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -76,7 +77,7 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 	if err := refuseDuplicateKeys(req.Descriptors); err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
-	rules, err := s.cfg.reset(ctx, c, req)
+	rules, err := s.cfg.Reset(ctx, c, req)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -91,7 +92,7 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 // authenticate the caller from its Authorization header and answer, or
 // fail with a Connect error.
 func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	c, err := s.cfg.authenticate(auth, peerOf(ctx))
+	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -103,7 +104,7 @@ func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.C
 }
 
 func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	c, err := s.cfg.authenticate(auth, peerOf(ctx))
+	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
@@ -194,7 +195,7 @@ func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1
 		}
 		return &sluicev1.CheckResponse{Allowed: true, Deciding: -1, ConfigVersion: c.Version}, nil
 	}
-	dec, err := s.cfg.decide(ctx, c, req)
+	dec, err := s.cfg.Decide(ctx, c, req)
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/follower"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -36,7 +37,7 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			secret, _ := policy.NewKeySecret(policy.KeyCheck)
 			keys.Set(policy.HashKey(secret), c)
 			now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
-			path, h := NewDecisionService(HTTPConfig{Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
+			path, h := NewDecisionService(decision.Service{Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
 				Authenticate: keys.Authenticate})
 			mux := http.NewServeMux()
 			mux.Handle(path, h)
@@ -138,7 +139,7 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 
 // serveConnect serves cfg's DecisionService over HTTP/1 for the test and
 // returns a Connect client of it.
-func serveConnect(t *testing.T, cfg HTTPConfig) sluicev1connect.DecisionServiceClient {
+func serveConnect(t *testing.T, cfg decision.Service) sluicev1connect.DecisionServiceClient {
 	t.Helper()
 	path, h := NewDecisionService(cfg)
 	mux := http.NewServeMux()

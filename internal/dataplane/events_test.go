@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
 	"github.com/sluicehq/sluice/internal/follower"
@@ -37,7 +38,7 @@ func TestDecisionsArePublished(t *testing.T) {
 	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
-	srv := httptest.NewServer(NewHTTPHandler(HTTPConfig{Authenticate: keys.Authenticate, Events: pub,
+	srv := httptest.NewServer(NewHTTPHandler(decision.Service{Authenticate: keys.Authenticate, Events: pub,
 		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)}))
 	defer srv.Close()
 	// A peek is no request: it is counted nowhere (counted, alice's

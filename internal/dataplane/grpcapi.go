@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 
+	"github.com/sluicehq/sluice/internal/decision"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/tracing"
@@ -42,7 +43,7 @@ const maxStreams = 1000
 // service and sluice.v1.DecisionService, with server reflection. grpc-go's own server, not
 // net/http's HTTP/2: on these unary hot paths it does about twice the calls
 // per CPU second (docs/benchmarks.md).
-func NewGRPCServer(cfg HTTPConfig, opts ...grpc.ServerOption) *grpc.Server {
+func NewGRPCServer(cfg decision.Service, opts ...grpc.ServerOption) *grpc.Server {
 	return newGRPCServer(cfg, keepalivePolicy, opts...)
 }
 
@@ -71,11 +72,11 @@ func StopGRPC(s *grpc.Server, grace time.Duration) {
 // GOAWAY too_many_pings, and its next check waits for a new connection.
 var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}
 
-func newGRPCServer(cfg HTTPConfig, kep keepalive.EnforcementPolicy, opts ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(cfg decision.Service, kep keepalive.EnforcementPolicy, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(maxStreams), grpc.KeepaliveEnforcementPolicy(kep),
 		grpc.ForceServerCodecV2(grpcCodec),
-		grpc.ChainUnaryInterceptor(cfg.recoverUnary, refuseMalformedUnary), grpc.ChainStreamInterceptor(cfg.recoverStream, refuseMalformedStream)}, opts...)...)
+		grpc.ChainUnaryInterceptor(recoverUnary(&cfg), refuseMalformedUnary), grpc.ChainStreamInterceptor(recoverStream(&cfg), refuseMalformedStream)}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	gubernatorpb.RegisterV1Server(s, NewGubernator(cfg))
@@ -123,12 +124,12 @@ type grpcDecisions struct {
 }
 
 func (g grpcDecisions) Check(ctx context.Context, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	res, err := g.s.checkOne(g.s.cfg.tracedMetadata(ctx), incomingAuth(ctx), m)
+	res, err := g.s.checkOne(g.s.cfg.TracedMetadata(ctx), incomingAuth(ctx), m)
 	return res, grpcStatus(err)
 }
 
 func (g grpcDecisions) CheckBatch(ctx context.Context, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	res, err := g.s.checkBatch(g.s.cfg.tracedMetadata(ctx), incomingAuth(ctx), m)
+	res, err := g.s.checkBatch(g.s.cfg.TracedMetadata(ctx), incomingAuth(ctx), m)
 	return res, grpcStatus(err)
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -113,7 +114,7 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 
 // gubernatorLimits answers a GetRateLimits call of tenant c: each request
 // decided on its own, all at once, its problems in its answer's error.
-func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
+func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Config, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
 	n := len(in.GetRequests())
 	if n > GubernatorMaxRequests {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid GetRateLimits request",
@@ -133,18 +134,18 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 		out.Responses[i] = res
 		req, reset, err := gubernatorRequest(r)
 		if err == nil && reset {
-			_, err = cfg.reset(gctx, c, req)
+			_, err = cfg.Reset(gctx, c, req)
 		}
 		var dec decide.Decision
 		if err == nil {
-			dec, err = cfg.decide(gctx, c, req)
+			dec, err = cfg.Decide(gctx, c, req)
 		}
 		if err != nil {
 			res.Error = gubernatorError(ctx, cfg, err) // nothing else, as gubernator answers
 			return nil
 		}
 		if !dec.Allowed && r.GetBehavior()&gubernatorpb.Behavior_DRAIN_OVER_LIMIT != 0 {
-			dec = cfg.drain(gctx, c, req, dec)
+			dec = drain(cfg, gctx, c, req, dec)
 		}
 		res.Limit = r.GetLimit()
 		if len(dec.Rules) > 0 {
@@ -179,7 +180,7 @@ func (cfg *HTTPConfig) gubernatorLimits(ctx context.Context, c *decide.Config, i
 // counted as a request of its own. Another request may take some of it
 // first, in which case this one takes none; either way dec's answer says
 // nothing remains.
-func (cfg *HTTPConfig) drain(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) decide.Decision {
+func drain(cfg *decision.Service, ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) decide.Decision {
 	if len(dec.Rules) == 0 || dec.Rules[0].Remaining <= 0 {
 		return dec
 	}
@@ -194,7 +195,7 @@ func (cfg *HTTPConfig) drain(ctx context.Context, c *decide.Config, req decide.R
 // gubernatorError is err as a request's answer tells it: the fields of an
 // invalid request, a policy error's message, and nothing of an internal
 // error but that it happened (it is logged).
-func gubernatorError(ctx context.Context, cfg *HTTPConfig, err error) string {
+func gubernatorError(ctx context.Context, cfg *decision.Service, err error) string {
 	var pe *policy.Error
 	if !errors.As(err, &pe) {
 		var ce *connect.Error
@@ -216,20 +217,20 @@ func gubernatorError(ctx context.Context, cfg *HTTPConfig, err error) string {
 // Gubernator serves gubernator's V1 API over gRPC.
 type Gubernator struct {
 	gubernatorpb.UnimplementedV1Server
-	cfg HTTPConfig
+	cfg decision.Service
 }
 
 // NewGubernator returns gubernator's V1 service of cfg's decider.
-func NewGubernator(cfg HTTPConfig) *Gubernator { return &Gubernator{cfg: cfg} }
+func NewGubernator(cfg decision.Service) *Gubernator { return &Gubernator{cfg: cfg} }
 
 // GetRateLimits authenticates the call by its check key and decides each
 // of its requests.
 func (g *Gubernator) GetRateLimits(ctx context.Context, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
-	ctx = g.cfg.tracedMetadata(ctx)
-	c, err := g.cfg.authenticate(incomingAuth(ctx), peerOf(ctx))
+	ctx = g.cfg.TracedMetadata(ctx)
+	c, err := g.cfg.Authorize(incomingAuth(ctx), decision.PeerOf(ctx))
 	if err == nil {
 		var out *gubernatorpb.GetRateLimitsResp
-		if out, err = g.cfg.gubernatorLimits(ctx, c, in); err == nil {
+		if out, err = gubernatorLimits(&g.cfg, ctx, c, in); err == nil {
 			return out, nil
 		}
 	}
@@ -266,7 +267,7 @@ func (h *httpAPI) gubernatorLimits(ex exchange) {
 	if !ok {
 		return
 	}
-	out, err := h.cfg.gubernatorLimits(h.cfg.tracedExchange(ex), c, &in)
+	out, err := gubernatorLimits(&h.cfg, tracedExchange(&h.cfg, ex), c, &in)
 	if err != nil {
 		h.fail(ex, err)
 		return

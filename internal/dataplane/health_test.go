@@ -13,6 +13,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/decision"
 )
 
 // The decider's gRPC port answers the standard health service: not
@@ -103,7 +105,7 @@ func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, fun
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewGRPCServer(HTTPConfig{})
+	srv := NewGRPCServer(decision.Service{})
 	stop := ServeHealth(srv, ready)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)

@@ -1,5 +1,7 @@
-// Package dataplane serves decisions: the HTTP check APIs, and the
-// authentication of check keys.
+// Package dataplane is a decider's wire protocols over the decision
+// service (internal/decision): the HTTP check API on fasthttp and
+// net/http, Connect's and gRPC's DecisionService, Envoy's rate limit
+// service, gubernator's and Unkey's APIs, and the reverse proxy.
 package dataplane
 
 import (
@@ -19,94 +21,23 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/decide"
-	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/rlheaders"
-	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // DefaultMaxBodyBytes bounds a check request's body.
 const DefaultMaxBodyBytes = 64 << 10
 
-// AuthenticateFunc returns the config of the tenant whose check key the
-// request's Authorization header (gRPC: authorization metadata) carries,
-// or a policy error with CodeUnauthenticated.
-type AuthenticateFunc func(authorization string) (*decide.Config, error)
-
-// HTTPConfig configures the HTTP check API.
-type HTTPConfig struct {
-	Decider      *decide.Decider
-	Authenticate AuthenticateFunc
-	MaxBodyBytes int64        // 0 means DefaultMaxBodyBytes
-	Logger       *slog.Logger // nil means slog.Default()
-	Metrics      *Metrics     // nil records nothing
-	// Events receives rejections and counts; nil publishes nothing.
-	Events *events.Publisher
-	// Tracer, when set, puts a span around each decision, under the trace
-	// context the request carries (tracing.Setup); nil traces nothing.
-	Tracer trace.Tracer
-	// Headers is the style of the rate limit headers of HTTP answers and
-	// of Envoy's response_headers_to_add; the zero value is IETF's.
-	Headers rlheaders.Style
-	// KeyGuard throttles the addresses sending invalid check keys, on
-	// every API; nil throttles none.
-	KeyGuard *KeyGuard
-}
-
-// reset resets the counters req meets (decide.Decider.Reset), counts it,
-// and logs the tenant and the rules reset (not the descriptors: client ids).
-func (cfg *HTTPConfig) reset(ctx context.Context, c *decide.Config, req decide.Request) ([]*policy.Rule, error) {
-	rules, err := cfg.Decider.Reset(ctx, c, req)
-	cfg.Metrics.observeReset(c.Tenant.Slug, err)
-	if err == nil {
-		names := make([]string, len(rules))
-		for i, r := range rules {
-			names[i] = r.Name
-		}
-		logger := cfg.Logger
-		if logger == nil {
-			logger = slog.Default()
-		}
-		logger.InfoContext(ctx, "counters reset", "tenant", c.Tenant.Slug, "rules", names)
-	}
-	return rules, err
-}
-
-// decide runs one decision and records it: in the metrics, the events,
-// and a span when traced.
-func (cfg *HTTPConfig) decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
-	start := time.Now()
-	var span trace.Span
-	if cfg.Tracer != nil {
-		ctx, span = tracing.Start(ctx, cfg.Tracer, "sluice.decide", nil) // the parent: traced*'s
-	}
-	dec, err := cfg.Decider.Decide(ctx, c, req)
-	if span != nil {
-		endSpan(span, c, req, dec, err)
-	}
-	cfg.Metrics.observe(c.Tenant.Slug, req.Peek, dec, err, time.Since(start))
-	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
-		cost := max(req.Cost, 1)
-		for _, r := range dec.Rules {
-			cfg.Events.Count(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Allowed, r.Rule.Shadow)
-			if !r.Allowed {
-				cfg.Events.Rejected(c.Tenant.ID, dec.Tier, r.Rule.ID, policy.ClientKey(r.Rule, req.Descriptors), cost, start, r.Rule.Shadow)
-			}
-		}
-	}
-	return dec, err
-}
-
 // NewHTTPHandler returns the handler of POST /v1/check, POST /v1/reset,
 // the seed-compatible POST /shouldAllowRequest, Unkey's POST
 // /v2/ratelimit.limit and gubernator's POST /v1/GetRateLimits and GET
 // /v1/HealthCheck.
-func NewHTTPHandler(cfg HTTPConfig) http.Handler {
+func NewHTTPHandler(cfg decision.Service) http.Handler {
 	h := newHTTPAPI(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) { h.check(&stdExchange{w, r}) })
@@ -136,7 +67,7 @@ func MountHTTP(mux *http.ServeMux, h http.Handler) {
 	}
 }
 
-func newHTTPAPI(cfg HTTPConfig) *httpAPI {
+func newHTTPAPI(cfg decision.Service) *httpAPI {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -148,7 +79,7 @@ func newHTTPAPI(cfg HTTPConfig) *httpAPI {
 
 // httpAPI answers the check routes over an exchange, whichever HTTP server
 // carries it.
-type httpAPI struct{ cfg HTTPConfig }
+type httpAPI struct{ cfg decision.Service }
 
 // exchange is one HTTP request to a check route and its answer.
 type exchange interface {
@@ -304,7 +235,7 @@ func (h *httpAPI) reset(ex exchange) {
 	if !ok {
 		return
 	}
-	rules, err := h.cfg.reset(ex.context(), c, decide.Request{Tier: body.Tier, Descriptors: descriptorsOf(body.Descriptors)})
+	rules, err := h.cfg.Reset(ex.context(), c, decide.Request{Tier: body.Tier, Descriptors: descriptorsOf(body.Descriptors)})
 	if err != nil {
 		h.fail(ex, err)
 		return
@@ -340,7 +271,7 @@ func (h *httpAPI) shouldAllow(ex exchange) {
 
 // decide answers req; lease is the name of the lease it asks for.
 func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, lease string, seed bool) {
-	dec, err := h.cfg.decide(h.cfg.tracedExchange(ex), c, req)
+	dec, err := h.cfg.Decide(tracedExchange(&h.cfg, ex), c, req)
 	if err != nil {
 		h.fail(ex, err)
 		return
@@ -374,7 +305,7 @@ func (h *httpAPI) decide(ex exchange, c *decide.Config, req decide.Request, leas
 // of a what ("check", "reset"); on failure it has answered and returns
 // false.
 func (h *httpAPI) begin(ex exchange, what string, v any) (*decide.Config, bool) {
-	c, err := h.cfg.authenticate(ex.authorization(), ex.peer())
+	c, err := h.cfg.Authorize(ex.authorization(), ex.peer())
 	if err != nil {
 		h.fail(ex, err)
 		return nil, false

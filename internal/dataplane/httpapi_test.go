@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -34,7 +34,7 @@ func (c *fixedClock) now() time.Time { return c.t }
 // testAPI is the check API's config for a tenant (slug acme) whose free
 // tier allows 3 per minute per client and 2 per minute on /login, on a
 // fixed clock, and its check key.
-func testAPI(t testing.TB) (HTTPConfig, string) {
+func testAPI(t testing.TB) (decision.Service, string) {
 	t.Helper()
 	return apiWith(t, []policy.Rule{
 		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
@@ -45,20 +45,20 @@ func testAPI(t testing.TB) (HTTPConfig, string) {
 }
 
 // apiWith is testAPI with the free tier's rules, and overrides.
-func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (HTTPConfig, string) {
+func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (decision.Service, string) {
 	t.Helper()
 	return apiWithTiers(t, []policy.Tier{{Name: "free", Rules: rules}}, overrides...)
 }
 
 // apiWithTiers is apiWith with tiers, the first the default.
-func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Override) (HTTPConfig, string) {
+func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Override) (decision.Service, string) {
 	t.Helper()
 	clk := &fixedClock{t: time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC)}
 	return apiOnClock(t, clk.now, tiers, overrides...)
 }
 
 // apiOnClock is apiWithTiers on the clock now.
-func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrides ...policy.Override) (HTTPConfig, string) {
+func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrides ...policy.Override) (decision.Service, string) {
 	t.Helper()
 	snap := &policy.Snapshot{
 		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: tiers[0].Name}, Version: 3,
@@ -71,7 +71,7 @@ func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrid
 	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
-	return HTTPConfig{
+	return decision.Service{
 		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
 		Authenticate: keys.Authenticate,
 		MaxBodyBytes: 1024,
@@ -91,7 +91,7 @@ var serverKinds = []string{"net/http", "fasthttp"}
 
 // serve serves cfg's check API the given way until the test ends, with
 // next the handler of net/http (on its own, or behind NewHTTPServer).
-func serve(t *testing.T, kind string, cfg HTTPConfig, next http.Handler) served {
+func serve(t *testing.T, kind string, cfg decision.Service, next http.Handler) served {
 	t.Helper()
 	if kind == "net/http" {
 		std := httptest.NewServer(next)
@@ -122,7 +122,7 @@ func serve(t *testing.T, kind string, cfg HTTPConfig, next http.Handler) served 
 
 // eachServer runs f against a check API of mk's config on each kind of
 // server, with its check key.
-func eachServer(t *testing.T, mk func(testing.TB) (HTTPConfig, string), f func(t *testing.T, srv served, key string)) {
+func eachServer(t *testing.T, mk func(testing.TB) (decision.Service, string), f func(t *testing.T, srv served, key string)) {
 	for _, kind := range serverKinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
@@ -212,7 +212,7 @@ func TestCheckAnswersTheConfiguredHeaders(t *testing.T) {
 	} {
 		t.Run(style.String(), func(t *testing.T) {
 			t.Parallel()
-			styled := func(t testing.TB) (HTTPConfig, string) {
+			styled := func(t testing.TB) (decision.Service, string) {
 				cfg, key := testAPI(t)
 				cfg.Headers = style
 				return cfg, key
@@ -236,10 +236,11 @@ func TestCheckAnswersTheConfiguredHeaders(t *testing.T) {
 func TestCheckPeeks(t *testing.T) {
 	t.Parallel()
 	var metrics sync.Map // of each server's config
-	withMetrics := func(t testing.TB) (HTTPConfig, string) {
+	withMetrics := func(t testing.TB) (decision.Service, string) {
 		cfg, key := testAPI(t)
-		cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
-		metrics.Store(key, cfg.Metrics)
+		reg := prometheus.NewRegistry()
+		cfg.Metrics = decision.NewMetrics(reg, cfg.Decider)
+		metrics.Store(key, reg)
 		return cfg, key
 	}
 	eachServer(t, withMetrics, func(t *testing.T, srv served, key string) {
@@ -262,20 +263,41 @@ func TestCheckPeeks(t *testing.T) {
 		// Peeks have an outcome of their own: a rejected one is not a
 		// rejection in the decider's metrics.
 		v, _ := metrics.Load(key)
-		decisions := v.(*Metrics).decisions
+		reg := v.(*prometheus.Registry)
 		for outcome, want := range map[string]float64{"peek": 4, "allowed": 1, "rejected": 0} {
-			if got := counterValue(decisions.WithLabelValues("acme", outcome)); got != want {
+			if got := counted(reg, "sluice_decisions_total", "tenant", "acme", "outcome", outcome); got != want {
 				t.Errorf("decisions %s: %v, want %v", outcome, got, want)
 			}
 		}
 	})
 }
 
-// counterValue reads a counter (0 when it cannot be read).
-func counterValue(c prometheus.Counter) float64 {
-	var d dto.Metric
-	_ = c.Write(&d)
-	return d.GetCounter().GetValue()
+// counted reads the counter name of labels (name, value pairs) from reg:
+// 0 when it has no such series.
+func counted(reg prometheus.Gatherer, name string, labels ...string) float64 {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 func TestShouldAllowRequest(t *testing.T) {
@@ -385,7 +407,7 @@ func TestCheckWithItsOwnLimit(t *testing.T) {
 // ends it, and a release without a lease is a field error.
 func TestLeasesTakenAndReleased(t *testing.T) {
 	t.Parallel()
-	eachServer(t, func(t testing.TB) (HTTPConfig, string) {
+	eachServer(t, func(t testing.TB) (decision.Service, string) {
 		return apiWith(t, []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.Concurrency, Limit: 1, LeaseTTL: time.Minute}}})
 	}, testLeases)

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/h2sniff"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
@@ -53,14 +54,14 @@ const (
 )
 
 // NewHTTPServer returns the server of cfg's check routes and of next.
-func NewHTTPServer(cfg HTTPConfig, next http.Handler) *HTTPServer {
+func NewHTTPServer(cfg decision.Service, next http.Handler) *HTTPServer {
 	h := newHTTPAPI(cfg)
 	s := &HTTPServer{}
 	s.std = &http.Server{Handler: next, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: httpIdleTimeout, Protocols: new(http.Protocols)}
 	s.std.Protocols.SetHTTP1(true)
 	s.std.Protocols.SetUnencryptedHTTP2(true)
 	s.fast = &fasthttp.Server{
-		Handler: h.cfg.recoverFast(func(ctx *fasthttp.RequestCtx) {
+		Handler: recoverFast(&h.cfg, func(ctx *fasthttp.RequestCtx) {
 			if ctx.IsPost() && len(ctx.Request.Header.Peek("Origin")) == 0 {
 				switch string(ctx.Path()) {
 				case "/v1/check":

@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice/internal/decision"
 )
 
 // A client may keep an idle connection alive with PINGs as often as the
@@ -19,7 +21,7 @@ func TestKeepalivePings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newGRPCServer(HTTPConfig{}, keepalive.EnforcementPolicy{MinTime: minTime, PermitWithoutStream: keepalivePolicy.PermitWithoutStream})
+	srv := newGRPCServer(decision.Service{}, keepalive.EnforcementPolicy{MinTime: minTime, PermitWithoutStream: keepalivePolicy.PermitWithoutStream})
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 

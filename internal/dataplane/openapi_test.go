@@ -13,13 +13,14 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // openAPITenant has a rule of each kind of answer docs/openapi.yaml
 // describes: counted, rejected with a message, shadow, held (a queue's
 // delay) and leased.
-func openAPITenant(t testing.TB) (HTTPConfig, string) {
+func openAPITenant(t testing.TB) (decision.Service, string) {
 	return apiWith(t, []policy.Rule{
 		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},

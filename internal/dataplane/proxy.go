@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/route"
@@ -28,7 +29,7 @@ import (
 // ProxyConfig configures the reverse-proxy mode: the decider in front of
 // one upstream, for one tenant.
 type ProxyConfig struct {
-	API      HTTPConfig
+	API      decision.Service
 	Upstream *url.URL
 	// Tenant returns the configuration of the tenant the proxy enforces
 	// (the one whose check key it was given).
@@ -176,7 +177,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		}
 		ip := clientip.Name(clientip.Of(r.RemoteAddr, r.Header, cfg.TrustedProxies), cfg.IPv6Prefix)
 		client, source := cfg.identity(r, ip)
-		cfg.API.Metrics.observeIdentity(source)
+		cfg.API.Metrics.ObserveIdentity(source)
 		path, method, host := r.URL.Path, r.Method, r.Host
 		if cfg.ForwardAuth {
 			path, method, host = forwardedRequest(r)
@@ -198,7 +199,7 @@ func NewProxy(cfg ProxyConfig) http.Handler {
 		if cfg.TierHeader != "" && clientip.Trusted(r.RemoteAddr, cfg.TrustedProxies) {
 			req.Tier = r.Header.Get(cfg.TierHeader)
 		}
-		dec, err := cfg.API.decide(cfg.API.tracedHeader(r.Context(), r.Header), c, req)
+		dec, err := cfg.API.Decide(cfg.API.TracedHeader(r.Context(), r.Header), c, req)
 		if err != nil {
 			h.fail(ex, err)
 			return
@@ -381,22 +382,22 @@ func forwarded(pr *httputil.ProxyRequest, trusted bool) {
 // in sluice_proxy_upstream_errors_total. A client that went away first
 // gets nothing and is counted as canceled, not logged: it is not the
 // upstream's failure.
-func upstreamFailed(log *slog.Logger, m *Metrics, upstream string) func(http.ResponseWriter, *http.Request, error) {
+func upstreamFailed(log *slog.Logger, m *decision.Metrics, upstream string) func(http.ResponseWriter, *http.Request, error) {
 	logs := &rate.Sometimes{Interval: time.Second}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		ex := &stdExchange{w, r}
 		var ne net.Error
 		switch {
 		case r.Context().Err() != nil:
-			m.upstreamError("canceled")
+			m.UpstreamError("canceled")
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-			m.upstreamError("timeout")
+			m.UpstreamError("timeout")
 			logs.Do(func() {
 				log.Warn("proxy: the upstream did not answer in time", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
 			})
 			replyProblem(ex, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time", nil)
 		default:
-			m.upstreamError("unreachable")
+			m.UpstreamError("unreachable")
 			logs.Do(func() {
 				log.Warn("proxy: the upstream failed", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
 			})

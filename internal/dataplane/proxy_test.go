@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tlstest"
@@ -126,7 +127,7 @@ func countedApart(t *testing.T, one, another func() int) {
 	}
 }
 
-func proxyFor(t *testing.T, cfg HTTPConfig, key string, up *httptest.Server, mod func(*ProxyConfig)) *httptest.Server {
+func proxyFor(t *testing.T, cfg decision.Service, key string, up *httptest.Server, mod func(*ProxyConfig)) *httptest.Server {
 	t.Helper()
 	var u *url.URL
 	if up != nil { // nil: no upstream (forward-auth)
@@ -509,7 +510,8 @@ func TestProxyCountsAnIPv6NetworkAsOneClient(t *testing.T) {
 func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t) // three requests per client
-	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = decision.NewMetrics(reg, cfg.Decider)
 	up, _ := upstream(t)
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	_, forger, _ := ed25519.GenerateKey(nil)
@@ -560,7 +562,7 @@ func TestProxyIdentityFromAVerifiedJWT(t *testing.T) {
 	// What named the clients, for the operator: a provider whose keys
 	// cannot be read shows as requests named by their address.
 	for source, want := range map[string]float64{"jwt": 6, "ip": 4, "header": 0} {
-		if got := counterValue(cfg.Metrics.proxied.WithLabelValues(source)); got != want {
+		if got := counted(reg, "sluice_proxy_identities_total", "source", source); got != want {
 			t.Errorf("sluice_proxy_identities_total{source=%q} = %v, want %v", source, got, want)
 		}
 	}
@@ -593,7 +595,7 @@ func TestProxyIdentityFromClientCertificate(t *testing.T) {
 
 // routeLimit is a check API whose one rule allows each client 3 requests
 // a minute to the routes route matches.
-func routeLimit(t *testing.T, route string) (HTTPConfig, string) {
+func routeLimit(t *testing.T, route string) (decision.Service, string) {
 	t.Helper()
 	return apiWith(t, []policy.Rule{{ID: "r1", Name: "route", KeyBy: []string{"client_id"}, Enabled: true,
 		Match:  []policy.Match{{Key: RouteDescriptor, Value: route}},
@@ -629,7 +631,8 @@ func TestProxyFitsLongAndNULValues(t *testing.T) {
 func TestProxyAnswersUpstreamFailures(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
-	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = decision.NewMetrics(reg, cfg.Decider)
 	var logs logtest.Buffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	refused := httptest.NewServer(http.NotFoundHandler())
@@ -701,14 +704,14 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 		t.Fatal("a request the upstream never answered, without a bound, was answered")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for counterValue(cfg.Metrics.upstream.WithLabelValues("canceled")) != 1 {
+	for counted(reg, "sluice_proxy_upstream_errors_total", "reason", "canceled") != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the canceled request was not counted")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	for reason, want := range map[string]float64{"unreachable": 21, "timeout": 1, "canceled": 1} {
-		if got := counterValue(cfg.Metrics.upstream.WithLabelValues(reason)); got != want {
+		if got := counted(reg, "sluice_proxy_upstream_errors_total", "reason", reason); got != want {
 			t.Errorf("sluice_proxy_upstream_errors_total{reason=%q} = %v, want %v", reason, got, want)
 		}
 	}

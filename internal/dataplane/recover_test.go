@@ -9,12 +9,12 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 )
 
 // A request whose handling panics (here its key's lookup, as a bug would)
@@ -24,7 +24,8 @@ import (
 func TestAPanicCostsTheRequestNotTheDecider(t *testing.T) {
 	t.Parallel()
 	cfg, key := testAPI(t)
-	cfg.Metrics = NewMetrics(prometheus.NewRegistry(), cfg.Decider)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = decision.NewMetrics(reg, cfg.Decider)
 	authenticate := cfg.Authenticate
 	cfg.Authenticate = func(authorization string) (*decide.Config, error) {
 		if strings.HasSuffix(authorization, "poison") {
@@ -69,7 +70,7 @@ func TestAPanicCostsTheRequestNotTheDecider(t *testing.T) {
 		t.Fatalf("the next request over gRPC: %v", err)
 	}
 	for _, api := range []string{"http", "grpc"} {
-		if n := testutil.ToFloat64(cfg.Metrics.panics.WithLabelValues(api)); n != 1 {
+		if n := counted(reg, "sluice_panics_total", "api", api); n != 1 {
 			t.Errorf("sluice_panics_total{api=%q} = %v, want 1", api, n)
 		}
 	}

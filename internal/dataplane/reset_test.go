@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -21,13 +22,13 @@ import (
 // twoDeciders returns two deciders' configs of one tenant (testAPI's),
 // each with its deny cache, on one Redis prefix, each following the
 // other's resets, and the tenant's check key.
-func twoDeciders(t *testing.T) ([2]HTTPConfig, string) {
+func twoDeciders(t *testing.T) ([2]decision.Service, string) {
 	t.Helper()
 	rc, prefix := redistest.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	base, key := testAPI(t)
-	var cfgs [2]HTTPConfig
+	var cfgs [2]decision.Service
 	for i := range cfgs {
 		eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true})
 		t.Cleanup(eng.Close)
@@ -111,7 +112,8 @@ func TestResetAcrossDeciders(t *testing.T) {
 func TestResetOverGRPC(t *testing.T) {
 	t.Parallel()
 	cfgs, key := twoDeciders(t)
-	cfgs[0].Metrics = NewMetrics(prometheus.NewRegistry(), cfgs[0].Decider)
+	reg := prometheus.NewRegistry()
+	cfgs[0].Metrics = decision.NewMetrics(reg, cfgs[0].Decider)
 	client := sluicev1.NewDecisionServiceClient(serveGRPC(t, cfgs[0]))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
 	alice := &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}}
@@ -134,7 +136,7 @@ func TestResetOverGRPC(t *testing.T) {
 		t.Fatalf("a reset in an unknown tier: %v", err)
 	}
 	for outcome, want := range map[string]float64{"reset": 1, "error": 1} {
-		if got := counterValue(cfgs[0].Metrics.resets.WithLabelValues("acme", outcome)); got != want {
+		if got := counted(reg, "sluice_resets_total", "tenant", "acme", "outcome", outcome); got != want {
 			t.Errorf("resets %s: %v, want %v", outcome, got, want)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/rlheaders"
@@ -37,19 +38,19 @@ const MaxRLSDescriptors = 64
 // counted per the values of all its entries (decide.Request.Limit).
 type RLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg HTTPConfig
+	cfg decision.Service
 }
 
 // NewRLS returns the rate limit service of cfg's decider.
-func NewRLS(cfg HTTPConfig) *RLS { return &RLS{cfg: cfg} }
+func NewRLS(cfg decision.Service) *RLS { return &RLS{cfg: cfg} }
 
 // ShouldRateLimit answers one Envoy request: a status per descriptor, the
 // overall code (OVER_LIMIT when any descriptor is), and the rate limit
 // headers of the deciding rule of the first rejected descriptor (else of
 // the last one with a rule) for Envoy to add to the response.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	ctx = s.cfg.tracedMetadata(ctx)
-	c, err := s.cfg.authenticate(incomingAuth(ctx), peerOf(ctx))
+	ctx = s.cfg.TracedMetadata(ctx)
+	c, err := s.cfg.Authorize(incomingAuth(ctx), decision.PeerOf(ctx))
 	if err != nil {
 		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
@@ -98,7 +99,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if err == nil {
 		gctx := s.cfg.Decider.Gather(ctx, len(reqs))
 		err = together(len(reqs), func(i int) (err error) {
-			decs[i], err = s.cfg.decide(gctx, c, reqs[i])
+			decs[i], err = s.cfg.Decide(gctx, c, reqs[i])
 			return err
 		})
 	}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -35,13 +36,13 @@ import (
 
 // serveRLS serves cfg's grpc-go server on a loopback port and returns a
 // stock grpc-go client of its rate limit service.
-func serveRLS(t testing.TB, cfg HTTPConfig) rlsv3.RateLimitServiceClient {
+func serveRLS(t testing.TB, cfg decision.Service) rlsv3.RateLimitServiceClient {
 	return rlsv3.NewRateLimitServiceClient(serveGRPC(t, cfg))
 }
 
 // serveGRPC serves cfg's grpc-go server on a loopback port and returns a
 // connection to it.
-func serveGRPC(t testing.TB, cfg HTTPConfig) *grpc.ClientConn {
+func serveGRPC(t testing.TB, cfg decision.Service) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(listenGRPC(t, cfg), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -53,7 +54,7 @@ func serveGRPC(t testing.TB, cfg HTTPConfig) *grpc.ClientConn {
 
 // listenGRPC serves cfg's grpc-go server on a loopback port and returns
 // its address.
-func listenGRPC(t testing.TB, cfg HTTPConfig) string {
+func listenGRPC(t testing.TB, cfg decision.Service) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -361,7 +362,7 @@ func TestEnvoyRLSDescriptorLimits(t *testing.T) {
 // its blocklist entries.
 func TestBlockedClient(t *testing.T) {
 	t.Parallel()
-	blocking := func(t testing.TB) (HTTPConfig, string) {
+	blocking := func(t testing.TB) (decision.Service, string) {
 		return apiWith(t, []policy.Rule{
 			{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
@@ -498,7 +499,7 @@ func TestEnvoyRLSAddsTheConfiguredHeaders(t *testing.T) {
 // find: a token bucket's burst, a leaky bucket's queue (of one here).
 func TestPolicyStatesTheRate(t *testing.T) {
 	t.Parallel()
-	rated := func(t testing.TB) (HTTPConfig, string) {
+	rated := func(t testing.TB) (decision.Service, string) {
 		return apiWith(t, []policy.Rule{
 			{ID: "r1", Name: "bursty", KeyBy: []string{"client_id"}, Enabled: true,
 				Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Burst: 20, Window: time.Minute}},
@@ -528,7 +529,7 @@ func TestPolicyStatesTheRate(t *testing.T) {
 // window, Envoy's requests_per_unit and unit. Others are told the rule's.
 func TestOverridesLimitAndWindowAreTheOnesAnswered(t *testing.T) {
 	t.Parallel()
-	overridden := func(t testing.TB) (HTTPConfig, string) {
+	overridden := func(t testing.TB) (decision.Service, string) {
 		return apiWith(t, []policy.Rule{{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}}},
 			policy.Override{Identifier: "partner", RuleID: "r1", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 50, Window: time.Second}})

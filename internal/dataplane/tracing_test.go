@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -30,14 +31,14 @@ func TestDecisionsJoinTheCallersTrace(t *testing.T) {
 		parentSpan = "00f067aa0ba902b7"
 	)
 	traceparent := "00-" + traceID + "-" + parentSpan + "-01"
-	calls := map[string]func(t *testing.T, cfg HTTPConfig, key string){
-		"net/http": func(t *testing.T, cfg HTTPConfig, key string) {
+	calls := map[string]func(t *testing.T, cfg decision.Service, key string){
+		"net/http": func(t *testing.T, cfg decision.Service, key string) {
 			postTraced(t, serve(t, "net/http", cfg, NewHTTPHandler(cfg)), key, traceparent)
 		},
-		"fasthttp": func(t *testing.T, cfg HTTPConfig, key string) {
+		"fasthttp": func(t *testing.T, cfg decision.Service, key string) {
 			postTraced(t, serve(t, "fasthttp", cfg, NewHTTPHandler(cfg)), key, traceparent)
 		},
-		"connect": func(t *testing.T, cfg HTTPConfig, key string) {
+		"connect": func(t *testing.T, cfg decision.Service, key string) {
 			req := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}})
 			req.Header().Set("Authorization", "Bearer "+key)
 			req.Header().Set("traceparent", traceparent)
@@ -45,14 +46,14 @@ func TestDecisionsJoinTheCallersTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		"grpc": func(t *testing.T, cfg HTTPConfig, key string) {
+		"grpc": func(t *testing.T, cfg decision.Service, key string) {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key, "traceparent", traceparent)
 			m := &sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}}
 			if _, err := sluicev1.NewDecisionServiceClient(serveGRPC(t, cfg)).Check(ctx, m); err != nil {
 				t.Fatal(err)
 			}
 		},
-		"envoy-rls": func(t *testing.T, cfg HTTPConfig, key string) {
+		"envoy-rls": func(t *testing.T, cfg decision.Service, key string) {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key, "traceparent", traceparent)
 			req := &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "alice")}}
 			if _, err := serveRLS(t, cfg).ShouldRateLimit(ctx, req); err != nil {
@@ -131,7 +132,7 @@ func BenchmarkDecideTraced(b *testing.B) {
 			req := decide.Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "alice"}}, Peek: true}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := cfg.decide(context.Background(), c, req); err != nil {
+				if _, err := cfg.Decide(context.Background(), c, req); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -101,7 +101,7 @@ func (h *httpAPI) unkeyLimit(ex exchange) {
 		h.fail(ex, err)
 		return
 	}
-	dec, err := h.cfg.decide(h.cfg.tracedExchange(ex), c, req)
+	dec, err := h.cfg.Decide(tracedExchange(&h.cfg, ex), c, req)
 	if err != nil {
 		h.fail(ex, err)
 		return

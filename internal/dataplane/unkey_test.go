@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -89,7 +90,7 @@ func TestUnkeyRatelimitLimit(t *testing.T) {
 // namespace it names alone; a rule naming no namespace never does.
 func TestUnkeyOverrides(t *testing.T) {
 	t.Parallel()
-	mk := func(tb testing.TB) (HTTPConfig, string) {
+	mk := func(tb testing.TB) (decision.Service, string) {
 		return apiWith(tb, []policy.Rule{
 			{ID: "r1", Name: "everyone", KeyBy: []string{"identifier"}, Enabled: true,
 				Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Minute}},

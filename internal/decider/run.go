@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/follower"
@@ -46,7 +47,7 @@ const GRPCStopGrace = 5 * time.Second
 type Decider struct {
 	// Service is the decision service: Decide and Reset, with the
 	// recording of metrics, events and spans.
-	Service  dataplane.HTTPConfig
+	Service  decision.Service
 	Follower *follower.Follower
 	Keys     *follower.Keys
 	Registry *prometheus.Registry
@@ -129,7 +130,7 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 		d.Registry = telemetry.NewRegistry()
 	}
 	reg := d.Registry
-	metrics := dataplane.NewMetrics(reg, decider)
+	metrics := decision.NewMetrics(reg, decider)
 	metrics.PerRule(cfg.RuleMetrics)
 	d.Keys = follower.NewKeys()
 	health := &follower.Health{}
@@ -151,8 +152,8 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	}
 
 	// The decision service, tracing and publishing its decisions.
-	d.Service = dataplane.HTTPConfig{Decider: decider, Authenticate: d.Keys.Authenticate, Logger: logger,
-		Metrics: metrics, Headers: p.headers, KeyGuard: dataplane.NewKeyGuard(cfg.AuthFailures, logger, reg), Tracer: cfg.Tracer}
+	d.Service = decision.Service{Decider: decider, Authenticate: d.Keys.Authenticate, Logger: logger,
+		Metrics: metrics, Headers: p.headers, KeyGuard: decision.NewKeyGuard(cfg.AuthFailures, logger, reg), Tracer: cfg.Tracer}
 	if d.Service.Tracer == nil {
 		tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", cfg.Getenv)
 		if err != nil {
@@ -251,7 +252,7 @@ func Run(ctx context.Context, cfg Config) error {
 // returns what stops it. It outlives the servers: its last flush, after
 // they have stopped, carries the events and counts of their last
 // decisions, and the process exits only after it.
-func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *follower.Health, apiCfg *dataplane.HTTPConfig) (func(), error) {
+func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *follower.Health, apiCfg *decision.Service) (func(), error) {
 	sec := cfg.Kafka
 	if sec == nil {
 		sec = &kafkasec.Config{}
@@ -290,7 +291,7 @@ func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, 
 // serveGRPC starts the grpc-go listener of cfg (Envoy's rate limit
 // service, DecisionService, gubernator's V1, gRPC health), and returns
 // what stops it.
-func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg dataplane.HTTPConfig, syncer *follower.Follower) (func(), error) {
+func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg decision.Service, syncer *follower.Follower) (func(), error) {
 	rln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc: %w", err)
@@ -320,7 +321,7 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg datapla
 // with x.ForwardAuth, the forward-auth service), for the tenant of its
 // check key, over TLS when its files are named (after the PROXY protocol
 // of its balancers), and returns what stops it.
-func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api dataplane.HTTPConfig, keys *follower.Keys) (func(), error) {
+func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api decision.Service, keys *follower.Keys) (func(), error) {
 	pc := p.proxy
 	if x.JWTClaim != "" {
 		jwt, err := dataplane.NewJWKSIdentity(ctx, x.JWTClaim, x.JWKSURL, x.JWTIssuer, x.JWTAudience)

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisengine"
 )
 
-// A decider's metrics beyond its decisions (dataplane.NewMetrics): the
+// A decider's metrics beyond its decisions (decision.NewMetrics): the
 // config it enforces, its Redis engine's pipelines and local counting, and
 // its event publisher. Each reads the component's own counters when
 // scraped; none costs a decision anything.

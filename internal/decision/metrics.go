@@ -1,4 +1,4 @@
-package dataplane
+package decision
 
 import (
 	"slices"
@@ -154,16 +154,16 @@ func (m *Metrics) Forget(old, next *decide.Config) {
 // many thousand tenants may do without. Call it before serving.
 func (m *Metrics) PerRule(on bool) { m.perRule = on }
 
-// observeIdentity records what named a proxied request's client.
-func (m *Metrics) observeIdentity(source string) {
+// ObserveIdentity records what named a proxied request's client.
+func (m *Metrics) ObserveIdentity(source string) {
 	if m == nil {
 		return
 	}
 	m.proxied.WithLabelValues(source).Inc()
 }
 
-// upstreamError counts one request the proxy could not forward.
-func (m *Metrics) upstreamError(reason string) {
+// UpstreamError counts one request the proxy could not forward.
+func (m *Metrics) UpstreamError(reason string) {
 	if m == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package dataplane
+package decision
 
 import (
 	"context"
@@ -55,9 +55,9 @@ func NewKeyGuard(perMinute int, logger *slog.Logger, reg prometheus.Registerer) 
 	return g
 }
 
-// authenticate authenticates a call's check key (cfg.Authenticate), from
+// Authorize authenticates a call's check key (cfg.Authenticate), from
 // the peer address peer, through the key guard.
-func (cfg *HTTPConfig) authenticate(authorization, peer string) (*decide.Config, error) {
+func (cfg *Service) Authorize(authorization, peer string) (*decide.Config, error) {
 	g := cfg.KeyGuard
 	if g == nil {
 		return cfg.Authenticate(authorization)
@@ -111,13 +111,13 @@ func addressName(peer string) string {
 // context does not carry it (Connect's handlers).
 type peerKey struct{}
 
-// withPeer returns ctx carrying the peer address addr.
-func withPeer(ctx context.Context, addr string) context.Context {
+// WithPeer returns ctx carrying the peer address addr.
+func WithPeer(ctx context.Context, addr string) context.Context {
 	return context.WithValue(ctx, peerKey{}, addr)
 }
 
-// peerOf is the peer address of a call: withPeer's, else grpc-go's.
-func peerOf(ctx context.Context) string {
+// PeerOf is the peer address of a call: WithPeer's, else grpc-go's.
+func PeerOf(ctx context.Context) string {
 	if a, ok := ctx.Value(peerKey{}).(string); ok {
 		return a
 	}

@@ -1,0 +1,176 @@
+// Package decision is a decider's decision service: the one place every
+// API (HTTP, Connect, gRPC, Envoy's RLS, gubernator's and Unkey's, the
+// reverse proxy) goes through to authorize a check key, decide, reset,
+// and record what it did in metrics, events and spans.
+package decision
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/events"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/tracing"
+)
+
+// AuthenticateFunc returns the config of the tenant whose check key the
+// request's Authorization header (gRPC: authorization metadata) carries,
+// or a policy error with CodeUnauthenticated.
+type AuthenticateFunc func(authorization string) (*decide.Config, error)
+
+// Service is the decision service every API of a decider serves: it
+// authorizes check keys (Authorize), decides (Decide) and resets (Reset),
+// and records each decision in the metrics, the events and a span.
+type Service struct {
+	Decider      *decide.Decider
+	Authenticate AuthenticateFunc
+	MaxBodyBytes int64        // 0 means DefaultMaxBodyBytes
+	Logger       *slog.Logger // nil means slog.Default()
+	Metrics      *Metrics     // nil records nothing
+	// Events receives rejections and counts; nil publishes nothing.
+	Events *events.Publisher
+	// Tracer, when set, puts a span around each decision, under the trace
+	// context the request carries (tracing.Setup); nil traces nothing.
+	Tracer trace.Tracer
+	// Headers is the style of the rate limit headers of HTTP answers and
+	// of Envoy's response_headers_to_add; the zero value is IETF's.
+	Headers rlheaders.Style
+	// KeyGuard throttles the addresses sending invalid check keys, on
+	// every API; nil throttles none.
+	KeyGuard *KeyGuard
+}
+
+// Reset resets the counters req meets (decide.Decider.Reset), counts it,
+// and logs the tenant and the rules reset (not the descriptors: client ids).
+func (cfg *Service) Reset(ctx context.Context, c *decide.Config, req decide.Request) ([]*policy.Rule, error) {
+	rules, err := cfg.Decider.Reset(ctx, c, req)
+	cfg.Metrics.observeReset(c.Tenant.Slug, err)
+	if err == nil {
+		names := make([]string, len(rules))
+		for i, r := range rules {
+			names[i] = r.Name
+		}
+		logger := cfg.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.InfoContext(ctx, "counters reset", "tenant", c.Tenant.Slug, "rules", names)
+	}
+	return rules, err
+}
+
+// Decide runs one decision and records it: in the metrics, the events,
+// and a span when traced.
+func (cfg *Service) Decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
+	start := time.Now()
+	var span trace.Span
+	if cfg.Tracer != nil {
+		ctx, span = tracing.Start(ctx, cfg.Tracer, "sluice.decide", nil) // the parent: traced*'s
+	}
+	dec, err := cfg.Decider.Decide(ctx, c, req)
+	if span != nil {
+		endSpan(span, c, req, dec, err)
+	}
+	cfg.Metrics.observe(c.Tenant.Slug, req.Peek, dec, err, time.Since(start))
+	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
+		cost := max(req.Cost, 1)
+		for _, r := range dec.Rules {
+			cfg.Events.Count(c.Tenant.ID, dec.Tier, r.Rule.ID, r.Allowed, r.Rule.Shadow)
+			if !r.Allowed {
+				cfg.Events.Rejected(c.Tenant.ID, dec.Tier, r.Rule.ID, policy.ClientKey(r.Rule, req.Descriptors), cost, start, r.Rule.Shadow)
+			}
+		}
+	}
+	return dec, err
+}
+
+// Decisions are traced when Service.Tracer is set: each transport puts
+// the caller's trace context in the decision's ctx (Traced*), and Decide
+// wraps the decision in a span (endSpan describes it).
+
+// TracedHeader returns ctx with the trace context of a request of header h
+// when decisions are traced (else ctx: the untraced path builds nothing).
+func (cfg *Service) TracedHeader(ctx context.Context, h http.Header) context.Context {
+	if cfg.Tracer == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, h.Get)
+}
+
+// TracedMetadata is TracedHeader for a gRPC call's metadata.
+func (cfg *Service) TracedMetadata(ctx context.Context) context.Context {
+	if cfg.Tracer == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, Metadata(ctx))
+}
+
+// TracedGetter is TracedHeader for a request whose headers get reads.
+func (cfg *Service) TracedGetter(ctx context.Context, get tracing.Getter) context.Context {
+	if cfg.Tracer == nil {
+		return ctx
+	}
+	return tracing.Extract(ctx, get)
+}
+
+// Metadata reads the first value of a key of ctx's incoming gRPC metadata.
+func Metadata(ctx context.Context) tracing.Getter {
+	return func(key string) string {
+		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+}
+
+// endSpan describes a decision on its span and ends it: the tenant, tier,
+// outcome and deciding rule, never the descriptors (client ids).
+func endSpan(span trace.Span, c *decide.Config, req decide.Request, dec decide.Decision, err error) {
+	defer span.End()
+	if !span.IsRecording() { // not sampled: nothing to describe
+		return
+	}
+	span.SetAttributes(attribute.String("sluice.tenant", c.Tenant.Slug), attribute.Int64("sluice.config_version", c.Version),
+		attribute.Int64("sluice.cost", max(req.Cost, 1)), attribute.Bool("sluice.peek", req.Peek))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "decision failed")
+		return
+	}
+	span.SetAttributes(attribute.String("sluice.tier", dec.Tier), attribute.Bool("sluice.allowed", dec.Allowed),
+		attribute.Int("sluice.rules", len(dec.Rules)), attribute.Bool("sluice.degraded", dec.Degraded), attribute.Bool("sluice.deny_cache", dec.Cached))
+	if dec.Deciding >= 0 && dec.Deciding < len(dec.Rules) {
+		span.SetAttributes(attribute.String("sluice.rule", dec.Rules[dec.Deciding].Rule.Name))
+	}
+}
+
+// A bug that one request makes panic must cost that request, not the
+// decider: fasthttp and grpc-go, unlike net/http, let a handler's panic end
+// the process, and a client retrying the same request on each decider in
+// turn would end them all. Each transport recovers, answers an internal
+// error, and calls Recovered.
+
+// Recovered logs the panic r of a request of api, with its stack, and
+// counts it (sluice_panics_total).
+func (cfg *Service) Recovered(ctx context.Context, api string, r any) {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.ErrorContext(ctx, "dataplane: a request's handling panicked; answered with an internal error",
+		"api", api, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	if m := cfg.Metrics; m != nil {
+		m.panics.WithLabelValues(api).Inc()
+	}
+}
