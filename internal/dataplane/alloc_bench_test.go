@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/limit"
 )
 
@@ -25,7 +26,7 @@ import (
 func BenchmarkShouldRateLimitInProcess(b *testing.B) {
 	cfg, key := benchConfig(b, 1_000_000, nil)
 	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
-	s := NewRLS(cfg)
+	s := envoyrls.NewRLS(cfg)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+key))
 	ids := make([]string, benchKeys)
 	for i := range ids {

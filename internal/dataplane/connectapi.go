@@ -116,7 +116,7 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 	for i, r := range m.GetRequests() {
 		reqs[i] = checkRequest(r)
 	}
-	err = refuseAny("requests", len(reqs), func(i int) error {
+	err = decision.RefuseAny("requests", len(reqs), func(i int) error {
 		if err := refuseRelease(m.Requests[i]); err != nil {
 			return err
 		}
@@ -130,7 +130,7 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 	}
 	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(reqs))}
 	gctx := s.cfg.Decider.Gather(ctx, len(reqs))
-	err = together(len(reqs), func(i int) (err error) {
+	err = decision.Together(len(reqs), func(i int) (err error) {
 		out.Responses[i], err = s.check(gctx, c, m.Requests[i], reqs[i])
 		return err
 	})
@@ -216,20 +216,11 @@ func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {
 	}
 	st := &sluicev1.RuleStatus{RuleId: r.Rule.ID, RuleName: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow,
 		Limit: r.Limit, Remaining: r.Remaining, ResetAfter: d(r.ResetAfter), Delay: d(r.Delay), Window: d(r.InForce().Period()),
-		Message: rejectionMessage(r), Quota: quota(r), Unenforced: r.Unenforced}
+		Message: decision.RejectionMessage(r), Quota: decision.Quota(r), Unenforced: r.Unenforced}
 	if !r.Allowed && r.RetryAfter != limit.Never {
 		st.RetryAfter = durationpb.New(r.RetryAfter)
 	}
 	return st
-}
-
-// quota is r's limit per window, RateLimit-Policy's q (rlheaders.Rule):
-// the parameters' limit, but a blocking rule's 0 (it admits nothing).
-func quota(r decide.RuleResult) int64 {
-	if r.Rule.Block {
-		return 0
-	}
-	return r.InForce().Limit
 }
 
 // LeaseID maps a caller's lease name to the 53-bit id engines store (Lua

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -126,7 +127,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		f.Add(b)
 	}
 	cfg, secret := testAPI(f)
-	s := NewRLS(cfg)
+	s := envoyrls.NewRLS(cfg)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+secret))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var req rlsv3.RateLimitRequest

@@ -2,26 +2,22 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // calls a client compresses (grpc-go's UseCompressor, Java's withCompression) are understood, and answered in kind; not left to a dependency's import
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/sluicehq/sluice/internal/decision"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
 
@@ -77,7 +73,6 @@ func newGRPCServer(cfg decision.Service, kep keepalive.EnforcementPolicy, opts .
 		grpc.MaxConcurrentStreams(maxStreams), grpc.KeepaliveEnforcementPolicy(kep),
 		grpc.ForceServerCodecV2(grpcCodec),
 		grpc.ChainUnaryInterceptor(recoverUnary(&cfg), refuseMalformedUnary), grpc.ChainStreamInterceptor(recoverStream(&cfg), refuseMalformedStream)}, opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{cfg}})
 	gubernatorpb.RegisterV1Server(s, NewGubernator(cfg))
 	reflection.Register(s) // grpcurl and similar tools need no .proto files
@@ -125,17 +120,17 @@ type grpcDecisions struct {
 
 func (g grpcDecisions) Check(ctx context.Context, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
 	res, err := g.s.checkOne(g.s.cfg.TracedMetadata(ctx), incomingAuth(ctx), m)
-	return res, grpcStatus(err)
+	return res, protoconv.GRPCStatus(err)
 }
 
 func (g grpcDecisions) CheckBatch(ctx context.Context, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
 	res, err := g.s.checkBatch(g.s.cfg.TracedMetadata(ctx), incomingAuth(ctx), m)
-	return res, grpcStatus(err)
+	return res, protoconv.GRPCStatus(err)
 }
 
 func (g grpcDecisions) Reset(ctx context.Context, m *sluicev1.ResetRequest) (*sluicev1.ResetResponse, error) {
 	res, err := g.s.reset(ctx, incomingAuth(ctx), m)
-	return res, grpcStatus(err)
+	return res, protoconv.GRPCStatus(err)
 }
 
 // incomingAuth is a gRPC call's authorization metadata, as an HTTP
@@ -150,26 +145,4 @@ func incomingMetadata(ctx context.Context) tracing.Getter {
 		}
 		return ""
 	}
-}
-
-// grpcStatus turns a Connect error (protoconv.ToConnectError's, the one
-// mapping of domain errors) into the gRPC status with the same code
-// (Connect's codes are gRPC's), message and details.
-func grpcStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return status.Error(codes.Internal, "internal error")
-	}
-	st := status.New(codes.Code(ce.Code()), ce.Message())
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if withDetail, err := st.WithDetails(protoadapt.MessageV1Of(v)); err == nil {
-				st = withDetail
-			}
-		}
-	}
-	return st.Err()
 }

@@ -128,7 +128,7 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Conf
 	// Each request's problem is its answer's; what together returns is a
 	// decision that panicked, which fails the call rather than answer it
 	// empty (under the limit).
-	err := together(n, func(i int) error {
+	err := decision.Together(n, func(i int) error {
 		r := in.Requests[i]
 		res := &gubernatorpb.RateLimitResp{}
 		out.Responses[i] = res
@@ -234,7 +234,7 @@ func (g *Gubernator) GetRateLimits(ctx context.Context, in *gubernatorpb.GetRate
 			return out, nil
 		}
 	}
-	return nil, grpcStatus(protoconv.ToConnectError(ctx, g.cfg.Logger, err))
+	return nil, protoconv.GRPCStatus(protoconv.ToConnectError(ctx, g.cfg.Logger, err))
 }
 
 // HealthCheck answers that the decider is up, as /healthz does (with no

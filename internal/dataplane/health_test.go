@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decision"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 )
 
 // The decider's gRPC port answers the standard health service: not
@@ -106,6 +107,7 @@ func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, fun
 		t.Fatal(err)
 	}
 	srv := NewGRPCServer(decision.Service{})
+	envoyrls.Register(srv, decision.Service{}) // as the decider's assembly does
 	stop := ServeHealth(srv, ready)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)

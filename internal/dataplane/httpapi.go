@@ -446,17 +446,7 @@ func rulesJSON(dec decide.Decision) []RuleJSON {
 // ruleJSON is r's answer, but for RetryAfterMS (see retryAfterMS).
 func ruleJSON(r decide.RuleResult) RuleJSON {
 	return RuleJSON{Rule: r.Rule.Name, Allowed: r.Allowed, Shadow: r.Rule.Shadow, Limit: r.Limit,
-		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay), Message: rejectionMessage(r), Unenforced: r.Unenforced}
-}
-
-// rejectionMessage is r's rule's message for the client when the rule
-// rejects (a shadow rule rejects nothing), else "". An admitted decision
-// has none (appendCheckJSON writes no message).
-func rejectionMessage(r decide.RuleResult) string {
-	if r.Allowed || r.Rule.Shadow {
-		return ""
-	}
-	return r.Rule.Message
+		Remaining: r.Remaining, ResetAfterMS: ceilMS(r.ResetAfter), DelayMS: ceilMS(r.Delay), Message: decision.RejectionMessage(r), Unenforced: r.Unenforced}
 }
 
 // retryAfterMS is r's retry_after_ms, when it has one: a rejection that a
@@ -491,7 +481,7 @@ func rejectedProblem(dec decide.Decision) problem {
 	}
 	p.Detail = "rejected by " + strings.Join(p.ViolatedPolicies, ", ")
 	if dec.Deciding >= 0 {
-		p.Detail = cmp.Or(rejectionMessage(dec.Rules[dec.Deciding]), p.Detail) // the tenant's words, where it has some
+		p.Detail = cmp.Or(decision.RejectionMessage(dec.Rules[dec.Deciding]), p.Detail) // the tenant's words, where it has some
 	}
 	return p
 }
@@ -518,34 +508,10 @@ func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
 // SetHeaders sets the rate limit headers of dec in style (see rlheaders):
 // those of the deciding rule, the one that denied, not one that passed.
 func SetHeaders(h http.Header, style rlheaders.Style, dec decide.Decision) {
-	rlheaders.Set(h, style, headerRules(dec), dec.Deciding, dec.Allowed)
+	rlheaders.Set(h, style, decision.HeaderRules(dec), dec.Deciding, dec.Allowed)
 	if dec.Degraded {
-		h.Set(DegradedHeader, dec.Degradation.Reason())
+		h.Set(decision.DegradedHeader, dec.Degradation.Reason())
 	}
-}
-
-// DegradedHeader is the response header naming why the shared store did
-// not make a decision (decide.Degradation.Reason): store_unavailable or
-// overload. It is absent when the store decided.
-const DegradedHeader = "Sluice-Degraded"
-
-// headerRules are dec's rules as package rlheaders needs them.
-func headerRules(dec decide.Decision) []rlheaders.Rule {
-	return appendHeaderRules(make([]rlheaders.Rule, 0, len(dec.Rules)), dec)
-}
-
-// appendHeaderRules appends dec's rules as package rlheaders needs them to
-// dst.
-func appendHeaderRules(dst []rlheaders.Rule, dec decide.Decision) []rlheaders.Rule {
-	for _, r := range dec.Rules {
-		retry := r.RetryAfter
-		if retry == limit.Never {
-			retry = -1
-		}
-		dst = append(dst, rlheaders.Rule{Name: r.Rule.Name, Limit: r.Limit, Remaining: r.Remaining, Quota: quota(r), Window: r.InForce().Period(),
-			ResetAfter: r.ResetAfter, RetryAfter: retry})
-	}
-	return dst
 }
 
 // appendCheckJSON appends the JSON of CheckJSON{Allowed: true, Rules:

@@ -216,14 +216,14 @@ func (e *fastExchange) decode(v any, maxBytes int64) error {
 func (e *fastExchange) rateHeaders(dec decide.Decision, style rlheaders.Style) {
 	var rules [4]rlheaders.Rule
 	var buf [256]byte
-	b, keys, ends, n := rlheaders.Append(buf[:0], style, appendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
+	b, keys, ends, n := rlheaders.Append(buf[:0], style, decision.AppendHeaderRules(rules[:0], dec), dec.Deciding, dec.Allowed)
 	from := 0
 	for i := range n {
 		e.ctx.Response.Header.SetCanonical(keys[i], b[from:ends[i]])
 		from = ends[i]
 	}
 	if dec.Degraded {
-		e.ctx.Response.Header.Set(DegradedHeader, dec.Degradation.Reason())
+		e.ctx.Response.Header.Set(decision.DegradedHeader, dec.Degradation.Reason())
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/envoyimport"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -61,6 +62,7 @@ func listenGRPC(t testing.TB, cfg decision.Service) string {
 		t.Fatal(err)
 	}
 	srv := NewGRPCServer(cfg)
+	envoyrls.Register(srv, cfg) // as the decider's assembly does
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()

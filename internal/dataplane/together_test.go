@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/decision"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -120,13 +122,13 @@ func TestCallsOfManyDecisions(t *testing.T) {
 		req := &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			descriptor("client_id", "rls-whole"), descriptor("", "no key")}}
 		rctx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+secret))
-		_, err := NewRLS(cfg).ShouldRateLimit(rctx, req)
+		_, err := envoyrls.NewRLS(cfg).ShouldRateLimit(rctx, req)
 		if code, fields := grpcFields(err); code != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1].descriptors[0].key"}) {
 			t.Fatalf("a descriptor without a key: %v, fields %v", err, fields)
 		}
 		req.Descriptors = req.Descriptors[:1]
 		req.HitsAddend = 3
-		if res, err := NewRLS(cfg).ShouldRateLimit(rctx, req); err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK {
+		if res, err := envoyrls.NewRLS(cfg).ShouldRateLimit(rctx, req); err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("the good descriptor alone, 3 hits: %v %v, want OK", res, err)
 		}
 	})
@@ -138,7 +140,7 @@ func TestCallsOfManyDecisions(t *testing.T) {
 		}
 		rctx := metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+secret))
 		before := pipes.Count()
-		res, err := NewRLS(cfg).ShouldRateLimit(rctx, req)
+		res, err := envoyrls.NewRLS(cfg).ShouldRateLimit(rctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +184,7 @@ func fieldsOf(t *testing.T, err error) []string {
 func TestTogetherTurnsAPanicIntoAnError(t *testing.T) {
 	t.Parallel()
 	var ran atomic.Int64
-	err := together(3, func(i int) error {
+	err := decision.Together(3, func(i int) error {
 		ran.Add(1)
 		if i == 1 {
 			panic("boom")

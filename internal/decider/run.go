@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/follower"
@@ -310,6 +311,7 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg decisio
 			MaxConnectionAgeGrace: cfg.GRPCMaxConnectionAgeGrace}))
 	}
 	gs := dataplane.NewGRPCServer(apiCfg, opts...)
+	envoyrls.Register(gs, apiCfg)
 	stopHealth := dataplane.ServeHealth(gs, syncer.Loaded())
 	go func() { <-ctx.Done(); stopHealth() }() // balancers drain first
 	go func() { _ = gs.Serve(rln) }()

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decider"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -226,6 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// grpc-go's listener: Envoy's rate limit service and DecisionService.
 	gs := dataplane.NewGRPCServer(dec.Service)
+	envoyrls.Register(gs, dec.Service)
 	defer dataplane.ServeHealth(gs, syncer.Loaded())()
 	go func() { _ = gs.Serve(gln) }()
 	defer gs.Stop()

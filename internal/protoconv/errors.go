@@ -3,6 +3,9 @@ package protoconv
 import (
 	"context"
 	"errors"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -46,4 +49,26 @@ func ToConnectError(ctx context.Context, logger *slog.Logger, err error) error {
 		}
 	}
 	return ce
+}
+
+// GRPCStatus turns a Connect error (protoconv.ToConnectError's, the one
+// mapping of domain errors) into the gRPC status with the same code
+// (Connect's codes are gRPC's), message and details.
+func GRPCStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return status.Error(codes.Internal, "internal error")
+	}
+	st := status.New(codes.Code(ce.Code()), ce.Message())
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if withDetail, err := st.WithDetails(protoadapt.MessageV1Of(v)); err == nil {
+				st = withDetail
+			}
+		}
+	}
+	return st.Err()
 }

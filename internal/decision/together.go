@@ -1,4 +1,4 @@
-package dataplane
+package decision
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// together runs f(0) … f(n-1) at the same time and returns the error of the
+// Together runs f(0) … f(n-1) at the same time and returns the error of the
 // lowest index that failed. The decisions of one call (a CheckBatch, an
 // Envoy request's descriptors) are independent, and deciding them at once,
 // under a context from Decider.Gather, lets the Redis engine's batcher put
 // them in one pipeline: one round trip for the call instead of one per
 // decision.
-func together(n int, f func(i int) error) error {
+func Together(n int, f func(i int) error) error {
 	if n == 1 {
 		return f(0)
 	}
@@ -27,7 +27,7 @@ func together(n int, f func(i int) error) error {
 			defer wg.Done()
 			defer func() { // off the caller's goroutine, a panic would end the process
 				if r := recover(); r != nil {
-					errs[i] = fmt.Errorf("dataplane: decision %d panicked: %v", i, r)
+					errs[i] = fmt.Errorf("decision: decision %d panicked: %v", i, r)
 				}
 			}()
 			errs[i] = f(i)
@@ -42,7 +42,7 @@ func together(n int, f func(i int) error) error {
 	return nil
 }
 
-// Kept workers run together's decisions. A decision's calls run deep
+// Kept workers run Together's decisions. A decision's calls run deep
 // enough to grow a new goroutine's stack, and copying stacks took an
 // eighth of the decider's CPU on coalesced batches; a kept worker's stack
 // has grown once. Up to maxIdleWorkers wait for work between calls.
@@ -74,11 +74,11 @@ func worker(f func()) {
 	}
 }
 
-// refuseAny refuses a call of n decisions when any would be refused,
+// RefuseAny refuses a call of n decisions when any would be refused,
 // before any is decided or counted: a call is refused whole or decided
 // whole. refusal(i) is the i-th decision's refusal, if any; the fields of
 // invalid ones are named by index, as in requests[2].cost.
-func refuseAny(field string, n int, refusal func(i int) error) error {
+func RefuseAny(field string, n int, refusal func(i int) error) error {
 	var fields []policy.FieldError
 	for i := range n {
 		err := refusal(i)

@@ -1,4 +1,7 @@
-package dataplane
+// Package envoyrls serves Envoy's rate limit service
+// (envoy.service.ratelimit.v3) over the decision service: Register puts it
+// on a decider's gRPC server.
+package envoyrls
 
 import (
 	"context"
@@ -9,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -21,8 +25,8 @@ import (
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
-// MaxRLSDescriptors bounds the descriptors of one Envoy request.
-const MaxRLSDescriptors = 64
+// MaxDescriptors bounds the descriptors of one Envoy request.
+const MaxDescriptors = 64
 
 // RLS serves Envoy's rate limit service (envoy.service.ratelimit.v3) on the
 // decider. The request's domain is the tenant's slug, and Envoy must send
@@ -44,23 +48,28 @@ type RLS struct {
 // NewRLS returns the rate limit service of cfg's decider.
 func NewRLS(cfg decision.Service) *RLS { return &RLS{cfg: cfg} }
 
+// Register serves the rate limit service of cfg's decider on s.
+func Register(s *grpc.Server, cfg decision.Service) {
+	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
+}
+
 // ShouldRateLimit answers one Envoy request: a status per descriptor, the
 // overall code (OVER_LIMIT when any descriptor is), and the rate limit
 // headers of the deciding rule of the first rejected descriptor (else of
 // the last one with a rule) for Envoy to add to the response.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	ctx = s.cfg.TracedMetadata(ctx)
-	c, err := s.cfg.Authorize(incomingAuth(ctx), decision.PeerOf(ctx))
+	c, err := s.cfg.Authorize(decision.Metadata(ctx)("authorization"), decision.PeerOf(ctx))
 	if err != nil {
-		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
+		return nil, protoconv.GRPCStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
 	switch {
 	case req.GetDomain() != c.Tenant.Slug:
 		return nil, status.Errorf(codes.PermissionDenied, "domain %q is not this key's tenant", req.GetDomain())
 	case len(req.GetDescriptors()) == 0:
 		return nil, status.Error(codes.InvalidArgument, "descriptors: at least one")
-	case len(req.GetDescriptors()) > MaxRLSDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxRLSDescriptors)
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxDescriptors)
 	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	reqs := make([]decide.Request, len(req.Descriptors))
@@ -87,7 +96,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 	}
 	decs := make([]decide.Decision, len(reqs))
-	err = refuseAny("descriptors", len(reqs), func(i int) error {
+	err = decision.RefuseAny("descriptors", len(reqs), func(i int) error {
 		if limitErrs != nil && limitErrs[i] != nil {
 			return limitErrs[i]
 		}
@@ -98,13 +107,13 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	if err == nil {
 		gctx := s.cfg.Decider.Gather(ctx, len(reqs))
-		err = together(len(reqs), func(i int) (err error) {
+		err = decision.Together(len(reqs), func(i int) (err error) {
 			decs[i], err = s.cfg.Decide(gctx, c, reqs[i])
 			return err
 		})
 	}
 	if err != nil {
-		return nil, grpcStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
+		return nil, protoconv.GRPCStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
 	// A descriptor's status, limit and reset share one allocation.
 	parts := make([]struct {
@@ -126,7 +135,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			if out.OverallCode == rlsv3.RateLimitResponse_OK && dec.Deciding >= 0 {
 				// Envoy answers the first rejecting rule's message as its
 				// 429's body.
-				if m := rejectionMessage(dec.Rules[dec.Deciding]); m != "" {
+				if m := decision.RejectionMessage(dec.Rules[dec.Deciding]); m != "" {
 					out.RawBody = []byte(m)
 				}
 			}
@@ -146,7 +155,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		out.Statuses[i] = st
 	}
 	if headersOf != nil {
-		keys, vals := rlheaders.Values(s.cfg.Headers, headerRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
+		keys, vals := rlheaders.Values(s.cfg.Headers, decision.HeaderRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
 		hv := make([]corev3.HeaderValue, len(keys))
 		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
 		for i := range keys {
@@ -155,7 +164,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 	}
 	if degraded != "" {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: DegradedHeader, Value: degraded})
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: decision.DegradedHeader, Value: degraded})
 	}
 	return out, nil
 }
