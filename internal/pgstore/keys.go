@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -542,23 +541,10 @@ func (s *Store) TouchCheckKeys(ctx context.Context, hashes [][]byte) error {
 	return nil
 }
 
-// AuditEntry is one row of the audit log.
-type AuditEntry struct {
-	ID         int64
-	Actor      string
-	ActorName  string // a key's name and prefix, when the actor is a key
-	Action     string
-	Resource   string
-	ResourceID string
-	Old, New   json.RawMessage
-	Version    int64
-	At         time.Time
-}
-
 // ListAudit returns the tenant's audit log, newest first, at most limit
 // entries with ids below before (0: from the newest), only those of the
 // resource resourceID unless it is "".
-func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, limit int, resourceID string) ([]AuditEntry, error) {
+func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, limit int, resourceID string) ([]policy.AuditEntry, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, err
 	}
@@ -575,8 +561,8 @@ func (s *Store) ListAudit(ctx context.Context, tenantID string, before int64, li
 	if err != nil {
 		return nil, translate(err, "audit")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var a AuditEntry
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.AuditEntry, error) {
+		var a policy.AuditEntry
 		return a, r.Scan(&a.ID, &a.Actor, &a.ActorName, &a.Action, &a.Resource, &a.ResourceID, &a.Old, &a.New, &a.Version, &a.At)
 	})
 	return out, translate(err, "audit")

@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,8 +88,8 @@ type Rule struct {
 	// Match lists conditions that must all hold; empty matches every request.
 	Match []Match
 	// KeyBy lists the descriptors whose values partition the counter; empty
-	// means one counter for the whole tenant. A missing descriptor counts
-	// under the empty value, so omitting an identifier never escapes a limit.
+	// means one counter for the whole tenant. A request without one of
+	// them is not counted by the rule (Matches), as envoyproxy/ratelimit.
 	KeyBy []string
 	Params
 	// Shadow rules are evaluated and reported but never reject.
@@ -388,4 +390,25 @@ func FitValue(v string, max int) string {
 		cut--
 	}
 	return v[:cut] + "~" + hex.EncodeToString(sum[:16])
+}
+
+// SameAs reports whether r and o are the same rule: every field equal,
+// their match conditions in any order, an empty list as none.
+func (r Rule) SameAs(o Rule) bool {
+	return r.ID == o.ID && r.Name == o.Name && sameMatches(r.Match, o.Match) && slices.Equal(r.KeyBy, o.KeyBy) &&
+		r.Params == o.Params && r.Shadow == o.Shadow && r.FailureMode == o.FailureMode && r.Enabled == o.Enabled &&
+		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
+}
+
+// sameMatches reports whether a and b hold the same conditions, in any
+// order.
+func sameMatches(a, b []Match) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	order := func(x, y Match) int { return cmp.Or(strings.Compare(x.Key, y.Key), strings.Compare(x.Value, y.Value)) }
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(a, order)
+	slices.SortFunc(b, order)
+	return slices.Equal(a, b)
 }

@@ -218,3 +218,11 @@ func (s *Snapshot) TierByName(name string) *Tier {
 	}
 	return nil
 }
+
+// SameAs reports whether o and p are the same override but for their ids,
+// their expiries equal to the microsecond (what PostgreSQL keeps).
+func (o Override) SameAs(p Override) bool {
+	sameParams := o.Params == nil && p.Params == nil || o.Params != nil && p.Params != nil && *o.Params == *p.Params
+	return o.Key == p.Key && o.Identifier == p.Identifier && o.Tier == p.Tier && o.RuleID == p.RuleID && o.Block == p.Block &&
+		sameParams && o.ExpiresAt.Truncate(time.Microsecond).Equal(p.ExpiresAt.Truncate(time.Microsecond))
+}

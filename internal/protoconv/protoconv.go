@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/auditdiff"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -179,7 +178,7 @@ func OverrideFromProto(p *sluicev1.Override) policy.Override {
 }
 
 // AuditToProto is an audit entry with the fields it changed.
-func AuditToProto(a pgstore.AuditEntry) *sluicev1.AuditEntry {
+func AuditToProto(a policy.AuditEntry) *sluicev1.AuditEntry {
 	out := &sluicev1.AuditEntry{Id: a.ID, Actor: a.Actor, ActorName: a.ActorName, Action: a.Action, Resource: a.Resource, ResourceId: a.ResourceID,
 		OldValue: string(auditdiff.Readable(a.Old)), NewValue: string(auditdiff.Readable(a.New)), ConfigVersion: a.Version, At: timestamppb.New(a.At)}
 	for _, c := range auditdiff.Changes(a.Old, a.New) {

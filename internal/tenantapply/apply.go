@@ -11,12 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
 
@@ -431,13 +427,7 @@ func (a *applier) prune(ctx context.Context, tenant policy.Tenant, tiers []polic
 
 // sameRule reports whether rule a, as the file says it, is b as the store
 // holds it: match conditions in any order.
-func sameRule(a, b policy.Rule) bool {
-	pa, pb := protoconv.RuleToProto(a), protoconv.RuleToProto(b)
-	for _, p := range []*sluicev1.Rule{pa, pb} {
-		slices.SortFunc(p.Match, func(x, y *sluicev1.Match) int { return strings.Compare(x.Key+"\x00"+x.Value, y.Key+"\x00"+y.Value) })
-	}
-	return proto.Equal(pa, pb)
-}
+func sameRule(a, b policy.Rule) bool { return a.SameAs(b) }
 
 // sameSlot reports whether a and b hold the same place, which the schema
 // lets one override hold.
@@ -447,11 +437,7 @@ func sameSlot(a, b policy.Override) bool {
 
 // sameOverride reports whether a is b but for its id, expiries equal to
 // the microsecond (PostgreSQL's precision).
-func sameOverride(a, b policy.Override) bool {
-	pa, pb := protoconv.OverrideToProto(a), protoconv.OverrideToProto(b)
-	pa.Id, pb.Id, pa.ExpiresAt, pb.ExpiresAt = "", "", nil, nil
-	return proto.Equal(pa, pb) && a.ExpiresAt.Truncate(time.Microsecond).Equal(b.ExpiresAt.Truncate(time.Microsecond))
-}
+func sameOverride(a, b policy.Override) bool { return a.SameAs(b) }
 
 // overrideName describes an override for a change list: "alice on
 // free/per-client", "bigco-* to pro", "mallory blocked".
