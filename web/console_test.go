@@ -21,8 +21,8 @@ import (
 	"github.com/sluicehq/sluice/internal/devstack"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // chromium finds the browser: $SLUICE_CHROMIUM, else Debian's chromium.

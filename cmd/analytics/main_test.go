@@ -23,9 +23,9 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkasec"
-	"github.com/sluicehq/sluice/internal/kafkatest"
-	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/tlstest"
 )
 
 // TestMain lets the tests run this binary's main in a child process (the

@@ -21,8 +21,8 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/tlstest"
 )
 
 // The binary's run starts on a fresh schema, serves the API over plain

@@ -27,9 +27,9 @@ import (
 	"github.com/sluicehq/sluice/internal/controlplane"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/pgstore"
-	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // TestMain lets the tests run the decider's main in a child process (the

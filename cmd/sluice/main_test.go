@@ -19,8 +19,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sluicehq/sluice/internal/pgtest"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // startDev runs `sluice dev` in-process on a free port and returns the

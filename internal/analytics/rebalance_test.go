@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
-	"github.com/sluicehq/sluice/internal/kafkatest"
-	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // Analytics scales by running more consumers of the group: here a second

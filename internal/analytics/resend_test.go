@@ -13,8 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
-	"github.com/sluicehq/sluice/internal/kafkatest"
-	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // A write Kafka takes but answers only after the publisher gave up on it

@@ -13,9 +13,9 @@ import (
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
 	"github.com/sluicehq/sluice/internal/follower"
-	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 )
 
 // Decisions through the API become events on Kafka: one rejection event per

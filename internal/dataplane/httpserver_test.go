@@ -16,7 +16,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/testkit/logtest"
 )
 
 // One port, every protocol of cmd/dataplane's: the check routes on

@@ -29,9 +29,9 @@ import (
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit/logtest"
+	"github.com/sluicehq/sluice/internal/testkit/tlstest"
 )
 
 // upstream is a real server: /echo streams the request body back chunk by

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/redisengine"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // twoDeciders returns two deciders' configs of one tenant (testAPI's),

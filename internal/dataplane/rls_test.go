@@ -31,8 +31,8 @@ import (
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // serveRLS serves cfg's grpc-go server on a loopback port and returns a

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limit"
-	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/logtest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // quiet is a logger that writes nowhere.

@@ -17,8 +17,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/sluicehq/sluice/internal/events/eventstest"
-	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/spool"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 )
 
 // childEnv, set in this test binary's environment, makes it a decider's

@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/internal/events/eventstest"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkasec"
-	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/spool"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 )
 
 func start(t *testing.T, cfg Config) *Publisher {

@@ -23,9 +23,9 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/pgstore"
-	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // eventually polls cond until it holds or 20 seconds pass.

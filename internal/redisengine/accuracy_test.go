@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/enginetest"
 	"github.com/sluicehq/sluice/internal/limit"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/enginetest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // admitsAtOnce counts what a fresh limiter admits at one instant, request

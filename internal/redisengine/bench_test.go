@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // BenchmarkScriptCPU reports the Redis CPU one decision costs (redis-µs/op,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicehq/sluice/internal/pgtest"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // Rollups of a month of a busy tenant: 3 tiers of 5 rules, each with

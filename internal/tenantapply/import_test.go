@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/pgstore"
-	"github.com/sluicehq/sluice/internal/pgtest"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
 // Imports into one tenant at once, each into a tier of its own, all land:

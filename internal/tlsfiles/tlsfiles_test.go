@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit/tlstest"
 )
 
 // serve accepts TLS connections with cfg and completes their handshakes.

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/kafkatest"
 	"github.com/sluicehq/sluice/internal/spool"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 )
 
 // Spool opens a publisher's spool in dir, unbounded, and closes it when

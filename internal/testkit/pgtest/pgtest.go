@@ -22,8 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sluicehq/sluice/internal/containertest"
 	"github.com/sluicehq/sluice/internal/pgserver"
+	"github.com/sluicehq/sluice/internal/testkit/containertest"
 	"github.com/sluicehq/sluice/migrations"
 )
 

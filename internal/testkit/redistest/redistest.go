@@ -25,7 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/containertest"
+	"github.com/sluicehq/sluice/internal/testkit/containertest"
 )
 
 // DefaultAddr is the shared server tests use when SLUICE_TEST_REDIS_ADDR is unset.

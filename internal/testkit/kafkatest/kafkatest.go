@@ -20,7 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluicehq/sluice/internal/tlstest"
+	"github.com/sluicehq/sluice/internal/testkit/tlstest"
 )
 
 // Broker is a kfake cluster owned by one test.

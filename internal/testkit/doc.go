@@ -1,0 +1,7 @@
+// Package testkit groups the helpers tests share, one package each: real
+// PostgreSQL (pgtest), Redis (redistest) and the Kafka protocol
+// (kafkatest) for each test in isolation, containers where a Docker
+// engine answers (containertest), TLS certificates (tlstest), captured
+// logs (logtest), and the decision engines' conformance suite
+// (enginetest). Nothing outside tests imports them.
+package testkit
