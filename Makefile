@@ -73,7 +73,7 @@ FUZZ_TARGETS = \
 	internal/tenantfile:FuzzParse \
 	internal/analytics:FuzzBatchAdd \
 	internal/dataplane:FuzzCheckBody \
-	internal/dataplane:FuzzShouldRateLimit \
+	internal/envoyrls:FuzzShouldRateLimit \
 	internal/dataplane:FuzzParseCheckBody \
 	internal/dataplane:FuzzCheckJSON \
 	internal/dataplane:FuzzGRPCCodec \

@@ -19,7 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/follower"
+	"github.com/sluicehq/sluice/internal/decision/decisiontest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -27,56 +27,14 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
-type fixedClock struct{ t time.Time }
-
-func (c *fixedClock) now() time.Time { return c.t }
-
-// testAPI is the check API's config for a tenant (slug acme) whose free
-// tier allows 3 per minute per client and 2 per minute on /login, on a
-// fixed clock, and its check key.
-func testAPI(t testing.TB) (decision.Service, string) {
-	t.Helper()
-	return apiWith(t, []policy.Rule{
-		{ID: "r1", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
-			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Minute}},
-		{ID: "r2", Name: "login", KeyBy: []string{"client_id"}, Enabled: true, Match: []policy.Match{{Key: "route", Value: "/login"}},
-			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}, Message: loginMessage},
-	})
-}
-
-// apiWith is testAPI with the free tier's rules, and overrides.
-func apiWith(t testing.TB, rules []policy.Rule, overrides ...policy.Override) (decision.Service, string) {
-	t.Helper()
-	return apiWithTiers(t, []policy.Tier{{Name: "free", Rules: rules}}, overrides...)
-}
-
-// apiWithTiers is apiWith with tiers, the first the default.
-func apiWithTiers(t testing.TB, tiers []policy.Tier, overrides ...policy.Override) (decision.Service, string) {
-	t.Helper()
-	clk := &fixedClock{t: time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC)}
-	return apiOnClock(t, clk.now, tiers, overrides...)
-}
-
-// apiOnClock is apiWithTiers on the clock now.
-func apiOnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrides ...policy.Override) (decision.Service, string) {
-	t.Helper()
-	snap := &policy.Snapshot{
-		Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: tiers[0].Name}, Version: 3,
-		Tiers: tiers, Overrides: overrides,
-	}
-	c, err := decide.Compile(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := follower.NewKeys()
-	secret, _ := policy.NewKeySecret(policy.KeyCheck)
-	keys.Set(policy.HashKey(secret), c)
-	return decision.Service{
-		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
-		Authenticate: keys.Authenticate,
-		MaxBodyBytes: 1024,
-	}, secret
-}
+// The tenant of the check API's tests (decisiontest): testAPI's free
+// tier allows 3 per minute per client and 2 per minute on /login.
+var (
+	testAPI      = decisiontest.Default
+	apiWith      = decisiontest.With
+	apiWithTiers = decisiontest.WithTiers
+	apiOnClock   = decisiontest.OnClock
+)
 
 // served is a check API served for a test: its base URL and a client.
 type served struct {
@@ -134,7 +92,7 @@ func eachServer(t *testing.T, mk func(testing.TB) (decision.Service, string), f 
 
 // loginMessage is the test tenant's login rule's message for the clients
 // it rejects.
-const loginMessage = "Too many sign-in attempts: wait a minute, or reset your password at https://example.com/reset"
+const loginMessage = decisiontest.LoginMessage
 
 func post(t *testing.T, srv served, path, key, body string) (*http.Response, map[string]any) {
 	t.Helper()

@@ -2,37 +2,32 @@ package dataplane
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"slices"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"golang.org/x/net/http2"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/envoyimport"
+	"github.com/sluicehq/sluice/internal/decision/decisiontest"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/redisengine"
-	"github.com/sluicehq/sluice/internal/rlheaders"
-	"github.com/sluicehq/sluice/internal/testkit/redistest"
+)
+
+// Envoy descriptors and gRPC field errors, as decisiontest builds them.
+var (
+	descriptor = decisiontest.Descriptor
+	grpcFields = decisiontest.GRPCFields
 )
 
 // serveRLS serves cfg's grpc-go server on a loopback port and returns a
@@ -66,110 +61,6 @@ func listenGRPC(t testing.TB, cfg decision.Service) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	return ln.Addr().String()
-}
-
-func descriptor(kv ...string) *ratelimitv3.RateLimitDescriptor {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
-func TestEnvoyRLSWithAStockClient(t *testing.T) {
-	t.Parallel()
-	cfg, key := testAPI(t)
-	client := serveRLS(t, cfg)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
-
-	// Two descriptors: alice's per-client counter, and alice on /login.
-	req := &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-		descriptor("client_id", "alice"), descriptor("client_id", "bob", "route", "/login")}}
-	res, err := client.ShouldRateLimit(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OverallCode != rlsv3.RateLimitResponse_OK || len(res.Statuses) != 2 {
-		t.Fatalf("first call: %v", res)
-	}
-	st := res.Statuses[1] // bob on /login: the login rule (2/min) is the most restrictive
-	if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetName() != "login" || st.CurrentLimit.GetRequestsPerUnit() != 2 ||
-		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != 1 {
-		t.Fatalf("login status %v", st)
-	}
-	if got := res.Statuses[0]; got.CurrentLimit.GetName() != "per-client" || got.LimitRemaining != 2 || got.DurationUntilReset.AsDuration() != 45*time.Second {
-		t.Fatalf("per-client status %v", got)
-	}
-
-	// hits_addend is the cost: bob's second and third /login at once exceed 2.
-	req = &rlsv3.RateLimitRequest{Domain: "acme", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "bob", "route", "/login")}}
-	res, err = client.ShouldRateLimit(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 1 {
-		t.Fatalf("over the limit: %v", res)
-	}
-	if string(res.RawBody) != loginMessage { // Envoy's 429 body
-		t.Fatalf("the rejection's body %q, want the login rule's message", res.RawBody)
-	}
-	headers := map[string]string{}
-	for _, h := range res.ResponseHeadersToAdd {
-		headers[h.Key] = h.Value
-	}
-	if headers["X-Ratelimit-Limit"] != "2" || headers["X-Ratelimit-Remaining"] != "1" || headers["Retry-After"] == "" || headers["Ratelimit-Policy"] == "" {
-		t.Fatalf("headers %v: want the login rule's", headers)
-	}
-
-	// A descriptor's own hits_addend wins over the request's.
-	d := descriptor("client_id", "carol")
-	d.HitsAddend = wrapperspb.UInt64(3)
-	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", HitsAddend: 1, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
-	if err != nil || res.Statuses[0].LimitRemaining != 0 || res.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("per-descriptor hits: %v %v", res, err)
-	}
-
-	// A descriptor's hits_addend of 0 asks without consuming: over the
-	// limit for carol, who has none left; dave's peeks leave his 3 for the
-	// request after them.
-	d.HitsAddend = wrapperspb.UInt64(0)
-	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
-	if err != nil || res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 0 {
-		t.Fatalf("carol's peek: %v %v", res, err)
-	}
-	peek := descriptor("client_id", "dave")
-	peek.HitsAddend = wrapperspb.UInt64(0)
-	for range 2 {
-		res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{peek}})
-		if err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK || res.Statuses[0].LimitRemaining != 3 {
-			t.Fatalf("peek: %v %v", res, err)
-		}
-	}
-	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "dave")}})
-	if err != nil || res.Statuses[0].LimitRemaining != 2 {
-		t.Fatalf("dave's first request after peeks: %v %v", res, err)
-	}
-}
-
-func TestEnvoyRLSRefusesWrongCallers(t *testing.T) {
-	t.Parallel()
-	cfg, key := testAPI(t)
-	client := serveRLS(t, cfg)
-	ok := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
-	for name, tc := range map[string]struct {
-		ctx  context.Context
-		req  *rlsv3.RateLimitRequest
-		want codes.Code
-	}{
-		"no key":         {context.Background(), &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "a")}}, codes.Unauthenticated},
-		"wrong key":      {metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer sk_check_nope"), &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "a")}}, codes.Unauthenticated},
-		"other domain":   {ok, &rlsv3.RateLimitRequest{Domain: "globex", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "a")}}, codes.PermissionDenied},
-		"no descriptors": {ok, &rlsv3.RateLimitRequest{Domain: "acme"}, codes.InvalidArgument},
-	} {
-		if _, err := client.ShouldRateLimit(tc.ctx, tc.req); status.Code(err) != tc.want {
-			t.Errorf("%s: %v, want %v", name, err, tc.want)
-		}
-	}
 }
 
 // DecisionService on grpc-go, with a stock client: decisions, and errors
@@ -235,129 +126,6 @@ func TestGRPCServerBoundsStreams(t *testing.T) {
 	}
 }
 
-// grpcFields is the code of a gRPC error and the fields its BadRequest
-// details name.
-func grpcFields(err error) (codes.Code, []string) {
-	st := status.Convert(err)
-	var fields []string
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, f := range br.FieldViolations {
-				fields = append(fields, f.Field)
-			}
-		}
-	}
-	return st.Code(), fields
-}
-
-// Envoy's per-descriptor limit decides its descriptor alone, in place of
-// the tenant's rules, as envoyproxy/ratelimit does: a fixed window counted
-// in Redis per the values of all the descriptor's entries.
-func TestEnvoyRLSDescriptorLimits(t *testing.T) {
-	t.Parallel()
-	cfg, key := testAPI(t)
-	rc, prefix := redistest.Client(t)
-	var now atomic.Int64
-	now.Store(time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC).UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	cfg.Decider = decide.NewDecider(decide.Options{Engine: redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Now: clock}),
-		DenyCacheSize: 1024, Budget: time.Second, Now: clock})
-	client := serveRLS(t, cfg)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
-	limited := func(n uint32, unit typev3.RateLimitUnit, kv ...string) *ratelimitv3.RateLimitDescriptor {
-		d := descriptor(kv...)
-		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
-		return d
-	}
-	ask := func(d *ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse_DescriptorStatus {
-		t.Helper()
-		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (res.OverallCode == rlsv3.RateLimitResponse_OK) != (res.Statuses[0].Code == rlsv3.RateLimitResponse_OK) {
-			t.Fatalf("overall %v, status %v", res.OverallCode, res.Statuses[0].Code)
-		}
-		return res.Statuses[0]
-	}
-	ok := func(st *rlsv3.RateLimitResponse_DescriptorStatus) bool { return st.Code == rlsv3.RateLimitResponse_OK }
-
-	// 5 a minute for erin, where the tenant's rule allows 3.
-	for i := range 5 {
-		st := ask(limited(5, typev3.RateLimitUnit_MINUTE, "client_id", "erin"))
-		if !ok(st) || st.LimitRemaining != uint32(4-i) || st.CurrentLimit.GetRequestsPerUnit() != 5 ||
-			st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.CurrentLimit.GetName() != "limit/60s/client_id" ||
-			st.DurationUntilReset.AsDuration() != 45*time.Second {
-			t.Fatalf("erin's request %d under her own limit: %v", i, st)
-		}
-	}
-	if st := ask(limited(5, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); ok(st) {
-		t.Fatalf("erin's sixth: %v, want OVER_LIMIT", st)
-	}
-	// The tenant's rules count apart and are untouched.
-	if st := ask(descriptor("client_id", "erin")); !ok(st) || st.CurrentLimit.GetName() != "per-client" || st.LimitRemaining != 2 {
-		t.Fatalf("erin under the tenant's rules: %v", st)
-	}
-	// A limit raised mid-window keeps the count, as in envoyproxy/ratelimit,
-	// and the rejection before it is not remembered against it.
-	if st := ask(limited(6, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); !ok(st) || st.LimitRemaining != 0 {
-		t.Fatalf("erin under a raised limit: %v", st)
-	}
-	if st := ask(limited(6, typev3.RateLimitUnit_MINUTE, "client_id", "erin")); ok(st) {
-		t.Fatalf("erin over the raised limit: %v", st)
-	}
-	// Counters are per the entries' keys and values, in order, duplicate
-	// keys included.
-	for _, kv := range [][]string{{"user", "erin"}, {"h", "a", "h", "b"}, {"h", "a", "h", "c"}, {"h", "b", "h", "a"}} {
-		if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, kv...)); !ok(st) {
-			t.Fatalf("%v: first request %v, want its own counter", kv, st)
-		}
-	}
-	if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, "h", "a", "h", "b")); ok(st) {
-		t.Fatalf("second request of h=a,h=b: %v", st)
-	}
-	// unit_multiplier: a window of 30 seconds.
-	thirty := limited(1, typev3.RateLimitUnit_SECOND, "ip", "10.0.0.1")
-	thirty.Limit.UnitMultiplier = wrapperspb.UInt32(30)
-	if st := ask(thirty); !ok(st) || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND ||
-		st.CurrentLimit.GetUnitMultiplier().GetValue() != 30 || st.DurationUntilReset.AsDuration() != 15*time.Second {
-		t.Fatalf("30 s window: %v", st)
-	}
-	if st := ask(thirty); ok(st) {
-		t.Fatalf("second request in the 30 s window: %v", st)
-	}
-	now.Add(int64(15 * time.Second))
-	if st := ask(thirty); !ok(st) {
-		t.Fatalf("first request of the next 30 s window: %v", st)
-	}
-
-	// Invalid limits are refused with their fields, the whole request
-	// uncounted.
-	bad := func(mod func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride), want string) {
-		t.Helper()
-		d := limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "fay")
-		mod(d.Limit)
-		_, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "gil"), d}})
-		if code, fields := grpcFields(err); code != codes.InvalidArgument || !slices.Equal(fields, []string{"descriptors[1]." + want}) {
-			t.Fatalf("%s: %v, fields %v", want, err, fields)
-		}
-	}
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.Unit = typev3.RateLimitUnit_UNKNOWN }, "limit.unit")
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.Unit = 42 }, "limit.unit")
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.RequestsPerUnit = 0 }, "limit.requests_per_unit")
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) {
-		o.RequestsPerUnit = policy.MaxLimit + 1
-	}, "limit.requests_per_unit")
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) { o.UnitMultiplier = wrapperspb.UInt32(0) }, "limit.unit_multiplier")
-	bad(func(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) {
-		o.Unit, o.UnitMultiplier = typev3.RateLimitUnit_YEAR, wrapperspb.UInt32(2)
-	}, "limit.unit_multiplier")
-	if st := ask(limited(1, typev3.RateLimitUnit_MINUTE, "client_id", "gil")); !ok(st) {
-		t.Fatalf("gil after refused requests: %v, want his first", st)
-	}
-}
-
 // A blocked client gets 429 naming the blocking rule, with a limit and
 // remaining of 0 and no Retry-After (it never can be admitted); Envoy gets
 // OVER_LIMIT with requests_per_unit 0, as envoyproxy/ratelimit answers
@@ -413,86 +181,6 @@ func TestBlockedClient(t *testing.T) {
 	if st := res.Statuses[0]; st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetName() != "blocked" ||
 		st.CurrentLimit.GetRequestsPerUnit() != 0 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
 		t.Fatalf("Envoy's answer for a client blocked by an override: %v", res)
-	}
-}
-
-// envoyproxy/ratelimit's "replaces" (its README's example 7, imported): in
-// a call whose descriptors meet both limits, the replacing one applies and
-// the replaced one is neither counted nor checked; alone, the replaced one
-// applies as ever.
-func TestEnvoyRLSReplaces(t *testing.T) {
-	t.Parallel()
-	plan, err := envoyimport.Parse(strings.NewReader(`
-domain: acme
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit: {name: specific_limit, requests_per_unit: 5, unit: second}
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces: [{name: specific_limit}]
-          requests_per_unit: 10
-          unit: second
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range plan.Rules {
-		plan.Rules[i].ID = fmt.Sprint("r", i)
-	}
-	cfg, key := apiWith(t, plan.Rules)
-	client := serveRLS(t, cfg)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
-	both := []*ratelimitv3.RateLimitDescriptor{descriptor("key_1", "value_1", "user", "bkthomps"), descriptor("key_2", "value_2", "user", "bkthomps")}
-	ask := func(ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
-		t.Helper()
-		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: ds})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	for i := range 10 {
-		res := ask(both...)
-		if res.OverallCode != rlsv3.RateLimitResponse_OK || res.Statuses[0].CurrentLimit != nil || res.Statuses[1].LimitRemaining != uint32(9-i) {
-			t.Fatalf("call %d with both descriptors: %v", i, res)
-		}
-	}
-	if res := ask(both...); res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		t.Fatalf("the 11th call with both: %v, want the 10 a second of the replacing limit", res)
-	}
-	for i := range 6 { // the replaced limit, alone, untouched by the calls above
-		res := ask(both[0])
-		if want := i < 5; (res.OverallCode == rlsv3.RateLimitResponse_OK) != want || res.Statuses[0].CurrentLimit.GetName() != "specific_limit" {
-			t.Fatalf("call %d with the first descriptor alone: %v", i, res)
-		}
-	}
-}
-
-// Envoy adds the headers of the decider's style: X-RateLimit-* alone here.
-func TestEnvoyRLSAddsTheConfiguredHeaders(t *testing.T) {
-	t.Parallel()
-	cfg, key := testAPI(t)
-	cfg.Headers = rlheaders.X
-	client := serveRLS(t, cfg)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
-	res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "dave")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, h := range res.ResponseHeadersToAdd {
-		got = append(got, h.Key+": "+h.Value)
-	}
-	if want := []string{"X-Ratelimit-Limit: 3", "X-Ratelimit-Remaining: 2", "X-Ratelimit-Reset: 45"}; !slices.Equal(got, want) {
-		t.Fatalf("headers %q, want %q", got, want)
 	}
 }
 
