@@ -11,14 +11,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/sluicehq/sluice/internal/decision"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/protoconv"
-	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // streamWorkers is the gRPC server's pool of kept call goroutines; idle
@@ -135,14 +133,4 @@ func (g grpcDecisions) Reset(ctx context.Context, m *sluicev1.ResetRequest) (*sl
 
 // incomingAuth is a gRPC call's authorization metadata, as an HTTP
 // request's Authorization header: the first value.
-func incomingAuth(ctx context.Context) string { return incomingMetadata(ctx)("authorization") }
-
-// incomingMetadata reads the first value of a key of ctx's gRPC metadata.
-func incomingMetadata(ctx context.Context) tracing.Getter {
-	return func(key string) string {
-		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
-			return v[0]
-		}
-		return ""
-	}
-}
+func incomingAuth(ctx context.Context) string { return decision.Metadata(ctx)("authorization") }
