@@ -49,12 +49,12 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'Ingest|Consume' -benchtime 300000x ./internal/analytics/
 	$(GO) test -run '^$$' -bench Prune -benchtime 100x ./internal/analytics/
 	$(GO) test -run '^$$' -bench . ./internal/pgstore/
-	$(GO) test -run '^$$' -bench ConfigPropagation -benchtime 200x ./internal/dataplane/
+	$(GO) test -run '^$$' -bench ConfigPropagation -benchtime 200x ./internal/follower/
 	$(GO) test -run '^$$' -bench Reports -benchtime 10x ./internal/reports/
 	$(GO) test -run '^$$' -bench ScriptCPU -benchtime 100000x ./internal/redisengine/
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/
-	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/
-	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/dataplane/
+	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/decider/
+	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/decider/
 
 .PHONY: bench-check
 bench-check: ## run every benchmark once, briefly: a benchmark that no longer runs fails (CI runs it)
@@ -72,11 +72,11 @@ FUZZ_TARGETS = \
 	internal/kongimport:FuzzParse \
 	internal/tenantfile:FuzzParse \
 	internal/analytics:FuzzBatchAdd \
-	internal/dataplane:FuzzCheckBody \
+	internal/decider:FuzzCheckBody \
 	internal/envoyrls:FuzzShouldRateLimit \
-	internal/dataplane:FuzzParseCheckBody \
-	internal/dataplane:FuzzCheckJSON \
-	internal/dataplane:FuzzGRPCCodec \
+	internal/checkapi:FuzzParseCheckBody \
+	internal/checkapi:FuzzCheckJSON \
+	internal/grpcserve:FuzzGRPCCodec \
 	internal/protoconv:FuzzFieldJSON \
 	internal/h2sniff:FuzzSplit \
 	internal/controlplane:FuzzReadToken \

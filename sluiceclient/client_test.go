@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/dataplane"
+	"github.com/sluicehq/sluice/internal/checkapi"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/follower"
@@ -62,7 +62,7 @@ func deciderOf(t *testing.T, clk *clock, rules []policy.Rule, hold func()) (url,
 	keys := follower.NewKeys()
 	key, _ = policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
-	path, h := dataplane.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
+	path, h := checkapi.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
 		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
 	calls = new(atomic.Int64)
 	mux := http.NewServeMux()
@@ -345,7 +345,7 @@ func TestLeases(t *testing.T) {
 	keys := follower.NewKeys()
 	key, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
-	path, h := dataplane.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
+	path, h := checkapi.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
 		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)

@@ -23,7 +23,7 @@
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
 // at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
-// (see dataplane.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
+// (see gctune.Tune). GOMAXPROCS=1 may serve more decisions on a small
 // machine the decider shares with Redis (docs/operations.md, "Tuning a
 // decider").
 package main
@@ -35,14 +35,14 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decider"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	"github.com/sluicehq/sluice/internal/gctune"
 	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 func main() {
-	dataplane.TuneGC(os.Getenv)
+	gctune.Tune(os.Getenv)
 	flagenv.Main("dataplane", run)
 }
 

@@ -23,13 +23,14 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sluicehq/sluice/internal/checkapi"
 	"github.com/sluicehq/sluice/internal/cli"
-	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/httpcheck"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -1122,13 +1123,13 @@ func describe(err error) string {
 }
 
 // printCheckJSON writes a check's answer as POST /v1/check answers it
-// (docs/api.md, dataplane.CheckJSON): the same field names, waits in
+// (docs/api.md, checkapi.CheckJSON): the same field names, waits in
 // milliseconds.
 func printCheckJSON(w io.Writer, r *sluicev1.CheckResponse) error {
 	ms := func(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-	out := dataplane.CheckJSON{Allowed: r.Allowed, Rules: []dataplane.RuleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
+	out := checkapi.CheckJSON{Allowed: r.Allowed, Rules: []httpcheck.RuleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
 	for _, x := range r.Rules {
-		j := dataplane.RuleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
+		j := httpcheck.RuleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
 			ResetAfterMS: ms(x.GetResetAfter().AsDuration()), DelayMS: ms(x.GetDelay().AsDuration()), Message: x.Message, Unenforced: x.Unenforced}
 		if x.RetryAfter != nil {
 			v := ms(x.RetryAfter.AsDuration())

@@ -20,9 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/clientip"
-	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/kafkasec"
+	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
@@ -135,7 +135,7 @@ func Defaults() Config {
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
 		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,
 		Proxy: Proxy{DenyStatus: http.StatusTooManyRequests, Addr: "127.0.0.1:8000", IPv6Prefix: clientip.IPv6Network,
-			MaxDelay: 5 * time.Second, UpstreamTimeout: dataplane.DefaultUpstreamTimeout},
+			MaxDelay: 5 * time.Second, UpstreamTimeout: proxy.DefaultUpstreamTimeout},
 	}
 }
 
@@ -150,7 +150,7 @@ func (c *Config) Validate() error {
 type parsedConfig struct {
 	headers  rlheaders.Style
 	overload decide.OverloadPolicy
-	proxy    dataplane.ProxyConfig // without API, Upstream, Tenant, JWT
+	proxy    proxy.Config // without API, Upstream, Tenant, JWT
 	upstream *url.URL
 }
 
@@ -180,7 +180,7 @@ func (c *Config) parsed() (parsedConfig, error) {
 	if x.Upstream != "" && x.ForwardAuth {
 		return p, errors.New("-forward-auth answers in place of forwarding: give -upstream or -forward-auth, not both")
 	}
-	p.proxy = dataplane.ProxyConfig{IdentityHeader: x.IdentityHeader, IdentityCookie: x.IdentityCookie, TierHeader: x.TierHeader,
+	p.proxy = proxy.Config{IdentityHeader: x.IdentityHeader, IdentityCookie: x.IdentityCookie, TierHeader: x.TierHeader,
 		MaxDelay: x.MaxDelay, ClientCertIdentity: x.ClientCert, IPv6Prefix: x.IPv6Prefix, UpstreamTimeout: x.UpstreamTimeout,
 		PreserveHost: x.PreserveHost, ForwardAuth: x.ForwardAuth, DenyStatus: x.DenyStatus, FoldRoutes: x.FoldRoutes}
 	if x.DenyStatus != http.StatusTooManyRequests && x.DenyStatus != http.StatusForbidden {
@@ -192,7 +192,7 @@ func (c *Config) parsed() (parsedConfig, error) {
 	case x.UpstreamTimeout == 0:
 		p.proxy.UpstreamTimeout = -1 // the setting's 0 is "no bound"
 	}
-	if p.proxy.HeaderDescriptors, err = dataplane.ParseHeaderDescriptors(x.DescriptorHeaders); err != nil {
+	if p.proxy.HeaderDescriptors, err = proxy.ParseHeaderDescriptors(x.DescriptorHeaders); err != nil {
 		return p, fmt.Errorf("-descriptor-headers: %w", err)
 	}
 	if x.IPv6Prefix < 1 || x.IPv6Prefix > 128 {

@@ -8,13 +8,14 @@ import (
 )
 
 // The decider's protocols are packages of their own over the decision
-// service: none imports another, and the service imports none of them.
+// service and the shared HTTP and gRPC plumbing: none imports another,
+// and neither the service nor the plumbing imports any of them.
 func TestNoTransportImportsAnother(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
 	const mod = "github.com/sluicehq/sluice/internal/"
-	transports := []string{"dataplane", "envoyrls"}
+	transports := []string{"checkapi", "envoyrls", "gubernator", "unkey", "proxy"}
 	deps := func(pkg string) []string {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+pkg).Output()
 		if err != nil {
@@ -22,7 +23,7 @@ func TestNoTransportImportsAnother(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	for _, pkg := range append([]string{"decision", "follower"}, transports...) {
+	for _, pkg := range append([]string{"decision", "follower", "httpcheck", "grpcserve"}, transports...) {
 		d := deps(pkg)
 		for _, other := range transports {
 			if other != pkg && slices.Contains(d, mod+other) {

@@ -18,18 +18,20 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/internal/checkapi"
 	"github.com/sluicehq/sluice/internal/clientip"
-	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/grpcserve"
+	"github.com/sluicehq/sluice/internal/httpcheck"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
@@ -184,11 +186,12 @@ func (d *Decider) Close() {
 	d.stops = nil
 }
 
-// Mount routes the check APIs on mux: HTTP (with CORS for the origins
-// configured) and Connect's DecisionService.
+// Mount routes the check APIs on mux: every protocol's HTTP routes (with
+// CORS for the origins configured) and Connect's DecisionService.
 func (d *Decider) Mount(mux *http.ServeMux) {
-	dataplane.MountHTTP(mux, dataplane.CORS(flagenv.List(d.cfg.CORSOrigins), dataplane.NewHTTPHandler(d.Service)))
-	mux.Handle(dataplane.NewDecisionService(d.Service))
+	routes := HTTPRoutes(httpcheck.NewAPI(d.Service))
+	httpcheck.Mount(mux, routes, httpcheck.CORS(flagenv.List(d.cfg.CORSOrigins), httpcheck.Handler(routes)))
+	mux.Handle(checkapi.NewDecisionService(d.Service))
 }
 
 // Run serves cfg's decider on its listeners until ctx ends, then stops it:
@@ -225,7 +228,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// The check routes on fasthttp, everything else (and browsers' checks,
 	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
 	// the connections that chose h2 by ALPN).
-	srv := dataplane.NewHTTPServer(d.Service, mux)
+	api := httpcheck.NewAPI(d.Service)
+	srv := httpcheck.NewServer(api, HTTPRoutes(api), mux)
 	fmt.Fprintf(cfg.Stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if adminAt != "" {
 		fmt.Fprintf(cfg.Stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
@@ -310,13 +314,13 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg decisio
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: cfg.GRPCMaxConnectionAgeGrace}))
 	}
-	gs := dataplane.NewGRPCServer(apiCfg, opts...)
-	envoyrls.Register(gs, apiCfg)
-	stopHealth := dataplane.ServeHealth(gs, syncer.Loaded())
+	gs := grpcserve.NewServer(apiCfg, opts...)
+	RegisterGRPC(gs, apiCfg)
+	stopHealth := grpcserve.ServeHealth(gs, syncer.Loaded(), GRPCServices...)
 	go func() { <-ctx.Done(); stopHealth() }() // balancers drain first
 	go func() { _ = gs.Serve(rln) }()
 	fmt.Fprintf(stdout, "gRPC (Envoy rate limit service, DecisionService) on %s\n", rln.Addr())
-	return func() { dataplane.StopGRPC(gs, GRPCStopGrace) }, nil
+	return func() { grpcserve.Stop(gs, GRPCStopGrace) }, nil
 }
 
 // serveProxy starts the reverse proxy of x in front of its upstream (or,
@@ -326,7 +330,7 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg decisio
 func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, api decision.Service, keys *follower.Keys) (func(), error) {
 	pc := p.proxy
 	if x.JWTClaim != "" {
-		jwt, err := dataplane.NewJWKSIdentity(ctx, x.JWTClaim, x.JWKSURL, x.JWTIssuer, x.JWTAudience)
+		jwt, err := proxy.NewJWKSIdentity(ctx, x.JWTClaim, x.JWKSURL, x.JWTIssuer, x.JWTAudience)
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +349,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, 
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	srv := &http.Server{Handler: dataplane.NewProxy(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: proxy.New(pc), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
 	if pc.ForwardAuth {

@@ -29,6 +29,9 @@ import (
 // or a policy error with CodeUnauthenticated.
 type AuthenticateFunc func(authorization string) (*decide.Config, error)
 
+// DefaultMaxBodyBytes bounds a check request's body.
+const DefaultMaxBodyBytes = 64 << 10
+
 // Service is the decision service every API of a decider serves: it
 // authorizes check keys (Authorize), decides (Decide) and resets (Reset),
 // and records each decision in the metrics, the events and a span.
@@ -168,7 +171,7 @@ func (cfg *Service) Recovered(ctx context.Context, api string, r any) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	logger.ErrorContext(ctx, "dataplane: a request's handling panicked; answered with an internal error",
+	logger.ErrorContext(ctx, "decider: a request's handling panicked; answered with an internal error",
 		"api", api, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	if m := cfg.Metrics; m != nil {
 		m.panics.WithLabelValues(api).Inc()

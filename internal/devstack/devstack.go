@@ -35,9 +35,8 @@ import (
 	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/controlplane"
-	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/decider"
-	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/grpcserve"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -226,9 +225,9 @@ func Run(ctx context.Context, cfg Config) error {
 	srv.Protocols.SetUnencryptedHTTP2(true)
 
 	// grpc-go's listener: Envoy's rate limit service and DecisionService.
-	gs := dataplane.NewGRPCServer(dec.Service)
-	envoyrls.Register(gs, dec.Service)
-	defer dataplane.ServeHealth(gs, syncer.Loaded())()
+	gs := grpcserve.NewServer(dec.Service)
+	decider.RegisterGRPC(gs, dec.Service)
+	defer grpcserve.ServeHealth(gs, syncer.Loaded(), decider.GRPCServices...)()
 	go func() { _ = gs.Serve(gln) }()
 	defer gs.Stop()
 

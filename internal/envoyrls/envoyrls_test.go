@@ -2,7 +2,6 @@ package envoyrls_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -42,21 +40,9 @@ var (
 // serveRLS serves cfg's rate limit service on a loopback port and returns
 // a stock grpc-go client of it.
 func serveRLS(t testing.TB, cfg decision.Service) rlsv3.RateLimitServiceClient {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	envoyrls.Register(srv, cfg)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(decisiontest.ServeGRPC(t, srv))
 }
 
 func TestEnvoyRLSWithAStockClient(t *testing.T) {

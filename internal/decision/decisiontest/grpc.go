@@ -3,8 +3,12 @@ package decisiontest
 import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"net"
+	"testing"
 )
 
 // Descriptor is an Envoy descriptor of key, value pairs.
@@ -29,4 +33,22 @@ func GRPCFields(err error) (codes.Code, []string) {
 		}
 	}
 	return st.Code(), fields
+}
+
+// ServeGRPC serves srv on a loopback port until the test ends and returns
+// a connection to it.
+func ServeGRPC(t testing.TB, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
