@@ -204,6 +204,51 @@ func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
 	s.check(t, pool)
 }
 
+// TestTwelvePartitionsFourConsumersOneKilled is analytics scaled out in
+// miniature, as docs/scaling.md plans it: a topic of 12 partitions read by
+// four analytics processes of one group. One is killed with SIGKILL
+// mid-stream and not restarted: once the group's session times out, the
+// other three take its partitions over from the offsets it committed with
+// its rollups, and every count is exact.
+func TestTwelvePartitionsFourConsumersOneKilled(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	broker := kafkatest.Start(t, 12, []string{topic})
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	env := []string{"DATABASE_URL=" + dsn, "KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC=" + topic, "SLUICE_ANALYTICS_BATCH=100"}
+	s := stream{tenants: 48, clients: 10, chunks: 30} // tenants enough to reach every partition
+	var children []*child
+	for range 4 {
+		children = append(children, startChild(t, env...))
+	}
+	var killedAt int64
+	s.produce(t, broker.Addrs(), topic, func(chunk int) {
+		if chunk == s.chunks/3 {
+			waitCommitted(t, pool, 1)
+			children[1].kill(t)
+			killedAt = committed(t, pool)
+		}
+	})
+	if killedAt >= s.total() {
+		t.Fatalf("killed after everything was committed (%d)", killedAt)
+	}
+	waitCommitted(t, pool, s.total())
+	s.check(t, pool)
+	var partitions int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM analytics_offsets`).Scan(&partitions); err != nil {
+		t.Fatal(err)
+	}
+	if partitions != 12 {
+		t.Errorf("offsets of %d partitions committed, want 12", partitions)
+	}
+}
+
 // TestBrokerRestartMidStreamLosesAndDoublesNothing restarts the broker
 // (kfake keeping its data on disk) while the analytics process consumes.
 func TestBrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {

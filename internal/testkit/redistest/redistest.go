@@ -228,49 +228,136 @@ func (s *Server) kill() {
 	}
 }
 
-// Cluster is a throwaway Redis Cluster of three masters, and the replicas
-// AddReplica adds.
+// Cluster is a throwaway Redis Cluster: its masters, then the replicas
+// AddReplica adds and the masters AddMaster adds, in order.
 type Cluster struct {
 	Addrs   []string
 	Servers []*Server
 }
 
-// StartCluster starts three cluster-enabled redis-servers, splits the 16384
-// slots between them, joins them and waits until the cluster is ok. The
-// servers are killed when the test ends.
-func StartCluster(t testing.TB) *Cluster {
+// StartCluster is StartClusterOf three masters.
+func StartCluster(t testing.TB) *Cluster { return StartClusterOf(t, 3) }
+
+// StartClusterOf starts n cluster-enabled redis-servers, splits the 16384
+// slots evenly between them, joins them and waits until the cluster is ok.
+// The servers are killed when the test ends.
+func StartClusterOf(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{}
-	for range 3 {
+	for range n {
 		s := startClusterNode(t)
 		c.Servers = append(c.Servers, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
 	ctx := context.Background()
-	err := c.eachNode(func(i int, n *redis.Client) error {
-		lo, hi := i*16384/3, (i+1)*16384/3-1
-		err := n.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
+	err := c.eachNode(func(i int, node *redis.Client) error {
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
 		if err == nil && i > 0 {
-			err = n.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Servers[0].port)).Err()
+			err = node.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(c.Servers[0].port)).Err()
 		}
 		return err
 	})
 	if err != nil {
 		t.Fatalf("redistest: cluster setup: %v", err)
 	}
-	err = waitFor(func() error {
-		return c.eachNode(func(i int, n *redis.Client) error {
-			info, err := n.ClusterInfo(ctx).Result()
-			if err == nil && (!strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3")) {
+	if err := c.waitKnown(n); err != nil {
+		t.Fatalf("redistest: cluster never became ok: %v", err)
+	}
+	return c
+}
+
+// waitKnown waits until every node says the cluster is ok and knows n
+// nodes.
+func (c *Cluster) waitKnown(n int) error {
+	ctx := context.Background()
+	return waitFor(func() error {
+		return c.eachNode(func(i int, node *redis.Client) error {
+			info, err := node.ClusterInfo(ctx).Result()
+			if err == nil && (!strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)+"\r")) {
 				err = fmt.Errorf("not ready: %.60s", info)
 			}
 			return err
 		})
 	})
-	if err != nil {
-		t.Fatalf("redistest: cluster never became ok: %v", err)
+}
+
+// AddMaster starts a node and joins it to the cluster as a master of no
+// slots: MoveSlots gives it some.
+func (c *Cluster) AddMaster(t testing.TB) *Server {
+	t.Helper()
+	s := startClusterNode(t)
+	n := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer n.Close()
+	if err := n.ClusterMeet(context.Background(), "127.0.0.1", strconv.Itoa(c.Servers[0].port)).Err(); err != nil {
+		t.Fatalf("redistest: new master meets the cluster: %v", err)
 	}
-	return c
+	c.Servers = append(c.Servers, s)
+	c.Addrs = append(c.Addrs, s.Addr)
+	if err := c.waitKnown(len(c.Servers)); err != nil {
+		t.Fatalf("redistest: new master never known: %v", err)
+	}
+	return s
+}
+
+// MoveSlots moves the slots lo to hi from one master to another as Redis's
+// own resharding does, one slot at a time: the slot is marked migrating
+// and importing, its keys are moved with MIGRATE (clients meanwhile
+// follow ASK redirections), then every node is told its new owner. It
+// returns the keys moved. The cluster must have no replicas.
+func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) int {
+	t.Helper()
+	ctx := context.Background()
+	src := redis.NewClient(&redis.Options{Addr: from.Addr})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: to.Addr})
+	defer dst.Close()
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	var nodes []*redis.Client
+	for _, n := range c.Servers {
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: n.Addr}))
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	moved := 0
+	for slot := lo; slot <= hi; slot++ {
+		err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err()
+		if err == nil {
+			err = src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err()
+		}
+		for err == nil {
+			var keys []string
+			if keys, err = src.ClusterGetKeysInSlot(ctx, slot, 100).Result(); err != nil || len(keys) == 0 {
+				break
+			}
+			args := []any{"MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS"}
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			if err = src.Do(ctx, args...).Err(); err == nil {
+				moved += len(keys)
+			}
+		}
+		for _, n := range nodes {
+			if err == nil {
+				err = n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+			}
+		}
+		if err != nil {
+			t.Fatalf("redistest: moving slot %d: %v", slot, err)
+		}
+	}
+	return moved
 }
 
 // startClusterNode starts a cluster-enabled redis-server, killed when the
