@@ -45,7 +45,10 @@ generate-check: generate ## fail when the committed generated code is not what `
 
 .PHONY: bench
 bench: ## run the benchmarks (figures go to docs/benchmarks.md)
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/events/ ./internal/decide/ ./internal/policy/
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/limit/ ./internal/policy/
+	$(GO) test -run '^$$' -bench 'Rejected|Count' -benchmem ./internal/events/
+	$(GO) test -run '^$$' -bench PublishPerPartition -benchtime 300000x ./internal/events/
+	$(GO) test -run '^$$' -bench 'Among|Compile' -benchmem ./internal/decide/
 	$(GO) test -run '^$$' -bench 'Ingest|Consume' -benchtime 300000x ./internal/analytics/
 	$(GO) test -run '^$$' -bench Prune -benchtime 100x ./internal/analytics/
 	$(GO) test -run '^$$' -bench . ./internal/pgstore/
@@ -55,6 +58,7 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/
 	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/decider/
 	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/decider/
+	$(GO) test -run '^$$' -bench 'ClusterScaling|DecisionCost' -benchtime 100000x ./internal/decide/
 
 .PHONY: bench-check
 bench-check: ## run every benchmark once, briefly: a benchmark that no longer runs fails (CI runs it)

@@ -148,10 +148,6 @@ func poolFor(t testing.TB) *pgxpool.Pool { return pgtest.Pool(t) }
 
 func kafkatestTopic(t testing.TB) string { return kafkatest.Topic(t) }
 
-func startBroker(t testing.TB, topic string) []string {
-	return kafkatest.Start(t, 3, []string{topic}).Addrs()
-}
-
 func TestBatchRefusesMalformedEvents(t *testing.T) {
 	t.Parallel()
 	ok := rejection("t", "r", "c", t0, false)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 )
 
 // benchEvents returns n encoded events like a busy system's: 50 tenants,
@@ -86,10 +87,17 @@ func sumDaysUntil(b *testing.B, pool *pgxpool.Pool, summed bool) {
 }
 
 // BenchmarkConsume measures the whole consumer: events read from a kfake
-// topic of 3 partitions, rolled up and committed.
+// topic of 1 and of 3 partitions, rolled up and committed: what one
+// consumer takes, and whether its partitions' number moves it.
 func BenchmarkConsume(b *testing.B) {
+	for _, partitions := range []int32{1, 3} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) { benchConsume(b, partitions) })
+	}
+}
+
+func benchConsume(b *testing.B, partitions int32) {
 	topic := kafkatestTopic(b)
-	brokers := startBroker(b, topic)
+	brokers := kafkatest.Start(b, partitions, []string{topic}).Addrs()
 	pool := poolFor(b)
 	sumDaysUntil(b, pool, false)
 	// Every event its own: the same events again would be resends, which

@@ -23,7 +23,7 @@ import (
 // hotTenant is a tenant of one rule per client: a token bucket of 50 that
 // refills one token in about 14 hours, so that a test's admissions are the
 // burst alone, whatever the clock.
-func hotTenant(t *testing.T, sync time.Duration) *Config {
+func hotTenant(t testing.TB, sync time.Duration) *Config {
 	t.Helper()
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
@@ -35,7 +35,7 @@ func hotTenant(t *testing.T, sync time.Duration) *Config {
 }
 
 // clusterEngine is an engine on cl under prefix, closed when the test ends.
-func clusterEngine(t *testing.T, cl *redistest.Cluster, prefix string) *redisengine.Engine {
+func clusterEngine(t testing.TB, cl *redistest.Cluster, prefix string) *redisengine.Engine {
 	t.Helper()
 	url := "redis://" + cl.Addrs[0]
 	for _, a := range cl.Addrs[1:] {
