@@ -12,8 +12,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build the binaries into bin/: sluice (the CLI and sluice dev), controlplane, dataplane, analytics
-	@echo "building bin/sluice, bin/controlplane, bin/dataplane and bin/analytics (the first build takes a minute or two)"
+build: ## build the binaries into bin/: sluice (the CLI and sluice dev), controlplane, dataplane, analytics, sluice-bench
+	@echo "building bin/sluice, bin/controlplane, bin/dataplane, bin/analytics and bin/sluice-bench (the first build takes a minute or two)"
 	$(GO) build -o bin/ ./cmd/...
 
 .PHONY: dev

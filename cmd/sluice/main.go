@@ -76,6 +76,9 @@ func main() {
 		if errors.Is(err, errRejected) {
 			os.Exit(4)
 		}
+		if code := exitCode(0); errors.As(err, &code) { // the command said why
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "sluice:", describe(err))
 		if errors.Is(err, errInput) || connect.CodeOf(err) == connect.CodeInvalidArgument {
 			os.Exit(3)
