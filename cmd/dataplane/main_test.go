@@ -348,7 +348,10 @@ func TestDeciderSendsLocalCountsWhenItStops(t *testing.T) {
 	_, _, checkKey, cpURL := acme(t, policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, Sync: time.Minute,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 100, Window: time.Hour}})
 	_, prefix := redistest.Client(t)
-	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix}
+	// A key's first decision waits for a reconciliation: within the
+	// budget however loaded the machine, or it would be answered by the
+	// rule's failure mode (open, nothing counted: 100 remaining).
+	env := map[string]string{"SLUICE_DECIDER_KEY": "dk", "SLUICE_REDIS_PREFIX": prefix, "SLUICE_DECISION_BUDGET": "5s"}
 	args := []string{"-addr", "127.0.0.1:0", "-grpc-addr", "off", "-control-plane", cpURL, "-redis-url", "redis://" + redistest.Addr(t),
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb")}
 

@@ -41,6 +41,11 @@ type Config struct {
 	Name           string        // this decider in events and the control plane's list; default host/pid
 	ConfigRepull   time.Duration // how often the configuration is pulled again besides the watch; 0: 30s
 
+	// HTTPFast serves the check routes' HTTP/1.1 on fasthttp, beside
+	// net/http on the same port (httpcheck.NewServer): tuning, measured at
+	// about half net/http's CPU per request. False: net/http alone.
+	HTTPFast bool
+
 	RedisURL      string // empty: decide in this process only
 	RedisCluster  bool
 	RedisSentinel bool
@@ -129,7 +134,7 @@ func Defaults() Config {
 	return Config{
 		Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9080", ControlPlane: "http://127.0.0.1:8081",
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
-		RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
+		HTTPFast:  true, RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
 		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
 		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local", LocalShare: 1,
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",

@@ -20,6 +20,7 @@ import (
 //	-redis-url      REDIS_URL                 redis://, rediss:// or unix:// URL; empty decides in this process only
 //	-redis-cluster  SLUICE_REDIS_CLUSTER      the URL's host and addr parameters are a Redis Cluster's seed nodes (default false)
 //	-redis-sentinel SLUICE_REDIS_SENTINEL     the URL's host and addr parameters are Sentinels, its master_name the master they watch (default false)
+//	-http-fasthttp  SLUICE_HTTP_FASTHTTP      serve the check routes' HTTP/1.1 on fasthttp, the rest on net/http (default true; false: net/http alone)
 //	-redis-spin     SLUICE_REDIS_SPIN         how long a read waiting for Redis polls before it sleeps, at low load (default 200µs; 0 never)
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
 //	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
@@ -88,6 +89,7 @@ func (c *Config) Flags(fs *flag.FlagSet, e *flagenv.Env) {
 	fs.StringVar(&c.RedisURL, "redis-url", e.String("REDIS_URL", c.RedisURL), "redis:// URL; empty decides in this process only")
 	fs.BoolVar(&c.RedisCluster, "redis-cluster", e.Bool("SLUICE_REDIS_CLUSTER", c.RedisCluster), "the Redis URL names a Redis Cluster: its host and addr parameters are seed nodes")
 	fs.BoolVar(&c.RedisSentinel, "redis-sentinel", e.Bool("SLUICE_REDIS_SENTINEL", c.RedisSentinel), "the Redis URL names Sentinels (host and addr parameters) and, as master_name, the master they watch")
+	fs.BoolVar(&c.HTTPFast, "http-fasthttp", e.Bool("SLUICE_HTTP_FASTHTTP", c.HTTPFast), "serve the check routes' HTTP/1.1 on fasthttp; false: net/http alone")
 	fs.DurationVar(&c.RedisSpin, "redis-spin", e.Duration("SLUICE_REDIS_SPIN", c.RedisSpin), "how long a read waiting for Redis polls before it sleeps; 0 never")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", e.String("SLUICE_REDIS_PREFIX", c.RedisPrefix), "prefix of every counter key")
 	fs.BoolVar(&c.RedisBatch, "redis-batch", e.Bool("SLUICE_REDIS_BATCH", c.RedisBatch), "coalesce concurrent decisions into pipelines")

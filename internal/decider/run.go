@@ -229,7 +229,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
 	// the connections that chose h2 by ALPN).
 	api := httpcheck.NewAPI(d.Service)
-	srv := httpcheck.NewServer(api, HTTPRoutes(api), mux)
+	newServer := httpcheck.NewServer
+	if !cfg.HTTPFast {
+		newServer = httpcheck.NewStdServer
+	}
+	srv := newServer(api, HTTPRoutes(api), mux)
 	fmt.Fprintf(cfg.Stdout, "decider listening on %s://%s\n", scheme, ln.Addr())
 	if adminAt != "" {
 		fmt.Fprintf(cfg.Stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/valyala/fasthttp"
@@ -71,15 +72,23 @@ func (e *stdExchange) Header(key string) string { return e.r.Header.Get(key) }
 func (e *stdExchange) Peer() string             { return e.r.RemoteAddr }
 
 // Decode reads one JSON object; unknown fields and trailing data are
-// errors.
+// errors. The body has ReadTimeout to arrive, as on fasthttp: a body sent
+// slowly would otherwise hold its goroutine and connection for as long as
+// its client likes.
 func (e *stdExchange) Decode(v any, maxBytes int64) error {
+	rc := http.NewResponseController(e.w)
+	_ = rc.SetReadDeadline(time.Now().Add(readTimeout)) // unsupported by a test's recorder: no deadline
 	body, err := io.ReadAll(http.MaxBytesReader(e.w, e.r.Body, maxBytes))
-	if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-		return ErrTooLarge
-	}
 	if err != nil {
+		// The rest of the body is not waited for: the connection closes
+		// after the answer.
+		e.w.Header().Set("Connection", "close")
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			return ErrTooLarge
+		}
 		return err
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if err := refuseNonObject(body); err != nil {
 		return err
 	}

@@ -39,10 +39,17 @@ type Server struct {
 	toStd atomic.Pointer[h2sniff.Listener]
 }
 
+// ReadTimeout is how long a check request's body has to arrive, on
+// either server.
+const ReadTimeout = 10 * time.Second
+
+// readTimeout is ReadTimeout on net/http (shortened by tests).
+var readTimeout = ReadTimeout
+
 // Timeouts of Server's HTTP/1.1 connections.
 const (
-	httpReadTimeout = 10 * time.Second // a request's headers and body
-	httpIdleTimeout = 2 * time.Minute  // between requests of a kept-alive connection
+	httpReadTimeout = ReadTimeout     // a request's headers and body
+	httpIdleTimeout = 2 * time.Minute // between requests of a kept-alive connection
 	// httpHeaderBytes bounds an HTTP/1.1 request's line and headers (the
 	// read buffer of each connection).
 	httpHeaderBytes = 16 << 10
@@ -50,12 +57,26 @@ const (
 
 // NewServer returns the server of routes, over a's decisions, and of next.
 func NewServer(a *API, routes []Route, next http.Handler) *Server {
+	return newServer(a, routes, next, true)
+}
+
+// NewStdServer is NewServer with fasthttp answering no route itself: it
+// reads a connection's first request, hands the connection to net/http,
+// and next serves everything, the check routes included (mounted on it
+// by Mount). A switch for the tuning NewServer is (the decider's
+// -http-fasthttp): net/http alone costs more CPU per check, and serves
+// every Go HTTP feature.
+func NewStdServer(a *API, routes []Route, next http.Handler) *Server {
+	return newServer(a, routes, next, false)
+}
+
+func newServer(a *API, routes []Route, next http.Handler, fast bool) *Server {
 	posts := map[string]*Route{}
 	paths := map[string]*Route{}
 	for i := range routes {
 		rt := &routes[i]
 		paths[rt.Path] = rt
-		if rt.Method == http.MethodPost {
+		if rt.Method == http.MethodPost && fast {
 			posts[rt.Path] = rt
 		}
 	}
