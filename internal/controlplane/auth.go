@@ -42,11 +42,11 @@ type Principal struct {
 }
 
 // actor names the principal in the audit log; never a secret.
-func (p Principal) actor() pgstore.Actor {
+func (p Principal) actor() policy.Actor {
 	if p.Role == RoleOperator {
 		return "operator"
 	}
-	return pgstore.Actor("key:" + p.KeyID)
+	return policy.Actor("key:" + p.KeyID)
 }
 
 type principalKey struct{}

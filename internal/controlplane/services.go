@@ -281,8 +281,8 @@ func onlyTenant(m map[string]int64, tenant string) map[string]int64 {
 
 // healthFromProto converts what a decider reports of itself, its breaker
 // named only when it is one of the three states.
-func healthFromProto(m *sluicev1.DeciderHealth) pgstore.DeciderHealth {
-	h := pgstore.DeciderHealth{EngineErrors: m.GetEngineErrors(), EventsSpooled: m.GetEventsSpooled(),
+func healthFromProto(m *sluicev1.DeciderHealth) policy.DeciderHealth {
+	h := policy.DeciderHealth{EngineErrors: m.GetEngineErrors(), EventsSpooled: m.GetEventsSpooled(),
 		EventsQueued: m.GetEventsQueued(), EventsDropped: m.GetEventsDropped()}
 	switch b := m.GetBreaker(); b {
 	case "closed", "half-open", "open":

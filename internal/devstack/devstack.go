@@ -400,7 +400,7 @@ func seed(ctx context.Context, s *pgstore.Store, path string) (devKeys, error) {
 		}
 	}
 	k.Operator, k.Decider = secret("sk_operator_"), secret("sk_decider_")
-	const op = pgstore.Actor("operator")
+	const op = policy.Actor("operator")
 	if t, _, err := s.GetTenantBySlug(ctx, "demo"); err == nil {
 		// The demo tenant of another dev directory: keep it, with new keys.
 		return k, newDemoKeys(ctx, s, t.ID, &k, path)

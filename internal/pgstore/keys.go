@@ -65,7 +65,7 @@ func scanOverride(row pgx.Row) (policy.Override, error) {
 // CreateOverride adds a per-client exception, which must not have expired
 // already; a tenant holds at most policy.MaxOverrides that have not
 // expired (PruneOverrides deletes the others in time).
-func (s *Store) CreateOverride(ctx context.Context, actor Actor, tenantID string, o policy.Override) (policy.Override, int64, error) {
+func (s *Store) CreateOverride(ctx context.Context, actor policy.Actor, tenantID string, o policy.Override) (policy.Override, int64, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return o, 0, err
 	}
@@ -130,7 +130,7 @@ func inherits(o policy.Override) bool {
 // UpdateOverride replaces the override o.ID, in one config version. When
 // ifMatch is not empty, the update is refused with policy.CodeAborted unless
 // the override's etag (policy.Override.ETag) is still ifMatch.
-func (s *Store) UpdateOverride(ctx context.Context, actor Actor, tenantID string, o policy.Override, ifMatch string) (int64, error) {
+func (s *Store) UpdateOverride(ctx context.Context, actor policy.Actor, tenantID string, o policy.Override, ifMatch string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", o.ID, "override"); err != nil {
 		return 0, err
 	}
@@ -265,7 +265,7 @@ func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, afte
 }
 
 // DeleteOverride removes an override.
-func (s *Store) DeleteOverride(ctx context.Context, actor Actor, tenantID, id string) (int64, error) {
+func (s *Store) DeleteOverride(ctx context.Context, actor policy.Actor, tenantID, id string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", id, "override"); err != nil {
 		return 0, err
 	}
@@ -308,13 +308,13 @@ func scanKey(row pgx.Row) (policy.APIKey, error) {
 // CreateKey makes a new key of kind for the tenant and returns its secret,
 // which is not stored and cannot be shown again, with the key's record.
 // Check keys change what deciders accept, so they bump the config version.
-func (s *Store) CreateKey(ctx context.Context, actor Actor, tenantID string, kind policy.KeyKind, name string) (string, policy.APIKey, error) {
+func (s *Store) CreateKey(ctx context.Context, actor policy.Actor, tenantID string, kind policy.KeyKind, name string) (string, policy.APIKey, error) {
 	return s.CreateExpiringKey(ctx, actor, tenantID, kind, name, time.Time{})
 }
 
 // CreateExpiringKey is CreateKey for a key that stops working at expires
 // (which must be ahead; zero: never).
-func (s *Store) CreateExpiringKey(ctx context.Context, actor Actor, tenantID string, kind policy.KeyKind, name string, expires time.Time) (string, policy.APIKey, error) {
+func (s *Store) CreateExpiringKey(ctx context.Context, actor policy.Actor, tenantID string, kind policy.KeyKind, name string, expires time.Time) (string, policy.APIKey, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return "", policy.APIKey{}, err
 	}
@@ -375,7 +375,7 @@ const MaxKeyGrace = 30 * 24 * time.Hour
 // secret without a refused call. One transaction, one audit entry and,
 // as with every key, one config version. A revoked or expired key is not
 // rotated (FailedPrecondition): create a new one.
-func (s *Store) RotateKey(ctx context.Context, actor Actor, tenantID, keyID string, grace time.Duration) (string, policy.APIKey, policy.APIKey, error) {
+func (s *Store) RotateKey(ctx context.Context, actor policy.Actor, tenantID, keyID string, grace time.Duration) (string, policy.APIKey, policy.APIKey, error) {
 	if err := checkIDs(tenantID, "tenant", keyID, "key"); err != nil {
 		return "", policy.APIKey{}, policy.APIKey{}, err
 	}
@@ -469,7 +469,7 @@ func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, aft
 
 // RevokeKey revokes a key at once. Revoking it again keeps the first
 // revocation time.
-func (s *Store) RevokeKey(ctx context.Context, actor Actor, tenantID, keyID string) (int64, error) {
+func (s *Store) RevokeKey(ctx context.Context, actor policy.Actor, tenantID, keyID string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", keyID, "key"); err != nil {
 		return 0, err
 	}
@@ -660,7 +660,7 @@ const DefaultOverrideRetention = 7 * 24 * time.Hour
 // PruneOverrides deletes the overrides of every tenant that expired before
 // before, and returns how many went. Each tenant's go in one config
 // version, at most pruneBatch a transaction, with an audit row each whose
-// actor is ActorRetention.
+// actor is policy.ActorRetention.
 func (s *Store) PruneOverrides(ctx context.Context, before time.Time) (int64, error) {
 	var total int64
 	for {
@@ -685,7 +685,7 @@ func (s *Store) PruneOverrides(ctx context.Context, before time.Time) (int64, er
 					return err
 				}
 				for _, o := range gone {
-					if _, err := in.bump(ctx, tx, ActorRetention, change{tenantID: tenantID, action: "delete", resource: "override", resourceID: o.ID, old: o}); err != nil {
+					if _, err := in.bump(ctx, tx, policy.ActorRetention, change{tenantID: tenantID, action: "delete", resource: "override", resourceID: o.ID, old: o}); err != nil {
 						return err
 					}
 				}

@@ -18,7 +18,7 @@ import (
 // another tenant's ids and still reach nothing.
 
 // CreateTier adds an empty tier called name to the tenant.
-func (s *Store) CreateTier(ctx context.Context, actor Actor, tenantID, name string) (policy.Tier, int64, error) {
+func (s *Store) CreateTier(ctx context.Context, actor policy.Actor, tenantID, name string) (policy.Tier, int64, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return policy.Tier{}, 0, err
 	}
@@ -80,7 +80,7 @@ func listTiers(ctx context.Context, q querier, tenantID string) ([]policy.Tier, 
 
 // DeleteTier deletes a tier and its rules; the tenant's default tier
 // cannot be deleted.
-func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID string) (int64, error) {
+func (s *Store) DeleteTier(ctx context.Context, actor policy.Actor, tenantID, tierID string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return 0, err
 	}
@@ -122,7 +122,7 @@ func (s *Store) DeleteTier(ctx context.Context, actor Actor, tenantID, tierID st
 // RenameTier renames the tier tierID to name, in one config version, and
 // with it the overrides that move clients to it and the tenant's default
 // tier when it is this one, so that nothing names the old name after.
-func (s *Store) RenameTier(ctx context.Context, actor Actor, tenantID, tierID, name string) (int64, error) {
+func (s *Store) RenameTier(ctx context.Context, actor policy.Actor, tenantID, tierID, name string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return 0, err
 	}
@@ -249,7 +249,7 @@ func (s *Store) ListRules(ctx context.Context, tenantID, tierID string) ([]polic
 }
 
 // CreateRule appends r to the tier and returns it with its id.
-func (s *Store) CreateRule(ctx context.Context, actor Actor, tenantID, tierID string, r policy.Rule) (policy.Rule, int64, error) {
+func (s *Store) CreateRule(ctx context.Context, actor policy.Actor, tenantID, tierID string, r policy.Rule) (policy.Rule, int64, error) {
 	r.ID = ""
 	if err := required(r.Validate(), "tier_id", tierID); err != nil {
 		return r, 0, err
@@ -291,7 +291,7 @@ func (s *Store) CreateRule(ctx context.Context, actor Actor, tenantID, tierID st
 // UpdateRule replaces the rule r.ID (its tier and position stay). When
 // ifMatch is not empty, the update is refused with policy.CodeAborted unless
 // the rule's etag (policy.Rule.ETag) is still ifMatch.
-func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r policy.Rule, ifMatch string) (int64, error) {
+func (s *Store) UpdateRule(ctx context.Context, actor policy.Actor, tenantID string, r policy.Rule, ifMatch string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", r.ID, "rule"); err != nil {
 		return 0, err
 	}
@@ -324,7 +324,7 @@ func (s *Store) UpdateRule(ctx context.Context, actor Actor, tenantID string, r 
 }
 
 // DeleteRule deletes a rule; the tier's later rules move up.
-func (s *Store) DeleteRule(ctx context.Context, actor Actor, tenantID, ruleID string) (int64, error) {
+func (s *Store) DeleteRule(ctx context.Context, actor policy.Actor, tenantID, ruleID string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", ruleID, "rule"); err != nil {
 		return 0, err
 	}
@@ -345,7 +345,7 @@ func (s *Store) DeleteRule(ctx context.Context, actor Actor, tenantID, ruleID st
 
 // ReorderRules sets the order of a tier's rules; ids must list each of the
 // tier's rules exactly once.
-func (s *Store) ReorderRules(ctx context.Context, actor Actor, tenantID, tierID string, ids []string) (int64, error) {
+func (s *Store) ReorderRules(ctx context.Context, actor policy.Actor, tenantID, tierID string, ids []string) (int64, error) {
 	if err := checkIDs(tenantID, "tenant", tierID, "tier"); err != nil {
 		return 0, err
 	}

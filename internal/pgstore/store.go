@@ -104,14 +104,6 @@ func (s *Store) LockTenant(ctx context.Context, tenantID string) error {
 // reports on the analytics tables).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Actor says who makes a change, for the audit log: "operator",
-// "key:<key id>", or ActorRetention.
-type Actor string
-
-// ActorRetention is the actor of what retention deletes: the overrides
-// PruneOverrides finds expired.
-const ActorRetention Actor = "retention"
-
 // change is one configuration change of a tenant, for the audit log.
 type change struct {
 	tenantID   string
@@ -143,7 +135,7 @@ func (s *Store) inTx(ctx context.Context, f func(tx pgx.Tx) error) error {
 // An update that changes nothing (no field differs, as the audit log would
 // list them) is no change: no version, no audit row, nothing for deciders
 // to load; the version returned is the tenant's current one.
-func (s *Store) mutate(ctx context.Context, actor Actor, f func(tx pgx.Tx) (change, error)) (int64, error) {
+func (s *Store) mutate(ctx context.Context, actor policy.Actor, f func(tx pgx.Tx) (change, error)) (int64, error) {
 	var version int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		c, err := f(tx)
@@ -208,7 +200,7 @@ func belowLimit(ctx context.Context, tx pgx.Tx, count, tenantID string, max int,
 // stamp, its config_versions row, the audit row and the notification. It
 // returns the new version.
 // Within Atomically a tenant's second change takes its first's version.
-func (s *Store) bump(ctx context.Context, tx pgx.Tx, actor Actor, c change) (int64, error) {
+func (s *Store) bump(ctx context.Context, tx pgx.Tx, actor policy.Actor, c change) (int64, error) {
 	if s.tx != nil && s.tx.versions[c.tenantID] != 0 {
 		v := s.tx.versions[c.tenantID]
 		return v, s.record(ctx, tx, actor, c, v)
@@ -231,7 +223,7 @@ const keptVersions = 1000
 // record writes the version row, the audit row and the notification of c
 // at version, and prunes the tenant's old version rows; within Atomically,
 // a version already recorded gets only the audit row.
-func (s *Store) record(ctx context.Context, tx pgx.Tx, actor Actor, c change, version int64) error {
+func (s *Store) record(ctx context.Context, tx pgx.Tx, actor policy.Actor, c change, version int64) error {
 	oldJSON, err := jsonOrNil(c.old)
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
-const op Actor = "operator"
+const op policy.Actor = "operator"
 
 func newStore(t *testing.T) (*Store, *pgxpool.Pool) {
 	t.Helper()
@@ -857,7 +857,7 @@ func TestPageOverrides(t *testing.T) {
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 
-func mapSlugs(ts []VersionedTenant) (slugs []string) {
+func mapSlugs(ts []policy.VersionedTenant) (slugs []string) {
 	for _, t := range ts {
 		slugs = append(slugs, t.Slug)
 	}
@@ -907,7 +907,7 @@ func TestPageTenants(t *testing.T) {
 		t.Fatalf("ListTenants: %v", list)
 	}
 	// allPages (ListTenants' and ListKeys' loop) gathers pages of 2.
-	twos, err := allPages(func(after string) ([]VersionedTenant, string, error) { return s.PageTenants(ctx, "", after, 2) })
+	twos, err := allPages(func(after string) ([]policy.VersionedTenant, string, error) { return s.PageTenants(ctx, "", after, 2) })
 	if got := mapSlugs(twos); err != nil || !slices.Equal(got, want) {
 		t.Fatalf("every page of 2: %q, %v", got, err)
 	}
@@ -1189,7 +1189,7 @@ func TestRenameAndDeleteTierInUse(t *testing.T) {
 // Expired overrides: refused at creation, left out of snapshots (not of
 // lists), and deleted by PruneOverrides once expired before its bound,
 // each tenant's in one config version with an audit row each by
-// ActorRetention; the others stay.
+// policy.ActorRetention; the others stay.
 func TestExpiredOverridesArePruned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -1256,7 +1256,7 @@ func TestExpiredOverridesArePruned(t *testing.T) {
 			t.Fatalf("%s audit: %v", tc.tenant.Slug, err)
 		}
 		for _, a := range audit[:tc.deleted] {
-			if a.Actor != string(ActorRetention) || a.Action != "delete" || a.Resource != "override" || a.Version != v || len(a.Old) == 0 {
+			if a.Actor != string(policy.ActorRetention) || a.Action != "delete" || a.Resource != "override" || a.Version != v || len(a.Old) == 0 {
 				t.Errorf("%s audit row %+v", tc.tenant.Slug, a)
 			}
 		}

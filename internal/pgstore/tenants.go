@@ -76,7 +76,7 @@ func scanTenant(row pgx.Row) (policy.Tenant, int64, error) {
 
 // CreateTenant stores a new tenant with an empty default tier, at config
 // version 1. A DefaultTier of "" means "default".
-func (s *Store) CreateTenant(ctx context.Context, actor Actor, t policy.Tenant) (policy.Tenant, error) {
+func (s *Store) CreateTenant(ctx context.Context, actor policy.Actor, t policy.Tenant) (policy.Tenant, error) {
 	if t.DefaultTier == "" {
 		t.DefaultTier = "default"
 	}
@@ -113,15 +113,9 @@ func (s *Store) GetTenantBySlug(ctx context.Context, slug string) (policy.Tenant
 	return t, v, translate(err, "tenant")
 }
 
-// VersionedTenant is a tenant and its config version.
-type VersionedTenant struct {
-	policy.Tenant
-	Version int64
-}
-
 // ListTenants returns every tenant, by slug: PageTenants over every page.
-func (s *Store) ListTenants(ctx context.Context) ([]VersionedTenant, error) {
-	return allPages(func(after string) ([]VersionedTenant, string, error) {
+func (s *Store) ListTenants(ctx context.Context) ([]policy.VersionedTenant, error) {
+	return allPages(func(after string) ([]policy.VersionedTenant, string, error) {
 		return s.PageTenants(ctx, "", after, 1000)
 	})
 }
@@ -130,7 +124,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]VersionedTenant, error) {
 // tenants whose slug starts with prefix, by slug, from just after the slug
 // after ("": the first), and the slug to ask the next page after when more
 // follow ("" on the last page), each with its config version.
-func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]VersionedTenant, string, error) {
+func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int) ([]policy.VersionedTenant, string, error) {
 	limit = pageLimit(limit)
 	rows, err := s.db.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
 		WHERE slug COLLATE "C" LIKE $1 AND slug COLLATE "C" > $2
@@ -138,9 +132,9 @@ func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int
 	if err != nil {
 		return nil, "", translate(err, "tenant")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (VersionedTenant, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.VersionedTenant, error) {
 		t, v, err := scanTenant(r)
-		return VersionedTenant{t, v}, err
+		return policy.VersionedTenant{Tenant: t, Version: v}, err
 	})
 	err = translate(err, "tenant")
 	out, more := cutPage(out, limit)
@@ -152,7 +146,7 @@ func (s *Store) PageTenants(ctx context.Context, prefix, after string, limit int
 
 // UpdateTenant replaces the tenant's name, status, default tier and shadow (the slug
 // is permanent: it keys Envoy domains) and returns the new config version.
-func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant, ifMatch string) (int64, error) {
+func (s *Store) UpdateTenant(ctx context.Context, actor policy.Actor, t policy.Tenant, ifMatch string) (int64, error) {
 	if err := checkID(t.ID, "tenant"); err != nil {
 		return 0, err
 	}
@@ -190,7 +184,7 @@ func (s *Store) UpdateTenant(ctx context.Context, actor Actor, t policy.Tenant, 
 
 // DeleteTenant deletes the tenant and everything it owns. The audit log
 // keeps the deletion.
-func (s *Store) DeleteTenant(ctx context.Context, actor Actor, id string) error {
+func (s *Store) DeleteTenant(ctx context.Context, actor policy.Actor, id string) error {
 	if err := checkID(id, "tenant"); err != nil {
 		return err
 	}
@@ -238,7 +232,7 @@ func (s *Store) TenantVersions(ctx context.Context) (versions, stamps map[string
 // raise is a change of the tenant (version row, audit row "resync",
 // notification), made only while the version is still below. Unknown
 // tenants are skipped.
-func (s *Store) RaiseVersions(ctx context.Context, actor Actor, held map[string]int64) (map[string]int64, error) {
+func (s *Store) RaiseVersions(ctx context.Context, actor policy.Actor, held map[string]int64) (map[string]int64, error) {
 	out := map[string]int64{}
 	for id, have := range held {
 		var from int64

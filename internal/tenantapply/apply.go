@@ -19,7 +19,7 @@ import (
 // Caller is who applies: the operator, in the tenant the file names, or a
 // tenant admin key, in its own tenant only.
 type Caller struct {
-	Actor    pgstore.Actor
+	Actor    policy.Actor
 	Operator bool
 	TenantID string // an admin key's tenant
 }
