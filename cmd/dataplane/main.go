@@ -23,7 +23,7 @@
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
 // at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
-// (see gctune.Tune). GOMAXPROCS=1 may serve more decisions on a small
+// (see decider.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
 // machine the decider shares with Redis (docs/operations.md, "Tuning a
 // decider").
 package main
@@ -37,12 +37,11 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decider"
 	"github.com/sluicehq/sluice/internal/flagenv"
-	"github.com/sluicehq/sluice/internal/gctune"
 	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 func main() {
-	gctune.Tune(os.Getenv)
+	decider.TuneGC(os.Getenv)
 	flagenv.Main("dataplane", run)
 }
 

@@ -29,7 +29,6 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/follower"
-	"github.com/sluicehq/sluice/internal/gctune"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -91,7 +90,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (dec
 	// The garbage collector as cmd/dataplane runs it.
 	prevPercent, prevLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	debug.SetGCPercent(prevPercent)
-	stopGC := gctune.Tune(os.Getenv)
+	stopGC := TuneGC(os.Getenv)
 	b.Cleanup(func() { stopGC(); debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
 	c, prefix := redistest.Client(b)
 	_ = c

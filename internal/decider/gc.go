@@ -1,7 +1,4 @@
-// Package gctune is the decider's garbage collector tuning: fewer
-// collections than Go's default, for a process with a small live heap
-// that allocates on every decision. GOGC or GOMEMLIMIT turns it off.
-package gctune
+package decider
 
 import (
 	"runtime"
@@ -11,14 +8,14 @@ import (
 )
 
 // Garbage collection of a decider, unless GOGC or GOMEMLIMIT says how
-// (see Tune).
+// (see TuneGC).
 const (
 	gcPercent   = 400       // GOGC, at least
 	gcHeapFloor = 128 << 20 // the heap a collection is never due below
 	gcSoftLimit = 1 << 30   // GOMEMLIMIT
 )
 
-// Tune collects a decider's garbage less often than Go's default, unless
+// TuneGC collects a decider's garbage less often than Go's default, unless
 // GOGC or GOMEMLIMIT says how: GOGC=400, raised after each collection so
 // that the next is not due before the heap reaches 128 MiB, under a 1 GiB
 // soft memory limit. A decider's live heap is small (config snapshots,
@@ -30,7 +27,7 @@ const (
 // of a core); with the floor, about twice (docs/benchmarks.md). The soft
 // limit bounds what the wider margin may cost. The returned stop ends the
 // adjustments (the settings stay as they are).
-func Tune(getenv func(string) string) (stop func()) {
+func TuneGC(getenv func(string) string) (stop func()) {
 	if getenv("GOGC") != "" || getenv("GOMEMLIMIT") != "" {
 		return func() {}
 	}

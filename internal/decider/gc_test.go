@@ -1,4 +1,4 @@
-package gctune
+package decider
 
 import (
 	"math"
@@ -14,7 +14,7 @@ func TestTuneLeavesAnOperatorsSettings(t *testing.T) {
 	for _, env := range []map[string]string{{"GOGC": "150"}, {"GOMEMLIMIT": "2GiB"}} {
 		debug.SetGCPercent(100)
 		debug.SetMemoryLimit(math.MaxInt64)
-		stop := Tune(func(k string) string { return env[k] })
+		stop := TuneGC(func(k string) string { return env[k] })
 		runtime.GC()
 		stop()
 		if got := debug.SetGCPercent(100); got != 100 {
@@ -32,7 +32,7 @@ func TestTuneLeavesAnOperatorsSettings(t *testing.T) {
 func TestTuneKeepsAHeapFloor(t *testing.T) {
 	prevPercent, prevLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
 	t.Cleanup(func() { debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
-	stop := Tune(func(string) string { return "" })
+	stop := TuneGC(func(string) string { return "" })
 	if got := debug.SetMemoryLimit(-1); got != gcSoftLimit {
 		t.Errorf("memory limit %d, want %d", got, gcSoftLimit)
 	}
