@@ -123,7 +123,7 @@ func TestStopGRPCBoundsTheWait(t *testing.T) {
 	select {
 	case <-stopped:
 	case <-time.After(10 * time.Second):
-		t.Fatal("StopGRPC waited on an open Watch past its grace")
+		t.Fatal("grpcserve.Stop waited on an open Watch past its grace")
 	}
 	// The watcher saw NOT_SERVING, then its stream end.
 	for {
