@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/tlstest"
+	"strconv"
 )
 
 // TestMain lets the tests run this binary's main in a child process (the
@@ -172,20 +173,29 @@ func waitCommitted(t *testing.T, pool *pgxpool.Pool, atLeast int64) {
 	}
 }
 
-// TestSIGKILLMidStreamLosesAndDoublesNothing kills the analytics process
-// with SIGKILL while events stream in, restarts it, and checks every count.
-func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
-	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 3, []string{topic})
+// streamSetup is a topic of partitions on a broker of its own (kfake,
+// with opts), a schema, a pool on it, and the environment of an analytics
+// process consuming that topic into that schema in batches of batch.
+func streamSetup(t *testing.T, partitions int32, batch int, opts ...kfake.Opt) (env []string, broker *kafkatest.Broker, topic string, pool *pgxpool.Pool) {
+	t.Helper()
+	topic = kafkatest.Topic(t)
+	broker = kafkatest.Start(t, partitions, []string{topic}, opts...)
 	dsn := pgtest.Schema(t)
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
-	env := []string{"DATABASE_URL=" + dsn, "KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
-		"SLUICE_EVENTS_TOPIC=" + topic, "SLUICE_ANALYTICS_BATCH=300"}
+	t.Cleanup(pool.Close)
+	env = []string{"DATABASE_URL=" + dsn, "KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
+		"SLUICE_EVENTS_TOPIC=" + topic, "SLUICE_ANALYTICS_BATCH=" + strconv.Itoa(batch)}
+	return env, broker, topic, pool
+}
+
+// TestSIGKILLMidStreamLosesAndDoublesNothing kills the analytics process
+// with SIGKILL while events stream in, restarts it, and checks every count.
+func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
+	t.Parallel()
+	env, broker, topic, pool := streamSetup(t, 3, 300)
 	s := stream{tenants: 6, clients: 50, chunks: 30}
 	c := startChild(t, env...)
 	var killedAt int64
@@ -212,16 +222,7 @@ func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
 // its rollups, and every count is exact.
 func TestTwelvePartitionsFourConsumersOneKilled(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 12, []string{topic})
-	dsn := pgtest.Schema(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	env := []string{"DATABASE_URL=" + dsn, "KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
-		"SLUICE_EVENTS_TOPIC=" + topic, "SLUICE_ANALYTICS_BATCH=100"}
+	env, broker, topic, pool := streamSetup(t, 12, 100)
 	s := stream{tenants: 48, clients: 10, chunks: 30} // tenants enough to reach every partition
 	var children []*child
 	for range 4 {
@@ -253,16 +254,8 @@ func TestTwelvePartitionsFourConsumersOneKilled(t *testing.T) {
 // (kfake keeping its data on disk) while the analytics process consumes.
 func TestBrokerRestartMidStreamLosesAndDoublesNothing(t *testing.T) {
 	t.Parallel()
-	topic := kafkatest.Topic(t)
-	broker := kafkatest.Start(t, 3, []string{topic}, kfake.DataDir(t.TempDir()))
-	dsn := pgtest.Schema(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	startChild(t, "DATABASE_URL="+dsn, "KAFKA_BROKERS="+strings.Join(broker.Addrs(), ","),
-		"SLUICE_EVENTS_TOPIC="+topic, "SLUICE_ANALYTICS_BATCH=300")
+	env, broker, topic, pool := streamSetup(t, 3, 300, kfake.DataDir(t.TempDir()))
+	startChild(t, env...)
 	s := stream{tenants: 6, clients: 50, chunks: 20}
 	s.produce(t, broker.Addrs(), topic, func(chunk int) {
 		if chunk == s.chunks/2 {

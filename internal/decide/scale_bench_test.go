@@ -190,13 +190,7 @@ func processCPU() time.Duration {
 // redisCPU is the CPU each of addrs has used (INFO cpu).
 func redisCPU(b testing.TB, addrs []string) []time.Duration {
 	out := make([]time.Duration, len(addrs))
-	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		info, err := c.Info(context.Background(), "cpu").Result()
-		c.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
+	for i, info := range infos(b, addrs, "cpu") {
 		for _, line := range strings.Split(info, "\r\n") {
 			k, v, ok := strings.Cut(line, ":")
 			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {

@@ -50,17 +50,27 @@ func clusterEngine(t testing.TB, cl *redistest.Cluster, prefix string) *rediseng
 	return eng
 }
 
-// scriptCalls is the scripts each of addrs has run (INFO commandstats).
-func scriptCalls(t *testing.T, addrs []string) []int64 {
+// infos is INFO section of each of addrs.
+func infos(t testing.TB, addrs []string, section string) []string {
 	t.Helper()
-	out := make([]int64, len(addrs))
+	out := make([]string, len(addrs))
 	for i, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
-		info, err := c.Info(context.Background(), "commandstats").Result()
+		info, err := c.Info(context.Background(), section).Result()
 		c.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
+		out[i] = info
+	}
+	return out
+}
+
+// scriptCalls is the scripts each of addrs has run (INFO commandstats).
+func scriptCalls(t *testing.T, addrs []string) []int64 {
+	t.Helper()
+	out := make([]int64, len(addrs))
+	for i, info := range infos(t, addrs, "commandstats") {
 		for _, line := range strings.Split(info, "\r\n") {
 			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
 				out[i], _ = strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
@@ -235,8 +245,8 @@ func TestSixMastersSpreadAndAMasterJoinsUnderLoad(t *testing.T) {
 		})
 	}
 	added := cl.AddMaster(t)
-	moved := cl.MoveSlots(t, cl.Servers[0], added, 0, 199)
-	moved += cl.MoveSlots(t, cl.Servers[1], added, 2731, 2930)
+	moved := cl.MoveSlots(t, cl.Servers[0], added, redistest.Slots(0, 199), nil)
+	moved += cl.MoveSlots(t, cl.Servers[1], added, redistest.Slots(2731, 2930), nil)
 	close(stop)
 	load.Wait()
 	if moved == 0 {

@@ -75,9 +75,7 @@ func TestSyncFollowsTheControlPlaneAndSurvivesItsAbsence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := pgstore.New(pgtest.Pool(t))
-	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
-	cp.EnableHTTP2 = true
-	cp.StartTLS()
+	cp := serveControlPlane(t, store)
 	client := sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL)
 
 	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme"})

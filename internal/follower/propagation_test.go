@@ -2,13 +2,11 @@ package follower
 
 import (
 	"context"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/controlplane"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/pgstore"
@@ -55,10 +53,7 @@ func BenchmarkConfigPropagation(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
-			cp.EnableHTTP2 = true
-			cp.StartTLS()
-			b.Cleanup(cp.Close)
+			cp := serveControlPlane(b, store)
 			type decider struct {
 				s        *Follower
 				enforced chan int64

@@ -19,6 +19,16 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 )
 
+// serveControlPlane serves store's control plane over HTTP/2 and TLS, to
+// the deciders' key "decider", until the test ends.
+func serveControlPlane(t testing.TB, store *pgstore.Store) *httptest.Server {
+	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
+	cp.EnableHTTP2 = true
+	cp.StartTLS()
+	t.Cleanup(cp.Close)
+	return cp
+}
+
 // snapshotReads counts the snapshots read from PostgreSQL: each read
 // queries the tenant's check keys once.
 type snapshotReads struct{ n atomic.Int64 }
@@ -64,10 +74,7 @@ func TestTwentyDecidersFollowOneControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{Store: store, DeciderKey: "decider", WatchRecheck: time.Minute}))
-	cp.EnableHTTP2 = true
-	cp.StartTLS()
-	t.Cleanup(cp.Close)
+	cp := serveControlPlane(t, store)
 
 	const deciders = 20
 	enforced := make(chan int64, deciders*4)

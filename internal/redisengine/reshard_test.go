@@ -3,7 +3,6 @@ package redisengine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,15 +43,9 @@ func decideWhileMigrating(t *testing.T, batch bool) {
 	const now = 1_700_000_040_000_000
 
 	nodes := make([]*redis.Client, 3)
-	ids := make([]string, 3)
 	for i, addr := range cl.Addrs {
 		nodes[i] = redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { nodes[i].Close() })
-		id, err := nodes[i].Do(ctx, "CLUSTER", "MYID").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = id
 	}
 	// The clients whose counters the first master holds: their slots move
 	// to the second.
@@ -132,41 +125,22 @@ func decideWhileMigrating(t *testing.T, batch bool) {
 		if err := progress(clients*6, 0); err != nil { // every client has counters to move
 			return err
 		}
-		src, dst := nodes[0], nodes[1]
-		dstHost, dstPort, _ := strings.Cut(cl.Addrs[1], ":")
-		for _, slot := range moving {
-			if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[0]).Err(); err != nil {
-				return fmt.Errorf("importing %d: %w", slot, err)
-			}
-			if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[1]).Err(); err != nil {
-				return fmt.Errorf("migrating %d: %w", slot, err)
-			}
-			for {
-				keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 1).Result()
-				if err != nil {
-					return err
-				}
-				if len(keys) == 0 {
-					break
-				}
-				// One key at a time, so that decisions meet the slot split.
-				if err := src.Do(ctx, "MIGRATE", dstHost, dstPort, keys[0], 0, 5000).Err(); err != nil {
-					return fmt.Errorf("migrate %s: %w", keys[0], err)
-				}
-				if err := progress(6, 20*time.Millisecond); err != nil {
-					return err
-				}
-			}
-			for _, n := range []*redis.Client{dst, src, nodes[2]} {
-				if err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[1]).Err(); err != nil {
-					return fmt.Errorf("node %d: %w", slot, err)
-				}
-			}
-			if err := progress(6, 0); err != nil {
-				return err
-			}
+		slots := make([]int, len(moving))
+		for i, slot := range moving {
+			slots[i] = int(slot)
 		}
-		return nil
+		var err error
+		// One key at a time, so that decisions meet the slot split.
+		cl.MoveSlots(t, cl.Servers[0], cl.Servers[1], slots, func(slotDone bool) {
+			pace := 20 * time.Millisecond
+			if slotDone {
+				pace = 0
+			}
+			if err == nil {
+				err = progress(6, pace)
+			}
+		})
+		return err
 	}
 	err := migrate()
 	close(moved)

@@ -300,18 +300,29 @@ func (c *Cluster) AddMaster(t testing.TB) *Server {
 	return s
 }
 
-// MoveSlots moves the slots lo to hi from one master to another as Redis's
-// own resharding does, one slot at a time: the slot is marked migrating
-// and importing, its keys are moved with MIGRATE (clients meanwhile
-// follow ASK redirections), then every node is told its new owner. It
+// MoveSlots moves slots from one master to another as Redis's own
+// resharding does, one slot at a time: the slot is marked migrating and
+// importing, its keys are moved with MIGRATE (clients meanwhile follow ASK
+// and TRYAGAIN), then every node is told its new owner. With between set,
+// keys move one at a time and between is called after each key, and after
+// each slot (slot true): a test paces the move with its decisions. It
 // returns the keys moved. The cluster must have no replicas.
-func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) int {
+func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, slots []int, between func(slot bool)) int {
 	t.Helper()
 	ctx := context.Background()
-	src := redis.NewClient(&redis.Options{Addr: from.Addr})
-	defer src.Close()
-	dst := redis.NewClient(&redis.Options{Addr: to.Addr})
-	defer dst.Close()
+	var nodes []*redis.Client
+	var src, dst *redis.Client
+	for _, n := range c.Servers {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+		defer cl.Close()
+		nodes = append(nodes, cl)
+		switch n {
+		case from:
+			src = cl
+		case to:
+			dst = cl
+		}
+	}
 	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
@@ -320,24 +331,19 @@ func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) int {
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	var nodes []*redis.Client
-	for _, n := range c.Servers {
-		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: n.Addr}))
+	batch := 100
+	if between != nil {
+		batch = 1
 	}
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
 	moved := 0
-	for slot := lo; slot <= hi; slot++ {
+	for _, slot := range slots {
 		err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err()
 		if err == nil {
 			err = src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err()
 		}
 		for err == nil {
 			var keys []string
-			if keys, err = src.ClusterGetKeysInSlot(ctx, slot, 100).Result(); err != nil || len(keys) == 0 {
+			if keys, err = src.ClusterGetKeysInSlot(ctx, slot, batch).Result(); err != nil || len(keys) == 0 {
 				break
 			}
 			args := []any{"MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS"}
@@ -346,6 +352,9 @@ func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) int {
 			}
 			if err = src.Do(ctx, args...).Err(); err == nil {
 				moved += len(keys)
+				if between != nil {
+					between(false)
+				}
 			}
 		}
 		for _, n := range nodes {
@@ -356,8 +365,20 @@ func (c *Cluster) MoveSlots(t testing.TB, from, to *Server, lo, hi int) int {
 		if err != nil {
 			t.Fatalf("redistest: moving slot %d: %v", slot, err)
 		}
+		if between != nil {
+			between(true)
+		}
 	}
 	return moved
+}
+
+// Slots are the slots lo to hi.
+func Slots(lo, hi int) []int {
+	out := make([]int, 0, hi-lo+1)
+	for s := lo; s <= hi; s++ {
+		out = append(out, s)
+	}
+	return out
 }
 
 // startClusterNode starts a cluster-enabled redis-server, killed when the
