@@ -63,7 +63,7 @@ func deciderOf(t *testing.T, clk *clock, rules []policy.Rule, hold func()) (url,
 	key, _ = policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
 	path, h := checkapi.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
-		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
+		Decider: decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
 	calls = new(atomic.Int64)
 	mux := http.NewServeMux()
 	mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -346,7 +346,7 @@ func TestLeases(t *testing.T) {
 	key, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(key), cfg)
 	path, h := checkapi.NewDecisionService(decision.Service{Authenticate: keys.Authenticate,
-		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
+		Decider: decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	srv := httptest.NewServer(mux)

@@ -127,13 +127,27 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
 	out := &sluicev1.CheckBatchResponse{Responses: make([]*sluicev1.CheckResponse, len(reqs))}
-	gctx := s.cfg.Decider.Gather(ctx, len(reqs))
-	err = decision.Together(len(reqs), func(i int) (err error) {
-		out.Responses[i], err = s.check(gctx, c, m.Requests[i], reqs[i])
-		return err
-	})
-	if err != nil {
-		return nil, err
+	// Releases first, each on its own; then the checks, decided at once.
+	var checks []decide.Request
+	var at []int
+	for i, r := range m.GetRequests() {
+		if r.GetRelease() {
+			if out.Responses[i], err = s.check(ctx, c, r, reqs[i]); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		checks, at = append(checks, reqs[i]), append(at, i)
+	}
+	if len(checks) == 0 {
+		return out, nil
+	}
+	decs, errs := s.cfg.DecideAll(ctx, c, checks)
+	if err := decision.First(errs); err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	for k, i := range at {
+		out.Responses[i] = checkResponse(decs[k], m.Requests[i].GetLease())
 	}
 	return out, nil
 }
@@ -183,7 +197,7 @@ func refuseRelease(m *sluicev1.CheckRequest) error {
 }
 
 // check answers m, which asks for req.
-func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1.CheckRequest, req decide.Request) (*sluicev1.CheckResponse, error) {
+func (s decisionServer) check(ctx context.Context, c *decide.Compiled, m *sluicev1.CheckRequest, req decide.Request) (*sluicev1.CheckResponse, error) {
 	if m.GetRelease() {
 		if err := refuseRelease(m); err != nil {
 			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
@@ -197,12 +211,17 @@ func (s decisionServer) check(ctx context.Context, c *decide.Config, m *sluicev1
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 	}
+	return checkResponse(dec, m.GetLease()), nil
+}
+
+// checkResponse is the answer of dec, the decision of a check naming lease.
+func checkResponse(dec decide.Decision, lease string) *sluicev1.CheckResponse {
 	out := &sluicev1.CheckResponse{Allowed: dec.Allowed, Deciding: int32(dec.Deciding), ConfigVersion: dec.Version,
-		Lease: decision.HeldLease(dec, m.GetLease()), Degraded: dec.Degradation.Reason()}
+		Lease: decision.HeldLease(dec, lease), Degraded: dec.Degradation.Reason()}
 	for _, r := range dec.Rules {
 		out.Rules = append(out.Rules, ruleStatus(r))
 	}
-	return out, nil
+	return out
 }
 
 func ruleStatus(r decide.RuleResult) *sluicev1.RuleStatus {

@@ -37,7 +37,7 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			secret, _ := policy.NewKeySecret(policy.KeyCheck)
 			keys.Set(policy.HashKey(secret), c)
 			now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
-			path, h := NewDecisionService(decision.Service{Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
+			path, h := NewDecisionService(decision.Service{Decider: decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
 				Authenticate: keys.Authenticate})
 			mux := http.NewServeMux()
 			mux.Handle(path, h)

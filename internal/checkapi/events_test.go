@@ -39,7 +39,7 @@ func TestDecisionsArePublished(t *testing.T) {
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
 	srv := httptest.NewServer(handler(decision.Service{Authenticate: keys.Authenticate, Events: pub,
-		Decider: decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)}))
+		Decider: decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)}))
 	defer srv.Close()
 	// A peek is no request: it is counted nowhere (counted, alice's
 	// allowed would reach 3).

@@ -185,7 +185,7 @@ func (h *httpAPI) shouldAllow(ex httpcheck.Exchange) {
 }
 
 // decide answers req; lease is the name of the lease it asks for.
-func (h *httpAPI) decide(ex httpcheck.Exchange, c *decide.Config, req decide.Request, lease string, seed bool) {
+func (h *httpAPI) decide(ex httpcheck.Exchange, c *decide.Compiled, req decide.Request, lease string, seed bool) {
 	dec, err := h.Decide(h.Traced(ex), c, req)
 	if err != nil {
 		h.Fail(ex, err)

@@ -348,7 +348,7 @@ func testLeases(t *testing.T, srv served, key string) {
 func TestCanceledCheckIsNotAnError(t *testing.T) {
 	cfg, secret := testAPI(t)
 	c, prefix := redistest.Client(t) // an engine that honours the context, as Redis's does
-	cfg.Decider = decide.NewDecider(decide.Options{Engine: redisengine.New(c, redisengine.Config{Prefix: prefix}),
+	cfg.Decider = decide.NewDecider(decide.Options{Counters: redisengine.New(c, redisengine.Config{Prefix: prefix}),
 		Local: limit.NewEngine(limit.EngineConfig{}), Budget: time.Second})
 	var logs strings.Builder
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -110,7 +110,7 @@ func BenchmarkDecideAmong1000RoutePrefixes(b *testing.B) {
 
 // benchDecider compiles a tenant of tiers (the first its default) and
 // overrides, and returns an in-process decider at a fixed time.
-func benchDecider(b *testing.B, tiers []policy.Tier, overrides []policy.Override) (*Decider, *Config) {
+func benchDecider(b *testing.B, tiers []policy.Tier, overrides []policy.Override) (*Decider, *Compiled) {
 	b.Helper()
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "t", DefaultTier: tiers[0].Name}, Version: 1,
 		Tiers: tiers, Overrides: overrides})
@@ -118,5 +118,5 @@ func benchDecider(b *testing.B, tiers []policy.Tier, overrides []policy.Override
 		b.Fatal(err)
 	}
 	now := func() time.Time { return time.Unix(1e9, 0) }
-	return New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now), c
+	return New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now), c
 }

@@ -8,44 +8,57 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Engine answers a decision's rule requests all-or-nothing (see
-// limit.Engine.AllowAll): the in-process engine, or Redis.
-type Engine interface {
-	AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error)
-}
-
-// BudgetEngine is an Engine that applies the per-call time budget itself,
-// to the calls it makes to shared state only: a decision it answers from
-// memory (redisengine's local counting) then costs no deadline timer. The
-// decider hands such an engine the budget instead of a deadline.
-type BudgetEngine interface {
-	AllowAllWithin(ctx context.Context, budget time.Duration, reqs []limit.Request, res []limit.Result) (bool, error)
-}
-
-// Resetter is an Engine whose counters can be reset: the next request of
-// each of reqs' keys meets a fresh limiter.
-type Resetter interface {
+// Counters are the shared counters a Decider decides against: Redis
+// (redisengine.Engine), or this process's memory (InProcess). They own
+// their failure handling: a store that fails apart (a Redis Cluster's
+// masters) keeps a circuit breaker per part.
+type Counters interface {
+	// AllowBatch answers each call of batch all-or-nothing (see
+	// limit.Engine.AllowAll), writing its Allowed and results, or the Err
+	// that kept it from deciding: limit.ErrOverloaded (wrapped) when the
+	// call was not sent within budget for work queued in this process,
+	// another error when the store failed or its breaker is open. The
+	// calls are independent; a store that can sends them together (one
+	// Redis pipeline). budget bounds each call (0: ctx alone).
+	AllowBatch(ctx context.Context, budget time.Duration, batch []limit.Call)
+	// Reset resets the counters of reqs' keys: the next request of each
+	// meets a fresh limiter.
 	Reset(ctx context.Context, reqs []limit.Request) error
+	// Release ends the concurrency lease of each of reqs (its Lease).
+	Release(ctx context.Context, reqs []limit.Request) error
+	// Breaker is the state of the counters' circuit breaker: "closed",
+	// "half-open" or "open"; the worst part's when each has its own.
+	Breaker() string
+	// Failures counts the calls that failed (errors and timeouts; not
+	// overload, nor calls an open breaker refused), for metrics.
+	Failures() int64
 }
 
-// LocalEngine runs decisions on the in-process engine, with the time from Now.
-type LocalEngine struct {
+// InProcess keeps the counters in this process's memory, with the time
+// from Now: for a decider alone, the in-process fallback's tests, and
+// tools. It never fails.
+type InProcess struct {
 	Engine *limit.Engine
 	Now    func() time.Time
 }
 
-// Release implements Releaser.
-func (l LocalEngine) Release(_ context.Context, reqs []limit.Request) error {
+// AllowBatch implements Counters.
+func (l InProcess) AllowBatch(_ context.Context, _ time.Duration, batch []limit.Call) {
+	now := l.Now().UnixMicro()
+	for i := range batch {
+		c := &batch[i]
+		c.Allowed, c.Err = l.Engine.AllowAll(c.Reqs, now, c.Res), nil
+	}
+}
+
+// Release implements Counters.
+func (l InProcess) Release(_ context.Context, reqs []limit.Request) error {
 	now := l.Now().UnixMicro()
 	for _, r := range reqs {
 		l.Engine.Release(r.Key, r.Limiter, now, r.Lease)
@@ -53,18 +66,19 @@ func (l LocalEngine) Release(_ context.Context, reqs []limit.Request) error {
 	return nil
 }
 
-// Reset implements Resetter; it never fails.
-func (l LocalEngine) Reset(_ context.Context, reqs []limit.Request) error {
+// Reset implements Counters.
+func (l InProcess) Reset(_ context.Context, reqs []limit.Request) error {
 	for _, r := range reqs {
 		l.Engine.Reset(r.Key, r.Limiter)
 	}
 	return nil
 }
 
-// AllowAll implements Engine; it never fails.
-func (l LocalEngine) AllowAll(_ context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
-	return l.Engine.AllowAll(reqs, l.Now().UnixMicro(), res), nil
-}
+// Breaker implements Counters: memory has none.
+func (InProcess) Breaker() string { return "closed" }
+
+// Failures implements Counters: memory does not fail.
+func (InProcess) Failures() int64 { return 0 }
 
 // Request is one check.
 type Request struct {
@@ -149,7 +163,7 @@ func (l RequestLimit) normal() RequestLimit {
 
 // RuleResult is one rule's answer within a decision.
 type RuleResult struct {
-	Rule *policy.Rule // points into the immutable Config
+	Rule *policy.Rule // points into the immutable Compiled
 	Key  string       // the counter key the rule counted under
 	// Params are the parameters that decided: an override's for this
 	// client, else the rule's own (nil says the rule's own too).
@@ -172,7 +186,7 @@ func (r *RuleResult) InForce() *policy.Params {
 // Decision is the answer to a Request.
 type Decision struct {
 	Allowed bool
-	// Degraded is set when the engine did not decide: it failed (or its
+	// Degraded is set when the counters did not decide: they failed (or a
 	// breaker was open) and each rule answered by its failure mode, or
 	// overload kept the decision from it and the overload policy answered.
 	// Degradation says which.
@@ -195,36 +209,30 @@ type Decision struct {
 
 // Options configure a Decider.
 type Options struct {
-	// Engine decides against the shared counters (Redis). Required.
-	Engine Engine
-	// Local enforces rules whose failure mode is local while Engine fails;
-	// nil answers them as open.
+	// Counters are the shared counters decided against (Redis). Required.
+	Counters Counters
+	// Local enforces rules whose failure mode is local while Counters
+	// fail; nil answers them as open.
 	Local *limit.Engine
 	// LocalShare is the share of each limit one decider enforces locally,
 	// such as 1/number of deciders; 0 means 1.
 	LocalShare float64
-	// Budget bounds each engine call; 0 means unbounded (for an engine that
-	// cannot block, like the in-process one).
+	// Budget bounds each call to Counters; 0 means unbounded (for counters
+	// that cannot block, like the in-process ones).
 	Budget time.Duration
-	// BreakerFailures consecutive engine failures open the breaker, which
-	// then answers by failure modes without calling the engine for
-	// BreakerCooldown before letting one call probe. 0 disables it. An
-	// engine that is a Sharder has a breaker per shard.
-	BreakerFailures uint32
-	BreakerCooldown time.Duration
-	// MaxInFlight bounds the decisions waiting on Engine at once, shared
+	// MaxInFlight bounds the decisions waiting on Counters at once, shared
 	// fairly between tenants (see admission); a decision beyond it is
-	// answered by Overload without the engine. 0 means no bound.
+	// answered by Overload without them. 0 means no bound.
 	MaxInFlight int
-	// Overload answers the decisions that overload keeps from Engine: those
-	// MaxInFlight refuses, and those whose budget runs out while queued in
-	// the engine (limit.ErrOverloaded). Neither counts against a breaker.
+	// Overload answers the decisions that overload keeps from Counters:
+	// those MaxInFlight refuses, and those whose budget runs out while
+	// queued (limit.ErrOverloaded).
 	Overload OverloadPolicy
-	// Logger receives one line per breaker transition and per overload
-	// episode's start and end; nil means slog.Default().
+	// Logger receives one line per overload episode's start and end; nil
+	// means slog.Default().
 	Logger *slog.Logger
 	// DenyCacheSize > 0 remembers that many keys rejected until a known
-	// time, answering checks before then without the engine.
+	// time, answering checks before then without the counters.
 	DenyCacheSize int
 	// Now dates overrides' expiry, local decisions and the deny cache; nil
 	// means time.Now.
@@ -234,20 +242,15 @@ type Options struct {
 // Decider decides requests against compiled configs. It is safe for
 // concurrent use.
 type Decider struct {
-	opts    Options
-	breaker *gobreaker.CircuitBreaker[bool] // the engine's, or of its shard ""
-	shards  sync.Map                        // a Sharder's other shards' breakers, by name
-	// engineErrors counts failed engine calls (errors and timeouts; calls
-	// the open breaker refused are not made and not counted).
-	engineErrors atomic.Int64
-	denied       *denyCache // nil without a deny cache
-	admit        *admission // nil without MaxInFlight
+	opts   Options
+	denied *denyCache // nil without a deny cache
+	admit  *admission // nil without MaxInFlight
 }
 
-// New returns a Decider on engine with no failure handling, for engines
-// that cannot fail (the in-process one); now dates overrides' expiry.
-func New(engine Engine, now func() time.Time) *Decider {
-	return NewDecider(Options{Engine: engine, Now: now})
+// New returns a Decider on counters with no failure handling, for
+// counters that cannot fail (InProcess); now dates overrides' expiry.
+func New(counters Counters, now func() time.Time) *Decider {
+	return NewDecider(Options{Counters: counters, Now: now})
 }
 
 // NewDecider returns a Decider configured by o.
@@ -268,184 +271,127 @@ func NewDecider(o Options) *Decider {
 	if o.DenyCacheSize > 0 {
 		d.denied = newDenyCache(o.DenyCacheSize)
 	}
-	if o.BreakerFailures > 0 {
-		d.breaker = d.newBreaker("engine")
-	}
 	return d
 }
 
-// newBreaker returns a breaker of the options' settings (see Options).
-func (d *Decider) newBreaker(name string) *gobreaker.CircuitBreaker[bool] {
-	return gobreaker.NewCircuitBreaker[bool](gobreaker.Settings{
-		Name:        name,
-		Timeout:     d.opts.BreakerCooldown,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= d.opts.BreakerFailures },
-		// A caller hanging up says nothing about the engine, nor another
-		// shard's failure about this one's, nor the decider's own backlog.
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded)
-		},
-		OnStateChange: func(name string, from, to gobreaker.State) {
-			level := slog.LevelWarn
-			if to == gobreaker.StateClosed {
-				level = slog.LevelInfo
-			}
-			d.opts.Logger.LogAttrs(context.Background(), level, "breaker "+to.String(),
-				slog.String("breaker", name), slog.String("from", from.String()))
-		},
-	})
-}
+// BreakerState returns the counters' breaker state: "closed", "half-open"
+// or "open" (Counters.Breaker).
+func (d *Decider) BreakerState() string { return d.opts.Counters.Breaker() }
 
-// Sharder is an Engine whose decisions go to one or more of several stores
-// that fail apart (a Redis Cluster's masters): Shards names the store of
-// reqs' first key, and the others that the rest go to, each once ("" and
-// none when the engine cannot tell). Each store has a breaker of its own,
-// so that one master down sends the decisions it holds to their failure
-// modes, not those of the others. A decision spanning stores passes each
-// one's breaker (any open: the failure modes); its failure counts against
-// the store its error names, by a method FailedShard() string, and
-// against all of them when it names none of theirs.
-type Sharder interface {
-	Shards(ctx context.Context, reqs []limit.Request) (first string, others []string)
-}
-
-// breakerNamed returns the breaker of a Sharder's shard name ("": the
-// engine's).
-func (d *Decider) breakerNamed(name string) *gobreaker.CircuitBreaker[bool] {
-	if name == "" {
-		return d.breaker
-	}
-	if b, ok := d.shards.Load(name); ok {
-		return b.(*gobreaker.CircuitBreaker[bool])
-	}
-	b, _ := d.shards.LoadOrStore(name, d.newBreaker("engine "+name))
-	return b.(*gobreaker.CircuitBreaker[bool])
-}
-
-// errElsewhere is what a shard's breaker is told of a decision spanning
-// shards that failed on another, or that another's breaker refused: not a
-// failure of its own, nor a success (excluded, see newBreaker).
-var errElsewhere = errors.New("decide: failed on another shard")
-
-// acrossShards runs do, a decision spanning the shards names, through each
-// one's breaker (see Sharder), returning do's answer, or the refusal of
-// the first breaker that refused it.
-func (d *Decider) acrossShards(names []string, do func() (bool, error)) (bool, error) {
-	var (
-		ran, allowed     bool
-		failure, refused error
-		blamed           string // the shard failure names, "" for all
-	)
-	run := func() error {
-		ran = true
-		allowed, failure = do()
-		var on interface{ FailedShard() string }
-		if errors.As(failure, &on) && slices.Contains(names, on.FailedShard()) {
-			blamed = on.FailedShard()
-		}
-		return failure
-	}
-	for _, name := range slices.Backward(names) {
-		b, inner := d.breakerNamed(name), run
-		run = func() error {
-			_, err := b.Execute(func() (bool, error) {
-				err := inner()
-				if err == nil || ran && (blamed == "" || blamed == name) {
-					return false, err
-				}
-				return false, errElsewhere
-			})
-			if err != nil && !ran && refused == nil {
-				refused = err // this breaker's refusal (a deeper one's is set first)
-			}
-			return err
-		}
-	}
-	_ = run()
-	if !ran {
-		return false, refused
-	}
-	return allowed, failure
-}
-
-// Gatherer is an Engine that can send decisions made at once together
-// (redisengine's batching does): Gather returns the context of n such
-// decisions, and Skip tells it that one of them will not reach the engine.
-type Gatherer interface {
-	Gather(ctx context.Context, n int) context.Context
-	Skip(ctx context.Context)
-}
-
-// Gather returns ctx for n decisions made at once, to be decided with it at
-// the same time: an engine that batches sends them together. ctx is
-// returned as is when the engine cannot.
-func (d *Decider) Gather(ctx context.Context, n int) context.Context {
-	if g, ok := d.opts.Engine.(Gatherer); ok {
-		return g.Gather(ctx, n)
-	}
-	return ctx
-}
-
-// BreakerState returns "closed", "half-open" or "open" ("closed" without a
-// breaker): with a breaker per shard, the worst of them — "open" when
-// any shard's is.
-func (d *Decider) BreakerState() string {
-	if d.breaker == nil {
-		return "closed"
-	}
-	worst := d.breaker.State()
-	d.shards.Range(func(_, b any) bool {
-		st := b.(*gobreaker.CircuitBreaker[bool]).State()
-		if st == gobreaker.StateOpen || (st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed) {
-			worst = st
-		}
-		return worst != gobreaker.StateOpen
-	})
-	return worst.String()
-}
+// EngineErrors returns how many calls to the counters have failed (Redis
+// errors and timeouts), for metrics.
+func (d *Decider) EngineErrors() int64 { return d.opts.Counters.Failures() }
 
 // Decide evaluates req against the tenant config c. Invalid input returns a
-// policy error with CodeInvalid and field details; an engine failure is
-// returned as is.
-func (d *Decider) Decide(ctx context.Context, c *Config, req Request) (Decision, error) {
-	dec, engaged, err := d.decide(ctx, c, req)
-	if g, ok := d.opts.Engine.(Gatherer); ok && !engaged { // the others of a gathered call need not wait for it
-		g.Skip(ctx)
+// policy error with CodeInvalid and field details; a failure of the
+// counters is answered by the rules' failure modes (Decision.Degraded).
+func (d *Decider) Decide(ctx context.Context, c *Compiled, req Request) (Decision, error) {
+	var p prepared
+	if done, err := d.prepare(c, req, &p); done || err != nil {
+		return p.dec, err
 	}
-	return dec, err
+	if p.ask {
+		batch := []limit.Call{{Reqs: p.sel.reqs, Res: p.res}}
+		d.opts.Counters.AllowBatch(ctx, d.opts.Budget, batch)
+		p.call = batch[0]
+		if p.load != nil {
+			d.admit.release(p.load)
+		}
+	}
+	return d.finish(ctx, c, &p)
 }
 
-// decide is Decide, also saying whether the engine was called.
-func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decision, engaged bool, _ error) {
+// DecideAll decides reqs, each on its own as Decide would, at once: the
+// counters hear those they must decide in one batch (one Redis pipeline
+// rather than one per decision). errs[i] is reqs[i]'s refusal, if any.
+func (d *Decider) DecideAll(ctx context.Context, c *Compiled, reqs []Request) (decs []Decision, errs []error) {
+	decs, errs = make([]Decision, len(reqs)), make([]error, len(reqs))
+	ps := make([]prepared, len(reqs))
+	batch := make([]limit.Call, 0, len(reqs))
+	asked := make([]int, 0, len(reqs)) // the index in reqs of each call of batch
+	for i := range reqs {
+		p := &ps[i]
+		done, err := d.prepare(c, reqs[i], p)
+		if done || err != nil {
+			decs[i], errs[i], p.done = p.dec, err, true
+			continue
+		}
+		if p.ask {
+			batch = append(batch, limit.Call{Reqs: p.sel.reqs, Res: p.res})
+			asked = append(asked, i)
+		}
+	}
+	if len(batch) > 0 {
+		d.opts.Counters.AllowBatch(ctx, d.opts.Budget, batch)
+	}
+	for k, i := range asked {
+		ps[i].call = batch[k]
+		if ps[i].load != nil {
+			d.admit.release(ps[i].load)
+		}
+	}
+	for i := range ps {
+		if !ps[i].done {
+			decs[i], errs[i] = d.finish(ctx, c, &ps[i])
+		}
+	}
+	return decs, errs
+}
+
+// prepared is a decision up to the counters' answer (see prepare).
+type prepared struct {
+	req   Request
+	sel   selection
+	dec   Decision // so far; the answer when prepare says it is done
+	res   []limit.Result
+	cost  int64 // what each rule is asked to take: 0 for a peek
+	lease int64
+	cache bool // rejections may be answered from the deny cache
+	// ask: the counters are to be asked (not shed by admission, whose
+	// share load is then, when set).
+	ask  bool
+	load *tenantLoad
+	call limit.Call // their answer
+	done bool       // DecideAll: answered by prepare
+}
+
+// prepare readies req's decision in p: its rules, and whether the counters
+// are to be asked. It reports done, with the decision in p.dec, when the
+// decision needs no counters: no rule applies, a rule blocks, or the deny
+// cache answers.
+func (d *Decider) prepare(c *Compiled, req Request, p *prepared) (done bool, _ error) {
 	if err := refuse(c, req); err != nil {
-		return Decision{}, false, err
+		return true, err
 	}
-	cost := max(req.Cost, 1)
+	p.req = req
+	p.cost = max(req.Cost, 1)
 	if req.Peek {
-		cost = 0 // the engines answer a zero cost from the state, writing nothing
+		p.cost = 0 // the engines answer a zero cost from the state, writing nothing
 	}
-	sel, err := d.selectRules(c, req, cost)
+	sel, err := d.selectRules(c, req, p.cost)
 	if err != nil {
-		return Decision{}, false, err
+		return true, err
 	}
+	p.sel = sel
 	tier, reqs, picked, params := sel.tier, sel.reqs, sel.picked, sel.params
 	if sel.blocked != nil {
-		dec := Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}
+		p.dec = Decision{Deciding: 0, Rules: []RuleResult{{Rule: sel.blocked, Result: blocked}}, Tier: tier, Version: c.Version}
 		if sel.blocked.Shadow { // every rule in shadow (ShadowAll): reported, not rejected
-			dec.Allowed, dec.Deciding = true, -1
+			p.dec.Allowed, p.dec.Deciding = true, -1
 		}
-		return dec, false, nil
+		return true, nil
 	}
-	dec := Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
+	p.dec = Decision{Allowed: true, Deciding: -1, Version: c.Version, Tier: tier}
 	if len(reqs) == 0 {
-		return dec, false, nil
+		return true, nil
 	}
 	if sel.blocks {
 		for i, r := range picked {
 			switch {
 			case !r.Block:
 			case !r.Shadow: // nothing is counted, nothing asked
-				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: r, Key: reqs[i].Key, Result: blocked}}, Tier: tier, Version: c.Version}, false, nil
+				p.dec = Decision{Deciding: 0, Rules: []RuleResult{{Rule: r, Key: reqs[i].Key, Result: blocked}}, Tier: tier, Version: c.Version}
+				return true, nil
 			default:
 				reqs[i].Cost = 0 // what it would reject, without counting
 			}
@@ -453,57 +399,56 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	}
 	// A request's own limit can change from one request to the next under
 	// the same key, so what a rejection says of the next is not exact.
-	cache := d.denied != nil && req.Limit == nil
-	if cache {
+	p.cache = d.denied != nil && req.Limit == nil
+	if p.cache {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
-			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, cost, now); ok && !reqs[i].Shadow {
-				return Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Params: &params[i], Result: r}}, Tier: tier, Version: c.Version, Cached: true}, false, nil
+			if r, ok := d.denied.lookup(c.Version, reqs[i].Key, p.cost, now); ok && !reqs[i].Shadow {
+				p.dec = Decision{Deciding: 0, Rules: []RuleResult{{Rule: picked[i], Key: reqs[i].Key, Params: &params[i], Result: r}}, Tier: tier, Version: c.Version, Cached: true}
+				return true, nil
 			}
 		}
 	}
-	lease := req.Lease
-	if sel.leases && !req.Peek && lease == 0 {
-		lease = NewLease()
+	p.lease = req.Lease
+	if sel.leases && !req.Peek && p.lease == 0 {
+		p.lease = NewLease()
 		for i := range reqs {
-			reqs[i].Lease = lease
+			reqs[i].Lease = p.lease
 		}
 	}
-	var res []limit.Result
 	if sel.one != nil {
-		res, dec.Rules = sel.one.res[:], sel.one.rules[:]
+		p.res, p.dec.Rules = sel.one.res[:], sel.one.rules[:]
 	} else {
-		res, dec.Rules = make([]limit.Result, len(reqs)), make([]RuleResult, len(reqs))
+		p.res, p.dec.Rules = make([]limit.Result, len(reqs)), make([]RuleResult, len(reqs))
 	}
-	var (
-		allowed    bool
-		load       *tenantLoad
-		unenforced []bool // rules a degraded decision answered open
-	)
+	p.ask = true
 	if d.admit != nil {
-		var admitted bool
-		if load, admitted = d.admit.acquire(c); !admitted {
-			dec.Degradation = Shed
+		if p.load, p.ask = d.admit.acquire(c); !p.ask {
+			p.dec.Degradation = Shed
 		}
 	}
-	if dec.Degradation == NotDegraded {
-		allowed, engaged, err = d.call(ctx, reqs, res)
-		if load != nil {
-			d.admit.release(load)
-		}
-	}
+	return false, nil
+}
+
+// finish completes p's decision with the counters' answer (p.call), or by
+// the failure modes or the overload policy when they did not decide.
+func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decision, error) {
+	req, sel, dec, res := p.req, &p.sel, p.dec, p.res
+	reqs, picked, params := sel.reqs, sel.picked, sel.params
+	allowed, err := p.call.Allowed, p.call.Err
+	var unenforced []bool // rules a degraded decision answered open
 	switch {
 	case err == nil && dec.Degradation == NotDegraded:
 	case err != nil && ctx.Err() != nil:
-		return Decision{}, engaged, ctx.Err()
+		return Decision{}, ctx.Err()
 	case err != nil && !errors.Is(err, limit.ErrOverloaded):
 		dec.Degradation = StoreUnavailable
 		allowed, unenforced = d.degrade(c, picked, params, reqs, res, failureMode)
 	default: // shed, or queued past its budget
 		if dec.Degradation == NotDegraded {
 			dec.Degradation = QueuedPastBudget
-			if load != nil {
-				d.admit.queuedPastBudget(load)
+			if p.load != nil {
+				d.admit.queuedPastBudget(p.load)
 			}
 		}
 		allowed, unenforced = d.degrade(c, picked, params, reqs, res, d.opts.Overload.modeUnder)
@@ -522,13 +467,13 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
 	if allowed && sel.leases && !req.Peek {
-		dec.Lease = lease
+		dec.Lease = p.lease
 	}
-	if cache && !allowed && !dec.Degraded && !req.Peek {
+	if p.cache && !allowed && !dec.Degraded && !req.Peek {
 		now := d.opts.Now().UnixMicro()
 		for i := range reqs {
 			if !res[i].Allowed && !reqs[i].Shadow && cacheable(params[i]) {
-				d.denied.remember(c.Version, reqs[i].Key, cost, now, res[i])
+				d.denied.remember(c.Version, reqs[i].Key, p.cost, now, res[i])
 			}
 		}
 	}
@@ -538,7 +483,7 @@ func (d *Decider) decide(ctx context.Context, c *Config, req Request) (_ Decisio
 	for i, open := range unenforced {
 		dec.Rules[i].Unenforced = open
 	}
-	return dec, engaged, nil
+	return dec, nil
 }
 
 // blocked is the answer of a Block rule: rejected, never to be admitted.
@@ -563,7 +508,7 @@ func peeked(reqs []limit.Request, res []limit.Result, cost int64) bool {
 // Validate returns the error Decide would refuse req with, without
 // deciding it: a caller deciding several requests at once refuses them
 // all before any is counted.
-func (d *Decider) Validate(c *Config, req Request) error {
+func (d *Decider) Validate(c *Compiled, req Request) error {
 	if err := refuse(c, req); err != nil {
 		return err
 	}
@@ -574,7 +519,7 @@ func (d *Decider) Validate(c *Config, req Request) error {
 
 // refuse refuses what no config could decide: invalid descriptors, a
 // negative cost, a suspended tenant.
-func refuse(c *Config, req Request) error {
+func refuse(c *Compiled, req Request) error {
 	if err := req.Descriptors.Validate(); err != nil {
 		return err
 	}
@@ -615,7 +560,7 @@ func refuse(c *Config, req Request) error {
 
 // tierOf is the tier a request is decided in, its own, else an
 // override's, else the tenant's default, and the tier's rules.
-func (c *Config) tierOf(tier string, ovs []*compiledOverride) (string, []compiledRule, error) {
+func (c *Compiled) tierOf(tier string, ovs []*compiledOverride) (string, []compiledRule, error) {
 	for _, o := range ovs {
 		if tier == "" && o.Tier != "" {
 			tier = o.Tier
@@ -668,7 +613,7 @@ type oneRule struct {
 // selectRules picks the rules of req's tier (its own, else an override's,
 // else the tenant's default) that match its descriptors, with overrides
 // applied.
-func (d *Decider) selectRules(c *Config, req Request, cost int64) (selection, error) {
+func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, error) {
 	var ovBuf [4]*compiledOverride
 	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
 	tier, rules, err := c.tierOf(req.Tier, ovs)
@@ -782,7 +727,7 @@ func (sel *selection) dropReplaced(replaced map[string]bool) {
 // Replacing returns the names of the rules that the rules req meets
 // replace (Rule.Replaces), for the other requests of the same call
 // (Request.Replaced); nil when none.
-func (d *Decider) Replacing(c *Config, req Request) []string {
+func (d *Decider) Replacing(c *Compiled, req Request) []string {
 	if !c.replaces {
 		return nil
 	}
@@ -820,13 +765,12 @@ func (sel *selection) keepMostSpecific() {
 }
 
 // Reset resets the counters of the rules req applies to (blocking rules,
-// which count nothing, aside) on the engine and the in-process fallback,
+// which count nothing, aside) on the counters and the in-process fallback,
 // and forgets this decider's cached rejections of them; the next request
 // of each meets a fresh limiter. Other deciders forget theirs when told
-// (Forget). It returns the rules reset; an engine that cannot reset
-// (not a Resetter) or fails returns an error, after which the counters
-// may or may not have been reset.
-func (d *Decider) Reset(ctx context.Context, c *Config, req Request) ([]*policy.Rule, error) {
+// (Forget). It returns the rules reset; when the counters fail, an error,
+// after which they may or may not have been reset.
+func (d *Decider) Reset(ctx context.Context, c *Compiled, req Request) ([]*policy.Rule, error) {
 	if err := refuse(c, req); err != nil {
 		return nil, err
 	}
@@ -843,13 +787,9 @@ func (d *Decider) Reset(ctx context.Context, c *Config, req Request) ([]*policy.
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	rs, ok := d.opts.Engine.(Resetter)
-	if !ok {
-		return nil, errors.New("decide: the engine cannot reset counters")
-	}
 	ctx, cancel := d.budgeted(ctx)
 	defer cancel()
-	err = rs.Reset(ctx, reqs)
+	err = d.opts.Counters.Reset(ctx, reqs)
 	if d.opts.Local != nil {
 		for _, r := range reqs {
 			d.opts.Local.Reset(r.Key, r.Limiter)
@@ -861,9 +801,6 @@ func (d *Decider) Reset(ctx context.Context, c *Config, req Request) ([]*policy.
 	}
 	d.Forget(keys)
 	if err != nil {
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			d.engineErrors.Add(1)
-		}
 		return nil, fmt.Errorf("%w: %w", policy.Errorf(policy.CodeUnavailable, "the counters could not be reset; retry"), err)
 	}
 	return picked, nil
@@ -887,24 +824,20 @@ func (d *Decider) Now() time.Time { return d.opts.Now() }
 // numbers are exact below it).
 func NewLease() int64 { return 1 + rand.Int64N(1<<53-1) }
 
-// Releaser is an Engine that can end concurrency leases.
-type Releaser interface {
-	Release(ctx context.Context, reqs []limit.Request) error
-}
-
 // Release ends req's lease (req.Lease) on each concurrency rule the request
-// matches, on the engine and on the in-process fallback (a lease may have
-// been taken there while the engine failed). Other rules are untouched.
-// Releasing a lease that is not held does nothing. While the engine's
-// breaker is open, the engine is not asked: its leases end at their TTL.
-func (d *Decider) Release(ctx context.Context, c *Config, req Request) error {
+// matches, on the counters and on the in-process fallback (a lease may
+// have been taken there while the counters failed). Other rules are
+// untouched. Releasing a lease that is not held does nothing. While the
+// counters' breaker is open, they are not asked: the leases end at their
+// TTL.
+func (d *Decider) Release(ctx context.Context, c *Compiled, req Request) error {
 	return d.release(ctx, c, req, false)
 }
 
 // ReleaseHeld ends the lease dec, the decision of req, holds (dec.Lease)
-// where it was taken: on the in-process fallback alone when the engine
+// where it was taken: on the in-process fallback alone when the counters
 // had failed (dec.Degraded), else as Release does.
-func (d *Decider) ReleaseHeld(ctx context.Context, c *Config, req Request, dec Decision) error {
+func (d *Decider) ReleaseHeld(ctx context.Context, c *Compiled, req Request, dec Decision) error {
 	if dec.Lease == 0 {
 		return nil
 	}
@@ -917,9 +850,9 @@ func (d *Decider) ReleaseHeld(ctx context.Context, c *Config, req Request, dec D
 // touches no other rule: for a request that lasts longer than a lease
 // (a websocket through the proxy). A lease that ended meanwhile is taken
 // again when its rule has room; false when it had none. A decision the
-// engine failed has nothing to renew there (its leases live on this
+// counters failed has nothing to renew there (its leases live on this
 // decider, or nowhere).
-func (d *Decider) Renew(ctx context.Context, c *Config, req Request, dec Decision) (bool, error) {
+func (d *Decider) Renew(ctx context.Context, c *Compiled, req Request, dec Decision) (bool, error) {
 	if dec.Lease == 0 || dec.Degraded {
 		return true, nil
 	}
@@ -928,18 +861,19 @@ func (d *Decider) Renew(ctx context.Context, c *Config, req Request, dec Decisio
 	if err != nil || len(leases) == 0 {
 		return err == nil, err
 	}
-	allowed, _, err := d.call(ctx, leases, make([]limit.Result, len(leases))) // through the breakers, as decisions go
-	if err != nil {
+	batch := []limit.Call{{Reqs: leases, Res: make([]limit.Result, len(leases))}}
+	d.opts.Counters.AllowBatch(ctx, d.opts.Budget, batch)
+	if batch[0].Err != nil {
 		return false, errNotRenewed
 	}
-	return allowed, nil
+	return batch[0].Allowed, nil
 }
 
-// errNotRenewed answers a renewal the engine did not make.
+// errNotRenewed answers a renewal the counters did not make.
 var errNotRenewed = &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be renewed now; it ends at its TTL"}
 
 // leasesOf returns the counter requests of req's concurrency rules.
-func (d *Decider) leasesOf(c *Config, req Request) ([]limit.Request, error) {
+func (d *Decider) leasesOf(c *Compiled, req Request) ([]limit.Request, error) {
 	if err := req.Descriptors.Validate(); err != nil {
 		return nil, err
 	}
@@ -956,8 +890,8 @@ func (d *Decider) leasesOf(c *Config, req Request) ([]limit.Request, error) {
 	return leases, nil
 }
 
-// release is Release, asking the engine unless localOnly.
-func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly bool) error {
+// release is Release, asking the counters unless localOnly.
+func (d *Decider) release(ctx context.Context, c *Compiled, req Request, localOnly bool) error {
 	leases, err := d.leasesOf(c, req)
 	if err != nil || len(leases) == 0 {
 		return err
@@ -968,45 +902,19 @@ func (d *Decider) release(ctx context.Context, c *Config, req Request, localOnly
 			d.opts.Local.Release(r.Key, r.Limiter, now, r.Lease)
 		}
 	}
-	rel, ok := d.opts.Engine.(Releaser)
-	if !ok || localOnly {
+	if localOnly {
 		return nil
-	}
-	if d.breakerOpen(ctx, leases) {
-		return errNotReleased
 	}
 	ctx, cancel := d.budgeted(ctx)
 	defer cancel()
-	if err := rel.Release(ctx, leases); err != nil {
-		if !errors.Is(err, limit.ErrOverloaded) {
-			d.engineErrors.Add(1)
-		}
+	if err := d.opts.Counters.Release(ctx, leases); err != nil {
 		return errNotReleased
 	}
 	return nil
 }
 
-// errNotReleased answers a release the engine did not make.
+// errNotReleased answers a release the counters did not make.
 var errNotReleased = &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be released now; it ends at its TTL"}
-
-// breakerOpen reports whether a breaker reqs would pass is open: the
-// engine (or a shard of it) is not to be asked now.
-func (d *Decider) breakerOpen(ctx context.Context, reqs []limit.Request) bool {
-	if d.breaker == nil {
-		return false
-	}
-	names := []string{""}
-	if s, ok := d.opts.Engine.(Sharder); ok {
-		first, others := s.Shards(ctx, reqs)
-		names = append([]string{first}, others...)
-	}
-	for _, n := range names {
-		if d.breakerNamed(n).State() == gobreaker.StateOpen {
-			return true
-		}
-	}
-	return false
-}
 
 // budgeted bounds ctx by the per-call time budget, when there is one.
 func (d *Decider) budgeted(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -1016,56 +924,15 @@ func (d *Decider) budgeted(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, d.opts.Budget)
 }
 
-// EngineErrors returns how many engine calls have failed (Redis errors
-// and timeouts), for metrics.
-func (d *Decider) EngineErrors() int64 { return d.engineErrors.Load() }
-
-// call asks the engine within the budget, through the breaker.
-func (d *Decider) call(ctx context.Context, reqs []limit.Request, res []limit.Result) (allowed, engaged bool, err error) {
-	do := func() (bool, error) {
-		engaged = true
-		ok, err := d.allowAll(ctx, reqs, res)
-		if err != nil && !errors.Is(err, limit.ErrOverloaded) {
-			d.engineErrors.Add(1)
-		}
-		return ok, err
-	}
-	s, sharded := d.opts.Engine.(Sharder)
-	switch {
-	case d.breaker == nil:
-		allowed, err = do()
-	case !sharded:
-		allowed, err = d.breaker.Execute(do)
-	default:
-		first, others := s.Shards(ctx, reqs)
-		if len(others) == 0 {
-			allowed, err = d.breakerNamed(first).Execute(do)
-		} else {
-			allowed, err = d.acrossShards(append([]string{first}, others...), do)
-		}
-	}
-	return allowed, engaged, err
-}
-
-// allowAll asks the engine within the budget.
-func (d *Decider) allowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
-	if be, ok := d.opts.Engine.(BudgetEngine); ok {
-		return be.AllowAllWithin(ctx, d.opts.Budget, reqs, res)
-	}
-	ctx, cancel := d.budgeted(ctx)
-	defer cancel()
-	return d.opts.Engine.AllowAll(ctx, reqs, res)
-}
-
 // degrade answers each rule by the failure mode modeOf gives it (its own,
-// after an engine failure; the overload policy's, under overload) and
+// after the counters failed; the overload policy's, under overload) and
 // returns whether the decision is admitted, and which rules were answered
 // open (nil when none): open rules admit, closed ones reject (retry in a
 // second), local ones are enforced by the in-process engine at LocalShare
 // of their limit, and only when no closed rule rejects, so that a rejected
 // decision consumes nothing there either. Without an in-process engine,
 // local rules answer open.
-func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result,
+func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result,
 	modeOf func(*policy.Rule) policy.FailureMode) (bool, []bool) {
 	admitted := true
 	var local []limit.Request
@@ -1112,7 +979,7 @@ func (d *Decider) degrade(c *Config, picked []*policy.Rule, params []policy.Para
 // failureMode is r's own failure mode.
 func failureMode(r *policy.Rule) policy.FailureMode { return r.FailureMode }
 
-// Loads returns each tenant's share of the decisions on the engine: in
+// Loads returns each tenant's share of the decisions on the counters: in
 // flight now, and shed or queued past their budget since start (nil
 // without Options.MaxInFlight).
 func (d *Decider) Loads() []TenantLoad {

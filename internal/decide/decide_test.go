@@ -44,14 +44,14 @@ func snapshot() *policy.Snapshot {
 	}
 }
 
-func newDecider(t *testing.T) (*Decider, *Config) {
+func newDecider(t *testing.T) (*Decider, *Compiled) {
 	t.Helper()
 	c, err := Compile(snapshot())
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	return New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now), c
+	return New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now), c
 }
 
 func check(client string, extra ...policy.Descriptor) Request {
@@ -59,7 +59,7 @@ func check(client string, extra ...policy.Descriptor) Request {
 }
 
 // admitted counts admitted decisions out of n identical requests.
-func admitted(t *testing.T, d *Decider, c *Config, req Request, n int) int {
+func admitted(t *testing.T, d *Decider, c *Compiled, req Request, n int) int {
 	t.Helper()
 	ok := 0
 	for range n {
@@ -284,7 +284,7 @@ func TestMostSpecificExactRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 	ip := func(v string) Request { return Request{Descriptors: policy.Descriptors{{Key: "ip", Value: v}}} }
 	dec, err := d.Decide(context.Background(), c, ip("10.0.0.1"))
 	if err != nil || len(dec.Rules) != 2 || dec.Rules[0].Rule.ID != "vip" || dec.Rules[1].Rule.ID != "global" {
@@ -315,7 +315,7 @@ func TestBlockRules(t *testing.T) {
 		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 3, Window: time.Minute}}
 	maybe := policy.Rule{ID: "maybe", Name: "maybe-block", Match: []policy.Match{{Key: "route", Value: "/beta"}}, Enabled: true, Block: true, Shadow: true,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Minute}}
-	compile := func(version int64, rules ...policy.Rule) *Config {
+	compile := func(version int64, rules ...policy.Rule) *Compiled {
 		t.Helper()
 		c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: version,
 			Tiers: []policy.Tier{{Name: "free", Rules: rules}}})
@@ -325,7 +325,7 @@ func TestBlockRules(t *testing.T) {
 		return c
 	}
 	c := compile(1, perClient, bad, maybe)
-	decide := func(c *Config, req Request) Decision { t.Helper(); return mustDecide(t, d, c, req) }
+	decide := func(c *Compiled, req Request) Decision { t.Helper(); return mustDecide(t, d, c, req) }
 
 	for range 3 {
 		dec := decide(c, check("bad-1"))
@@ -440,7 +440,7 @@ func TestReplaces(t *testing.T) {
 		t.Fatalf("compile: %v, replaces %v", err, c.HasReplaces())
 	}
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 	searching := check("ann", policy.Descriptor{Key: "route", Value: "/search"})
 	if got := d.Replacing(c, searching); !slices.Equal(got, []string{"general"}) {
 		t.Fatalf("Replacing: %v", got)
@@ -478,7 +478,7 @@ func TestShadowAllRejectsNothing(t *testing.T) {
 	}
 	c.ShadowAll()
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 	// wouldBlock reports whether some rule would have rejected.
 	decide := func(req Request) (allowed, wouldBlock bool) {
 		t.Helper()
@@ -520,7 +520,7 @@ func TestRequestLimitAlgorithms(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)} // a window's start
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 	own := func(alg policy.Algorithm) Request {
 		r := check("ann")
 		r.Limit = &RequestLimit{Requests: 2, Window: time.Minute, Algorithm: alg}
@@ -561,7 +561,7 @@ func TestOneRuleOverSeveralValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+	d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 	v1, v2 := check("ann", policy.Descriptor{Key: "route", Value: "/v1/users/7"}), check("ann", policy.Descriptor{Key: "route", Value: "/v2/users"})
 	if n := admitted(t, d, c, v1, 3) + admitted(t, d, c, v2, 3); n != 4 {
 		t.Fatalf("%d of 6 admitted over /v1/users and /v2/users, want the one limit of 4", n)

@@ -10,28 +10,28 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// countingEngine counts the calls that reach the in-process engine.
+// countingEngine counts the calls that reach the in-process counters.
 type countingEngine struct {
-	LocalEngine
+	InProcess
 	calls atomic.Int64
 }
 
-func (e *countingEngine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
-	e.calls.Add(1)
-	return e.LocalEngine.AllowAll(ctx, reqs, res)
+func (e *countingEngine) AllowBatch(ctx context.Context, budget time.Duration, batch []limit.Call) {
+	e.calls.Add(int64(len(batch)))
+	e.InProcess.AllowBatch(ctx, budget, batch)
 }
 
 // countingDecider is a Decider configured by o on a countingEngine, both
 // on a clock the test moves.
 func countingDecider(o Options) (*Decider, *countingEngine, *clock) {
 	clk := &clock{t: time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)}
-	eng := &countingEngine{LocalEngine: LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
-	o.Engine, o.Now = eng, clk.now
+	eng := &countingEngine{InProcess: InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}}
+	o.Counters, o.Now = eng, clk.now
 	return NewDecider(o), eng, clk
 }
 
 // mustDecide is d.Decide, failing the test on an error.
-func mustDecide(t *testing.T, d *Decider, c *Config, req Request) Decision {
+func mustDecide(t *testing.T, d *Decider, c *Compiled, req Request) Decision {
 	t.Helper()
 	dec, err := d.Decide(context.Background(), c, req)
 	if err != nil {
@@ -58,7 +58,7 @@ func TestDenyCacheAnswersUntilTheRejectionEnds(t *testing.T) {
 	req := func(route string, cost int64) Request {
 		return Request{Cost: cost, Lease: int64(eng.calls.Load()), Descriptors: policy.Descriptors{{Key: "client_id", Value: "a"}, {Key: "route", Value: route}}}
 	}
-	decide := func(c *Config, r Request) Decision { return mustDecide(t, d, c, r) }
+	decide := func(c *Compiled, r Request) Decision { return mustDecide(t, d, c, r) }
 	decide(c, req("/w", 1)) // 1 of 2
 	if dec := decide(c, req("/w", 2)); dec.Allowed || dec.Cached || eng.calls.Load() != 2 {
 		t.Fatalf("cost 2 over a limit of 2 with 1 used: %+v", dec)

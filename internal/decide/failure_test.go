@@ -31,7 +31,7 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 	// The engine as the decider opens it: reads that poll, on a Redis
 	// that stops answering.
 	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=4", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
-		redisengine.Config{Prefix: redistest.Prefix(t)})
+		redisengine.Config{Prefix: redistest.Prefix(t), BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 100 * time.Millisecond
-	d := NewDecider(Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5,
-		Budget: budget, BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond})
+	d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5,
+		Budget: budget})
 	check := func(route string) Decision {
 		t.Helper()
 		start := time.Now()
@@ -145,7 +145,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
 	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
-		redisengine.Config{Prefix: redistest.Prefix(t), Batch: true})
+		redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 5, BreakerCooldown: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 100 * time.Millisecond
-	d := NewDecider(Options{Engine: eng, Budget: budget, BreakerFailures: 5, BreakerCooldown: 200 * time.Millisecond})
+	d := NewDecider(Options{Counters: eng, Budget: budget})
 	load := func() (slowest time.Duration, degraded int64) {
 		var mu sync.Mutex
 		var deg, unavailable atomic.Int64
@@ -234,7 +234,7 @@ func TestLocallyCountedRuleThroughARedisOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := NewDecider(Options{Engine: eng, Budget: 100 * time.Millisecond, Now: clock})
+	d := NewDecider(Options{Counters: eng, Budget: 100 * time.Millisecond, Now: clock})
 	check := func() Decision {
 		t.Helper()
 		dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "c1"}}})
@@ -278,7 +278,7 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	// failed (by default every node refuses every slot then).
 	cl.Set(t, "cluster-require-full-coverage", "no")
 	eng, err := redisengine.Open("redis://"+cl.Addrs[0]+"?addr="+cl.Addrs[1]+"&addr="+cl.Addrs[2], redisengine.ClientOptions{Cluster: true},
-		redisengine.Config{Prefix: redistest.Prefix(t)})
+		redisengine.Config{Prefix: redistest.Prefix(t), BreakerFailures: 3, BreakerCooldown: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestOneClusterMasterDownLeavesTheOthersDeciding(t *testing.T) {
 	}
 	// A budget that a busy machine (-race) keeps within; the dead master
 	// refuses connections at once.
-	d := NewDecider(Options{Engine: eng, Budget: time.Second, BreakerFailures: 3, BreakerCooldown: time.Hour})
+	d := NewDecider(Options{Counters: eng, Budget: time.Second})
 	masterOf := func(r *policy.Rule, ds policy.Descriptors) int {
 		first, _ := eng.Shards(ctx, []limit.Request{{Key: string(policy.AppendCounterKey(nil, "t", r, ds))}})
 		return slices.Index(cl.Addrs, first)
@@ -399,7 +399,7 @@ func TestRequestLimitAlgorithmsOnRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := NewDecider(Options{Engine: eng, Budget: time.Second, Now: clock})
+	d := NewDecider(Options{Counters: eng, Budget: time.Second, Now: clock})
 	admit := func(alg policy.Algorithm, n int) int {
 		t.Helper()
 		ok := 0
@@ -440,8 +440,8 @@ func TestLeasesThroughARedisOutage(t *testing.T) {
 	ctx := context.Background()
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // nothing listens: refused
 	t.Cleanup(func() { _ = down.Close() })
-	d := NewDecider(Options{Engine: redisengine.New(down, redisengine.Config{Prefix: redistest.Prefix(t)}),
-		Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5, Budget: time.Second, BreakerFailures: 2, BreakerCooldown: time.Hour})
+	d := NewDecider(Options{Counters: redisengine.New(down, redisengine.Config{Prefix: redistest.Prefix(t), BreakerFailures: 2, BreakerCooldown: time.Hour}),
+		Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5, Budget: time.Second})
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "c", Name: "in-flight", KeyBy: []string{"client_id"}, FailureMode: policy.FailLocal,
 			Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 2, LeaseTTL: time.Hour}}}}}})

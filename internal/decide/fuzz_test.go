@@ -55,7 +55,7 @@ func FuzzSnapshot(f *testing.F) {
 			return
 		}
 		clk := &clock{t: time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)}
-		d := New(LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
+		d := New(InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: clk.now}, clk.now)
 		req := Request{Cost: int64(cost), Descriptors: policy.Descriptors{{Key: "client_id", Value: client}, {Key: "route", Value: route}}}
 		for i := range 3 {
 			if d.Validate(c, req) != nil {

@@ -25,7 +25,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t, "--maxmemory", "64mb", "--maxmemory-policy", "noeviction")
 	// Batched into pipelines, as a decider runs it.
-	eng, err := redisengine.Open("redis://"+srv.Addr, redisengine.ClientOptions{}, redisengine.Config{Prefix: redistest.Prefix(t), Batch: true})
+	eng, err := redisengine.Open("redis://"+srv.Addr, redisengine.ClientOptions{}, redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 5 * time.Second
-	d := NewDecider(Options{Engine: eng, Budget: budget, BreakerFailures: 1000})
+	d := NewDecider(Options{Counters: eng, Budget: budget})
 	check := func(route, client string) Decision {
 		t.Helper()
 		start := time.Now()

@@ -161,7 +161,7 @@ func newAdmission(max int, logger *slog.Logger, now func() time.Time) *admission
 }
 
 // tenant returns the load of c's tenant.
-func (a *admission) tenant(c *Config) *tenantLoad {
+func (a *admission) tenant(c *Compiled) *tenantLoad {
 	if v, ok := a.tenants.Load(c.Tenant.ID); ok {
 		t := v.(*tenantLoad)
 		if p := t.slug.Load(); *p != c.Tenant.Slug { // renamed
@@ -178,7 +178,7 @@ func (a *admission) tenant(c *Config) *tenantLoad {
 // acquire admits one decision of c's tenant to the store, or refuses it
 // (false) when the decider is full and the tenant has its share in
 // flight. An admitted decision is released once answered.
-func (a *admission) acquire(c *Config) (*tenantLoad, bool) {
+func (a *admission) acquire(c *Compiled) (*tenantLoad, bool) {
 	t := a.tenant(c)
 	mine := t.inFlight.Add(1)
 	if mine == 1 {

@@ -22,7 +22,7 @@ import (
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // tenantOf compiles a tenant of one rule keyed by client_id.
-func tenantOf(t *testing.T, id string, p policy.Params, mode policy.FailureMode) *Config {
+func tenantOf(t *testing.T, id string, p policy.Params, mode policy.FailureMode) *Compiled {
 	t.Helper()
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: id, Slug: id, Name: id, DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: id + "-r", Name: "per-client", KeyBy: []string{"client_id"},
@@ -87,11 +87,11 @@ func TestAdmissionSharesFairly(t *testing.T) {
 func TestQueuedPastBudgetIsOverloadNotFailure(t *testing.T) {
 	t.Parallel()
 	rc, prefix := redistest.Client(t)
-	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true})
+	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, BreakerFailures: 5, BreakerCooldown: time.Minute, Logger: quiet()})
 	defer eng.Close()
 	logs := &logtest.Buffer{}
-	d := NewDecider(Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5, Budget: time.Nanosecond,
-		BreakerFailures: 5, BreakerCooldown: time.Minute, MaxInFlight: 64, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5, Budget: time.Nanosecond,
+		MaxInFlight: 64, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	c := tenantOf(t, "acme", policy.Params{Algorithm: policy.FixedWindow, Limit: 10, Window: time.Hour}, policy.FailOpen)
 	admitted := 0
 	for range 20 {
@@ -130,7 +130,7 @@ func TestQueuedPastBudgetIsOverloadNotFailure(t *testing.T) {
 func TestOverloadPolicies(t *testing.T) {
 	t.Parallel()
 	rc, prefix := redistest.Client(t)
-	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true})
+	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, BreakerFailures: 5, BreakerCooldown: time.Minute, Logger: quiet()})
 	defer eng.Close()
 	for _, tc := range []struct {
 		policy   OverloadPolicy
@@ -142,8 +142,8 @@ func TestOverloadPolicies(t *testing.T) {
 		{OverloadFailureMode, policy.FailClosed, 0},
 		{OverloadReject, policy.FailOpen, 0},
 	} {
-		d := NewDecider(Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: time.Nanosecond,
-			BreakerFailures: 5, BreakerCooldown: time.Minute, Overload: tc.policy, Logger: quiet()})
+		d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: time.Nanosecond,
+			Overload: tc.policy, Logger: quiet()})
 		c := tenantOf(t, strings.ReplaceAll("t-"+tc.policy.String()+"-"+tc.mode.String(), "_", "-"), policy.Params{Algorithm: policy.FixedWindow, Limit: 3, Window: time.Hour}, tc.mode)
 		admitted := 0
 		for range 10 {
@@ -171,10 +171,10 @@ func TestFloodingTenantIsShedWithinItsShare(t *testing.T) {
 	rc, prefix := redistest.Client(t)
 	// A Redis timeout that a machine loaded by the whole test suite keeps
 	// within: the test is of fairness, not of Redis's speed.
-	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Timeout: 10 * time.Second})
+	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Timeout: 10 * time.Second, BreakerFailures: 5, BreakerCooldown: time.Minute, Logger: quiet()})
 	defer eng.Close()
-	d := NewDecider(Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second,
-		BreakerFailures: 5, BreakerCooldown: time.Minute, MaxInFlight: 8, Logger: quiet()})
+	d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second,
+		MaxInFlight: 8, Logger: quiet()})
 	flood := tenantOf(t, "flood", policy.Params{Algorithm: policy.TokenBucket, Limit: 1_000_000, Window: time.Second}, policy.FailOpen)
 	calm := tenantOf(t, "quiet", policy.Params{Algorithm: policy.TokenBucket, Limit: 5, Window: time.Minute}, policy.FailOpen)
 

@@ -12,14 +12,14 @@ const patternsFrom = 16
 // quarter of a millisecond a decision. Patterns are looked up in an
 // affixIndex by the literal prefix ("cust-42-*") or suffix
 // ("*@example.com") they hold; those beginning and ending with a star
-// are tried one by one. Entries are ranks in Config.patterns, whose
+// are tried one by one. Entries are ranks in Compiled.patterns, whose
 // order decides which override wins.
 type patternIndex struct {
 	affixes *affixIndex
 	other   []int32 // patterns beginning and ending with a star
 }
 
-// newPatternIndex indexes patterns (Config.patterns, in their order), or
+// newPatternIndex indexes patterns (Compiled.patterns, in their order), or
 // returns nil for so few that they are tried one by one.
 func newPatternIndex(patterns []*compiledOverride) *patternIndex {
 	if len(patterns) < patternsFrom {

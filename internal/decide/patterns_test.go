@@ -66,8 +66,8 @@ func TestPatternIndexFindsWhatAScanFinds(t *testing.T) {
 	}
 }
 
-// scanOverrides is Config.overrides trying every pattern.
-func scanOverrides(c *Config, d policy.Descriptors, now time.Time) []*compiledOverride {
+// scanOverrides is Compiled.overrides trying every pattern.
+func scanOverrides(c *Compiled, d policy.Descriptors, now time.Time) []*compiledOverride {
 	var out []*compiledOverride
 	for _, k := range c.idKeys {
 		id, ok := d.Get(k)

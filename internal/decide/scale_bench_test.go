@@ -61,7 +61,7 @@ func BenchmarkDecisionCost(b *testing.B) {
 	}
 	for _, tenants := range []int{1, 1000} {
 		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
-			cs := make([]*Config, tenants)
+			cs := make([]*Compiled, tenants)
 			for i := range cs {
 				cs[i] = scaleTenant(b, "t"+strconv.Itoa(i), 1, 0)
 			}
@@ -71,7 +71,7 @@ func BenchmarkDecisionCost(b *testing.B) {
 	for _, keys := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			pad(b, cl.Addrs[0], keys-10_000)
-			benchClusterOf(b, cl, 1, []*Config{scaleTenant(b, "t", 1, 0)}, 10_000)
+			benchClusterOf(b, cl, 1, []*Compiled{scaleTenant(b, "t", 1, 0)}, 10_000)
 		})
 	}
 }
@@ -102,7 +102,7 @@ func pad(b *testing.B, addr string, n int) {
 
 // scaleTenant is tenant id with rules token buckets per client, each of
 // a million a second (never rejecting), counted locally with sync.
-func scaleTenant(b testing.TB, id string, rules int, sync time.Duration) *Config {
+func scaleTenant(b testing.TB, id string, rules int, sync time.Duration) *Compiled {
 	tier := policy.Tier{Name: "free"}
 	for i := range rules {
 		tier.Rules = append(tier.Rules, policy.Rule{ID: fmt.Sprint("r", i), Name: fmt.Sprint("rule-", i), KeyBy: []string{"client_id"}, Enabled: true,
@@ -117,18 +117,18 @@ func scaleTenant(b testing.TB, id string, rules int, sync time.Duration) *Config
 }
 
 // benchCluster is benchClusterOf for one tenant over 1,000 clients.
-func benchCluster(b *testing.B, cl *redistest.Cluster, deciders int, c *Config) {
-	benchClusterOf(b, cl, deciders, []*Config{c}, 1_000)
+func benchCluster(b *testing.B, cl *redistest.Cluster, deciders int, c *Compiled) {
+	benchClusterOf(b, cl, deciders, []*Compiled{c}, 1_000)
 }
 
 // benchClusterOf runs b.N decisions on deciders deciders over cl, from
 // 64 callers, for clients of the tenants cs in turn, and reports
 // decisions/s and the CPU per decision of this process and of the masters.
-func benchClusterOf(b *testing.B, cl *redistest.Cluster, deciders int, cs []*Config, clients int) {
+func benchClusterOf(b *testing.B, cl *redistest.Cluster, deciders int, cs []*Compiled, clients int) {
 	prefix := redistest.Prefix(b)
 	ds := make([]*Decider, deciders)
 	for i := range ds {
-		ds[i] = NewDecider(Options{Engine: clusterEngine(b, cl, prefix), Budget: 5 * time.Second})
+		ds[i] = NewDecider(Options{Counters: clusterEngine(b, cl, prefix), Budget: 5 * time.Second})
 	}
 	// Warm: every connection open, every script loaded.
 	for i, d := range ds {

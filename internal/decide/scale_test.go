@@ -23,7 +23,7 @@ import (
 // hotTenant is a tenant of one rule per client: a token bucket of 50 that
 // refills one token in about 14 hours, so that a test's admissions are the
 // burst alone, whatever the clock.
-func hotTenant(t testing.TB, sync time.Duration) *Config {
+func hotTenant(t testing.TB, sync time.Duration) *Compiled {
 	t.Helper()
 	c, err := Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{{ID: "r", Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true,
@@ -90,7 +90,7 @@ func sum(xs []int64) (n int64) {
 // hotLoad runs decisions from 16 goroutines on two deciders, nine in ten
 // for the client "hot" and the rest spread over 100 others, and returns
 // the admissions of hot and the decisions made.
-func hotLoad(t *testing.T, deciders []*Decider, c *Config) (hotAdmitted, decisions int64) {
+func hotLoad(t *testing.T, deciders []*Decider, c *Compiled) (hotAdmitted, decisions int64) {
 	t.Helper()
 	var wg sync.WaitGroup
 	var hot, n atomic.Int64
@@ -140,7 +140,7 @@ func TestHotKeyOnACluster(t *testing.T) {
 		c := hotTenant(t, tc.sync)
 		var ds []*Decider
 		for range 2 {
-			ds = append(ds, NewDecider(Options{Engine: clusterEngine(t, cl, prefix), Budget: 5 * time.Second, DenyCacheSize: tc.denyCache}))
+			ds = append(ds, NewDecider(Options{Counters: clusterEngine(t, cl, prefix), Budget: 5 * time.Second, DenyCacheSize: tc.denyCache}))
 		}
 		before := scriptCalls(t, cl.Addrs)
 		hot, n := hotLoad(t, ds, c)
@@ -194,8 +194,8 @@ func TestSixMastersSpreadAndAMasterJoinsUnderLoad(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	c := hotTenant(t, 0)
 	ds := []*Decider{
-		NewDecider(Options{Engine: clusterEngine(t, cl, prefix), Budget: 5 * time.Second}),
-		NewDecider(Options{Engine: clusterEngine(t, cl, prefix), Budget: 5 * time.Second}),
+		NewDecider(Options{Counters: clusterEngine(t, cl, prefix), Budget: 5 * time.Second}),
+		NewDecider(Options{Counters: clusterEngine(t, cl, prefix), Budget: 5 * time.Second}),
 	}
 	decide := func(d *Decider, client string) Decision {
 		dec, err := d.Decide(context.Background(), c, check(client))

@@ -25,7 +25,7 @@ import (
 // Redis. Its allocs/op guards what the decider allocates per decision.
 func BenchmarkShouldRateLimitInProcess(b *testing.B) {
 	cfg, key := benchConfig(b, 1_000_000, nil)
-	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	cfg.Decider = decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	s := envoyrls.NewRLS(cfg)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+key))
 	ids := make([]string, benchKeys)
@@ -46,7 +46,7 @@ func BenchmarkShouldRateLimitInProcess(b *testing.B) {
 // alone, on the in-process engine: no network, no Redis.
 func BenchmarkCheckHTTPInProcess(b *testing.B) {
 	cfg, key := benchConfig(b, 1_000_000, nil)
-	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	cfg.Decider = decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	h := handler(cfg)
 	bodies := make([][]byte, benchKeys)
 	for i := range bodies {
@@ -73,7 +73,7 @@ func BenchmarkCheckHTTPInProcess(b *testing.B) {
 // the fasthttp handler of httpcheck.Server, as cmd/dataplane serves checks.
 func BenchmarkCheckFastHTTPInProcess(b *testing.B) {
 	cfg, key := benchConfig(b, 1_000_000, nil)
-	cfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	cfg.Decider = decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	h := newServer(cfg, http.NotFoundHandler()).FastHandler()
 	bodies := make([][]byte, benchKeys)
 	for i := range bodies {

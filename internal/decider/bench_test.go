@@ -103,7 +103,7 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (dec
 		}
 	}
 	eng, err := redisengine.Open("redis://"+redistest.Addr(b)+"?pool_size=64", redisengine.ClientOptions{Spin: spin},
-		redisengine.Config{Prefix: prefix, Batch: os.Getenv("SLUICE_BENCH_NOBATCH") == "", Flushers: flushers})
+		redisengine.Config{Prefix: prefix, Batch: os.Getenv("SLUICE_BENCH_NOBATCH") == "", Flushers: flushers, BreakerFailures: 5, BreakerCooldown: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,8 +122,8 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (dec
 	keys := follower.NewKeys()
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), cfg)
-	apiCfg := decision.Service{Decider: decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}),
-		Budget: 50 * time.Millisecond, BreakerFailures: 5, BreakerCooldown: time.Second}), Authenticate: keys.Authenticate,
+	apiCfg := decision.Service{Decider: decide.NewDecider(decide.Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}),
+		Budget: 50 * time.Millisecond}), Authenticate: keys.Authenticate,
 		Events: pub}
 	if v := os.Getenv("SLUICE_BENCH_HEADERS"); v != "" {
 		if apiCfg.Headers, err = rlheaders.ParseStyle(v); err != nil {
@@ -324,10 +324,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	u, _ := url.Parse(up.URL)
 	redisCfg, redisKey := benchConfig(b, 1_000_000, nil)
 	localCfg, localKey := benchConfig(b, 1_000_000, nil)
-	localCfg.Decider = decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	localCfg.Decider = decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	proxy := func(cfg decision.Service, key string) string {
 		srv := httptest.NewServer(proxy.New(proxy.Config{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
-			Tenant: func() (*decide.Config, error) { return cfg.Authenticate("Bearer " + key) }}))
+			Tenant: func() (*decide.Compiled, error) { return cfg.Authenticate("Bearer " + key) }}))
 		b.Cleanup(srv.Close)
 		return srv.URL
 	}

@@ -28,7 +28,7 @@ func TestAPanicCostsTheRequestNotTheDecider(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = decision.NewMetrics(reg, cfg.Decider)
 	authenticate := cfg.Authenticate
-	cfg.Authenticate = func(authorization string) (*decide.Config, error) {
+	cfg.Authenticate = func(authorization string) (*decide.Compiled, error) {
 		if strings.HasSuffix(authorization, "poison") {
 			panic("a bug")
 		}

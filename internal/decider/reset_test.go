@@ -34,7 +34,7 @@ func twoDeciders(t *testing.T) ([2]decision.Service, string) {
 	for i := range cfgs {
 		eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true})
 		t.Cleanup(eng.Close)
-		dec := decide.NewDecider(decide.Options{Engine: eng, DenyCacheSize: 100, Budget: time.Second})
+		dec := decide.NewDecider(decide.Options{Counters: eng, DenyCacheSize: 100, Budget: time.Second})
 		ready := make(chan struct{})
 		go eng.WatchResets(ctx, dec.Forget, slog.Default(), ready)
 		<-ready

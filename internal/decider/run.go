@@ -94,16 +94,17 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.stops = append(d.stops, cancel)
 
-	// The engines, then the decider.
+	// The counters, then the decider.
 	local := limit.NewEngine(limit.EngineConfig{})
 	stopSweep := make(chan struct{})
 	d.stops = append(d.stops, func() { close(stopSweep) })
 	go local.RunSweeper(stopSweep, 10*time.Second, time.Now)
-	opts := decide.Options{Engine: decide.LocalEngine{Engine: local, Now: time.Now}}
+	opts := decide.Options{Counters: decide.InProcess{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
 	if cfg.RedisURL != "" {
 		eng, err := redisengine.Open(cfg.RedisURL, redisengine.ClientOptions{Cluster: cfg.RedisCluster, Sentinel: cfg.RedisSentinel, Spin: cfg.RedisSpin},
-			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout})
+			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout,
+				BreakerFailures: 5, BreakerCooldown: time.Second, Logger: logger})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -117,8 +118,7 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 			logger.WarnContext(ctx, "redis unreachable at start; rules follow their failure modes", "err", err)
 		}
 		go eng.WatchEviction(bctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
-		opts = decide.Options{Engine: eng, Local: local, LocalShare: cfg.LocalShare, Budget: cfg.Budget,
-			BreakerFailures: 5, BreakerCooldown: time.Second, DenyCacheSize: 100_000,
+		opts = decide.Options{Counters: eng, Local: local, LocalShare: cfg.LocalShare, Budget: cfg.Budget, DenyCacheSize: 100_000,
 			MaxInFlight: cfg.MaxInFlight, Overload: p.overload, Logger: logger}
 	}
 	decider := decide.NewDecider(opts)
@@ -343,7 +343,7 @@ func serveProxy(ctx context.Context, stdout io.Writer, x Proxy, p parsedConfig, 
 	lbs, _ := clientip.ParsePrefixes(x.ProxyProtocol) // checked by Validate
 	hash := policy.HashKey(x.Key)                     // once, not per proxied request
 	pc.API, pc.Upstream = api, p.upstream
-	pc.Tenant = func() (*decide.Config, error) { return keys.Lookup(hash) }
+	pc.Tenant = func() (*decide.Compiled, error) { return keys.Lookup(hash) }
 	tcp, err := net.Listen("tcp", x.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: %w", err)

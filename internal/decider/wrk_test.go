@@ -51,7 +51,7 @@ func BenchmarkProxyWrk(b *testing.B) {
 	u, _ := url.Parse(up.URL)
 	cfg, key := benchConfig(b, 1_000_000, nil)
 	pc := proxy.Config{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id",
-		Tenant: func() (*decide.Config, error) { return cfg.Authenticate("Bearer " + key) }}
+		Tenant: func() (*decide.Compiled, error) { return cfg.Authenticate("Bearer " + key) }}
 	if os.Getenv("SLUICE_BENCH_PROXY_TRANSPORT") == "default" {
 		pc.Transport = http.DefaultTransport
 	}

@@ -57,7 +57,7 @@ func NewKeyGuard(perMinute int, logger *slog.Logger, reg prometheus.Registerer) 
 
 // Authorize authenticates a call's check key (cfg.Authenticate), from
 // the peer address peer, through the key guard.
-func (cfg *Service) Authorize(authorization, peer string) (*decide.Config, error) {
+func (cfg *Service) Authorize(authorization, peer string) (*decide.Compiled, error) {
 	g := cfg.KeyGuard
 	if g == nil {
 		return cfg.Authenticate(authorization)

@@ -117,7 +117,7 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 // and rules that are gone, disabled or renamed. A decider's /metrics then follows
 // the configuration instead of growing with its history. old nil (a
 // tenant new to the decider) forgets nothing.
-func (m *Metrics) Forget(old, next *decide.Config) {
+func (m *Metrics) Forget(old, next *decide.Compiled) {
 	if m == nil || old == nil {
 		return
 	}

@@ -50,7 +50,7 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 			{Name: "pro", Rules: []policy.Rule{rule("r3", "per-client")}}}}
 	shop := &policy.Snapshot{Tenant: policy.Tenant{ID: "t2", Slug: "shop", Name: "Shop", DefaultTier: "free"}, Version: 1,
 		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule("r4", "per-client")}}}}
-	compile := func(s *policy.Snapshot) *decide.Config {
+	compile := func(s *policy.Snapshot) *decide.Compiled {
 		c, err := decide.Compile(s)
 		if err != nil {
 			t.Fatal(err)

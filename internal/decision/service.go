@@ -27,7 +27,7 @@ import (
 // AuthenticateFunc returns the config of the tenant whose check key the
 // request's Authorization header (gRPC: authorization metadata) carries,
 // or a policy error with CodeUnauthenticated.
-type AuthenticateFunc func(authorization string) (*decide.Config, error)
+type AuthenticateFunc func(authorization string) (*decide.Compiled, error)
 
 // DefaultMaxBodyBytes bounds a check request's body.
 const DefaultMaxBodyBytes = 64 << 10
@@ -56,7 +56,7 @@ type Service struct {
 
 // Reset resets the counters req meets (decide.Decider.Reset), counts it,
 // and logs the tenant and the rules reset (not the descriptors: client ids).
-func (cfg *Service) Reset(ctx context.Context, c *decide.Config, req decide.Request) ([]*policy.Rule, error) {
+func (cfg *Service) Reset(ctx context.Context, c *decide.Compiled, req decide.Request) ([]*policy.Rule, error) {
 	rules, err := cfg.Decider.Reset(ctx, c, req)
 	cfg.Metrics.observeReset(c.Tenant.Slug, err)
 	if err == nil {
@@ -75,13 +75,47 @@ func (cfg *Service) Reset(ctx context.Context, c *decide.Config, req decide.Requ
 
 // Decide runs one decision and records it: in the metrics, the events,
 // and a span when traced.
-func (cfg *Service) Decide(ctx context.Context, c *decide.Config, req decide.Request) (decide.Decision, error) {
+func (cfg *Service) Decide(ctx context.Context, c *decide.Compiled, req decide.Request) (decide.Decision, error) {
 	start := time.Now()
 	var span trace.Span
 	if cfg.Tracer != nil {
 		ctx, span = tracing.Start(ctx, cfg.Tracer, "sluice.decide", nil) // the parent: traced*'s
 	}
 	dec, err := cfg.Decider.Decide(ctx, c, req)
+	cfg.record(span, start, c, req, dec, err)
+	return dec, err
+}
+
+// DecideAll runs the independent decisions of one call (a CheckBatch, an
+// Envoy request's descriptors) at once, as decide.Decider.DecideAll does,
+// and records each as Decide does. errs[i] is reqs[i]'s refusal, if any.
+func (cfg *Service) DecideAll(ctx context.Context, c *decide.Compiled, reqs []decide.Request) (decs []decide.Decision, errs []error) {
+	if len(reqs) == 1 {
+		dec, err := cfg.Decide(ctx, c, reqs[0])
+		return []decide.Decision{dec}, []error{err}
+	}
+	start := time.Now()
+	var spans []trace.Span
+	if cfg.Tracer != nil {
+		spans = make([]trace.Span, len(reqs))
+		for i := range reqs {
+			_, spans[i] = tracing.Start(ctx, cfg.Tracer, "sluice.decide", nil)
+		}
+	}
+	decs, errs = cfg.Decider.DecideAll(ctx, c, reqs)
+	for i := range reqs {
+		var span trace.Span
+		if spans != nil {
+			span = spans[i]
+		}
+		cfg.record(span, start, c, reqs[i], decs[i], errs[i])
+	}
+	return decs, errs
+}
+
+// record records a decision of req begun at start: it ends its span (nil:
+// untraced), observes it in the metrics and publishes its events.
+func (cfg *Service) record(span trace.Span, start time.Time, c *decide.Compiled, req decide.Request, dec decide.Decision, err error) {
 	if span != nil {
 		endSpan(span, c, req, dec, err)
 	}
@@ -95,7 +129,6 @@ func (cfg *Service) Decide(ctx context.Context, c *decide.Config, req decide.Req
 			}
 		}
 	}
-	return dec, err
 }
 
 // Decisions are traced when Service.Tracer is set: each transport puts
@@ -139,7 +172,7 @@ func Metadata(ctx context.Context) tracing.Getter {
 
 // endSpan describes a decision on its span and ends it: the tenant, tier,
 // outcome and deciding rule, never the descriptors (client ids).
-func endSpan(span trace.Span, c *decide.Config, req decide.Request, dec decide.Decision, err error) {
+func endSpan(span trace.Span, c *decide.Compiled, req decide.Request, dec decide.Decision, err error) {
 	defer span.End()
 	if !span.IsRecording() { // not sampled: nothing to describe
 		return

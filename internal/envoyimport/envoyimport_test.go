@@ -146,7 +146,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	now := func() time.Time { return time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC) }
-	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	d := decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
 	allowed := func(kv ...string) bool {
 		t.Helper()
 		var req decide.Request

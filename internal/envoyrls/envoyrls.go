@@ -95,7 +95,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			reqs[i].Descriptors = append(reqs[i].Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}
 	}
-	decs := make([]decide.Decision, len(reqs))
+	var decs []decide.Decision
 	err = decision.RefuseAny("descriptors", len(reqs), func(i int) error {
 		if limitErrs != nil && limitErrs[i] != nil {
 			return limitErrs[i]
@@ -106,11 +106,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		replacedBy(s.cfg.Decider, c, reqs)
 	}
 	if err == nil {
-		gctx := s.cfg.Decider.Gather(ctx, len(reqs))
-		err = decision.Together(len(reqs), func(i int) (err error) {
-			decs[i], err = s.cfg.Decide(gctx, c, reqs[i])
-			return err
-		})
+		var errs []error
+		decs, errs = s.cfg.DecideAll(ctx, c, reqs)
+		err = decision.First(errs)
 	}
 	if err != nil {
 		return nil, protoconv.GRPCStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
@@ -213,7 +211,7 @@ func requestLimit(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*decide
 // replacedBy gives each of a call's requests the names of the rules the
 // others' rules replace, as envoyproxy/ratelimit drops a replaced limit
 // from every descriptor of the call.
-func replacedBy(d *decide.Decider, c *decide.Config, reqs []decide.Request) {
+func replacedBy(d *decide.Decider, c *decide.Compiled, reqs []decide.Request) {
 	var replaced map[string]bool
 	for i := range reqs {
 		for _, n := range d.Replacing(c, reqs[i]) {

@@ -151,7 +151,7 @@ func TestEnvoyRLSDescriptorLimits(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 11, 22, 10, 0, 15, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	cfg.Decider = decide.NewDecider(decide.Options{Engine: redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Now: clock}),
+	cfg.Decider = decide.NewDecider(decide.Options{Counters: redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Now: clock}),
 		DenyCacheSize: 1024, Budget: time.Second, Now: clock})
 	client := serveRLS(t, cfg)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)

@@ -41,7 +41,7 @@ type Config struct {
 	// Name identifies this decider to the control plane's list of
 	// deciders (such as host/pid); "" leaves it unlisted.
 	Name string
-	// ShadowAll puts every rule of every tenant in shadow (decide.Config.
+	// ShadowAll puts every rule of every tenant in shadow (decide.Compiled.
 	// ShadowAll): the decider reports what its limits would do and
 	// rejects nothing.
 	ShadowAll bool
@@ -63,7 +63,7 @@ type Config struct {
 	// OnChange, when set, is told of each tenant's configuration replaced
 	// (old, next) or removed (old, nil), after the swap: the decider's
 	// metrics forget what is gone (Metrics.Forget).
-	OnChange func(old, next *decide.Config)
+	OnChange func(old, next *decide.Compiled)
 	Logger   *slog.Logger
 }
 
@@ -85,7 +85,7 @@ type Follower struct {
 	// that a large state's write neither delays the next change's pull nor
 	// happens once per change of a burst.
 	unsaved chan struct{}
-	configs atomic.Pointer[map[string]*decide.Config]
+	configs atomic.Pointer[map[string]*decide.Compiled]
 	refused atomic.Int64 // snapshots that did not compile
 }
 
@@ -109,7 +109,7 @@ func New(cfg Config) *Follower {
 		cfg.Logger = slog.Default()
 	}
 	s := &Follower{cfg: cfg, current: map[string]*sluicev1.Snapshot{}, loaded: make(chan struct{}), unsaved: make(chan struct{}, 1)}
-	s.configs.Store(&map[string]*decide.Config{})
+	s.configs.Store(&map[string]*decide.Compiled{})
 	if cfg.Keys != nil { // no key is known before the first configuration: unavailable, not invalid
 		cfg.Keys.SetReady(s.Ready)
 	}
@@ -128,7 +128,7 @@ func (s *Follower) Refused() int64 { return s.refused.Load() }
 func (s *Follower) Loaded() <-chan struct{} { return s.loaded }
 
 // Config returns the enforced config of a tenant, or nil.
-func (s *Follower) Config(tenantID string) *decide.Config { return (*s.configs.Load())[tenantID] }
+func (s *Follower) Config(tenantID string) *decide.Compiled { return (*s.configs.Load())[tenantID] }
 
 // Versions returns the config version enforced for each tenant.
 func (s *Follower) Versions() map[string]int64 {
@@ -276,7 +276,7 @@ func (s *Follower) saver(ctx context.Context, done chan<- struct{}) {
 
 // apply compiles each snapshot and swaps in the ones that compile. s.mu is held.
 func (s *Follower) apply(snaps []*sluicev1.Snapshot, deleted []string) {
-	next := map[string]*decide.Config{}
+	next := map[string]*decide.Compiled{}
 	for id, c := range *s.configs.Load() {
 		next[id] = c
 	}

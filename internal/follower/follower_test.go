@@ -198,7 +198,7 @@ func TestSyncReportsTheCheckKeysUsed(t *testing.T) {
 func TestKeysTrackUse(t *testing.T) {
 	t.Parallel()
 	keys := NewKeys()
-	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
+	c := &decide.Compiled{Tenant: policy.Tenant{ID: "t1"}}
 	a, b := policy.HashKey("a"), policy.HashKey("b")
 	keys.SetTenant("t1", []policy.CheckKey{{Hash: a}, {Hash: b}}, c)
 	if got := keys.TakeUsed(100); len(got) != 0 {
@@ -221,7 +221,7 @@ func TestKeysTrackUse(t *testing.T) {
 	if _, err := keys.Lookup(a); err != nil {
 		t.Fatal(err)
 	}
-	keys.SetTenant("t1", []policy.CheckKey{{Hash: a}, {Hash: b}}, &decide.Config{Tenant: policy.Tenant{ID: "t1"}})
+	keys.SetTenant("t1", []policy.CheckKey{{Hash: a}, {Hash: b}}, &decide.Compiled{Tenant: policy.Tenant{ID: "t1"}})
 	got := keys.TakeUsed(100)
 	if len(got) != 1 || got[0] != a {
 		t.Fatalf("TakeUsed = %x, want a's hash", got)
@@ -257,7 +257,7 @@ func TestTenantShadowReachesTheDecider(t *testing.T) {
 	_, v, _ := store.GetTenant(ctx, tn.ID)
 	eventually(t, "the tenant enforced", func() bool { c := s.Config(tn.ID); return c != nil && c.Version == v })
 
-	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
+	d := decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)
 	req := decide.Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "alice"}}}
 	decideOnce := func() (allowed, wouldReject bool) {
 		t.Helper()
@@ -294,7 +294,7 @@ func TestCheckKeyExpires(t *testing.T) {
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	now := at.Add(-time.Nanosecond)
 	keys.now = func() time.Time { return now }
-	c := &decide.Config{Tenant: policy.Tenant{ID: "t1"}}
+	c := &decide.Compiled{Tenant: policy.Tenant{ID: "t1"}}
 	forever, trial := policy.HashKey("forever"), policy.HashKey("trial")
 	keys.SetTenant("t1", []policy.CheckKey{{Hash: forever}, {Hash: trial, ExpiresAt: at}}, c)
 	if _, err := keys.Lookup(trial); err != nil {
@@ -447,13 +447,13 @@ func TestOnChangeTellsWhatChanged(t *testing.T) {
 		old, next int64
 	} // versions; 0: none
 	var got []change
-	version := func(c *decide.Config) int64 {
+	version := func(c *decide.Compiled) int64 {
 		if c == nil {
 			return 0
 		}
 		return c.Version
 	}
-	s := New(Config{Keys: NewKeys(), OnChange: func(old, next *decide.Config) {
+	s := New(Config{Keys: NewKeys(), OnChange: func(old, next *decide.Compiled) {
 		got = append(got, change{old.Tenant.ID, version(old), version(next)})
 	}})
 	snap := func(id string, v int64) *sluicev1.Snapshot {

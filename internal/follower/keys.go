@@ -35,7 +35,7 @@ func (k *Keys) SetReady(ready func() bool) { k.ready.Store(&ready) }
 // whether it was used since the last TakeUsed. Its config and expiry are
 // guarded by Keys.mu.
 type keyEntry struct {
-	c       *decide.Config
+	c       *decide.Compiled
 	expires int64
 	used    atomic.Bool
 }
@@ -46,7 +46,7 @@ func NewKeys() *Keys {
 }
 
 // Set makes the check key with hash h answer for config c.
-func (k *Keys) Set(h [32]byte, c *decide.Config) {
+func (k *Keys) Set(h [32]byte, c *decide.Compiled) {
 	k.SetTenant(c.Tenant.ID, append(k.tenantKeys(c.Tenant.ID), policy.CheckKey{Hash: h}), c)
 }
 
@@ -59,7 +59,7 @@ func (k *Keys) tenantKeys(tenant string) []policy.CheckKey {
 // SetTenant makes exactly keys answer for c's tenant, with c, each until
 // its expiry: keys of the tenant not in keys (revoked ones) stop
 // answering. Kept keys keep their use.
-func (k *Keys) SetTenant(tenant string, keys []policy.CheckKey, c *decide.Config) {
+func (k *Keys) SetTenant(tenant string, keys []policy.CheckKey, c *decide.Compiled) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kept := make(map[[32]byte]*keyEntry, len(keys))
@@ -93,7 +93,7 @@ func (k *Keys) RemoveTenant(tenant string) {
 
 // Authenticate implements AuthenticateFunc with the bearer token of
 // authorization.
-func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
+func (k *Keys) Authenticate(authorization string) (*decide.Compiled, error) {
 	secret, ok := BearerToken(authorization)
 	if !ok {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "missing check key: send Authorization: Bearer <key>")
@@ -104,13 +104,13 @@ func (k *Keys) Authenticate(authorization string) (*decide.Config, error) {
 // Lookup returns the config of the tenant whose check key hashes to h, and
 // notes the key's use. An expired key is refused from its expiry on, not
 // from the tenant's next config version.
-func (k *Keys) Lookup(h [32]byte) (*decide.Config, error) {
+func (k *Keys) Lookup(h [32]byte) (*decide.Compiled, error) {
 	if r := k.ready.Load(); r != nil && !(*r)() {
 		return nil, errNotReady
 	}
 	k.mu.RLock()
 	e := k.m[h]
-	var c *decide.Config
+	var c *decide.Compiled
 	var expires int64
 	if e != nil {
 		c, expires = e.c, e.expires

@@ -63,7 +63,7 @@ func BenchmarkConfigPropagation(b *testing.B) {
 				enforced := make(chan int64, 16)
 				s, _, stop := startSyncerWith(b, Config{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL),
 					StateFile: filepath.Join(b.TempDir(), "snapshot.pb"), PullTimeout: 20 * time.Second,
-					OnChange: func(_, next *decide.Config) {
+					OnChange: func(_, next *decide.Compiled) {
 						if next != nil {
 							enforced <- next.Version
 						}

@@ -81,7 +81,7 @@ func TestTwentyDecidersFollowOneControlPlane(t *testing.T) {
 	var followers []*Follower
 	for range deciders {
 		f, _, _ := startSyncerWith(t, Config{Client: sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL), PullTimeout: 20 * time.Second,
-			OnChange: func(_, next *decide.Config) {
+			OnChange: func(_, next *decide.Compiled) {
 				if next != nil {
 					enforced <- next.Version
 				}

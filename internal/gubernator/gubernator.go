@@ -115,7 +115,7 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 
 // gubernatorLimits answers a GetRateLimits call of tenant c: each request
 // decided on its own, all at once, its problems in its answer's error.
-func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Config, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
+func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Compiled, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
 	n := len(in.GetRequests())
 	if n > MaxRequests {
 		return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid GetRateLimits request",
@@ -125,28 +125,31 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Conf
 	if n == 0 { // nothing asked, nothing answered, as gubernator does
 		return out, nil
 	}
-	gctx := cfg.Decider.Gather(ctx, n)
-	// Each request's problem is its answer's; what together returns is a
-	// decision that panicked, which fails the call rather than answer it
-	// empty (under the limit).
-	err := decision.Together(n, func(i int) error {
-		r := in.Requests[i]
-		res := &gubernatorpb.RateLimitResp{}
-		out.Responses[i] = res
+	reqs, errs := make([]decide.Request, n), make([]error, n)
+	var ask []decide.Request // the requests to decide, at once
+	var at []int
+	for i, r := range in.Requests {
 		req, reset, err := gubernatorRequest(r)
 		if err == nil && reset {
-			_, err = cfg.Reset(gctx, c, req)
+			_, err = cfg.Reset(ctx, c, req)
 		}
-		var dec decide.Decision
-		if err == nil {
-			dec, err = cfg.Decide(gctx, c, req)
+		if reqs[i], errs[i] = req, err; err == nil {
+			ask, at = append(ask, req), append(at, i)
 		}
-		if err != nil {
-			res.Error = gubernatorError(ctx, cfg, err) // nothing else, as gubernator answers
-			return nil
-		}
-		if !dec.Allowed && r.GetBehavior()&gubernatorpb.Behavior_DRAIN_OVER_LIMIT != 0 {
-			dec = drain(cfg, gctx, c, req, dec)
+	}
+	decs := make([]decide.Decision, n)
+	got, gotErrs := cfg.DecideAll(ctx, c, ask)
+	for k, i := range at {
+		decs[i], errs[i] = got[k], gotErrs[k]
+	}
+	drain(cfg, ctx, c, in.Requests, reqs, decs, errs)
+	for i, r := range in.Requests {
+		res := &gubernatorpb.RateLimitResp{}
+		out.Responses[i] = res
+		req, dec := reqs[i], decs[i]
+		if errs[i] != nil {
+			res.Error = gubernatorError(ctx, cfg, errs[i]) // nothing else, as gubernator answers
+			continue
 		}
 		res.Limit = r.GetLimit()
 		if len(dec.Rules) > 0 {
@@ -168,29 +171,37 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Conf
 		if !dec.Allowed || req.Peek && res.Remaining == 0 {
 			res.Status = gubernatorpb.Status_OVER_LIMIT
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	return out, nil
 }
 
-// drain takes what remains of a request's limit that dec found it over
-// (gubernator's DRAIN_OVER_LIMIT): a second decision, of that cost, not
-// counted as a request of its own. Another request may take some of it
-// first, in which case this one takes none; either way dec's answer says
-// nothing remains.
-func drain(cfg *decision.Service, ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) decide.Decision {
-	if len(dec.Rules) == 0 || dec.Rules[0].Remaining <= 0 {
-		return dec
+// drain takes what remains of each request's limit that its decision
+// found it over, when the request asks to (gubernator's DRAIN_OVER_LIMIT):
+// a second decision, of that cost, not counted as a request of its own.
+// Another request may take some of it first, in which case this one takes
+// none; either way its decision says nothing remains.
+func drain(cfg *decision.Service, ctx context.Context, c *decide.Compiled, in []*gubernatorpb.RateLimitReq, reqs []decide.Request, decs []decide.Decision, errs []error) {
+	var drains []decide.Request
+	var at []int
+	for i, r := range in {
+		dec := &decs[i]
+		if errs[i] != nil || dec.Allowed || r.GetBehavior()&gubernatorpb.Behavior_DRAIN_OVER_LIMIT == 0 || len(dec.Rules) == 0 || dec.Rules[0].Remaining <= 0 {
+			continue
+		}
+		req := reqs[i]
+		req.Cost, req.Peek = dec.Rules[0].Remaining, false
+		drains, at = append(drains, req), append(at, i)
+		dec.Rules[0].Remaining = 0
 	}
-	req.Cost, req.Peek = dec.Rules[0].Remaining, false
-	if _, err := cfg.Decider.Decide(ctx, c, req); err != nil {
-		cfg.Logger.Warn("gubernator: draining", "tenant", c.Tenant.Slug, "err", err)
+	if len(drains) == 0 {
+		return
 	}
-	dec.Rules[0].Remaining = 0
-	return dec
+	_, drainErrs := cfg.Decider.DecideAll(ctx, c, drains)
+	for k, err := range drainErrs {
+		if err != nil {
+			cfg.Logger.Warn("gubernator: draining", "tenant", c.Tenant.Slug, "request", at[k], "err", err)
+		}
+	}
 }
 
 // gubernatorError is err as a request's answer tells it: the fields of an

@@ -31,7 +31,7 @@ func NewAPI(svc decision.Service) *API {
 // Begin authenticates the request and decodes its body into v, the body
 // of a what ("check", "reset"); on failure it has answered and returns
 // false.
-func (a *API) Begin(ex Exchange, what string, v any) (*decide.Config, bool) {
+func (a *API) Begin(ex Exchange, what string, v any) (*decide.Compiled, bool) {
 	c, err := a.Authorize(ex.Authorization(), ex.Peer())
 	if err != nil {
 		a.Fail(ex, err)

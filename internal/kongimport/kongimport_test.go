@@ -210,7 +210,7 @@ func rulesMet(t *testing.T, p *envoyimport.Plan) func(policy.Descriptors) []stri
 		t.Fatal(err)
 	}
 	now := func() time.Time { return time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC) }
-	d := decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
+	d := decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now)
 	return func(ds policy.Descriptors) []string {
 		dec, err := d.Decide(context.Background(), c, decide.Request{Descriptors: ds})
 		if err != nil {

@@ -169,6 +169,17 @@ type Request struct {
 	Sync time.Duration
 }
 
+// Call is one all-or-nothing decision of a batch that an engine of shared
+// counters answers at once (decide.Counters.AllowBatch): its requests,
+// room for their results (len(Res) ≥ len(Reqs)), and the answer the engine
+// writes, Allowed or the Err that kept it from deciding.
+type Call struct {
+	Reqs    []Request
+	Res     []Result
+	Allowed bool
+	Err     error
+}
+
 // AllowAll evaluates reqs at now as one all-or-nothing decision and writes
 // one Result per request into res (len(res) ≥ len(reqs)). It returns
 // whether the decision is admitted: when any non-shadow request is rejected,

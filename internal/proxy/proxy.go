@@ -40,7 +40,7 @@ type Config struct {
 	Upstream *url.URL
 	// Tenant returns the configuration of the tenant the proxy enforces
 	// (the one whose check key it was given).
-	Tenant func() (*decide.Config, error)
+	Tenant func() (*decide.Compiled, error)
 	// JWT, else the client certificate (with ClientCertIdentity), else
 	// IdentityHeader, else IdentityCookie, names the client; with none (or
 	// when the request lacks it) the client is its IP address.
@@ -251,7 +251,7 @@ func New(cfg Config) http.Handler {
 // release ends the lease a proxied request held (dec's), after it ended;
 // a lease that cannot be released now (Redis down: the decisions say so
 // too) ends at its TTL.
-func (cfg *Config) release(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) {
+func (cfg *Config) release(ctx context.Context, c *decide.Compiled, req decide.Request, dec decide.Decision) {
 	if err := cfg.API.Decider.ReleaseHeld(context.WithoutCancel(ctx), c, req, dec); err != nil {
 		cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
 			"tenant", c.Tenant.Slug, "err", err)
@@ -262,7 +262,7 @@ func (cfg *Config) release(ctx context.Context, c *decide.Config, req decide.Req
 // half of its rules' shortest lease TTL until the returned stop is called,
 // so that a request lasting longer (a websocket, a long download) still
 // counts against its concurrency rules.
-func (cfg *Config) keepLeases(ctx context.Context, c *decide.Config, req decide.Request, dec decide.Decision) (stop func()) {
+func (cfg *Config) keepLeases(ctx context.Context, c *decide.Compiled, req decide.Request, dec decide.Decision) (stop func()) {
 	var ttl time.Duration
 	for i := range dec.Rules {
 		if p := dec.Rules[i].InForce(); p.Algorithm == policy.Concurrency && p.LeaseTTL > 0 && (ttl == 0 || p.LeaseTTL < ttl) {

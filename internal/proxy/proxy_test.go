@@ -135,7 +135,7 @@ func proxyFor(t *testing.T, cfg decision.Service, key string, up *httptest.Serve
 	if up != nil { // nil: no upstream (forward-auth)
 		u, _ = url.Parse(up.URL)
 	}
-	pc := Config{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id", Tenant: func() (*decide.Config, error) {
+	pc := Config{API: cfg, Upstream: u, IdentityHeader: "X-Client-Id", Tenant: func() (*decide.Compiled, error) {
 		return cfg.Authenticate("Bearer " + key)
 	}}
 	if mod != nil {

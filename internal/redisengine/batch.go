@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +29,7 @@ type call struct {
 	// then on, its wait is Redis's doing.
 	sent atomic.Bool
 	// rest are the calls queued with this one as a unit: the other
-	// decisions of a gathered group (see Gather).
+	// decisions of its batch (see AllowBatch).
 	rest []*call
 }
 
@@ -44,20 +43,20 @@ var ErrClosed = errors.New("redisengine: engine closed")
 // call whose deadline passes before it is sent fails with
 // limit.ErrOverloaded: the wait was the decider's queue, not Redis. Once
 // sent, it waits for its pipeline, which Config.Timeout bounds from the
-// moment it is written; even when ctx is a budgetCtx, whose Done does not
-// close at its deadline, the wait is bounded: by the deadline while
-// queued (the flusher fails expired calls, and a full queue is waited on
-// with a timer), by the Redis timeout once sent.
-func (e *Engine) batched(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
-	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
-	c.deadline, _ = ctx.Deadline()
-	if g, _ := ctx.Value(groupKey{}).(*group); g != nil {
-		if unit := g.join(ctx, c); unit != nil {
-			e.queue(ctx, unit)
-		}
-	} else if err := e.enqueue(ctx, c); err != nil {
+// moment it is written. The deadline need not be ctx's (a decision's
+// budget costs no timer): the wait is bounded by it all the same, as the
+// flusher fails the calls it finds expired, and a full queue is waited on
+// with a timer.
+func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
+	if err := e.enqueue(ctx, c); err != nil {
 		return nil, err
 	}
+	return c.wait(ctx)
+}
+
+// wait waits for c's answer or the end of ctx.
+func (c *call) wait(ctx context.Context) ([]int64, error) {
 	select {
 	case <-c.done:
 		return c.reply, c.err
@@ -77,8 +76,7 @@ func queuedErr(err error, queued bool) error {
 }
 
 // enqueue hands c (with c.rest) to the flushers. When the queue is full it
-// waits for room until ctx ends, ctx's deadline passes or the engine
-// closes.
+// waits for room until ctx ends, c's deadline passes or the engine closes.
 func (e *Engine) enqueue(ctx context.Context, c *call) error {
 	select {
 	case e.calls <- c:
@@ -86,8 +84,8 @@ func (e *Engine) enqueue(ctx context.Context, c *call) error {
 	default:
 	}
 	var expired <-chan time.Time
-	if d, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(d))
+	if !c.deadline.IsZero() {
+		t := time.NewTimer(time.Until(c.deadline))
 		defer t.Stop()
 		expired = t.C
 	}
@@ -103,122 +101,9 @@ func (e *Engine) enqueue(ctx context.Context, c *call) error {
 	}
 }
 
-// budgetCtx is a decision's context for its own calls through the
-// flushers: the parent with a deadline at the end of the decision's
-// budget, but without the timer and cancellation of context.WithDeadline
-// (six allocations per decision, 5% of the decider's CPU under load): Done
-// and Err are the parent's. Only batched may wait on it; see
-// there why its wait is bounded all the same.
-type budgetCtx struct {
-	context.Context
-	deadline time.Time
-}
-
-func (c *budgetCtx) Deadline() (time.Time, bool) {
-	if d, ok := c.Context.Deadline(); ok && d.Before(c.deadline) {
-		return d, true
-	}
-	return c.deadline, true
-}
-
-// Gather returns ctx for n decisions made at once (a CheckBatch's checks, an
-// Envoy request's descriptors): their calls to Redis are held until each
-// has come or been skipped (see Skip), and at most Config.GatherWait after
-// the first, and then go to the flushers as one unit, so that they share a
-// pipeline rather than trickle into several as each is ready. Without
-// batching, or for fewer than two decisions, ctx is returned as is.
-func (e *Engine) Gather(ctx context.Context, n int) context.Context {
-	if e.calls == nil || n < 2 {
-		return ctx
-	}
-	return context.WithValue(ctx, groupKey{}, &group{e: e, n: n})
-}
-
-type groupKey struct{}
-
-// withoutGroup returns ctx outside any Gather group: its calls go alone.
-func withoutGroup(ctx context.Context) context.Context {
-	if g, _ := ctx.Value(groupKey{}).(*group); g == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, groupKey{}, (*group)(nil))
-}
-
-// group gathers the calls of decisions made at once.
-type group struct {
-	e     *Engine
-	mu    sync.Mutex
-	n     int
-	calls []*call
-	sent  bool // the unit is queued; later calls go alone
-	timer *time.Timer
-	// first is the first call's context: the unit waits for room in the
-	// queue no longer than it, when the first call is not the one queueing.
-	first context.Context
-}
-
-// join adds c to g and returns the unit to queue now, if any: all the
-// calls once the n-th has come, c alone once the unit has gone.
-func (g *group) join(ctx context.Context, c *call) []*call {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.sent {
-		return []*call{c}
-	}
-	g.calls = append(g.calls, c)
-	switch {
-	case len(g.calls) >= g.n:
-		g.sent = true
-		if g.timer != nil {
-			g.timer.Stop()
-		}
-		return g.calls
-	case len(g.calls) == 1:
-		g.first = ctx
-		g.timer = time.AfterFunc(g.e.cfg.GatherWait, g.expire)
-	}
-	return nil
-}
-
-// Skip tells the group of ctx (see Gather) that one of its decisions will
-// not come, having been answered without Redis, so the others need not
-// wait for it.
-func (e *Engine) Skip(ctx context.Context) {
-	g, _ := ctx.Value(groupKey{}).(*group)
-	if g == nil {
-		return
-	}
-	g.mu.Lock()
-	var unit []*call
-	if !g.sent {
-		g.n--
-		if len(g.calls) > 0 && len(g.calls) >= g.n {
-			g.sent, unit = true, g.calls
-			g.timer.Stop()
-		}
-	}
-	first := g.first
-	g.mu.Unlock()
-	if unit != nil {
-		e.queue(first, unit)
-	}
-}
-
-// expire queues the calls that have come when GatherWait has passed.
-func (g *group) expire() {
-	g.mu.Lock()
-	unit, first := g.calls, g.first
-	queue := !g.sent
-	g.sent = true
-	g.mu.Unlock()
-	if queue {
-		g.e.queue(first, unit)
-	}
-}
-
-// queue hands unit to the flushers as one, waiting for room as enqueue
-// does with ctx, and then fails every call of it: a decision's deadline
-// bounds its wait even when another's goroutine queues it.
+// queue hands unit, the calls of one batch (see AllowBatch), to the
+// flushers as one, so that they share a pipeline; when it cannot, it
+// fails every call of it.
 func (e *Engine) queue(ctx context.Context, unit []*call) {
 	unit[0].rest = unit[1:]
 	err := e.enqueue(ctx, unit[0])

@@ -154,9 +154,6 @@ func (l *localCounts) allowAll(b *lazyDeadline, reqs []limit.Request, local []in
 			at = append(at, i)
 		}
 	}
-	if len(strict) == 0 { // the others of a gathered call need not wait for this one
-		e.Skip(b.parent)
-	}
 	now := e.now()
 	ents, err := l.entries(b, reqs, local, now)
 	for attempt := 0; err != nil && b.ctx().Err() == nil && (isContextError(err) || errors.Is(err, errKeyCap)) && attempt < 2; attempt++ {
@@ -169,11 +166,7 @@ func (l *localCounts) allowAll(b *lazyDeadline, reqs []limit.Request, local []in
 		return false, err
 	}
 	if ents == nil { // at the key cap: decided in Redis
-		ctx := b.ctx()
-		if len(strict) == 0 {
-			ctx = withoutGroup(ctx) // skipped above
-		}
-		return e.run(ctx, "check", reqs, e.nowArg(), res)
+		return e.run(b.parent, b.deadline, "check", reqs, e.nowArg(), res)
 	}
 	l.decisions.Add(1)
 	allowed := l.step(reqs, local, ents, now, res)
@@ -186,7 +179,7 @@ func (l *localCounts) allowAll(b *lazyDeadline, reqs []limit.Request, local []in
 		}
 	}
 	sub := make([]limit.Result, len(strict))
-	ok, err := e.run(b.ctx(), "check", strict, e.nowArg(), sub)
+	ok, err := e.run(b.parent, b.deadline, "check", strict, e.nowArg(), sub)
 	if err == nil {
 		for k, i := range at {
 			res[i] = sub[k]
@@ -248,9 +241,7 @@ func (l *localCounts) entries(b *lazyDeadline, reqs []limit.Request, local []int
 	}
 	ctx := b.ctx()
 	if len(fetching) > 0 {
-		// Fetched alone, not as one of a gathered group's calls: the
-		// decision's own call to Redis, if any, comes after.
-		l.reconcile(withoutGroup(ctx), fetching)
+		l.reconcile(ctx, fetching)
 	}
 	for _, f := range waits {
 		select {
@@ -533,7 +524,7 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 				keys[k] = l.e.cfg.Prefix + it.en.key
 				args = append(args, it.en.args.family, it.cost, it.en.args.param, it.win)
 			}
-			reply, err := l.e.eval(ctx, syncScript, keys, args)
+			reply, err := l.e.eval(ctx, time.Time{}, syncScript, keys, args)
 			if err == nil && len(reply) != 2*len(g) {
 				err = fmt.Errorf("redisengine: sync reply of %d values for %d keys", len(reply), len(g))
 			}

@@ -127,9 +127,17 @@ type Config struct {
 	// limit.ErrOverloaded); a decision takes at most both. 0 means
 	// DefaultTimeout. Unbatched calls are bounded by their context alone.
 	Timeout time.Duration
-	// GatherWait bounds how long the decisions of a Gather group wait for
-	// each other; 0 means 200µs.
-	GatherWait time.Duration
+	// BreakerFailures consecutive failures of the calls to one Redis (on a
+	// cluster, to one master) open its circuit breaker, which then refuses
+	// the calls that would go there for BreakerCooldown before letting one
+	// probe: their decisions follow their failure modes at once, rather
+	// than each wait out its budget. Overload and cancelled calls count
+	// neither way. 0 disables the breakers.
+	BreakerFailures uint32
+	BreakerCooldown time.Duration
+	// Logger receives one line per breaker transition; nil means
+	// slog.Default().
+	Logger *slog.Logger
 	// SyncTick is how often locally counted keys (rules with a Sync
 	// interval, see local.go) are looked at for reconciliation; 0 means
 	// 10ms, a negative value never (tests call Reconcile). MaxLocalKeys
@@ -171,6 +179,8 @@ type Engine struct {
 	spins     *spinconn.Stats
 	// evicting is what WatchEviction last found.
 	evicting atomic.Int64
+	breakers breakers
+	failures atomic.Int64 // see Failures
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
@@ -193,8 +203,8 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	if cfg.GatherWait <= 0 {
-		cfg.GatherWait = 200 * time.Microsecond
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	if cfg.SyncTick == 0 {
 		cfg.SyncTick = 10 * time.Millisecond
@@ -318,52 +328,128 @@ func (e *Engine) EvictingNodes() int64 { return e.evicting.Load() }
 
 // AllowAll evaluates reqs as one all-or-nothing decision with Redis's clock
 // and writes one Result per request into res; see limit.Engine.AllowAll.
+// It is AllowBatch of one call, bounded by ctx alone.
+func (e *Engine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
+	batch := []limit.Call{{Reqs: reqs, Res: res}}
+	e.AllowBatch(ctx, 0, batch)
+	return batch[0].Allowed, batch[0].Err
+}
+
+// AllowBatch answers each call of batch all-or-nothing, with Redis's
+// clock, each within budget as well as ctx (0: ctx alone); see
+// decide.Counters. Each call passes the circuit breakers of the masters
+// its keys are on (Config.BreakerFailures). When batching, the calls made
+// in one script call go to the flushers as one unit, to share a pipeline;
+// those that are not (counted locally, or spanning a cluster's slots) run
+// alongside.
 //
 // Requests with a Sync interval are counted locally when their algorithm
 // allows it (see local.go).
-func (e *Engine) AllowAll(ctx context.Context, reqs []limit.Request, res []limit.Result) (bool, error) {
-	return e.AllowAllWithin(ctx, 0, reqs, res)
+func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []limit.Call) {
+	var deadline time.Time
+	if budget > 0 {
+		deadline = time.Now().Add(budget)
+	}
+	if len(batch) == 1 {
+		c := &batch[0]
+		c.Allowed, c.Err = e.guarded(ctx, deadline, c.Reqs, c.Res)
+		return
+	}
+	var (
+		wg     sync.WaitGroup
+		unit   []*call
+		owners []*limit.Call
+		passes []pass
+	)
+	_, cluster := e.client.(*redis.ClusterClient)
+	for i := range batch {
+		c := &batch[i]
+		if len(c.Reqs) == 0 {
+			c.Allowed = true
+			continue
+		}
+		var (
+			sc   *redis.Script
+			keys []string
+			args []any
+		)
+		alone := e.calls == nil || e.localIndexes(c.Reqs) != nil
+		if !alone {
+			var err error
+			if sc, keys, args, err = e.prepare("check", c.Reqs, e.nowArg()); err != nil {
+				c.Err = err
+				continue
+			}
+			alone = cluster && !sameSlot(keys)
+		}
+		if alone {
+			wg.Go(func() { c.Allowed, c.Err = e.guarded(ctx, deadline, c.Reqs, c.Res) })
+			continue
+		}
+		p, err := e.enter(ctx, c.Reqs)
+		if err != nil {
+			c.Err = err
+			continue
+		}
+		unit = append(unit, &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline})
+		owners, passes = append(owners, c), append(passes, p)
+	}
+	if len(unit) > 0 {
+		e.waiting.Add(int64(len(unit)))
+		e.queue(ctx, unit)
+		for k, u := range unit {
+			c := owners[k]
+			reply, err := u.wait(ctx)
+			if err != nil {
+				c.Err = fmt.Errorf("redisengine: decide: %w", err)
+			} else {
+				c.Allowed, c.Err = e.decode(u.script, c.Reqs, reply, c.Res)
+			}
+			e.leave(passes[k], c.Err)
+		}
+		e.waiting.Add(-int64(len(unit)))
+	}
+	wg.Wait()
 }
 
-// AllowAllWithin is AllowAll with the calls it makes to Redis bounded by
-// budget as well as by ctx (0: by ctx alone). A decision answered locally
-// makes none and pays for no deadline (see decide.BudgetEngine).
-func (e *Engine) AllowAllWithin(ctx context.Context, budget time.Duration, reqs []limit.Request, res []limit.Result) (bool, error) {
-	b := lazyDeadline{parent: ctx, budget: budget}
-	defer b.release()
+// guarded decides one call through its masters' breakers (see
+// AllowBatch).
+func (e *Engine) guarded(ctx context.Context, deadline time.Time, reqs []limit.Request, res []limit.Result) (bool, error) {
+	if len(reqs) == 0 {
+		return true, nil
+	}
+	p, err := e.enter(ctx, reqs)
+	if err != nil {
+		return false, err
+	}
+	var allowed bool
 	if local := e.localIndexes(reqs); local != nil {
-		return e.local.allowAll(&b, reqs, local, res)
+		b := lazyDeadline{parent: ctx, deadline: deadline}
+		allowed, err = e.local.allowAll(&b, reqs, local, res)
+		b.release()
+	} else {
+		allowed, err = e.run(ctx, deadline, "check", reqs, e.nowArg(), res)
 	}
-	if e.calls != nil && budget > 0 {
-		return e.run(b.ctxWithoutTimer(), "check", reqs, e.nowArg(), res)
-	}
-	return e.run(b.ctx(), "check", reqs, e.nowArg(), res)
+	e.leave(p, err)
+	return allowed, err
 }
 
-// lazyDeadline is a context bounded by a budget, made at its first use.
+// lazyDeadline is a context bounded by a deadline, made at its first use:
+// a decision counted locally mostly needs none.
 type lazyDeadline struct {
-	parent context.Context
-	budget time.Duration
-	c      context.Context
-	cancel context.CancelFunc
+	parent   context.Context
+	deadline time.Time // zero: the parent's alone
+	c        context.Context
+	cancel   context.CancelFunc
 }
 
 func (b *lazyDeadline) ctx() context.Context {
 	if b.c == nil {
-		if b.budget > 0 {
-			b.c, b.cancel = context.WithTimeout(b.parent, b.budget)
+		if !b.deadline.IsZero() {
+			b.c, b.cancel = context.WithDeadline(b.parent, b.deadline)
 		} else {
 			b.c = b.parent
 		}
-	}
-	return b.c
-}
-
-// ctxWithoutTimer is ctx for a decision whose calls all go through the
-// flushers (see budgetCtx): its deadline without a timer.
-func (b *lazyDeadline) ctxWithoutTimer() context.Context {
-	if b.c == nil {
-		b.c = &budgetCtx{Context: b.parent, deadline: time.Now().Add(b.budget)}
 	}
 	return b.c
 }
@@ -376,20 +462,25 @@ func (b *lazyDeadline) release() {
 
 // AllowAllAt is AllowAll at the time now (µs), for tests and replays.
 func (e *Engine) AllowAllAt(ctx context.Context, reqs []limit.Request, now int64, res []limit.Result) (bool, error) {
-	return e.run(ctx, "check", reqs, strconv.FormatInt(now, 10), res)
+	return e.run(ctx, time.Time{}, "check", reqs, strconv.FormatInt(now, 10), res)
 }
 
 // ReleaseAt ends a Concurrency lease on key at the time now (µs).
 func (e *Engine) ReleaseAt(ctx context.Context, key string, l *limit.Limiter, now, lease int64) error {
-	_, err := e.run(ctx, "release", []limit.Request{{Key: key, Limiter: l, Lease: lease}}, strconv.FormatInt(now, 10), nil)
+	_, err := e.run(ctx, time.Time{}, "release", []limit.Request{{Key: key, Limiter: l, Lease: lease}}, strconv.FormatInt(now, 10), nil)
 	return err
 }
 
 // Release ends the Concurrency lease of each request (its Lease) at
-// Redis's time; see decide.Releaser.
+// Redis's time; see decide.Counters. While a breaker its keys pass is
+// open, Redis is not asked: the leases end at their TTL.
 func (e *Engine) Release(ctx context.Context, reqs []limit.Request) error {
+	if open := e.breakerOpen(ctx, reqs); open != nil {
+		return open
+	}
 	for _, r := range reqs {
-		if _, err := e.run(ctx, "release", []limit.Request{r}, "", nil); err != nil {
+		if _, err := e.run(ctx, time.Time{}, "release", []limit.Request{r}, "", nil); err != nil {
+			e.failed(err)
 			return err
 		}
 	}
@@ -399,7 +490,9 @@ func (e *Engine) Release(ctx context.Context, reqs []limit.Request) error {
 // maxLease bounds lease ids: Lua numbers are doubles, exact below 2^53.
 const maxLease = 1 << 53
 
-func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
+// run runs op on reqs in one script call (a decision spanning a cluster's
+// slots in one per slot), by deadline as well as ctx (zero: ctx alone).
+func (e *Engine) run(ctx context.Context, deadline time.Time, op string, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
 	if len(reqs) == 0 {
 		return true, nil
 	}
@@ -408,9 +501,9 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 		return false, err
 	}
 	if _, ok := e.client.(*redis.ClusterClient); ok && op == "check" && !sameSlot(keys) {
-		return e.acrossSlots(ctx, reqs, now, res)
+		return e.acrossSlots(ctx, deadline, reqs, now, res)
 	}
-	reply, err := e.eval(ctx, sc, keys, args)
+	reply, err := e.eval(ctx, deadline, sc, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redisengine: decide: %w", err)
 	}
@@ -420,12 +513,21 @@ func (e *Engine) run(ctx context.Context, op string, reqs []limit.Request, now s
 	return e.decode(sc, reqs, reply, res)
 }
 
-// eval runs one script call, through the flushers' pipelines when batching.
-func (e *Engine) eval(ctx context.Context, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+// eval runs one script call by deadline as well as ctx (zero: ctx alone),
+// through the flushers' pipelines when batching.
+func (e *Engine) eval(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
 	e.waiting.Add(1)
 	defer e.waiting.Add(-1)
 	if e.calls != nil {
-		return e.batched(ctx, sc, keys, args)
+		return e.batched(ctx, deadline, sc, keys, args)
+	}
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	return e.runScript(ctx, sc, keys, args)
 }
@@ -477,10 +579,9 @@ func (e *Engine) followTopology(err error) {
 // Shards names the Redis Cluster masters (their addresses) that hold reqs'
 // keys: first that of the first key, others those of the rest that differ
 // from it, each once (nil for a decision on one master: most); "" on one
-// Redis. decide.Decider keeps a breaker per master (see decide.Sharder),
-// and a decision whose keys span masters (rules keyed by different
-// descriptors) passes each one's; its failure names the master that
-// failed (see shardError).
+// Redis. Each master has a breaker of its own (see enter), and a decision
+// whose keys span masters (rules keyed by different descriptors) passes
+// each one's; its failure names the master that failed (see shardError).
 func (e *Engine) Shards(ctx context.Context, reqs []limit.Request) (first string, others []string) {
 	cc, ok := e.client.(*redis.ClusterClient)
 	if !ok || len(reqs) == 0 {
@@ -509,16 +610,14 @@ func (e *Engine) master(ctx context.Context, cc *redis.ClusterClient, key string
 }
 
 // shardError is the failure of a decision spanning cluster masters on one
-// of them: which, FailedShard says (decide.Decider counts it against that
-// master's breaker alone).
+// of them, shard: it counts against that master's breaker alone.
 type shardError struct {
 	shard string
 	err   error
 }
 
-func (e *shardError) Error() string       { return e.err.Error() }
-func (e *shardError) Unwrap() error       { return e.err }
-func (e *shardError) FailedShard() string { return e.shard }
+func (e *shardError) Error() string { return e.err.Error() }
+func (e *shardError) Unwrap() error { return e.err }
 
 // onShard wraps err, the failure of a call on key's slot, as that master's.
 func (e *Engine) onShard(ctx context.Context, key string, err error) error {
@@ -809,7 +908,7 @@ func flag(v bool) int {
 // are of the untouched state. Nothing is ever over-admitted; between a
 // reservation and its refund (one round trip), other decisions may see less
 // remaining than there is.
-func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
+func (e *Engine) acrossSlots(ctx context.Context, deadline time.Time, reqs []limit.Request, now string, res []limit.Result) (bool, error) {
 	if now == "" { // one clock for every slot: Redis TIME differs per node
 		now = strconv.FormatInt(time.Now().UnixMicro(), 10)
 	}
@@ -841,9 +940,9 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 		if !admitted {
 			cost = read
 		}
-		ok, err := e.run(ctx, "check", pick(idx, cost), now, sub)
+		ok, err := e.run(ctx, deadline, "check", pick(idx, cost), now, sub)
 		if err != nil {
-			_ = e.undo(ctx, reserved, pick, same, now)
+			_ = e.undo(ctx, deadline, reserved, pick, same, now)
 			return false, e.onShard(ctx, reqs[idx[0]].Key, err)
 		}
 		var committed []int // what this slot consumed: admitted rules of positive cost
@@ -864,12 +963,12 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 	if admitted {
 		return true, nil
 	}
-	if err := e.undo(ctx, reserved, pick, same, now); err != nil {
+	if err := e.undo(ctx, deadline, reserved, pick, same, now); err != nil {
 		return false, err
 	}
 	for _, idx := range reserved { // answer from the refunded state
 		sub := make([]limit.Result, len(idx))
-		if _, err := e.run(ctx, "check", pick(idx, read), now, sub); err != nil {
+		if _, err := e.run(ctx, deadline, "check", pick(idx, read), now, sub); err != nil {
 			return false, e.onShard(ctx, reqs[idx[0]].Key, err)
 		}
 		for k, i := range idx {
@@ -880,10 +979,10 @@ func (e *Engine) acrossSlots(ctx context.Context, reqs []limit.Request, now stri
 }
 
 // undo refunds what the reserved slot groups consumed.
-func (e *Engine) undo(ctx context.Context, reserved [][]int, pick func([]int, func(int) int64) []limit.Request, cost func(int) int64, now string) error {
+func (e *Engine) undo(ctx context.Context, deadline time.Time, reserved [][]int, pick func([]int, func(int) int64) []limit.Request, cost func(int) int64, now string) error {
 	for _, idx := range reserved {
 		refund := pick(idx, cost)
-		if _, err := e.run(ctx, "refund", refund, now, nil); err != nil {
+		if _, err := e.run(ctx, deadline, "refund", refund, now, nil); err != nil {
 			return e.onShard(ctx, refund[0].Key, err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -352,89 +351,77 @@ func TestArgCacheForgetsCollectedLimiters(t *testing.T) {
 	}
 }
 
-// Decisions made at once under Gather share one pipeline; when some never
-// come (answered without Redis), the others go after GatherWait, and a
-// latecomer goes alone.
-func TestGatherSendsDecisionsTogether(t *testing.T) {
+// The calls of one batch share one pipeline; a call counted locally, or
+// with no rule, is answered beside them without holding them up; an
+// unbatched engine answers a batch too.
+func TestBatchSharesOnePipeline(t *testing.T) {
 	t.Parallel()
 	c, prefix := redistest.Client(t)
 	pipes := &redistest.Pipelines{Command: "evalsha"}
 	c.AddHook(pipes)
-	const wait = 30 * time.Millisecond
-	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: wait})
+	e := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, SyncTick: -1})
 	t.Cleanup(e.Close)
 	ctx := context.Background()
 	if err := e.Preload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
-	decideAll := func(ctx context.Context, from, n int) {
-		t.Helper()
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Go(func() {
-				res := make([]limit.Result, 1)
-				ok, err := e.AllowAll(ctx, []limit.Request{{Key: fmt.Sprintf("{g%d}", from+i), Limiter: l, Cost: 1}}, res)
-				if err == nil && (!ok || res[0].Remaining != 9) {
-					err = fmt.Errorf("decision %d: %v %+v", from+i, ok, res[0])
-				}
-				errs[i] = err
-			})
+	batchOf := func(from, n int) []limit.Call {
+		batch := make([]limit.Call, n)
+		for i := range batch {
+			batch[i] = limit.Call{Reqs: []limit.Request{{Key: fmt.Sprintf("{b%d}", from+i), Limiter: l, Cost: 1}}, Res: make([]limit.Result, 1)}
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
+		return batch
+	}
+	answered := func(batch []limit.Call) {
+		t.Helper()
+		for i, c := range batch {
+			if c.Err != nil || len(c.Reqs) > 0 && (!c.Allowed || c.Res[0].Remaining != 9) {
+				t.Fatalf("call %d: %v %v %+v", i, c.Allowed, c.Err, c.Res)
+			}
 		}
 	}
 
 	before := pipes.Count()
 	p0, c0 := e.Pipelines()
-	decideAll(e.Gather(ctx, 40), 0, 40)
+	batch := batchOf(0, 40)
+	e.AllowBatch(ctx, 5*time.Second, batch)
+	answered(batch)
 	if got := pipes.Count() - before; got != 1 {
-		t.Errorf("40 gathered decisions took %d pipelines, want 1", got)
+		t.Errorf("a batch of 40 took %d pipelines, want 1", got)
 	}
 	if p1, c1 := e.Pipelines(); p1-p0 != 1 || c1-c0 != 40 {
 		t.Errorf("Pipelines counted %d pipelines of %d calls, want 1 of 40", p1-p0, c1-c0)
 	}
 
-	before = pipes.Count()
-	short := e.Gather(ctx, 3)
-	start := time.Now()
-	decideAll(short, 100, 2) // the third never comes
-	if took := time.Since(start); took < wait {
-		t.Errorf("2 of 3 gathered decisions answered after %v, before GatherWait (%v)", took, wait)
+	// A call counted locally fetches its key's state beside the others:
+	// the strict ones go together all the same, and an empty call is
+	// admitted.
+	batch = append(batchOf(100, 3), limit.Call{Allowed: false})
+	batch[0].Reqs[0].Sync = time.Second
+	p0, c0 = e.Pipelines()
+	e.AllowBatch(ctx, 5*time.Second, batch)
+	answered(batch)
+	if !batch[3].Allowed {
+		t.Error("a call of no rule was not admitted")
 	}
-	decideAll(short, 200, 1) // a latecomer
-	if got := pipes.Count() - before; got != 2 {
-		t.Errorf("2 gathered decisions and a latecomer took %d pipelines, want 2", got)
+	if p1, c1 := e.Pipelines(); p1-p0 > 2 || c1-c0 != 3 {
+		t.Errorf("a batch of 2 strict calls and a local one took %d pipelines of %d calls, want the fetch and the strict pair", p1-p0, c1-c0)
+	}
+	if st := e.LocalStats(); st.Keys != 1 {
+		t.Errorf("%d keys counted locally, want 1", st.Keys)
 	}
 
-	// A decision answered without Redis is skipped: the others go without
-	// waiting for it (here GatherWait would outlast the test).
-	patient := New(c, Config{Prefix: prefix, MinTTL: testTTL, Batch: true, GatherWait: time.Hour})
-	t.Cleanup(patient.Close)
-	e = patient
-	before = pipes.Count()
-	bounded, cancel := context.WithTimeout(ctx, 10*time.Second) // fail, not hang, if they wait
-	defer cancel()
-	skipped := patient.Gather(bounded, 3)
-	patient.Skip(skipped)
-	decideAll(skipped, 300, 2)
-	if got := pipes.Count() - before; got != 1 {
-		t.Errorf("2 gathered decisions and a skipped one took %d pipelines, want 1", got)
-	}
-	patient.Skip(ctx) // not gathered: nothing to do
-
-	// Not batching, or one decision: nothing to gather.
-	if New(c, Config{}).Gather(ctx, 5) != ctx || e.Gather(ctx, 1) != ctx {
-		t.Error("Gather changed the context of an unbatched engine or of a single decision")
-	}
+	unbatched := New(c, Config{Prefix: prefix, MinTTL: testTTL})
+	t.Cleanup(unbatched.Close)
+	batch = batchOf(200, 3)
+	unbatched.AllowBatch(ctx, 5*time.Second, batch)
+	answered(batch)
 }
 
-// A gathered decision queued by another's goroutine still ends at its
-// deadline when the queue has no room (Redis hangs, pipelines back up).
-func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
+// The calls of a batch end at their budget even when the queue has no
+// room for them (Redis hangs, pipelines back up).
+func TestBatchKeepsItsBudget(t *testing.T) {
 	t.Parallel()
 	e, l := stuckEngine(t)
 	req := func(k string) []limit.Request { return []limit.Request{{Key: k, Limiter: l, Cost: 1}} }
@@ -452,27 +439,22 @@ func TestGatheredDecisionsKeepTheirDeadline(t *testing.T) {
 		runtime.Gosched()
 	}
 
-	ctx, stop := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer stop()
-	gctx := e.Gather(ctx, 2)
-	errs := make(chan error, 2)
-	for i := range 2 {
-		go func() {
-			_, err := e.AllowAll(gctx, req(fmt.Sprintf("{g%d}", i)), make([]limit.Result, 1))
-			errs <- err
-		}()
-	}
+	batch := []limit.Call{{Reqs: req("{g0}"), Res: make([]limit.Result, 1)}, {Reqs: req("{g1}"), Res: make([]limit.Result, 1)}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.AllowBatch(context.Background(), 300*time.Millisecond, batch)
+	}()
 	// go-redis gives up on the stuck pipeline after its 3s read timeout and
-	// frees room; both decisions must have ended long before.
-	timeout := time.After(2 * time.Second)
-	for range 2 {
-		select {
-		case err := <-errs:
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("a gathered decision past its deadline: %v", err)
-			}
-		case <-timeout:
-			t.Fatal("a gathered decision outlived its deadline waiting for room in the queue")
+	// frees room; both calls must have ended long before.
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a batch outlived its budget waiting for room in the queue")
+	}
+	for i, c := range batch {
+		if !errors.Is(c.Err, limit.ErrOverloaded) || !errors.Is(c.Err, context.DeadlineExceeded) {
+			t.Errorf("call %d past its budget in the queue: %v, want overload", i, c.Err)
 		}
 	}
 }
@@ -509,8 +491,8 @@ func silentRedis(t *testing.T) string {
 }
 
 // TestBudgetBoundsBatchedDecisions: a strict decision through the
-// flushers carries its budget as a deadline without a timer of its own
-// (budgetCtx), so the pipeline must end by it. Against a Redis that never
+// flushers carries its budget as a deadline without a timer of its own,
+// so the pipeline must end by it. Against a Redis that never
 // answers, with one flusher, a decision and one queued behind it each end
 // at their own deadline, not at go-redis's timeouts (seconds).
 func TestBudgetBoundsBatchedDecisions(t *testing.T) {
@@ -525,8 +507,9 @@ func TestBudgetBoundsBatchedDecisions(t *testing.T) {
 	for i := range 2 {
 		go func() {
 			start := time.Now()
-			_, err := e.AllowAllWithin(context.Background(), budget, []limit.Request{{Key: fmt.Sprint(i), Limiter: l, Cost: 1}}, make([]limit.Result, 1))
-			ends <- end{time.Since(start), err}
+			batch := []limit.Call{{Reqs: []limit.Request{{Key: fmt.Sprint(i), Limiter: l, Cost: 1}}, Res: make([]limit.Result, 1)}}
+			e.AllowBatch(context.Background(), budget, batch)
+			ends <- end{time.Since(start), batch[0].Err}
 		}()
 	}
 	for range 2 {

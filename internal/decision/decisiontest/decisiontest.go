@@ -61,7 +61,7 @@ func OnClock(t testing.TB, now func() time.Time, tiers []policy.Tier, overrides 
 	secret, _ := policy.NewKeySecret(policy.KeyCheck)
 	keys.Set(policy.HashKey(secret), c)
 	return decision.Service{
-		Decider:      decide.New(decide.LocalEngine{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
+		Decider:      decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: now}, now),
 		Authenticate: keys.Authenticate,
 		MaxBodyBytes: 1024,
 	}, secret

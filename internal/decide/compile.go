@@ -16,9 +16,9 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// Config is one tenant's snapshot compiled for deciding. It is immutable:
+// Compiled is one tenant's snapshot compiled for deciding. It is immutable:
 // deciders swap whole Configs atomically when a new version arrives.
-type Config struct {
+type Compiled struct {
 	Tenant  policy.Tenant
 	Version int64
 	tiers   map[string][]compiledRule
@@ -42,7 +42,7 @@ type Config struct {
 
 // RuleNames returns the names of c's rules by the name of their tier, as
 // decisions report them (Decision.Tier and each rule's Name).
-func (c *Config) RuleNames() map[string][]string {
+func (c *Compiled) RuleNames() map[string][]string {
 	out := make(map[string][]string, len(c.tiers))
 	for tier, rules := range c.tiers {
 		names := make([]string, len(rules))
@@ -59,7 +59,7 @@ func (c *Config) RuleNames() map[string][]string {
 // ever, and none is rejected (a decider's -shadow-mode, as
 // envoyproxy/ratelimit's global shadow mode: a first rollout that shows
 // what the limits would do). Call it before c is in use.
-func (c *Config) ShadowAll() {
+func (c *Compiled) ShadowAll() {
 	c.shadowAll = true
 	for _, rules := range c.tiers {
 		for i := range rules {
@@ -84,7 +84,7 @@ func (c *Config) ShadowAll() {
 // HasReplaces reports whether an enabled rule of c replaces others: a
 // caller deciding several requests as one call (Envoy's descriptors)
 // then asks each which rules it replaces (Decider.Replacing) first.
-func (c *Config) HasReplaces() bool { return c.replaces }
+func (c *Compiled) HasReplaces() bool { return c.replaces }
 
 type localKey struct {
 	rule   *policy.Rule
@@ -94,7 +94,7 @@ type localKey struct {
 
 // localLimiter returns the limiter enforcing share of p for rule r while the
 // engine fails: limit and burst scaled down, at least 1.
-func (c *Config) localLimiter(r *policy.Rule, p policy.Params, share float64) *limit.Limiter {
+func (c *Compiled) localLimiter(r *policy.Rule, p policy.Params, share float64) *limit.Limiter {
 	k := localKey{r, p, share}
 	if l, ok := c.local.Load(k); ok {
 		return l.(*limit.Limiter)
@@ -112,7 +112,7 @@ func (c *Config) localLimiter(r *policy.Rule, p policy.Params, share float64) *l
 	return l
 }
 
-// maxRequestLimits bounds the limiters of request limits kept per Config;
+// maxRequestLimits bounds the limiters of request limits kept per Compiled;
 // others are compiled for their request.
 const maxRequestLimits = 1024
 
@@ -131,7 +131,7 @@ func IsRequestLimit(r *policy.Rule) bool { return strings.HasPrefix(r.ID, reques
 // descriptors in order, its ID naming l's algorithm, window and d's keys
 // (Rule.ID stands for the key-by list in counter keys: two algorithms or
 // windows never share a counter). It fails open.
-func (c *Config) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
+func (c *Compiled) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Rule, *limit.Limiter) {
 	l = l.normal()
 	p := policy.Params{Algorithm: l.Algorithm, Limit: l.Requests, Window: l.Window, Calendar: l.Calendar}
 	var lim *limit.Limiter
@@ -186,15 +186,15 @@ type compiledOverride struct {
 type overrideKey struct{ descriptor, identifier string }
 
 // Compile validates the whole snapshot and compiles it. On any invalid part
-// it returns an error and no Config, so a decider keeps its previous one.
-func Compile(s *policy.Snapshot) (*Config, error) {
+// it returns an error and no Compiled, so a decider keeps its previous one.
+func Compile(s *policy.Snapshot) (*Compiled, error) {
 	if s.Tenant.ID == "" {
 		return nil, fmt.Errorf("decide: tenant %s has no id", s.Tenant.Slug)
 	}
 	if err := s.Tenant.Validate(); err != nil {
 		return nil, fmt.Errorf("decide: tenant %s: %w", s.Tenant.Slug, err)
 	}
-	c := &Config{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)), indexes: map[string]*ruleIndex{},
+	c := &Compiled{Tenant: s.Tenant, Version: s.Version, tiers: make(map[string][]compiledRule, len(s.Tiers)), indexes: map[string]*ruleIndex{},
 		exact: make(map[overrideKey][]*compiledOverride)}
 	ruleIDs := map[string]bool{}
 	for i := range s.Tiers {
@@ -291,7 +291,7 @@ func blockRule(o *compiledOverride, enabled map[string]*policy.Rule) *policy.Rul
 
 // overrides returns the overrides applying to a request at now: exact
 // matches first, then patterns from the most literal bytes.
-func (c *Config) overrides(d policy.Descriptors, now time.Time, dst []*compiledOverride) []*compiledOverride {
+func (c *Compiled) overrides(d policy.Descriptors, now time.Time, dst []*compiledOverride) []*compiledOverride {
 	for _, k := range c.idKeys {
 		id, ok := d.Get(k)
 		if !ok {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/decide"
-	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/limit"
@@ -38,11 +35,9 @@ func TestCallsOfManyDecisions(t *testing.T) {
 	c, prefix := redistest.Client(t)
 	pipes := &redistest.Pipelines{Command: "evalsha"}
 	c.AddHook(pipes)
-	// A GatherWait longer than any run: a call's decisions are all held
-	// until the last comes.
-	eng := redisengine.New(c, redisengine.Config{Prefix: prefix, Batch: true, GatherWait: time.Minute})
+	eng := redisengine.New(c, redisengine.Config{Prefix: prefix, Batch: true})
 	t.Cleanup(eng.Close)
-	cfg.Decider = decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second})
+	cfg.Decider = decide.NewDecider(decide.Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second})
 	ctx := context.Background()
 	if err := eng.Preload(ctx); err != nil {
 		t.Fatal(err)
@@ -71,7 +66,7 @@ func TestCallsOfManyDecisions(t *testing.T) {
 
 	t.Run("DenyCachedCheckDoesNotHoldItsCall", func(t *testing.T) {
 		dcfg := cfg
-		dcfg.Decider = decide.NewDecider(decide.Options{Engine: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second, DenyCacheSize: 100})
+		dcfg.Decider = decide.NewDecider(decide.Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 5 * time.Second, DenyCacheSize: 100})
 		check := func(ctx context.Context, ids ...string) []bool {
 			t.Helper()
 			m := &sluicev1.CheckBatchRequest{}
@@ -91,8 +86,7 @@ func TestCallsOfManyDecisions(t *testing.T) {
 		for range 4 { // a limit of 3: the fourth is rejected, and remembered
 			check(ctx, "denied")
 		}
-		// With the engine's GatherWait of a minute, a call whose cached
-		// decision held the other would outlast this deadline.
+		// The cached rejection is answered at once, the other by Redis.
 		bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		if got := check(bctx, "denied", "fresh"); !slices.Equal(got, []bool{false, true}) {
@@ -179,19 +173,4 @@ func fieldsOf(t *testing.T, err error) []string {
 		}
 	}
 	return fields
-}
-
-func TestTogetherTurnsAPanicIntoAnError(t *testing.T) {
-	t.Parallel()
-	var ran atomic.Int64
-	err := decision.Together(3, func(i int) error {
-		ran.Add(1)
-		if i == 1 {
-			panic("boom")
-		}
-		return nil
-	})
-	if err == nil || !strings.Contains(err.Error(), "boom") || ran.Load() != 3 {
-		t.Fatalf("err %v after %d runs, want the panic as an error after 3", err, ran.Load())
-	}
 }

@@ -1,0 +1,152 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluicehq/sluice/internal/limit"
+)
+
+// ErrBreakerOpen is the error of a call that a circuit breaker refused
+// (wrapped with the breaker's name): Redis, or the master it would go to,
+// failed of late, and is not asked (Config.BreakerFailures).
+var ErrBreakerOpen = errors.New("redisengine: circuit breaker open")
+
+// errElsewhere is what a master's breaker is told of a decision spanning
+// masters that failed on another, or that another's breaker refused: not
+// a failure of its own, nor a success (see newBreaker).
+var errElsewhere = errors.New("redisengine: failed on another master")
+
+// breakers are the engine's circuit breakers: one for one Redis, one per
+// master of a cluster, made as their masters are first met.
+type breakers struct {
+	byName sync.Map // master address ("": one Redis) → *gobreaker.TwoStepCircuitBreaker[struct{}]
+}
+
+// breaker returns the breaker of the master name ("": one Redis's).
+func (e *Engine) breaker(name string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+	if b, ok := e.breakers.byName.Load(name); ok {
+		return b.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+	}
+	label := "redis"
+	if name != "" {
+		label = "redis " + name
+	}
+	b, _ := e.breakers.byName.LoadOrStore(name, gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        label,
+		Timeout:     e.cfg.BreakerCooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= e.cfg.BreakerFailures },
+		// A caller hanging up says nothing about Redis, nor another
+		// master's failure about this one, nor the decider's own backlog.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded)
+		},
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			level := slog.LevelWarn
+			if to == gobreaker.StateClosed {
+				level = slog.LevelInfo
+			}
+			e.cfg.Logger.LogAttrs(context.Background(), level, "breaker "+to.String(),
+				slog.String("breaker", name), slog.String("from", from.String()))
+		},
+	}))
+	return b.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+}
+
+// pass is a call's way through the breakers of the masters its keys are
+// on (see enter): their names, and each one's report of the outcome.
+type pass struct {
+	names []string
+	done  []func(error)
+}
+
+// enter passes reqs' call through the breakers of the masters its keys are
+// on, or returns the refusal (ErrBreakerOpen) of the first that is open.
+// Without breakers it passes every call.
+func (e *Engine) enter(ctx context.Context, reqs []limit.Request) (pass, error) {
+	if e.cfg.BreakerFailures == 0 {
+		return pass{}, nil
+	}
+	first, others := e.Shards(ctx, reqs)
+	p := pass{names: append([]string{first}, others...)}
+	for _, name := range p.names {
+		done, err := e.breaker(name).Allow()
+		if err != nil {
+			for _, d := range p.done {
+				d(errElsewhere)
+			}
+			return pass{}, fmt.Errorf("%w (%s): %w", ErrBreakerOpen, e.breaker(name).Name(), err)
+		}
+		p.done = append(p.done, done)
+	}
+	return p, nil
+}
+
+// leave reports the outcome err of a call that passed p, and counts it
+// when it failed (Failures). A failure naming one master (shardError)
+// counts against that master's breaker alone; any other, against each
+// master the call went to.
+func (e *Engine) leave(p pass, err error) {
+	e.failed(err)
+	blamed := ""
+	var on *shardError
+	if errors.As(err, &on) && slices.Contains(p.names, on.shard) {
+		blamed = on.shard
+	}
+	for i, done := range p.done {
+		if err == nil || blamed == "" || blamed == p.names[i] {
+			done(err)
+		} else {
+			done(errElsewhere)
+		}
+	}
+}
+
+// failed counts err, a call's outcome, among Failures when it is one:
+// not overload, nor a cancelled caller.
+func (e *Engine) failed(err error) {
+	if err != nil && !errors.Is(err, limit.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrBreakerOpen) {
+		e.failures.Add(1)
+	}
+}
+
+// breakerOpen returns the refusal of an open breaker of a master reqs' keys
+// are on, or nil: Redis is not to be asked now.
+func (e *Engine) breakerOpen(ctx context.Context, reqs []limit.Request) error {
+	if e.cfg.BreakerFailures == 0 {
+		return nil
+	}
+	first, others := e.Shards(ctx, reqs)
+	for _, name := range append([]string{first}, others...) {
+		if b := e.breaker(name); b.State() == gobreaker.StateOpen {
+			return fmt.Errorf("%w (%s)", ErrBreakerOpen, b.Name())
+		}
+	}
+	return nil
+}
+
+// Breaker returns the state of the engine's breakers, "closed",
+// "half-open" or "open": the worst of them, "open" when any master's is;
+// "closed" without breakers. It implements decide.Counters.
+func (e *Engine) Breaker() string {
+	worst := gobreaker.StateClosed
+	e.breakers.byName.Range(func(_, b any) bool {
+		st := b.(*gobreaker.TwoStepCircuitBreaker[struct{}]).State()
+		if st == gobreaker.StateOpen || (st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed) {
+			worst = st
+		}
+		return worst != gobreaker.StateOpen
+	})
+	return worst.String()
+}
+
+// Failures returns how many calls to Redis have failed (errors and
+// timeouts; not overload, nor calls a breaker refused). It implements
+// decide.Counters.
+func (e *Engine) Failures() int64 { return e.failures.Load() }
