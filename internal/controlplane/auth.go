@@ -18,7 +18,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/authguard"
 	"github.com/sluicehq/sluice/internal/clientip"
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
@@ -68,7 +67,7 @@ var operatorOnly, deciderOnly, viewable = map[string]bool{}, map[string]bool{}, 
 type authenticator struct {
 	operator, decider *keySet          // the accepted secrets
 	calls             *authguard.Guard // calls per key (not deciders')
-	keys              *pgstore.Store
+	keys              Keys
 	guard             *authguard.Guard // invalid keys per address
 	trusted           []netip.Prefix
 	logger            *slog.Logger

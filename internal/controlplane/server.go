@@ -15,10 +15,8 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
-	"github.com/sluicehq/sluice/internal/reports"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 	"github.com/sluicehq/sluice/web"
 )
@@ -28,9 +26,14 @@ const MaxRequestBytes = 1 << 20
 
 // Config configures the API handler.
 type Config struct {
-	Store *pgstore.Store
-	// Reports answers the report service; nil reads Store's database.
-	Reports *reports.Store
+	// Store keeps the configuration; Watches streams its changes to the
+	// deciders; Files applies tenant files in its transactions; Reports
+	// reads the analytics rollups. All are required (Settings.Serve
+	// builds them on one PostgreSQL).
+	Store   Store
+	Watches Watcher
+	Files   TenantFiles
+	Reports Reports
 	// OperatorKey is the operator's secret (SLUICE_OPERATOR_KEY); empty
 	// disables the operator role. Several, comma-separated, are each
 	// accepted: to rotate it, add the new one, move every client over,
@@ -45,9 +48,6 @@ type Config struct {
 	// a key file reread when it changes (secretfile.File.Get), so that
 	// rotating needs no restart. They must be cheap.
 	OperatorKeyFunc, DeciderKeyFunc func() string
-	// WatchRecheck is how often a config watch re-reads every tenant
-	// without a notification; 0 means 5s.
-	WatchRecheck time.Duration
 	// Closing, when closed, ends every config watch, so that a graceful
 	// shutdown need not wait for the deciders' streams (they reconnect,
 	// to another replica). Close it from http.Server.RegisterOnShutdown.
@@ -115,12 +115,8 @@ func NewHandler(cfg Config) http.Handler {
 	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies,
 		operator: newKeySet(cfg.OperatorKey, cfg.OperatorKeyFunc), decider: newKeySet(cfg.DeciderKey, cfg.DeciderKeyFunc),
 		calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
-	if cfg.Reports == nil {
-		cfg.Reports = reports.New(cfg.Store.Pool())
-	}
-	s := &server{store: cfg.Store, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
-		watches: cfg.Store.NewHub(pgstore.WatchConfig{Recheck: cfg.WatchRecheck, Logger: cfg.Logger}), metrics: newMetrics(cfg.Registerer),
-		snapshots: newSnapshotCache(snapshotCacheBytes)}
+	s := &server{store: cfg.Store, files: cfg.Files, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
+		watches: cfg.Watches, metrics: newMetrics(cfg.Registerer), snapshots: newSnapshotCache(snapshotCacheBytes)}
 	// The metrics outside the authentication: refusals are counted too.
 	chain := []connect.Interceptor{s.metrics, interceptor{auth}, refuseBadFields()}
 	if cfg.Tracer != nil {
@@ -153,12 +149,13 @@ func NewHandler(cfg Config) http.Handler {
 }
 
 type server struct {
-	store   *pgstore.Store
-	reports *reports.Store
+	store   Store
+	files   TenantFiles
+	reports Reports
 	logger  *slog.Logger
 	closing <-chan struct{}
-	// watches serves every decider's config watch from one LISTEN.
-	watches *pgstore.Hub
+	// watches serves every decider's config watch.
+	watches Watcher
 	metrics *metrics
 	// snapshots keeps the tenants' snapshots deciders pull.
 	snapshots *snapshotCache
@@ -170,9 +167,6 @@ func reply[T any](ctx context.Context, s *server, msg *T, err error) (*connect.R
 		var ce *connect.Error
 		if errors.As(err, &ce) {
 			return nil, ce
-		}
-		if pgstore.Unavailable(err) { // a reports query, say: an outage, not a fault
-			err = pgstore.ErrUnavailable
 		}
 		return nil, protoconv.ToConnectError(ctx, s.logger, err)
 	}

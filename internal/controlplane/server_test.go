@@ -67,7 +67,7 @@ func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
 func newServerWith(t *testing.T, edit func(*Config)) (*httptest.Server, *pgstore.Store) {
 	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
-	cfg := Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey, WatchRecheck: time.Minute}
+	cfg := Config{OperatorKey: operatorKey, DeciderKey: deciderKey}.OnPostgres(store, time.Minute)
 	edit(&cfg)
 	srv := httptest.NewUnstartedServer(NewHandler(cfg))
 	srv.EnableHTTP2 = true
@@ -1123,8 +1123,8 @@ func TestAPIMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	store := pgstore.New(pgtest.Pool(t))
-	srv := httptest.NewUnstartedServer(NewHandler(Config{Store: store, OperatorKey: operatorKey, DeciderKey: deciderKey,
-		WatchRecheck: time.Minute, Registerer: reg}))
+	cfg := Config{OperatorKey: operatorKey, DeciderKey: deciderKey, Registerer: reg}.OnPostgres(store, time.Minute)
+	srv := httptest.NewUnstartedServer(NewHandler(cfg))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()

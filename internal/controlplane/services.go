@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
@@ -66,33 +65,33 @@ func readToken(token string, n int) ([]string, error) {
 	parts := strings.Split(string(b), "\x00")
 	// The decoder skips newlines: only the token pageToken makes is one.
 	if err != nil || len(parts) != n || !utf8.Valid(b) || base64.RawURLEncoding.EncodeToString(b) != token {
-		return nil, pgstore.ErrPageToken
+		return nil, policy.ErrPageToken
 	}
 	return parts, nil
 }
 
 // pageCursor reads a ListOverrides page token: where the page before ended,
 // an identifier and an id.
-func pageCursor(token string) (*pgstore.OverrideCursor, error) {
+func pageCursor(token string) (*policy.OverrideCursor, error) {
 	parts, err := readToken(token, 2)
 	if parts == nil {
 		return nil, err
 	}
-	return &pgstore.OverrideCursor{Identifier: parts[0], ID: parts[1]}, nil
+	return &policy.OverrideCursor{Identifier: parts[0], ID: parts[1]}, nil
 }
 
 // keyCursor reads a ListKeys page token: the creation time and id of the
 // key the page before ended at.
-func keyCursor(token string) (*pgstore.KeyCursor, error) {
+func keyCursor(token string) (*policy.KeyCursor, error) {
 	parts, err := readToken(token, 2)
 	if parts == nil {
 		return nil, err
 	}
 	at, err := time.Parse(time.RFC3339Nano, parts[0])
 	if err != nil {
-		return nil, pgstore.ErrPageToken
+		return nil, policy.ErrPageToken
 	}
-	return &pgstore.KeyCursor{CreatedAt: at, ID: parts[1]}, nil
+	return &policy.KeyCursor{CreatedAt: at, ID: parts[1]}, nil
 }
 
 func (s overrideServer) UpdateOverride(ctx context.Context, req *connect.Request[sluicev1.UpdateOverrideRequest]) (*connect.Response[sluicev1.UpdateOverrideResponse], error) {
@@ -329,7 +328,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	// A decider watching again after the database went back learns of the
 	// raised versions at once, not at its next pull (see resync). A
 	// tenant's decider, which may not raise them, is told of the tenant's
-	// version now (pgstore.Version.Back) and of its changes from there on
+	// version now (policy.Version.Back) and of its changes from there on
 	// (GetSnapshots then sends it the database's configuration).
 	if len(since) > 0 && scope == "" {
 		versions, _, err := s.store.TenantVersions(ctx)
@@ -345,7 +344,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	if err := stream.Send(nil); err != nil {
 		return err
 	}
-	err := s.watches.Watch(ctx, since, func(v pgstore.Version) error {
+	err := s.watches.Watch(ctx, since, func(v policy.Version) error {
 		if scope != "" && v.TenantID != scope {
 			return nil
 		}
@@ -354,7 +353,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	if ctx.Err() != nil {
 		return nil // the decider hung up, or the server is closing
 	}
-	if errors.Is(err, pgstore.ErrWatcherBehind) {
+	if errors.Is(err, policy.ErrWatchBehind) {
 		return connect.NewError(connect.CodeUnavailable, err) // the decider watches again, from what it has
 	}
 	return err

@@ -17,7 +17,9 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/prune"
+	"github.com/sluicehq/sluice/internal/reports"
 	"github.com/sluicehq/sluice/internal/telemetry"
+	"github.com/sluicehq/sluice/internal/tenantapply"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 	"github.com/sluicehq/sluice/internal/tracing"
 	"github.com/sluicehq/sluice/migrations"
@@ -178,9 +180,9 @@ func Serve(ctx context.Context, s Settings) error {
 		return err
 	}
 	defer stopTracing()
-	mux.Handle("/", NewHandler(Config{Store: store, OperatorKey: s.OperatorKey, Registerer: reg,
+	mux.Handle("/", NewHandler(Config{OperatorKey: s.OperatorKey, Registerer: reg,
 		DeciderKey: s.DeciderKey, OperatorKeyFunc: s.OperatorKeyFunc, DeciderKeyFunc: s.DeciderKeyFunc, Closing: closing, Tracer: tracer,
-		Logger: logger, AuthFailures: s.AuthFailures, KeyCalls: s.KeyCalls, TrustedProxies: trusted, ReadTimeout: s.ReadTimeout}))
+		Logger: logger, AuthFailures: s.AuthFailures, KeyCalls: s.KeyCalls, TrustedProxies: trusted, ReadTimeout: s.ReadTimeout}.OnPostgres(store, 0)))
 
 	tcp, err := net.Listen("tcp", s.Addr)
 	if err != nil {
@@ -202,4 +204,15 @@ func Serve(ctx context.Context, s Settings) error {
 		fmt.Fprintf(stdout, "admin (metrics, detailed health) on http://%s\n", adminAt)
 	}
 	return telemetry.Serve(ctx, srv, ln, 10*time.Second)
+}
+
+// OnPostgres returns cfg with its store parts on store's PostgreSQL: the
+// configuration, a watch hub serving every decider's watch from one
+// LISTEN (re-reading each tenant every recheck, 0: 5s), tenant files in
+// its transactions, and the reports on the analytics tables of the same
+// database.
+func (cfg Config) OnPostgres(store *pgstore.Store, recheck time.Duration) Config {
+	cfg.Store, cfg.Watches = store, store.NewHub(pgstore.WatchConfig{Recheck: recheck, Logger: cfg.Logger})
+	cfg.Files, cfg.Reports = tenantapply.Files[*pgstore.Store]{Store: store}, reports.New(store.Pool())
+	return cfg
 }

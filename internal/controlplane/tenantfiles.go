@@ -29,7 +29,7 @@ func (s tenantFileServer) ApplyTenantFile(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return reply[sluicev1.ApplyTenantFileResponse](ctx, s.server, nil, err)
 	}
-	res, err := tenantapply.Apply(ctx, s.store, applyCaller(ctx), f, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun(), IfVersion: req.Msg.GetIfVersion()})
+	res, err := s.files.Apply(ctx, applyCaller(ctx), f, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun(), IfVersion: req.Msg.GetIfVersion()})
 	return reply(ctx, s.server, applyResponse(res), err)
 }
 
@@ -47,7 +47,7 @@ func (s tenantFileServer) ApplyTenantFiles(ctx context.Context, req *connect.Req
 		}
 		files[i] = f
 	}
-	results, err := tenantapply.ApplyAll(ctx, s.store, applyCaller(ctx), files, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun()})
+	results, err := s.files.ApplyAll(ctx, applyCaller(ctx), files, tenantapply.Options{Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun()})
 	out := &sluicev1.ApplyTenantFilesResponse{}
 	for _, res := range results {
 		out.Results = append(out.Results, applyResponse(res))
@@ -92,7 +92,7 @@ func (s tenantFileServer) ExportTenantFile(ctx context.Context, req *connect.Req
 	if err != nil {
 		return nil, err
 	}
-	f, version, err := tenantapply.ExportByID(ctx, s.store, tenantID)
+	f, version, err := s.files.ExportByID(ctx, tenantID)
 	if err != nil {
 		return reply[sluicev1.ExportTenantFileResponse](ctx, s.server, nil, err)
 	}
@@ -108,7 +108,7 @@ func (s tenantFileServer) ImportConfig(ctx context.Context, req *connect.Request
 	if err != nil {
 		return reply[sluicev1.ImportConfigResponse](ctx, s.server, nil, err)
 	}
-	res, err := tenantapply.Import(ctx, s.store, applyCaller(ctx), plan,
+	res, err := s.files.Import(ctx, applyCaller(ctx), plan,
 		tenantapply.ImportOptions{Tier: req.Msg.GetTier(), Prune: req.Msg.GetPrune(), DryRun: req.Msg.GetDryRun()})
 	if err != nil {
 		return reply[sluicev1.ImportConfigResponse](ctx, s.server, nil, err)

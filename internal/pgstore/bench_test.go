@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // BenchmarkSnapshot builds the snapshot of a tenant with 1,000 rules and
@@ -77,7 +78,7 @@ func BenchmarkPageOverrides(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		prefix string
-		after  *OverrideCursor
+		after  *policy.OverrideCursor
 	}{{"first", "", nil}, {"deep", "", deep}, {"prefix", "client-0500", nil}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
@@ -104,7 +105,7 @@ func BenchmarkWatchPropagation(b *testing.B) {
 	defer cancel()
 	got := make(chan time.Time, 1)
 	go func() {
-		_ = s.Watch(wctx, WatchConfig{Since: map[string]int64{tn.ID: 1}, Recheck: time.Minute}, func(Version) error {
+		_ = s.Watch(wctx, WatchConfig{Since: map[string]int64{tn.ID: 1}, Recheck: time.Minute}, func(policy.Version) error {
 			got <- time.Now()
 			return nil
 		})

@@ -6,16 +6,14 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // hubBuffer is how many versions a watcher of a Hub may fall behind by
-// before it is dropped (its Watch returns ErrWatcherBehind): changes are
+// before it is dropped (its Watch returns policy.ErrWatchBehind): changes are
 // rare, and each watcher's buffer is allocated whole.
 const hubBuffer = 256
-
-// ErrWatcherBehind ends a Hub watcher that fell too far behind the
-// changes; it should watch again from the versions it has.
-var ErrWatcherBehind = errors.New("pgstore: config watch fell behind; watch again")
 
 // Hub serves many config watchers from one Store.Watch: one LISTEN
 // connection and one periodic re-check for all of them, where each Watch
@@ -34,7 +32,7 @@ type Hub struct {
 }
 
 type hubWatcher struct {
-	ch      chan Version
+	ch      chan policy.Version
 	dropped bool // ch closed: it fell behind (guarded by Hub.mu)
 }
 
@@ -49,9 +47,9 @@ func (s *Store) NewHub(cfg WatchConfig) *Hub {
 // tenant's version now, Back, when the database went back behind what
 // the watcher had), until ctx
 // ends (Watch then returns ctx's error), emit fails (its error), or the
-// watcher falls hubBuffer versions behind (ErrWatcherBehind).
-func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(Version) error) error {
-	w := &hubWatcher{ch: make(chan Version, hubBuffer)}
+// watcher falls hubBuffer versions behind (policy.ErrWatchBehind).
+func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(policy.Version) error) error {
+	w := &hubWatcher{ch: make(chan policy.Version, hubBuffer)}
 	ready := h.join(w)
 	defer h.leave(w)
 	// Once the shared watch listens, what is committed from then on comes
@@ -91,7 +89,7 @@ func (h *Hub) Watch(ctx context.Context, since map[string]int64, emit func(Versi
 			return ctx.Err()
 		case v, ok := <-w.ch:
 			if !ok {
-				return ErrWatcherBehind
+				return policy.ErrWatchBehind
 			}
 			have, seen := known[v.TenantID]
 			switch {
@@ -152,7 +150,7 @@ func (h *Hub) run(ctx context.Context, gen int, ready chan struct{}) {
 		since, _, err := h.store.TenantVersions(ctx)
 		if err == nil {
 			cfg.Since = since
-			err = h.store.Watch(ctx, cfg, func(v Version) error { h.fanOut(gen, v); return nil })
+			err = h.store.Watch(ctx, cfg, func(v policy.Version) error { h.fanOut(gen, v); return nil })
 		}
 		if ctx.Err() != nil {
 			return
@@ -167,7 +165,7 @@ func (h *Hub) run(ctx context.Context, gen int, ready chan struct{}) {
 }
 
 // fanOut hands v to every watcher, dropping those whose buffer is full.
-func (h *Hub) fanOut(gen int, v Version) {
+func (h *Hub) fanOut(gen int, v policy.Version) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if gen != h.gen {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/migrations"
 )
@@ -34,15 +35,15 @@ func TestHubServesManyWatchersFromOneListen(t *testing.T) {
 	const watchers = 20
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	outs := make([]chan Version, watchers)
+	outs := make([]chan policy.Version, watchers)
 	done := make(chan error, watchers)
 	for i := range outs {
-		outs[i] = make(chan Version, 100)
+		outs[i] = make(chan policy.Version, 100)
 		since := map[string]int64{tn.ID: v0}
 		if i%2 == 1 {
 			since = nil // from the first version
 		}
-		go func() { done <- hub.Watch(wctx, since, func(v Version) error { outs[i] <- v; return nil }) }()
+		go func() { done <- hub.Watch(wctx, since, func(v policy.Version) error { outs[i] <- v; return nil }) }()
 	}
 	var last int64
 	for i := range 5 {
@@ -52,7 +53,7 @@ func TestHubServesManyWatchersFromOneListen(t *testing.T) {
 		}
 		last = v
 	}
-	next := func(i int) Version {
+	next := func(i int) policy.Version {
 		select {
 		case v := <-outs[i]:
 			if v.TenantID != tn.ID {
@@ -61,7 +62,7 @@ func TestHubServesManyWatchersFromOneListen(t *testing.T) {
 			return v
 		case <-time.After(20 * time.Second):
 			t.Fatalf("watcher %d: nothing delivered", i)
-			return Version{}
+			return policy.Version{}
 		}
 	}
 	for i := range outs {
@@ -133,8 +134,8 @@ func TestHubWatcherJoiningDuringAnOutage(t *testing.T) {
 	hub := s.NewHub(WatchConfig{Recheck: 50 * time.Millisecond})
 	tn := newTenant(t, s, "acme")
 
-	first := make(chan Version, 10)
-	go func() { _ = hub.Watch(ctx, nil, func(v Version) error { first <- v; return nil }) }()
+	first := make(chan policy.Version, 10)
+	go func() { _ = hub.Watch(ctx, nil, func(v policy.Version) error { first <- v; return nil }) }()
 	select { // the shared watch listens once the first watcher has its versions
 	case <-first:
 	case <-time.After(20 * time.Second):
@@ -144,9 +145,9 @@ func TestHubWatcherJoiningDuringAnOutage(t *testing.T) {
 	if err := db.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	second := make(chan Version, 10)
+	second := make(chan policy.Version, 10)
 	ended := make(chan error, 1)
-	go func() { ended <- hub.Watch(ctx, nil, func(v Version) error { second <- v; return nil }) }()
+	go func() { ended <- hub.Watch(ctx, nil, func(v policy.Version) error { second <- v; return nil }) }()
 	if _, err := db.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -196,12 +197,12 @@ func TestHubNoticesTheDatabaseWentBack(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ahead, behind := make(chan Version, 100), make(chan Version, 100)
+	ahead, behind := make(chan policy.Version, 100), make(chan policy.Version, 100)
 	go func() {
-		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0 + 3}, func(v Version) error { ahead <- v; return nil })
+		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0 + 3}, func(v policy.Version) error { ahead <- v; return nil })
 	}()
 	go func() {
-		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0}, func(v Version) error { behind <- v; return nil })
+		_ = hub.Watch(wctx, map[string]int64{tn.ID: v0}, func(v policy.Version) error { behind <- v; return nil })
 	}()
 	// behind catches up to v0+3 first: both are then ahead of the database
 	// that goes back.
@@ -216,8 +217,8 @@ func TestHubNoticesTheDatabaseWentBack(t *testing.T) {
 		UPDATE tenants SET config_version = $2 WHERE id = $1`, tn.ID, v0); err != nil {
 		t.Fatal(err)
 	}
-	for name, ch := range map[string]chan Version{"ahead": ahead, "behind": behind} {
-		if v := recv(t, ch); v != (Version{TenantID: tn.ID, Version: v0, Back: true}) {
+	for name, ch := range map[string]chan policy.Version{"ahead": ahead, "behind": behind} {
+		if v := recv(t, ch); v != (policy.Version{TenantID: tn.ID, Version: v0, Back: true}) {
 			t.Fatalf("watcher %s after the database went back: %+v, want back at %d", name, v, v0)
 		}
 	}
@@ -226,8 +227,8 @@ func TestHubNoticesTheDatabaseWentBack(t *testing.T) {
 		if _, _, err := s.CreateTier(ctx, op, tn.ID, "new-"+string(rune('a'+i))); err != nil {
 			t.Fatal(err)
 		}
-		for name, ch := range map[string]chan Version{"ahead": ahead, "behind": behind} {
-			if v := recv(t, ch); v != (Version{TenantID: tn.ID, Version: v0 + 1 + int64(i)}) {
+		for name, ch := range map[string]chan policy.Version{"ahead": ahead, "behind": behind} {
+			if v := recv(t, ch); v != (policy.Version{TenantID: tn.ID, Version: v0 + 1 + int64(i)}) {
 				t.Fatalf("watcher %s, the change after the database went back: %+v, want version %d", name, v, v0+1+int64(i))
 			}
 		}
@@ -235,13 +236,13 @@ func TestHubNoticesTheDatabaseWentBack(t *testing.T) {
 }
 
 // recv returns the next version of ch, failing after 20 seconds.
-func recv(t *testing.T, ch chan Version) Version {
+func recv(t *testing.T, ch chan policy.Version) policy.Version {
 	t.Helper()
 	select {
 	case v := <-ch:
 		return v
 	case <-time.After(20 * time.Second):
 		t.Fatal("nothing delivered")
-		return Version{}
+		return policy.Version{}
 	}
 }

@@ -226,17 +226,13 @@ func listOverrides(ctx context.Context, q querier, tenantID string, live bool) (
 	return out, translate(err, "override")
 }
 
-// OverrideCursor is where a page of overrides ends: the identifier and id
-// of its last override.
-type OverrideCursor struct{ Identifier, ID string }
-
 // PageOverrides returns up to limit (0: 100; more than 1000: 1000) of the tenant's
 // overrides whose identifier starts with prefix, in the byte order of the
 // identifiers (then ids), from just after the cursor (nil: the first), and
 // the cursor of the page's end when more follow (nil on the last page).
 // Overrides created or deleted between pages are seen or not by later
 // pages as their place falls; none is seen twice.
-func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, after *OverrideCursor, limit int) ([]policy.Override, *OverrideCursor, error) {
+func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, after *policy.OverrideCursor, limit int) ([]policy.Override, *policy.OverrideCursor, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, nil, err
 	}
@@ -244,7 +240,7 @@ func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, afte
 	var afterIdent, afterID *string
 	if after != nil {
 		if !uuidRE.MatchString(after.ID) {
-			return nil, nil, ErrPageToken
+			return nil, nil, policy.ErrPageToken
 		}
 		afterIdent, afterID = &after.Identifier, &after.ID
 	}
@@ -261,7 +257,7 @@ func (s *Store) PageOverrides(ctx context.Context, tenantID, prefix string, afte
 		return out, nil, translate(err, "override")
 	}
 	last := out[len(out)-1]
-	return out, &OverrideCursor{Identifier: last.Identifier, ID: last.ID}, nil
+	return out, &policy.OverrideCursor{Identifier: last.Identifier, ID: last.ID}, nil
 }
 
 // DeleteOverride removes an override.
@@ -422,23 +418,16 @@ func (s *Store) RotateKey(ctx context.Context, actor policy.Actor, tenantID, key
 // ListKeys returns all the tenant's keys (never their secrets), revoked
 // ones too, oldest first: PageKeys over every page.
 func (s *Store) ListKeys(ctx context.Context, tenantID string) ([]policy.APIKey, error) {
-	return allPages(func(after *KeyCursor) ([]policy.APIKey, *KeyCursor, error) {
+	return allPages(func(after *policy.KeyCursor) ([]policy.APIKey, *policy.KeyCursor, error) {
 		return s.PageKeys(ctx, tenantID, true, after, 1000)
 	})
-}
-
-// KeyCursor is where a page of keys ends: its last key's creation time
-// and id.
-type KeyCursor struct {
-	CreatedAt time.Time
-	ID        string
 }
 
 // PageKeys returns up to limit (0: 100; more than 1000: 1000) of the
 // tenant's keys (never their secrets), oldest first, revoked ones only
 // with revoked, from just after the cursor (nil: the first), and the
 // cursor of the page's end when more follow (nil on the last page).
-func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, after *KeyCursor, limit int) ([]policy.APIKey, *KeyCursor, error) {
+func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, after *policy.KeyCursor, limit int) ([]policy.APIKey, *policy.KeyCursor, error) {
 	if err := checkID(tenantID, "tenant"); err != nil {
 		return nil, nil, err
 	}
@@ -447,7 +436,7 @@ func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, aft
 	var afterID *string
 	if after != nil {
 		if !uuidRE.MatchString(after.ID) {
-			return nil, nil, ErrPageToken
+			return nil, nil, policy.ErrPageToken
 		}
 		afterAt, afterID = &after.CreatedAt, &after.ID
 	}
@@ -464,7 +453,7 @@ func (s *Store) PageKeys(ctx context.Context, tenantID string, revoked bool, aft
 		return out, nil, translate(err, "key")
 	}
 	last := out[len(out)-1]
-	return out, &KeyCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+	return out, &policy.KeyCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
 }
 
 // RevokeKey revokes a key at once. Revoking it again keeps the first

@@ -3,13 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"strings"
-
-	"github.com/sluicehq/sluice/internal/policy"
 )
-
-// ErrPageToken refuses a page token that no page gave.
-var ErrPageToken = &policy.Error{Code: policy.CodeInvalid, Message: "invalid page token",
-	Fields: []policy.FieldError{{Field: "page_token", Description: "not one this API gave"}}}
 
 // pageLimit is the size of a page asked for as n: 0 (or less) means 100,
 // more than 1000 means 1000.

@@ -262,9 +262,6 @@ func jsonOrNil(v any) ([]byte, error) {
 	return b, nil
 }
 
-// ErrUnavailable is the store's answer while the database is unreachable.
-var ErrUnavailable = &policy.Error{Code: policy.CodeUnavailable, Message: "the database is unavailable; retry later"}
-
 // Unavailable reports whether err, of this store or any query on its
 // database, is an outage rather than a fault: the database could not be
 // reached or went away (refused, reset or closed connections, a server
@@ -312,7 +309,7 @@ func translate(err error, what string) error {
 		return nil
 	}
 	if Unavailable(err) {
-		return ErrUnavailable
+		return policy.ErrDatabaseUnavailable
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return policy.Errorf(policy.CodeNotFound, "%s not found", what)

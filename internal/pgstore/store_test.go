@@ -820,7 +820,7 @@ func TestPageOverrides(t *testing.T) {
 	}
 	all := func(prefix string, size int) (got []string, pages int) {
 		t.Helper()
-		var after *OverrideCursor
+		var after *policy.OverrideCursor
 		for {
 			page, next, err := s.PageOverrides(ctx, acme.ID, prefix, after, size)
 			if err != nil {
@@ -853,7 +853,7 @@ func TestPageOverrides(t *testing.T) {
 			t.Errorf("prefix %q: %q, want %q", prefix, got, want)
 		}
 	}
-	_, _, err := s.PageOverrides(ctx, acme.ID, "", &OverrideCursor{Identifier: "a", ID: "not-an-id"}, 10)
+	_, _, err := s.PageOverrides(ctx, acme.ID, "", &policy.OverrideCursor{Identifier: "a", ID: "not-an-id"}, 10)
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 
@@ -945,7 +945,7 @@ func TestPageKeys(t *testing.T) {
 	}
 	pages := func(revoked bool, size int) (got []string, pages int) {
 		t.Helper()
-		var after *KeyCursor
+		var after *policy.KeyCursor
 		for {
 			page, next, err := s.PageKeys(ctx, acme.ID, revoked, after, size)
 			if err != nil {
@@ -972,7 +972,7 @@ func TestPageKeys(t *testing.T) {
 			t.Fatalf("size %d, revoked too: %q, want %q", size, got, all)
 		}
 	}
-	_, _, err := s.PageKeys(ctx, acme.ID, true, &KeyCursor{CreatedAt: time.Now(), ID: "not-an-id"}, 10)
+	_, _, err := s.PageKeys(ctx, acme.ID, true, &policy.KeyCursor{CreatedAt: time.Now(), ID: "not-an-id"}, 10)
 	wantCode(t, err, policy.CodeInvalid, "page_token")
 }
 

@@ -9,20 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// Version is one committed config version of a tenant, or its deletion.
-type Version struct {
-	TenantID string
-	Version  int64
-	Deleted  bool
-	// Back marks a tenant found at an earlier version than the watch had
-	// delivered (Version, its version now): the database went back to an
-	// earlier state, restored from a backup or failed over to a replica
-	// the last changes had not reached. Its versions after this one are
-	// delivered again as they come, though numbered as the lost ones were.
-	Back bool
-}
+	"github.com/sluicehq/sluice/internal/policy"
+)
 
 // WatchConfig configures Watch.
 type WatchConfig struct {
@@ -47,7 +36,7 @@ type WatchConfig struct {
 // notifications on a connection of its own and re-reads config_versions on
 // each, and every Recheck; a dropped connection is reopened. Rolled-back
 // changes are never delivered: they are neither in the table nor notified.
-func (s *Store) Watch(ctx context.Context, cfg WatchConfig, emit func(Version) error) error {
+func (s *Store) Watch(ctx context.Context, cfg WatchConfig, emit func(policy.Version) error) error {
 	if cfg.Recheck <= 0 {
 		cfg.Recheck = 5 * time.Second
 	}
@@ -85,7 +74,7 @@ type emitError struct{ err error }
 func (e emitError) Error() string { return e.err.Error() }
 
 // watchConn watches on one connection until it fails.
-func (s *Store) watchConn(ctx context.Context, cfg WatchConfig, known map[string]int64, emit func(Version) error) error {
+func (s *Store) watchConn(ctx context.Context, cfg WatchConfig, known map[string]int64, emit func(policy.Version) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -127,7 +116,7 @@ func (s *Store) watchConn(ctx context.Context, cfg WatchConfig, known map[string
 // catchUp emits the versions of tenant (every tenant when "") committed
 // after known, the deletion of known tenants that are gone, and first of
 // all the known tenants found at an earlier version than known (Back).
-func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int64, emit func(Version) error) error {
+func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int64, emit func(policy.Version) error) error {
 	ids := make([]string, 0, len(known))
 	vers := make([]int64, 0, len(known))
 	for id, v := range known {
@@ -142,14 +131,14 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 	if err != nil {
 		return fmt.Errorf("pgstore: watch: %w", err)
 	}
-	var gone, back []Version
+	var gone, back []policy.Version
 	var id string
 	var now *int64
 	_, err = pgx.ForEachRow(rows, []any{&id, &now}, func() error {
 		if now == nil {
-			gone = append(gone, Version{TenantID: id, Version: known[id] + 1, Deleted: true})
+			gone = append(gone, policy.Version{TenantID: id, Version: known[id] + 1, Deleted: true})
 		} else {
-			back = append(back, Version{TenantID: id, Version: *now, Back: true})
+			back = append(back, policy.Version{TenantID: id, Version: *now, Back: true})
 		}
 		return nil
 	})
@@ -166,8 +155,8 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 	if err != nil {
 		return fmt.Errorf("pgstore: watch: %w", err)
 	}
-	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Version, error) {
-		var v Version
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policy.Version, error) {
+		var v policy.Version
 		return v, r.Scan(&v.TenantID, &v.Version)
 	})
 	if err != nil {
@@ -180,7 +169,7 @@ func (s *Store) catchUp(ctx context.Context, tenant string, known map[string]int
 }
 
 // deliver emits vs in turn and records each in known.
-func deliver(vs []Version, known map[string]int64, emit func(Version) error) error {
+func deliver(vs []policy.Version, known map[string]int64, emit func(policy.Version) error) error {
 	for _, v := range vs {
 		if err := emit(v); err != nil {
 			return emitError{err}

@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // watch runs Watch in the background and returns what it delivers.
-func watch(t *testing.T, s *Store, cfg WatchConfig) <-chan Version {
+func watch(t *testing.T, s *Store, cfg WatchConfig) <-chan policy.Version {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan Version, 1000)
+	out := make(chan policy.Version, 1000)
 	done := make(chan error, 1)
-	go func() { done <- s.Watch(ctx, cfg, func(v Version) error { out <- v; return nil }) }()
+	go func() { done <- s.Watch(ctx, cfg, func(v policy.Version) error { out <- v; return nil }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
@@ -29,7 +31,7 @@ func watch(t *testing.T, s *Store, cfg WatchConfig) <-chan Version {
 }
 
 // collect reads deliveries until every tenant of want reached its version.
-func collect(t *testing.T, out <-chan Version, want map[string]int64) map[string][]int64 {
+func collect(t *testing.T, out <-chan policy.Version, want map[string]int64) map[string][]int64 {
 	t.Helper()
 	got := map[string][]int64{}
 	deadline := time.After(20 * time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -232,8 +233,9 @@ func ruleName(rows string) string {
 // workers, whose start took 100 ms of a week's time series whose rows took
 // 15, and after five runs of a statement a generic plan that took 2.5 s.
 // The transaction turns all three off (docs/benchmarks.md, "Reports").
+// An outage of the database is policy.ErrDatabaseUnavailable.
 func (s *Store) read(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
-	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL plan_cache_mode = force_custom_plan"); err != nil {
 			return err
 		}
@@ -243,6 +245,10 @@ func (s *Store) read(ctx context.Context, scan func(pgx.Rows) error, sql string,
 		}
 		return scan(rows)
 	})
+	if pgstore.Unavailable(err) {
+		return fmt.Errorf("%w: %w", policy.ErrDatabaseUnavailable, err)
+	}
+	return err
 }
 
 // rollups reads the rollup rows of a tenant ($1) over spans: whole hours

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
@@ -47,7 +46,7 @@ type Options struct {
 // change is made and rolled back, so the result is what the apply would
 // do, errors included. A change the store refuses fails the apply whole,
 // the error naming it.
-func Apply(ctx context.Context, store *pgstore.Store, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
+func Apply[S Transactional[S]](ctx context.Context, store S, who Caller, f *tenantfile.File, opt Options) (tenantfile.ApplyResult, error) {
 	res, _, err := apply(ctx, store, who, []*tenantfile.File{f}, opt)
 	if err != nil {
 		return tenantfile.ApplyResult{}, err
@@ -64,7 +63,7 @@ const MaxFiles = 1000
 // own. The results are in the order of files; an error names the file by
 // its index (files[1]: its message prefixed, its fields nested under
 // files[1]). Options.IfVersion, which is of one tenant, is refused.
-func ApplyAll(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
+func ApplyAll[S Transactional[S]](ctx context.Context, store S, who Caller, files []*tenantfile.File, opt Options) ([]tenantfile.ApplyResult, error) {
 	if err := CheckCount(len(files)); err != nil {
 		return nil, err
 	}
@@ -103,7 +102,7 @@ func CheckCount(n int) error {
 // tenants cannot deadlock. It tries again once when a tenant's creation
 // lost a race with another's. On an error, failed is the index of the file
 // it was met in (-1: none, the transaction's own).
-func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenantfile.File, opt Options) (_ []tenantfile.ApplyResult, failed int, err error) {
+func apply[S Transactional[S]](ctx context.Context, store S, who Caller, files []*tenantfile.File, opt Options) (_ []tenantfile.ApplyResult, failed int, err error) {
 	order := make([]int, len(files))
 	for i := range order {
 		order[i] = i
@@ -113,7 +112,7 @@ func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenan
 	for range 2 {
 		lost := false // a tenant's creation lost a race with another's
 		failed = -1
-		err = store.Atomically(ctx, !opt.DryRun, func(s *pgstore.Store) error {
+		err = store.Atomically(ctx, !opt.DryRun, func(s S) error {
 			for _, i := range order {
 				a := &applier{s: s, who: who, f: files[i], opt: opt}
 				err := a.apply(ctx)
@@ -139,7 +138,7 @@ func apply(ctx context.Context, store *pgstore.Store, who Caller, files []*tenan
 }
 
 type applier struct {
-	s    *pgstore.Store
+	s    Changes
 	who  Caller
 	f    *tenantfile.File
 	opt  Options

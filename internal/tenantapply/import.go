@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/envoyimport"
-	"github.com/sluicehq/sluice/internal/pgstore"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tenantfile"
 )
@@ -49,7 +48,7 @@ const importTries = 10
 // all of it or nothing, never over a change made meanwhile (read again, a
 // few times, then Aborted). Importing the same plan twice changes nothing
 // the second time.
-func Import(ctx context.Context, store *pgstore.Store, who Caller, plan *envoyimport.Plan, opt ImportOptions) (ImportResult, error) {
+func Import[S Transactional[S]](ctx context.Context, store S, who Caller, plan *envoyimport.Plan, opt ImportOptions) (ImportResult, error) {
 	tier := cmp.Or(opt.Tier, "default")
 	if who.Operator && plan.Tenant.Slug == "" {
 		return ImportResult{}, &policy.Error{Code: policy.CodeInvalid,
@@ -114,7 +113,7 @@ func imported(res tenantfile.ApplyResult, slug, tier string, rules []policy.Rule
 
 // Export returns the caller's tenant's file and the config version it is
 // of: the operator's the tenant of slug, an admin key's its own.
-func Export(ctx context.Context, store *pgstore.Store, who Caller, slug string) (*tenantfile.File, int64, error) {
+func Export(ctx context.Context, store Reader, who Caller, slug string) (*tenantfile.File, int64, error) {
 	var t policy.Tenant
 	var version int64
 	var err error
@@ -132,7 +131,7 @@ func Export(ctx context.Context, store *pgstore.Store, who Caller, slug string) 
 
 // ExportByID returns the file of the tenant of id and the config version
 // it is of.
-func ExportByID(ctx context.Context, store *pgstore.Store, id string) (*tenantfile.File, int64, error) {
+func ExportByID(ctx context.Context, store Reader, id string) (*tenantfile.File, int64, error) {
 	t, version, err := store.GetTenant(ctx, id)
 	if err != nil {
 		return nil, 0, err
@@ -141,7 +140,7 @@ func ExportByID(ctx context.Context, store *pgstore.Store, id string) (*tenantfi
 	return f, version, err
 }
 
-func fileOf(ctx context.Context, store *pgstore.Store, t policy.Tenant) (*tenantfile.File, error) {
+func fileOf(ctx context.Context, store Reader, t policy.Tenant) (*tenantfile.File, error) {
 	tiers, err := store.ListTiers(ctx, t.ID)
 	if err != nil {
 		return nil, err
