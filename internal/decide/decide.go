@@ -291,7 +291,13 @@ func (d *Decider) Decide(ctx context.Context, c *Compiled, req Request) (Decisio
 		return p.dec, err
 	}
 	if p.ask {
-		batch := []limit.Call{{Reqs: p.sel.reqs, Res: p.res}}
+		var batch []limit.Call
+		if p.sel.one != nil { // no allocation of its own
+			batch = p.sel.one.call[:]
+		} else {
+			batch = make([]limit.Call, 1)
+		}
+		batch[0] = limit.Call{Reqs: p.sel.reqs, Res: p.res}
 		d.opts.Counters.AllowBatch(ctx, d.opts.Budget, batch)
 		p.call = batch[0]
 		if p.load != nil {
@@ -608,6 +614,7 @@ type oneRule struct {
 	params [1]policy.Params
 	res    [1]limit.Result
 	rules  [1]RuleResult
+	call   [1]limit.Call
 }
 
 // selectRules picks the rules of req's tier (its own, else an override's,

@@ -60,10 +60,13 @@ func (e *Engine) breaker(name string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
 
 // pass is a call's way through the breakers of the masters its keys are
-// on (see enter): their names, and each one's report of the outcome.
+// on (see enter): each one's name and report of the outcome; first the
+// master of the call's first key ("" on one Redis), then the others.
 type pass struct {
-	names []string
-	done  []func(error)
+	first  string
+	done   func(error)
+	others []string
+	dones  []func(error)
 }
 
 // enter passes reqs' call through the breakers of the masters its keys are
@@ -73,19 +76,30 @@ func (e *Engine) enter(ctx context.Context, reqs []limit.Request) (pass, error) 
 	if e.cfg.BreakerFailures == 0 {
 		return pass{}, nil
 	}
-	first, others := e.Shards(ctx, reqs)
-	p := pass{names: append([]string{first}, others...)}
-	for _, name := range p.names {
+	var p pass
+	p.first, p.others = e.Shards(ctx, reqs)
+	done, err := e.breaker(p.first).Allow()
+	if err != nil {
+		return pass{}, e.refusal(p.first, err)
+	}
+	p.done = done
+	for _, name := range p.others {
 		done, err := e.breaker(name).Allow()
 		if err != nil {
-			for _, d := range p.done {
+			p.done(errElsewhere)
+			for _, d := range p.dones {
 				d(errElsewhere)
 			}
-			return pass{}, fmt.Errorf("%w (%s): %w", ErrBreakerOpen, e.breaker(name).Name(), err)
+			return pass{}, e.refusal(name, err)
 		}
-		p.done = append(p.done, done)
+		p.dones = append(p.dones, done)
 	}
 	return p, nil
+}
+
+// refusal is the error of a call the breaker of master name refused.
+func (e *Engine) refusal(name string, err error) error {
+	return fmt.Errorf("%w (%s): %w", ErrBreakerOpen, e.breaker(name).Name(), err)
 }
 
 // leave reports the outcome err of a call that passed p, and counts it
@@ -94,17 +108,24 @@ func (e *Engine) enter(ctx context.Context, reqs []limit.Request) (pass, error) 
 // master the call went to.
 func (e *Engine) leave(p pass, err error) {
 	e.failed(err)
+	if p.done == nil {
+		return
+	}
 	blamed := ""
 	var on *shardError
-	if errors.As(err, &on) && slices.Contains(p.names, on.shard) {
+	if err != nil && errors.As(err, &on) && (on.shard == p.first || slices.Contains(p.others, on.shard)) {
 		blamed = on.shard
 	}
-	for i, done := range p.done {
-		if err == nil || blamed == "" || blamed == p.names[i] {
+	report := func(name string, done func(error)) {
+		if err == nil || blamed == "" || blamed == name {
 			done(err)
 		} else {
 			done(errElsewhere)
 		}
+	}
+	report(p.first, p.done)
+	for i, done := range p.dones {
+		report(p.others[i], done)
 	}
 }
 
@@ -125,7 +146,7 @@ func (e *Engine) breakerOpen(ctx context.Context, reqs []limit.Request) error {
 	first, others := e.Shards(ctx, reqs)
 	for _, name := range append([]string{first}, others...) {
 		if b := e.breaker(name); b.State() == gobreaker.StateOpen {
-			return fmt.Errorf("%w (%s)", ErrBreakerOpen, b.Name())
+			return e.refusal(name, gobreaker.ErrOpenState)
 		}
 	}
 	return nil

@@ -350,6 +350,9 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 	if budget > 0 {
 		deadline = time.Now().Add(budget)
 	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
 	if len(batch) == 1 {
 		c := &batch[0]
 		c.Allowed, c.Err = e.guarded(ctx, deadline, c.Reqs, c.Res)
