@@ -30,81 +30,30 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"strings"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/flagenv"
-	"github.com/sluicehq/sluice/internal/kafkasec"
-	"github.com/sluicehq/sluice/internal/telemetry"
-	"github.com/sluicehq/sluice/internal/tlsfiles"
-	"github.com/sluicehq/sluice/migrations"
 )
 
 func main() { flagenv.Main("analytics", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := flagenv.NewEnv(getenv)
-	env := e.String
+	s := analytics.DefaultSettings()
 	fs := flag.NewFlagSet("analytics", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", env("SLUICE_ANALYTICS_ADDR", "127.0.0.1:8082"), "listen address of health and metrics")
-	tlsCert := fs.String("tls-cert", env("SLUICE_ANALYTICS_TLS_CERT", ""), "PEM certificate: with -tls-key health and metrics are served over HTTPS (reread when the files change)")
-	tlsKey := fs.String("tls-key", env("SLUICE_ANALYTICS_TLS_KEY", ""), "PEM private key of -tls-cert")
-	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/sluice?sslmode=disable"), "PostgreSQL URL")
-	brokers := fs.String("kafka-brokers", env("KAFKA_BROKERS", "127.0.0.1:9092"), "comma-separated Kafka brokers")
-	topic := fs.String("events-topic", env("SLUICE_EVENTS_TOPIC", "sluice.decisions"), "topic of decision events")
-	kafkaSec := kafkasec.Register(fs, e)
-	group := fs.String("group", env("SLUICE_ANALYTICS_GROUP", "sluice-analytics"), "consumer group")
-	batch := fs.Int("batch-size", e.Int("SLUICE_ANALYTICS_BATCH", analytics.DefaultBatchSize), "most events per PostgreSQL transaction")
-	topK := fs.Int("top-clients", e.Int("SLUICE_TOP_CLIENTS", analytics.DefaultTopK), "clients tracked per (tenant, rule, hour)")
-	retention := fs.Duration("retention", e.Duration("SLUICE_RETENTION", 30*24*time.Hour), "how long minute rollups and the top clients of each hour are kept")
-	hourRetention := fs.Duration("hour-retention", e.Duration("SLUICE_HOUR_RETENTION", analytics.DefaultHourRetention), "how long hourly rollups and the top clients of each day are kept, at least -retention")
+	s.Flags(fs, e)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := e.Err(); err != nil { // a variable that does not parse stops the binary, named
 		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	dialer, err := kafkaSec.Dialer()
-	if err != nil {
+	if err := s.Validate(); err != nil {
 		return err
 	}
-	if err := migrations.Apply(*dbURL); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, *dbURL)
-	if err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	defer pool.Close()
-
-	reg := telemetry.NewRegistry()
-	c := analytics.NewConsumer(analytics.Config{Brokers: strings.Split(*brokers, ","), Topic: *topic, Group: *group, Dialer: dialer,
-		Store: analytics.NewStore(pool, *topK), BatchSize: *batch, Retention: *retention, HourRetention: *hourRetention, Registerer: reg, Logger: logger})
-	mux := http.NewServeMux()
-	db := telemetry.NewProbe(func(ctx context.Context) error { return migrations.Check(ctx, pool) }, time.Second)
-	telemetry.Mount(mux, reg, func() bool { return c.Ready() && db.OK() }, nil)
-	ln, scheme, err := tlsfiles.Listen(*addr, *tlsCert, *tlsKey, "")
-	if err != nil {
-		return err
-	}
-	// Its port serves health and metrics alone: no request has a body worth
-	// waiting for.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	fmt.Fprintf(stdout, "analytics consuming %s as %s; metrics on %s://%s\n", *topic, *group, scheme, ln.Addr())
-	served := make(chan error, 1)
-	go func() { served <- telemetry.Serve(ctx, srv, ln, 10*time.Second) }()
-	err = c.Run(ctx)
-	if serr := <-served; err == nil {
-		err = serr
-	}
-	return err
+	s.Logger, s.Stdout = slog.New(slog.NewJSONHandler(stderr, nil)), stdout
+	return analytics.Serve(ctx, s)
 }

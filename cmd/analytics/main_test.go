@@ -397,3 +397,23 @@ func TestMalformedSettingStopsAnalytics(t *testing.T) {
 		t.Fatalf("run: %v, want SLUICE_RETENTION named", err)
 	}
 }
+
+// A setting that parses but cannot work stops analytics at start, before
+// it reaches the database or Kafka, the flag named.
+func TestImpossibleSettingStopsAnalytics(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-batch-size", "0"}, "-batch-size"},
+		{[]string{"-top-clients", "-1"}, "-top-clients"},
+		{[]string{"-hour-retention", "-1h"}, "-hour-retention"},
+		{[]string{"-kafka-brokers", " "}, "-kafka-brokers"},
+	} {
+		env := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}
+		err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, tc.args...), func(k string) string { return env[k] }, io.Discard, io.Discard)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want+" ") {
+			t.Errorf("%v: %v, want %s named", tc.args, err, tc.want)
+		}
+	}
+}
