@@ -85,6 +85,24 @@ var required = map[string][]string{
 	"analytics":    {"SLUICE_ANALYTICS_ADDR", "DATABASE_URL", "KAFKA_BROKERS"},
 }
 
+// The image holds every binary of cmd/: sluice runs sluice-bench.
+func TestImageHasEveryBinary(t *testing.T) {
+	t.Parallel()
+	dockerfile, err := os.ReadFile(filepath.Join(root(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := os.ReadDir(filepath.Join(root(t), "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d.IsDir() && !strings.Contains(string(dockerfile), "./cmd/"+d.Name()+" ") && !strings.Contains(string(dockerfile), "./cmd/"+d.Name()+"\n") {
+			t.Errorf("the Dockerfile does not build cmd/%s", d.Name())
+		}
+	}
+}
+
 func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
 	t.Parallel()
 	services := loadCompose(t)
