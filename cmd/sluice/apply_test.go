@@ -332,3 +332,27 @@ func TestApplyADirectory(t *testing.T) {
 		t.Fatalf("alpha applied beside a refused file: %+v", tiers)
 	}
 }
+
+// sluice tenants create takes the slug as its argument, as tiers create
+// takes the name; an argument it cannot take is named, not just refused.
+func TestTenantsCreateTakesTheSlugAsItsArgument(t *testing.T) {
+	t.Parallel()
+	store, getenv := importServer(t)
+	sluice := func(args ...string) (string, error) {
+		var out, errOut strings.Builder
+		err := run(context.Background(), args, &out, &errOut, getenv)
+		return out.String() + errOut.String(), err
+	}
+	if out, err := sluice("tenants", "create", "bench", "-name", "Bench"); err != nil || !strings.Contains(out, "created tenant bench") {
+		t.Fatalf("tenants create bench: %v\n%s", err, out)
+	}
+	if tn, _, err := store.GetTenantBySlug(context.Background(), "bench"); err != nil || tn.Name != "Bench" {
+		t.Fatalf("tenant %+v %v", tn, err)
+	}
+	if out, err := sluice("tenants", "create", "a", "-slug", "b"); !errors.Is(err, errUsage) || !strings.Contains(out, "two slugs") {
+		t.Fatalf("two slugs: %v\n%s", err, out)
+	}
+	if out, err := sluice("tenants", "create", "a", "Alpha"); !errors.Is(err, errUsage) || !strings.Contains(out, `unexpected argument "Alpha"`) {
+		t.Fatalf("an extra argument: %v\n%s", err, out)
+	}
+}

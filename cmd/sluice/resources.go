@@ -75,7 +75,7 @@ func callFor[Req, Res any](s *session, f func(context.Context, *connect.Request[
 
 // resourceUsage lists the resource commands.
 const resourceUsage = `usage:
-  sluice tenants   list [-slug PREFIX] | get TENANT | create -slug S -name N [-default-tier T] [-shadow] | update TENANT [flags] | delete TENANT
+  sluice tenants   list [-slug PREFIX] | get TENANT | create SLUG -name N [-default-tier T] [-shadow] | update TENANT [flags] | delete TENANT
   sluice tiers     list | create NAME | rename TIER -name N | delete TIER
   sluice rules     list [-tier T] | create -tier T -name N [-algorithm A] -limit N -window D [flags] | update RULE [flags] | delete RULE
   sluice overrides list [-identifier PREFIX] | create -identifier ID [-descriptor D] (-tier T | -rule R [-limit N] [-window D] [flags] | -block [-rule R]) [-for D] | update ID [flags] | delete ID
@@ -158,10 +158,16 @@ var verbs = map[string]verb{
 			fmt.Fprintf(w, "id\t%s\nslug\t%s\nname\t%s\ndefault tier\t%s\nstatus\t%s\nshadow\t%v\nconfig version\t%d\n", r.Tenant.Id, r.Tenant.Slug, r.Tenant.Name, r.Tenant.DefaultTier, tenantStatus(r.Tenant), r.Tenant.Shadow, r.Tenant.ConfigVersion)
 		})
 	}),
-	"tenants create": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
-		slug, name, defTier := fs.String("slug", "", "tenant slug (its Envoy domain)"), fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
+	"tenants create": {"[SLUG]", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+		slug, name, defTier := fs.String("slug", "", "tenant slug, its Envoy domain (or as the argument)"), fs.String("name", "", "name"), fs.String("default-tier", "", "tenant's default tier")
 		shadow := fs.Bool("shadow", false, "shadow mode: the tenant's rules report, never reject")
-		return func(s *session, c *http.Client, _ string) error {
+		return func(s *session, c *http.Client, arg string) error {
+			switch {
+			case arg != "" && *slug != "" && arg != *slug:
+				return usageErrorf("two slugs: %q and -slug %q", arg, *slug)
+			case arg != "":
+				*slug = arg
+			}
 			return call(s, sluicev1connect.NewTenantServiceClient(c, s.server).CreateTenant, &sluicev1.CreateTenantRequest{Tenant: &sluicev1.Tenant{Slug: *slug, Name: *name, DefaultTier: *defTier, Shadow: *shadow}}, func(w *tabwriter.Writer, r *sluicev1.CreateTenantResponse) {
 				fmt.Fprintf(w, "created tenant %s (%s)\n", r.Tenant.Slug, r.Tenant.Id)
 			})
@@ -582,6 +588,11 @@ func runResource(ctx context.Context, resource string, args []string, stdout, st
 	}
 	optional := strings.HasPrefix(v.arg, "[")
 	if len(pos) != want && !(optional && len(pos) == 0) {
+		if len(pos) > want {
+			fmt.Fprintf(stderr, "unexpected argument %q: give the rest as flags\n", pos[want])
+		} else {
+			fmt.Fprintf(stderr, "missing the argument: %s\n", v.arg)
+		}
 		fs.Usage()
 		return errUsage
 	}
