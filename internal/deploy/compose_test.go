@@ -51,7 +51,7 @@ func loadCompose(t *testing.T) map[string]service {
 var configSource = map[string]string{
 	"controlplane": "internal/controlplane/settings.go",
 	"dataplane":    "internal/decider/flags.go",
-	"analytics":    "cmd/analytics/main.go",
+	"analytics":    "internal/analytics/settings.go",
 }
 
 // documentedEnv reads the variables a binary documents in its package
