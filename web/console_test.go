@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/devstack"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/testkit/devtest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -72,35 +72,11 @@ func artifacts(t *testing.T) string {
 func stack(t *testing.T) string {
 	t.Helper()
 	_, prefix := redistest.Client(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t), RedisURL: "redis://" + redistest.Addr(t),
-			RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 100 * time.Millisecond, Out: pw})
-		pw.Close()
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	banner := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		var b strings.Builder
-		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				banner <- b.String()
-			}
-		}
-	}()
-	select {
-	case s := <-banner:
-		return s
-	case err := <-done:
-		t.Fatalf("the stack stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the stack printed no banner")
-	}
-	return ""
+	banner, _ := devtest.Start(t, func(ctx context.Context, out io.Writer) error {
+		return devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t), RedisURL: "redis://" + redistest.Addr(t),
+			RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 100 * time.Millisecond, Out: out})
+	})
+	return banner
 }
 
 func TestConsoleInABrowser(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/devstack"
+	"github.com/sluicehq/sluice/internal/testkit/devtest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -24,38 +24,13 @@ import (
 func startDev(t *testing.T) string {
 	t.Helper()
 	_, prefix := redistest.Client(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t),
+	banner, _ := devtest.Start(t, func(ctx context.Context, out io.Writer) error {
+		return devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t),
 			RedisURL: "redis://" + redistest.Addr(t), RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 10 * time.Second,
 			// Counted exactly however loaded the machine.
-			Budget: 5 * time.Second, Out: pw, Logger: slog.New(slog.DiscardHandler)})
-		pw.Close()
-	}()
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		var b strings.Builder
-		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				lines <- b.String()
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case banner := <-lines:
-		return banner
-	case err := <-done:
-		done <- err
-		t.Fatalf("sluice dev exited early: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("sluice dev printed no banner")
-	}
-	return ""
+			Budget: 5 * time.Second, Out: out, Logger: slog.New(slog.DiscardHandler)})
+	})
+	return banner
 }
 
 // TestBenchAgainstDev runs sluice-bench briefly over HTTP, gRPC and the

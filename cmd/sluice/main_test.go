@@ -13,53 +13,22 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/sluicehq/sluice/internal/testkit/devtest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
 // startDev runs `sluice dev` in-process on a free port and returns the
-// banner's lines once it has printed them.
+// banner's lines once it has printed them, and what stops it.
 func startDev(t *testing.T, env map[string]string) (banner string, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"dev", "-addr", "127.0.0.1:0"}, pw, io.Discard, func(k string) string { return env[k] })
-		pw.Close()
-	}()
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		var b strings.Builder
-		for sc.Scan() {
-			b.WriteString(sc.Text() + "\n")
-			if strings.HasPrefix(sc.Text(), "Ctrl-C") {
-				lines <- b.String()
-			}
-		}
-		close(lines)
-	}()
-	select {
-	case banner = <-lines:
-	case err := <-done:
-		t.Fatalf("sluice dev exited early: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("sluice dev printed no banner")
-	}
-	// Every end waits for run, so that nothing writes to the dev directory
-	// once the test removes it.
-	var once sync.Once
-	var result error
-	wait := func() error { once.Do(func() { result = <-done }); return result }
-	t.Cleanup(func() { cancel(); _ = wait() })
-	return banner, func() error { cancel(); return wait() }
+	return devtest.Start(t, func(ctx context.Context, out io.Writer) error {
+		return run(ctx, []string{"dev", "-addr", "127.0.0.1:0"}, out, io.Discard, func(k string) string { return env[k] })
+	})
 }
 
 // devEnv isolates a dev run: its own schema, key prefix and key file.
