@@ -190,11 +190,15 @@ func refuseDuplicateKeys(d policy.Descriptors) error {
 // refuseRelease refuses a release that names no lease.
 func refuseRelease(m *sluicev1.CheckRequest) error {
 	if m.GetRelease() && m.GetLease() == "" {
-		return &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
-			Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}}
+		return errReleaseWithoutLease
 	}
 	return nil
 }
+
+// errReleaseWithoutLease refuses a release that names no lease, on every
+// API of this package.
+var errReleaseWithoutLease = &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
+	Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}}
 
 // check answers m, which asks for req.
 func (s decisionServer) check(ctx context.Context, c *decide.Compiled, m *sluicev1.CheckRequest, req decide.Request) (*sluicev1.CheckResponse, error) {

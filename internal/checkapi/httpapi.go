@@ -117,8 +117,7 @@ func (h *httpAPI) check(ex httpcheck.Exchange) {
 	}
 	if body.Release {
 		if body.Lease == "" {
-			h.Fail(ex, &policy.Error{Code: policy.CodeInvalid, Message: "invalid release",
-				Fields: []policy.FieldError{{Field: "lease", Description: "required to release a lease"}}})
+			h.Fail(ex, errReleaseWithoutLease)
 			return
 		}
 		if err := h.Decider.Release(ex.Context(), c, req); err != nil {
