@@ -470,3 +470,108 @@ func TestLeasesThroughARedisOutage(t *testing.T) {
 		t.Fatalf("a release with the breaker open: %v, %d engine errors (was %d): Redis was asked", err, d.EngineErrors(), errs)
 	}
 }
+
+// A closed rule admits nothing that Redis did not decide while Redis is
+// killed or frozen under load from many callers, with the decider's
+// defaults (a batching engine, a 50 ms budget, the local overload policy):
+// the decisions that wait behind a pipeline Redis does not answer are store
+// trouble, answered by the rule's failure mode, never by the overload
+// policy. Once Redis is back, decisions go to it again within a second.
+//
+// Not parallel: its Redis is frozen for seconds.
+func TestClosedRuleStaysClosedThroughAnOutageUnderLoad(t *testing.T) {
+	for _, outage := range []string{"killed", "frozen"} {
+		t.Run(outage, func(t *testing.T) {
+			srv := redistest.StartServer(t)
+			eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+				redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 5, BreakerCooldown: time.Second, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			c := tenantOf(t, "closed", policy.Params{Algorithm: policy.FixedWindow, Limit: 1_000_000, Window: time.Hour}, policy.FailClosed)
+			d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 50 * time.Millisecond,
+				MaxInFlight: DefaultMaxInFlight, Logger: quiet()})
+
+			var down atomic.Int64 // unix ns Redis went down at; 0 while up
+			var admittedDown, overload, unavailable, decided atomic.Int64
+			ctx, stop := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			for g := range 50 {
+				wg.Go(func() {
+					for i := 0; ctx.Err() == nil; i++ {
+						start := time.Now().UnixNano()
+						dec, err := d.Decide(ctx, c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: fmt.Sprintf("c%d-%d", g, i)}}})
+						if err != nil {
+							return
+						}
+						decided.Add(1)
+						switch dec.Degradation {
+						case QueuedPastBudget, Shed:
+							// Recovery's burst may be overload; the outage's not.
+							if down.Load() != 0 {
+								overload.Add(1)
+							}
+						case StoreUnavailable:
+							unavailable.Add(1)
+						}
+						// A decision begun once Redis was down cannot have been
+						// made by Redis: admitting it would be the overload
+						// policy's doing, or an open door.
+						if at := down.Load(); at != 0 && start > at && dec.Allowed {
+							admittedDown.Add(1)
+						}
+					}
+				})
+			}
+			waitFor := func(what string, cond func() bool) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for !cond() {
+					if time.Now().After(deadline) {
+						stop()
+						wg.Wait()
+						t.Fatalf("never %s", what)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			waitFor("decided", func() bool { return decided.Load() > 200 })
+			down.Store(time.Now().UnixNano())
+			if outage == "killed" {
+				srv.Stop(t)
+			} else {
+				srv.Pause(t)
+			}
+			waitFor("degraded by the outage", func() bool { return unavailable.Load() > 100 })
+			time.Sleep(3 * time.Second) // the outage lasts: breakers open, probe and open again
+			if outage == "killed" {
+				srv.Start(t)
+			} else {
+				srv.Resume(t)
+			}
+			down.Store(0)
+			back := time.Now()
+			var undegraded atomic.Int64
+			waitFor("back to Redis", func() bool {
+				dec, err := d.Decide(t.Context(), c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "probe"}}})
+				if err == nil && !dec.Degraded {
+					undegraded.Add(1)
+				}
+				return undegraded.Load() > 0
+			})
+			if took := time.Since(back); took > 2*time.Second {
+				t.Errorf("back to Redis %v after it returned, want within a second and its breaker's cooldown", took)
+			}
+			stop()
+			wg.Wait()
+			if n := admittedDown.Load(); n != 0 {
+				t.Errorf("a closed rule admitted %d decisions begun while Redis was %s", n, outage)
+			}
+			if n := overload.Load(); n != 0 {
+				t.Errorf("%d decisions said overload while Redis was %s under a load the decider serves", n, outage)
+			}
+			t.Logf("%d decided, %d store_unavailable", decided.Load(), unavailable.Load())
+		})
+	}
+}

@@ -55,16 +55,20 @@ func (g Degradation) Cause() string {
 }
 
 // OverloadPolicy says how a decision that overload kept from the store is
-// answered. The zero value is OverloadLocal.
+// answered. The zero value is OverloadLocal. Whatever the policy, a rule is
+// never answered more loosely than its own failure mode would answer it:
+// a closed rule stays closed under overload, and an open rule is enforced
+// locally (see modeUnder).
 type OverloadPolicy uint8
 
 const (
 	// OverloadLocal enforces every rule of the decision with the in-process
-	// engine at Options.LocalShare of its limit, as the local failure mode
-	// does; without an in-process engine, each rule's failure mode answers.
+	// engine at the local share of its limit, as the local failure mode
+	// does, but a closed rule rejects; without an in-process engine, each
+	// rule's failure mode answers.
 	OverloadLocal OverloadPolicy = iota
 	// OverloadFailureMode answers each rule by its failure mode, as when
-	// the store fails.
+	// the store fails, except that an open rule is enforced locally.
 	OverloadFailureMode
 	// OverloadReject rejects the decision (retry after a second); shadow
 	// rules only report.
@@ -92,12 +96,11 @@ func ParseOverloadPolicy(s string) (OverloadPolicy, error) {
 }
 
 // modeUnder returns, for overload policy p, the failure mode that answers
-// rule r.
+// rule r: the stricter of the policy's and the rule's own, an open rule
+// counting as local. Overload is the decider's own trouble, never a
+// reason to count less than the rule asks: the store is well.
 func (p OverloadPolicy) modeUnder(r *policy.Rule) policy.FailureMode {
-	switch p {
-	case OverloadFailureMode:
-		return r.FailureMode
-	case OverloadReject:
+	if p == OverloadReject || r.FailureMode == policy.FailClosed {
 		return policy.FailClosed
 	}
 	return policy.FailLocal

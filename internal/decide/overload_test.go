@@ -126,7 +126,9 @@ func TestQueuedPastBudgetIsOverloadNotFailure(t *testing.T) {
 	}
 }
 
-// Each overload policy answers as documented.
+// Each overload policy answers as documented, never more loosely than a
+// rule's own failure mode: a closed rule stays closed, an open one is
+// enforced locally.
 func TestOverloadPolicies(t *testing.T) {
 	t.Parallel()
 	rc, prefix := redistest.Client(t)
@@ -138,7 +140,10 @@ func TestOverloadPolicies(t *testing.T) {
 		admitted int
 	}{
 		{OverloadLocal, policy.FailOpen, 3},
-		{OverloadFailureMode, policy.FailOpen, 10},
+		{OverloadLocal, policy.FailLocal, 3},
+		{OverloadLocal, policy.FailClosed, 0},
+		{OverloadFailureMode, policy.FailOpen, 3},
+		{OverloadFailureMode, policy.FailLocal, 3},
 		{OverloadFailureMode, policy.FailClosed, 0},
 		{OverloadReject, policy.FailOpen, 0},
 	} {

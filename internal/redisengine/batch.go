@@ -39,6 +39,23 @@ const flushTimeout = 5 * time.Second
 // ErrClosed is returned for decisions made after Close.
 var ErrClosed = errors.New("redisengine: engine closed")
 
+// ErrStalled is the error of a call whose deadline passed while it was
+// queued behind a pipeline Redis did not answer: its wait was Redis's
+// doing, not the decider's, so it is store trouble, answered by each
+// rule's failure mode, never overload. It counts neither as a failure nor
+// toward a breaker: the pipeline it waited on does.
+var ErrStalled = errors.New("redisengine: queued behind a pipeline Redis did not answer")
+
+// expired is the error of a call whose deadline passed before it was
+// sent: ErrStalled while the last pipeline failed (Redis has stopped
+// answering), else limit.ErrOverloaded (the decider's own queue).
+func (e *Engine) expired(err error) error {
+	if e.failing.Load() {
+		return fmt.Errorf("%w: %w", ErrStalled, err)
+	}
+	return fmt.Errorf("%w: %w", limit.ErrOverloaded, err)
+}
+
 // batched queues a call for the flushers and waits for it or for ctx. A
 // call whose deadline passes before it is sent fails with
 // limit.ErrOverloaded: the wait was the decider's queue, not Redis. Once
@@ -52,25 +69,25 @@ func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Scri
 	if err := e.enqueue(ctx, c); err != nil {
 		return nil, err
 	}
-	return c.wait(ctx)
+	return e.wait(ctx, c)
 }
 
 // wait waits for c's answer or the end of ctx.
-func (c *call) wait(ctx context.Context) ([]int64, error) {
+func (e *Engine) wait(ctx context.Context, c *call) ([]int64, error) {
 	select {
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		return nil, queuedErr(ctx.Err(), !c.sent.Load()) // the flusher finishes it; nobody reads it
+		return nil, e.queuedErr(ctx.Err(), !c.sent.Load()) // the flusher finishes it; nobody reads it
 	}
 }
 
 // queuedErr is err, the end of a call's context, as the decider should
 // read it: a deadline that passed while the call was still queued is
-// overload (limit.ErrOverloaded).
-func queuedErr(err error, queued bool) error {
+// overload, or store trouble behind a failed pipeline (expired).
+func (e *Engine) queuedErr(err error, queued bool) error {
 	if queued && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %w", limit.ErrOverloaded, err)
+		return e.expired(err)
 	}
 	return err
 }
@@ -93,9 +110,9 @@ func (e *Engine) enqueue(ctx context.Context, c *call) error {
 	case e.calls <- c:
 		return nil
 	case <-ctx.Done():
-		return queuedErr(ctx.Err(), true)
+		return e.queuedErr(ctx.Err(), true)
 	case <-expired:
-		return queuedErr(context.DeadlineExceeded, true)
+		return e.queuedErr(context.DeadlineExceeded, true)
 	case <-e.stop:
 		return ErrClosed
 	}
@@ -178,7 +195,8 @@ func (e *Engine) Pipelines() (pipelines, calls int64) {
 // its calls when that is later (flushTimeout when no call has one: a
 // caller without a budget), else every call of it fails: that is Redis's
 // failure. A call whose deadline passed in the queue fails at
-// once with limit.ErrOverloaded, the decider's overload, and is not sent.
+// once with limit.ErrOverloaded, the decider's overload, and is not sent;
+// or with ErrStalled when the pipeline before it failed (Engine.failing).
 // Pipelines do not fall back to EVAL by themselves: on NOSCRIPT (a
 // restarted or flushed Redis) the script is loaded and the refused calls
 // are sent once more.
@@ -189,7 +207,7 @@ func (e *Engine) flush(batch []*call) {
 	for _, c := range batch {
 		if !c.deadline.IsZero() {
 			if !c.deadline.After(now) {
-				c.err = fmt.Errorf("%w: %w", limit.ErrOverloaded, context.DeadlineExceeded)
+				c.err = e.expired(context.DeadlineExceeded)
 				close(c.done)
 				continue
 			}
@@ -219,6 +237,7 @@ func (e *Engine) flush(batch []*call) {
 			cmds[i] = evalShaOnce(ctx, pipe, w.script, w.keys, w.args)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
+		e.failing.Store(pipelineFailed(cmds))
 		var retry []wire
 		for i, w := range ws {
 			reply, err := cmds[i].Int64Slice()
@@ -247,6 +266,19 @@ func (e *Engine) flush(batch []*call) {
 		}
 		ws = retry
 	}
+}
+
+// pipelineFailed reports whether Redis failed to answer cmds: one of them
+// ended in a network error or a timeout rather than a reply (a script's
+// error, NOSCRIPT, a moved slot are answers).
+func pipelineFailed(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		var reply redis.Error
+		if err := c.Err(); err != nil && err != redis.Nil && !errors.As(err, &reply) {
+			return true
+		}
+	}
+	return false
 }
 
 // onceCmd is a command go-redis sends once. A cluster pipeline otherwise

@@ -45,7 +45,7 @@ func (e *Engine) breaker(name string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 		// A caller hanging up says nothing about Redis, nor another
 		// master's failure about this one, nor the decider's own backlog.
 		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded)
+			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded) || errors.Is(err, ErrStalled)
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			level := slog.LevelWarn
@@ -130,9 +130,10 @@ func (e *Engine) leave(p pass, err error) {
 }
 
 // failed counts err, a call's outcome, among Failures when it is one:
-// not overload, nor a cancelled caller.
+// not overload, nor a cancelled caller, nor a call stalled behind a
+// pipeline that failed (that pipeline's calls count).
 func (e *Engine) failed(err error) {
-	if err != nil && !errors.Is(err, limit.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrBreakerOpen) {
+	if err != nil && !errors.Is(err, limit.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrBreakerOpen) && !errors.Is(err, ErrStalled) {
 		e.failures.Add(1)
 	}
 }

@@ -181,6 +181,10 @@ type Engine struct {
 	evicting atomic.Int64
 	breakers breakers
 	failures atomic.Int64 // see Failures
+	// failing is set while the last pipeline sent failed (a network error
+	// or a timeout): calls expiring in the queue meanwhile waited on Redis
+	// (ErrStalled), not on the decider.
+	failing atomic.Bool
 }
 
 // New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
@@ -402,7 +406,7 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 		e.queue(ctx, unit)
 		for k, u := range unit {
 			c := owners[k]
-			reply, err := u.wait(ctx)
+			reply, err := e.wait(ctx, u)
 			if err != nil {
 				c.Err = fmt.Errorf("redisengine: decide: %w", err)
 			} else {
