@@ -409,7 +409,7 @@ func TestMalformedSettingsStopTheDecider(t *testing.T) {
 		{"SLUICE_DECISION_BUDGET=50", `SLUICE_DECISION_BUDGET="50": want a duration with its unit`},
 		{"SLUICE_REDIS_CLUSTER=yes", `SLUICE_REDIS_CLUSTER="yes": want true or false`},
 		{"SLUICE_MAX_IN_FLIGHT=lots", `SLUICE_MAX_IN_FLIGHT="lots": want an integer`},
-		{"SLUICE_LOCAL_SHARE=2", `-local-share (SLUICE_LOCAL_SHARE) 2: want more than 0, at most 1`},
+		{"SLUICE_LOCAL_SHARE=2", `-local-share (SLUICE_LOCAL_SHARE) 2: want 0 (1/live deciders) or more, at most 1`},
 		{"SLUICE_OVERLOAD_POLICY=allow", `unknown overload policy "allow"`},
 	} {
 		cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-grpc-addr", "off", "-admin-addr", "off", "-state-file", filepath.Join(t.TempDir(), "s.pb"))

@@ -116,7 +116,8 @@ func NewHandler(cfg Config) http.Handler {
 		operator: newKeySet(cfg.OperatorKey, cfg.OperatorKeyFunc), decider: newKeySet(cfg.DeciderKey, cfg.DeciderKeyFunc),
 		calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
 	s := &server{store: cfg.Store, files: cfg.Files, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
-		watches: cfg.Watches, metrics: newMetrics(cfg.Registerer), snapshots: newSnapshotCache(snapshotCacheBytes)}
+		watches: cfg.Watches, metrics: newMetrics(cfg.Registerer), snapshots: newSnapshotCache(snapshotCacheBytes),
+		fleet: &fleet{count: cfg.Store.LiveDeciders}}
 	// The metrics outside the authentication: refusals are counted too.
 	chain := []connect.Interceptor{s.metrics, interceptor{auth}, refuseBadFields()}
 	if cfg.Tracer != nil {
@@ -159,6 +160,8 @@ type server struct {
 	metrics *metrics
 	// snapshots keeps the tenants' snapshots deciders pull.
 	snapshots *snapshotCache
+	// fleet counts the live deciders.
+	fleet *fleet
 }
 
 // reply answers msg, or err as a Connect error.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -220,6 +221,8 @@ func (s configServer) GetSnapshots(ctx context.Context, req *connect.Request[slu
 		if err := s.store.RecordDecider(ctx, name, enforced, healthFromProto(req.Msg.GetHealth())); err != nil {
 			s.logger.WarnContext(ctx, "recording a decider's sync", "decider", name, "err", err)
 		}
+		s.fleet.forget() // it may be new: counted now, and by the others' watches
+		out.LiveDeciders = int32(s.fleet.live(ctx))
 	}
 	if err := s.store.TouchCheckKeys(ctx, req.Msg.GetUsedCheckKeyHashes()); err != nil {
 		s.logger.WarnContext(ctx, "recording check keys' use", "decider", req.Msg.GetDecider(), "err", err)
@@ -290,6 +293,33 @@ func healthFromProto(m *sluicev1.DeciderHealth) policy.DeciderHealth {
 	return h
 }
 
+// sendFleet sends stream the number of live deciders each time it
+// changes, until ctx ends: each decider's share of a limit it enforces
+// alone follows the fleet within about fleetEvery.
+func (s configServer) sendFleet(ctx context.Context, stream *connect.ServerStream[sluicev1.WatchResponse], sending *sync.Mutex) {
+	tick := time.NewTicker(fleetEvery)
+	defer tick.Stop()
+	sent := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n := s.fleet.live(ctx)
+		if n == sent || n == 0 {
+			continue
+		}
+		sending.Lock()
+		err := stream.Send(&sluicev1.WatchResponse{LiveDeciders: int32(n)})
+		sending.Unlock()
+		if err != nil {
+			return
+		}
+		sent = n
+	}
+}
+
 type deciderServer struct{ *server }
 
 func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[sluicev1.ListDecidersRequest]) (*connect.Response[sluicev1.ListDecidersResponse], error) {
@@ -344,10 +374,19 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 	if err := stream.Send(nil); err != nil {
 		return err
 	}
+	var sending sync.Mutex // the watch's emit and the fleet's
+	if scope == "" {       // a tenant's decider serves that tenant alone, apart from the fleet
+		fctx, stopFleet := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.sendFleet(fctx, stream, &sending); close(done) }()
+		defer func() { stopFleet(); <-done }() // no Send once the handler returns
+	}
 	err := s.watches.Watch(ctx, since, func(v policy.Version) error {
 		if scope != "" && v.TenantID != scope {
 			return nil
 		}
+		sending.Lock()
+		defer sending.Unlock()
 		return stream.Send(&sluicev1.WatchResponse{TenantId: v.TenantID, Version: v.Version, Deleted: v.Deleted})
 	})
 	if ctx.Err() != nil {

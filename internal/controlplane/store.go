@@ -74,6 +74,7 @@ type Configs interface {
 	RaiseVersions(ctx context.Context, actor policy.Actor, held map[string]int64) (map[string]int64, error)
 	RecordDecider(ctx context.Context, name string, versions map[string]int64, health policy.DeciderHealth) error
 	ListDeciders(ctx context.Context) ([]policy.DeciderStatus, error)
+	LiveDeciders(ctx context.Context, window time.Duration) (int, error)
 }
 
 // Store is every part the control plane's calls use.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limit"
@@ -215,7 +217,7 @@ type Options struct {
 	// fail; nil answers them as open.
 	Local *limit.Engine
 	// LocalShare is the share of each limit one decider enforces locally,
-	// such as 1/number of deciders; 0 means 1.
+	// such as 1/number of deciders (SetLocalShare changes it); 0 means 1.
 	LocalShare float64
 	// Budget bounds each call to Counters; 0 means unbounded (for counters
 	// that cannot block, like the in-process ones).
@@ -243,8 +245,9 @@ type Options struct {
 // concurrent use.
 type Decider struct {
 	opts   Options
-	denied *denyCache // nil without a deny cache
-	admit  *admission // nil without MaxInFlight
+	denied *denyCache    // nil without a deny cache
+	admit  *admission    // nil without MaxInFlight
+	share  atomic.Uint64 // the local share's float64 bits (SetLocalShare)
 }
 
 // New returns a Decider on counters with no failure handling, for
@@ -265,6 +268,7 @@ func NewDecider(o Options) *Decider {
 		o.Logger = slog.Default()
 	}
 	d := &Decider{opts: o}
+	d.SetLocalShare(o.LocalShare)
 	if o.MaxInFlight > 0 {
 		d.admit = newAdmission(o.MaxInFlight, o.Logger, o.Now)
 	}
@@ -273,6 +277,22 @@ func NewDecider(o Options) *Decider {
 	}
 	return d
 }
+
+// SetLocalShare sets the share of each limit this decider enforces with
+// the in-process engine while the counters cannot decide (Options.
+// LocalShare): 1/n when n deciders share the counters, so that together
+// they admit a client about its limit, not n times it. A share outside
+// (0, 1] means 1. Safe to call while deciding.
+func (d *Decider) SetLocalShare(share float64) {
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	d.share.Store(math.Float64bits(share))
+}
+
+// LocalShare returns the share of each limit this decider enforces alone
+// (SetLocalShare).
+func (d *Decider) LocalShare() float64 { return math.Float64frombits(d.share.Load()) }
 
 // BreakerState returns the counters' breaker state: "closed", "half-open"
 // or "open" (Counters.Breaker).
@@ -954,7 +974,7 @@ func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Pa
 				admitted = false
 			}
 		case mode == policy.FailLocal && d.opts.Local != nil:
-			l := c.localLimiter(r, params[i], d.opts.LocalShare)
+			l := c.localLimiter(r, params[i], d.LocalShare())
 			local = append(local, limit.Request{Key: reqs[i].Key, Limiter: l, Cost: reqs[i].Cost, Lease: reqs[i].Lease, Shadow: r.Shadow})
 			at = append(at, i)
 		default: // open, or local without a local engine

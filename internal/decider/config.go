@@ -64,8 +64,8 @@ type Config struct {
 
 	Budget           time.Duration
 	MaxInFlight      int
-	OverloadPolicy   string // local, failure_mode or reject
-	LocalShare       float64
+	OverloadPolicy   string  // local, failure_mode or reject
+	LocalShare       float64 // 0: 1/the live deciders, as the control plane counts them
 	SyncMaxKeys      int
 	AuthFailures     int
 	RuleMetrics      bool
@@ -136,7 +136,7 @@ func Defaults() Config {
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
 		HTTPFast:  true, RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
 		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
-		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local", LocalShare: 1,
+		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local",
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
 		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,
 		Proxy: Proxy{DenyStatus: http.StatusTooManyRequests, Addr: "127.0.0.1:8000", IPv6Prefix: clientip.IPv6Network,
@@ -175,8 +175,8 @@ func (c *Config) parsed() (parsedConfig, error) {
 		return p, fmt.Errorf("-redis-timeout (SLUICE_REDIS_TIMEOUT) %v: want more than 0", c.RedisTimeout)
 	case c.MaxInFlight < 0:
 		return p, fmt.Errorf("-max-in-flight (SLUICE_MAX_IN_FLIGHT) %d: want 0 (no bound) or more", c.MaxInFlight)
-	case c.LocalShare <= 0 || c.LocalShare > 1:
-		return p, fmt.Errorf("-local-share (SLUICE_LOCAL_SHARE) %v: want more than 0, at most 1", c.LocalShare)
+	case c.LocalShare < 0 || c.LocalShare > 1:
+		return p, fmt.Errorf("-local-share (SLUICE_LOCAL_SHARE) %v: want 0 (1/live deciders) or more, at most 1", c.LocalShare)
 	}
 	if !c.Proxy.On() {
 		return p, nil

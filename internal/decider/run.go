@@ -142,6 +142,11 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, cfg.ControlPlane), HealthFunc: health.Report,
 		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: d.Keys, StateFile: cfg.StateFile, Repull: cfg.ConfigRepull,
 		Logger: logger, Name: cfg.Name, ShadowAll: cfg.ShadowMode, OnChange: metrics.Forget,
+		OnFleet: func(live int) {
+			if cfg.LocalShare == 0 { // each decider its part of the fleet
+				decider.SetLocalShare(1 / float64(live))
+			}
+		},
 	})
 	// Closing waits for the syncer, so that its last state file is written
 	// before the process exits (or a test removes its directory).

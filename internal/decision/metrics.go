@@ -62,7 +62,9 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 	reg.MustRegister(m.decisions, m.degraded, m.overload, inFlight{decider}, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
-			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }))
+			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_share",
+			Help: "Share of each limit this decider enforces alone while Redis cannot decide: 1/live deciders unless -local-share sets it."}, decider.LocalShare))
 	return m
 }
 

@@ -64,7 +64,11 @@ type Config struct {
 	// (old, next) or removed (old, nil), after the swap: the decider's
 	// metrics forget what is gone (Metrics.Forget).
 	OnChange func(old, next *decide.Compiled)
-	Logger   *slog.Logger
+	// OnFleet, when set, is told the number of live deciders each time the
+	// control plane says it (each pull, and the watch when it changes):
+	// the decider's share of a limit it enforces alone.
+	OnFleet func(live int)
+	Logger  *slog.Logger
 }
 
 // Follower keeps a decider's tenant configurations current: a first pull,
@@ -87,6 +91,7 @@ type Follower struct {
 	unsaved chan struct{}
 	configs atomic.Pointer[map[string]*decide.Compiled]
 	refused atomic.Int64 // snapshots that did not compile
+	live    atomic.Int32 // the live deciders last heard of; 0: none yet
 }
 
 // key is the credential to present now.
@@ -194,6 +199,10 @@ func (s *Follower) watch(ctx context.Context, events chan<- struct{}) {
 		if err == nil {
 			signal()
 			for st.Receive() {
+				if m := st.Msg(); m.GetTenantId() == "" && m.GetLiveDeciders() > 0 {
+					s.fleet(int(m.GetLiveDeciders()))
+					continue
+				}
 				signal()
 			}
 			err = st.Err()
@@ -207,6 +216,21 @@ func (s *Follower) watch(ctx context.Context, events chan<- struct{}) {
 		case <-ctx.Done():
 		case <-time.After(time.Second + rand.N(time.Second)):
 		}
+	}
+}
+
+// fleet tells OnFleet of live deciders, and keeps their number for the
+// state file: a decider started without the control plane takes its share
+// from the fleet it last knew.
+func (s *Follower) fleet(live int) {
+	if s.live.Swap(int32(live)) != int32(live) {
+		select {
+		case s.unsaved <- struct{}{}:
+		default: // a write is due already
+		}
+	}
+	if s.cfg.OnFleet != nil {
+		s.cfg.OnFleet(live)
 	}
 }
 
@@ -242,6 +266,9 @@ func (s *Follower) pullWithin(ctx context.Context, timeout time.Duration) error 
 	if err != nil {
 		s.cfg.Keys.MarkUsed(used) // reported with the next pull
 		return err
+	}
+	if n := res.Msg.GetLiveDeciders(); n > 0 {
+		s.fleet(int(n))
 	}
 	if len(res.Msg.Snapshots) == 0 && len(res.Msg.DeletedTenantIds) == 0 && s.Ready() {
 		return nil
@@ -322,7 +349,7 @@ func (s *Follower) saveState(ctx context.Context) {
 	if s.cfg.StateFile == "" {
 		return
 	}
-	state := &sluicev1.GetSnapshotsResponse{}
+	state := &sluicev1.GetSnapshotsResponse{LiveDeciders: s.live.Load()}
 	s.mu.Lock()
 	for _, p := range s.current {
 		state.Snapshots = append(state.Snapshots, p)
@@ -349,6 +376,9 @@ func (s *Follower) loadState() error {
 	var state sluicev1.GetSnapshotsResponse
 	if err := proto.Unmarshal(b, &state); err != nil {
 		return fmt.Errorf("config: state file %s: %w", s.cfg.StateFile, err)
+	}
+	if n := state.GetLiveDeciders(); n > 0 {
+		s.fleet(int(n))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -39,4 +40,15 @@ func (s *Store) ListDeciders(ctx context.Context) ([]policy.DeciderStatus, error
 		err = row.Scan(&d.Name, &d.LastSyncedAt, &d.Versions, &d.Health)
 		return d, err
 	})
+}
+
+// LiveDeciders counts the deciders that synced within the last window:
+// those enforcing now, for each one's share of a limit it enforces alone.
+func (s *Store) LiveDeciders(ctx context.Context, window time.Duration) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM deciders WHERE last_synced_at > now() - $1::interval`, window).Scan(&n)
+	if err != nil {
+		return 0, translate(err, "decider")
+	}
+	return n, nil
 }

@@ -265,8 +265,12 @@ type GetSnapshotsResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Snapshots        []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	DeletedTenantIds []string               `protobuf:"bytes,2,rep,name=deleted_tenant_ids,json=deletedTenantIds,proto3" json:"deleted_tenant_ids,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The deciders the control plane has heard from of late (the caller
+	// included; 0: unknown): each enforces 1/live_deciders of a limit on its
+	// own while Redis cannot decide, unless told a share of its own.
+	LiveDeciders  int32 `protobuf:"varint,3,opt,name=live_deciders,json=liveDeciders,proto3" json:"live_deciders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetSnapshotsResponse) Reset() {
@@ -313,6 +317,13 @@ func (x *GetSnapshotsResponse) GetDeletedTenantIds() []string {
 	return nil
 }
 
+func (x *GetSnapshotsResponse) GetLiveDeciders() int32 {
+	if x != nil {
+		return x.LiveDeciders
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Since         map[string]int64       `protobuf:"bytes,1,rep,name=since,proto3" json:"since,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
@@ -357,11 +368,16 @@ func (x *WatchRequest) GetSince() map[string]int64 {
 	return nil
 }
 
+// WatchResponse is a tenant's new config version, or (tenant_id empty) a
+// change in the number of live deciders.
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Deleted       bool                   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Version  int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Deleted  bool                   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Set when the deciders the control plane has heard from of late
+	// changed in number (GetSnapshotsResponse.live_deciders).
+	LiveDeciders  int32 `protobuf:"varint,4,opt,name=live_deciders,json=liveDeciders,proto3" json:"live_deciders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +433,13 @@ func (x *WatchResponse) GetDeleted() bool {
 	return false
 }
 
+func (x *WatchResponse) GetLiveDeciders() int32 {
+	if x != nil {
+		return x.LiveDeciders
+	}
+	return 0
+}
+
 var File_sluice_v1_config_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_config_proto_rawDesc = "" +
@@ -446,20 +469,22 @@ const file_sluice_v1_config_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
 	"\vStampsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"w\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9c\x01\n" +
 	"\x14GetSnapshotsResponse\x121\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x13.sluice.v1.SnapshotR\tsnapshots\x12,\n" +
-	"\x12deleted_tenant_ids\x18\x02 \x03(\tR\x10deletedTenantIds\"\x82\x01\n" +
+	"\x12deleted_tenant_ids\x18\x02 \x03(\tR\x10deletedTenantIds\x12#\n" +
+	"\rlive_deciders\x18\x03 \x01(\x05R\fliveDeciders\"\x82\x01\n" +
 	"\fWatchRequest\x128\n" +
 	"\x05since\x18\x01 \x03(\v2\".sluice.v1.WatchRequest.SinceEntryR\x05since\x1a8\n" +
 	"\n" +
 	"SinceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"`\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x85\x01\n" +
 	"\rWatchResponse\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted2\xa2\x01\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12#\n" +
+	"\rlive_deciders\x18\x04 \x01(\x05R\fliveDeciders2\xa2\x01\n" +
 	"\rConfigService\x12Q\n" +
 	"\fGetSnapshots\x12\x1e.sluice.v1.GetSnapshotsRequest\x1a\x1f.sluice.v1.GetSnapshotsResponse\"\x00\x12>\n" +
 	"\x05Watch\x12\x17.sluice.v1.WatchRequest\x1a\x18.sluice.v1.WatchResponse\"\x000\x01B<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
