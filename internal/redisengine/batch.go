@@ -58,15 +58,15 @@ func (e *Engine) expired(err error) error {
 
 // batched queues a call for the flushers and waits for it or for ctx. A
 // call whose deadline passes before it is sent fails with
-// limit.ErrOverloaded: the wait was the decider's queue, not Redis. Once
+// limit.ErrOverloaded (the wait was the decider's queue, not Redis), or
+// ErrStalled (it waited behind a pipeline Redis did not answer). Once
 // sent, it waits for its pipeline, which Config.Timeout bounds from the
 // moment it is written. The deadline need not be ctx's (a decision's
-// budget costs no timer): the wait is bounded by it all the same, as the
-// flusher fails the calls it finds expired, and a full queue is waited on
-// with a timer.
+// budget costs no timer of its own): the queue fails the calls it holds
+// at their deadlines (fairQueue.expire).
 func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
-	if err := e.enqueue(ctx, c); err != nil {
+	if err := e.waiting.push(flowOf(e.cfg.Prefix, keys[0]), c); err != nil {
 		return nil, err
 	}
 	return e.wait(ctx, c)
@@ -78,7 +78,7 @@ func (e *Engine) wait(ctx context.Context, c *call) ([]int64, error) {
 	case <-c.done:
 		return c.reply, c.err
 	case <-ctx.Done():
-		return nil, e.queuedErr(ctx.Err(), !c.sent.Load()) // the flusher finishes it; nobody reads it
+		return nil, e.queuedErr(ctx.Err(), !c.sent.Load()) // the flusher or the queue finishes it; nobody reads it
 	}
 }
 
@@ -92,57 +92,24 @@ func (e *Engine) queuedErr(err error, queued bool) error {
 	return err
 }
 
-// enqueue hands c (with c.rest) to the flushers. When the queue is full it
-// waits for room until ctx ends, c's deadline passes or the engine closes.
-func (e *Engine) enqueue(ctx context.Context, c *call) error {
-	select {
-	case e.calls <- c:
-		return nil
-	default:
-	}
-	var expired <-chan time.Time
-	if !c.deadline.IsZero() {
-		t := time.NewTimer(time.Until(c.deadline))
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case e.calls <- c:
-		return nil
-	case <-ctx.Done():
-		return e.queuedErr(ctx.Err(), true)
-	case <-expired:
-		return e.queuedErr(context.DeadlineExceeded, true)
-	case <-e.stop:
-		return ErrClosed
-	}
-}
-
 // queue hands unit, the calls of one batch (see AllowBatch), to the
 // flushers as one, so that they share a pipeline; when it cannot, it
 // fails every call of it.
-func (e *Engine) queue(ctx context.Context, unit []*call) {
+func (e *Engine) queue(unit []*call) {
 	unit[0].rest = unit[1:]
-	err := e.enqueue(ctx, unit[0])
-	if err == nil {
-		return
-	}
-	for _, c := range unit {
-		c.err = err
-		close(c.done)
+	if err := e.waiting.push(flowOf(e.cfg.Prefix, unit[0].keys[0]), unit[0]); err != nil {
+		unit[0].finish(err)
 	}
 }
 
-// flusher sends queued calls as pipelines: it takes the first call (or
-// unit), then whatever else is queued (waiting up to BatchWait for more),
-// up to about BatchSize (a unit is never split).
+// flusher sends queued calls as pipelines: it takes what is queued, each
+// tenant in turn (fairQueue), waiting up to BatchWait for more, up to
+// about BatchSize (a unit is never split).
 func (e *Engine) flusher() {
 	batch := make([]*call, 0, e.cfg.BatchSize)
 	for {
-		batch = batch[:0]
 		select {
-		case c := <-e.calls:
-			batch = append(append(batch, c), c.rest...)
+		case <-e.waiting.ready:
 		case <-e.stop:
 			return
 		}
@@ -151,34 +118,23 @@ func (e *Engine) flusher() {
 		// under load pipelines carry half as many again, each costing Redis
 		// less per decision; alone, a call goes at once.
 		runtime.Gosched()
-		var wait <-chan time.Time
-		var timer *time.Timer
-		if e.cfg.BatchWait > 0 {
-			timer = time.NewTimer(e.cfg.BatchWait)
-			wait = timer.C
-		}
-	collect:
-		for len(batch) < e.cfg.BatchSize {
-			if wait == nil {
+		batch = e.waiting.take(batch[:0], e.cfg.BatchSize)
+		if e.cfg.BatchWait > 0 && len(batch) < e.cfg.BatchSize {
+			timer := time.NewTimer(e.cfg.BatchWait)
+		collect:
+			for len(batch) < e.cfg.BatchSize {
 				select {
-				case c := <-e.calls:
-					batch = append(append(batch, c), c.rest...)
-				default:
+				case <-e.waiting.ready:
+					batch = e.waiting.take(batch, e.cfg.BatchSize)
+				case <-timer.C:
 					break collect
 				}
-				continue
 			}
-			select {
-			case c := <-e.calls:
-				batch = append(append(batch, c), c.rest...)
-			case <-wait:
-				break collect
-			}
-		}
-		if timer != nil {
 			timer.Stop()
 		}
-		e.flush(batch)
+		if len(batch) > 0 {
+			e.flush(batch)
+		}
 	}
 }
 

@@ -53,7 +53,7 @@ func Open(url string, o ClientOptions, cfg Config) (*Engine, error) {
 	)
 	client, err := newClient(url, o, &stats, func() bool {
 		e := eng.Load()
-		return e == nil || e.waiting.Load() <= quiet
+		return e == nil || e.inRedis.Load() <= quiet
 	})
 	if err != nil {
 		return nil, err

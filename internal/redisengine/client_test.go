@@ -72,8 +72,8 @@ func TestOpen(t *testing.T) {
 			t.Fatalf("decision %d: %v, %v; want %v", i+1, ok, err, want)
 		}
 	}
-	if e.waiting.Load() != 0 {
-		t.Fatalf("%d calls still counted as waiting", e.waiting.Load())
+	if e.inRedis.Load() != 0 {
+		t.Fatalf("%d calls still counted as waiting", e.inRedis.Load())
 	}
 	// One decision at a time: the first read took the spinner, whether
 	// its reply came in time or not.

@@ -162,8 +162,9 @@ type Engine struct {
 	client redis.UniversalClient
 	cfg    Config
 	slack  any
-	calls  chan *call // to the flushers, when batching
-	stop   chan struct{}
+	// waiting holds the calls for the flushers, when batching.
+	waiting *fairQueue
+	stop    chan struct{}
 	// pipelines and pipelined count flushes and the calls they carried.
 	pipelines, pipelined atomic.Int64
 	once                 sync.Once
@@ -171,8 +172,8 @@ type Engine struct {
 	minTTL  any
 	statics argCache
 	local   *localCounts
-	// waiting counts script calls waiting on Redis (Open's spin condition).
-	waiting atomic.Int64
+	// inRedis counts script calls waiting on Redis (Open's spin condition).
+	inRedis atomic.Int64
 	// ownClient: Close closes the client (Open made it); spins counts
 	// its reads' spins.
 	ownClient bool
@@ -219,7 +220,8 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds(), stop: make(chan struct{})}
 	e.local = newLocalCounts(e)
 	if cfg.Batch {
-		e.calls = make(chan *call, 4*cfg.BatchSize)
+		e.waiting = newFairQueue()
+		go e.waiting.expire(e.stop, func() error { return e.expired(context.DeadlineExceeded) })
 		for range cfg.Flushers {
 			go e.flusher()
 		}
@@ -380,7 +382,7 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 			keys []string
 			args []any
 		)
-		alone := e.calls == nil || e.localIndexes(c.Reqs) != nil
+		alone := e.waiting == nil || e.localIndexes(c.Reqs) != nil
 		if !alone {
 			var err error
 			if sc, keys, args, err = e.prepare("check", c.Reqs, e.nowArg()); err != nil {
@@ -402,8 +404,8 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 		owners, passes = append(owners, c), append(passes, p)
 	}
 	if len(unit) > 0 {
-		e.waiting.Add(int64(len(unit)))
-		e.queue(ctx, unit)
+		e.inRedis.Add(int64(len(unit)))
+		e.queue(unit)
 		for k, u := range unit {
 			c := owners[k]
 			reply, err := e.wait(ctx, u)
@@ -414,7 +416,7 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 			}
 			e.leave(passes[k], c.Err)
 		}
-		e.waiting.Add(-int64(len(unit)))
+		e.inRedis.Add(-int64(len(unit)))
 	}
 	wg.Wait()
 }
@@ -526,9 +528,9 @@ func (e *Engine) eval(ctx context.Context, deadline time.Time, sc *redis.Script,
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
-	e.waiting.Add(1)
-	defer e.waiting.Add(-1)
-	if e.calls != nil {
+	e.inRedis.Add(1)
+	defer e.inRedis.Add(-1)
+	if e.waiting != nil {
 		return e.batched(ctx, deadline, sc, keys, args)
 	}
 	if !deadline.IsZero() {
