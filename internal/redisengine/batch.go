@@ -31,6 +31,8 @@ type call struct {
 	// rest are the calls queued with this one as a unit: the other
 	// decisions of its batch (see AllowBatch).
 	rest []*call
+	// flow is the queue's flow of the unit c heads, until it is answered.
+	flow *flow
 }
 
 // flushTimeout bounds a pipeline none of whose calls has a deadline.
@@ -66,7 +68,7 @@ func (e *Engine) expired(err error) error {
 // at their deadlines (fairQueue.expire).
 func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
-	if err := e.waiting.push(flowOf(e.cfg.Prefix, keys[0]), c); err != nil {
+	if err := e.push(keys[0], c); err != nil {
 		return nil, err
 	}
 	return e.wait(ctx, c)
@@ -97,7 +99,7 @@ func (e *Engine) queuedErr(err error, queued bool) error {
 // fails every call of it.
 func (e *Engine) queue(unit []*call) {
 	unit[0].rest = unit[1:]
-	if err := e.waiting.push(flowOf(e.cfg.Prefix, unit[0].keys[0]), unit[0]); err != nil {
+	if err := e.push(unit[0].keys[0], unit[0]); err != nil {
 		unit[0].finish(err)
 	}
 }
@@ -138,6 +140,20 @@ func (e *Engine) flusher() {
 	}
 }
 
+// push queues c (with c.rest) for the flushers, under the flow of key,
+// and sends the light flows' calls at once itself while another flow is
+// heavy (fairQueue.takeLight): no flusher, busy with a flood's full
+// pipelines, nor the wait for one to be given a CPU, holds them up.
+func (e *Engine) push(key string, c *call) error {
+	light, err := e.waiting.push(flowOf(e.cfg.Prefix, key), c)
+	if light {
+		if batch := e.waiting.takeLight(nil, e.cfg.BatchSize); len(batch) > 0 {
+			e.flush(batch)
+		}
+	}
+	return err
+}
+
 // Pipelines returns how many pipelines the batching engine has sent and
 // how many decisions' calls they carried: their ratio is the mean batch, a
 // measure of how much batching saves (each pipeline is one write and one
@@ -163,6 +179,9 @@ func (e *Engine) flush(batch []*call) {
 	for _, c := range batch {
 		if !c.deadline.IsZero() {
 			if !c.deadline.After(now) {
+				if c.flow != nil {
+					e.waiting.answered([]*call{c})
+				}
 				c.err = e.expired(context.DeadlineExceeded)
 				close(c.done)
 				continue
@@ -181,6 +200,7 @@ func (e *Engine) flush(batch []*call) {
 	if len(pending) == 0 {
 		return
 	}
+	defer e.waiting.answered(pending)
 	e.pipelines.Add(1)
 	e.pipelined.Add(int64(len(pending)))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)

@@ -13,6 +13,13 @@ import (
 // call by at most one round, not by the backlog: a tenant within its
 // share never waits behind another's flood for a pipeline.
 //
+// While a flow has more than two quanta waiting (heavy: a backlog), the
+// caller of a light flow (one that is not: a tenant within its share)
+// sends the light flows' calls itself, at once (takeLight): a flood keeps
+// the pipelines full and slow on a busy machine, and a light flow's call
+// would otherwise wait for one of them to end, and for a flusher to be
+// given a CPU.
+//
 // It never refuses a call: the decider's admission bounds what waits
 // (decide.Options.MaxInFlight). A call whose deadline passes while queued
 // is taken out and failed by expire, at its deadline, even while every
@@ -33,6 +40,10 @@ type fairQueue struct {
 
 	ready chan struct{} // a token while calls wait: for the flushers
 	poke  chan struct{} // an earlier deadline was queued: for expire
+
+	// heavy is the calls waiting that make a flow heavy; heavyFlows
+	// counts the flows above it.
+	heavy, heavyFlows int
 }
 
 // flow is one tenant's queue.
@@ -42,13 +53,50 @@ type flow struct {
 	head    int
 	deficit int
 	active  bool
+	// count is the flow's calls not yet answered, units' rests included:
+	// waiting here or out in a pipeline (answered ends them).
+	count int
 }
 
 // quantum is how many calls a flow may send per round.
 const quantum = 16
 
-func newFairQueue() *fairQueue {
-	return &fairQueue{flows: map[string]*flow{}, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+// newFairQueue returns a queue whose flows are heavy above heavy calls
+// not yet answered.
+func newFairQueue(heavy int) *fairQueue {
+	return &fairQueue{flows: map[string]*flow{}, ready: make(chan struct{}, 1), poke: make(chan struct{}, 1),
+		heavy: heavy}
+}
+
+// add changes f's count of calls not yet answered by n, and heavyFlows
+// with it; a flow out of service with none is forgotten.
+func (q *fairQueue) add(f *flow, n int) {
+	was := f.count > q.heavy
+	f.count += n
+	switch is := f.count > q.heavy; {
+	case is && !was:
+		q.heavyFlows++
+	case was && !is:
+		q.heavyFlows--
+	}
+	if f.count == 0 && !f.active && q.flows[f.name] == f {
+		delete(q.flows, f.name)
+		if cap(f.units) <= 64 && len(q.free) < 256 { // no flood's backlog kept
+			q.free = append(q.free, f)
+		}
+	}
+}
+
+// answered ends the calls of batch, out of the queue, in their flows'
+// counts: one lock per pipeline.
+func (q *fairQueue) answered(batch []*call) {
+	q.mu.Lock()
+	for _, c := range batch {
+		if c.flow != nil {
+			q.add(c.flow, -1-len(c.rest))
+		}
+	}
+	q.mu.Unlock()
 }
 
 // flowOf is the flow of a call on key: the tenant, which policy's counter
@@ -66,11 +114,13 @@ func flowOf(prefix, key string) string {
 }
 
 // push queues c (with c.rest) in flow name's queue, or returns ErrClosed.
-func (q *fairQueue) push(name string, c *call) error {
+// It reports light when the flow is light while another is heavy: the
+// caller is then to send the light flows' calls itself (takeLight).
+func (q *fairQueue) push(name string, c *call) (light bool, _ error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return ErrClosed
+		return false, ErrClosed
 	}
 	f := q.flows[name]
 	if f == nil {
@@ -82,11 +132,14 @@ func (q *fairQueue) push(name string, c *call) error {
 		f.name = name
 		q.flows[name] = f
 	}
+	c.flow = f
 	f.units = append(f.units, c)
+	q.add(f, 1+len(c.rest))
 	if !f.active {
 		f.active = true
 		q.active = append(q.active, f)
 	}
+	light = f.count <= q.heavy && q.heavyFlows > 0
 	poke := !c.deadline.IsZero() && (q.earliest.IsZero() || c.deadline.Before(q.earliest))
 	if poke {
 		q.earliest = c.deadline
@@ -96,7 +149,7 @@ func (q *fairQueue) push(name string, c *call) error {
 	if poke {
 		signal(q.poke)
 	}
-	return nil
+	return light, nil
 }
 
 // signal leaves a token in ch unless one is there.
@@ -150,15 +203,50 @@ func (q *fairQueue) take(batch []*call, max int) []*call {
 	return batch
 }
 
+// takeLight appends to batch the calls of every light flow (one not
+// heavy) while a flow is heavy, up to about max calls, and
+// returns it; nothing while no flow is heavy: then the flushers serve
+// every flow in turn soon enough.
+func (q *fairQueue) takeLight(batch []*call, max int) []*call {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.heavyFlows == 0 {
+		return batch
+	}
+	for i := 0; i < len(q.active) && len(batch) < max; {
+		f := q.active[i]
+		if f.count > q.heavy {
+			i++
+			continue
+		}
+		for _, u := range f.units[f.head:] {
+			batch = append(append(batch, u), u.rest...)
+		}
+		clear(f.units[f.head:])
+		f.head = len(f.units)
+		q.drop(i)
+	}
+	return batch
+}
+
+// drop retires the emptied flow at index i of active, keeping the round
+// robin's place.
+func (q *fairQueue) drop(i int) {
+	if i == q.next {
+		q.resume = false
+	}
+	q.retire(i)
+	if i < q.next {
+		q.next--
+	}
+}
+
 // retire takes the flow at index i of active, emptied, out of service.
 func (q *fairQueue) retire(i int) {
 	f := q.active[i]
 	q.active = append(q.active[:i], q.active[i+1:]...)
 	f.units, f.head, f.deficit, f.active = f.units[:0], 0, 0, false
-	delete(q.flows, f.name)
-	if cap(f.units) <= 64 && len(q.free) < 256 { // no flood's backlog kept
-		q.free = append(q.free, f)
-	}
+	q.add(f, 0) // forgotten once its calls are answered
 }
 
 // expire fails each queued call at its deadline with fail's error, until
@@ -198,6 +286,8 @@ func (q *fairQueue) sweep(now time.Time, fail func() error) {
 		kept := f.units[:f.head]
 		for _, u := range f.units[f.head:] {
 			if !u.deadline.IsZero() && !u.deadline.After(now) {
+				q.add(f, -1-len(u.rest))
+				u.flow = nil
 				u.finish(fail())
 				continue
 			}
@@ -209,13 +299,7 @@ func (q *fairQueue) sweep(now time.Time, fail func() error) {
 		clear(f.units[len(kept):])
 		f.units = kept
 		if f.head == len(f.units) {
-			if i == q.next {
-				q.resume = false
-			}
-			q.retire(i)
-			if i < q.next {
-				q.next--
-			}
+			q.drop(i)
 			continue
 		}
 		i++
@@ -231,6 +315,8 @@ func (q *fairQueue) close() {
 	for len(q.active) > 0 {
 		f := q.active[0]
 		for _, u := range f.units[f.head:] {
+			q.add(f, -1-len(u.rest))
+			u.flow = nil
 			u.finish(ErrClosed)
 		}
 		f.head = len(f.units)

@@ -11,7 +11,7 @@ import (
 // 100), B's call goes out in the first pipeline, and each pipeline gives
 // A and B turns of equal size while both wait.
 func TestFairQueueServesEachTenantInTurn(t *testing.T) {
-	q := newFairQueue()
+	q := newFairQueue(128)
 	newCall := func() *call { return &call{done: make(chan struct{})} }
 	for range 5 {
 		unit := []*call{newCall()}
@@ -19,12 +19,12 @@ func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 			unit = append(unit, newCall())
 		}
 		unit[0].rest = unit[1:]
-		if err := q.push("a", unit[0]); err != nil {
+		if _, err := q.push("a", unit[0]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 500 {
-		if err := q.push("a", newCall()); err != nil {
+		if _, err := q.push("a", newCall()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 	for range 40 {
 		c := newCall()
 		bs = append(bs, c)
-		if err := q.push("b", c); err != nil {
+		if _, err := q.push("b", c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -53,12 +53,14 @@ func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 		t.Fatalf("the first pipeline of %d carries %d of B's 40 calls, want all 40", len(first), nb)
 	}
 	taken := len(first)
+	q.answered(first)
 	for {
 		b := q.take(nil, 128)
 		if len(b) == 0 {
 			break
 		}
 		taken += len(b)
+		q.answered(b)
 	}
 	if taken != 1040 {
 		t.Fatalf("%d calls taken, want 1040", taken)
@@ -68,16 +70,45 @@ func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 	}
 }
 
+// A flow is heavy while more than two quanta of its calls are not yet
+// answered, waiting or out in a pipeline; while one is, a light flow's
+// caller is told to send the light calls itself, and takeLight gives them
+// and no heavy flow's.
+func TestFairQueueLightFlowsGoAtOnceBesideAHeavyOne(t *testing.T) {
+	q := newFairQueue(2 * quantum)
+	newCall := func() *call { return &call{done: make(chan struct{})} }
+	for range 3 * quantum {
+		if light, err := q.push("flood", newCall()); err != nil || light {
+			t.Fatalf("the flood's call: light %v, %v", light, err)
+		}
+	}
+	sent := q.take(nil, 128) // out in a pipeline: still the flood's
+	if len(sent) != 3*quantum {
+		t.Fatalf("%d taken, want %d", len(sent), 3*quantum)
+	}
+	b := newCall()
+	if light, err := q.push("quiet", b); err != nil || !light {
+		t.Fatalf("a quiet tenant's call beside a flood in flight: light %v, %v; want light", light, err)
+	}
+	if got := q.takeLight(nil, 128); len(got) != 1 || got[0] != b {
+		t.Fatalf("takeLight gave %d calls, want the quiet tenant's one", len(got))
+	}
+	q.answered(sent)
+	if light, err := q.push("quiet", newCall()); err != nil || light {
+		t.Fatalf("once the flood is answered: light %v, %v; want not light (nothing is heavy)", light, err)
+	}
+}
+
 // A queued call fails at its deadline, unsent, with the error the engine
 // gives; the others stay queued, and earliest follows them.
 func TestFairQueueFailsCallsAtTheirDeadline(t *testing.T) {
-	q := newFairQueue()
+	q := newFairQueue(128)
 	now := time.Now()
 	late := &call{done: make(chan struct{}), deadline: now.Add(-time.Millisecond)}
 	live := &call{done: make(chan struct{}), deadline: now.Add(time.Hour)}
 	none := &call{done: make(chan struct{})}
 	for _, c := range []*call{late, live, none} {
-		if err := q.push("a", c); err != nil {
+		if _, err := q.push("a", c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +129,7 @@ func TestFairQueueFailsCallsAtTheirDeadline(t *testing.T) {
 		t.Fatalf("taken %v, want the live call and the one without a deadline", got)
 	}
 	q.close()
-	if err := q.push("a", &call{done: make(chan struct{})}); !errors.Is(err, ErrClosed) {
+	if _, err := q.push("a", &call{done: make(chan struct{})}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("a push after close: %v", err)
 	}
 }

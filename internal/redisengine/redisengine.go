@@ -220,7 +220,7 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds(), stop: make(chan struct{})}
 	e.local = newLocalCounts(e)
 	if cfg.Batch {
-		e.waiting = newFairQueue()
+		e.waiting = newFairQueue(2 * quantum)
 		go e.waiting.expire(e.stop, func() error { return e.expired(context.DeadlineExceeded) })
 		for range cfg.Flushers {
 			go e.flusher()
