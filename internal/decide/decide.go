@@ -1006,6 +1006,15 @@ func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Pa
 // failureMode is r's own failure mode.
 func failureMode(r *policy.Rule) policy.FailureMode { return r.FailureMode }
 
+// Crowded reports whether a decision of c's tenant would be shed now: the
+// decider has MaxInFlight decisions on the counters and the tenant its
+// fair share of them. Callers refuse such a call at the door, before its
+// body is read (decision.Service.Door), so that a flood beyond its share
+// costs the decider little; the refusal counts as shed (Loads).
+func (d *Decider) Crowded(c *Compiled) bool {
+	return d.admit != nil && d.admit.crowded(c)
+}
+
 // Loads returns each tenant's share of the decisions on the counters: in
 // flight now, and shed or queued past their budget since start (nil
 // without Options.MaxInFlight).

@@ -199,6 +199,22 @@ func (a *admission) acquire(c *Compiled) (*tenantLoad, bool) {
 	return t, true
 }
 
+// crowded reports whether the decider is full and c's tenant has its
+// share in flight: a decision of the tenant now would be shed. It counts
+// such a refusal as shed, as acquire would.
+func (a *admission) crowded(c *Compiled) bool {
+	if a.total.Load() < a.max {
+		return false
+	}
+	t := a.tenant(c)
+	if t.inFlight.Load() < max(1, a.max/max(1, a.active.Load())) {
+		return false
+	}
+	t.shed.Add(1)
+	a.overload(t)
+	return true
+}
+
 // release ends an admitted decision of t.
 func (a *admission) release(t *tenantLoad) {
 	if t.inFlight.Add(-1) == 0 {

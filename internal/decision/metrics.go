@@ -37,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_failure_mode_decisions_total",
 			Help: "Decisions answered by the rules' failure modes because the engine failed or its breaker was open."}, []string{"tenant"}),
 		overload: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_overload_decisions_total",
-			Help: "Decisions the overload policy answered because the decider could not get them to Redis in their budget, by tenant and cause: shed (the decider was full and the tenant had its share in flight), queued (the budget ran out while queued in the decider)."},
+			Help: "Decisions the overload policy answered because the decider could not get them to Redis in their budget, by tenant and cause: shed (the decider was full and the tenant had its share in flight; a call refused at the door counts once), queued (the budget ran out while queued in the decider)."},
 			[]string{"tenant", "cause"}),
 		denyHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_deny_cache_hits_total",
 			Help: "Rejections answered from the deny cache, without the engine."}, []string{"tenant"}),
@@ -66,6 +66,15 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_share",
 			Help: "Share of each limit this decider enforces alone while Redis cannot decide: 1/live deciders unless -local-share sets it."}, decider.LocalShare))
 	return m
+}
+
+// refusedAtDoor counts a call of tenant refused at the door (Door) among
+// the shed.
+func (m *Metrics) refusedAtDoor(tenant string) {
+	if m == nil {
+		return
+	}
+	m.overload.WithLabelValues(tenant, decide.Shed.Cause()).Inc()
 }
 
 // observe records one decision of tenant.

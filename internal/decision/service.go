@@ -73,6 +73,28 @@ func (cfg *Service) Reset(ctx context.Context, c *decide.Compiled, req decide.Re
 	return rules, err
 }
 
+// Door refuses a call of c's tenant to decide while the decider is full
+// and the tenant has its share in flight (decide.Decider.Crowded), before
+// the call's body is read: a tenant flooding beyond its share is refused
+// for little CPU, and the others go on within theirs. The refusal is
+// CodeResourceExhausted: 429 with Retry-After, or gRPC's
+// RESOURCE_EXHAUSTED, never an admission. It is counted as shed.
+func (cfg *Service) Door(c *decide.Compiled) error {
+	if cfg.Decider == nil || !cfg.Decider.Crowded(c) {
+		return nil
+	}
+	cfg.Metrics.refusedAtDoor(c.Tenant.Slug)
+	return ErrCrowded
+}
+
+// ErrCrowded is Door's refusal.
+var ErrCrowded = &policy.Error{Code: policy.CodeResourceExhausted,
+	Message: "the decider is overloaded and this tenant has its share of it in flight: retry in a second"}
+
+// DoorDecision is the decision an HTTP answer to ErrCrowded describes in
+// its headers: rejected, degraded by overload.
+var DoorDecision = decide.Decision{Deciding: -1, Degraded: true, Degradation: decide.Shed}
+
 // Decide runs one decision and records it: in the metrics, the events,
 // and a span when traced.
 func (cfg *Service) Decide(ctx context.Context, c *decide.Compiled, req decide.Request) (decide.Decision, error) {

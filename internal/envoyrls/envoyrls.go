@@ -71,6 +71,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	case len(req.GetDescriptors()) > MaxDescriptors:
 		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxDescriptors)
 	}
+	if s.cfg.Door(c) != nil {
+		return crowded(len(req.Descriptors)), nil
+	}
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	reqs := make([]decide.Request, len(req.Descriptors))
 	var limitErrs []error // of descriptors' limits, when any is invalid
@@ -165,6 +168,20 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: decision.DegradedHeader, Value: degraded})
 	}
 	return out, nil
+}
+
+// crowded answers a request of n descriptors of a tenant refused at the
+// door (decision.Service.Door): every descriptor OVER_LIMIT, degraded by
+// overload, decided by nothing. It is an answer, not an error, so that
+// Envoy rejects the request whatever its failure_mode_deny: an error would
+// admit it by default.
+func crowded(n int) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+		ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "Retry-After", Value: "1"}, {Key: decision.DegradedHeader, Value: decide.Shed.Reason()}}}
+	for i := range out.Statuses {
+		out.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	}
+	return out
 }
 
 // envoyUnits are Envoy's units, largest first.

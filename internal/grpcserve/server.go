@@ -5,15 +5,19 @@
 package grpcserve
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // calls a client compresses (grpc-go's UseCompressor, Java's withCompression) are understood, and answered in kind; not left to a dependency's import
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"github.com/sluicehq/sluice/internal/decision"
 )
@@ -70,10 +74,41 @@ var keepalivePolicy = keepalive.EnforcementPolicy{MinTime: 10 * time.Second, Per
 func newServer(cfg decision.Service, kep keepalive.EnforcementPolicy, opts ...grpc.ServerOption) *grpc.Server {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(MaxStreams), grpc.KeepaliveEnforcementPolicy(kep),
-		grpc.ForceServerCodecV2(grpcCodec),
+		grpc.ForceServerCodecV2(grpcCodec), grpc.InTapHandle(door(&cfg)),
 		grpc.ChainUnaryInterceptor(recoverUnary(&cfg), refuseMalformedUnary), grpc.ChainStreamInterceptor(recoverStream(&cfg), refuseMalformedStream)}, opts...)...)
 	reflection.Register(s) // grpcurl and similar tools need no .proto files
 	return s
+}
+
+// doorMethods are the calls door may refuse: sluice.v1.DecisionService's
+// checks, whose callers read RESOURCE_EXHAUSTED as a rejection. Envoy's
+// rate limit service is not among them: Envoy answers an error by its
+// failure_mode_deny, which admits by default; its calls are shed after
+// decoding instead, and answered by the overload policy.
+var doorMethods = map[string]bool{"/sluice.v1.DecisionService/Check": true, "/sluice.v1.DecisionService/CheckBatch": true}
+
+// door refuses, before its message is read, a check of a tenant that
+// crowds a full decider (decision.Service.Door), from the key in its
+// metadata. A call it cannot place (no key, an invalid one) goes on, for
+// its handler to answer.
+func door(svc *decision.Service) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if !doorMethods[info.FullMethodName] {
+			return ctx, nil
+		}
+		auth := info.Header.Get("authorization")
+		if len(auth) == 0 || svc.Authenticate == nil {
+			return ctx, nil
+		}
+		c, err := svc.Authenticate(auth[0])
+		if err != nil {
+			return ctx, nil
+		}
+		if err := svc.Door(c); err != nil {
+			return ctx, status.Error(codes.Code(decision.ErrCrowded.Code.Status().RPC), decision.ErrCrowded.Message)
+		}
+		return ctx, nil
+	}
 }
 
 // ServeHealth registers the standard grpc.health.v1.Health service on s,

@@ -37,6 +37,13 @@ func (a *API) Begin(ex Exchange, what string, v any) (*decide.Compiled, bool) {
 		a.Fail(ex, err)
 		return nil, false
 	}
+	if what != "reset" { // a decision: refused at the door while the tenant crowds a full decider
+		if err := a.Door(c); err != nil {
+			ex.RateHeaders(decision.DoorDecision, a.Headers)
+			a.Fail(ex, err)
+			return nil, false
+		}
+	}
 	// A compressed body would be read as malformed JSON: say why instead
 	// (bodies are a few hundred bytes; nothing is gained by compressing).
 	if ce := ex.Header("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {

@@ -156,7 +156,14 @@ func (e *fastExchange) RateHeaders(dec decide.Decision, style rlheaders.Style) {
 	if dec.Degraded {
 		e.ctx.Response.Header.Set(decision.DegradedHeader, dec.Degradation.Reason())
 	}
+	if unruled(dec) {
+		e.ctx.Response.Header.Set("Retry-After", "1")
+	}
 }
+
+// unruled reports whether dec is a rejection no rule made (the door's,
+// decision.DoorDecision): its answer says to retry in a second.
+func unruled(dec decide.Decision) bool { return !dec.Allowed && dec.Deciding < 0 && dec.Degraded }
 
 func (e *fastExchange) Reply(status int, contentType string, v any) {
 	e.ctx.SetStatusCode(status)
@@ -203,5 +210,8 @@ func SetHeaders(h http.Header, style rlheaders.Style, dec decide.Decision) {
 	rlheaders.Set(h, style, decision.HeaderRules(dec), dec.Deciding, dec.Allowed)
 	if dec.Degraded {
 		h.Set(decision.DegradedHeader, dec.Degradation.Reason())
+	}
+	if unruled(dec) {
+		h.Set("Retry-After", "1")
 	}
 }
