@@ -15,8 +15,7 @@ import (
 
 // One fleet, one limit: three deciders on one Redis, at their default
 // share, while Redis is frozen. A local rule of 12 an hour admits a client
-// 12 in all, each decider its third, every answer saying
-// store_unavailable. A fourth decider joins, the four take a quarter each
+// 12 in all, each decider its third, every answer degraded. A fourth decider joins, the four take a quarter each
 // within seconds, and a new client is admitted 12 in all again: the
 // shares follow the fleet, never N times the limit.
 func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
@@ -57,7 +56,9 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 					switch {
 					case err != nil:
 						t.Errorf("%s: %v", d.base, err)
-					case degraded != "store_unavailable":
+					case degraded != "store_unavailable" && degraded != "overload":
+						// Overload while the first pipeline has not yet failed:
+						// answered at the same share.
 						t.Errorf("%s: an answer degraded by %q with Redis frozen, want store_unavailable", d.base, degraded)
 					case ok:
 						n.Add(1)
