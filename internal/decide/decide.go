@@ -34,6 +34,11 @@ type Counters interface {
 	Reset(ctx context.Context, reqs []limit.Request) error
 	// Release ends the concurrency lease of each of reqs (its Lease).
 	Release(ctx context.Context, reqs []limit.Request) error
+	// Charge adds to the counters what the overload policy admitted
+	// without them (see charger): each charge's cost on its key, at its
+	// time, with no bound check. Counters whose state for an algorithm
+	// does not add up leave its charges out.
+	Charge(ctx context.Context, charges []limit.Charge) error
 	// Breaker is the state of the counters' circuit breaker: "closed",
 	// "half-open" or "open"; the worst part's when each has its own.
 	Breaker() string
@@ -75,6 +80,10 @@ func (l InProcess) Reset(_ context.Context, reqs []limit.Request) error {
 	}
 	return nil
 }
+
+// Charge implements Counters: the in-process counters decide every
+// request, so nothing is admitted without them.
+func (InProcess) Charge(context.Context, []limit.Charge) error { return nil }
 
 // Breaker implements Counters: memory has none.
 func (InProcess) Breaker() string { return "closed" }
@@ -248,6 +257,7 @@ type Decider struct {
 	denied *denyCache    // nil without a deny cache
 	admit  *admission    // nil without MaxInFlight
 	share  atomic.Uint64 // the local share's float64 bits (SetLocalShare)
+	charge charger       // what overload admitted, for the counters
 }
 
 // New returns a Decider on counters with no failure handling, for
@@ -267,7 +277,7 @@ func NewDecider(o Options) *Decider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	d := &Decider{opts: o}
+	d := &Decider{opts: o, charge: charger{counters: o.Counters}}
 	d.SetLocalShare(o.LocalShare)
 	if o.MaxInFlight > 0 {
 		d.admit = newAdmission(o.MaxInFlight, o.Logger, o.Now)
@@ -469,7 +479,7 @@ func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decisio
 		return Decision{}, ctx.Err()
 	case err != nil && !errors.Is(err, limit.ErrOverloaded):
 		dec.Degradation = StoreUnavailable
-		allowed, unenforced = d.degrade(c, picked, params, reqs, res, failureMode)
+		allowed, unenforced, _ = d.degrade(c, picked, params, reqs, res, failureMode)
 	default: // shed, or queued past its budget
 		if dec.Degradation == NotDegraded {
 			dec.Degradation = QueuedPastBudget
@@ -477,7 +487,11 @@ func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decisio
 				d.admit.queuedPastBudget(p.load)
 			}
 		}
-		allowed, unenforced = d.degrade(c, picked, params, reqs, res, d.opts.Overload.modeUnder)
+		var local []limit.Request
+		allowed, unenforced, local = d.degrade(c, picked, params, reqs, res, d.opts.Overload.modeUnder)
+		if allowed && !req.Peek && len(local) > 0 {
+			d.charge.add(local, d.opts.Now().UnixMicro()) // Redis is well: it learns what was admitted
+		}
 	}
 	dec.Degraded = dec.Degradation != NotDegraded
 	if req.Peek {
@@ -958,9 +972,10 @@ func (d *Decider) budgeted(ctx context.Context) (context.Context, context.Cancel
 // second), local ones are enforced by the in-process engine at LocalShare
 // of their limit, and only when no closed rule rejects, so that a rejected
 // decision consumes nothing there either. Without an in-process engine,
-// local rules answer open.
+// local rules answer open. It also returns the requests the in-process
+// engine counted, with the rules' own keys and limiters.
 func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Params, reqs []limit.Request, res []limit.Result,
-	modeOf func(*policy.Rule) policy.FailureMode) (bool, []bool) {
+	modeOf func(*policy.Rule) policy.FailureMode) (bool, []bool, []limit.Request) {
 	admitted := true
 	var local []limit.Request
 	var at []int
@@ -986,7 +1001,7 @@ func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Pa
 		}
 	}
 	if len(local) == 0 {
-		return admitted, open
+		return admitted, open, nil
 	}
 	if !admitted {
 		for k := range local {
@@ -997,10 +1012,12 @@ func (d *Decider) degrade(c *Compiled, picked []*policy.Rule, params []policy.Pa
 	if !d.opts.Local.AllowAll(local, d.opts.Now().UnixMicro(), out) {
 		admitted = false
 	}
+	counted := make([]limit.Request, len(at))
 	for k, i := range at {
 		res[i] = out[k]
+		counted[k] = reqs[i]
 	}
-	return admitted, open
+	return admitted, open, counted
 }
 
 // failureMode is r's own failure mode.
@@ -1013,6 +1030,13 @@ func failureMode(r *policy.Rule) policy.FailureMode { return r.FailureMode }
 // costs the decider little; the refusal counts as shed (Loads).
 func (d *Decider) Crowded(c *Compiled) bool {
 	return d.admit != nil && d.admit.crowded(c)
+}
+
+// Charges returns how many of the overload policy's admissions the
+// counters took (Counters.Charge), and how many were dropped unsent (more
+// than the charger keeps waiting while the counters failed).
+func (d *Decider) Charges() (sent, dropped int64) {
+	return d.charge.sent.Load(), d.charge.dropped.Load()
 }
 
 // Loads returns each tenant's share of the decisions on the counters: in

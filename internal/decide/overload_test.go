@@ -231,3 +231,69 @@ func TestFloodingTenantIsShedWithinItsShare(t *testing.T) {
 	}
 	t.Logf("flood: %d decisions, %d shed", flooded.Load(), shed.Load())
 }
+
+// What the overload policy admits with the in-process engine is charged to
+// Redis afterwards: a client admitted its whole limit under overload is
+// then admitted nothing more by Redis, where the two counts used to add
+// up. Algorithms whose states do not add up are not charged; their bound
+// is the local share more.
+func TestOverloadAdmissionsAreChargedToRedis(t *testing.T) {
+	t.Parallel()
+	rc, prefix := redistest.Client(t)
+	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Logger: quiet()})
+	t.Cleanup(eng.Close) // after the parallel subtests
+	for _, tc := range []struct {
+		algorithm policy.Algorithm
+		after     int // admitted by Redis once the overload is over
+	}{
+		{policy.FixedWindow, 0},
+		{policy.TokenBucket, 0},
+		{policy.GCRA, 0},
+		{policy.SlidingWindow, 10}, // not charged
+	} {
+		t.Run(tc.algorithm.String(), func(t *testing.T) {
+			t.Parallel()
+			c := tenantOf(t, "charged-"+strings.ReplaceAll(tc.algorithm.String(), "_", "-"),
+				policy.Params{Algorithm: tc.algorithm, Limit: 10, Window: time.Hour}, policy.FailLocal)
+			over := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: time.Nanosecond, Logger: quiet()})
+			req := Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "c"}}}
+			admitted := 0
+			for range 15 {
+				dec, err := over.Decide(t.Context(), c, req)
+				if err != nil || dec.Degradation != QueuedPastBudget {
+					t.Fatalf("%+v %v, want overload", dec, err)
+				}
+				if dec.Allowed {
+					admitted++
+				}
+			}
+			if admitted != 10 {
+				t.Fatalf("the overload policy admitted %d of 15, want 10 (the limit, at a share of 1)", admitted)
+			}
+			const want = 10 // sent, taken or left out by the engine
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if sent, _ := over.Charges(); sent == want {
+					break
+				}
+				if time.Now().After(deadline) {
+					sent, dropped := over.Charges()
+					t.Fatalf("%d charges sent, %d dropped; want %d sent", sent, dropped, 10)
+				}
+			}
+			strict := NewDecider(Options{Counters: eng, Budget: 10 * time.Second, Logger: quiet()})
+			after := 0
+			for range 15 {
+				dec, err := strict.Decide(t.Context(), c, req)
+				if err != nil || dec.Degraded {
+					t.Fatalf("%+v %v, want Redis's answer", dec, err)
+				}
+				if dec.Allowed {
+					after++
+				}
+			}
+			if after != tc.after {
+				t.Errorf("Redis admitted %d after the overload, want %d", after, tc.after)
+			}
+		})
+	}
+}

@@ -63,6 +63,10 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_overload_charges_total", ConstLabels: prometheus.Labels{"outcome": "sent"},
+			Help: "Admissions of the overload policy charged to Redis afterwards (sent), or dropped unsent while Redis failed (dropped)."}, func() float64 { s, _ := decider.Charges(); return float64(s) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_overload_charges_total", ConstLabels: prometheus.Labels{"outcome": "dropped"},
+			Help: "Admissions of the overload policy charged to Redis afterwards (sent), or dropped unsent while Redis failed (dropped)."}, func() float64 { _, d := decider.Charges(); return float64(d) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_local_share",
 			Help: "Share of each limit this decider enforces alone while Redis cannot decide: 1/live deciders unless -local-share sets it."}, decider.LocalShare))
 	return m

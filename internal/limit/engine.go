@@ -169,6 +169,15 @@ type Request struct {
 	Sync time.Duration
 }
 
+// Charge is cost a decider admitted on Key under Limiter at At (µs) without
+// the shared counters, to be added to them (decide.Counters.Charge).
+type Charge struct {
+	Key     string
+	Limiter *Limiter
+	Cost    int64
+	At      int64
+}
+
 // Call is one all-or-nothing decision of a batch that an engine of shared
 // counters answers at once (decide.Counters.AllowBatch): its requests,
 // room for their results (len(Res) ≥ len(Reqs)), and the answer the engine
