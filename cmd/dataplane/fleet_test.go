@@ -17,7 +17,8 @@ import (
 // share, while Redis is frozen. A local rule of 12 an hour admits a client
 // 12 in all, each decider its third, every answer degraded. A fourth decider joins, the four take a quarter each
 // within seconds, and a new client is admitted 12 in all again: the
-// shares follow the fleet, never N times the limit.
+// shares follow the fleet, never N times the limit. A closed rule admits
+// nothing meanwhile.
 func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four decider processes and a frozen Redis")
@@ -25,6 +26,8 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 	store := pgstore.New(pgtest.Pool(t))
 	const limit = 12
 	key := tenantOn(t, store, "fleet", policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, FailureMode: policy.FailLocal,
+		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}})
+	closedKey := tenantOn(t, store, "closed", policy.Rule{Name: "per-client", KeyBy: []string{"client_id"}, Enabled: true, FailureMode: policy.FailClosed,
 		Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: time.Hour}})
 	srv := redistest.StartServer(t)
 	cp := controlPlane(t, store)
@@ -43,9 +46,9 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 			}
 		}
 	}
-	// admitted sends 10 checks of client to each decider at once and
-	// returns how many the fleet admitted.
-	admitted := func(client string) int64 {
+	// admitted sends 10 checks of client of key's tenant to each decider at
+	// once and returns how many the fleet admitted.
+	admitted := func(key, client string) int64 {
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		httpClient := &http.Client{Timeout: 30 * time.Second}
@@ -74,11 +77,14 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 	}
 	srv.Pause(t)
 	defer srv.Resume(t)
-	if n := admitted("alice"); n != limit {
+	if n := admitted(key, "alice"); n != limit {
 		t.Errorf("three deciders admitted alice %d times with Redis frozen, want %d (a third of %d each)", n, limit, limit)
 	}
+	if n := admitted(closedKey, "alice"); n != 0 {
+		t.Errorf("three deciders admitted a closed rule's client %d times with Redis frozen, want 0", n)
+	}
 	join()
-	if n := admitted("bob"); n != limit {
+	if n := admitted(key, "bob"); n != limit {
 		t.Errorf("four deciders admitted bob %d times with Redis frozen, want %d (a quarter of %d each)", n, limit, limit)
 	}
 }
