@@ -473,8 +473,9 @@ func TestLeasesThroughARedisOutage(t *testing.T) {
 
 // A closed rule admits nothing that Redis did not decide while Redis is
 // killed or frozen under load from many callers, with the decider's
-// defaults (a batching engine, a 50 ms budget, the local overload policy,
-// a Redis timeout of 500 ms). Until the first pipeline fails (the Redis
+// defaults (a batching engine, a 50 ms budget, a Redis timeout of 500 ms),
+// under either overload policy that fails no rule closed by itself (local,
+// failure_mode). Until the first pipeline fails (the Redis
 // timeout), a decision whose budget runs out is overload, answered by the
 // overload policy, which keeps a closed rule closed; from then on the
 // decisions that wait behind a pipeline Redis does not answer are store
@@ -483,8 +484,12 @@ func TestLeasesThroughARedisOutage(t *testing.T) {
 //
 // Not parallel: its Redis is frozen for seconds.
 func TestClosedRuleStaysClosedThroughAnOutageUnderLoad(t *testing.T) {
-	for _, outage := range []string{"killed", "frozen"} {
-		t.Run(outage, func(t *testing.T) {
+	for _, tc := range []struct {
+		outage   string
+		overload OverloadPolicy
+	}{{"killed", OverloadLocal}, {"frozen", OverloadLocal}, {"killed", OverloadFailureMode}, {"frozen", OverloadFailureMode}} {
+		outage := tc.outage
+		t.Run(outage+"/"+tc.overload.String(), func(t *testing.T) {
 			srv := redistest.StartServer(t)
 			eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
 				redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 5, BreakerCooldown: time.Second, Logger: quiet()})
@@ -494,7 +499,7 @@ func TestClosedRuleStaysClosedThroughAnOutageUnderLoad(t *testing.T) {
 			defer eng.Close()
 			c := tenantOf(t, "closed", policy.Params{Algorithm: policy.FixedWindow, Limit: 1_000_000, Window: time.Hour}, policy.FailClosed)
 			d := NewDecider(Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), Budget: 50 * time.Millisecond,
-				MaxInFlight: DefaultMaxInFlight, Logger: quiet()})
+				MaxInFlight: DefaultMaxInFlight, Overload: tc.overload, Logger: quiet()})
 
 			var down atomic.Int64 // unix ns Redis went down at; 0 while up
 			var admittedDown, overload, unavailable, decided atomic.Int64
@@ -542,20 +547,22 @@ func TestClosedRuleStaysClosedThroughAnOutageUnderLoad(t *testing.T) {
 				}
 			}
 			waitFor("decided", func() bool { return decided.Load() > 200 })
-			down.Store(time.Now().UnixNano())
 			if outage == "killed" {
 				srv.Stop(t)
 			} else {
 				srv.Pause(t)
 			}
+			// From now on nothing Redis could answer: a decision begun
+			// before may have been decided by it.
+			down.Store(time.Now().UnixNano())
 			waitFor("degraded by the outage", func() bool { return unavailable.Load() > 100 })
 			time.Sleep(3 * time.Second) // the outage lasts: breakers open, probe and open again
+			down.Store(0)               // what follows is recovery: Redis may answer any moment
 			if outage == "killed" {
 				srv.Start(t)
 			} else {
 				srv.Resume(t)
 			}
-			down.Store(0)
 			var undegraded atomic.Int64
 			waitFor("back to Redis", func() bool {
 				dec, err := d.Decide(t.Context(), c, Request{Descriptors: policy.Descriptors{{Key: "client_id", Value: "probe"}}})
