@@ -13,9 +13,10 @@
 // a request descriptor meets the one limit at its path, not those of the
 // paths above it, and an entry with a value overrides its sibling without
 // one. An entry marked unlimited becomes a shadow rule that never rejects
-// (policy.MaxLimit per unit), so that it too overrides its default; one
-// of requests_per_unit 0, which rejects every request, a blocking rule
-// (policy.Rule.Block). A rate_limit's replaces become the rule's Replaces:
+// (policy.MaxLimit per unit), so that it too overrides its default, and so
+// does an entry without a rate_limit beside such a default (a whitelist
+// entry); one of requests_per_unit 0, which rejects every request, a
+// blocking rule (policy.Rule.Block). A rate_limit's replaces become the rule's Replaces:
 // the names of the limits it replaces (their rate_limit names, which name
 // the rules made of them).
 package envoyimport
@@ -41,7 +42,9 @@ const MaxBytes = 1 << 20
 type Plan struct {
 	Tenant policy.Tenant
 	Rules  []policy.Rule
-	// Unlimited names the rules of descriptor paths marked unlimited.
+	// Unlimited names the rules of descriptor paths marked unlimited, or
+	// whitelisted: leaves without a rate_limit, where envoyproxy/ratelimit
+	// meets no limit, not even a sibling default's (each has a note).
 	Unlimited []string
 	// Notes tell where the rules enforce what the file says otherwise
 	// than its own limiter would (see package kongimport), and what the
@@ -147,7 +150,17 @@ func Parse(r io.Reader) (*Plan, error) {
 			if v := m[len(m)-1].Value; v == policy.AnyValue || strings.HasSuffix(v, "*") && !d.ShareThreshold {
 				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key) // a counter per value
 			}
-			if rl := d.RateLimit; rl != nil {
+			rl := d.RateLimit
+			if rl == nil && shadowed(ds, i) {
+				// An entry without a limit meets none in
+				// envoyproxy/ratelimit, not even a sibling default's that
+				// would match its value (a whitelist entry). It is
+				// imported as unlimited, which overrides that default as
+				// it does.
+				rl = &rateLimit{Unlimited: true}
+				p.Notes = append(p.Notes, field+" has no rate_limit: a whitelist entry, never limited, imported as an unlimited rule")
+			}
+			if rl != nil {
 				if r, ok := p.rule(rl, d.ShadowMode || d.QuotaMode, m, kb, field, &errs); ok {
 					if names[r.Name] {
 						errs = append(errs, policy.FieldError{Field: field, Description: "the same descriptor path appears twice"})
@@ -167,6 +180,25 @@ func Parse(r io.Reader) (*Plan, error) {
 		return nil, invalid(errs...)
 	}
 	return p, nil
+}
+
+// shadowed reports whether entry i of siblings ds, without a rate_limit,
+// has a sibling with one that would limit its requests were it not there:
+// the same key without a value, or with a wildcard its value matches.
+func shadowed(ds []descriptor, i int) bool {
+	d := ds[i]
+	if d.Value == "" {
+		return false
+	}
+	for j, s := range ds {
+		if j == i || s.Key != d.Key || s.RateLimit == nil || s.Value == d.Value {
+			continue
+		}
+		if s.Value == "" || strings.HasSuffix(s.Value, "*") && strings.HasPrefix(d.Value, strings.TrimSuffix(s.Value, "*")) {
+			return true
+		}
+	}
+	return false
 }
 
 // Merge adds other's rules (another file of p's domain) to p's, as

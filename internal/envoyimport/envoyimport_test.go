@@ -89,8 +89,8 @@ func TestParseExample(t *testing.T) {
 
 // Imported rules decide as envoyproxy/ratelimit does: each descriptor
 // meets the one limit at its path, not those above it, and an entry with a
-// value (a limit, unlimited, or requests_per_unit 0: blocked) overrides
-// its sibling without one.
+// value (a limit, unlimited, requests_per_unit 0: blocked, or no
+// rate_limit at a leaf: whitelisted) overrides its sibling without one.
 func TestImportedRulesDecideAsEnvoyDoes(t *testing.T) {
 	t.Parallel()
 	p, err := Parse(strings.NewReader(`
@@ -107,6 +107,8 @@ descriptors:
   - key: remote_address
     value: 50.0.0.5
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: remote_address
+    value: 10.0.0.3
   - key: message_type
     value: marketing
     descriptors:
@@ -136,6 +138,9 @@ descriptors:
 `))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(p.Notes) != 1 || !strings.HasPrefix(p.Notes[0], "descriptors[4] has no rate_limit: a whitelist entry") {
+		t.Fatalf("notes %q, want one of the whitelist entry descriptors[4]", p.Notes)
 	}
 	for i := range p.Rules {
 		p.Rules[i].ID = fmt.Sprint("r", i)
@@ -171,7 +176,7 @@ descriptors:
 	for _, tc := range []struct {
 		ip   string
 		want int
-	}{{"1.2.3.4", 2}, {"10.0.0.1", 4}, {"10.0.0.2", 10}, {"50.0.0.5", 0}} {
+	}{{"1.2.3.4", 2}, {"10.0.0.1", 4}, {"10.0.0.2", 10}, {"50.0.0.5", 0}, {"10.0.0.3", 10}} {
 		if got := count(10, "remote_address", tc.ip); got != tc.want {
 			t.Errorf("remote_address %s: %d of 10 admitted, want %d", tc.ip, got, tc.want)
 		}
