@@ -142,14 +142,22 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			}
 			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if dec.Deciding >= 0 {
-			rr := dec.Rules[dec.Deciding]
+		switch at := shown(dec); {
+		case at < 0:
+		case unlimited(dec.Rules[at]):
+			// envoyproxy/ratelimit's unlimited: no limit, all remaining.
+			st.LimitRemaining = math.MaxUint32
+		default:
+			rr := dec.Rules[at]
 			setEnvoyLimit(&p.limit, rr)
 			st.CurrentLimit = &p.limit
 			st.LimitRemaining = uint32(min(max(rr.Remaining, 0), math.MaxUint32))
+			if !dec.Allowed {
+				st.LimitRemaining = 0 // as envoyproxy/ratelimit: what is over has none left to give
+			}
 			p.reset.Seconds, p.reset.Nanos = int64(rr.ResetAfter/time.Second), int32(rr.ResetAfter%time.Second)
 			st.DurationUntilReset = &p.reset
-			if headersOf == nil || headersOf.Allowed {
+			if at == dec.Deciding && (headersOf == nil || headersOf.Allowed) {
 				headersOf = dec
 			}
 		}
@@ -168,6 +176,29 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: decision.DegradedHeader, Value: degraded})
 	}
 	return out, nil
+}
+
+// shown is the index in dec.Rules of the rule a descriptor's status
+// describes: the deciding one, else (every rule in shadow) the one with
+// the least remaining, as envoyproxy/ratelimit describes a shadow_mode
+// limit; -1 when none applied.
+func shown(dec *decide.Decision) int {
+	if dec.Deciding >= 0 || dec.Cached {
+		return dec.Deciding
+	}
+	at := -1
+	for i, r := range dec.Rules {
+		if at < 0 || r.Remaining < dec.Rules[at].Remaining {
+			at = i
+		}
+	}
+	return at
+}
+
+// unlimited reports whether r is envoyproxy/ratelimit's unlimited, as
+// Sluice imports it: a shadow rule of policy.MaxLimit.
+func unlimited(r decide.RuleResult) bool {
+	return r.Rule.Shadow && r.InForce().Limit == policy.MaxLimit
 }
 
 // crowded answers a request of n descriptors of a tenant refused at the

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -76,7 +77,9 @@ func TestEnvoyRLSWithAStockClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 1 {
+	// Over the limit, the status says none remains, as envoyproxy/ratelimit
+	// does; the rate limit headers say what the rule has left.
+	if res.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT || res.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("over the limit: %v", res)
 	}
 	if string(res.RawBody) != loginMessage { // Envoy's 429 body
@@ -117,6 +120,36 @@ func TestEnvoyRLSWithAStockClient(t *testing.T) {
 	res, err = client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{descriptor("client_id", "dave")}})
 	if err != nil || res.Statuses[0].LimitRemaining != 2 {
 		t.Fatalf("dave's first request after peeks: %v %v", res, err)
+	}
+}
+
+// An unlimited descriptor (a shadow rule of policy.MaxLimit, as
+// envoyproxy/ratelimit's unlimited is imported) answers OK with no limit
+// and 4294967295 remaining; a shadow_mode limit answers OK with its limit
+// and what remains, 0 once over, as envoyproxy/ratelimit answers both.
+func TestEnvoyRLSUnlimitedAndShadowAnswers(t *testing.T) {
+	t.Parallel()
+	cfg, key := apiWith(t, []policy.Rule{
+		{ID: "u", Name: "unlimited", KeyBy: []string{"client_id"}, Match: []policy.Match{{Key: "route", Value: "/free"}}, Shadow: true, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Window: time.Second}},
+		{ID: "s", Name: "shadowed", KeyBy: []string{"client_id"}, Match: []policy.Match{{Key: "route", Value: "/shadow"}}, Shadow: true, Enabled: true,
+			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 2, Window: time.Minute}},
+	})
+	client := serveRLS(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		descriptor("client_id", "alice", "route", "/free")}})
+	if st := res.GetStatuses(); err != nil || len(st) != 1 || st[0].Code != rlsv3.RateLimitResponse_OK || st[0].CurrentLimit != nil || st[0].LimitRemaining != math.MaxUint32 {
+		t.Fatalf("unlimited: %v %v, want OK, no limit, 4294967295 remaining", res, err)
+	}
+	for i, want := range []uint32{1, 0, 0} {
+		res, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "acme", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			descriptor("client_id", "alice", "route", "/shadow")}})
+		st := res.GetStatuses()
+		if err != nil || res.OverallCode != rlsv3.RateLimitResponse_OK || len(st) != 1 || st[0].Code != rlsv3.RateLimitResponse_OK ||
+			st[0].CurrentLimit.GetName() != "shadowed" || st[0].CurrentLimit.GetRequestsPerUnit() != 2 || st[0].LimitRemaining != want {
+			t.Fatalf("shadow request %d: %v %v, want OK with the limit of 2 and %d remaining", i+1, res, err, want)
+		}
 	}
 }
 
