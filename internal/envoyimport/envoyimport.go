@@ -5,7 +5,8 @@
 // entry with a rate_limit becomes a rule of the default tier: entries on
 // its path with a value become match conditions; entries without a value
 // match any value and partition the counter (key_by), as envoy keeps one
-// counter per value, and so do wildcard values ("/api/*": a prefix).
+// counter per value, and so do wildcard values, where each '*' stands for
+// any run of characters ("/api/*": a prefix; "*.pdf", "bar*b").
 // requests_per_unit per unit becomes a fixed window (the algorithm
 // envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule, and so
 // does quota_mode (over the limit answered OK, the violation reported).
@@ -138,16 +139,11 @@ func Parse(r io.Reader) (*Plan, error) {
 				continue
 			}
 			seen[kv] = true
-			if i := strings.IndexByte(d.Value, '*'); i >= 0 && i != len(d.Value)-1 {
-				// envoyproxy/ratelimit reads it as itself, Sluice as a pattern.
-				errs = append(errs, policy.FieldError{Field: field + ".value", Description: "a '*' before the end is not imported: envoyproxy/ratelimit matches it as itself, Sluice as a wildcard"})
-				continue
-			}
 			m, kb := append(match[:len(match):len(match)], policy.Match{Key: d.Key, Value: d.Value}), keyBy
 			if d.Value == "" {
 				m[len(m)-1].Value = policy.AnyValue
 			}
-			if v := m[len(m)-1].Value; v == policy.AnyValue || strings.HasSuffix(v, "*") && !d.ShareThreshold {
+			if v := m[len(m)-1].Value; v == policy.AnyValue || strings.Contains(v, "*") && !d.ShareThreshold {
 				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key) // a counter per value
 			}
 			rl := d.RateLimit
@@ -194,7 +190,7 @@ func shadowed(ds []descriptor, i int) bool {
 		if j == i || s.Key != d.Key || s.RateLimit == nil || s.Value == d.Value {
 			continue
 		}
-		if s.Value == "" || strings.HasSuffix(s.Value, "*") && strings.HasPrefix(d.Value, strings.TrimSuffix(s.Value, "*")) {
+		if s.Value == "" || strings.Contains(s.Value, "*") && policy.Glob(s.Value, d.Value) {
 			return true
 		}
 	}

@@ -135,6 +135,13 @@ descriptors:
     share_threshold: true
     value_to_metric: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: file
+    value: "*.pdf"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: file
+    value: "bar*b"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +218,17 @@ descriptors:
 	if !allowed("host", "api-a") || allowed("host", "api-b") {
 		t.Fatal("api-* with share_threshold: one counter")
 	}
+	// A '*' anywhere stands for any run of characters, as in
+	// envoyproxy/ratelimit: a counter per value, or one for all with
+	// share_threshold.
+	for _, tc := range []struct {
+		file string
+		want int
+	}{{"a.pdf", 1}, {"b.pdf", 1}, {"a.txt", 3}, {"barb", 2}, {"bar-b", 0}, {"bar-c", 3}} {
+		if got := count(3, "file", tc.file); got != tc.want {
+			t.Errorf("file %s: %d of 3 admitted, want %d", tc.file, got, tc.want)
+		}
+	}
 	// Descriptors matching no path meet no limit.
 	if got := count(5, "remote_address", "1.2.3.4", "path", "/x"); got != 5 {
 		t.Fatalf("a path with no limit: %d of 5 admitted", got)
@@ -238,9 +256,6 @@ descriptors:
     value: x
   - key: a
     value: x
-  - key: f
-    value: "*.pdf"
-    rate_limit: {unit: second, requests_per_unit: 1}
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -252,7 +267,7 @@ descriptors:
 		got = append(got, f.Field)
 	}
 	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
-		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]", "descriptors[7].value"}
+		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}
