@@ -244,10 +244,12 @@ func (p *Plan) rule(rl *rateLimit, shadow bool, match []policy.Match, keyBy []st
 		r.Replaces = append(r.Replaces, rp.Name)
 	}
 	switch {
+	case rl.Unlimited && ok:
+		// envoyproxy/ratelimit refuses the file: a unit says a limit.
+		*errs = append(*errs, policy.FieldError{Field: field + ".rate_limit.unit", Description: "must not be given with unlimited: true"})
+		return policy.Rule{}, false
 	case rl.Unlimited:
-		if !ok {
-			window = time.Second // envoyproxy/ratelimit needs no unit here
-		}
+		window = time.Second // any: the rule never limits
 		r.Shadow, r.Limit = true, policy.MaxLimit
 		p.Unlimited = append(p.Unlimited, name)
 	case !ok:

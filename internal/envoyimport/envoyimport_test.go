@@ -256,6 +256,8 @@ descriptors:
     value: x
   - key: a
     value: x
+  - key: g
+    rate_limit: {unit: second, unlimited: true}
 `
 	_, err := Parse(strings.NewReader(bad))
 	var e *policy.Error
@@ -267,7 +269,7 @@ descriptors:
 		got = append(got, f.Field)
 	}
 	want := []string{"domain", "descriptors[0].key", "descriptors[1].rate_limit.unit", "descriptors[2].descriptors[0].rate_limit.requests_per_unit",
-		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]"}
+		"descriptors[3].rate_limit.replaces[0].name", "descriptors[4]", "descriptors[6]", "descriptors[7].rate_limit.unit"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("fields %v, want %v", got, want)
 	}
