@@ -95,20 +95,27 @@ func limit(h *httpcheck.API, ex httpcheck.Exchange) {
 	}
 	data := unkeyData{Success: dec.Allowed || req.Peek} // a cost of 0 takes nothing: never over
 	if len(dec.Rules) > 0 {
-		r := dec.Rules[0]
+		r := dec.Rules[max(dec.Deciding, 0)]
 		data.Limit, data.Remaining = r.Limit, max(r.Remaining, 0)
 		data.Reset = h.Decider.Now().Add(r.ResetAfter).UnixMilli()
+		if !decide.IsRequestLimit(r.Rule) { // a tenant's rule: Unkey's override, by the id the override API gives it
+			data.OverrideID = r.Rule.ID
+		}
 	}
 	ex.Reply(http.StatusOK, "application/json", Answer[unkeyData]{Meta: Meta{RequestID: RequestID()}, Data: &data})
 }
 
 // unkeyData is a decision: success (admitted), the limit, what remains of
-// it, and when the window resets (Unix milliseconds).
+// it, when the window resets (Unix milliseconds), and the override that
+// decided, if any.
 type unkeyData struct {
 	Success   bool  `json:"success"`
 	Limit     int64 `json:"limit"`
 	Remaining int64 `json:"remaining"`
 	Reset     int64 `json:"reset"`
+	// OverrideID names the override that decided, when one did: the
+	// tenant's rule (controlplane's Unkey override API gives its id).
+	OverrideID string `json:"overrideId,omitempty"`
 }
 
 // unkeyExchange answers problems in Unkey's error envelope; all else

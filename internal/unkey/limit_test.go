@@ -102,28 +102,30 @@ func TestUnkeyOverrides(t *testing.T) {
 		})
 	}
 	httpchecktest.Each(t, mk, Routes, func(t *testing.T, srv httpchecktest.Served, key string) {
-		calls := func(ns, id string, n int) (got []bool, limit float64) {
+		calls := func(ns, id string, n int) (got []bool, limit float64, override any) {
 			t.Helper()
 			for range n {
 				_, m := httpchecktest.Post(t, srv, LimitPath, key, fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":1,"duration":60000}`, ns, id))
 				data, _ := m["data"].(map[string]any)
 				got = append(got, data["success"] == true)
 				limit, _ = data["limit"].(float64)
+				override = data["overrideId"]
 			}
-			return got, limit
+			return got, limit, override
 		}
 		for _, tc := range []struct {
-			ns, id string
-			want   []bool
-			limit  float64
+			ns, id   string
+			want     []bool
+			limit    float64
+			override any // the answer's overrideId: the rule's id when it decided
 		}{
-			{"api", "vip_1", []bool{true, true, true, false}, 3}, // the rule's 3, not the call's 1
-			{"api", "vip_2", []bool{true, true, true, false}, 3}, // a counter per identifier
-			{"api", "user_1", []bool{true, false}, 1},            // not named: the call's limit
-			{"web", "vip_1", []bool{true, false}, 1},             // another namespace: the call's limit
+			{"api", "vip_1", []bool{true, true, true, false}, 3, "r2"}, // the rule's 3, not the call's 1
+			{"api", "vip_2", []bool{true, true, true, false}, 3, "r2"}, // a counter per identifier
+			{"api", "user_1", []bool{true, false}, 1, nil},             // not named: the call's limit
+			{"web", "vip_1", []bool{true, false}, 1, nil},              // another namespace: the call's limit
 		} {
-			if got, limit := calls(tc.ns, tc.id, len(tc.want)); !slices.Equal(got, tc.want) || limit != tc.limit {
-				t.Errorf("%s/%s: %v, limit %v; want %v, limit %v", tc.ns, tc.id, got, limit, tc.want, tc.limit)
+			if got, limit, override := calls(tc.ns, tc.id, len(tc.want)); !slices.Equal(got, tc.want) || limit != tc.limit || override != tc.override {
+				t.Errorf("%s/%s: %v, limit %v, overrideId %v; want %v, limit %v, overrideId %v", tc.ns, tc.id, got, limit, override, tc.want, tc.limit, tc.override)
 			}
 		}
 	})
