@@ -113,6 +113,25 @@ func gubernatorRequest(r *gubernatorpb.RateLimitReq) (decide.Request, bool, erro
 	return req, b&gubernatorpb.Behavior_RESET_REMAINING != 0, nil
 }
 
+// resetRemaining resets the counter of req, r's decision, for r's
+// RESET_REMAINING, and reports whether r is a token bucket that had been
+// counted in: gubernator then removes it and answers it whole, taking
+// nothing, where a fresh bucket, and a leaky bucket always, take their
+// hits from the full limit.
+func resetRemaining(cfg *decision.Service, ctx context.Context, c *decide.Compiled, r *gubernatorpb.RateLimitReq, req decide.Request) (existed bool, err error) {
+	if r.GetAlgorithm() == gubernatorpb.Algorithm_TOKEN_BUCKET {
+		peek := req
+		peek.Cost, peek.Peek = 0, true
+		dec, err := cfg.Decide(ctx, c, peek)
+		if err != nil {
+			return false, err
+		}
+		existed = len(dec.Rules) > 0 && dec.Rules[0].Remaining < r.GetLimit()
+	}
+	_, err = cfg.Reset(ctx, c, req)
+	return existed && err == nil, err
+}
+
 // gubernatorLimits answers a GetRateLimits call of tenant c: each request
 // decided on its own, all at once, its problems in its answer's error.
 func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Compiled, in *gubernatorpb.GetRateLimitsReq) (*gubernatorpb.GetRateLimitsResp, error) {
@@ -128,10 +147,20 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Comp
 	reqs, errs := make([]decide.Request, n), make([]error, n)
 	var ask []decide.Request // the requests to decide, at once
 	var at []int
+	var removed []bool // requests whose token bucket RESET_REMAINING removed
 	for i, r := range in.Requests {
 		req, reset, err := gubernatorRequest(r)
 		if err == nil && reset {
-			_, err = cfg.Reset(ctx, c, req)
+			var existed bool
+			if existed, err = resetRemaining(cfg, ctx, c, r, req); existed {
+				// gubernator removes an existing token bucket and answers it
+				// whole, taking nothing: asked, not counted.
+				req.Cost, req.Peek = 0, true
+				if removed == nil {
+					removed = make([]bool, n)
+				}
+				removed[i] = true
+			}
 		}
 		if reqs[i], errs[i] = req, err; err == nil {
 			ask, at = append(ask, req), append(at, i)
@@ -170,6 +199,9 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Comp
 		// A request of no hits asks whether the next would be over.
 		if !dec.Allowed || req.Peek && res.Remaining == 0 {
 			res.Status = gubernatorpb.Status_OVER_LIMIT
+		}
+		if removed != nil && removed[i] {
+			res.ResetTime = 0 // as gubernator answers a bucket it removed
 		}
 	}
 	return out, nil

@@ -87,6 +87,23 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 	if r := call(reset)[0]; r.Status != gubernatorpb.Status_UNDER_LIMIT || r.Remaining != 2 || r.Error != "" {
 		t.Fatalf("after RESET_REMAINING: %v", r)
 	}
+	// As gubernator: RESET_REMAINING removes a token bucket that was
+	// counted in (here over its limit) and answers it whole, its reset time
+	// 0, taking none of the request's hits; on a fresh bucket the hits are
+	// taken from the full limit.
+	call(perMinute("account:2", 2))
+	reset = perMinute("account:2", 1)
+	reset.Behavior = gubernatorpb.Behavior_RESET_REMAINING
+	if r := call(reset)[0]; r.Status != gubernatorpb.Status_UNDER_LIMIT || r.Remaining != 2 || r.ResetTime != 0 {
+		t.Fatalf("RESET_REMAINING of a bucket over its limit: %v, want UNDER_LIMIT, 2 remaining, reset time 0", r)
+	}
+	if r := call(perMinute("account:2", 1))[0]; r.Remaining != 1 {
+		t.Fatalf("the request after RESET_REMAINING: %v, want 1 remaining (the reset took nothing)", r)
+	}
+	reset.UniqueKey = "account:3"
+	if r := call(reset)[0]; r.Status != gubernatorpb.Status_UNDER_LIMIT || r.Remaining != 1 {
+		t.Fatalf("RESET_REMAINING of a fresh bucket: %v, want its hit taken, 1 remaining", r)
+	}
 	// Over the limit, DRAIN_OVER_LIMIT takes what remains; without it, what
 	// remains stays for smaller requests.
 	for _, drain := range []bool{false, true} {
