@@ -18,8 +18,8 @@ import (
 // 12 in all, each decider its third, every answer degraded. A fourth decider joins, the four take a quarter each
 // within seconds, and a new client is admitted 12 in all again: the
 // shares follow the fleet, never N times the limit. A closed rule admits
-// nothing meanwhile.
-func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
+// nothing meanwhile. Redis killed rather than frozen, the same.
+func TestFleetSharesALimitThroughAnOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("four decider processes and a frozen Redis")
 	}
@@ -76,7 +76,6 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 		join()
 	}
 	srv.Pause(t)
-	defer srv.Resume(t)
 	if n := admitted(key, "alice"); n != limit {
 		t.Errorf("three deciders admitted alice %d times with Redis frozen, want %d (a third of %d each)", n, limit, limit)
 	}
@@ -86,5 +85,14 @@ func TestFleetSharesALimitWhileRedisIsFrozen(t *testing.T) {
 	join()
 	if n := admitted(key, "bob"); n != limit {
 		t.Errorf("four deciders admitted bob %d times with Redis frozen, want %d (a quarter of %d each)", n, limit, limit)
+	}
+	// Killed rather than frozen: the same.
+	srv.Resume(t)
+	srv.Stop(t)
+	if n := admitted(key, "carol"); n != limit {
+		t.Errorf("four deciders admitted carol %d times with Redis killed, want %d", n, limit)
+	}
+	if n := admitted(closedKey, "carol"); n != 0 {
+		t.Errorf("four deciders admitted a closed rule's client %d times with Redis killed, want 0", n)
 	}
 }
