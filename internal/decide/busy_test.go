@@ -15,21 +15,6 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
-// unitsAtOnce is what a fresh limiter l admits at one instant, a unit at
-// a time (distinct leases), up to most: the exact bound of the cost it
-// admits then, whatever the costs.
-func unitsAtOnce(l *limit.Limiter, now, most int64) int64 {
-	var s limit.State
-	for n := range most {
-		ns, r := l.Eval(s, limit.Args{Now: now, Cost: 1, Lease: n + 1}, nil)
-		if !r.Allowed {
-			return n
-		}
-		s = ns
-	}
-	return most
-}
-
 // Three deciders on one Redis, at the decider's defaults (a 50 ms budget,
 // 512 in flight, the local overload policy, a share of a third each),
 // beside four processes burning CPU, decide every algorithm with costs of
@@ -110,7 +95,7 @@ func TestBusyDecidersKeepEveryBound(t *testing.T) {
 		}
 		wg.Wait()
 		l := limit.MustCompile(params[k])
-		exact := unitsAtOnce(l, now, 10_000)
+		exact := enginetest.AdmitsAtOnce(l, now, 10_000)
 		slack := int64(deciders) * max(1, exact/deciders)
 		if degraded.Load() == 0 {
 			slack = 0 // Redis decided every one: exactly

@@ -14,21 +14,6 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
-// admitsAtOnce counts what a fresh limiter admits at one instant, request
-// after request (distinct leases), up to most: the exact answer for that
-// many concurrent clients.
-func admitsAtOnce(l *limit.Limiter, now, most int64) int64 {
-	var s limit.State
-	for n := int64(0); n < most; n++ {
-		ns, r := l.Eval(s, limit.Args{Now: now, Cost: 1, Lease: n}, nil)
-		if !r.Allowed {
-			return n
-		}
-		s = ns
-	}
-	return most
-}
-
 // hammer runs 3 deciders (each its own client) × 100 clients × 5 checks on
 // one key per algorithm at one instant, and requires exactly the
 // algorithm's answer: no over-admission, and no under-admission either.
@@ -64,7 +49,7 @@ func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string,
 			})
 		}
 		wg.Wait()
-		if got, want := admitted.Load(), admitsAtOnce(l, now, 1500); got != want {
+		if got, want := admitted.Load(), enginetest.AdmitsAtOnce(l, now, 1500); got != want {
 			t.Errorf("%s %+v: 1500 concurrent checks admitted %d, the algorithm allows %d", p.Algorithm, p, got, want)
 		}
 	}

@@ -173,3 +173,19 @@ func describe(reqs []limit.Request) string {
 	}
 	return s
 }
+
+// AdmitsAtOnce is what a fresh limiter l admits at the instant now (µs),
+// one unit at a time with distinct leases, up to most: the exact answer
+// for that many concurrent clients, and the exact bound of the cost l
+// admits at that instant whatever the costs.
+func AdmitsAtOnce(l *limit.Limiter, now, most int64) int64 {
+	var s limit.State
+	for n := range most {
+		ns, r := l.Eval(s, limit.Args{Now: now, Cost: 1, Lease: n + 1}, nil)
+		if !r.Allowed {
+			return n
+		}
+		s = ns
+	}
+	return most
+}
