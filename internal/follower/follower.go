@@ -211,7 +211,11 @@ func (s *Follower) watch(ctx context.Context, events chan<- struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.cfg.Logger.WarnContext(ctx, "config: watch interrupted", "err", err)
+		if err == nil { // the control plane ended it (a restart): no trouble
+			s.cfg.Logger.InfoContext(ctx, "config: the control plane ended the watch; watching again")
+		} else {
+			s.cfg.Logger.WarnContext(ctx, "config: watch interrupted", "err", err)
+		}
 		select { // 1–2 s: deciders cut off together (a control plane's restart) come back spread out
 		case <-ctx.Done():
 		case <-time.After(time.Second + rand.N(time.Second)):
