@@ -86,13 +86,29 @@ func (s decisionServer) reset(ctx context.Context, auth string, m *sluicev1.Rese
 	return out, nil
 }
 
+// authorizeCheck authorizes a check's caller and passes its tenant
+// through the door (decision.Service.Door): over gRPC the door refused a
+// crowding tenant before the message was read; over Connect the message
+// is read first, and refused here all the same. It fails with a Connect
+// error.
+func (s decisionServer) authorizeCheck(ctx context.Context, auth string) (*decide.Compiled, error) {
+	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
+	if err == nil {
+		err = s.cfg.Door(c)
+	}
+	if err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
+	return c, nil
+}
+
 // checkOne and checkBatch are the service, whatever serves it: they
 // authenticate the caller from its Authorization header and answer, or
 // fail with a Connect error.
 func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
-	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
+	c, err := s.authorizeCheck(ctx, auth)
 	if err != nil {
-		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+		return nil, err
 	}
 	req := checkRequest(m)
 	if err := refuseDuplicateKeys(req.Descriptors); err != nil {
@@ -102,9 +118,9 @@ func (s decisionServer) checkOne(ctx context.Context, auth string, m *sluicev1.C
 }
 
 func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1.CheckBatchRequest) (*sluicev1.CheckBatchResponse, error) {
-	c, err := s.cfg.Authorize(auth, decision.PeerOf(ctx))
+	c, err := s.authorizeCheck(ctx, auth)
 	if err != nil {
-		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+		return nil, err
 	}
 	if n := len(m.GetRequests()); n > MaxBatch {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, &policy.Error{Code: policy.CodeInvalid, Message: "invalid batch",

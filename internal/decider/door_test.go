@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -24,7 +25,7 @@ import (
 // the door, before its request's body is read: a body that is not JSON, a
 // message that is not protobuf, are refused alike. HTTP answers 429 with
 // Retry-After and Sluice-Degraded: overload; DecisionService over gRPC
-// RESOURCE_EXHAUSTED; Envoy's RLS OVER_LIMIT, an answer Envoy rejects
+// RESOURCE_EXHAUSTED, over Connect too (once its message is read); Envoy's RLS OVER_LIMIT, an answer Envoy rejects
 // whatever its failure_mode_deny. Nothing is admitted. Once the decider has
 // room, the tenant is decided again.
 func TestACrowdedTenantIsRefusedAtTheDoor(t *testing.T) {
@@ -53,6 +54,13 @@ func TestACrowdedTenantIsRefusedAtTheDoor(t *testing.T) {
 			t.Errorf("POST /v1/check %s at a crowded door: %d, Retry-After %q, %s %q; want 429, a Retry-After, overload",
 				body, resp.StatusCode, resp.Header.Get("Retry-After"), decision.DegradedHeader, resp.Header.Get(decision.DegradedHeader))
 		}
+	}
+
+	// Connect reads the message first, and refuses alike.
+	creq := connect.NewRequest(&sluicev1.CheckRequest{Descriptors: []*sluicev1.Descriptor{{Key: "client_id", Value: "alice"}}})
+	creq.Header().Set("Authorization", "Bearer "+key)
+	if _, err := serveConnect(t, cfg).Check(context.Background(), creq); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("Connect Check at a crowded door: %v, want ResourceExhausted", err)
 	}
 
 	conn := dialGRPC(t, cfg)
