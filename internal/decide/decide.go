@@ -1032,6 +1032,11 @@ func (d *Decider) Crowded(c *Compiled) bool {
 	return d.admit != nil && d.admit.crowded(c)
 }
 
+// Full reports whether the decider has MaxInFlight decisions on the
+// counters: without it no tenant is Crowded, and a caller can skip
+// finding out whose call it has.
+func (d *Decider) Full() bool { return d.admit != nil && d.admit.full() }
+
 // Charges returns how many of the overload policy's admissions the
 // counters took (Counters.Charge), and how many were dropped unsent (more
 // than the charger keeps waiting while the counters failed).

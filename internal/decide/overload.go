@@ -187,7 +187,7 @@ func (a *admission) acquire(c *Compiled) (*tenantLoad, bool) {
 	if mine == 1 {
 		a.active.Add(1)
 	}
-	if total := a.total.Add(1); total > a.max && mine > max(1, a.max/max(1, a.active.Load())) {
+	if total := a.total.Add(1); total > a.max && mine > a.share() {
 		a.release(t)
 		t.shed.Add(1)
 		a.overload(t)
@@ -199,15 +199,22 @@ func (a *admission) acquire(c *Compiled) (*tenantLoad, bool) {
 	return t, true
 }
 
+// share is each tenant's fair share of the bound: max over the tenants
+// with decisions in flight, at least one.
+func (a *admission) share() int64 { return max(1, a.max/max(1, a.active.Load())) }
+
+// full reports whether the decider has its bound in flight.
+func (a *admission) full() bool { return a.total.Load() >= a.max }
+
 // crowded reports whether the decider is full and c's tenant has its
 // share in flight: a decision of the tenant now would be shed. It counts
 // such a refusal as shed, as acquire would.
 func (a *admission) crowded(c *Compiled) bool {
-	if a.total.Load() < a.max {
+	if !a.full() {
 		return false
 	}
 	t := a.tenant(c)
-	if t.inFlight.Load() < max(1, a.max/max(1, a.active.Load())) {
+	if t.inFlight.Load() < a.share() {
 		return false
 	}
 	t.shed.Add(1)
