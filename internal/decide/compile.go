@@ -105,8 +105,15 @@ func (c *Compiled) localLimiter(r *policy.Rule, p policy.Params, share float64) 
 		scaled.Burst = max(1, int64(float64(p.Burst)*share))
 	}
 	l, err := limit.Compile(scaled)
-	if err != nil { // a warm-up burst scaled under its cold factor: keep it whole
-		l, _ = limit.Compile(p)
+	if err != nil {
+		// A warm-up burst scaled under its cold factor: warm-up cannot be
+		// scaled, so the share is a plain bucket at the scaled rate whose
+		// burst is the share of what the cold bucket admits at once.
+		// Keeping the rule whole would let each decider spend all of it.
+		whole, _ := limit.Compile(p) // valid: the rule compiled
+		scaled.WarmUp, scaled.ColdFactor = 0, 0
+		scaled.Burst = max(1, int64(float64(whole.Capacity())*share))
+		l, _ = limit.Compile(scaled)
 	}
 	c.local.Store(k, l)
 	return l

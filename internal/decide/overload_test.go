@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/testkit/enginetest"
 	"github.com/sluicehq/sluice/internal/testkit/logtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -295,5 +296,30 @@ func TestOverloadAdmissionsAreChargedToRedis(t *testing.T) {
 				t.Errorf("Redis admitted %d after the overload, want %d", after, tc.after)
 			}
 		})
+	}
+}
+
+// The in-process engine a decider falls back on admits, at an instant, its
+// share of what the rule admits at once and no more (at least 1), for
+// every algorithm: a fleet of N deciders at a share of 1/N then admits no
+// more than N·max(1, ⌊bound/N⌋) between them, as docs/operations.md says.
+// A warm-up bucket whose scaled burst falls under its cold factor once
+// fell back to the whole rule on each decider.
+func TestLocalShareKeepsItsShareOfEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	const now = 1_700_000_040_000_000
+	c := tenantOf(t, "share", policy.Params{Algorithm: policy.FixedWindow, Limit: 1, Window: time.Second}, policy.FailLocal)
+	for _, p := range enginetest.Params() {
+		if p.Limit == policy.MaxLimit {
+			continue
+		}
+		exact := enginetest.AdmitsAtOnce(limit.MustCompile(p), now, 10_000)
+		for _, n := range []int64{1, 2, 3, 5, 10} {
+			r := &policy.Rule{ID: "r"}
+			got := enginetest.AdmitsAtOnce(c.localLimiter(r, p, 1/float64(n)), now, 10_000)
+			if want := max(1, exact/n); got > want {
+				t.Errorf("%s %+v at a share of 1/%d: admits %d at once, over %d (the rule admits %d)", p.Algorithm, p, n, got, want, exact)
+			}
+		}
 	}
 }
