@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/enginetest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -26,11 +27,12 @@ import (
 // none, the bound is kept exactly. The clock is fixed, so the bound is
 // exact whatever the machine's speed.
 //
-// Not parallel: it burns the machine's CPU.
+// Not parallel, and alone on the machine: it burns the machine's CPU.
 func TestBusyDecidersKeepEveryBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("CPU burners and 150 callers")
 	}
+	cputest.Alone(t)
 	for range 4 {
 		burn := exec.Command("sh", "-c", "while :; do :; done")
 		if err := burn.Start(); err != nil {
