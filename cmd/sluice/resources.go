@@ -1036,6 +1036,9 @@ func ruleFlags(r *sluicev1.Rule) string {
 	if r.Exact {
 		f = append(f, "exact")
 	}
+	if r.Quota {
+		f = append(f, "quota")
+	}
 	if len(r.Replaces) > 0 {
 		f = append(f, "replaces "+strings.Join(r.Replaces, "+"))
 	}

@@ -20,7 +20,7 @@ import (
 type ruleOpts struct {
 	params                                         paramOpts
 	name, keyBy, match, replaces, failure, message *string
-	shadow, enabled, exact, block                  *bool
+	shadow, enabled, exact, block, quota           *bool
 	sync                                           *time.Duration
 }
 
@@ -35,6 +35,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		shadow:   fs.Bool("shadow", false, "report, never reject"),
 		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
 		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
+		quota:    fs.Bool("quota", false, "envoyproxy/ratelimit's quota_mode: on Envoy's rate limit service, a call is rejected only when all its quota descriptors are over"),
 		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
 		sync:     days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
 		message:  fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
@@ -76,6 +77,8 @@ func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
 			r.Exact = *f.exact
 		case "block":
 			r.Block = *f.block
+		case "quota":
+			r.Quota = *f.quota
 		case "sync":
 			r.Sync = nil
 			if *f.sync != 0 {

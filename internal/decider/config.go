@@ -70,6 +70,7 @@ type Config struct {
 	AuthFailures     int
 	RuleMetrics      bool
 	ShadowMode       bool
+	QuotaMode        bool   // Envoy's rate limit service: every descriptor a quota
 	RateLimitHeaders string // ietf, draft-6, x, none or kong
 	CORSOrigins      string // comma-separated
 

@@ -161,7 +161,7 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 
 	// The decision service, tracing and publishing its decisions.
 	d.Service = decision.Service{Decider: decider, Authenticate: d.Keys.Authenticate, Logger: logger,
-		Metrics: metrics, Headers: p.headers, KeyGuard: decision.NewKeyGuard(cfg.AuthFailures, logger, reg), Tracer: cfg.Tracer}
+		Metrics: metrics, Headers: p.headers, QuotaMode: cfg.QuotaMode, KeyGuard: decision.NewKeyGuard(cfg.AuthFailures, logger, reg), Tracer: cfg.Tracer}
 	if d.Service.Tracer == nil {
 		tracer, stopTracing, err := tracing.Setup(ctx, "sluice-dataplane", cfg.Getenv)
 		if err != nil {

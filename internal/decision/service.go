@@ -52,6 +52,10 @@ type Service struct {
 	// KeyGuard throttles the addresses sending invalid check keys, on
 	// every API; nil throttles none.
 	KeyGuard *KeyGuard
+	// QuotaMode makes every descriptor of Envoy's rate limit service a
+	// quota (envoyproxy/ratelimit's QUOTA_MODE; policy.Rule.Quota): a call
+	// is rejected only when all its descriptors with a limit are over.
+	QuotaMode bool
 }
 
 // Reset resets the counters req meets (decide.Decider.Reset), counts it,

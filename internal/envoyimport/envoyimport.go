@@ -8,8 +8,9 @@
 // counter per value, and so do wildcard values, where each '*' stands for
 // any run of characters ("/api/*": a prefix; "*.pdf", "bar*b").
 // requests_per_unit per unit becomes a fixed window (the algorithm
-// envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule, and so
-// does quota_mode (over the limit answered OK, the violation reported).
+// envoyproxy/ratelimit uses); shadow_mode becomes a shadow rule, and
+// quota_mode a quota rule (policy.Rule.Quota: on Envoy's rate limit
+// service a call is over only when all its quota descriptors are).
 // Every rule is exact (policy.Rule.Exact), envoyproxy/ratelimit's lookup:
 // a request descriptor meets the one limit at its path, not those of the
 // paths above it, and an entry with a value overrides its sibling without
@@ -27,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,15 +66,17 @@ type descriptor struct {
 	RateLimit   *rateLimit   `yaml:"rate_limit"`
 	Descriptors []descriptor `yaml:"descriptors"`
 	ShadowMode  bool         `yaml:"shadow_mode"`
-	// QuotaMode answers OK over the limit and reports the violation in
-	// Envoy's dynamic metadata: a shadow rule here, which reports it in
-	// the analytics instead.
+	// QuotaMode makes the limit a quota: a call is over only when all its
+	// quota descriptors are (policy.Rule.Quota).
 	QuotaMode      bool `yaml:"quota_mode"`
 	DetailedMetric bool `yaml:"detailed_metric"` // accepted, no effect (metrics)
 	ValueToMetric  bool `yaml:"value_to_metric"` // accepted, no effect (metrics)
 	// ShareThreshold makes every value a wildcard matches share one
 	// counter, where each value has its own otherwise.
 	ShareThreshold bool `yaml:"share_threshold"`
+	// Metadata is what envoyproxy/ratelimit adds to the dynamic metadata
+	// of its answers: accepted with a note, as Sluice sends none.
+	Metadata yaml.Node `yaml:"metadata"`
 }
 
 type rateLimit struct {
@@ -139,12 +143,21 @@ func Parse(r io.Reader) (*Plan, error) {
 				continue
 			}
 			seen[kv] = true
+			if slices.ContainsFunc(match, func(m policy.Match) bool { return m.Key == d.Key }) {
+				// A rule names a key once: matching files=top/* then
+				// files=nested/* at the next level cannot be said.
+				errs = append(errs, policy.FieldError{Field: field + ".key", Description: fmt.Sprintf("%q is also the key of an enclosing entry; Sluice matches each key once in a request", d.Key)})
+				continue
+			}
 			m, kb := append(match[:len(match):len(match)], policy.Match{Key: d.Key, Value: d.Value}), keyBy
 			if d.Value == "" {
 				m[len(m)-1].Value = policy.AnyValue
 			}
 			if v := m[len(m)-1].Value; v == policy.AnyValue || strings.Contains(v, "*") && !d.ShareThreshold {
 				kb = append(keyBy[:len(keyBy):len(keyBy)], d.Key) // a counter per value
+			}
+			if !d.Metadata.IsZero() {
+				p.Notes = append(p.Notes, fmt.Sprintf("%s.metadata (line %d) is ignored: Sluice sets no dynamic metadata on Envoy's answers", field, d.Metadata.Line))
 			}
 			rl := d.RateLimit
 			if rl == nil && shadowed(ds, i) {
@@ -157,7 +170,8 @@ func Parse(r io.Reader) (*Plan, error) {
 				p.Notes = append(p.Notes, field+" has no rate_limit: a whitelist entry, never limited, imported as an unlimited rule")
 			}
 			if rl != nil {
-				if r, ok := p.rule(rl, d.ShadowMode || d.QuotaMode, m, kb, field, &errs); ok {
+				if r, ok := p.rule(rl, d.ShadowMode, m, kb, field, &errs); ok {
+					r.Quota = d.QuotaMode && !rl.Unlimited
 					if names[r.Name] {
 						errs = append(errs, policy.FieldError{Field: field, Description: "the same descriptor path appears twice"})
 					}

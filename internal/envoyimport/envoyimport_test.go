@@ -65,14 +65,14 @@ func TestParseExample(t *testing.T) {
 		{Name: "health", Match: []policy.Match{{Key: "health", Value: "*"}}, KeyBy: []string{"health"},
 			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: policy.MaxLimit, Window: time.Second}},
 		{Name: "tenant_quota", Match: []policy.Match{{Key: "tenant_quota", Value: "*"}}, KeyBy: []string{"tenant_quota"},
-			Shadow: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1000, Window: 24 * time.Hour}},
+			Quota: true, Enabled: true, Params: policy.Params{Algorithm: policy.FixedWindow, Limit: 1000, Window: 24 * time.Hour}},
 	}
 	if len(p.Rules) != len(want) {
 		t.Fatalf("%d rules, want %d: %+v", len(p.Rules), len(want), p.Rules)
 	}
 	for i := range want {
 		g, w := p.Rules[i], want[i]
-		if g.Name != w.Name || !slices.Equal(g.Match, w.Match) || !slices.Equal(g.KeyBy, w.KeyBy) || g.Params != w.Params || g.Shadow != w.Shadow || !g.Enabled || !g.Exact {
+		if g.Name != w.Name || !slices.Equal(g.Match, w.Match) || !slices.Equal(g.KeyBy, w.KeyBy) || g.Params != w.Params || g.Shadow != w.Shadow || g.Quota != w.Quota || !g.Enabled || !g.Exact {
 			t.Errorf("rule %d:\n got %+v\nwant %+v", i, g, w)
 		}
 	}

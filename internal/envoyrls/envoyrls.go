@@ -54,7 +54,8 @@ func Register(s *grpc.Server, cfg decision.Service) {
 }
 
 // ShouldRateLimit answers one Envoy request: a status per descriptor, the
-// overall code (OVER_LIMIT when any descriptor is), and the rate limit
+// overall code (OVER_LIMIT when any descriptor is, but for quotas: see
+// policy.Rule.Quota and decision.Service.QuotaMode), and the rate limit
 // headers of the deciding rule of the first rejected descriptor (else of
 // the last one with a rule) for Envoy to add to the response.
 func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -124,6 +125,9 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}, len(decs))
 	var headersOf *decide.Decision
 	degraded := "" // the first degraded descriptor's reason
+	// As envoyproxy/ratelimit: the call is over when a descriptor of no
+	// quota is, or when every quota descriptor is.
+	var overRate, quotas, overQuota int
 	for i := range decs {
 		dec, p := &decs[i], &parts[i]
 		if dec.Degraded && degraded == "" {
@@ -131,18 +135,29 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		}
 		st := &p.st
 		st.Code = rlsv3.RateLimitResponse_OK
+		at := shown(dec)
+		// Under QuotaMode a descriptor without a limit is a quota too
+		// (never over), as upstream counts it; an unlimited one never is.
+		quota := at < 0 && s.cfg.QuotaMode || at >= 0 && !unlimited(dec.Rules[at]) && (s.cfg.QuotaMode || dec.Rules[at].Rule.Quota)
+		if quota {
+			quotas++
+		}
 		if !dec.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			if out.OverallCode == rlsv3.RateLimitResponse_OK && dec.Deciding >= 0 {
+			if out.RawBody == nil && dec.Deciding >= 0 {
 				// Envoy answers the first rejecting rule's message as its
 				// 429's body.
 				if m := decision.RejectionMessage(dec.Rules[dec.Deciding]); m != "" {
 					out.RawBody = []byte(m)
 				}
 			}
-			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			if quota {
+				overQuota++
+			} else {
+				overRate++
+			}
 		}
-		switch at := shown(dec); {
+		switch {
 		case at < 0:
 		case unlimited(dec.Rules[at]):
 			// envoyproxy/ratelimit's unlimited: no limit, all remaining.
@@ -162,6 +177,11 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			}
 		}
 		out.Statuses[i] = st
+	}
+	if overRate > 0 || quotas > 0 && overQuota == quotas {
+		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	} else {
+		out.RawBody = nil
 	}
 	if headersOf != nil {
 		keys, vals := rlheaders.Values(s.cfg.Headers, decision.HeaderRules(*headersOf), headersOf.Deciding, headersOf.Allowed)

@@ -141,7 +141,7 @@ func TestTiersAndRules(t *testing.T) {
 	wantCode(t, err, policy.CodeNotFound, "")
 
 	upd := rule("b2", 99)
-	upd.ID, upd.Shadow, upd.FailureMode, upd.Block = ids[1], true, policy.FailLocal, true
+	upd.ID, upd.Shadow, upd.FailureMode, upd.Block, upd.Quota = ids[1], true, policy.FailLocal, true, true
 	changed, err := s.UpdateRule(ctx, op, acme.ID, upd, "")
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestTiersAndRules(t *testing.T) {
 	if names := []string{rules[0].Name, rules[1].Name, rules[2].Name}; !slices.Equal(names, []string{"c", "a", "b2"}) {
 		t.Fatalf("order %v", names)
 	}
-	if got := rules[2]; got.Limit != 99 || !got.Shadow || !got.Block || rules[0].Block || got.FailureMode != policy.FailLocal || got.Burst != 3 ||
+	if got := rules[2]; got.Limit != 99 || !got.Shadow || !got.Block || !got.Quota || rules[0].Quota || rules[0].Block || got.FailureMode != policy.FailLocal || got.Burst != 3 ||
 		got.Window != time.Minute || !slices.Equal(got.KeyBy, []string{"client_id"}) || got.Match[0] != (policy.Match{Key: "route", Value: "/login"}) {
 		t.Fatalf("round trip: %+v", got)
 	}

@@ -123,6 +123,13 @@ type Rule struct {
 	// the same request or, on Envoy's rate limit service, in the other
 	// descriptors of the same call.
 	Replaces []string
+	// Quota is envoyproxy/ratelimit's quota_mode, for Envoy's rate limit
+	// service: a descriptor a quota rule rejects is answered OVER_LIMIT,
+	// but the call is rejected only when every quota descriptor of it is
+	// over its limit (and no other rule rejects), so that a request passes
+	// while any one of its quotas has room. Elsewhere a quota rule rejects
+	// as any rule does: one request, one quota.
+	Quota bool
 	// Message is what a client this rule rejects is told (the 429's
 	// problem detail, Envoy's response body, the check answers' message),
 	// such as "Free plans make 100 searches an hour: see
@@ -397,7 +404,7 @@ func FitValue(v string, max int) string {
 func (r Rule) SameAs(o Rule) bool {
 	return r.ID == o.ID && r.Name == o.Name && sameMatches(r.Match, o.Match) && slices.Equal(r.KeyBy, o.KeyBy) &&
 		r.Params == o.Params && r.Shadow == o.Shadow && r.FailureMode == o.FailureMode && r.Enabled == o.Enabled &&
-		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
+		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && r.Quota == o.Quota && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
 }
 
 // sameMatches reports whether a and b hold the same conditions, in any

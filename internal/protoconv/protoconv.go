@@ -66,7 +66,7 @@ func failureModeToProto(m policy.FailureMode) sluicev1.FailureMode { return fail
 
 func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
-		FailureMode: failureModeToProto(r.FailureMode), Enabled: r.Enabled, Sync: durationToProto(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces,
+		FailureMode: failureModeToProto(r.FailureMode), Enabled: r.Enabled, Sync: durationToProto(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces,
 		Message: r.Message}
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
@@ -77,7 +77,7 @@ func RuleToProto(r policy.Rule) *sluicev1.Rule {
 // RuleFromProto converts without judging: validation reports what is wrong.
 func RuleFromProto(p *sluicev1.Rule) policy.Rule {
 	r := policy.Rule{ID: p.GetId(), Name: p.GetName(), KeyBy: p.GetKeyBy(), Params: ParamsFromProto(p.GetParams()),
-		Shadow: p.GetShadow(), Enabled: p.GetEnabled(), Sync: durationFromProto(p.GetSync()), Exact: p.GetExact(), Block: p.GetBlock(), Replaces: p.GetReplaces(),
+		Shadow: p.GetShadow(), Enabled: p.GetEnabled(), Sync: durationFromProto(p.GetSync()), Exact: p.GetExact(), Block: p.GetBlock(), Quota: p.GetQuota(), Replaces: p.GetReplaces(),
 		Message: p.GetMessage()}
 	mode, ok := failureModes[p.GetFailureMode()]
 	if !ok {

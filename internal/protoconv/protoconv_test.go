@@ -13,7 +13,7 @@ import (
 func TestSnapshotRoundTrip(t *testing.T) {
 	t.Parallel()
 	rule := policy.Rule{ID: "r1", Name: "per-client", Match: []policy.Match{{Key: "route", Value: "/login"}, {Key: "client_id", Value: "*"}},
-		KeyBy: []string{"client_id"}, Shadow: true, FailureMode: policy.FailLocal, Enabled: true, Sync: 250 * time.Millisecond, Exact: true, Block: true, Replaces: []string{"other"},
+		KeyBy: []string{"client_id"}, Shadow: true, FailureMode: policy.FailLocal, Enabled: true, Sync: 250 * time.Millisecond, Exact: true, Block: true, Quota: true, Replaces: []string{"other"},
 		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Minute, Burst: 20, WarmUp: time.Hour, ColdFactor: 3}}
 	leaky := policy.Rule{ID: "r2", Name: "queue", Enabled: true, FailureMode: policy.FailClosed,
 		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}}

@@ -95,6 +95,7 @@ type Rule struct {
 	Block       bool     `yaml:"block,omitempty" json:"block,omitempty"`
 	Replaces    []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
 	Message     string   `yaml:"message,omitempty" json:"message,omitempty"` // what a client it rejects is told
+	Quota       bool     `yaml:"quota,omitempty" json:"quota,omitempty"`     // envoyproxy/ratelimit's quota_mode
 }
 
 // Override is a per-client exception: it moves the client to Tier, or
@@ -410,7 +411,7 @@ func (r Rule) Policy() (policy.Rule, error) {
 		fields = append(fields, policy.FieldError{Field: "failure_mode", Description: "must be open, closed or local"})
 	}
 	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
-		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
+		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message}
 	for _, k := range sortedKeys(r.Match) {
 		if len(r.Match[k]) == 0 {
 			fields = append(fields, policy.FieldError{Field: "match." + k, Description: "at least one value"})
@@ -503,7 +504,7 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 // RuleFrom returns the file's form of rule r.
 func RuleFrom(r policy.Rule) Rule {
 	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
-		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Replaces: r.Replaces, Message: r.Message}
+		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message}
 	if r.FailureMode != policy.DefaultFailureMode {
 		out.FailureMode = r.FailureMode.String()
 	}

@@ -442,7 +442,12 @@ type Rule struct {
 	// What a client this rule rejects is told: the 429's problem detail,
 	// Envoy's response body, the check answers' message. At most 512 bytes,
 	// one line; empty: a generic one.
-	Message       string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	// Quota is envoyproxy/ratelimit's quota_mode, on Envoy's rate limit
+	// service: a descriptor this rule rejects is answered OVER_LIMIT, but
+	// the call is rejected only when every quota descriptor of it is over
+	// its limit and no other rule rejects. Elsewhere it rejects as any rule.
+	Quota         bool `protobuf:"varint,15,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,6 +580,13 @@ func (x *Rule) GetMessage() string {
 	return ""
 }
 
+func (x *Rule) GetQuota() bool {
+	if x != nil {
+		return x.Quota
+	}
+	return false
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -649,7 +661,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\ttime_zone\x18\v \x01(\tR\btimeZone\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xab\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc1\x03\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -665,7 +677,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x05block\x18\v \x01(\bR\x05block\x12\x1a\n" +
 	"\breplaces\x18\f \x03(\tR\breplaces\x12\x12\n" +
 	"\x04etag\x18\r \x01(\tR\x04etag\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"4\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\x12\x14\n" +
+	"\x05quota\x18\x0f \x01(\bR\x05quota\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
