@@ -25,12 +25,16 @@ dev: build ## build, then run Sluice on this machine, with embedded defaults whe
 .PHONY: test
 test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka
 	$(GO) test -race -count=1 ./...
+	@# interop/ drives Sluice with other projects' clients. gubernator's
+	@# registers the same proto file as ours: allow it, with a warning.
+	cd interop && GOLANG_PROTOBUF_REGISTRATION_CONFLICT=warn $(GO) test -race -count=1 ./...
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOL) staticcheck ./...
+	cd interop && $(GO) vet ./...
 
 .PHONY: generate
 generate: ## regenerate protobuf and Connect code into internal/gen
