@@ -231,6 +231,9 @@ func printPlan(w io.Writer, plan *envoyimport.Plan) {
 		if len(r.Replaces) > 0 {
 			fmt.Fprintf(w, ", replaces %s", strings.Join(r.Replaces, " "))
 		}
+		if r.Quota {
+			fmt.Fprint(w, ", a quota")
+		}
 		if !r.Enabled {
 			fmt.Fprint(w, ", disabled")
 		}
