@@ -137,7 +137,7 @@ func (s decisionServer) checkBatch(ctx context.Context, auth string, m *sluicev1
 		if err := refuseDuplicateKeys(reqs[i].Descriptors); err != nil {
 			return err
 		}
-		return s.cfg.Decider.Validate(c, reqs[i])
+		return s.cfg.Validate(c, reqs[i])
 	})
 	if err != nil {
 		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
@@ -222,7 +222,7 @@ func (s decisionServer) check(ctx context.Context, c *decide.Compiled, m *sluice
 		if err := refuseRelease(m); err != nil {
 			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 		}
-		if err := s.cfg.Decider.Release(ctx, c, req); err != nil {
+		if err := s.cfg.Release(ctx, c, req); err != nil {
 			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 		}
 		return &sluicev1.CheckResponse{Allowed: true, Deciding: -1, ConfigVersion: c.Version}, nil

@@ -120,7 +120,7 @@ func (h *httpAPI) check(ex httpcheck.Exchange) {
 			h.Fail(ex, errReleaseWithoutLease)
 			return
 		}
-		if err := h.Decider.Release(ex.Context(), c, req); err != nil {
+		if err := h.Release(ex.Context(), c, req); err != nil {
 			h.Fail(ex, err)
 			return
 		}

@@ -1,7 +1,11 @@
 package decider
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +33,44 @@ func TestNoTransportImportsAnother(t *testing.T) {
 			if other != pkg && slices.Contains(d, mod+other) {
 				t.Errorf("%s imports %s", pkg, other)
 			}
+		}
+	}
+}
+
+// The decision service is the one door: no protocol, nor the HTTP and
+// gRPC plumbing, names the decider (a Service's Decider field, or
+// decide's Decider and its constructors). What they need of it, the
+// service offers, counted and traced.
+func TestProtocolsGoThroughTheDecisionService(t *testing.T) {
+	dirs := []string{"checkapi", "envoyrls", "gubernator", "unkey", "proxy", "httpcheck", "grpcserve"}
+	for _, dir := range dirs {
+		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no files (%v)", dir, err)
+		}
+		for _, file := range files {
+			if strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, file, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				pkg, _ := sel.X.(*ast.Ident)
+				switch {
+				case sel.Sel.Name == "Decider":
+					t.Errorf("%s: %s names the decider; go through decision.Service", fset.Position(sel.Pos()), sel.Sel.Name)
+				case pkg != nil && pkg.Name == "decide" && (sel.Sel.Name == "New" || sel.Sel.Name == "NewDecider"):
+					t.Errorf("%s: decide.%s makes a decider; protocols are given the decision service", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+				return true
+			})
 		}
 	}
 }

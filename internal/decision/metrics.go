@@ -18,6 +18,7 @@ type Metrics struct {
 	overload  *prometheus.CounterVec
 	denyHits  *prometheus.CounterVec
 	resets    *prometheus.CounterVec
+	leases    *prometheus.CounterVec
 	rules     *prometheus.CounterVec
 	nearLimit *prometheus.CounterVec
 	proxied   *prometheus.CounterVec
@@ -43,6 +44,8 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Rejections answered from the deny cache, without the engine."}, []string{"tenant"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_resets_total",
 			Help: "Counter resets asked of this decider, by tenant and outcome (reset, error)."}, []string{"tenant", "outcome"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_lease_operations_total",
+			Help: "Concurrency leases released and renewed by this decider, by tenant, operation (release, renew) and outcome (ok, error)."}, []string{"tenant", "op", "outcome"}),
 		rules: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rule_decisions_total",
 			Help: "Each rule's answers, by tenant, tier and rule name: allowed, rejected, shadow_rejected (a shadow rule that would have rejected)."},
 			[]string{"tenant", "tier", "rule", "outcome"}),
@@ -59,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer, decider *decide.Decider) *Metrics {
 			Help: "Time to decide, as the decider sees it.", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14)}),
 	}
 	states := map[string]float64{"closed": 0, "half-open": 1, "open": 2}
-	reg.MustRegister(m.decisions, m.degraded, m.overload, inFlight{decider}, m.denyHits, m.resets, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
+	reg.MustRegister(m.decisions, m.degraded, m.overload, inFlight{decider}, m.denyHits, m.resets, m.leases, m.rules, m.nearLimit, m.proxied, m.upstream, m.panics, m.latency, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_breaker_state",
 		Help: "State of the engine's circuit breaker: 0 closed, 1 half-open, 2 open."}, func() float64 { return states[decider.BreakerState()] }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_engine_errors_total",
 			Help: "Failed calls to the decision engine (Redis errors and timeouts)."}, func() float64 { return float64(decider.EngineErrors()) }),
@@ -139,7 +142,7 @@ func (m *Metrics) Forget(old, next *decide.Compiled) {
 	slug := old.Tenant.Slug
 	if next == nil || next.Tenant.Slug != slug {
 		tenant := prometheus.Labels{"tenant": slug}
-		for _, v := range []*prometheus.CounterVec{m.decisions, m.degraded, m.overload, m.denyHits, m.resets, m.rules, m.nearLimit} {
+		for _, v := range []*prometheus.CounterVec{m.decisions, m.degraded, m.overload, m.denyHits, m.resets, m.leases, m.rules, m.nearLimit} {
 			v.DeletePartialMatch(tenant)
 		}
 		return
@@ -195,6 +198,17 @@ func (m *Metrics) observeReset(tenant string, err error) {
 		outcome = "error"
 	}
 	m.resets.WithLabelValues(tenant, outcome).Inc()
+}
+
+func (m *Metrics) observeLease(tenant, op string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.leases.WithLabelValues(tenant, op, outcome).Inc()
 }
 
 // inFlight collects sluice_in_flight_decisions, each tenant's decisions

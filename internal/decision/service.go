@@ -217,6 +217,20 @@ func endSpan(span trace.Span, c *decide.Compiled, req decide.Request, dec decide
 	}
 }
 
+// endLeaseSpan describes a lease's release or renewal on its span, and
+// ends it.
+func endLeaseSpan(span trace.Span, c *decide.Compiled, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("sluice.tenant", c.Tenant.Slug), attribute.Int64("sluice.config_version", c.Version))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "lease operation failed")
+	}
+}
+
 // A bug that one request makes panic must cost that request, not the
 // decider: fasthttp and grpc-go, unlike net/http, let a handler's panic end
 // the process, and a client retrying the same request on each decider in

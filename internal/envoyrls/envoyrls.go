@@ -104,10 +104,10 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		if limitErrs != nil && limitErrs[i] != nil {
 			return limitErrs[i]
 		}
-		return s.cfg.Decider.Validate(c, reqs[i])
+		return s.cfg.Validate(c, reqs[i])
 	})
-	if err == nil && len(reqs) > 1 && c.HasReplaces() {
-		replacedBy(s.cfg.Decider, c, reqs)
+	if err == nil {
+		s.cfg.ReplacedBy(c, reqs)
 	}
 	if err == nil {
 		var errs []error
@@ -274,24 +274,6 @@ func requestLimit(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*decide
 	}
 	return nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid descriptor",
 		Fields: []policy.FieldError{{Field: field, Description: problem}}}
-}
-
-// replacedBy gives each of a call's requests the names of the rules the
-// others' rules replace, as envoyproxy/ratelimit drops a replaced limit
-// from every descriptor of the call.
-func replacedBy(d *decide.Decider, c *decide.Compiled, reqs []decide.Request) {
-	var replaced map[string]bool
-	for i := range reqs {
-		for _, n := range d.Replacing(c, reqs[i]) {
-			if replaced == nil {
-				replaced = map[string]bool{}
-			}
-			replaced[n] = true
-		}
-	}
-	for i := range reqs {
-		reqs[i].Replaced = replaced
-	}
 }
 
 // setEnvoyLimit states a rule's limit in Envoy's terms: requests per the

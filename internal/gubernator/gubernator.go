@@ -184,7 +184,7 @@ func gubernatorLimits(cfg *decision.Service, ctx context.Context, c *decide.Comp
 		if len(dec.Rules) > 0 {
 			rr := dec.Rules[0]
 			res.Remaining = max(rr.Remaining, 0)
-			now := cfg.Decider.Now()
+			now := cfg.Now()
 			res.ResetTime = now.Add(rr.ResetAfter).UnixMilli()
 			if rr.ResetAfter <= 0 && req.Limit.Algorithm == policy.FixedWindow {
 				// A window nothing has counted in yet is whole already; gubernator
@@ -228,7 +228,7 @@ func drain(cfg *decision.Service, ctx context.Context, c *decide.Compiled, in []
 	if len(drains) == 0 {
 		return
 	}
-	_, drainErrs := cfg.Decider.DecideAll(ctx, c, drains)
+	drainErrs := cfg.Drain(ctx, c, drains)
 	for k, err := range drainErrs {
 		if err != nil {
 			cfg.Logger.Warn("gubernator: draining", "tenant", c.Tenant.Slug, "request", at[k], "err", err)

@@ -252,7 +252,7 @@ func New(cfg Config) http.Handler {
 // a lease that cannot be released now (Redis down: the decisions say so
 // too) ends at its TTL.
 func (cfg *Config) release(ctx context.Context, c *decide.Compiled, req decide.Request, dec decide.Decision) {
-	if err := cfg.API.Decider.ReleaseHeld(context.WithoutCancel(ctx), c, req, dec); err != nil {
+	if err := cfg.API.ReleaseHeld(context.WithoutCancel(ctx), c, req, dec); err != nil {
 		cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not released: it ends at its TTL",
 			"tenant", c.Tenant.Slug, "err", err)
 	}
@@ -288,7 +288,7 @@ func (cfg *Config) keepLeases(ctx context.Context, c *decide.Compiled, req decid
 			case <-done:
 				return
 			case <-tick:
-				ok, err := cfg.API.Decider.Renew(context.WithoutCancel(ctx), c, req, dec)
+				ok, err := cfg.API.Renew(context.WithoutCancel(ctx), c, req, dec)
 				if err != nil || !ok {
 					cfg.API.Logger.DebugContext(ctx, "a proxied request's concurrency lease was not renewed", "tenant", c.Tenant.Slug, "err", err)
 				}

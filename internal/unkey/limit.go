@@ -97,7 +97,7 @@ func limit(h *httpcheck.API, ex httpcheck.Exchange) {
 	if len(dec.Rules) > 0 {
 		r := dec.Rules[max(dec.Deciding, 0)]
 		data.Limit, data.Remaining = r.Limit, max(r.Remaining, 0)
-		data.Reset = h.Decider.Now().Add(r.ResetAfter).UnixMilli()
+		data.Reset = h.Now().Add(r.ResetAfter).UnixMilli()
 		if !decide.IsRequestLimit(r.Rule) { // a tenant's rule: Unkey's override, by the id the override API gives it
 			data.OverrideID = r.Rule.ID
 		}
