@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
-	"github.com/sluicehq/sluice/internal/unkey"
+	"github.com/sluicehq/sluice/internal/unkeywire"
 )
 
 // Unkey's override calls (API v2), for applications that manage their
@@ -35,7 +35,7 @@ const unkeyPrefix = "/v2/ratelimit."
 // may make.
 var unkeyOps = map[string]struct {
 	view bool
-	do   func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error)
+	do   func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error)
 }{
 	"setOverride":    {false, (*server).unkeySet},
 	"getOverride":    {true, (*server).unkeyGet},
@@ -80,7 +80,7 @@ func (s *server) unkeyHandler(auth *authenticator) http.Handler {
 		name, ok := strings.CutPrefix(r.PathValue("call"), "ratelimit.")
 		op, known := unkeyOps[name]
 		if !ok || !known {
-			unkeyReply[any](w, http.StatusNotFound, nil, nil, unkey.ErrorOf(http.StatusNotFound, "Not Found", "no such call: "+r.URL.Path, "not_found", nil))
+			unkeyReply[any](w, http.StatusNotFound, nil, nil, unkeywire.ErrorOf(http.StatusNotFound, "Not Found", "no such call: "+r.URL.Path, "not_found", nil))
 			return
 		}
 		start, procedure := time.Now(), unkeyPrefix+name
@@ -102,7 +102,7 @@ func (s *server) unkeyHandler(auth *authenticator) http.Handler {
 // unkeyCall makes override call name of r: its key authorized as a
 // Connect call of the name is, its body read, then do.
 func (s *server) unkeyCall(r *http.Request, auth *authenticator, name string,
-	do func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error)) (any, *unkey.Pagination, error) {
+	do func(s *server, ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error)) (any, *unkeywire.Pagination, error) {
 	ctx, err := auth.authorize(r.Context(), unkeyPrefix+name, r.Header, r.RemoteAddr)
 	if err != nil {
 		return nil, nil, err
@@ -123,10 +123,10 @@ func (s *server) unkeyCall(r *http.Request, auth *authenticator, name string,
 	return do(s, ctx, tenant, &b)
 }
 
-func unkeyReply[T any](w http.ResponseWriter, status int, data *T, page *unkey.Pagination, e *unkey.Error) {
+func unkeyReply[T any](w http.ResponseWriter, status int, data *T, page *unkeywire.Pagination, e *unkeywire.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(unkey.Answer[T]{Meta: unkey.Meta{RequestID: unkey.RequestID()}, Data: data, Pagination: page, Error: e})
+	_ = json.NewEncoder(w).Encode(unkeywire.Answer[T]{Meta: unkeywire.Meta{RequestID: unkeywire.RequestID()}, Data: data, Pagination: page, Error: e})
 }
 
 // unkeyCode is the Connect code of err, a Connect or policy error.
@@ -168,7 +168,7 @@ func unkeyFail(w http.ResponseWriter, err error) {
 			detail = ce.Message()
 		}
 	}
-	unkeyReply[any](w, status, nil, nil, unkey.ErrorOf(status, title, detail, typ, fields))
+	unkeyReply[any](w, status, nil, nil, unkeywire.ErrorOf(status, title, detail, typ, fields))
 }
 
 // overrideTier is the tenant's default tier, the one Unkey's calls meet.
@@ -199,8 +199,8 @@ func (b *unkeyOverrideBody) checkNames(identifier bool) error {
 		names["identifier"] = b.Identifier
 	}
 	for _, f := range []string{"namespace", "identifier"} {
-		if v, ok := names[f]; ok && (v == "" || len(v) > unkey.MaxName || strings.IndexByte(v, 0) >= 0) {
-			bad(f, fmt.Sprintf("must be 1 to %d bytes, without NUL", unkey.MaxName))
+		if v, ok := names[f]; ok && (v == "" || len(v) > unkeywire.MaxName || strings.IndexByte(v, 0) >= 0) {
+			bad(f, fmt.Sprintf("must be 1 to %d bytes, without NUL", unkeywire.MaxName))
 		}
 	}
 	if fields != nil {
@@ -238,10 +238,10 @@ func unkeyOverrideOf(r policy.Rule) unkeyOverride {
 	return o
 }
 
-func (s *server) unkeySet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+func (s *server) unkeySet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error) {
 	err := b.checkNames(true)
 	var fields []policy.FieldError
-	unkey.CheckLimit(func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }, b.Limit, b.Duration)
+	unkeywire.CheckLimit(func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }, b.Limit, b.Duration)
 	var pe *policy.Error
 	if errors.As(err, &pe) {
 		fields = append(pe.Fields, fields...)
@@ -282,7 +282,7 @@ func (s *server) unkeySet(ctx context.Context, tenant string, b *unkeyOverrideBo
 	}
 }
 
-func (s *server) unkeyGet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+func (s *server) unkeyGet(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error) {
 	r, err := s.findOverride(ctx, tenant, b)
 	if err != nil {
 		return nil, nil, err
@@ -306,7 +306,7 @@ func (s *server) findOverride(ctx context.Context, tenant string, b *unkeyOverri
 	return r, nil
 }
 
-func (s *server) unkeyList(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+func (s *server) unkeyList(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error) {
 	if err := b.checkNames(false); err != nil {
 		return nil, nil, err
 	}
@@ -315,7 +315,7 @@ func (s *server) unkeyList(ctx context.Context, tenant string, b *unkeyOverrideB
 		return nil, nil, err
 	}
 	out, started := []unkeyOverride{}, b.Cursor == ""
-	page := &unkey.Pagination{}
+	page := &unkeywire.Pagination{}
 	for _, r := range tier.Rules {
 		switch {
 		case !isOverride(r, b.Namespace):
@@ -330,7 +330,7 @@ func (s *server) unkeyList(ctx context.Context, tenant string, b *unkeyOverrideB
 	return out, page, nil
 }
 
-func (s *server) unkeyDelete(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkey.Pagination, error) {
+func (s *server) unkeyDelete(ctx context.Context, tenant string, b *unkeyOverrideBody) (any, *unkeywire.Pagination, error) {
 	r, err := s.findOverride(ctx, tenant, b)
 	if err != nil {
 		return nil, nil, err

@@ -154,9 +154,9 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 	synced := make(chan struct{})
 	go func() { _ = d.Follower.Run(syncCtx); close(synced) }()
 	d.stops = append(d.stops, func() { stopSync(); <-synced })
-	reg.MustRegister(append(telemetry.ConfigMetrics(d.Follower), telemetry.NewEngineCollector(local))...)
+	reg.MustRegister(append(configMetrics(d.Follower), telemetry.NewEngineCollector(local))...)
 	if redisEngine != nil {
-		reg.MustRegister(telemetry.RedisEngineMetrics(redisEngine)...)
+		reg.MustRegister(redisEngineMetrics(redisEngine)...)
 	}
 
 	// The decision service, tracing and publishing its decisions.
@@ -285,7 +285,7 @@ func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *
 	pctx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
 	published := make(chan struct{})
 	go func() { defer close(published); _ = pub.Run(pctx) }()
-	reg.MustRegister(telemetry.PublisherMetrics(pub)...)
+	reg.MustRegister(publisherMetrics(pub)...)
 	apiCfg.Events = pub
 	return func() { stopEvents(); <-published }, nil
 }

@@ -1,3 +1,6 @@
+// Package unkey serves Unkey's rate limit call (POST /v2/ratelimit.limit) on
+// the decider's HTTP port, over the decision service, in Unkey's answer
+// shape (package unkeywire).
 package unkey
 
 import (
@@ -8,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/httpcheck"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/unkeywire"
 )
 
 // Unkey's rate limit API, version 2 (POST /v2/ratelimit.limit), so that
@@ -48,8 +52,8 @@ type unkeyBody struct {
 func (b *unkeyBody) request() (decide.Request, error) {
 	var fields []policy.FieldError
 	bad := func(field, desc string) { fields = append(fields, policy.FieldError{Field: field, Description: desc}) }
-	decision.CheckNames(bad, MaxName, decision.NameField{Field: "namespace", Value: b.Namespace}, decision.NameField{Field: "identifier", Value: b.Identifier})
-	CheckLimit(bad, b.Limit, b.Duration)
+	decision.CheckNames(bad, unkeywire.MaxName, decision.NameField{Field: "namespace", Value: b.Namespace}, decision.NameField{Field: "identifier", Value: b.Identifier})
+	unkeywire.CheckLimit(bad, b.Limit, b.Duration)
 	cost := int64(1)
 	if b.Cost != nil {
 		cost = *b.Cost
@@ -102,7 +106,7 @@ func limit(h *httpcheck.API, ex httpcheck.Exchange) {
 			data.OverrideID = r.Rule.ID
 		}
 	}
-	ex.Reply(http.StatusOK, "application/json", Answer[unkeyData]{Meta: Meta{RequestID: RequestID()}, Data: &data})
+	ex.Reply(http.StatusOK, "application/json", unkeywire.Answer[unkeyData]{Meta: unkeywire.Meta{RequestID: unkeywire.RequestID()}, Data: &data})
 }
 
 // unkeyData is a decision: success (admitted), the limit, what remains of
@@ -128,6 +132,6 @@ func (e unkeyExchange) Reply(status int, contentType string, v any) {
 		e.Exchange.Reply(status, contentType, v)
 		return
 	}
-	e.Exchange.Reply(status, "application/json", Answer[unkeyData]{Meta: Meta{RequestID: RequestID()},
-		Error: ErrorOf(p.Status, p.Title, p.Detail, p.Type, p.Errors)})
+	e.Exchange.Reply(status, "application/json", unkeywire.Answer[unkeyData]{Meta: unkeywire.Meta{RequestID: unkeywire.RequestID()},
+		Error: unkeywire.ErrorOf(p.Status, p.Title, p.Detail, p.Type, p.Errors)})
 }

@@ -1,4 +1,4 @@
-package telemetry
+package decider
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redisengine"
 )
 
-// A decider's metrics beyond its decisions (decision.NewMetrics): the
+// The decider's metrics beyond its decisions (decision.NewMetrics): the
 // config it enforces, its Redis engine's pipelines and local counting, and
 // its event publisher. Each reads the component's own counters when
 // scraped; none costs a decision anything.
@@ -34,10 +34,10 @@ type ConfigSync interface {
 	Refused() int64
 }
 
-// ConfigMetrics export s: sluice_config_version by tenant, and
+// configMetrics export s: sluice_config_version by tenant, and
 // sluice_config_refused_total, the snapshots refused (to alert on: the
 // decider keeps enforcing the tenant's previous config).
-func ConfigMetrics(s ConfigSync) []prometheus.Collector {
+func configMetrics(s ConfigSync) []prometheus.Collector {
 	return []prometheus.Collector{versionCollector(s.Versions),
 		counter("sluice_config_refused_total", "Tenant config snapshots that did not compile; the previous config stays in force.", s.Refused)}
 }
@@ -50,9 +50,9 @@ func gauge(name, help string, v func() int64) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(v()) })
 }
 
-// RedisEngineMetrics are a Redis engine's counters: its pipelines, and its
+// redisEngineMetrics are a Redis engine's counters: its pipelines, and its
 // local counting (rules with a sync interval).
-func RedisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
+func redisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("sluice_redis_pipelines_total", "Pipelines of decisions sent to Redis (with -redis-batch).",
 			func() int64 { p, _ := e.Pipelines(); return p }),
@@ -74,10 +74,10 @@ func RedisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
 	}
 }
 
-// PublisherMetrics are an event publisher's counters: what Kafka took,
+// publisherMetrics are an event publisher's counters: what Kafka took,
 // what waits for it (in memory and in the spool), what failed and what was
 // dropped.
-func PublisherMetrics(p *events.Publisher) []prometheus.Collector {
+func publisherMetrics(p *events.Publisher) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("sluice_events_sent_total", "Messages (rejection events and counter deltas) Kafka took.",
 			func() int64 { return p.Stats().Sent }),

@@ -1,4 +1,4 @@
-package decider
+package layout
 
 import (
 	"go/ast"
@@ -71,6 +71,45 @@ func TestProtocolsGoThroughTheDecisionService(t *testing.T) {
 				}
 				return true
 			})
+		}
+	}
+}
+
+// Each binary links only what it runs: the analytics consumer no Redis
+// client and no decider, the control plane no decider, no Redis client
+// and no fasthttp. A package outside a binary's list fails here; add it
+// to the list only when the binary runs it.
+func TestEachBinaryLinksWhatItRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const mod = "github.com/sluicehq/sluice/"
+	internal := func(names ...string) []string {
+		for i, n := range names {
+			names[i] = mod + "internal/" + n
+		}
+		return names
+	}
+	base := internal("policy", "limit", "flagenv", "telemetry", "tlsfiles", "redact", "prune", "gen/sluice/v1")
+	allowed := map[string][]string{
+		"cmd/analytics": slices.Concat(base, internal("kafkasec", "analytics"), []string{mod + "migrations"}),
+		"cmd/controlplane": slices.Concat(base, internal("authguard", "clientip", "envoyimport", "kongimport", "days", "route", "tenantfile",
+			"auditdiff", "pgstore", "protoconv", "reports", "tenantapply", "tracing", "unkeywire", "controlplane", "secretfile",
+			"gen/sluice/v1/sluicev1connect"), []string{mod + "migrations", mod + "web"}),
+	}
+	forbidden := []string{"github.com/redis/go-redis/v9", "github.com/valyala/fasthttp", mod + "internal/decide", mod + "internal/decision"}
+	for bin, ok := range allowed {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+bin).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", bin, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if slices.Contains(forbidden, dep) {
+				t.Errorf("%s links %s", bin, dep)
+			}
+			if strings.HasPrefix(dep, mod) && dep != mod+bin && !slices.Contains(ok, dep) {
+				t.Errorf("%s links %s, which is not on its list", bin, dep)
+			}
 		}
 	}
 }

@@ -1,7 +1,9 @@
-// Package unkey holds what Sluice's two parts of Unkey's API share: the
-// decider's rate limit call and the control plane's override calls. Its
-// answer envelope, and the bounds of a limit and its duration.
-package unkey
+// Package unkeywire is the shape of Unkey's API on the wire, which
+// Sluice's two parts of it share: the decider's rate limit call (package
+// unkey) and the control plane's override calls. Its answer envelope, and
+// the bounds of a limit and its duration. It imports nothing of either
+// part, so that the control plane links no decider.
+package unkeywire
 
 import (
 	"crypto/rand"
