@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"connectrpc.com/connect"
 	"flag"
 	"fmt"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"github.com/sluicehq/sluice/internal/days"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // The reports commands read the analytics rollups through the reports API:
@@ -193,7 +194,7 @@ func ruleRef(s *session, c *http.Client, v string) (string, error) {
 		return "", usageErrorf("rule %s: one of that name is in each of tiers %s; name one as TIER/RULE", v, strings.Join(named, ", "))
 	}
 	if id == "" {
-		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", v))
+		return "", protoconv.Error(policy.CodeNotFound, fmt.Sprintf("no rule %q", v))
 	}
 	return id, nil
 }

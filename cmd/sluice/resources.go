@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/httpcheck"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // errRejected marks a check that was rejected (exit code 4).
@@ -816,7 +817,7 @@ func tiersRules(tiers sluicev1connect.TierServiceClient, only string, names *[]s
 			}
 		}
 		if !found && only != "" {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", only))
+			return nil, protoconv.Error(policy.CodeNotFound, fmt.Sprintf("no tier %q", only))
 		}
 		return connect.NewResponse(out), nil
 	}
@@ -931,7 +932,7 @@ func overrideByID(s *session, ovs sluicev1connect.OverrideServiceClient, id stri
 			return o, nil
 		}
 	}
-	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no override %q", id))
+	return nil, protoconv.Error(policy.CodeNotFound, fmt.Sprintf("no override %q", id))
 }
 
 // tenantIDOf is the id of the tenant v names: the tenant whose slug is v,
@@ -972,7 +973,7 @@ func tierIDOf(s *session, tiers sluicev1connect.TierServiceClient, v string) (st
 			return t.Id, nil
 		}
 	}
-	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no tier %q", v))
+	return "", protoconv.Error(policy.CodeNotFound, fmt.Sprintf("no tier %q", v))
 }
 
 // ruleNames is the "tier/rule" name of each of the tenant's rules by id,
@@ -1005,7 +1006,7 @@ func ruleByID(s *session, tiers sluicev1connect.TierServiceClient, id string) (*
 			}
 		}
 	}
-	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no rule %q", id))
+	return nil, protoconv.Error(policy.CodeNotFound, fmt.Sprintf("no rule %q", id))
 }
 
 // windowText is a limit's window as people read it: a duration, or a

@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/subtle"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -78,7 +77,7 @@ type authenticator struct {
 func (a *authenticator) principal(ctx context.Context, header http.Header, peer string) (Principal, error) {
 	scheme, secret, ok := strings.Cut(header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing key: send Authorization: Bearer <key>"))
+		return Principal{}, protoconv.Error(policy.CodeUnauthenticated, "missing key: send Authorization: Bearer <key>")
 	}
 	h := policy.HashKey(strings.TrimSpace(secret))
 	if oneOf(h, a.operator.hashes()) {
@@ -98,7 +97,7 @@ func (a *authenticator) principal(ctx context.Context, header http.Header, peer 
 	if err != nil {
 		if policy.ErrorCode(err) == policy.CodeUnauthenticated {
 			a.guard.Failed(client)
-			return Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or revoked key"))
+			return Principal{}, protoconv.Error(policy.CodeUnauthenticated, "invalid or revoked key")
 		}
 		return Principal{}, protoconv.ToConnectError(ctx, a.logger, err)
 	}
@@ -181,13 +180,13 @@ func (a *authenticator) authorize(ctx context.Context, procedure string, h http.
 	}
 	switch {
 	case p.Role == RoleDecider && p.TenantID != "" && !deciderOnly[procedure]:
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("check keys are for the data plane only: the check APIs, and the config service for their tenant"))
+		return nil, protoconv.Error(policy.CodePermissionDenied, "check keys are for the data plane only: the check APIs, and the config service for their tenant")
 	case deciderOnly[procedure] != (p.Role == RoleDecider):
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("the config service is for deciders, and deciders have only it"))
+		return nil, protoconv.Error(policy.CodePermissionDenied, "the config service is for deciders, and deciders have only it")
 	case operatorOnly[procedure] && p.Role != RoleOperator:
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("only the operator manages tenants"))
+		return nil, protoconv.Error(policy.CodePermissionDenied, "only the operator manages tenants")
 	case p.Role == RoleViewer && !viewable[procedure]:
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys"))
+		return nil, protoconv.Error(policy.CodePermissionDenied, "a viewer key reads the tenant's configuration and reports; it changes nothing, and does not see keys")
 	}
 	if p.Role != RoleDecider || p.KeyID != "" { // the decider credential is not counted; check keys are
 		if err := a.calls.Take(cmp.Or(p.KeyID, "operator")); err != nil {
@@ -258,12 +257,12 @@ func tenantOf(ctx context.Context, requested string) (string, error) {
 	case (p.Role == RoleAdmin || p.Role == RoleViewer) && (requested == "" || requested == p.TenantID):
 		return p.TenantID, nil
 	case p.Role == RoleAdmin || p.Role == RoleViewer:
-		return "", connect.NewError(connect.CodePermissionDenied, errors.New("this key belongs to another tenant"))
+		return "", protoconv.Error(policy.CodePermissionDenied, "this key belongs to another tenant")
 	case p.Role == RoleOperator && requested != "":
 		return requested, nil
 	case p.Role == RoleOperator:
 		return "", protoconv.ToConnectError(ctx, nil, &policy.Error{Code: policy.CodeInvalid, Message: "invalid request",
 			Fields: []policy.FieldError{{Field: "tenant_id", Description: "required with the operator key"}}})
 	}
-	return "", connect.NewError(connect.CodeUnauthenticated, errors.New("unauthenticated"))
+	return "", protoconv.Error(policy.CodeUnauthenticated, "unauthenticated")
 }

@@ -5,9 +5,9 @@ import (
 	"strconv"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/sluicehq/sluice/internal/authguard"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // newAuthGuard returns a guard of perMinute invalid keys a minute per
@@ -32,7 +32,7 @@ func guardError(err error) error {
 	if !errors.As(err, &r) {
 		return err
 	}
-	cerr := connect.NewError(connect.CodeResourceExhausted, r)
+	cerr := protoconv.Error(policy.CodeResourceExhausted, r.Error())
 	cerr.Meta().Set("Retry-After", strconv.Itoa(int(r.Wait/time.Second)))
 	return cerr
 }

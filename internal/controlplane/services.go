@@ -393,7 +393,7 @@ func (s configServer) Watch(ctx context.Context, req *connect.Request[sluicev1.W
 		return nil // the decider hung up, or the server is closing
 	}
 	if errors.Is(err, policy.ErrWatchBehind) {
-		return connect.NewError(connect.CodeUnavailable, err) // the decider watches again, from what it has
+		return protoconv.Error(policy.CodeUnavailable, err.Error()) // the decider watches again, from what it has
 	}
 	return err
 }

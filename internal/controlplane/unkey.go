@@ -16,7 +16,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/protoconv"
 	"github.com/sluicehq/sluice/internal/unkeywire"
 )
 
@@ -80,7 +79,7 @@ func (s *server) unkeyHandler(auth *authenticator) http.Handler {
 		name, ok := strings.CutPrefix(r.PathValue("call"), "ratelimit.")
 		op, known := unkeyOps[name]
 		if !ok || !known {
-			unkeyReply[any](w, http.StatusNotFound, nil, nil, unkeywire.ErrorOf(http.StatusNotFound, "Not Found", "no such call: "+r.URL.Path, "not_found", nil))
+			unkeyFail(w, policy.Errorf(policy.CodeNotFound, "no such call: %s", r.URL.Path))
 			return
 		}
 		start, procedure := time.Now(), unkeyPrefix+name
@@ -108,7 +107,7 @@ func (s *server) unkeyCall(r *http.Request, auth *authenticator, name string,
 		return nil, nil, err
 	}
 	if principalFrom(ctx).Role == RoleOperator {
-		return nil, nil, connect.NewError(connect.CodePermissionDenied, errors.New("the override calls take the tenant's admin key: the operator key names no tenant"))
+		return nil, nil, policy.Errorf(policy.CodePermissionDenied, "the override calls take the tenant's admin key: the operator key names no tenant")
 	}
 	tenant, err := tenantOf(ctx, "")
 	if err != nil {
@@ -129,16 +128,19 @@ func unkeyReply[T any](w http.ResponseWriter, status int, data *T, page *unkeywi
 	_ = json.NewEncoder(w).Encode(unkeywire.Answer[T]{Meta: unkeywire.Meta{RequestID: unkeywire.RequestID()}, Data: data, Pagination: page, Error: e})
 }
 
-// unkeyCode is the Connect code of err, a Connect or policy error.
-func unkeyCode(err error) connect.Code {
+// unkeyCode is the code of err, a Connect or policy error, in the one
+// table's terms.
+func unkeyCode(err error) policy.Code {
 	var pe *policy.Error
-	if !errors.As(err, &pe) {
-		return connect.CodeOf(err)
+	if errors.As(err, &pe) {
+		return pe.Code
 	}
-	return protoconv.ConnectCode(pe.Code)
+	return policy.CodeOfRPC(uint32(connect.CodeOf(err))) // Unknown is in no table: CodeUnknown
 }
 
-// unkeyFail answers err, a Connect or policy error, in Unkey's envelope.
+// unkeyFail answers err, a Connect or policy error, in Unkey's envelope:
+// its status from the one table, its title the status's text and its type
+// the title in snake case (not_found).
 func unkeyFail(w http.ResponseWriter, err error) {
 	var fields []policy.FieldError
 	var pe *policy.Error
@@ -146,29 +148,18 @@ func unkeyFail(w http.ResponseWriter, err error) {
 		fields = pe.Fields
 	}
 	code := unkeyCode(err)
-	status, title, typ := http.StatusInternalServerError, "Internal Server Error", "internal_server_error"
-	switch code {
-	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
-		status, title, typ = http.StatusBadRequest, "Bad Request", "bad_request"
-	case connect.CodeUnauthenticated:
-		status, title, typ = http.StatusUnauthorized, "Unauthorized", "unauthorized"
-	case connect.CodePermissionDenied:
-		status, title, typ = http.StatusForbidden, "Forbidden", "forbidden"
-	case connect.CodeNotFound:
-		status, title, typ = http.StatusNotFound, "Not Found", "not_found"
-	case connect.CodeAlreadyExists, connect.CodeAborted:
-		status, title, typ = http.StatusConflict, "Conflict", "conflict"
-	case connect.CodeResourceExhausted:
-		status, title, typ = http.StatusTooManyRequests, "Too Many Requests", "too_many_requests"
-	}
+	status := code.Status().HTTP
+	title := http.StatusText(status)
 	detail := "the control plane failed; its log says why"
-	if status != http.StatusInternalServerError {
+	if code != policy.CodeUnknown {
 		var ce *connect.Error
 		if detail = err.Error(); errors.As(err, &ce) {
 			detail = ce.Message()
+		} else if pe != nil {
+			detail = pe.Message
 		}
 	}
-	unkeyReply[any](w, status, nil, nil, unkeywire.ErrorOf(status, title, detail, typ, fields))
+	unkeyReply[any](w, status, nil, nil, unkeywire.ErrorOf(status, title, detail, strings.ToLower(strings.ReplaceAll(title, " ", "_")), fields))
 }
 
 // overrideTier is the tenant's default tier, the one Unkey's calls meet.

@@ -13,8 +13,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -66,11 +64,11 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	}
 	switch {
 	case req.GetDomain() != c.Tenant.Slug:
-		return nil, status.Errorf(codes.PermissionDenied, "domain %q is not this key's tenant", req.GetDomain())
+		return nil, protoconv.GRPCError(policy.CodePermissionDenied, fmt.Sprintf("domain %q is not this key's tenant", req.GetDomain()))
 	case len(req.GetDescriptors()) == 0:
-		return nil, status.Error(codes.InvalidArgument, "descriptors: at least one")
+		return nil, protoconv.GRPCError(policy.CodeInvalid, "descriptors: at least one")
 	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, status.Errorf(codes.InvalidArgument, "descriptors: at most %d", MaxDescriptors)
+		return nil, protoconv.GRPCError(policy.CodeInvalid, fmt.Sprintf("descriptors: at most %d", MaxDescriptors))
 	}
 	if s.cfg.Door(c) != nil {
 		return crowded(len(req.Descriptors)), nil

@@ -5,12 +5,13 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // malformedCodec is grpc-go's protobuf codec, but a request that does not
@@ -43,7 +44,7 @@ func malformed(req any) bool {
 }
 
 // errMalformed answers a request that is not its message's protobuf.
-var errMalformed = status.Error(codes.InvalidArgument, "the request is not a valid protobuf message of this call")
+var errMalformed = protoconv.GRPCError(policy.CodeInvalid, "the request is not a valid protobuf message of this call")
 
 // refuseMalformedUnary answers InvalidArgument to a unary call whose
 // request did not decode.

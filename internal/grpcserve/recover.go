@@ -4,10 +4,10 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/decision"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // A bug that one request makes panic must cost that request, not the
@@ -21,7 +21,7 @@ func recoverUnary(cfg *decision.Service) grpc.UnaryServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				cfg.Recovered(ctx, "grpc", r)
-				res, err = nil, status.Error(codes.Internal, "the decider failed on this request")
+				res, err = nil, protoconv.GRPCError(policy.CodeUnknown, "the decider failed on this request")
 			}
 		}()
 		return next(ctx, req)
@@ -34,7 +34,7 @@ func recoverStream(cfg *decision.Service) grpc.StreamServerInterceptor {
 		defer func() {
 			if r := recover(); r != nil {
 				cfg.Recovered(ss.Context(), "grpc", r)
-				err = status.Error(codes.Internal, "the decider failed on this request")
+				err = protoconv.GRPCError(policy.CodeUnknown, "the decider failed on this request")
 			}
 		}()
 		return next(srv, ss)

@@ -10,16 +10,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // calls a client compresses (grpc-go's UseCompressor, Java's withCompression) are understood, and answered in kind; not left to a dependency's import
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
 	"github.com/sluicehq/sluice/internal/decision"
+	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
 // streamWorkers is the gRPC server's pool of kept call goroutines; idle
@@ -107,7 +106,7 @@ func door(svc *decision.Service) tap.ServerInHandle {
 			return ctx, nil
 		}
 		if err := svc.Door(c); err != nil {
-			return ctx, status.Error(codes.Code(decision.ErrCrowded.Code.Status().RPC), decision.ErrCrowded.Message)
+			return ctx, protoconv.GRPCError(decision.ErrCrowded.Code, decision.ErrCrowded.Message)
 		}
 		return ctx, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -111,5 +112,88 @@ func TestEachBinaryLinksWhatItRuns(t *testing.T) {
 				t.Errorf("%s links %s, which is not on its list", bin, dep)
 			}
 		}
+	}
+}
+
+// Errors map to answers through one table (policy.Code.Status, read by
+// protoconv): no file outside those two names a gRPC or Connect code, or
+// builds a Connect error or a gRPC status by hand. HTTP statuses of the
+// HTTP layer's own refusals (a malformed request, a body too large) are
+// not codes of the domain and stay where they are made. The clients (the
+// CLI, the SDK, the load generator) read the codes of answers they get,
+// and are not held to it.
+func TestOneErrorTable(t *testing.T) {
+	root := filepath.Join("..", "..")
+	table := map[string]bool{
+		filepath.Join(root, "internal", "policy", "errors.go"):    true,
+		filepath.Join(root, "internal", "protoconv", "errors.go"): true,
+	}
+	var files []string
+	clients := map[string]bool{"sluice": true, "sluice-bench": true, "cli": true, "grpcload": true}
+	for _, dir := range []string{"cmd", "internal", "web"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case d.IsDir() && (d.Name() == "gen" || d.Name() == "testdata" || clients[d.Name()]):
+				return filepath.SkipDir
+			case !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") && !table[path]:
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, file := range files {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]string{} // local name: import path, of the libraries with codes
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			if path != "connectrpc.com/connect" && path != "google.golang.org/grpc/codes" && path != "google.golang.org/grpc/status" {
+				continue
+			}
+			name := filepath.Base(path)
+			if imp.Name != nil {
+				name = imp.Name.Name
+			}
+			names[name] = path
+		}
+		if len(names) == 0 {
+			continue
+		}
+		f, err = parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			pkg, ok := sel.X.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			name := sel.Sel.Name
+			var bad bool
+			switch names[pkg.Name] {
+			case "connectrpc.com/connect":
+				bad = name == "NewError" || strings.HasPrefix(name, "Code") && name != "CodeOf" && name != "Code"
+			case "google.golang.org/grpc/codes":
+				bad = name != "Code"
+			case "google.golang.org/grpc/status":
+				bad = name == "Error" || name == "Errorf" || name == "New" || name == "Newf"
+			}
+			if bad {
+				t.Errorf("%s: %s.%s: map a policy.Code through protoconv (Error, GRPCError, ToConnectError) instead", fset.Position(sel.Pos()), pkg.Name, name)
+			}
+			return true
+		})
 	}
 }

@@ -55,6 +55,18 @@ var statuses = [...]Status{
 	CodeFailedPrecondition: {RPC: 9, HTTP: 409},  // FailedPrecondition
 }
 
+// CodeOfRPC is the Code whose Status has the gRPC (and Connect) code rpc,
+// the first in the table; CodeUnknown for none. It reads an error a
+// library made (a Connect error) back into the table's terms.
+func CodeOfRPC(rpc uint32) Code {
+	for c, s := range statuses {
+		if s.RPC == rpc {
+			return Code(c)
+		}
+	}
+	return CodeUnknown
+}
+
 // Status says how transports answer c.
 func (c Code) Status() Status {
 	if int(c) < len(statuses) {

@@ -18,6 +18,18 @@ import (
 // table (policy.Code.Status).
 func ConnectCode(c policy.Code) connect.Code { return connect.Code(c.Status().RPC) }
 
+// Error is the Connect error of code, from the one table, with message:
+// for the refusals a transport makes itself (no key, the wrong role, a
+// malformed call), which have no policy.Error to convert.
+func Error(code policy.Code, message string) *connect.Error {
+	return connect.NewError(ConnectCode(code), errors.New(message))
+}
+
+// GRPCError is Error as a gRPC status error.
+func GRPCError(code policy.Code, message string) error {
+	return status.Error(codes.Code(code.Status().RPC), message)
+}
+
 // ToConnectError turns err into a Connect error: policy errors with their code,
 // message and field details (google.rpc.BadRequest); the end of ctx (the
 // caller went away, or its deadline passed) as Canceled or
