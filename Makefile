@@ -60,8 +60,8 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Reports -benchtime 10x ./internal/reports/
 	$(GO) test -run '^$$' -bench ScriptCPU -benchtime 100000x ./internal/redisengine/
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/
-	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/decider/
-	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/decider/
+	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/
+	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'ClusterScaling|DecisionCost' -benchtime 100000x ./internal/decide/
 
 .PHONY: bench-check
@@ -80,7 +80,7 @@ FUZZ_TARGETS = \
 	internal/kongimport:FuzzParse \
 	internal/tenantfile:FuzzParse \
 	internal/analytics:FuzzBatchAdd \
-	internal/decider:FuzzCheckBody \
+	internal/dataplane:FuzzCheckBody \
 	internal/envoyrls:FuzzShouldRateLimit \
 	internal/checkapi:FuzzParseCheckBody \
 	internal/checkapi:FuzzCheckJSON \

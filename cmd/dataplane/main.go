@@ -5,7 +5,7 @@
 // /metrics on its admin listener; optionally a reverse proxy or a
 // gateway's forward-auth service.
 //
-// Its flags and variables are internal/decider's Config.Flags, and
+// Its flags and variables are internal/dataplane's Settings.Flags, and
 // docs/configuration.md; flags override the environment. Secrets come
 // from the environment only, or the file a NAME_FILE variable names:
 //
@@ -23,7 +23,7 @@
 //
 // Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
 // at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
-// (see decider.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
+// (see dataplane.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
 // machine the decider shares with Redis (docs/operations.md, "Tuning a
 // decider").
 package main
@@ -35,19 +35,19 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/decider"
+	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 func main() {
-	decider.TuneGC(os.Getenv)
+	dataplane.TuneGC(os.Getenv)
 	flagenv.Main("dataplane", run)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	e := flagenv.NewEnv(getenv)
-	cfg := decider.Defaults()
+	cfg := dataplane.DefaultSettings()
 	fs := flag.NewFlagSet("dataplane", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.Flags(fs, e)
@@ -63,5 +63,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg.DeciderKey, cfg.DeciderKeyFunc, cfg.Proxy.Key = getenv("SLUICE_DECIDER_KEY"), keyFunc, getenv("SLUICE_PROXY_KEY")
 	cfg.Logger, cfg.Stdout, cfg.Getenv = slog.New(slog.NewJSONHandler(stderr, nil)), stdout, getenv
-	return decider.Run(ctx, cfg)
+	return dataplane.Serve(ctx, cfg)
 }

@@ -35,7 +35,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/internal/controlplane"
-	"github.com/sluicehq/sluice/internal/decider"
+	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/events/eventstest"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
@@ -671,7 +671,7 @@ func TestDeciderGRPCPort(t *testing.T) {
 			if err != nil {
 				t.Fatalf("run: %v", err)
 			}
-		case <-time.After(decider.GRPCStopGrace + 10*time.Second):
+		case <-time.After(dataplane.GRPCStopGrace + 10*time.Second):
 			t.Fatal("the decider did not stop while a health Watch was open")
 		}
 	})

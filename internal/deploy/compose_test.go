@@ -50,7 +50,7 @@ func loadCompose(t *testing.T) map[string]service {
 // its main.go, or the package that assembles it.
 var configSource = map[string]string{
 	"controlplane": "internal/controlplane/settings.go",
-	"dataplane":    "internal/decider/flags.go",
+	"dataplane":    "internal/dataplane/flags.go",
 	"analytics":    "internal/analytics/settings.go",
 }
 

@@ -35,7 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/analytics"
 	"github.com/sluicehq/sluice/internal/atomicfile"
 	"github.com/sluicehq/sluice/internal/controlplane"
-	"github.com/sluicehq/sluice/internal/decider"
+	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/grpcserve"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/pgstore"
@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The decider, following the control plane over loopback: the same
 	// assembly as the dataplane binary's, with the dev stack's settings.
 	reg := telemetry.NewRegistry()
-	dcfg := decider.Defaults()
+	dcfg := dataplane.DefaultSettings()
 	dcfg.ControlPlane, dcfg.DeciderKey, dcfg.Name, dcfg.ConfigRepull = base, keys.Decider, "dev", 10*time.Second
 	dcfg.StateFile = filepath.Join(cfg.Dir, "decider-snapshot.pb")
 	dcfg.RedisURL, dcfg.RedisCluster, dcfg.RedisSentinel, dcfg.RedisPrefix = redisURL(ctx, cfg)
@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dcfg.RedisURL != "" {
 		engineName = "Redis " + redact.URL(dcfg.RedisURL)
 	}
-	dec, err := decider.New(ctx, dcfg)
+	dec, err := dataplane.New(ctx, dcfg)
 	if err != nil {
 		return err
 	}
@@ -226,8 +226,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// grpc-go's listener: Envoy's rate limit service and DecisionService.
 	gs := grpcserve.NewServer(dec.Service)
-	decider.RegisterGRPC(gs, dec.Service)
-	defer grpcserve.ServeHealth(gs, syncer.Loaded(), decider.GRPCServices...)()
+	dataplane.RegisterGRPC(gs, dec.Service)
+	defer grpcserve.ServeHealth(gs, syncer.Loaded(), dataplane.GRPCServices...)()
 	go func() { _ = gs.Serve(gln) }()
 	defer gs.Stop()
 

@@ -1,9 +1,9 @@
-// Package decider assembles a decider: the binary cmd/dataplane fills a
-// Config from its flags and environment, Validate checks it, and Run
-// serves it until its context ends. Construction runs in dependency
+// Package dataplane assembles a decider, the binary cmd/dataplane runs:
+// main fills Settings from its flags and environment, Validate checks
+// them, and Serve serves them until its context ends. Construction runs in dependency
 // order: engines, the decider, metrics, the config follower, the
 // listeners.
-package decider
+package dataplane
 
 import (
 	"errors"
@@ -27,9 +27,9 @@ import (
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
-// Config is a decider's settings, one field per setting. Defaults gives
+// Settings are a decider's settings, one field per setting. DefaultSettings gives
 // each its default; docs/configuration.md and Flags say what each does.
-type Config struct {
+type Settings struct {
 	Addr      string // the check APIs, /healthz and /readyz
 	AdminAddr string // /metrics and detailed health; "off" none
 	TLS       TLSFiles
@@ -126,13 +126,13 @@ type Proxy struct {
 // On reports whether the proxy runs.
 func (p Proxy) On() bool { return p.Upstream != "" || p.ForwardAuth }
 
-// Defaults returns every setting at its default.
-func Defaults() Config {
+// DefaultSettings returns every setting at its default.
+func DefaultSettings() Settings {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		cache = os.TempDir()
 	}
-	return Config{
+	return Settings{
 		Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9080", ControlPlane: "http://127.0.0.1:8081",
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
 		HTTPFast:  true, RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
@@ -147,7 +147,7 @@ func Defaults() Config {
 
 // Validate checks every setting that can be checked without the network,
 // naming the flag and variable of the first wrong one.
-func (c *Config) Validate() error {
+func (c *Settings) Validate() error {
 	_, err := c.parsed()
 	return err
 }
@@ -160,7 +160,7 @@ type parsedConfig struct {
 	upstream *url.URL
 }
 
-func (c *Config) parsed() (parsedConfig, error) {
+func (c *Settings) parsed() (parsedConfig, error) {
 	var p parsedConfig
 	var err error
 	if p.headers, err = rlheaders.ParseStyle(c.RateLimitHeaders); err != nil {

@@ -1,4 +1,4 @@
-package decider
+package dataplane
 
 import (
 	"context"
@@ -101,7 +101,7 @@ func TestGRPCReflection(t *testing.T) {
 // client connection to it, the health service's stop and the server.
 func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpc.Server) {
 	srv := grpcserve.NewServer(decision.Service{})
-	RegisterGRPC(srv, decision.Service{}) // as Run does
+	RegisterGRPC(srv, decision.Service{}) // as Serve does
 	stop := grpcserve.ServeHealth(srv, ready, GRPCServices...)
 	return decisiontest.ServeGRPC(t, srv), stop, srv
 }

@@ -1,4 +1,4 @@
-package decider
+package dataplane
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package decider
+package dataplane
 
 import (
 	"flag"
@@ -8,7 +8,7 @@ import (
 )
 
 // Flags defines a flag for each setting on fs, its default the variable
-// named below where it is set, else c's value (Defaults' when c is). The
+// named below where it is set, else c's value (DefaultSettings' when c is). The
 // flags and variables:
 //
 //	-addr           SLUICE_DATAPLANE_ADDR     listen address of the check APIs, /healthz and /readyz (default 127.0.0.1:8080)
@@ -83,7 +83,7 @@ import (
 //
 // SLUICE_DECIDER_KEY and SLUICE_PROXY_KEY are read by the binary, from the
 // environment only (or their _FILE variables), never from a flag.
-func (c *Config) Flags(fs *flag.FlagSet, e *flagenv.Env) {
+func (c *Settings) Flags(fs *flag.FlagSet, e *flagenv.Env) {
 	fs.StringVar(&c.Addr, "addr", e.String("SLUICE_DATAPLANE_ADDR", c.Addr), "listen address of the check APIs, /healthz and /readyz")
 	fs.StringVar(&c.AdminAddr, "admin-addr", e.String("SLUICE_ADMIN_ADDR", c.AdminAddr), `listen address of /metrics and detailed health, for operators alone; "off" none`)
 	fs.StringVar(&c.ControlPlane, "control-plane", e.String("SLUICE_CONTROL_PLANE_URL", c.ControlPlane), "control plane URL")

@@ -1,4 +1,4 @@
-package decider
+package dataplane
 
 import (
 	"context"
@@ -44,17 +44,17 @@ import (
 // side has drained.
 const GRPCStopGrace = 5 * time.Second
 
-// Decider is a decider built from its Config: the decision service every
+// Server is a decider built from its Settings: the decision service every
 // API serves, the config follower feeding it, and their metrics. New
 // starts its background work; Close stops it.
-type Decider struct {
+type Server struct {
 	// Service is the decision service: Decide and Reset, with the
 	// recording of metrics, events and spans.
 	Service  decision.Service
 	Follower *follower.Follower
 	Keys     *follower.Keys
 	Registry *prometheus.Registry
-	cfg      Config
+	cfg      Settings
 	parsed   parsedConfig
 	stops    []func() // Close runs them last first
 }
@@ -62,7 +62,7 @@ type Decider struct {
 // New builds and starts cfg's decider: its engines, the decider, its
 // metrics, the config follower and the events publisher, in that order.
 // An invalid cfg is an error before anything starts.
-func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
+func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	p, err := cfg.parsed()
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 		return nil, err
 	}
 	logger := cfg.Logger
-	d := &Decider{cfg: cfg, parsed: p, Registry: cfg.Registry}
+	d := &Server{cfg: cfg, parsed: p, Registry: cfg.Registry}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config) (_ *Decider, err error) {
 // flush, tracing, the config follower (its last state file written), the
 // resets watch, and the Redis engine (local counts sent). Call it after
 // the listeners have drained.
-func (d *Decider) Close() {
+func (d *Server) Close() {
 	for i := len(d.stops) - 1; i >= 0; i-- {
 		d.stops[i]()
 	}
@@ -193,18 +193,18 @@ func (d *Decider) Close() {
 
 // Mount routes the check APIs on mux: every protocol's HTTP routes (with
 // CORS for the origins configured) and Connect's DecisionService.
-func (d *Decider) Mount(mux *http.ServeMux) {
+func (d *Server) Mount(mux *http.ServeMux) {
 	routes := HTTPRoutes(httpcheck.NewAPI(d.Service))
 	httpcheck.Mount(mux, routes, httpcheck.CORS(flagenv.List(d.cfg.CORSOrigins), httpcheck.Handler(routes)))
 	mux.Handle(checkapi.NewDecisionService(d.Service))
 }
 
-// Run serves cfg's decider on its listeners until ctx ends, then stops it:
+// Serve serves cfg's decider on its listeners until ctx ends, then stops it:
 // the listeners drain, the local counts go to Redis, the last events to
 // Kafka, and the last configuration to the state file. An invalid cfg is
 // an error before anything starts.
-func Run(ctx context.Context, cfg Config) error {
-	// What Run starts stops when it returns, an error at start included.
+func Serve(ctx context.Context, cfg Settings) error {
+	// What Serve starts stops when it returns, an error at start included.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d, err := New(ctx, cfg)
@@ -266,7 +266,7 @@ func Run(ctx context.Context, cfg Config) error {
 // returns what stops it. It outlives the servers: its last flush, after
 // they have stopped, carries the events and counts of their last
 // decisions, and the process exits only after it.
-func publish(ctx context.Context, cfg Config, reg *prometheus.Registry, health *follower.Health, apiCfg *decision.Service) (func(), error) {
+func publish(ctx context.Context, cfg Settings, reg *prometheus.Registry, health *follower.Health, apiCfg *decision.Service) (func(), error) {
 	sec := cfg.Kafka
 	if sec == nil {
 		sec = &kafkasec.Config{}
@@ -305,7 +305,7 @@ func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, 
 // serveGRPC starts the grpc-go listener of cfg (Envoy's rate limit
 // service, DecisionService, gubernator's V1, gRPC health), and returns
 // what stops it.
-func serveGRPC(ctx context.Context, stdout io.Writer, cfg Config, apiCfg decision.Service, syncer *follower.Follower) (func(), error) {
+func serveGRPC(ctx context.Context, stdout io.Writer, cfg Settings, apiCfg decision.Service, syncer *follower.Follower) (func(), error) {
 	rln, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc: %w", err)
