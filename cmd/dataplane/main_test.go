@@ -226,7 +226,7 @@ func acmeOnPool(t *testing.T, pool *pgxpool.Pool, rule policy.Rule) (tn policy.T
 		t.Fatal(err)
 	}
 	_, version, _ = store.GetTenant(ctx, tn.ID)
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{DeciderKey: "dk"}.OnPostgres(store, time.Minute)))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "dk"}.OnPostgres(store, time.Minute)))
 	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
 	return tn, version, checkKey, cp.URL, store
 }

@@ -233,7 +233,7 @@ func tenantOn(t *testing.T, store *pgstore.Store, slug string, rule policy.Rule)
 // controlPlane serves store's tenants to deciders until the test ends.
 func controlPlane(t *testing.T, store *pgstore.Store) string {
 	t.Helper()
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{DeciderKey: "dk"}.OnPostgres(store, time.Minute)))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "dk"}.OnPostgres(store, time.Minute)))
 	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
 	return cp.URL
 }

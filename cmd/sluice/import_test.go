@@ -61,7 +61,7 @@ func fileWriter(t *testing.T, dir string) func(name, body string) string {
 func importServer(t *testing.T) (*pgstore.Store, func(string) string) {
 	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
-	srv := httptest.NewServer(controlplane.NewHandler(controlplane.Config{OperatorKey: "op"}.OnPostgres(store, 0)))
+	srv := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{OperatorKey: "op"}.OnPostgres(store, 0)))
 	t.Cleanup(srv.Close)
 	env := map[string]string{"SLUICE_SERVER": srv.URL, "SLUICE_KEY": "op"}
 	return store, func(k string) string { return env[k] }

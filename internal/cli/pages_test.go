@@ -23,7 +23,7 @@ import (
 func TestAllPages(t *testing.T) {
 	t.Parallel()
 	store := pgstore.New(pgtest.Pool(t))
-	srv := httptest.NewServer(controlplane.NewHandler(controlplane.Config{OperatorKey: "op"}.OnPostgres(store, 0)))
+	srv := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{OperatorKey: "op"}.OnPostgres(store, 0)))
 	t.Cleanup(srv.Close)
 	var want []string
 	for i := range 23 {

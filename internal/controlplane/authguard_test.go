@@ -20,10 +20,10 @@ import (
 
 // clockedServer is newServerWith on a clock the test moves (ns since the
 // epoch), from 2026-11-24 12:00 UTC.
-func clockedServer(t *testing.T, edit func(*Config)) (*httptest.Server, *atomic.Int64) {
+func clockedServer(t *testing.T, edit func(*HandlerConfig)) (*httptest.Server, *atomic.Int64) {
 	now := new(atomic.Int64)
 	now.Store(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC).UnixNano())
-	srv, _ := newServerWith(t, func(c *Config) {
+	srv, _ := newServerWith(t, func(c *HandlerConfig) {
 		edit(c)
 		c.Now = func() time.Time { return time.Unix(0, now.Load()) }
 	})
@@ -37,7 +37,7 @@ func clockedServer(t *testing.T, edit func(*Config)) (*httptest.Server, *atomic.
 // affected.
 func TestInvalidKeysLimited(t *testing.T) {
 	t.Parallel()
-	srv, now := clockedServer(t, func(c *Config) { c.AuthFailures = 5 })
+	srv, now := clockedServer(t, func(c *HandlerConfig) { c.AuthFailures = 5 })
 	c := newClients(srv)
 	_, admin := setupTenant(t, c, "acme")
 	list := func(key string) error {
@@ -84,7 +84,7 @@ func TestInvalidKeysLimited(t *testing.T) {
 // by sending a new address each time.
 func TestInvalidKeysLimitedBehindProxy(t *testing.T) {
 	t.Parallel()
-	srv, _ := newServerWith(t, func(c *Config) {
+	srv, _ := newServerWith(t, func(c *HandlerConfig) {
 		c.AuthFailures = 3
 		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 		// A clock that stands still: no token comes back during the test.
@@ -165,7 +165,7 @@ func (f forwarding) RoundTrip(r *http.Request) (*http.Response, error) {
 // among them, have their own budgets, and deciders are not counted.
 func TestCallsLimitedPerKey(t *testing.T) {
 	t.Parallel()
-	srv, now := clockedServer(t, func(c *Config) { c.KeyCalls = 4 })
+	srv, now := clockedServer(t, func(c *HandlerConfig) { c.KeyCalls = 4 })
 	c := newClients(srv)
 	// Two tenants and their keys: the operator's 4 calls.
 	_, admin := setupTenant(t, c, "acme")

@@ -11,7 +11,7 @@ import (
 
 // DefaultReadTimeout bounds how long a client may take to send a whole
 // request to the control plane, headers to the body's last byte, when
-// Config.ReadTimeout is 0.
+// HandlerConfig.ReadTimeout is 0.
 const DefaultReadTimeout = 10 * time.Second
 
 // earlyAuthBytes is the largest request body read before its key is

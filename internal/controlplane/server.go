@@ -24,8 +24,8 @@ import (
 // MaxRequestBytes bounds a request message.
 const MaxRequestBytes = 1 << 20
 
-// Config configures the API handler.
-type Config struct {
+// HandlerConfig configures the API handler (NewHandler).
+type HandlerConfig struct {
 	// Store keeps the configuration; Watches streams its changes to the
 	// deciders; Files applies tenant files in its transactions; Reports
 	// reads the analytics rollups. All are required (Settings.Serve
@@ -108,7 +108,7 @@ func init() {
 
 // NewHandler returns the handler of every control-plane service, serving
 // Connect, gRPC and gRPC-Web.
-func NewHandler(cfg Config) http.Handler {
+func NewHandler(cfg HandlerConfig) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

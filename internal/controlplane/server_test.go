@@ -60,14 +60,14 @@ type clients struct {
 // newServer serves the API over HTTP/2 (TLS) on a fresh schema and returns
 // clients speaking the given protocol option (nil: Connect).
 func newServer(t *testing.T) (*httptest.Server, *pgstore.Store) {
-	return newServerWith(t, func(*Config) {})
+	return newServerWith(t, func(*HandlerConfig) {})
 }
 
 // newServerWith is newServer with its configuration changed by edit.
-func newServerWith(t *testing.T, edit func(*Config)) (*httptest.Server, *pgstore.Store) {
+func newServerWith(t *testing.T, edit func(*HandlerConfig)) (*httptest.Server, *pgstore.Store) {
 	t.Helper()
 	store := pgstore.New(pgtest.Pool(t))
-	cfg := Config{OperatorKey: operatorKey, DeciderKey: deciderKey}.OnPostgres(store, time.Minute)
+	cfg := HandlerConfig{OperatorKey: operatorKey, DeciderKey: deciderKey}.OnPostgres(store, time.Minute)
 	edit(&cfg)
 	srv := httptest.NewUnstartedServer(NewHandler(cfg))
 	srv.EnableHTTP2 = true
@@ -831,7 +831,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 // and decider secrets (comma-separated), and no other.
 func TestSeveralOperatorAndDeciderKeys(t *testing.T) {
 	t.Parallel()
-	srv, _ := newServerWith(t, func(c *Config) {
+	srv, _ := newServerWith(t, func(c *HandlerConfig) {
 		c.OperatorKey, c.DeciderKey = "sk_operator_old, sk_operator_new", "decider-old,decider-new"
 	})
 	c := newClients(srv)
@@ -856,7 +856,7 @@ func TestOperatorAndDeciderKeysFromFuncs(t *testing.T) {
 	set := func(p *atomic.Pointer[string], s string) { p.Store(&s) }
 	set(&operator, "sk_operator_old")
 	set(&decider, "decider-old")
-	srv, _ := newServerWith(t, func(c *Config) {
+	srv, _ := newServerWith(t, func(c *HandlerConfig) {
 		c.OperatorKey, c.DeciderKey = "ignored", "ignored"
 		c.OperatorKeyFunc, c.DeciderKeyFunc = func() string { return *operator.Load() }, func() string { return *decider.Load() }
 	})
@@ -887,7 +887,7 @@ func TestOperatorAndDeciderKeysFromFuncs(t *testing.T) {
 func TestCallsAreTraced(t *testing.T) {
 	t.Parallel()
 	spans := tracetest.NewSpanRecorder()
-	srv, _ := newServerWith(t, func(c *Config) {
+	srv, _ := newServerWith(t, func(c *HandlerConfig) {
 		c.Tracer = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)).Tracer("test")
 	})
 	c := newClients(srv)
@@ -1123,7 +1123,7 @@ func TestAPIMetrics(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	store := pgstore.New(pgtest.Pool(t))
-	cfg := Config{OperatorKey: operatorKey, DeciderKey: deciderKey, Registerer: reg}.OnPostgres(store, time.Minute)
+	cfg := HandlerConfig{OperatorKey: operatorKey, DeciderKey: deciderKey, Registerer: reg}.OnPostgres(store, time.Minute)
 	srv := httptest.NewUnstartedServer(NewHandler(cfg))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
@@ -1562,7 +1562,7 @@ func TestConfigServiceResyncsAfterTheDatabaseWentBack(t *testing.T) {
 func TestConfigServiceReadsASnapshotOncePerVersion(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	srv, store := newServerWith(t, func(cfg *Config) { cfg.Registerer = reg })
+	srv, store := newServerWith(t, func(cfg *HandlerConfig) { cfg.Registerer = reg })
 	c := newClients(srv)
 	sent := func(source string) float64 {
 		t.Helper()
@@ -1616,7 +1616,7 @@ func TestConfigServiceReadsASnapshotOncePerVersion(t *testing.T) {
 func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	srv, _ := newServerWith(t, func(cfg *Config) { cfg.Registerer = reg })
+	srv, _ := newServerWith(t, func(cfg *HandlerConfig) { cfg.Registerer = reg })
 	c := newClients(srv)
 	wentBack := func() float64 {
 		t.Helper()
@@ -1669,7 +1669,7 @@ func TestConfigServiceResendsAVersionOfAnotherStamp(t *testing.T) {
 // decoder's message: the console shows it next to its input.
 func TestMalformedJSONValueIsAFieldError(t *testing.T) {
 	t.Parallel()
-	srv, _ := newServerWith(t, func(*Config) {})
+	srv, _ := newServerWith(t, func(*HandlerConfig) {})
 	c := newClients(srv)
 	_, admin := setupTenant(t, c, "acme")
 	body := `{"tierId":"x","rule":{"name":"r","params":{"algorithm":"ALGORITHM_FIXED_WINDOW","limit":"5","window":"abc"}}}`

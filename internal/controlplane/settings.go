@@ -180,7 +180,7 @@ func Serve(ctx context.Context, s Settings) error {
 		return err
 	}
 	defer stopTracing()
-	mux.Handle("/", NewHandler(Config{OperatorKey: s.OperatorKey, Registerer: reg,
+	mux.Handle("/", NewHandler(HandlerConfig{OperatorKey: s.OperatorKey, Registerer: reg,
 		DeciderKey: s.DeciderKey, OperatorKeyFunc: s.OperatorKeyFunc, DeciderKeyFunc: s.DeciderKeyFunc, Closing: closing, Tracer: tracer,
 		Logger: logger, AuthFailures: s.AuthFailures, KeyCalls: s.KeyCalls, TrustedProxies: trusted, ReadTimeout: s.ReadTimeout}.OnPostgres(store, 0)))
 
@@ -211,7 +211,7 @@ func Serve(ctx context.Context, s Settings) error {
 // LISTEN (re-reading each tenant every recheck, 0: 5s), tenant files in
 // its transactions, and the reports on the analytics tables of the same
 // database.
-func (cfg Config) OnPostgres(store *pgstore.Store, recheck time.Duration) Config {
+func (cfg HandlerConfig) OnPostgres(store *pgstore.Store, recheck time.Duration) HandlerConfig {
 	cfg.Store, cfg.Watches = store, store.NewHub(pgstore.WatchConfig{Recheck: recheck, Logger: cfg.Logger})
 	cfg.Files, cfg.Reports = tenantapply.Files[*pgstore.Store]{Store: store}, reports.New(store.Pool())
 	return cfg

@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 	dec.Mount(mux)
 	// The control plane takes every path not routed above (its sluice.v1 services).
 	closing := make(chan struct{})
-	mux.Handle("/", controlplane.NewHandler(controlplane.Config{OperatorKey: keys.Operator, Registerer: reg, Tracer: cfg.Tracer,
+	mux.Handle("/", controlplane.NewHandler(controlplane.HandlerConfig{OperatorKey: keys.Operator, Registerer: reg, Tracer: cfg.Tracer,
 		DeciderKey: keys.Decider, Closing: closing, Logger: cfg.Logger, AuthFailures: 30, KeyCalls: 6000,
 		Console: web.Options{TryKeys: map[string]string{keys.Admin: keys.Check, keys.Viewer: keys.Check}}}.OnPostgres(store, 5*time.Second)))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute, Protocols: new(http.Protocols)}

@@ -154,7 +154,7 @@ func TestSyncReportsTheCheckKeysUsed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := pgstore.New(pgtest.Pool(t))
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
 	defer func() { cp.CloseClientConnections(); cp.Close() }()
 	client := sluicev1connect.NewConfigServiceClient(cp.Client(), cp.URL)
 
@@ -242,7 +242,7 @@ func TestTenantShadowReachesTheDecider(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := pgstore.New(pgtest.Pool(t))
-	cp := httptest.NewServer(controlplane.NewHandler(controlplane.Config{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
+	cp := httptest.NewServer(controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
 	t.Cleanup(func() { cp.CloseClientConnections(); cp.Close() })
 	tn, err := store.CreateTenant(ctx, "operator", policy.Tenant{Slug: "acme", Name: "Acme", Shadow: true})
 	if err != nil {
@@ -346,7 +346,7 @@ func TestSyncLeavesAConfigurationTheDatabaseLost(t *testing.T) {
 	store := pgstore.New(pgtest.Pool(t))
 	var down atomic.Bool
 	down.Store(true)
-	h := controlplane.NewHandler(controlplane.Config{DeciderKey: "decider"}.OnPostgres(store, time.Minute))
+	h := controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "decider"}.OnPostgres(store, time.Minute))
 	cp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
@@ -404,7 +404,7 @@ func TestKeysUnavailableUntilTheFirstConfiguration(t *testing.T) {
 	ctx := context.Background()
 	store := pgstore.New(pgtest.Pool(t))
 	release := make(chan struct{})
-	handler := controlplane.NewHandler(controlplane.Config{DeciderKey: "decider"}.OnPostgres(store, time.Minute))
+	handler := controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "decider"}.OnPostgres(store, time.Minute))
 	cp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select { // the control plane answers nothing until released
 		case <-release:

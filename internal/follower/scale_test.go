@@ -22,7 +22,7 @@ import (
 // serveControlPlane serves store's control plane over HTTP/2 and TLS, to
 // the deciders' key "decider", until the test ends.
 func serveControlPlane(t testing.TB, store *pgstore.Store) *httptest.Server {
-	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.Config{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
+	cp := httptest.NewUnstartedServer(controlplane.NewHandler(controlplane.HandlerConfig{DeciderKey: "decider"}.OnPostgres(store, time.Minute)))
 	cp.EnableHTTP2 = true
 	cp.StartTLS()
 	t.Cleanup(cp.Close)
