@@ -30,7 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
@@ -1142,9 +1142,9 @@ func describe(err error) string {
 // milliseconds.
 func printCheckJSON(w io.Writer, r *sluicev1.CheckResponse) error {
 	ms := func(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-	out := checkapi.CheckJSON{Allowed: r.Allowed, Rules: []httpcheck.RuleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
+	out := checkapi.CheckJSON{Allowed: r.Allowed, Rules: []httpport.RuleJSON{}, ConfigVersion: r.ConfigVersion, Lease: r.Lease, Degraded: r.Degraded}
 	for _, x := range r.Rules {
-		j := httpcheck.RuleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
+		j := httpport.RuleJSON{Rule: x.RuleName, Allowed: x.Allowed, Shadow: x.Shadow, Limit: x.Limit, Remaining: x.Remaining,
 			ResetAfterMS: ms(x.GetResetAfter().AsDuration()), DelayMS: ms(x.GetDelay().AsDuration()), Message: x.Message, Unenforced: x.Unenforced}
 		if x.RetryAfter != nil {
 			v := ms(x.RetryAfter.AsDuration())

@@ -1,7 +1,7 @@
 package checkapi
 
 import (
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,7 +19,7 @@ func TestCORSLetsOnlyListedOriginsCallChecks(t *testing.T) {
 
 func testCORS(t *testing.T, kind string) {
 	cfg, key := testAPI(t)
-	h := httpcheck.CORS([]string{"http://console.example"}, handler(cfg))
+	h := httpport.CORS([]string{"http://console.example"}, handler(cfg))
 	mux := http.NewServeMux()
 	mux.Handle("POST /v1/check", h)
 	mux.Handle("OPTIONS /v1/check", h)

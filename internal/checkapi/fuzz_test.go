@@ -13,7 +13,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/sluicehq/sluice/internal/decide"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -47,7 +47,7 @@ func FuzzCheckJSON(f *testing.F) {
 		dec.Degraded = dec.Degradation != decide.NotDegraded
 		dec.Rules[0].Unenforced = dec.Degradation == decide.StoreUnavailable && allowed
 		got := appendCheckJSON(nil, dec, lease)
-		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: httpcheck.RulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded: dec.Degradation.Reason()})
+		want, err := json.Marshal(CheckJSON{Allowed: true, Rules: httpport.RulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded: dec.Degradation.Reason()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func FuzzParseCheckBody(f *testing.F) {
 			return
 		}
 		var slow checkBody
-		if err := jsonv2.Unmarshal([]byte(body), &slow, httpcheck.DecodeOptions); err != nil {
+		if err := jsonv2.Unmarshal([]byte(body), &slow, httpport.DecodeOptions); err != nil {
 			t.Fatalf("parse read %q, the decoder refuses it: %v", body, err)
 		}
 		if fast.Tier != slow.Tier || fast.Cost != slow.Cost || fast.Lease != slow.Lease || fast.Release != slow.Release ||

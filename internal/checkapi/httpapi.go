@@ -1,7 +1,7 @@
 // Package checkapi is Sluice's own check API over the decision service
 // (internal/decision): POST /v1/check, POST /v1/reset and the
 // seed-compatible POST /shouldAllowRequest as HTTP routes
-// (internal/httpcheck), and sluice.v1.DecisionService over Connect and
+// (internal/httpport), and sluice.v1.DecisionService over Connect and
 // gRPC. One API in three encodings: the same requests, leases and errors.
 package checkapi
 
@@ -17,24 +17,24 @@ import (
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Routes are the check API's: POST /v1/check, POST /v1/reset and the
 // seed-compatible POST /shouldAllowRequest.
-func Routes(a *httpcheck.API) []httpcheck.Route {
+func Routes(a *httpport.API) []httpport.Route {
 	h := &httpAPI{a}
-	return []httpcheck.Route{
+	return []httpport.Route{
 		{Method: http.MethodPost, Path: "/v1/check", Serve: h.check, Browsers: true},
 		{Method: http.MethodPost, Path: "/v1/reset", Serve: h.reset, Browsers: true},
 		{Method: http.MethodPost, Path: "/shouldAllowRequest", Serve: h.shouldAllow},
 	}
 }
 
-// httpAPI answers the check routes over an httpcheck.Exchange, whichever HTTP server
+// httpAPI answers the check routes over an httpport.Exchange, whichever HTTP server
 // carries it.
-type httpAPI struct{ *httpcheck.API }
+type httpAPI struct{ *httpport.API }
 
 // checkBody is the JSON of POST /v1/check.
 type checkBody struct {
@@ -92,9 +92,9 @@ func (c *checkBody) descriptors() policy.Descriptors {
 
 // CheckJSON is the body of a check response when the request is allowed.
 type CheckJSON struct {
-	Allowed       bool                 `json:"allowed"`
-	Rules         []httpcheck.RuleJSON `json:"rules"`
-	ConfigVersion int64                `json:"config_version"`
+	Allowed       bool                `json:"allowed"`
+	Rules         []httpport.RuleJSON `json:"rules"`
+	ConfigVersion int64               `json:"config_version"`
 	// Lease names the lease the request holds on the concurrency rules it
 	// met: the request's, or the decider's new one, to end with a release.
 	Lease string `json:"lease,omitempty"`
@@ -103,7 +103,7 @@ type CheckJSON struct {
 	Degraded string `json:"degraded,omitempty"`
 }
 
-func (h *httpAPI) check(ex httpcheck.Exchange) {
+func (h *httpAPI) check(ex httpport.Exchange) {
 	var body checkBody
 	c, ok := h.Begin(ex, "check", &body)
 	if !ok {
@@ -143,7 +143,7 @@ type ResetJSON struct {
 	Reset []string `json:"reset"`
 }
 
-func (h *httpAPI) reset(ex httpcheck.Exchange) {
+func (h *httpAPI) reset(ex httpport.Exchange) {
 	var body resetBody
 	c, ok := h.Begin(ex, "reset", &body)
 	if !ok {
@@ -168,7 +168,7 @@ type shouldAllowBody struct {
 	Timestamp any    `json:"timestamp"`
 }
 
-func (h *httpAPI) shouldAllow(ex httpcheck.Exchange) {
+func (h *httpAPI) shouldAllow(ex httpport.Exchange) {
 	var body shouldAllowBody
 	c, ok := h.Begin(ex, "shouldAllowRequest", &body)
 	if !ok {
@@ -184,7 +184,7 @@ func (h *httpAPI) shouldAllow(ex httpcheck.Exchange) {
 }
 
 // decide answers req; lease is the name of the lease it asks for.
-func (h *httpAPI) decide(ex httpcheck.Exchange, c *decide.Compiled, req decide.Request, lease string, seed bool) {
+func (h *httpAPI) decide(ex httpport.Exchange, c *decide.Compiled, req decide.Request, lease string, seed bool) {
 	dec, err := h.Decide(h.Traced(ex), c, req)
 	if err != nil {
 		h.Fail(ex, err)
@@ -211,7 +211,7 @@ func (h *httpAPI) decide(ex httpcheck.Exchange, c *decide.Compiled, req decide.R
 		var body [512]byte
 		ex.Write(status, "application/json", appendCheckJSON(body[:0], dec, decision.HeldLease(dec, lease)))
 	default:
-		ex.Reply(status, "application/problem+json", httpcheck.RejectedProblem(dec))
+		ex.Reply(status, "application/problem+json", httpport.RejectedProblem(dec))
 	}
 }
 
@@ -228,7 +228,7 @@ func descriptorsOf(m map[string]string) policy.Descriptors {
 }
 
 // appendCheckJSON appends the JSON of CheckJSON{Allowed: true, Rules:
-// httpcheck.RulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded:
+// httpport.RulesJSON(dec), ConfigVersion: dec.Version, Lease: lease, Degraded:
 // dec.Degradation.Reason()}, as encoding/json writes it
 // (but for its escaping of '<', '>', '&', U+2028 and U+2029 in rule names,
 // which this leaves as they are), with its final newline: the body of every admitted check,
@@ -239,7 +239,7 @@ func appendCheckJSON(b []byte, dec decide.Decision, lease string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		r := httpcheck.RuleJSONOf(rr)
+		r := httpport.RuleJSONOf(rr)
 		b = append(b, `{"rule":`...)
 		b, _ = jsontext.AppendQuote(b, r.Rule) // rule names are valid UTF-8
 		b = append(b, `,"allowed":`...)
@@ -253,7 +253,7 @@ func appendCheckJSON(b []byte, dec decide.Decision, lease string) []byte {
 		b = strconv.AppendInt(b, r.Remaining, 10)
 		b = append(b, `,"reset_after_ms":`...)
 		b = strconv.AppendInt(b, r.ResetAfterMS, 10)
-		if ms, ok := httpcheck.RetryAfterMS(rr); ok {
+		if ms, ok := httpport.RetryAfterMS(rr); ok {
 			b = append(b, `,"retry_after_ms":`...)
 			b = strconv.AppendInt(b, ms, 10)
 		}

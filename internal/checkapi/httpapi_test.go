@@ -16,8 +16,8 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
-	"github.com/sluicehq/sluice/internal/httpcheck"
-	"github.com/sluicehq/sluice/internal/httpcheck/httpchecktest"
+	"github.com/sluicehq/sluice/internal/httpport"
+	"github.com/sluicehq/sluice/internal/httpport/httpporttest"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
@@ -34,36 +34,36 @@ var (
 	grpcFields = decisiontest.GRPCFields
 )
 
-// served is a check API served for a test (httpchecktest).
-type served = httpchecktest.Served
+// served is a check API served for a test (httpporttest).
+type served = httpporttest.Served
 
 // serverKinds are the ways the check API is served: each test of the API
 // runs against both.
-var serverKinds = httpchecktest.Kinds
+var serverKinds = httpporttest.Kinds
 
 // serve serves cfg's check API the given way until the test ends, with
-// next the handler of net/http (on its own, or behind httpcheck.Server).
+// next the handler of net/http (on its own, or behind httpport.Server).
 func serve(t *testing.T, kind string, cfg decision.Service, next http.Handler) served {
 	t.Helper()
-	return httpchecktest.Serve(t, kind, cfg, Routes, next)
+	return httpporttest.Serve(t, kind, cfg, Routes, next)
 }
 
 // eachServer runs f against a check API of mk's config on each kind of
 // server, with its check key.
 func eachServer(t *testing.T, mk func(testing.TB) (decision.Service, string), f func(t *testing.T, srv served, key string)) {
-	httpchecktest.Each(t, mk, Routes, f)
+	httpporttest.Each(t, mk, Routes, f)
 }
 
 // handler is the net/http handler of cfg's check API.
 func handler(cfg decision.Service) http.Handler {
-	return httpcheck.Handler(Routes(httpcheck.NewAPI(cfg)))
+	return httpport.Handler(Routes(httpport.NewAPI(cfg)))
 }
 
 // loginMessage is the test tenant's login rule's message for the clients
 // it rejects.
 const loginMessage = decisiontest.LoginMessage
 
-var post = httpchecktest.Post
+var post = httpporttest.Post
 
 func TestCheckUntilRejected(t *testing.T) {
 	t.Parallel()
@@ -359,8 +359,8 @@ func TestCanceledCheckIsNotAnError(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer "+secret)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if rec.Code != httpcheck.StatusClientClosed {
-		t.Errorf("status %d, want %d; body %s", rec.Code, httpcheck.StatusClientClosed, rec.Body)
+	if rec.Code != httpport.StatusClientClosed {
+		t.Errorf("status %d, want %d; body %s", rec.Code, httpport.StatusClientClosed, rec.Body)
 	}
 	if logs.Len() != 0 {
 		t.Errorf("a canceled check logged %q", logs.String())
@@ -373,7 +373,7 @@ func TestCheckPathsRefuseOtherMethods(t *testing.T) {
 	t.Parallel()
 	mux := http.NewServeMux()
 	mux.Handle("/", http.NotFoundHandler())
-	httpcheck.Mount(mux, Routes(httpcheck.NewAPI(decision.Service{})), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	httpport.Mount(mux, Routes(httpport.NewAPI(decision.Service{})), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	for _, tc := range []struct {
 		method, path string
 		status       int

@@ -73,7 +73,7 @@ func BenchmarkCheckHTTPInProcess(b *testing.B) {
 }
 
 // BenchmarkCheckFastHTTPInProcess is BenchmarkCheckHTTPInProcess through
-// the fasthttp handler of httpcheck.Server, as cmd/dataplane serves checks.
+// the fasthttp handler of httpport.Server, as cmd/dataplane serves checks.
 func BenchmarkCheckFastHTTPInProcess(b *testing.B) {
 	cfg, key := benchConfig(b, 1_000_000, nil)
 	cfg.Decider = decide.New(decide.InProcess{Engine: limit.NewEngine(limit.EngineConfig{}), Now: time.Now}, time.Now)

@@ -42,7 +42,7 @@ type Settings struct {
 	ConfigRepull   time.Duration // how often the configuration is pulled again besides the watch; 0: 30s
 
 	// HTTPFast serves the check routes' HTTP/1.1 on fasthttp, beside
-	// net/http on the same port (httpcheck.NewServer): tuning, measured at
+	// net/http on the same port (httpport.NewServer): tuning, measured at
 	// about half net/http's CPU per request. False: net/http alone.
 	HTTPFast bool
 

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gubernator"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/unkey"
 )
 
@@ -23,13 +23,13 @@ import (
 
 // HTTPRoutes are every protocol's HTTP check routes over a: Sluice's check
 // API, Unkey's and gubernator's gateway.
-func HTTPRoutes(a *httpcheck.API) []httpcheck.Route {
+func HTTPRoutes(a *httpport.API) []httpport.Route {
 	return slices.Concat(checkapi.Routes(a), unkey.Routes(a), gubernator.Routes(a))
 }
 
 // HTTPHandler is the net/http handler of HTTPRoutes.
 func HTTPHandler(svc decision.Service) http.Handler {
-	return httpcheck.Handler(HTTPRoutes(httpcheck.NewAPI(svc)))
+	return httpport.Handler(HTTPRoutes(httpport.NewAPI(svc)))
 }
 
 // RegisterGRPC registers every protocol's gRPC service of svc on s:

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
-	"github.com/sluicehq/sluice/internal/httpcheck/httpchecktest"
+	"github.com/sluicehq/sluice/internal/httpport/httpporttest"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -50,7 +50,7 @@ func twoDeciders(t *testing.T) ([2]decision.Service, string) {
 // Bad resets are refused as bad checks are.
 func TestResetAcrossDeciders(t *testing.T) {
 	t.Parallel()
-	for _, kind := range httpchecktest.Kinds {
+	for _, kind := range httpporttest.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfgs, key := twoDeciders(t)

@@ -27,7 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/grpcserve"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -194,8 +194,8 @@ func (d *Server) Close() {
 // Mount routes the check APIs on mux: every protocol's HTTP routes (with
 // CORS for the origins configured) and Connect's DecisionService.
 func (d *Server) Mount(mux *http.ServeMux) {
-	routes := HTTPRoutes(httpcheck.NewAPI(d.Service))
-	httpcheck.Mount(mux, routes, httpcheck.CORS(flagenv.List(d.cfg.CORSOrigins), httpcheck.Handler(routes)))
+	routes := HTTPRoutes(httpport.NewAPI(d.Service))
+	httpport.Mount(mux, routes, httpport.CORS(flagenv.List(d.cfg.CORSOrigins), httpport.Handler(routes)))
 	mux.Handle(checkapi.NewDecisionService(d.Service))
 }
 
@@ -233,10 +233,10 @@ func Serve(ctx context.Context, cfg Settings) error {
 	// The check routes on fasthttp, everything else (and browsers' checks,
 	// for CORS) through mux; HTTP/2 for gRPC and Connect checks (with TLS,
 	// the connections that chose h2 by ALPN).
-	api := httpcheck.NewAPI(d.Service)
-	newServer := httpcheck.NewServer
+	api := httpport.NewAPI(d.Service)
+	newServer := httpport.NewServer
 	if !cfg.HTTPFast {
-		newServer = httpcheck.NewStdServer
+		newServer = httpport.NewStdServer
 	}
 	srv := newServer(api, HTTPRoutes(api), mux)
 	fmt.Fprintf(cfg.Stdout, "decider listening on %s://%s\n", scheme, ln.Addr())

@@ -26,7 +26,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/protoconv"
@@ -305,18 +305,18 @@ func (j gubernatorJSON) MarshalJSON() ([]byte, error) {
 
 // Routes are gubernator's HTTP gateway's: POST /v1/GetRateLimits and GET
 // /v1/HealthCheck.
-func Routes(a *httpcheck.API) []httpcheck.Route {
-	envelope := func(ex httpcheck.Exchange) httpcheck.Exchange { return gatewayExchange{ex} }
-	return []httpcheck.Route{
-		{Method: http.MethodPost, Path: LimitsPath, Envelope: envelope, Serve: func(ex httpcheck.Exchange) { limits(a, ex) }},
-		{Method: http.MethodGet, Path: HealthPath, Envelope: envelope, Serve: func(ex httpcheck.Exchange) {
+func Routes(a *httpport.API) []httpport.Route {
+	envelope := func(ex httpport.Exchange) httpport.Exchange { return gatewayExchange{ex} }
+	return []httpport.Route{
+		{Method: http.MethodPost, Path: LimitsPath, Envelope: envelope, Serve: func(ex httpport.Exchange) { limits(a, ex) }},
+		{Method: http.MethodGet, Path: HealthPath, Envelope: envelope, Serve: func(ex httpport.Exchange) {
 			ex.Reply(http.StatusOK, "application/json", gubernatorJSON{gubernatorHealthy})
 		}},
 	}
 }
 
 // limits answers POST /v1/GetRateLimits.
-func limits(h *httpcheck.API, ex httpcheck.Exchange) {
+func limits(h *httpport.API, ex httpport.Exchange) {
 	ex = gatewayExchange{ex}
 	var in gubernatorpb.GetRateLimitsReq
 	c, ok := h.Begin(ex, "GetRateLimits request", &gubernatorJSON{&in})
@@ -334,7 +334,7 @@ func limits(h *httpcheck.API, ex httpcheck.Exchange) {
 // gatewayExchange answers problems as gubernator's gateway (grpc-gateway)
 // does: {"code": the gRPC code, "message": …, "details": []}, with the
 // same HTTP status; all else passes through.
-type gatewayExchange struct{ httpcheck.Exchange }
+type gatewayExchange struct{ httpport.Exchange }
 
 // gatewayError is grpc-gateway's error body.
 type gatewayError struct {
@@ -344,7 +344,7 @@ type gatewayError struct {
 }
 
 func (e gatewayExchange) Reply(status int, contentType string, v any) {
-	p, ok := v.(httpcheck.Problem)
+	p, ok := v.(httpport.Problem)
 	if !ok {
 		e.Exchange.Reply(status, contentType, v)
 		return
@@ -360,11 +360,11 @@ func (e gatewayExchange) Reply(status int, contentType string, v any) {
 // code's, from policy's one table. The transport's own refusals have none:
 // a body refused (400, 413, 415) is InvalidArgument, a request its client
 // canceled Canceled, anything else Internal.
-func rpcCodeOf(p httpcheck.Problem) uint32 {
+func rpcCodeOf(p httpport.Problem) uint32 {
 	switch {
 	case p.Code != policy.CodeUnknown:
 		return p.Code.Status().RPC
-	case p.Status == httpcheck.StatusClientClosed:
+	case p.Status == httpport.StatusClientClosed:
 		return 1 // Canceled
 	case p.Status == http.StatusBadRequest || p.Status == http.StatusRequestEntityTooLarge || p.Status == http.StatusUnsupportedMediaType:
 		return policy.CodeInvalid.Status().RPC

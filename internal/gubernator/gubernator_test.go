@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
 	gubernatorpb "github.com/sluicehq/sluice/internal/gen/pb/gubernator"
 	"github.com/sluicehq/sluice/internal/grpcserve"
-	"github.com/sluicehq/sluice/internal/httpcheck/httpchecktest"
+	"github.com/sluicehq/sluice/internal/httpport/httpporttest"
 	"google.golang.org/grpc"
 )
 
@@ -167,10 +167,10 @@ func TestGubernatorGetRateLimits(t *testing.T) {
 // name out, 64-bit integers as strings) and its error body.
 func TestGubernatorHTTP(t *testing.T) {
 	t.Parallel()
-	httpchecktest.Each(t, decisiontest.Default, Routes, func(t *testing.T, srv httpchecktest.Served, key string) {
+	httpporttest.Each(t, decisiontest.Default, Routes, func(t *testing.T, srv httpporttest.Served, key string) {
 		body := `{"requests":[{"name":"requests_per_sec","uniqueKey":"account:12345","hits":"1","limit":"10","duration":"1000"},
 			{"name":"requests_per_sec","unique_key":"account:12345","hits":1,"limit":10,"duration":1000,"algorithm":"TOKEN_BUCKET","metadata":{"a":"b"},"created_at":"1"}],"extra":true}`
-		resp, m := httpchecktest.Post(t, srv, LimitsPath, key, body)
+		resp, m := httpporttest.Post(t, srv, LimitsPath, key, body)
 		rs, _ := m["responses"].([]any)
 		if resp.StatusCode != 200 || len(rs) != 2 {
 			t.Fatalf("%d %v", resp.StatusCode, m)
@@ -195,7 +195,7 @@ func TestGubernatorHTTP(t *testing.T) {
 			{key, `{"requests":[{"name":"n"`, 400, 3},
 			{key, `{"requests":[`, 400, 3},
 		} {
-			resp, m := httpchecktest.Post(t, srv, LimitsPath, tc.key, tc.body)
+			resp, m := httpporttest.Post(t, srv, LimitsPath, tc.key, tc.body)
 			if resp.StatusCode != tc.status || m["code"] != tc.code || m["message"] == "" || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: %d %v; want %d with code %v", tc.body, resp.StatusCode, m, tc.status, tc.code)
 			}

@@ -28,7 +28,7 @@ func TestNoTransportImportsAnother(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	for _, pkg := range append([]string{"decision", "follower", "httpcheck", "grpcserve"}, transports...) {
+	for _, pkg := range append([]string{"decision", "follower", "httpport", "grpcserve"}, transports...) {
 		d := deps(pkg)
 		for _, other := range transports {
 			if other != pkg && slices.Contains(d, mod+other) {
@@ -43,7 +43,7 @@ func TestNoTransportImportsAnother(t *testing.T) {
 // decide's Decider and its constructors). What they need of it, the
 // service offers, counted and traced.
 func TestProtocolsGoThroughTheDecisionService(t *testing.T) {
-	dirs := []string{"checkapi", "envoyrls", "gubernator", "unkey", "proxy", "httpcheck", "grpcserve"}
+	dirs := []string{"checkapi", "envoyrls", "gubernator", "unkey", "proxy", "httpport", "grpcserve"}
 	for _, dir := range dirs {
 		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
 		if err != nil || len(files) == 0 {

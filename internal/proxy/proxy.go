@@ -27,7 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/route"
@@ -174,9 +174,9 @@ func New(cfg Config) http.Handler {
 	if cfg.ForwardAuth && cfg.DenyStatus != 0 {
 		deny = cfg.DenyStatus
 	}
-	h := httpcheck.NewAPI(cfg.API)
+	h := httpport.NewAPI(cfg.API)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ex := httpcheck.Std(w, r)
+		ex := httpport.Std(w, r)
 		c, err := cfg.Tenant()
 		if err != nil {
 			h.Fail(ex, err)
@@ -213,7 +213,7 @@ func New(cfg Config) http.Handler {
 		}
 		ex.RateHeaders(dec, cfg.API.Headers)
 		if !dec.Allowed {
-			ex.Reply(deny, "application/problem+json", httpcheck.RejectedProblem(dec))
+			ex.Reply(deny, "application/problem+json", httpport.RejectedProblem(dec))
 			return
 		}
 		if dec.Lease != 0 && !cfg.ForwardAuth {
@@ -226,7 +226,7 @@ func New(cfg Config) http.Handler {
 		}
 		if delay := maxDelay(dec); delay > 0 {
 			if delay > cfg.MaxDelay {
-				httpcheck.ReplyProblem(ex, deny, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
+				httpport.ReplyProblem(ex, deny, "Too Many Requests", fmt.Sprintf("the queue's delay %v is over the proxy's bound", delay), nil)
 				return
 			}
 			t := time.NewTimer(delay)
@@ -392,7 +392,7 @@ func forwarded(pr *httputil.ProxyRequest, trusted bool) {
 func upstreamFailed(log *slog.Logger, m *decision.Metrics, upstream string) func(http.ResponseWriter, *http.Request, error) {
 	logs := &rate.Sometimes{Interval: time.Second}
 	return func(w http.ResponseWriter, r *http.Request, err error) {
-		ex := httpcheck.Std(w, r)
+		ex := httpport.Std(w, r)
 		var ne net.Error
 		switch {
 		case r.Context().Err() != nil:
@@ -402,13 +402,13 @@ func upstreamFailed(log *slog.Logger, m *decision.Metrics, upstream string) func
 			logs.Do(func() {
 				log.Warn("proxy: the upstream did not answer in time", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
 			})
-			httpcheck.ReplyProblem(ex, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time", nil)
+			httpport.ReplyProblem(ex, http.StatusGatewayTimeout, "Gateway Timeout", "the upstream did not answer in time", nil)
 		default:
 			m.UpstreamError("unreachable")
 			logs.Do(func() {
 				log.Warn("proxy: the upstream failed", "method", r.Method, "path", r.URL.Path, "err", redact.Error(err, upstream))
 			})
-			httpcheck.ReplyProblem(ex, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached or broke off its answer", nil)
+			httpport.ReplyProblem(ex, http.StatusBadGateway, "Bad Gateway", "the upstream could not be reached or broke off its answer", nil)
 		}
 	}
 }

@@ -30,7 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/testkit/logtest"
 	"github.com/sluicehq/sluice/internal/testkit/tlstest"
@@ -666,7 +666,7 @@ func TestProxyAnswersUpstreamFailures(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var p httpcheck.Problem
+		var p httpport.Problem
 		if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil || p.Status != c.status || p.Detail == "" {
 			t.Fatalf("%s: %d %q %s, want %d with a problem+json body", c.url, resp.StatusCode, resp.Header.Get("Content-Type"), body, c.status)
 		}

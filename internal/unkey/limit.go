@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/unkeywire"
 )
@@ -72,15 +72,15 @@ func (b *unkeyBody) request() (decide.Request, error) {
 }
 
 // Routes are the decider's route of Unkey's API: POST /v2/ratelimit.limit.
-func Routes(a *httpcheck.API) []httpcheck.Route {
-	return []httpcheck.Route{{Method: http.MethodPost, Path: LimitPath, Serve: func(ex httpcheck.Exchange) { limit(a, ex) },
-		Envelope: func(ex httpcheck.Exchange) httpcheck.Exchange { return unkeyExchange{ex} }}}
+func Routes(a *httpport.API) []httpport.Route {
+	return []httpport.Route{{Method: http.MethodPost, Path: LimitPath, Serve: func(ex httpport.Exchange) { limit(a, ex) },
+		Envelope: func(ex httpport.Exchange) httpport.Exchange { return unkeyExchange{ex} }}}
 }
 
 // limit answers POST /v2/ratelimit.limit as Unkey does: 200 whether
 // or not the limit admits the request (data.success says), errors in
 // Unkey's envelope.
-func limit(h *httpcheck.API, ex httpcheck.Exchange) {
+func limit(h *httpport.API, ex httpport.Exchange) {
 	ex = unkeyExchange{ex}
 	var body unkeyBody
 	c, ok := h.Begin(ex, "ratelimit.limit request", &body)
@@ -124,10 +124,10 @@ type unkeyData struct {
 
 // unkeyExchange answers problems in Unkey's error envelope; all else
 // passes through.
-type unkeyExchange struct{ httpcheck.Exchange }
+type unkeyExchange struct{ httpport.Exchange }
 
 func (e unkeyExchange) Reply(status int, contentType string, v any) {
-	p, ok := v.(httpcheck.Problem)
+	p, ok := v.(httpport.Problem)
 	if !ok {
 		e.Exchange.Reply(status, contentType, v)
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
-	"github.com/sluicehq/sluice/internal/httpcheck/httpchecktest"
+	"github.com/sluicehq/sluice/internal/httpport/httpporttest"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -19,11 +19,11 @@ import (
 // Unkey's envelope with the field named as its location.
 func TestUnkeyRatelimitLimit(t *testing.T) {
 	t.Parallel()
-	httpchecktest.Each(t, decisiontest.Default, Routes, func(t *testing.T, srv httpchecktest.Served, key string) {
+	httpporttest.Each(t, decisiontest.Default, Routes, func(t *testing.T, srv httpporttest.Served, key string) {
 		limit := func(ns, id string, cost string) (status int, data map[string]any) {
 			t.Helper()
 			body := fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":3,"duration":60000%s}`, ns, id, cost)
-			resp, m := httpchecktest.Post(t, srv, LimitPath, key, body)
+			resp, m := httpporttest.Post(t, srv, LimitPath, key, body)
 			meta, _ := m["meta"].(map[string]any)
 			if id, _ := meta["requestId"].(string); !strings.HasPrefix(id, "req_") {
 				t.Fatalf("no meta.requestId: %v", m)
@@ -62,7 +62,7 @@ func TestUnkeyRatelimitLimit(t *testing.T) {
 			{`{"namespace":"a","identifier":"b","limit":0,"duration":60000}`, "body.limit"},
 			{`{"namespace":"a","identifier":"b","limit":3,"duration":60000,"cost":-1}`, "body.cost"},
 		} {
-			resp, m := httpchecktest.Post(t, srv, LimitPath, key, tc.body)
+			resp, m := httpporttest.Post(t, srv, LimitPath, key, tc.body)
 			e, _ := m["error"].(map[string]any)
 			errs, _ := e["errors"].([]any)
 			if resp.StatusCode != 400 || e["status"] != 400.0 || len(errs) != 1 || errs[0].(map[string]any)["location"] != tc.location || m["data"] != nil {
@@ -77,7 +77,7 @@ func TestUnkeyRatelimitLimit(t *testing.T) {
 			{key, `{"namespace":"a","identifier":"b","limit":3,"duration":60000,"resources":[]}`, 400}, // unknown field
 			{key, `{"namespace":"a",`, 400},
 		} {
-			resp, m := httpchecktest.Post(t, srv, LimitPath, tc.key, tc.body)
+			resp, m := httpporttest.Post(t, srv, LimitPath, tc.key, tc.body)
 			e, _ := m["error"].(map[string]any)
 			if resp.StatusCode != tc.status || e["status"] != float64(tc.status) || e["detail"] == "" || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: %d %v %v; want %d in Unkey's envelope", tc.body, resp.StatusCode, resp.Header, m, tc.status)
@@ -101,11 +101,11 @@ func TestUnkeyOverrides(t *testing.T) {
 				Params: policy.Params{Algorithm: policy.SlidingWindow, Limit: 3, Window: time.Minute}},
 		})
 	}
-	httpchecktest.Each(t, mk, Routes, func(t *testing.T, srv httpchecktest.Served, key string) {
+	httpporttest.Each(t, mk, Routes, func(t *testing.T, srv httpporttest.Served, key string) {
 		calls := func(ns, id string, n int) (got []bool, limit float64, override any) {
 			t.Helper()
 			for range n {
-				_, m := httpchecktest.Post(t, srv, LimitPath, key, fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":1,"duration":60000}`, ns, id))
+				_, m := httpporttest.Post(t, srv, LimitPath, key, fmt.Sprintf(`{"namespace":%q,"identifier":%q,"limit":1,"duration":60000}`, ns, id))
 				data, _ := m["data"].(map[string]any)
 				got = append(got, data["success"] == true)
 				limit, _ = data["limit"].(float64)

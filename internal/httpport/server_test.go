@@ -1,4 +1,4 @@
-package httpcheck
+package httpport
 
 import (
 	"bufio"

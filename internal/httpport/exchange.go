@@ -1,8 +1,8 @@
-// Package httpcheck is what every HTTP check route shares, whichever
-// protocol it speaks: the exchange (one request and its answer, on
-// fasthttp or net/http), problem answers, the route table that protocols
-// fill, and the decider's HTTP server that serves it.
-package httpcheck
+// Package httpport is the decider's HTTP port: what every protocol's HTTP
+// routes share, whichever protocol they speak. The exchange (one request
+// and its answer, on fasthttp or net/http), problem answers, the route
+// table that protocols fill, and the server that serves it.
+package httpport
 
 import (
 	"context"

@@ -1,7 +1,7 @@
-// Package httpchecktest serves HTTP check routes for tests, on each kind of
+// Package httpporttest serves HTTP check routes for tests, on each kind of
 // server the decider has: net/http alone, and the split port of
-// httpcheck.Server (fasthttp).
-package httpchecktest
+// httpport.Server (fasthttp).
+package httpporttest
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/decision"
-	"github.com/sluicehq/sluice/internal/httpcheck"
+	"github.com/sluicehq/sluice/internal/httpport"
 )
 
 // Served is a server of check routes for a test: its base URL and a
@@ -26,16 +26,16 @@ type Served struct {
 	Client *http.Client
 }
 
-// Kinds are the ways check routes are served: by httpcheck.Handler on
-// net/http, and by httpcheck.Server (fasthttp) as the decider serves them.
+// Kinds are the ways check routes are served: by httpport.Handler on
+// net/http, and by httpport.Server (fasthttp) as the decider serves them.
 // Each test of a route runs against both.
 var Kinds = []string{"net/http", "fasthttp"}
 
 // Routes are the routes of a protocol over a (its package's Routes).
-type Routes func(a *httpcheck.API) []httpcheck.Route
+type Routes func(a *httpport.API) []httpport.Route
 
 // Serve serves routes of svc the given way until the test ends, with
-// next the handler of net/http (on its own, or behind httpcheck.Server).
+// next the handler of net/http (on its own, or behind httpport.Server).
 func Serve(t *testing.T, kind string, svc decision.Service, routes Routes, next http.Handler) Served {
 	t.Helper()
 	if kind == "net/http" {
@@ -47,8 +47,8 @@ func Serve(t *testing.T, kind string, svc decision.Service, routes Routes, next 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := httpcheck.NewAPI(svc)
-	fast := httpcheck.NewServer(a, routes(a), next)
+	a := httpport.NewAPI(svc)
+	fast := httpport.NewServer(a, routes(a), next)
 	done := make(chan error, 1)
 	go func() { done <- fast.Serve(ln) }()
 	client := &http.Client{Transport: &http.Transport{}}
@@ -73,7 +73,7 @@ func Each(t *testing.T, mk func(testing.TB) (decision.Service, string), routes R
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			svc, key := mk(t)
-			f(t, Serve(t, kind, svc, routes, httpcheck.Handler(routes(httpcheck.NewAPI(svc)))), key)
+			f(t, Serve(t, kind, svc, routes, httpport.Handler(routes(httpport.NewAPI(svc)))), key)
 		})
 	}
 }
