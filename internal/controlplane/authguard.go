@@ -18,10 +18,10 @@ func newAuthGuard(perMinute int, now func() time.Time) *authguard.Guard {
 	return authguard.New(perMinute, now, "invalid keys from this address")
 }
 
-// newKeyGuard returns a guard of perMinute calls a minute per key, or nil
+// newCallGuard returns a guard of perMinute calls a minute per key, or nil
 // (no limit) when perMinute is 0 or less: one tenant's runaway script
 // cannot take the database from others.
-func newKeyGuard(perMinute int, now func() time.Time) *authguard.Guard {
+func newCallGuard(perMinute int, now func() time.Time) *authguard.Guard {
 	return authguard.New(perMinute, now, "calls with this key")
 }
 

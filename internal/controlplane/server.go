@@ -114,7 +114,7 @@ func NewHandler(cfg HandlerConfig) http.Handler {
 	}
 	auth := &authenticator{keys: cfg.Store, logger: cfg.Logger, guard: newAuthGuard(cfg.AuthFailures, cfg.Now), trusted: cfg.TrustedProxies,
 		operator: newKeySet(cfg.OperatorKey, cfg.OperatorKeyFunc), decider: newKeySet(cfg.DeciderKey, cfg.DeciderKeyFunc),
-		calls: newKeyGuard(cfg.KeyCalls, cfg.Now)}
+		calls: newCallGuard(cfg.KeyCalls, cfg.Now)}
 	s := &server{store: cfg.Store, files: cfg.Files, reports: cfg.Reports, logger: cfg.Logger, closing: cfg.Closing,
 		watches: cfg.Watches, metrics: newMetrics(cfg.Registerer), snapshots: newSnapshotCache(snapshotCacheBytes),
 		fleet: &fleet{count: cfg.Store.LiveDeciders}}
