@@ -19,11 +19,11 @@ import (
 	"github.com/sluicehq/sluice/internal/protoconv"
 )
 
-// The reports commands read the analytics rollups through the reports API:
-// what the console's dashboard shows, for a terminal or a script. A viewer
-// key (an analyst's) is enough.
-func init() {
-	verbs["reports rejections"] = verb{"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+// reportVerbs read the analytics rollups through the reports API: what
+// the console's dashboard shows, for a terminal or a script. A viewer key
+// (an analyst's) is enough.
+var reportVerbs = map[string]verb{
+	"reports rejections": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
 		step := days.Flag(fs, "step", time.Hour, "one row per this much (whole minutes)")
 		rule := fs.String("rule", "", "only this rule (id or TIER/RULE)")
@@ -41,8 +41,8 @@ func init() {
 				}
 			})
 		}
-	}}
-	verbs["reports top"] = verb{"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+	}},
+	"reports top": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
 		rule := fs.String("rule", "", "only this rule (id or TIER/RULE)")
 		limit := fs.Int("limit", 10, "at most this many clients (1 to 1000)")
@@ -65,8 +65,8 @@ func init() {
 				}
 			})
 		}
-	}}
-	verbs["reports breakdown"] = verb{"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+	}},
+	"reports breakdown": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
 		by := fs.String("by", "rule", "rule or tier")
 		return func(s *session, c *http.Client, _ string) error {
@@ -98,8 +98,8 @@ func init() {
 				}
 			})
 		}
-	}}
-	verbs["reports csv"] = verb{"REPORT", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
+	}},
+	"reports csv": {"REPORT", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
 		step := days.Flag(fs, "step", time.Minute, "rejections: one row per this much (whole minutes)")
 		limit := fs.Int("limit", 1000, "top: at most this many clients (1 to 1000)")
@@ -117,8 +117,7 @@ func init() {
 				fmt.Fprint(s.out, r.Csv) // as it is: the tab writer would realign nothing
 			})
 		}
-	}}
-	verbNotes["reports csv"] = "REPORT is rejections (over time), top (rejected clients), rules or tiers (totals by rule or\ntier), written to standard output as CSV with a header row."
+	}},
 }
 
 // csvReports are the reports csv's REPORT names.
