@@ -197,3 +197,90 @@ func TestOneErrorTable(t *testing.T) {
 		})
 	}
 }
+
+// Rooms stay small: no source file (generated and test files aside) over
+// 600 lines, and no package over 2,000 lines of Go without its tests,
+// but for the exceptions docs/architecture.md names with their reasons.
+func TestNoLargeRooms(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fileExceptions := map[string]bool{"web/static/app.js": true}
+	packageExceptions := map[string]bool{"internal/redisengine": true, "internal/controlplane": true, "cmd/sluice": true,
+		"internal/pgstore": true, "internal/decide": true}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range fileExceptions {
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/architecture.md does not name %s, an exception to the size of a file", name)
+		}
+	}
+	for name := range packageExceptions {
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/architecture.md does not name %s, an exception to the size of a package", name)
+		}
+	}
+	perPackage := map[string]int{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "gen", "testdata", "interop", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		ext := filepath.Ext(path)
+		if strings.HasSuffix(path, "_test.go") || (ext != ".go" && ext != ".js" && ext != ".lua") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n := strings.Count(string(b), "\n")
+		if n > 600 && !fileExceptions[rel] {
+			t.Errorf("%s is %d lines, over 600: split it by what it does", rel, n)
+		}
+		if ext == ".go" {
+			perPackage[filepath.ToSlash(filepath.Dir(rel))] += n
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pkg, n := range perPackage {
+		if n > 2000 && !packageExceptions[pkg] {
+			t.Errorf("package %s is %d lines of Go without its tests, over 2,000", pkg, n)
+		}
+	}
+}
+
+// docs/architecture.md names every package (generated code aside), so
+// that a newcomer finds each on the map.
+func TestTheMapNamesEveryPackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "list", "github.com/sluicehq/sluice/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.Contains(pkg, "/internal/gen/") || pkg == "github.com/sluicehq/sluice/internal/testkit" {
+			continue
+		}
+		if name := filepath.Base(pkg); !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/architecture.md does not name %s", pkg)
+		}
+	}
+}
