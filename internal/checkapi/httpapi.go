@@ -193,11 +193,10 @@ func (h *httpAPI) decide(ex httpport.Exchange, c *decide.Compiled, req decide.Re
 	// Yield once before answering. A decision made on the decider (local
 	// counting, the deny cache) never blocks, and connection goroutines
 	// that never block keep their thread until preempted: wrk's p99 on
-	// POST /v1/check doubled without this (22 against 10–12 ms on a slower
-	// machine; 11.6–11.9 against 6.5–7 ms here). It lives here, not in the
-	// engine, because gRPC's handlers hand their answer to another
-	// goroutine anyway: there the yield only cost 1.7 µs per decision
-	// (interleaved runs, docs/benchmarks.md).
+	// POST /v1/check nearly doubled without this. It lives here, not in
+	// the engine, because gRPC's handlers hand their answer to another
+	// goroutine anyway: there the yield only cost time (docs/benchmarks.md
+	// has the figures).
 	runtime.Gosched()
 	ex.RateHeaders(dec, h.Headers)
 	status := http.StatusOK
@@ -215,9 +214,8 @@ func (h *httpAPI) decide(ex httpport.Exchange, c *decide.Compiled, req decide.Re
 	}
 }
 
-// begin authenticates the request and decodes its body into v, the body
-// of a what ("check", "reset"); on failure it has answered and returns
-// false.
+// descriptorsOf is the descriptors of a check's JSON object, in no set
+// order (a rule reads them by key).
 func descriptorsOf(m map[string]string) policy.Descriptors {
 	d := make(policy.Descriptors, 0, len(m))
 	for k, v := range m {

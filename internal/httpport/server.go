@@ -26,11 +26,10 @@ import (
 // upgrades). Connections that open with HTTP/2's preface (gRPC and Connect
 // without TLS) go to net/http at once.
 //
-// Why two: under 50 keep-alive clients on two cores, net/http spent 22–31
-// µs of CPU per request on a handler that did nothing, fasthttp 13.5 µs,
-// and a strict decision costs the decider about 30 µs besides — net/http
-// alone held POST /v1/check under the 40,000 decisions/s it is meant to
-// reach (docs/benchmarks.md).
+// Why two: net/http spends about twice fasthttp's CPU per request on a
+// handler that does nothing, as much again as a strict decision costs the
+// decider, and alone it held POST /v1/check under the rate it is meant to
+// reach (docs/benchmarks.md has the figures).
 type Server struct {
 	fast *fasthttp.Server
 	std  *http.Server

@@ -209,16 +209,6 @@ type Snapshot struct {
 	Overrides []Override
 }
 
-// TierByName returns the tier called name, or nil.
-func (s *Snapshot) TierByName(name string) *Tier {
-	for i := range s.Tiers {
-		if s.Tiers[i].Name == name {
-			return &s.Tiers[i]
-		}
-	}
-	return nil
-}
-
 // SameAs reports whether o and p are the same override but for their ids,
 // their expiries equal to the microsecond (what PostgreSQL keeps).
 func (o Override) SameAs(p Override) bool {

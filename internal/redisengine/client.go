@@ -15,10 +15,8 @@ import (
 )
 
 // DefaultSpin is how long a decider's read waiting for Redis polls before
-// it sleeps (package spinconn). One request at a time through the reverse
-// proxy, strict, p50 in interleaved runs: 338–364 µs without spinning,
-// 324–398 µs with 50 µs (most replies come later), 218–251 µs with 100,
-// 196–232 µs with 200, 216–253 µs with 400.
+// it sleeps (package spinconn): the shortest that most replies at low load
+// come within (docs/benchmarks.md, "Polling reads").
 const DefaultSpin = 200 * time.Microsecond
 
 // ClientOptions are how a decider connects to Redis.

@@ -3,16 +3,16 @@
 //
 // On an idle virtual machine a thread that sleeps waiting for a reply is
 // woken tens of microseconds after the reply arrives (its vCPU halts, and
-// the hypervisor takes time to bring it back): a strict decision, one
-// round trip to Redis of ~25 µs when threads are busy, took 85–95 µs at
-// low load here. A read that polls keeps its thread and vCPU awake for
-// replies that come within the spin budget.
+// the hypervisor takes time to bring it back): at low load, a strict
+// decision, one round trip to Redis, takes several times as long as under
+// load (docs/benchmarks.md). A read that polls keeps its thread and vCPU
+// awake for replies that come within the spin budget.
 //
 // Polling costs CPU, so it is for when the process is nearly idle: the
 // Dialer's caller says when (a decider: while at most two decisions are
 // waiting; under load its threads are awake anyway, and a spinning read
 // would take CPU that the load generator, or Redis, on the same cores
-// needs: 5% fewer decisions per second here without this condition).
+// needs).
 // Between polls the reader yields to any runnable goroutine; one read of
 // all a Dialer's connections spins at a time; and a read whose reply did
 // not come within the budget (a busy server, or one that answers slowly)
