@@ -324,7 +324,7 @@ const decideArgs = 4
 func (e *Engine) wires(calls []*call) []wire {
 	ws := make([]wire, 0, len(calls))
 	merged := [4]int{-1, -1, -1, -1} // the index in ws of single.lua's, window1.lua's, multi.lua's and decide.lua's merged calls
-	_, cluster := e.client.(*redis.ClusterClient)
+	cluster := e.cluster != nil
 	for _, c := range calls {
 		var m *int
 		switch {

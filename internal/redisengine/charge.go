@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/limit"
 )
 
@@ -34,7 +32,7 @@ func (e *Engine) Charge(ctx context.Context, charges []limit.Charge) error {
 		keys = append(keys, e.cfg.Prefix+c.Key)
 		args = append(args, st.family, c.Cost, st.param, win)
 	}
-	if _, cluster := e.client.(*redis.ClusterClient); cluster {
+	if e.cluster != nil {
 		for i, k := range keys { // each key's slot its own
 			if _, err := e.eval(ctx, time.Time{}, syncScript, []string{k}, append([]any{args[0], args[1]}, args[2+4*i:6+4*i]...)); err != nil {
 				return err

@@ -81,7 +81,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("spins %d, misses %d: no read spun", spins, misses)
 	}
 	e.Close()
-	if err := e.client.Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
+	if err := e.client.(redis.UniversalClient).Ping(context.Background()).Err(); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("the engine's client after Close: %v, want closed", err)
 	}
 	if _, err := Open("http://x", ClientOptions{}, Config{}); err == nil {

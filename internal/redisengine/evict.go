@@ -38,13 +38,12 @@ func (e *Engine) Evicting(ctx context.Context) ([]string, error) {
 		return nil
 	}
 	var err error
-	switch c := e.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
+	if e.cluster != nil {
+		err = e.cluster.ForEachMaster(ctx, check)
+	} else if c, ok := e.client.(*redis.Client); ok {
 		err = check(ctx, c)
-	default:
-		return nil, nil
+	} else {
+		return nil, nil // a client of its own kind: no node to ask
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redisengine: read the memory policy: %w", err)

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/limit"
 )
 
@@ -112,7 +110,7 @@ func (l *localCounts) reconcile(ctx context.Context, ents []*entry) {
 	}
 	// One call per chunk of keys, and per slot on a cluster.
 	groups := [][]item{}
-	if _, ok := l.e.client.(*redis.ClusterClient); ok {
+	if l.e.cluster != nil {
 		bySlot := map[int]int{}
 		for _, it := range items {
 			s := Slot(l.e.cfg.Prefix + it.en.key)

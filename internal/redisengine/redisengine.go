@@ -88,9 +88,10 @@ const DefaultTimeout = 500 * time.Millisecond
 
 // Engine evaluates decisions in Redis. It is safe for concurrent use.
 type Engine struct {
-	client redis.UniversalClient
-	cfg    Config
-	slack  any
+	client  Client
+	cluster Cluster // client, when it is a Redis Cluster's; else nil
+	cfg     Config
+	slack   any
 	// waiting holds the calls for the flushers, when batching.
 	waiting *fairQueue
 	stop    chan struct{}
@@ -117,11 +118,12 @@ type Engine struct {
 	failing atomic.Bool
 }
 
-// New returns an Engine on client (a *redis.Client or *redis.ClusterClient).
+// New returns an Engine on client (a *redis.Client or *redis.ClusterClient:
+// see Client and Cluster).
 // It needs no connection: a decider starts even while Redis is down. The
 // client should have ContextTimeoutEnabled, so that a decision's deadline
 // bounds its Redis call, however slow Redis is.
-func New(client redis.UniversalClient, cfg Config) *Engine {
+func New(client Client, cfg Config) *Engine {
 	if cfg.MinTTL <= 0 {
 		cfg.MinTTL = time.Second
 	}
@@ -130,7 +132,7 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	}
 	if cfg.Flushers <= 0 {
 		cfg.Flushers = 1
-		if _, cluster := client.(*redis.ClusterClient); cluster {
+		if _, cluster := client.(Cluster); cluster {
 			cfg.Flushers = 2
 		}
 	}
@@ -146,7 +148,8 @@ func New(client redis.UniversalClient, cfg Config) *Engine {
 	if cfg.MaxLocalKeys <= 0 {
 		cfg.MaxLocalKeys = DefaultMaxLocalKeys
 	}
-	e := &Engine{client: client, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds(), stop: make(chan struct{})}
+	cluster, _ := client.(Cluster)
+	e := &Engine{client: client, cluster: cluster, cfg: cfg, slack: float(limit.Slack), minTTL: cfg.MinTTL.Milliseconds(), stop: make(chan struct{})}
 	e.local = newLocalCounts(e)
 	if cfg.Batch {
 		e.waiting = newFairQueue(2 * quantum)
@@ -181,7 +184,7 @@ func (e *Engine) Preload(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if cc, ok := e.client.(*redis.ClusterClient); ok {
+	if cc := e.cluster; cc != nil {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
 	} else {
 		err = load(ctx, e.client)
@@ -230,7 +233,7 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 		owners []*limit.Call
 		passes []pass
 	)
-	_, cluster := e.client.(*redis.ClusterClient)
+	cluster := e.cluster != nil
 	for i := range batch {
 		c := &batch[i]
 		if len(c.Reqs) == 0 {
@@ -369,7 +372,7 @@ func (e *Engine) run(ctx context.Context, deadline time.Time, op string, reqs []
 	if err != nil {
 		return false, err
 	}
-	if _, ok := e.client.(*redis.ClusterClient); ok && op == "check" && !sameSlot(keys) {
+	if e.cluster != nil && op == "check" && !sameSlot(keys) {
 		return e.acrossSlots(ctx, deadline, reqs, now, res)
 	}
 	reply, err := e.eval(ctx, deadline, sc, keys, args)
@@ -434,7 +437,7 @@ func (e *Engine) runScript(ctx context.Context, sc *redis.Script, keys []string,
 // to their failure modes for that minute, not for the seconds it takes.
 // The reload runs in the background, one at a time, at most five a second.
 func (e *Engine) followTopology(err error) {
-	cc, ok := e.client.(*redis.ClusterClient)
+	cc, ok := e.cluster, e.cluster != nil
 	if !ok || err == nil {
 		return
 	}

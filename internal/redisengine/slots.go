@@ -22,7 +22,7 @@ import (
 // whose keys span masters (rules keyed by different descriptors) passes
 // each one's; its failure names the master that failed (see shardError).
 func (e *Engine) Shards(ctx context.Context, reqs []limit.Request) (first string, others []string) {
-	cc, ok := e.client.(*redis.ClusterClient)
+	cc, ok := e.cluster, e.cluster != nil
 	if !ok || len(reqs) == 0 {
 		return "", nil
 	}
@@ -40,7 +40,7 @@ func (e *Engine) Shards(ctx context.Context, reqs []limit.Request) (first string
 
 // master is the address of the master that holds key, "" when the cluster
 // client does not know it.
-func (e *Engine) master(ctx context.Context, cc *redis.ClusterClient, key string) string {
+func (e *Engine) master(ctx context.Context, cc Cluster, key string) string {
 	c, err := cc.MasterForKey(ctx, e.cfg.Prefix+key)
 	if err != nil {
 		return ""
@@ -60,7 +60,7 @@ func (e *shardError) Unwrap() error { return e.err }
 
 // onShard wraps err, the failure of a call on key's slot, as that master's.
 func (e *Engine) onShard(ctx context.Context, key string, err error) error {
-	cc, ok := e.client.(*redis.ClusterClient)
+	cc, ok := e.cluster, e.cluster != nil
 	if !ok {
 		return err
 	}
