@@ -245,6 +245,9 @@ func TestTwelvePartitionsFourConsumersOneKilled(t *testing.T) {
 	s.produce(t, broker.Addrs(), topic, func(chunk int) {
 		if chunk == s.chunks/3 {
 			waitCommitted(t, pool, 1)
+			// Mid-stream, once all four consume: killed while its join
+			// is pending, a member would stay in the generation.
+			kafkatest.WaitStableGroup(t, broker.Addrs(), "sluice-analytics", 4)
 			children[1].kill(t)
 			killedAt = committed(t, pool)
 		}

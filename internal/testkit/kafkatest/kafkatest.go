@@ -122,6 +122,29 @@ func EndOffsets(t testing.TB, brokers []string, topic string, partitions int) []
 	return out
 }
 
+// WaitStableGroup waits until consumer group holds members members that
+// have all joined its current generation (the group Stable): a member
+// killed while its join is pending would otherwise be put in the
+// generation and never leave it, as kfake keeps it. It fails t after 30 s.
+func WaitStableGroup(t testing.TB, brokers []string, group string, members int) {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		res, err := c.DescribeGroups(context.Background(), &kafka.DescribeGroupsRequest{GroupIDs: []string{group}})
+		if err != nil || len(res.Groups) != 1 {
+			last = fmt.Sprint(err)
+			continue
+		}
+		g := res.Groups[0]
+		if g.GroupState == "Stable" && len(g.Members) == members {
+			return
+		}
+		last = fmt.Sprintf("%s with %d members", g.GroupState, len(g.Members))
+	}
+	t.Fatalf("kafkatest: group %s never stable with %d members (last: %s)", group, members, last)
+}
+
 // ReadPartition returns the first n messages of one partition of topic, in
 // offset order; it fails t when a read fails or 30 s pass first.
 func ReadPartition(t testing.TB, brokers []string, topic string, partition int, n int64) []kafka.Message {
