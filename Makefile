@@ -13,17 +13,21 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build the binaries into bin/: sluice (the CLI and sluice dev), controlplane, dataplane, analytics, sluice-bench
-	@echo "building bin/sluice, bin/controlplane, bin/dataplane, bin/analytics and bin/sluice-bench (the first build takes a minute or two)"
+	@echo "building bin/sluice, bin/controlplane, bin/dataplane, bin/analytics and bin/sluice-bench (the first build takes up to three minutes, later ones seconds)"
 	$(GO) build -o bin/ ./cmd/...
 
 .PHONY: dev
 dev: build ## build, then run Sluice on this machine, with embedded defaults where no service is configured
 	@echo "starting sluice dev; in another terminal, the CLI: bin/sluice rules list (or add bin/ to your PATH)"
-	@# Ctrl-C stops sluice dev, which exits 0; so does make.
-	@trap 'exit 0' INT TERM; ./bin/sluice dev
+	@# Ctrl-C stops sluice dev, which exits 0; so does make. In a terminal
+	@# sluice dev runs as the foreground job, so that Ctrl-C reaches it
+	@# alone: make would otherwise die of the SIGINT too, with 130.
+	@if [ -t 0 ]; then bash -c 'set -m; ./bin/sluice dev & fg >/dev/null'; else ./bin/sluice dev; fi
 
 .PHONY: test
 test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$SLUICE_CHROMIUM" ] || \
+	  echo "no Chromium: the console's browser tests skip (Debian, Ubuntu: sudo apt-get install -y chromium)"
 	$(GO) test -race -count=1 ./...
 	@# interop/ drives Sluice with other projects' clients. gubernator's
 	@# registers the same proto file as ours: allow it, with a warning.

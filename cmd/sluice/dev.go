@@ -22,6 +22,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	fs.SetOutput(stderr)
 	e := flagenv.NewEnv(getenv)
 	addr := fs.String("addr", e.String("SLUICE_ADDR", "127.0.0.1:8080"), "listen address of the HTTP API (env SLUICE_ADDR)")
+	reset := fs.Bool("reset", false, "start from a clean demo: the dev database, keys and events made afresh")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
@@ -55,5 +56,5 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer, getenv
 	return devstack.Run(ctx, devstack.Config{Addr: *addr, Out: stdout, Logger: logger, Tracer: tracer,
 		DatabaseURL: getenv("DATABASE_URL"), RedisURL: getenv("REDIS_URL"), RedisCluster: cluster, RedisSentinel: sentinel, RedisPrefix: getenv("SLUICE_REDIS_PREFIX"),
 		GRPCAddr: e.String("SLUICE_GRPC_ADDR", "127.0.0.1:8089"), KafkaBrokers: getenv("KAFKA_BROKERS"), KafkaSec: kafkasec.FromEnv(getenv), EventsTopic: getenv("SLUICE_EVENTS_TOPIC"), DeltaInterval: deltas, Budget: budget, Headers: headers,
-		Dir: getenv("SLUICE_DEV_DIR")})
+		Dir: getenv("SLUICE_DEV_DIR"), Reset: *reset})
 }

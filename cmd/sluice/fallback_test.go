@@ -92,10 +92,10 @@ func TestDevFallsBackToEmbeddedEverything(t *testing.T) {
 	if statuses[200] != 10 || statuses[429] != 2 {
 		t.Fatalf("statuses %v, want 10 × 200 then 2 × 429", statuses)
 	}
-	// The banner's CLI lines work as printed: its exports reach both servers.
-	exports := regexp.MustCompile(`cli\s+export (.*)`).FindStringSubmatch(text)
+	// The banner's export line works as printed: it reaches both servers.
+	exports := regexp.MustCompile(`(?m)^\s+export\s+export (.*)$`).FindStringSubmatch(text)
 	if exports == nil {
-		t.Fatalf("no CLI line in the banner:\n%s", text)
+		t.Fatalf("no export line in the banner:\n%s", text)
 	}
 	env := map[string]string{}
 	for _, kv := range strings.Fields(exports[1]) {

@@ -218,3 +218,14 @@ func TestCLIFindsSluiceDevByItself(t *testing.T) {
 	}
 	cli("reports", "top")
 }
+
+// sluice dev -reset drops the dev database: it refuses a DATABASE_URL of
+// the user's own rather than empty it.
+func TestDevResetRefusesADatabaseOfYourOwn(t *testing.T) {
+	env := devEnv(t)
+	var errOut strings.Builder
+	err := run(context.Background(), []string{"dev", "-reset", "-addr", "127.0.0.1:0"}, io.Discard, &errOut, func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error()+errOut.String(), "DATABASE_URL") {
+		t.Fatalf("sluice dev -reset with DATABASE_URL: %v %s, want a refusal naming DATABASE_URL", err, errOut.String())
+	}
+}

@@ -7,16 +7,21 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // example is one command of the README's "Try it" section and the answer
-// it shows.
-type example struct{ command, answer string }
+// it shows: JSON, or with http, a status line and headers before it.
+type example struct {
+	command, answer string
+	http            bool
+}
 
 // readmeExamples reads the "## Try it" section: each ```sh block followed
-// by a ```json block (the export line has none and is skipped).
+// by a ```json or ```http block (the export line has none and is
+// skipped).
 func readmeExamples(t *testing.T) []example {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
@@ -32,19 +37,55 @@ func readmeExamples(t *testing.T) []example {
 	if end := strings.Index(s[3:], "\n## "); end >= 0 {
 		s = s[:end+3]
 	}
-	blocks := regexp.MustCompile("(?s)```(sh|json)\n(.*?)```").FindAllStringSubmatch(s, -1)
+	blocks := regexp.MustCompile("(?s)```(sh|json|http)\n(.*?)```").FindAllStringSubmatch(s, -1)
 	var out []example
 	for i := 0; i+1 < len(blocks); i++ {
-		if blocks[i][1] == "sh" && blocks[i+1][1] == "json" {
-			out = append(out, example{strings.TrimSpace(blocks[i][2]), strings.TrimSpace(blocks[i+1][2])})
+		if blocks[i][1] == "sh" && blocks[i+1][1] != "sh" {
+			out = append(out, example{strings.TrimSpace(blocks[i][2]), strings.TrimSpace(blocks[i+1][2]), blocks[i+1][1] == "http"})
 			i++
 		}
 	}
 	return out
 }
 
-// TestREADMECurlExamples runs the README's examples against a fresh
-// `sluice dev` and checks each answer holds what the README shows.
+// answered reports how out, a command's output, differs from ex's answer
+// ("" when it holds everything the answer shows). An http answer's status
+// line must match and each header it shows be there, with its value
+// unless the README shows "…"; the JSON bodies are compared by contains.
+func (ex example) answered(out string) string {
+	wantBody, gotBody := ex.answer, out
+	if ex.http {
+		wantHead, wb, _ := strings.Cut(ex.answer, "\n\n")
+		gotHead, gb, _ := strings.Cut(strings.ReplaceAll(out, "\r\n", "\n"), "\n\n")
+		wantBody, gotBody = wb, gb
+		wantLines, gotLines := strings.Split(wantHead, "\n"), strings.Split(gotHead, "\n")
+		if gotLines[0] != wantLines[0] {
+			return "status " + gotLines[0]
+		}
+		for _, w := range wantLines[1:] {
+			name, value, _ := strings.Cut(w, ": ")
+			if !slices.ContainsFunc(gotLines, func(g string) bool {
+				gn, gv, _ := strings.Cut(g, ": ")
+				return strings.EqualFold(gn, name) && (value == "…" || gv == value)
+			}) {
+				return "no header " + w
+			}
+		}
+	}
+	var want, got any
+	if err := json.Unmarshal([]byte(wantBody), &want); err != nil {
+		return "the README's answer is not JSON: " + err.Error()
+	}
+	if err := json.Unmarshal([]byte(gotBody), &got); err != nil || !contains(got, want) {
+		return "a body without what the README shows"
+	}
+	return ""
+}
+
+// TestREADMECurlExamples runs the README's examples twice against one
+// fresh `sluice dev`, as a reader trying them again would, and checks
+// each answer holds what the README shows both times. The commands run
+// where bin/sluice is this test binary, acting as the CLI.
 func TestREADMECurlExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
@@ -55,23 +96,31 @@ func TestREADMECurlExamples(t *testing.T) {
 	}
 	banner, stop := startDev(t, devEnv(t))
 	defer func() { _ = stop() }()
-	find := func(re string) string { return regexp.MustCompile(re).FindStringSubmatch(banner)[1] }
-	env := append(os.Environ(), "SLUICE_SERVER="+find(`API\s+(http://\S+)`), "SLUICE_CHECK_KEY="+find(`check key\s+(\S+)`),
-		"SLUICE_KEY="+find(`admin key\s+(\S+)`), "SLUICE_OPERATOR_KEY="+find(`operator key\s+(\S+)`))
-	for _, ex := range examples {
-		cmd := exec.Command("sh", "-c", ex.command)
-		cmd.Env = env
-		out, err := cmd.Output()
-		if err != nil {
-			t.Errorf("%s: %v", ex.command, err)
-			continue
-		}
-		var want, got any
-		if err := json.Unmarshal([]byte(ex.answer), &want); err != nil {
-			t.Fatalf("the README's answer to %s is not JSON: %v", ex.command, err)
-		}
-		if err := json.Unmarshal(out, &got); err != nil || !contains(got, want) {
-			t.Errorf("%s\n answered %s\n the README shows %s", ex.command, out, ex.answer)
+	export := regexp.MustCompile(`(?m)^\s+export\s+(export .*)$`).FindStringSubmatch(banner)
+	if export == nil {
+		t.Fatalf("no export line in the banner:\n%s", banner)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cli := "#!/bin/sh\nSLUICE_TEST_CHILD=1 exec '" + os.Args[0] + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "bin", "sluice"), []byte(cli), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ {
+		for _, ex := range examples {
+			// The banner's export line, pasted as the README says.
+			cmd := exec.Command("sh", "-c", export[1]+"\n"+ex.command)
+			cmd.Dir = dir
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("round %d: %s: %v", round, ex.command, err)
+				continue
+			}
+			if why := ex.answered(string(out)); why != "" {
+				t.Errorf("round %d: %s\n answered %s\n (%s)\n the README shows %s", round, ex.command, out, why, ex.answer)
+			}
 		}
 	}
 }

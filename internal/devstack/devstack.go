@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.opentelemetry.io/otel/trace"
@@ -84,6 +85,11 @@ type Config struct {
 	// Dir keeps the dev keys and the decider's snapshot; "" means
 	// <user cache dir>/sluice/dev.
 	Dir string
+	// Reset starts from a clean demo: the dev database (sluice_dev, or the
+	// private cluster's) dropped and made again, the dev keys, the
+	// embedded broker's events and the decider's snapshot deleted. It
+	// refuses a DATABASE_URL of the user's own.
+	Reset bool
 	// Out receives the banner with the address, the keys and a curl line.
 	Out    io.Writer
 	Logger *slog.Logger
@@ -119,6 +125,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		cfg.Dir = filepath.Join(cache, "sluice", "dev")
 	}
+	if cfg.Reset && cfg.DatabaseURL != "" {
+		return errors.New("devstack: -reset drops the dev database, and DATABASE_URL names a database of your own: unset it, or empty that database yourself")
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return err
 	}
@@ -140,6 +149,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("devstack: listen (gRPC): %w", err)
 	}
 	defer gln.Close()
+	if cfg.Reset { // the ports are ours: no other sluice dev runs on this directory's state
+		for _, name := range []string{"keys.json", "decider-snapshot.pb", "kafka"} {
+			if err := os.RemoveAll(filepath.Join(cfg.Dir, name)); err != nil {
+				return fmt.Errorf("devstack: reset: %w", err)
+			}
+		}
+	}
 	dbURL, dbName, stopDB, err := database(ctx, cfg)
 	if err != nil {
 		return err
@@ -258,21 +274,21 @@ func Run(ctx context.Context, cfg Config) error {
   viewer key    %[9]s  (read only: an analyst's console)
   try           curl -s -X POST %[4]s/v1/check -H 'Authorization: Bearer %[7]s' -d '{"descriptors":{"client_id":"alice"}}'
 %[10]s
-Ctrl-C stops it.
-`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer, cliLines(base, keys))
+  export        export SLUICE_SERVER=%[4]s SLUICE_DECIDER=%[4]s SLUICE_CHECK_KEY=%[7]s SLUICE_KEY=%[6]s SLUICE_OPERATOR_KEY=%[5]s
+Ctrl-C stops it; sluice dev -reset starts again from a clean demo.
+`, engineName, kafkaName, dbName, base, keys.Operator, keys.Admin, keys.Check, gln.Addr(), keys.Viewer, cliLines(base))
 	return <-errc
 }
 
 // cliLines says how to run the CLI against a dev stack at base: on the
 // CLI's default address, with no variables (it reads the dev keys
-// itself); elsewhere, with the variables naming the address and keys.
-func cliLines(base string, keys devKeys) string {
+// itself); elsewhere, after the banner's export line.
+func cliLines(base string) string {
 	const run = "bin/sluice rules list; bin/sluice check client_id=alice; bin/sluice reports top"
 	if base == "http://127.0.0.1:8080" {
 		return "  cli           " + run + "\n                (the CLI finds this address and the dev keys itself)"
 	}
-	return fmt.Sprintf("  cli           export SLUICE_SERVER=%[1]s SLUICE_DECIDER=%[1]s SLUICE_KEY=%[2]s SLUICE_CHECK_KEY=%[3]s\n                %[4]s",
-		base, keys.Admin, keys.Check, run)
+	return "  cli           " + run + "\n                (after the export line below)"
 }
 
 // database returns the URL to use and what to call at exit: u if it
@@ -287,7 +303,7 @@ func database(ctx context.Context, cfg Config) (string, string, func(), error) {
 		}
 		cfg.Logger.WarnContext(ctx, "devstack: DATABASE_URL does not answer; starting a private PostgreSQL", "url", redact.URL(cfg.DatabaseURL))
 	} else if pingDB(ctx, LocalDatabase) == nil {
-		u, err := devDatabase(ctx, LocalDatabase)
+		u, err := devDatabase(ctx, LocalDatabase, cfg.Reset)
 		return u, redact.URL(u), func() {}, err
 	}
 	dir := privateDir(cfg.Dir)
@@ -295,7 +311,7 @@ func database(ctx context.Context, cfg Config) (string, string, func(), error) {
 	if err != nil {
 		return "", "", nil, err
 	}
-	u, err := devDatabase(ctx, base)
+	u, err := devDatabase(ctx, base, cfg.Reset)
 	if err != nil {
 		stop()
 		return "", "", nil, err
@@ -314,8 +330,8 @@ func pingDB(ctx context.Context, u string) error {
 }
 
 // devDatabase returns the URL of the sluice_dev database on the server at
-// base, creating the database if it is missing.
-func devDatabase(ctx context.Context, base string) (string, error) {
+// base, creating the database if it is missing, or afresh if reset.
+func devDatabase(ctx context.Context, base string, reset bool) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, base)
@@ -323,6 +339,11 @@ func devDatabase(ctx context.Context, base string) (string, error) {
 		return "", fmt.Errorf("devstack: PostgreSQL at %s: %w", redact.URL(base), err)
 	}
 	defer conn.Close(ctx)
+	if reset {
+		if _, err := conn.Exec(cctx, `DROP DATABASE IF EXISTS sluice_dev WITH (FORCE)`); err != nil {
+			return "", fmt.Errorf("devstack: reset: drop database sluice_dev: %w", err)
+		}
+	}
 	var exists bool
 	if err := conn.QueryRow(cctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'sluice_dev')`).Scan(&exists); err != nil {
 		return "", err
@@ -346,6 +367,18 @@ func redisURL(ctx context.Context, cfg Config) (url string, cluster, sentinel bo
 		u = LocalRedis
 	}
 	cluster, sentinel = cfg.RedisCluster && cfg.RedisURL != "", cfg.RedisSentinel && cfg.RedisURL != ""
+	if !cluster && !sentinel {
+		// One server: ask its port first, so that none there is one line
+		// of ours, not the Redis client's retries.
+		if o, err := redis.ParseURL(u); err == nil && o.Network == "tcp" {
+			conn, err := net.DialTimeout("tcp", o.Addr, time.Second)
+			if err != nil {
+				cfg.Logger.InfoContext(ctx, "devstack: no Redis answers; deciding in process (set REDIS_URL to use one)", "redis", redact.URL(u))
+				return "", false, false, ""
+			}
+			_ = conn.Close()
+		}
+	}
 	eng, err := redisengine.Open(u, redisengine.ClientOptions{Cluster: cluster, Sentinel: sentinel}, redisengine.Config{Prefix: cfg.RedisPrefix})
 	if err != nil {
 		cfg.Logger.WarnContext(ctx, "devstack: bad REDIS_URL; deciding in process", "err", err)

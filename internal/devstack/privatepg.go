@@ -18,7 +18,11 @@ import (
 func privatePostgres(dir string) (string, func(), error) {
 	c, err := pgserver.Open(dir)
 	if errors.Is(err, pgserver.ErrNoBinaries) {
-		return "", nil, errors.New("devstack: no PostgreSQL server binaries (initdb, pg_ctl) found; install PostgreSQL or set DATABASE_URL")
+		return "", nil, errors.New(`devstack: sluice dev needs PostgreSQL: none answers (at DATABASE_URL, else on 127.0.0.1:5432), and no server binaries (initdb, pg_ctl) were found to start one.
+Install it, then run make dev again:
+  Debian, Ubuntu:  sudo apt-get install -y postgresql
+  macOS:           brew install postgresql@16
+or set DATABASE_URL to a running server`)
 	}
 	if err != nil {
 		return "", nil, err

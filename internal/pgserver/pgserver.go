@@ -57,7 +57,10 @@ func Open(dir string) (*Cluster, error) {
 			}
 		}
 		c.run = func(name string, args ...string) *exec.Cmd {
-			return exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(bin, name)}, args...)...)
+			cmd := exec.Command(filepath.Join(bin, name), args...)
+			cmd.Dir = dir                        // postgres may not enter root's working directory
+			runAs(cmd, uint32(uid), uint32(gid)) // no runuser needed: it may not be on root's PATH
+			return cmd
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
