@@ -247,3 +247,23 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// `docker compose up` runs as the README writes it, with no variable
+// set: every variable docker-compose.yml reads has a default
+// (${NAME:-value}), none is mandatory (${NAME:?...}) or left empty.
+func TestComposeNeedsNoVariables(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(root(t), "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := regexp.MustCompile(`\$\{([A-Z0-9_]+)([^}]*)\}`).FindAllStringSubmatch(string(b), -1)
+	for _, r := range refs {
+		if !strings.HasPrefix(r[2], ":-") || len(r[2]) == 2 {
+			t.Errorf("docker-compose.yml reads ${%s%s}: give it a default, ${%s:-value}", r[1], r[2], r[1])
+		}
+	}
+	if len(refs) == 0 {
+		t.Fatal("docker-compose.yml reads no variable: the keys' defaults are gone?")
+	}
+}
