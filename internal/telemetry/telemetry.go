@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,13 +38,20 @@ func (r *Readiness) SetReady(ok bool) { r.ready.Store(ok) }
 // Ready reports whether r is ready.
 func (r *Readiness) Ready() bool { return r.ready.Load() }
 
-// Mount registers /healthz (the process is up), /readyz and /metrics on
-// mux. /readyz answers 200 when ready() holds, else 503, with a JSON body
+// Mount registers /healthz (the process is up), /readyz, /metrics and
+// Go's profiles (/debug/pprof/) on mux. /readyz answers 200 when ready() holds, else 503, with a JSON body
 // {"ready": …, "info": info()} (info may be nil: a deciders' enforced
 // config versions, say). It is the admin listener's (see MountPublic).
 func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready func() bool, info func() any) {
 	mountHealth(mux, ready, info)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Go's profiles, as operators expect them on an admin port:
+	// go tool pprof http://ADMIN/debug/pprof/profile?seconds=30.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
 
 // MountPublic registers what a load balancer needs on a port that every

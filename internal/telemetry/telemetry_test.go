@@ -45,6 +45,12 @@ func TestMountAndEngineMetrics(t *testing.T) {
 	if code, _ := get("/readyz"); code != 503 {
 		t.Fatalf("readyz before the first config: %d, want 503", code)
 	}
+	if code, body := get("/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/ on the admin listener: %d %.80q", code, body)
+	}
+	if code, body := get("/debug/pprof/goroutine?debug=1"); code != 200 || !strings.Contains(body, "goroutine profile") {
+		t.Fatalf("the goroutine profile: %d %.80q", code, body)
+	}
 	ready.SetReady(true)
 	if code, _ := get("/readyz"); code != 200 {
 		t.Fatalf("readyz when ready: %d", code)
