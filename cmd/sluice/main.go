@@ -34,6 +34,7 @@ commands:
            or the rate limiting plugins of a Kong declarative configuration: sluice import -kong [-tenant SLUG] … FILE
   export   write a tenant's tiers, rules and overrides as a tenant file: sluice export [-o FILE] SLUG
   apply    make tenants match their tenant files (created if missing): sluice apply -f FILE|DIR [-f …] [-dry-run] [-prune] [-json]
+  demo     make sluice dev's demo tenant on a deployment and print its keys (SLUICE_KEY: the operator key)
   tenants, tiers, rules, overrides, keys, audit, deciders, reports
            list, create and delete (rules: update; keys: revoke; reports: rejections, top,
            breakdown, csv) through the control plane's API;
@@ -102,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runImport(ctx, args[1:], stdout, stderr, getenv)
 	case "apply":
 		return runApply(ctx, args[1:], stdout, stderr, getenv)
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr, getenv)
 	case "export":
 		return runExport(ctx, args[1:], stdout, stderr, getenv)
 	case "bench":

@@ -62,6 +62,13 @@ func documentedEnv(t *testing.T, binary string) map[string]bool {
 	if err != nil {
 		t.Fatalf("no binary %s: %v", binary, err)
 	}
+	if binary == "sluice" { // the CLI: its usage's environment section
+		env := map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^  (SLUICE_[A-Z0-9_]+)\s`).FindAllStringSubmatch(string(b), -1) {
+			env[m[1]] = true
+		}
+		return env
+	}
 	settings, err := os.ReadFile(filepath.Join(root(t), configSource[binary]))
 	if err != nil {
 		t.Fatal(err)
