@@ -229,3 +229,28 @@ func TestDevResetRefusesADatabaseOfYourOwn(t *testing.T) {
 		t.Fatalf("sluice dev -reset with DATABASE_URL: %v %s, want a refusal naming DATABASE_URL", err, errOut.String())
 	}
 }
+
+// On a machine without PostgreSQL, sluice dev (what make dev runs) stops
+// with the command that installs it, as the README's first lines say.
+func TestDevWithoutPostgreSQLSaysHowToInstallIt(t *testing.T) {
+	t.Setenv("SLUICE_POSTGRES_BIN", t.TempDir()) // no initdb there: no binaries anywhere
+	env := devEnv(t)
+	env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:1/nothing?sslmode=disable"
+	var errOut strings.Builder
+	err := run(context.Background(), []string{"dev", "-addr", "127.0.0.1:0"}, io.Discard, &errOut, func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("sluice dev ran without PostgreSQL")
+	}
+	readme, rerr := os.ReadFile("../../README.md")
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	for _, install := range []string{"sudo apt-get install -y postgresql", "brew install postgresql@16"} {
+		if !strings.Contains(err.Error(), install) {
+			t.Errorf("sluice dev without PostgreSQL: %v\nit does not say %q", err, install)
+		}
+		if !strings.Contains(string(readme), install) {
+			t.Errorf("the README does not say %q", install)
+		}
+	}
+}

@@ -131,8 +131,15 @@ func runningPort(dir string) (int, bool) {
 var ErrNoBinaries = errors.New("pgserver: no PostgreSQL server binaries (initdb, pg_ctl) found")
 
 // binDir finds the directory of the installed server binaries:
+// $SLUICE_POSTGRES_BIN when set (and then nowhere else), else
 // pg_config's, else the newest /usr/lib/postgresql/<version>/bin.
 func binDir() (string, error) {
+	if dir := os.Getenv("SLUICE_POSTGRES_BIN"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
+			return "", ErrNoBinaries
+		}
+		return dir, nil
+	}
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		dir := strings.TrimSpace(string(out))
 		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
