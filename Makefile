@@ -13,8 +13,9 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build the binaries into bin/: sluice (the CLI and sluice dev), controlplane, dataplane, analytics, sluice-bench
-	@echo "building bin/sluice, bin/controlplane, bin/dataplane, bin/analytics and bin/sluice-bench (the first build takes up to three minutes, later ones seconds)"
-	$(GO) build -o bin/ ./cmd/...
+	@echo "building bin/ (the first build takes up to three minutes, later ones seconds):"
+	@for b in sluice controlplane dataplane analytics sluice-bench; do \
+	  echo "  bin/$$b"; $(GO) build -o bin/ ./cmd/$$b || exit 1; done
 
 .PHONY: dev
 dev: build ## build, then run Sluice on this machine, with embedded defaults where no service is configured
