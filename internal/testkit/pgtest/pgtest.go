@@ -1,8 +1,9 @@
 // Package pgtest gives each test its own migrated PostgreSQL schema, or a
 // transaction rolled back when the test ends, on a real server:
 // SLUICE_TEST_DATABASE_URL, else the local server on the default port, else
-// a container when a Docker engine answers. Tests isolated this way run in
-// parallel.
+// a container when a Docker engine answers, else a private server started
+// from the installed binaries (see sharedPrivate). Tests isolated this way
+// run in parallel.
 package pgtest
 
 import (
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -50,10 +52,18 @@ func BaseURL(t testing.TB) string {
 		}
 		if u, _, err := containertest.Postgres(context.Background()); err == nil {
 			base, baseErr = u, nil // the container lives as long as the test process
+			return
+		}
+		if os.Getenv("SLUICE_TEST_DATABASE_URL") == "" {
+			if u, err := sharedPrivate(); err == nil {
+				base, baseErr = u, nil
+			} else {
+				baseErr = fmt.Errorf("%w; and no private server: %w", baseErr, err)
+			}
 		}
 	})
 	if baseErr != nil {
-		t.Fatalf("pgtest: PostgreSQL unreachable at %s (%v): start it, or set SLUICE_TEST_DATABASE_URL", base, baseErr)
+		t.Fatalf("pgtest: PostgreSQL unreachable at %s (%v): start it, install it (Debian, Ubuntu: sudo apt-get install -y postgresql), or set SLUICE_TEST_DATABASE_URL", base, baseErr)
 	}
 	return base
 }
@@ -209,4 +219,49 @@ func execErr(u, sql string) error {
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, sql)
 	return err
+}
+
+// sharedPrivate starts, or finds running, a PostgreSQL cluster of the
+// tests' own in the temporary directory, from the installed binaries, and
+// returns the URL of its test database. Every test process of a run shares
+// it, started by the first under a lock, and it is left running for the
+// next run: make test needs no server of its own, only PostgreSQL's
+// binaries.
+func sharedPrivate() (string, error) {
+	parent := filepath.Join(os.TempDir(), "sluice-test-postgres")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(filepath.Join(parent, "lock"))
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	c, err := pgserver.Open(filepath.Join(parent, "cluster"))
+	if err != nil {
+		return "", err
+	}
+	u, err := c.Start()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'test')`).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, `CREATE DATABASE test`); err != nil {
+			return "", err
+		}
+	}
+	p, _ := url.Parse(u)
+	p.Path = "/test"
+	return p.String(), nil
 }

@@ -90,3 +90,23 @@ func TestPrivateServerRestarts(t *testing.T) {
 		t.Fatalf("after the restart: %d %v", v, err)
 	}
 }
+
+// Where no server answers, the tests share a private one started from the
+// installed binaries: the first process starts it, later ones (and later
+// runs) find it running, with its test database.
+func TestSharedPrivateServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	first, err := sharedPrivate()
+	if err != nil {
+		t.Skipf("no private PostgreSQL here: %v", err)
+	}
+	if err := ping(first); err != nil {
+		t.Fatalf("the shared private server's test database %s: %v", first, err)
+	}
+	again, err := sharedPrivate()
+	if err != nil || again != first {
+		t.Fatalf("a second look: %s %v, want the running %s", again, err, first)
+	}
+}
