@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -272,5 +273,30 @@ func TestComposeNeedsNoVariables(t *testing.T) {
 	}
 	if len(refs) == 0 {
 		t.Fatal("docker-compose.yml reads no variable: the keys' defaults are gone?")
+	}
+}
+
+// docker compose config validates the file with no variable set, where a
+// compose tool is installed (.ci/run installs one): docker compose up
+// runs as the README writes it.
+func TestComposeConfigValidates(t *testing.T) {
+	t.Parallel()
+	var cmd *exec.Cmd
+	switch {
+	case exec.Command("docker", "compose", "version").Run() == nil:
+		cmd = exec.Command("docker", "compose", "config", "-q")
+	case func() bool { _, err := exec.LookPath("docker-compose"); return err == nil }():
+		cmd = exec.Command("docker-compose", "config", "-q")
+	default:
+		t.Skip("no docker compose here")
+	}
+	cmd.Dir = root(t)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v with no SLUICE_ variable set: %v\n%s", cmd.Args, err, out)
 	}
 }
