@@ -23,6 +23,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/kafkasec"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 	"github.com/sluicehq/sluice/internal/testkit/logtest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
@@ -229,6 +230,7 @@ func TestSIGKILLMidStreamLosesAndDoublesNothing(t *testing.T) {
 // its rollups, and every count is exact.
 func TestTwelvePartitionsFourConsumersOneKilled(t *testing.T) {
 	t.Parallel()
+	cputest.Alone(t) // four processes under the race detector
 	env, broker, topic, pool := streamSetup(t, 12, 100)
 	s := stream{tenants: 48, clients: 10, chunks: 30} // tenants enough to reach every partition
 	var children []*child

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
@@ -20,6 +21,7 @@ func TestMakeDevExitsZeroOnCtrlC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binaries")
 	}
+	cputest.Alone(t) // it builds every binary: no budget-bound test beside it
 	for _, tool := range []string{"script", "make", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("no %s", tool)
