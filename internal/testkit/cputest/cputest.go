@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testkit/filelock"
 )
 
 // Alone waits until no other test that called Alone, in this or any other
@@ -16,7 +18,7 @@ import (
 // ends. Call it first, before the test starts its load.
 func Alone(t testing.TB) {
 	t.Helper()
-	release, err := lock(filepath.Join(os.TempDir(), "sluice-test-cpu.lock"))
+	release, err := filelock.Lock(filepath.Join(os.TempDir(), "sluice-test-cpu.lock"))
 	if err != nil {
 		t.Fatalf("cputest: %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/pgserver"
 	"github.com/sluicehq/sluice/internal/testkit/containertest"
+	"github.com/sluicehq/sluice/internal/testkit/filelock"
 	"github.com/sluicehq/sluice/migrations"
 )
 
@@ -232,7 +233,7 @@ func sharedPrivate() (string, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockFile(filepath.Join(parent, "lock"))
+	unlock, err := filelock.Lock(filepath.Join(parent, "lock"))
 	if err != nil {
 		return "", err
 	}

@@ -1,15 +1,16 @@
 //go:build unix
 
-package pgtest
+package filelock
 
 import (
 	"os"
 	"syscall"
 )
 
-// lockFile waits for an exclusive advisory lock on the file at path; the
-// kernel releases it when the process ends, however it ends.
-func lockFile(path string) (func(), error) {
+// Lock waits for an exclusive advisory lock on the file at path, which
+// the kernel also releases when the process ends, however it ends; the
+// returned function releases it.
+func Lock(path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		return nil, err
