@@ -89,7 +89,7 @@ FUZZ_TARGETS = \
 	internal/envoyrls:FuzzShouldRateLimit \
 	internal/checkapi:FuzzParseCheckBody \
 	internal/checkapi:FuzzCheckJSON \
-	internal/grpcserve:FuzzGRPCCodec \
+	internal/grpcserve:FuzzServerFrames \
 	internal/protoconv:FuzzFieldJSON \
 	internal/h2sniff:FuzzSplit \
 	internal/controlplane:FuzzReadToken \

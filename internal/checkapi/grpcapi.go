@@ -11,7 +11,7 @@ import (
 )
 
 // RegisterGRPC serves sluice.v1.DecisionService of svc on s.
-func RegisterGRPC(s *grpc.Server, svc decision.Service) {
+func RegisterGRPC(s grpc.ServiceRegistrar, svc decision.Service) {
 	sluicev1.RegisterDecisionServiceServer(s, grpcDecisions{s: decisionServer{svc}})
 }
 

@@ -59,7 +59,7 @@ func grpcloadChild() int {
 }
 
 // BenchmarkEnvoyRLSLean loads Envoy's ShouldRateLimit from grpcload in
-// another process: 50 streams on 2 connections, each request one
+// another process: 50 streams on 2 connections (SLUICE_BENCH_CALLERS), each request one
 // descriptor of one of benchKeys client ids, the benchmark decider on the
 // local Redis. It is BenchmarkEnvoyRLSH2load over many keys (h2load sends
 // one body) and BenchmarkDecisionsEnvoyRLS without grpc-go's client in the
@@ -93,8 +93,16 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	if d == "" {
 		d = "10s"
 	}
+	callers := benchClients
+	if v := os.Getenv("SLUICE_BENCH_CALLERS"); v != "" { // calls in flight, over two connections
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SLUICE_BENCH_CALLERS=%q: a number of calls, at least 1", v)
+		}
+		callers = n
+	}
 	load := grpcload.Config{Addr: addr, Method: method, Metadata: []string{"authorization", "Bearer " + key},
-		Conns: 2, Streams: benchClients / 2, Duration: time.Duration(wrkSeconds(b, d) * float64(time.Second))}
+		Conns: min(2, callers), Streams: max(1, callers/2), Duration: time.Duration(wrkSeconds(b, d) * float64(time.Second))}
 	for _, m := range msgs {
 		bs, err := proto.Marshal(m)
 		if err != nil {
@@ -112,7 +120,7 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, g0 := serverCPU(b, rc), processCPU()
+	r0, g0, a0 := serverCPU(b, rc), processCPU(), heapAllocs()
 	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	cmd := exec.Command(self)
@@ -126,7 +134,7 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	if err != nil {
 		b.Fatalf("grpcload: %v\n%s", err, out)
 	}
-	r1, g1 := serverCPU(b, rc), processCPU()
+	r1, g1, a1 := serverCPU(b, rc), processCPU(), heapAllocs()
 	var res leanResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		b.Fatalf("grpcload's answer %q: %v", out, err)
@@ -137,6 +145,7 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	n := float64(res.Calls)
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, "decider-cpu-µs/op")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
+	b.ReportMetric(float64(a1-a0)/n, "allocs/decision")
 	b.ReportMetric(float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())/float64(time.Microsecond)/n, "loadgen-cpu-µs/op")
 	reportBatch(b, pipes0, calls0)
 	b.ReportMetric(n/res.Elapsed.Seconds(), "decisions/s")

@@ -99,7 +99,7 @@ func TestGRPCReflection(t *testing.T) {
 // serveWithHealth serves the decider's gRPC server (no tenants) with its
 // health service on a loopback port until the test ends, and returns a
 // client connection to it, the health service's stop and the server.
-func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpc.Server) {
+func serveWithHealth(t *testing.T, ready <-chan struct{}) (*grpc.ClientConn, func(), *grpcserve.Server) {
 	srv := grpcserve.NewServer(decision.Service{})
 	RegisterGRPC(srv, decision.Service{}) // as Serve does
 	stop := grpcserve.ServeHealth(srv, ready, GRPCServices...)

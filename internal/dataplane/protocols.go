@@ -35,7 +35,7 @@ func HTTPHandler(svc decision.Service) http.Handler {
 // RegisterGRPC registers every protocol's gRPC service of svc on s:
 // sluice.v1.DecisionService, Envoy's rate limit service and gubernator's
 // V1.
-func RegisterGRPC(s *grpc.Server, svc decision.Service) {
+func RegisterGRPC(s grpc.ServiceRegistrar, svc decision.Service) {
 	checkapi.RegisterGRPC(s, svc)
 	envoyrls.Register(s, svc)
 	gubernator.Register(s, svc)

@@ -14,9 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/checkapi"
 	"github.com/sluicehq/sluice/internal/clientip"
@@ -302,7 +299,7 @@ func openSpool(ctx context.Context, logger *slog.Logger, dir, stateFile string, 
 	return events.OpenSpool(ctx, logger, dir, int64(mb)<<20)
 }
 
-// serveGRPC starts the grpc-go listener of cfg (Envoy's rate limit
+// serveGRPC starts the gRPC listener of cfg (Envoy's rate limit
 // service, DecisionService, gubernator's V1, gRPC health), and returns
 // what stops it.
 func serveGRPC(ctx context.Context, stdout io.Writer, cfg Settings, apiCfg decision.Service, syncer *follower.Follower) (func(), error) {
@@ -310,18 +307,17 @@ func serveGRPC(ctx context.Context, stdout io.Writer, cfg Settings, apiCfg decis
 	if err != nil {
 		return nil, fmt.Errorf("grpc: %w", err)
 	}
-	var opts []grpc.ServerOption
+	var opts []grpcserve.Option
 	if t := cfg.GRPCTLS; t.Cert != "" || t.Key != "" || t.ClientCA != "" {
 		tlsCfg, err := tlsfiles.ServerConfig(t.Cert, t.Key, t.ClientCA)
 		if err != nil {
 			rln.Close()
 			return nil, fmt.Errorf("grpc: %w", err)
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		opts = append(opts, grpcserve.WithTLS(tlsCfg))
 	}
 	if cfg.GRPCMaxConnectionAge > 0 {
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: cfg.GRPCMaxConnectionAge,
-			MaxConnectionAgeGrace: cfg.GRPCMaxConnectionAgeGrace}))
+		opts = append(opts, grpcserve.WithMaxConnectionAge(cfg.GRPCMaxConnectionAge, cfg.GRPCMaxConnectionAgeGrace))
 	}
 	gs := grpcserve.NewServer(apiCfg, opts...)
 	RegisterGRPC(gs, apiCfg)

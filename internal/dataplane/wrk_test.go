@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"strconv"
 	"syscall"
 	"testing"
@@ -86,7 +87,7 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, g0, w0 := serverCPU(b, rc), processCPU(), childrenCPU()
+	r0, g0, w0, a0 := serverCPU(b, rc), processCPU(), childrenCPU(), heapAllocs()
 	b.ResetTimer()
 	// One wrk thread drives 50 connections at 10 µs of CPU a request, far
 	// from its ceiling here; a second only adds a runnable thread on the
@@ -103,10 +104,11 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	if bytes.Contains(out, []byte("Non-2xx")) || bytes.Contains(out, []byte("Socket errors")) {
 		b.Fatalf("wrk saw refused or failed requests:\n%s", out)
 	}
-	r1, g1, w1 := serverCPU(b, rc), processCPU(), childrenCPU()
+	r1, g1, w1, a1 := serverCPU(b, rc), processCPU(), childrenCPU(), heapAllocs()
 	rate, p50, p99 := parseWrk(b, out)
 	n := rate * wrkSeconds(b, d)
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, cpuMetric)
+	b.ReportMetric(float64(a1-a0)/n, "allocs/decision")
 	b.ReportMetric(float64(r1-r0)/float64(time.Microsecond)/n, "redis-cpu-µs/op")
 	b.ReportMetric(float64(w1-w0)/float64(time.Microsecond)/n, "wrk-cpu-µs/op")
 	b.ReportMetric(rate, "decisions/s")
@@ -119,6 +121,15 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapAllocs is how many heap objects this process has allocated: over
+// a load from another process, it is what the server allocates, from the
+// socket to the answer.
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // childrenCPU is the CPU time this process's waited-for children (wrk)

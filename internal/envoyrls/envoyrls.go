@@ -47,7 +47,7 @@ type RLS struct {
 func NewRLS(cfg decision.Service) *RLS { return &RLS{cfg: cfg} }
 
 // Register serves the rate limit service of cfg's decider on s.
-func Register(s *grpc.Server, cfg decision.Service) {
+func Register(s grpc.ServiceRegistrar, cfg decision.Service) {
 	rlsv3.RegisterRateLimitServiceServer(s, NewRLS(cfg))
 }
 

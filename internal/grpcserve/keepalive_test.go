@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/internal/decision"
 )
@@ -21,7 +20,8 @@ func TestKeepalivePings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(decision.Service{}, keepalive.EnforcementPolicy{MinTime: minTime, PermitWithoutStream: keepalivePolicy.PermitWithoutStream})
+	srv := NewServer(decision.Service{})
+	srv.pingMinTime = minTime
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 

@@ -265,7 +265,9 @@ type V1 struct {
 }
 
 // Register serves gubernator's V1 API of svc's decider on s.
-func Register(s *grpc.Server, svc decision.Service) { gubernatorpb.RegisterV1Server(s, &V1{cfg: svc}) }
+func Register(s grpc.ServiceRegistrar, svc decision.Service) {
+	gubernatorpb.RegisterV1Server(s, &V1{cfg: svc})
+}
 
 // GetRateLimits authenticates the call by its check key and decides each
 // of its requests.

@@ -27,6 +27,10 @@ const (
 	// CodeFailedPrecondition: a change refused in the state things are in
 	// (a tier still in use); change that state first.
 	CodeFailedPrecondition
+	// CodeUnimplemented: a method or encoding the server does not offer.
+	CodeUnimplemented
+	// CodeCanceled: the caller went away before its answer.
+	CodeCanceled
 )
 
 // Status is how every transport answers a Code.
@@ -53,6 +57,8 @@ var statuses = [...]Status{
 	CodeResourceExhausted:  {RPC: 8, HTTP: 429},  // ResourceExhausted
 	CodeAborted:            {RPC: 10, HTTP: 409}, // Aborted
 	CodeFailedPrecondition: {RPC: 9, HTTP: 409},  // FailedPrecondition
+	CodeUnimplemented:      {RPC: 12, HTTP: 501}, // Unimplemented
+	CodeCanceled:           {RPC: 1, HTTP: 499},  // Canceled (nginx's 499: the client closed the request)
 }
 
 // CodeOfRPC is the Code whose Status has the gRPC (and Connect) code rpc,
@@ -75,7 +81,7 @@ func (c Code) Status() Status {
 	return statuses[CodeUnknown]
 }
 
-var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted", "failed_precondition"}
+var codeNames = [...]string{"unknown", "invalid", "not_found", "conflict", "unauthenticated", "permission_denied", "unavailable", "resource_exhausted", "aborted", "failed_precondition", "unimplemented", "canceled"}
 
 func (c Code) String() string {
 	if int(c) < len(codeNames) {

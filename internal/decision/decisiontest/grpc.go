@@ -1,14 +1,15 @@
 package decisiontest
 
 import (
+	"net"
+	"testing"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"net"
-	"testing"
 )
 
 // Descriptor is an Envoy descriptor of key, value pairs.
@@ -35,9 +36,15 @@ func GRPCFields(err error) (codes.Code, []string) {
 	return st.Code(), fields
 }
 
+// Server is a gRPC server: the decider's, or grpc-go's.
+type Server interface {
+	Serve(net.Listener) error
+	Stop()
+}
+
 // ServeGRPC serves srv on a loopback port until the test ends and returns
 // a connection to it.
-func ServeGRPC(t testing.TB, srv *grpc.Server) *grpc.ClientConn {
+func ServeGRPC(t testing.TB, srv Server) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
