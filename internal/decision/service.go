@@ -117,8 +117,12 @@ func (cfg *Service) Decide(ctx context.Context, c *decide.Compiled, req decide.R
 // and records each as Decide does. errs[i] is reqs[i]'s refusal, if any.
 func (cfg *Service) DecideAll(ctx context.Context, c *decide.Compiled, reqs []decide.Request) (decs []decide.Decision, errs []error) {
 	if len(reqs) == 1 {
-		dec, err := cfg.Decide(ctx, c, reqs[0])
-		return []decide.Decision{dec}, []error{err}
+		one := &struct { // one allocation
+			dec [1]decide.Decision
+			err [1]error
+		}{}
+		one.dec[0], one.err[0] = cfg.Decide(ctx, c, reqs[0])
+		return one.dec[:], one.err[:]
 	}
 	start := time.Now()
 	var spans []trace.Span

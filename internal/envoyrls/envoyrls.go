@@ -73,8 +73,8 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if s.cfg.Door(c) != nil {
 		return crowded(len(req.Descriptors)), nil
 	}
-	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
-	reqs := make([]decide.Request, len(req.Descriptors))
+	a := newAnswer(req)
+	out, reqs := &a.out, a.reqs
 	var limitErrs []error // of descriptors' limits, when any is invalid
 	for i, d := range req.Descriptors {
 		if d.GetLimit() != nil {
@@ -92,10 +92,10 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 			cost = int64(min(d.GetHitsAddend().GetValue(), math.MaxInt32))
 		}
 		reqs[i].Cost, reqs[i].Peek = cost, d.GetHitsAddend() != nil && cost == 0
-		reqs[i].Descriptors = make(policy.Descriptors, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
-			reqs[i].Descriptors = append(reqs[i].Descriptors, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
+			a.descs = append(a.descs, policy.Descriptor{Key: e.GetKey(), Value: e.GetValue()})
 		}
+		reqs[i].Descriptors = a.descs[len(a.descs)-len(d.GetEntries()) : len(a.descs) : len(a.descs)]
 	}
 	var decs []decide.Decision
 	err = decision.RefuseAny("descriptors", len(reqs), func(i int) error {
@@ -115,12 +115,7 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 	if err != nil {
 		return nil, protoconv.GRPCStatus(protoconv.ToConnectError(ctx, s.cfg.Logger, err))
 	}
-	// A descriptor's status, limit and reset share one allocation.
-	parts := make([]struct {
-		st    rlsv3.RateLimitResponse_DescriptorStatus
-		limit rlsv3.RateLimitResponse_RateLimit
-		reset durationpb.Duration
-	}, len(decs))
+	parts := a.parts
 	var headersOf *decide.Decision
 	degraded := "" // the first degraded descriptor's reason
 	// As envoyproxy/ratelimit: the call is over when a descriptor of no
@@ -182,18 +177,60 @@ func (s *RLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 		out.RawBody = nil
 	}
 	if headersOf != nil {
-		keys, vals := rlheaders.Values(s.cfg.Headers, decision.HeaderRules(*headersOf), headersOf.Deciding, headersOf.Allowed)
-		hv := make([]corev3.HeaderValue, len(keys))
-		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(keys))
+		var rules [8]rlheaders.Rule
+		keys, vals := rlheaders.AppendValues(a.keys[:0], a.vals[:0], s.cfg.Headers, decision.AppendHeaderRules(rules[:0], *headersOf), headersOf.Deciding, headersOf.Allowed)
+		hv := a.hv[:0]
 		for i := range keys {
-			hv[i].Key, hv[i].Value = keys[i], vals[i]
-			out.ResponseHeadersToAdd[i] = &hv[i]
+			hv = append(hv, corev3.HeaderValue{Key: keys[i], Value: vals[i]})
+		}
+		out.ResponseHeadersToAdd = a.hvp[:0]
+		for i := range hv {
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &hv[i])
 		}
 	}
 	if degraded != "" {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: decision.DegradedHeader, Value: degraded})
 	}
 	return out, nil
+}
+
+// answer is what an answer to one RateLimitRequest allocates, in one
+// allocation for a request of up to 4 descriptors of 8 entries in all, and
+// up to 4 rate limit headers (most of them): the response, each
+// descriptor's decide.Request, status, limit and reset, and the headers.
+type answer struct {
+	out      rlsv3.RateLimitResponse
+	statuses [4]*rlsv3.RateLimitResponse_DescriptorStatus
+	reqs     []decide.Request
+	reqArr   [4]decide.Request
+	parts    []part
+	partArr  [4]part
+	descs    []policy.Descriptor
+	descArr  [8]policy.Descriptor
+	keys     [4]string
+	vals     [4]string
+	hv       [4]corev3.HeaderValue
+	hvp      [4]*corev3.HeaderValue
+}
+
+// part is a descriptor's status, limit and reset.
+type part struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+func newAnswer(req *rlsv3.RateLimitRequest) *answer {
+	n := len(req.Descriptors)
+	a := &answer{}
+	a.out.OverallCode = rlsv3.RateLimitResponse_OK
+	if n <= len(a.statuses) {
+		a.out.Statuses, a.reqs, a.parts = a.statuses[:n], a.reqArr[:n], a.partArr[:n]
+	} else {
+		a.out.Statuses, a.reqs, a.parts = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n), make([]decide.Request, n), make([]part, n)
+	}
+	a.descs = a.descArr[:0]
+	return a
 }
 
 // shown is the index in dec.Rules of the rule a descriptor's status

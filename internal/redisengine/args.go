@@ -21,7 +21,6 @@ import (
 // A rule's arguments that depend only on its limiter are formatted once
 // per limiter (see statics): a decision allocates little beyond its slices.
 func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Script, []string, []any, error) {
-	keys := make([]string, len(reqs))
 	nowArg := any(now)
 	if now == "" {
 		nowArg = redisTime
@@ -29,12 +28,18 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 	if op == "check" && len(reqs) == 1 {
 		rq := reqs[0]
 		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter a flat script decides
-			keys[0] = e.cfg.Prefix + rq.Key
-			args := make([]any, 0, flatArgs+len(st.single))
+			// The most common call: its keys and arguments in one allocation.
+			sc := &singleCall{}
+			args := sc.args[:0]
+			if flatArgs+len(st.single) > len(sc.args) {
+				args = make([]any, 0, flatArgs+len(st.single))
+			}
+			sc.keys[0] = e.cfg.Prefix + rq.Key
 			args = append(args, nowArg, e.minTTL, rq.Cost, firstGroup)
-			return st.singleScript, keys, append(args, st.single...), nil
+			return st.singleScript, sc.keys[:], append(args, st.single...), nil
 		}
 	}
+	keys := make([]string, len(reqs))
 	if op == "check" && len(reqs) > 1 {
 		if args, ok := e.multiArgs(reqs, nowArg); ok {
 			for i, rq := range reqs {
@@ -55,6 +60,12 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 		args = appendGeneral(args, st, now)
 	}
 	return script, keys, args, nil
+}
+
+// singleCall is the keys and arguments of a call of one key.
+type singleCall struct {
+	keys [1]string
+	args [flatArgs + 12]any
 }
 
 // redisTime is the "now" argument that makes a script read Redis TIME.

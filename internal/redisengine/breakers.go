@@ -112,9 +112,10 @@ func (e *Engine) leave(p pass, err error) {
 		return
 	}
 	blamed := ""
-	var on *shardError
-	if err != nil && errors.As(err, &on) && (on.shard == p.first || slices.Contains(p.others, on.shard)) {
-		blamed = on.shard
+	if err != nil {
+		if on := (*shardError)(nil); errors.As(err, &on) && (on.shard == p.first || slices.Contains(p.others, on.shard)) {
+			blamed = on.shard
+		}
 	}
 	report := func(name string, done func(error)) {
 		if err == nil || blamed == "" || blamed == name {

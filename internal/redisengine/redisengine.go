@@ -255,7 +255,8 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 			alone = cluster && !sameSlot(keys)
 		}
 		if alone {
-			wg.Go(func() { c.Allowed, c.Err = e.guarded(ctx, deadline, c.Reqs, c.Res) })
+			dl := deadline // the closure's copy: deadline itself stays on the stack
+			wg.Go(func() { c.Allowed, c.Err = e.guarded(ctx, dl, c.Reqs, c.Res) })
 			continue
 		}
 		p, err := e.enter(ctx, c.Reqs)

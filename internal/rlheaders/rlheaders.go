@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -95,28 +96,37 @@ func Set(h http.Header, style Style, rules []Rule, deciding int, allowed bool) {
 // canonical form, has the value vals[i]. keys may be shared: it must not
 // be modified.
 func Values(style Style, rules []Rule, deciding int, allowed bool) (keys, vals []string) {
+	return AppendValues(nil, nil, style, rules, deciding, allowed)
+}
+
+// AppendValues is Values appending to keys and vals: with room in both,
+// a decision's headers cost one allocation. With keys nil, the style's own
+// names are returned shared, as Values does.
+func AppendValues(keys, vals []string, style Style, rules []Rule, deciding int, allowed bool) ([]string, []string) {
 	// Every value is built in one buffer and becomes one string whose
-	// parts are the values: a decision's headers cost two allocations, not
-	// one or more per value.
+	// parts are the values, not one allocation or more per value.
 	var arr [256]byte
 	var ks [MaxHeaders][]byte
 	b, ends, n := build(arr[:0], &ks, style, rules, deciding, allowed)
 	if n == 0 {
-		return nil, nil
+		return keys, vals
 	}
 	all := string(b)
-	vals = make([]string, n)
+	vals = slices.Grow(vals, n)
 	from := 0
 	for i := range n {
-		vals[i] = all[from:ends[i]]
+		vals = append(vals, all[from:ends[i]])
 		from = ends[i]
 	}
 	if known(style) != Kong { // the style's own names, in order
-		return styleKeys[known(style)][:n], vals
+		if keys == nil {
+			return styleKeys[known(style)][:n], vals
+		}
+		return append(keys, styleKeys[known(style)][:n]...), vals
 	}
-	keys = make([]string, n)
+	keys = slices.Grow(keys, n)
 	for i := range n {
-		keys[i] = string(ks[i])
+		keys = append(keys, string(ks[i]))
 	}
 	return keys, vals
 }
