@@ -21,9 +21,8 @@
 // OTEL_EXPORTER_OTLP_HEADERS, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
 // OTEL_SERVICE_NAME).
 //
-// Unless GOGC or GOMEMLIMIT is set, the decider runs its garbage collector
-// at GOGC=400 with a 128 MiB heap floor under a 1 GiB soft memory limit
-// (see dataplane.TuneGC). GOMAXPROCS=1 may serve more decisions on a small
+// The garbage collector runs at Go's defaults (GOGC and GOMEMLIMIT set
+// it as for any Go program). GOMAXPROCS=1 may serve more decisions on a small
 // machine the decider shares with Redis (docs/operations.md, "Tuning a
 // decider").
 package main
@@ -33,7 +32,6 @@ import (
 	"flag"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/sluicehq/sluice/internal/dataplane"
 	"github.com/sluicehq/sluice/internal/flagenv"
@@ -41,7 +39,6 @@ import (
 )
 
 func main() {
-	dataplane.TuneGC(os.Getenv)
 	flagenv.Main("dataplane", run)
 }
 

@@ -246,7 +246,21 @@ func startDecider(t *testing.T, ctx context.Context, args []string, env map[stri
 	if !slices.Contains(args, "-admin-addr") {
 		args = append(args, "-admin-addr", "127.0.0.1:0")
 	}
-	go func() { errc <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard); pw.Close() }()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		errc <- run(ctx, args, func(k string) string { return env[k] }, pw, io.Discard)
+		pw.Close()
+	}()
+	// The decider writes into the test's directories (its state file, its
+	// spool) until it has stopped: the test's directories go after that.
+	// A test ends the decider by cancelling ctx, which happens first.
+	t.Cleanup(func() {
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	lines := bufio.NewReader(pr)
 	proxied := slices.Contains(args, "-upstream")
 	withGRPC := !slices.Contains(args, "off")

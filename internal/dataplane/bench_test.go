@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,7 +68,7 @@ func reportBatch(b *testing.B, p0, c0 int64) {
 // SLUICE_BENCH_SYNC (a duration) gives the rule that sync interval: local
 // counting instead of a Redis call per decision. SLUICE_BENCH_FLUSHERS (a
 // number) sets the engine's flushers, SLUICE_BENCH_SPIN (a duration) how long
-// its reads poll (redisengine.DefaultSpin when unset), SLUICE_BENCH_NOBATCH (any value)
+// its reads poll (none when unset, as a decider), SLUICE_BENCH_NOBATCH (any value)
 // turns batching off, and SLUICE_BENCH_HEADERS the rate limit headers answered (as the decider's
 // -rate-limit-headers: "none" as envoyproxy/ratelimit's default), for comparisons.
 func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (decision.Service, string) {
@@ -87,15 +86,10 @@ func benchConfig(b *testing.B, limitPerSecond int64, pub *events.Publisher) (dec
 			b.Fatalf("SLUICE_BENCH_FLUSHERS: %v", err)
 		}
 	}
-	// The garbage collector as cmd/dataplane runs it.
-	prevPercent, prevLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
-	debug.SetGCPercent(prevPercent)
-	stopGC := TuneGC(os.Getenv)
-	b.Cleanup(func() { stopGC(); debug.SetGCPercent(prevPercent); debug.SetMemoryLimit(prevLimit) })
 	c, prefix := redistest.Client(b)
 	_ = c
 	// The decider's client (reads that spin, SLUICE_BENCH_SPIN long).
-	spin := redisengine.DefaultSpin
+	var spin time.Duration // as a decider's default
 	if v := os.Getenv("SLUICE_BENCH_SPIN"); v != "" {
 		var err error
 		if spin, err = time.ParseDuration(v); err != nil {

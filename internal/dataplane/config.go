@@ -135,7 +135,7 @@ func DefaultSettings() Settings {
 	return Settings{
 		Addr: "127.0.0.1:8080", AdminAddr: "127.0.0.1:9080", ControlPlane: "http://127.0.0.1:8081",
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
-		HTTPFast:  true, RedisSpin: redisengine.DefaultSpin, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
+		HTTPFast:  true, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
 		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
 		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local",
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",

@@ -21,7 +21,7 @@ import (
 //	-redis-cluster  SLUICE_REDIS_CLUSTER      the URL's host and addr parameters are a Redis Cluster's seed nodes (default false)
 //	-redis-sentinel SLUICE_REDIS_SENTINEL     the URL's host and addr parameters are Sentinels, its master_name the master they watch (default false)
 //	-http-fasthttp  SLUICE_HTTP_FASTHTTP      serve the check routes' HTTP/1.1 on fasthttp, the rest on net/http (default true; false: net/http alone)
-//	-redis-spin     SLUICE_REDIS_SPIN         how long a read waiting for Redis polls before it sleeps, at low load (default 200µs; 0 never)
+//	-redis-spin     SLUICE_REDIS_SPIN         how long a read waiting for Redis polls before it sleeps, at low load (default 0: never)
 //	-redis-prefix   SLUICE_REDIS_PREFIX       prefix of every counter key (default none)
 //	-redis-batch    SLUICE_REDIS_BATCH        coalesce concurrent decisions into pipelines (default true)
 //	-state-file     SLUICE_STATE_FILE         last-known-good config (default <user cache dir>/sluice/decider-snapshot.pb)

@@ -46,7 +46,7 @@ func TestBusyDecidersKeepEveryBound(t *testing.T) {
 	const deciders = 3
 	var fleet []*Decider
 	for range deciders {
-		eng, err := redisengine.Open("redis://"+redistest.Addr(t), redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+		eng, err := redisengine.Open("redis://"+redistest.Addr(t), redisengine.ClientOptions{Spin: redisengine.LowLatencySpin},
 			redisengine.Config{Prefix: prefix, Batch: true, BreakerFailures: 5, BreakerCooldown: time.Second, Now: clock, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)

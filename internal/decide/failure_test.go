@@ -30,7 +30,7 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 	srv := redistest.StartServer(t)
 	// The engine as the decider opens it: reads that poll, on a Redis
 	// that stops answering.
-	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=4", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=4", redisengine.ClientOptions{Spin: redisengine.LowLatencySpin},
 		redisengine.Config{Prefix: redistest.Prefix(t), BreakerFailures: 3, BreakerCooldown: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestFailureModesWhenRedisHangs(t *testing.T) {
 func TestRedisFrozenUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.StartServer(t)
-	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+	eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.LowLatencySpin},
 		redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 5, BreakerCooldown: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +491,7 @@ func TestClosedRuleStaysClosedThroughAnOutageUnderLoad(t *testing.T) {
 		outage := tc.outage
 		t.Run(outage+"/"+tc.overload.String(), func(t *testing.T) {
 			srv := redistest.StartServer(t)
-			eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.DefaultSpin},
+			eng, err := redisengine.Open("redis://"+srv.Addr+"?max_retries=-1&pool_size=16", redisengine.ClientOptions{Spin: redisengine.LowLatencySpin},
 				redisengine.Config{Prefix: redistest.Prefix(t), Batch: true, BreakerFailures: 5, BreakerCooldown: time.Second, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)

@@ -59,7 +59,7 @@ func hammer(t *testing.T, newClient func() redis.UniversalClient, prefix string,
 // spin), so these tests also hold spinning reads to every byte.
 func mustClient(t *testing.T, url string, cluster bool) redis.UniversalClient {
 	t.Helper()
-	c, err := NewClient(url, ClientOptions{Cluster: cluster, Spin: DefaultSpin})
+	c, err := NewClient(url, ClientOptions{Cluster: cluster, Spin: LowLatencySpin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,11 @@ import (
 	"github.com/sluicehq/sluice/internal/spinconn"
 )
 
-// DefaultSpin is how long a decider's read waiting for Redis polls before
-// it sleeps (package spinconn): the shortest that most replies at low load
-// come within (docs/benchmarks.md, "Polling reads").
-const DefaultSpin = 200 * time.Microsecond
+// LowLatencySpin is a poll for a decider's reads waiting for Redis to set
+// when a lone decision's latency matters more than its CPU (package
+// spinconn): the shortest that most replies at low load come within
+// (docs/benchmarks.md, "Polling reads"). Deciders do not poll by default.
+const LowLatencySpin = 200 * time.Microsecond
 
 // ClientOptions are how a decider connects to Redis.
 type ClientOptions struct {

@@ -35,7 +35,7 @@ func TestNewClient(t *testing.T) {
 			t.Errorf("NewClient(%q, cluster %v): %v, want an error starting %q", tc.url, tc.cluster, err, tc.err)
 		}
 	}
-	c, err := NewClient("redis://"+redistest.Addr(t), ClientOptions{Spin: DefaultSpin})
+	c, err := NewClient("redis://"+redistest.Addr(t), ClientOptions{Spin: LowLatencySpin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestNewClient(t *testing.T) {
 // closes that client.
 func TestOpen(t *testing.T) {
 	_, prefix := redistest.Client(t)
-	e, err := Open("redis://"+redistest.Addr(t), ClientOptions{Spin: DefaultSpin}, Config{Prefix: prefix, Batch: true})
+	e, err := Open("redis://"+redistest.Addr(t), ClientOptions{Spin: LowLatencySpin}, Config{Prefix: prefix, Batch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestOpenOverTLSAndUnixSocket(t *testing.T) {
 		"rediss://127.0.0.1:" + strconv.Itoa(tlsPort) + "?skip_verify=true",
 		"unix://" + sock,
 	} {
-		e, err := Open(url, ClientOptions{Spin: DefaultSpin}, Config{Prefix: redistest.Prefix(t), Batch: true})
+		e, err := Open(url, ClientOptions{Spin: LowLatencySpin}, Config{Prefix: redistest.Prefix(t), Batch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestOpenThroughSentinelFollowsAFailover(t *testing.T) {
 	replica := redistest.StartReplica(t, master)
 	sentinel := redistest.StartSentinel(t, "sluice", master)
 	prefix := redistest.Prefix(t)
-	e, err := Open("redis://"+sentinel.Addr+"?master_name=sluice", ClientOptions{Sentinel: true, Spin: DefaultSpin},
+	e, err := Open("redis://"+sentinel.Addr+"?master_name=sluice", ClientOptions{Sentinel: true, Spin: LowLatencySpin},
 		Config{Prefix: prefix, Batch: true})
 	if err != nil {
 		t.Fatal(err)
