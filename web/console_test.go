@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/devstack"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/devtest"
 	"github.com/sluicehq/sluice/internal/testkit/pgtest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
@@ -41,9 +42,12 @@ func chromium(t *testing.T) string {
 
 // browser starts Chromium at exe (headless, no sandbox, no GPU, no
 // background networking, 1280×900, and flags more) until the test ends,
-// and returns its context, ended after timeout.
+// and returns its context, ended after timeout. Chromium takes the
+// machine's CPU: a browser test runs alone among those that hold a decider
+// to its budget (cputest).
 func browser(t *testing.T, exe string, timeout time.Duration, flags ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
+	cputest.Alone(t)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.Flag("no-sandbox", true), chromedp.Flag("disable-gpu", true),
 		chromedp.Flag("disable-background-networking", true), chromedp.WindowSize(1280, 900)), flags...)...)

@@ -381,7 +381,9 @@ func noisyNeighbour(t *testing.T, deciders int) {
 		t.Errorf("%v engine errors with Redis healthy", v)
 	}
 	if v := sumOf(m, "sluice_overload_decisions_total", `tenant="quiet"`); v != 0 {
-		t.Errorf("tenant B had %v decisions kept from Redis", v)
+		t.Errorf("tenant B had %v decisions kept from Redis (shed %v, queued %v)", v,
+			sumOf(m, "sluice_overload_decisions_total", `tenant="quiet"`, `cause="shed"`),
+			sumOf(m, "sluice_overload_decisions_total", `tenant="quiet"`, `cause="queued"`))
 	}
 	t.Logf("flood: %v shed, %v queued past budget; B's bursts %v",
 		sumOf(m, "sluice_overload_decisions_total", `tenant="flood"`, `cause="shed"`),
