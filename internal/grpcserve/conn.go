@@ -52,8 +52,6 @@ type conn struct {
 	hsid   uint32              // its stream
 	hend   bool                // its END_STREAM
 	lastID uint32              // the last stream a client opened
-	pings  int                 // PINGs too soon after the last
-	pingAt time.Time
 
 	wake chan struct{} // the writer has something to write
 	done chan struct{} // closed when the connection ends
@@ -72,6 +70,9 @@ type conn struct {
 	peerFrame int   // the largest frame the client takes
 	recvAcked int   // bytes consumed, not yet given back to the connection's window
 	buffered  int   // request bytes held by calls
+	answered  bool  // headers or data sent since the last PING
+	pings     int   // PINGs too soon after the last
+	pingAt    time.Time
 	closeOnce sync.Once
 }
 
@@ -369,13 +370,20 @@ func (c *conn) onPing(flags http2.Flags, sid uint32, p []byte) error {
 	if flags.Has(http2.FlagPingAck) {
 		return nil
 	}
-	now := time.Now()
-	if !c.pingAt.IsZero() && now.Sub(c.pingAt) < c.s.pingMinTime {
-		c.pings++
-	}
-	c.pingAt = now
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// As grpc-go's servers: a PING after the server sent data or headers
+	// is never a strike (grpc-go's clients ping to measure bandwidth as
+	// they receive answers); others too soon after the last are.
+	if c.answered {
+		c.answered, c.pings = false, 0
+	} else {
+		now := time.Now()
+		if !c.pingAt.IsZero() && now.Sub(c.pingAt) < c.s.pingMinTime {
+			c.pings++
+		}
+		c.pingAt = now
+	}
 	if c.pings > 2 {
 		c.wbuf = appendGoAway(c.wbuf, c.lastID, http2.ErrCodeEnhanceYourCalm, "too_many_pings")
 		c.flushExit = true

@@ -173,6 +173,7 @@ func (c *conn) writeHeaders(st *stream) {
 	h = appendMD(h, st.header)
 	c.wbuf = appendHeaders(c.wbuf, st.id, h, false, c.peerFrame)
 	c.hbuf = h
+	c.answered = true
 	c.kick()
 }
 
@@ -193,6 +194,7 @@ func (c *conn) writeData(st *stream, p []byte) bool {
 		c.wbuf = append(c.wbuf, p[:n]...)
 		c.sendWin -= n
 		st.sendWin -= n
+		c.answered = true
 		p = p[n:]
 		c.kick()
 	}
@@ -215,6 +217,7 @@ func (c *conn) writeTrailers(st *stream, err error) {
 	c.wbuf = appendHeaders(c.wbuf, st.id, h, true, c.peerFrame)
 	c.hbuf = h
 	st.done = true
+	c.answered = true
 	c.kick()
 }
 
