@@ -10,7 +10,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -112,7 +111,9 @@ func AppendValues(keys, vals []string, style Style, rules []Rule, deciding int, 
 		return keys, vals
 	}
 	all := string(b)
-	vals = slices.Grow(vals, n)
+	if vals == nil {
+		vals = make([]string, 0, n)
+	}
 	from := 0
 	for i := range n {
 		vals = append(vals, all[from:ends[i]])
@@ -124,7 +125,9 @@ func AppendValues(keys, vals []string, style Style, rules []Rule, deciding int, 
 		}
 		return append(keys, styleKeys[known(style)][:n]...), vals
 	}
-	keys = slices.Grow(keys, n)
+	if keys == nil {
+		keys = make([]string, 0, n)
+	}
 	for i := range n {
 		keys = append(keys, string(ks[i]))
 	}
