@@ -72,16 +72,12 @@ func (c *conn) open(sid uint32, end bool) {
 			path = f.Value
 		case "content-type":
 			ctype = f.Value
-			n++
 		case "grpc-timeout":
 			timeout = f.Value
 		case "grpc-encoding":
 			enc = f.Value
-		case "te", "grpc-accept-encoding", "grpc-message-type", "grpc-status", "grpc-message", "grpc-status-details-bin", ":method", ":scheme":
-		default:
-			if f.Name != ":authority" && strings.HasPrefix(f.Name, ":") {
-				continue
-			}
+		}
+		if inMetadata(f.Name) {
 			n++
 		}
 	}
@@ -124,11 +120,7 @@ func (c *conn) open(sid uint32, end bool) {
 		vals := make([]string, n)
 		i := 0
 		for _, f := range c.fields {
-			switch f.Name {
-			case ":path", "grpc-timeout", "grpc-encoding", "te", "grpc-accept-encoding", "grpc-message-type", "grpc-status", "grpc-message", "grpc-status-details-bin", ":method", ":scheme":
-				continue
-			}
-			if f.Name != ":authority" && strings.HasPrefix(f.Name, ":") {
+			if !inMetadata(f.Name) {
 				continue
 			}
 			v := f.Value
@@ -161,6 +153,19 @@ func (c *conn) open(sid uint32, end bool) {
 	}
 }
 
+// inMetadata reports whether a request header field reaches the call's
+// metadata, as grpc-go passes them: every field but the pseudo-headers
+// (":authority" excepted) and gRPC's own transport fields.
+func inMetadata(name string) bool {
+	switch name {
+	case ":authority":
+		return true
+	case "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding", "grpc-message-type", "grpc-status", "grpc-message", "grpc-status-details-bin":
+		return false
+	}
+	return !strings.HasPrefix(name, ":")
+}
+
 // decodeBinary is a -bin header's value, base64 with or without padding;
 // a value that is neither is passed as it is.
 func decodeBinary(v string) string {
@@ -187,8 +192,21 @@ func parseTimeout(v string) (time.Duration, bool) {
 		}
 		n = n*10 + int64(r-'0')
 	}
-	unit := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second, 'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}[v[len(v)-1]]
-	if unit == 0 {
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
 		return 0, false
 	}
 	if n > int64(1<<63-1)/int64(unit) {

@@ -280,3 +280,29 @@ func FuzzServerFrames(f *testing.F) {
 		}
 	})
 }
+
+// grpc-timeout in each of its units; anything else is refused.
+func TestParseTimeout(t *testing.T) {
+	for v, want := range map[string]time.Duration{"1H": time.Hour, "2M": 2 * time.Minute, "3S": 3 * time.Second,
+		"20m": 20 * time.Millisecond, "49999u": 49999 * time.Microsecond, "7n": 7, "99999999H": 1<<63 - 1} {
+		if got, ok := parseTimeout(v); !ok || got != want {
+			t.Errorf("%q: %v %v, want %v", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "5", "S", "1s", "-1S", "123456789S", "1.5S"} {
+		if _, ok := parseTimeout(v); ok {
+			t.Errorf("%q was taken", v)
+		}
+	}
+}
+
+// A call's metadata holds its headers and :authority, not the other
+// pseudo-headers nor gRPC's transport fields.
+func TestInMetadata(t *testing.T) {
+	for name, want := range map[string]bool{"authorization": true, "content-type": true, "user-agent": true, "x-b3-traceid-bin": true,
+		":authority": true, ":path": false, ":method": false, "te": false, "grpc-timeout": false, "grpc-encoding": false} {
+		if got := inMetadata(name); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+}
