@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -114,28 +115,7 @@ func (c *conn) open(sid uint32, end bool) {
 		c.kick()
 		return
 	}
-	var md metadata.MD
-	if n > 0 {
-		md = make(metadata.MD, n)
-		vals := make([]string, n)
-		i := 0
-		for _, f := range c.fields {
-			if !inMetadata(f.Name) {
-				continue
-			}
-			v := f.Value
-			if strings.HasSuffix(f.Name, "-bin") {
-				v = decodeBinary(v)
-			}
-			if old, ok := md[f.Name]; ok {
-				md[f.Name] = append(old, v)
-				continue
-			}
-			vals[i] = v
-			md[f.Name] = vals[i : i+1 : i+1]
-			i++
-		}
-	}
+	md := c.metadataOf(n)
 	var st *stream
 	if m.stream == nil {
 		st = streamPool.Get().(*stream)
@@ -151,6 +131,54 @@ func (c *conn) open(sid uint32, end bool) {
 	if end {
 		c.endOfRequest(st)
 	}
+}
+
+// metadataOf is the metadata of a call, from the n fields of c.fields
+// that are metadata. A connection's calls usually send the same metadata
+// (Envoy's, the check key's): a call whose metadata fields are the last
+// call's shares its metadata, read-only as every call's is
+// (metadata.FromIncomingContext copies it).
+func (c *conn) metadataOf(n int) metadata.MD {
+	if n == 0 {
+		return nil
+	}
+	if c.lastMD != nil && n == len(c.lastFields) {
+		i := 0
+		for _, f := range c.fields {
+			if inMetadata(f.Name) {
+				if l := c.lastFields[i]; l.Name != f.Name || l.Value != f.Value {
+					break
+				}
+				i++
+			}
+		}
+		if i == n {
+			return c.lastMD
+		}
+	}
+	md := make(metadata.MD, n)
+	vals := make([]string, n)
+	c.lastFields = c.lastFields[:0]
+	i := 0
+	for _, f := range c.fields {
+		if !inMetadata(f.Name) {
+			continue
+		}
+		c.lastFields = append(c.lastFields, hpack.HeaderField{Name: f.Name, Value: f.Value})
+		v := f.Value
+		if strings.HasSuffix(f.Name, "-bin") {
+			v = decodeBinary(v)
+		}
+		if old, ok := md[f.Name]; ok {
+			md[f.Name] = append(old, v)
+			continue
+		}
+		vals[i] = v
+		md[f.Name] = vals[i : i+1 : i+1]
+		i++
+	}
+	c.lastMD = md
+	return md
 }
 
 // inMetadata reports whether a request header field reaches the call's
@@ -300,12 +328,29 @@ func (st *stream) decodeUnary(v any) error {
 	return unmarshal(msg, v)
 }
 
+// A Decoder is a request that decodes its own protobuf wire form,
+// without protobuf's reflection. A handler may give its decode function a
+// Decoder in place of a proto.Message; it must copy what it keeps of b.
+type Decoder interface{ DecodeProto(b []byte) error }
+
+// An Encoder is an answer that appends its own protobuf wire form to b.
+type Encoder interface{ AppendProto(b []byte) []byte }
+
+// A Recycler is an answer the server hands back once it has encoded it,
+// for its handler to pool.
+type Recycler interface{ Recycle() }
+
 func unmarshal(b []byte, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
+	var err error
+	switch m := v.(type) {
+	case Decoder:
+		err = m.DecodeProto(b)
+	case proto.Message:
+		err = proto.Unmarshal(b, m)
+	default:
 		return errMalformed
 	}
-	if err := proto.Unmarshal(b, m); err != nil {
+	if err != nil {
 		return errMalformed
 	}
 	return nil
@@ -348,6 +393,9 @@ func (c *conn) answer(st *stream, res any, err error) {
 		bp = bufPool.Get().(*[]byte)
 		b, err = marshalMessage((*bp)[:0], res, st.gzip)
 	}
+	if r, ok := res.(Recycler); ok {
+		r.Recycle()
+	}
 	c.mu.Lock()
 	if err == nil {
 		c.writeHeaders(st)
@@ -367,14 +415,17 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 // marshalMessage appends res as a gRPC message, its 5-byte prefix first.
 func marshalMessage(b []byte, res any, gz bool) ([]byte, error) {
-	m, ok := res.(proto.Message)
-	if !ok {
-		return b, protoconv.GRPCError(policy.CodeUnknown, "the answer is not a protobuf message")
-	}
 	b = append(b, 0, 0, 0, 0, 0)
-	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
-	if err != nil {
-		return b, protoconv.GRPCError(policy.CodeUnknown, "the answer does not encode")
+	switch m := res.(type) {
+	case Encoder:
+		b = m.AppendProto(b)
+	case proto.Message:
+		var err error
+		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, m); err != nil {
+			return b, protoconv.GRPCError(policy.CodeUnknown, "the answer does not encode")
+		}
+	default:
+		return b, protoconv.GRPCError(policy.CodeUnknown, "the answer is not a protobuf message")
 	}
 	if gz {
 		z, err := gzipped(b[5:])

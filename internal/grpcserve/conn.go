@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/metadata"
 )
 
 // HTTP/2 as this server speaks it (RFC 9113).
@@ -48,10 +49,14 @@ type conn struct {
 	rbuf   [frameHeaderLen + maxFrameSize]byte
 	dec    *hpack.Decoder
 	fields []hpack.HeaderField // the header block being decoded
-	hblock []byte              // a header block awaiting its CONTINUATIONs
-	hsid   uint32              // its stream
-	hend   bool                // its END_STREAM
-	lastID uint32              // the last stream a client opened
+	// The last call's metadata and the fields it came from, for the next
+	// call of the same metadata to share (metadataOf). The reader's own.
+	lastMD     metadata.MD
+	lastFields []hpack.HeaderField
+	hblock     []byte // a header block awaiting its CONTINUATIONs
+	hsid       uint32 // its stream
+	hend       bool   // its END_STREAM
+	lastID     uint32 // the last stream a client opened
 
 	wake chan struct{} // the writer has something to write
 	done chan struct{} // closed when the connection ends

@@ -130,6 +130,25 @@ func TestFlowControlAndHeaders(t *testing.T) {
 	}
 }
 
+// Calls of one connection share metadata only where it is the same: each
+// call's handler reads its own, whatever the previous call sent.
+func TestEachCallItsOwnMetadata(t *testing.T) {
+	conn, _, _ := serveEcho(t)
+	for _, vals := range [][]string{{"a"}, {"a"}, {"b"}, {"a", "b"}, {"a", "b"}, {"a"}, nil, {"a"}, {"ab"}} {
+		ctx := context.Background()
+		for _, v := range vals {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-echo", v)
+		}
+		out := new(wrapperspb.BytesValue)
+		if err := conn.Invoke(ctx, "/test.Echo/Echo", size('z', 0), out); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(out.Value), strings.Join(vals, ","); got != want {
+			t.Fatalf("sent %q: the handler read %q", vals, got)
+		}
+	}
+}
+
 // A request past 1 MiB is refused InvalidArgument, and the connection
 // goes on serving.
 func TestRequestTooLarge(t *testing.T) {
