@@ -19,6 +19,7 @@ type Keys struct {
 	byTenant map[string][]policy.CheckKey
 	now      func() time.Time // the clock expiries are read against
 	ready    atomic.Pointer[func() bool]
+	hashes   *keyHashes
 }
 
 // errNotReady answers a check before the decider has any configuration.
@@ -42,7 +43,7 @@ type keyEntry struct {
 
 // NewKeys returns an empty key table.
 func NewKeys() *Keys {
-	return &Keys{m: make(map[[32]byte]*keyEntry), byTenant: make(map[string][]policy.CheckKey), now: time.Now}
+	return &Keys{m: make(map[[32]byte]*keyEntry), byTenant: make(map[string][]policy.CheckKey), now: time.Now, hashes: newKeyHashes()}
 }
 
 // Set makes the check key with hash h answer for config c.
@@ -98,7 +99,7 @@ func (k *Keys) Authenticate(authorization string) (*decide.Compiled, error) {
 	if !ok {
 		return nil, policy.Errorf(policy.CodeUnauthenticated, "missing check key: send Authorization: Bearer <key>")
 	}
-	return k.Lookup(policy.HashKey(secret))
+	return k.Lookup(k.hashes.of(secret))
 }
 
 // Lookup returns the config of the tenant whose check key hashes to h, and
