@@ -26,8 +26,8 @@
 # plane, emptied first; default postgres://postgres@127.0.0.1:5432/sluice_sidebyside).
 set -euo pipefail
 
-: "${RATELIMIT:?the path of envoyproxy/ratelimit's binary}"
-: "${GUBERNATOR:?the path of gubernator's binary}"
+: "${RATELIMIT:?the path of the envoyproxy/ratelimit binary}"
+: "${GUBERNATOR:?the path of the gubernator binary}"
 CALLERS=${CALLERS:-"64 256"}
 ROUNDS=${ROUNDS:-3}
 N=${N:-200000}

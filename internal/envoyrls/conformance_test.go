@@ -100,15 +100,23 @@ func TestConformanceWithEnvoyRatelimit(t *testing.T) {
 			t.Fatalf("%s: %v", file, err)
 		}
 		cases += max(1, len(s.Cases))
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
-			t.Parallel()
-			runSuite(t, s)
-		})
+		// Each suite runs on the decider's server, which reads and writes
+		// the wire form itself, and on grpc-go's, which builds messages.
+		for _, stock := range []bool{false, true} {
+			name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+			if stock {
+				name += "/grpc-go"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				runSuite(t, s, stock)
+			})
+		}
 	}
 	t.Logf("%d suites, %d cases", len(files), cases)
 }
 
-func runSuite(t *testing.T, s conformanceSuite) {
+func runSuite(t *testing.T, s conformanceSuite, stock bool) {
 	t.Logf("upstream: %s", s.Upstream)
 	var plan *envoyimport.Plan
 	var err error
@@ -158,7 +166,7 @@ func runSuite(t *testing.T, s conformanceSuite) {
 			if c.Differs != "" {
 				t.Logf("Sluice differs: %s", c.Differs)
 			}
-			client, key := conformanceService(t, plan, s.QuotaMode)
+			client, key := conformanceService(t, plan, s.QuotaMode, stock)
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
 			for i, call := range c.Calls {
 				times := max(1, call.Times)
@@ -172,7 +180,7 @@ func runSuite(t *testing.T, s conformanceSuite) {
 
 // conformanceService serves plan's rules on fresh Redis counters at a
 // fixed time, 15 s into a minute, and returns a client and the check key.
-func conformanceService(t *testing.T, plan *envoyimport.Plan, quotaMode bool) (rlsv3.RateLimitServiceClient, string) {
+func conformanceService(t *testing.T, plan *envoyimport.Plan, quotaMode, stock bool) (rlsv3.RateLimitServiceClient, string) {
 	rules := slices.Clone(plan.Rules)
 	for i := range rules {
 		rules[i].ID = fmt.Sprint("r", i)
@@ -190,6 +198,9 @@ func conformanceService(t *testing.T, plan *envoyimport.Plan, quotaMode bool) (r
 	cfg := decision.Service{Authenticate: keys.Authenticate, QuotaMode: quotaMode,
 		Decider: decide.NewDecider(decide.Options{Counters: redisengine.New(rc, redisengine.Config{Prefix: prefix, Batch: true, Now: clock}),
 			DenyCacheSize: 1024, Budget: time.Second, Now: clock})}
+	if stock {
+		return serveStockRLS(t, cfg), secret
+	}
 	return serveRLS(t, cfg), secret
 }
 

@@ -15,19 +15,21 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/decision/decisiontest"
 	"github.com/sluicehq/sluice/internal/envoyimport"
 	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/grpcserve"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
-	"slices"
-	"strings"
-	"sync/atomic"
 )
 
 var (
@@ -38,9 +40,17 @@ var (
 	loginMessage = decisiontest.LoginMessage
 )
 
-// serveRLS serves cfg's rate limit service on a loopback port and returns
-// a stock grpc-go client of it.
+// serveRLS serves cfg's rate limit service on a loopback port, on the
+// decider's gRPC server, and returns a stock grpc-go client of it.
 func serveRLS(t testing.TB, cfg decision.Service) rlsv3.RateLimitServiceClient {
+	srv := grpcserve.NewServer(cfg)
+	envoyrls.Register(srv, cfg)
+	return rlsv3.NewRateLimitServiceClient(decisiontest.ServeGRPC(t, srv))
+}
+
+// serveStockRLS is serveRLS on grpc-go's server, where the service
+// answers protobuf messages.
+func serveStockRLS(t testing.TB, cfg decision.Service) rlsv3.RateLimitServiceClient {
 	srv := grpc.NewServer()
 	envoyrls.Register(srv, cfg)
 	return rlsv3.NewRateLimitServiceClient(decisiontest.ServeGRPC(t, srv))
