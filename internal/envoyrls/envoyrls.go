@@ -5,6 +5,7 @@ package envoyrls
 
 import (
 	"context"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -83,28 +84,41 @@ func (c *call) fromProto(req *rlsv3.RateLimitRequest) {
 	}
 }
 
-// toProto is c's answer as a protobuf message.
+// toProto is c's answer as a protobuf message, in one allocation per
+// kind of part.
 func (c *call) toProto() *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	if c.over {
 		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	for _, st := range c.statuses {
-		ps := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: st.remaining}
+	n := len(c.statuses)
+	out.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	sts, limits, resets := make([]rlsv3.RateLimitResponse_DescriptorStatus, n), make([]rlsv3.RateLimitResponse_RateLimit, n), make([]durationpb.Duration, n)
+	for i, st := range c.statuses {
+		ps := &sts[i]
+		ps.Code, ps.LimitRemaining = rlsv3.RateLimitResponse_OK, st.remaining
 		if st.over {
 			ps.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if st.hasLimit {
-			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: st.name, RequestsPerUnit: st.requestsPerUnit, Unit: st.unit}
+			l := &limits[i]
+			l.Name, l.RequestsPerUnit, l.Unit = st.name, st.requestsPerUnit, st.unit
 			if st.multiplier != 0 {
-				ps.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(st.multiplier)
+				l.UnitMultiplier = wrapperspb.UInt32(st.multiplier)
 			}
-			ps.DurationUntilReset = durationpb.New(st.reset)
+			ps.CurrentLimit = l
+			resets[i].Seconds, resets[i].Nanos = int64(st.reset/time.Second), int32(st.reset%time.Second)
+			ps.DurationUntilReset = &resets[i]
 		}
-		out.Statuses = append(out.Statuses, ps)
+		out.Statuses[i] = ps
 	}
-	for i := range c.keys {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: c.keys[i], Value: c.vals[i]})
+	if len(c.keys) > 0 {
+		hs := make([]corev3.HeaderValue, len(c.keys))
+		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(c.keys))
+		for i := range c.keys {
+			hs[i].Key, hs[i].Value = c.keys[i], c.vals[i]
+			out.ResponseHeadersToAdd[i] = &hs[i]
+		}
 	}
 	if c.rawBody != "" {
 		out.RawBody = []byte(c.rawBody)
