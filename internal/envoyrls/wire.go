@@ -138,98 +138,80 @@ func (s *arena) of(v []byte) (string, error) {
 	return s.all[at : at+len(v)], nil
 }
 
+// fields calls each with every field of the message b, in order, until
+// it returns an error.
+func fields(b []byte, each func(f field) error) error {
+	for len(b) > 0 {
+		f, rest, err := next(b)
+		if err != nil {
+			return err
+		}
+		if err := each(f); err != nil {
+			return err
+		}
+		b = rest
+	}
+	return nil
+}
+
 // DecodeProto reads c's request from its wire form (RateLimitRequest) as
 // proto.Unmarshal reads it into the message: a known field of another
 // wire type is an unknown one, unknown ones are skipped, a message field
 // met twice is merged, and strings must be UTF-8 (grpcserve.Decoder).
 func (c *call) DecodeProto(b []byte) error {
 	strs := arena{b: b}
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return fields(b, func(f field) (err error) {
 		switch {
 		case f.num == requestDomain && f.typ == protowire.BytesType:
-			if c.domain, err = strs.of(f.v); err != nil {
-				return err
-			}
+			c.domain, err = strs.of(f.v)
 		case f.num == requestDescriptors && f.typ == protowire.BytesType:
-			if err := c.decodeDescriptor(&strs, f.v); err != nil {
-				return err
-			}
+			err = c.decodeDescriptor(&strs, f.v)
 		case f.num == requestHitsAddend && f.typ == protowire.VarintType:
 			c.hitsAddend = uint32(f.x)
 		}
-	}
-	return nil
+		return err
+	})
 }
 
 func (c *call) decodeDescriptor(strs *arena, b []byte) error {
 	d := c.addDescriptor()
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return fields(b, func(f field) (err error) {
 		if f.typ != protowire.BytesType {
-			continue
+			return nil
 		}
 		switch f.num {
 		case descriptorEntries:
-			if err := c.decodeEntry(strs, f.v); err != nil {
-				return err
-			}
+			err = c.decodeEntry(strs, f.v)
 			d.to = len(c.entries)
 		case descriptorLimit:
 			d.hasLimit = true
-			if err := d.limit.decode(f.v); err != nil {
-				return err
-			}
+			err = d.limit.decode(f.v)
 		case descriptorHitsAddend:
 			d.hasHits = true
-			if err := decodeWrapper(f.v, &d.hits); err != nil {
-				return err
-			}
+			err = decodeWrapper(f.v, &d.hits)
 		}
-	}
-	return nil
+		return err
+	})
 }
 
 func (c *call) decodeEntry(strs *arena, b []byte) error {
 	var e struct{ Key, Value string }
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
-		if f.typ != protowire.BytesType {
-			continue
-		}
-		switch f.num {
-		case entryKey:
+	err := fields(b, func(f field) (err error) {
+		switch {
+		case f.typ != protowire.BytesType:
+		case f.num == entryKey:
 			e.Key, err = strs.of(f.v)
-		case entryValue:
+		case f.num == entryValue:
 			e.Value, err = strs.of(f.v)
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return err
+	})
 	c.entries = append(c.entries, e)
-	return nil
+	return err
 }
 
 func (o *override) decode(b []byte) error {
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return fields(b, func(f field) (err error) {
 		switch {
 		case f.num == overrideRequestsPerUnit && f.typ == protowire.VarintType:
 			o.requestsPerUnit = uint32(f.x)
@@ -238,28 +220,21 @@ func (o *override) decode(b []byte) error {
 		case f.num == overrideUnitMultiplier && f.typ == protowire.BytesType:
 			o.hasMultiplier = true
 			x := uint64(o.multiplier)
-			if err := decodeWrapper(f.v, &x); err != nil {
-				return err
-			}
+			err = decodeWrapper(f.v, &x)
 			o.multiplier = uint32(x)
 		}
-	}
-	return nil
+		return err
+	})
 }
 
 // decodeWrapper merges a UInt32Value or UInt64Value into *x.
 func decodeWrapper(b []byte, x *uint64) error {
-	for len(b) > 0 {
-		f, rest, err := next(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return fields(b, func(f field) error {
 		if f.num == wrapperValue && f.typ == protowire.VarintType {
 			*x = f.x
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // AppendProto appends c's answer in its wire form, RateLimitResponse
