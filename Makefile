@@ -26,10 +26,17 @@ dev: build ## build, then run Sluice on this machine, with embedded defaults whe
 	@if [ -t 0 ]; then bash -c 'set -m; ./bin/sluice dev & fg >/dev/null'; else ./bin/sluice dev; fi
 
 .PHONY: test
+# ALONE are the packages of the tests that hold a decider to its latency
+# budget or burn the CPU (cputest.Alone): they run after the others, one
+# package at a time, so that no other test binary shares the CPU with
+# them (internal/deploy's test checks that none is missing).
+ALONE = cmd/analytics cmd/dataplane internal/decide internal/deploy web
+
 test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$SLUICE_CHROMIUM" ] || \
 	  echo "no Chromium: the console's browser tests skip (Debian, Ubuntu: sudo apt-get install -y chromium)"
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -vxF $(foreach p,$(ALONE),-e github.com/sluicehq/sluice/$(p)))
+	$(GO) test -race -count=1 -p 1 $(addprefix ./,$(ALONE))
 	@# interop/ drives Sluice with other projects' clients. gubernator's
 	@# registers the same proto file as ours: allow it, with a warning.
 	cd interop && GOLANG_PROTOBUF_REGISTRATION_CONFLICT=warn $(GO) test -race -count=1 ./...
@@ -87,6 +94,7 @@ FUZZ_TARGETS = \
 	internal/analytics:FuzzBatchAdd \
 	internal/dataplane:FuzzCheckBody \
 	internal/envoyrls:FuzzShouldRateLimit \
+	internal/envoyrls:FuzzDecodeProto \
 	internal/checkapi:FuzzParseCheckBody \
 	internal/checkapi:FuzzCheckJSON \
 	internal/grpcserve:FuzzServerFrames \
