@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafkasec"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/regions"
 	"github.com/sluicehq/sluice/internal/rlheaders"
 )
 
@@ -61,6 +62,15 @@ type Settings struct {
 	EventsSpoolMB int
 	// EventsDeltaInterval is how often counter deltas are sent; 0: 10s.
 	EventsDeltaInterval time.Duration
+
+	// Region is this decider's region; GlobalKafka is each region's Kafka
+	// for global rules ("region=host:port,...;region=..."), empty: global
+	// rules hold in this region alone.
+	Region         string
+	GlobalKafka    string
+	GlobalInterval time.Duration
+	GlobalSilence  time.Duration
+	GlobalAssume   string // rate, or a share of the limit
 
 	Budget           time.Duration
 	MaxInFlight      int
@@ -137,6 +147,7 @@ func DefaultSettings() Settings {
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
 		HTTPFast:  true, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
 		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
+		GlobalInterval: 100 * time.Millisecond, GlobalSilence: time.Second, GlobalAssume: "rate",
 		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local",
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
 		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,
@@ -158,6 +169,7 @@ type parsedConfig struct {
 	overload decide.OverloadPolicy
 	proxy    proxy.Config // without API, Upstream, Tenant, JWT
 	upstream *url.URL
+	global   *regions.Config // without Logger; nil: no replication
 }
 
 func (c *Settings) parsed() (parsedConfig, error) {
@@ -178,6 +190,9 @@ func (c *Settings) parsed() (parsedConfig, error) {
 		return p, fmt.Errorf("-max-in-flight (SLUICE_MAX_IN_FLIGHT) %d: want 0 (no bound) or more", c.MaxInFlight)
 	case c.LocalShare < 0 || c.LocalShare > 1:
 		return p, fmt.Errorf("-local-share (SLUICE_LOCAL_SHARE) %v: want 0 (1/live deciders) or more, at most 1", c.LocalShare)
+	}
+	if p.global, err = c.parsedGlobal(); err != nil {
+		return p, err
 	}
 	if !c.Proxy.On() {
 		return p, nil
@@ -230,4 +245,31 @@ func (c *Settings) parsed() (parsedConfig, error) {
 		return p, fmt.Errorf("proxy-protocol: %w", err)
 	}
 	return p, nil
+}
+
+// parsedGlobal is the replication of global rules' counts the settings
+// ask for, or nil.
+func (c *Settings) parsedGlobal() (*regions.Config, error) {
+	if c.GlobalKafka == "" {
+		return nil, nil
+	}
+	brokers, err := regions.ParseBrokers(c.GlobalKafka)
+	if err != nil {
+		return nil, fmt.Errorf("-global-kafka (SLUICE_GLOBAL_KAFKA): %w", err)
+	}
+	assume, share, err := regions.ParseAssumption(c.GlobalAssume)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("-global-assume (SLUICE_GLOBAL_ASSUME): %w", err)
+	case c.Region == "":
+		return nil, errors.New("-global-kafka (SLUICE_GLOBAL_KAFKA) needs -region (SLUICE_REGION): this decider's region")
+	case len(brokers[c.Region]) == 0:
+		return nil, fmt.Errorf("-global-kafka (SLUICE_GLOBAL_KAFKA) names no brokers for this region, %q", c.Region)
+	case c.GlobalInterval < time.Millisecond:
+		return nil, fmt.Errorf("-global-interval (SLUICE_GLOBAL_INTERVAL) %v: want 1ms or more", c.GlobalInterval)
+	case c.GlobalSilence < c.GlobalInterval:
+		return nil, fmt.Errorf("-global-silence (SLUICE_GLOBAL_SILENCE) %v: want at least -global-interval", c.GlobalSilence)
+	}
+	return &regions.Config{Region: c.Region, Brokers: brokers, Interval: c.GlobalInterval, Silence: c.GlobalSilence,
+		Assume: assume, Share: share}, nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/regions"
 	"github.com/sluicehq/sluice/internal/spool"
 	"github.com/sluicehq/sluice/internal/telemetry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -117,6 +118,16 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		go eng.WatchEviction(bctx, 5*time.Minute, logger) // sluice_redis_evicting_nodes
 		opts = decide.Options{Counters: eng, Local: local, LocalShare: cfg.LocalShare, Budget: cfg.Budget, DenyCacheSize: 100_000,
 			MaxInFlight: cfg.MaxInFlight, Overload: p.overload, Logger: logger}
+		if p.global != nil { // global rules: the other regions' counts
+			gc := *p.global
+			gc.Logger = logger
+			rep, err := regions.Start(gc)
+			if err != nil {
+				return nil, fmt.Errorf("-global-kafka: %w", err)
+			}
+			d.stops = append(d.stops, func() { _ = rep.Close() })
+			opts.Global = rep.Table()
+		}
 	}
 	decider := decide.NewDecider(opts)
 	if redisEngine != nil { // resets made by other deciders

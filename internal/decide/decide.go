@@ -43,6 +43,22 @@ type Options struct {
 	// Now dates overrides' expiry, local decisions and the deny cache; nil
 	// means time.Now.
 	Now func() time.Time
+	// Global is what this decider knows of the other regions' counts of
+	// global rules (policy.ScopeGlobal); nil holds each rule in this
+	// region alone.
+	Global Global
+}
+
+// Global is a decider's view of the other regions' counts of global rules
+// (package regions' Table).
+type Global interface {
+	// Spent is what the other regions spent of key's limit in the window
+	// starting at start (µs), plus weight times what they spent in the
+	// window before, starting at prev.
+	Spent(key string, start, prev int64, weight float64, limit int64, now time.Time) int64
+	// Admitted notes what this decider admitted on key in the window
+	// [start, end), for the other regions.
+	Admitted(key string, start, end, cost int64)
 }
 
 // Decider decides requests against compiled configs. It is safe for
@@ -240,6 +256,16 @@ func (d *Decider) prepare(c *Compiled, req Request, p *prepared) (done bool, _ e
 			}
 		}
 	}
+	if sel.global && d.opts.Global != nil {
+		now := d.opts.Now()
+		for i, r := range picked {
+			if r.Scope == policy.ScopeGlobal {
+				if start, _, prev, weight, ok := reqs[i].Limiter.Windows(now.UnixMicro()); ok {
+					reqs[i].Spent = d.opts.Global.Spent(reqs[i].Key, start, prev, weight, params[i].Limit, now)
+				}
+			}
+		}
+	}
 	p.lease = req.Lease
 	if sel.leases && !req.Peek && p.lease == 0 {
 		p.lease = NewLease()
@@ -301,6 +327,9 @@ func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decisio
 	}
 	dec.Allowed = allowed
 	dec.Deciding = limit.Deciding(reqs, res, allowed)
+	if sel.global && d.opts.Global != nil && allowed && !dec.Degraded && !req.Peek {
+		d.admittedGlobal(picked, reqs, res)
+	}
 	if allowed && sel.leases && !req.Peek {
 		dec.Lease = p.lease
 	}
@@ -319,6 +348,20 @@ func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decisio
 		dec.Rules[i].Unenforced = open
 	}
 	return dec, nil
+}
+
+// admittedGlobal tells Options.Global what an admitted decision took of
+// its global rules.
+func (d *Decider) admittedGlobal(picked []*policy.Rule, reqs []limit.Request, res []limit.Result) {
+	now := d.opts.Now().UnixMicro()
+	for i, r := range picked {
+		if r.Scope != policy.ScopeGlobal || reqs[i].Cost <= 0 || !res[i].Allowed {
+			continue
+		}
+		if start, end, _, _, ok := reqs[i].Limiter.Windows(now); ok {
+			d.opts.Global.Admitted(reqs[i].Key, start, end, reqs[i].Cost)
+		}
+	}
 }
 
 // blocked is the answer of a Block rule: rejected, never to be admitted.

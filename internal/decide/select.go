@@ -99,6 +99,9 @@ type selection struct {
 	blocks bool
 	// leases is set when a rule picked is a concurrency rule.
 	leases bool
+	// global is set when a rule picked holds across regions
+	// (policy.ScopeGlobal).
+	global bool
 	// reqs, picked and params are the rules that apply, in order.
 	reqs   []limit.Request
 	picked []*policy.Rule
@@ -185,6 +188,7 @@ func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, 
 		sel.params = append(sel.params, p)
 		sel.blocks = sel.blocks || rule.Block
 		sel.leases = sel.leases || p.Algorithm == policy.Concurrency
+		sel.global = sel.global || rule.Scope == policy.ScopeGlobal
 		if r.Exact {
 			exact++
 		}

@@ -163,6 +163,8 @@ type Request struct {
 	// Shadow requests are evaluated and answered but never reject the
 	// decision; they consume only when they and the decision are admitted.
 	Shadow bool
+	// Spent is what other regions took of the limit (Args.Spent).
+	Spent int64
 	// Sync, when positive, lets an engine of shared counters (Redis) count
 	// the request on this decider and reconcile with the shared state every
 	// Sync (see policy.Rule.Sync). The in-process engine, all local, ignores it.
@@ -227,7 +229,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 			buf = make([]int64, 0, len(s.Ext)+3)
 		}
 		p.before = s
-		p.s, res[k] = rq.Limiter.Eval(s, Args{Now: now, Cost: rq.Cost, Lease: rq.Lease}, buf)
+		p.s, res[k] = rq.Limiter.Eval(s, Args{Now: now, Cost: rq.Cost, Lease: rq.Lease, Spent: rq.Spent}, buf)
 		p.commit = res[k].Allowed && rq.Cost > 0
 		if !res[k].Allowed && !rq.Shadow {
 			allowed = false
@@ -238,7 +240,7 @@ func (e *Engine) AllowAll(reqs []Request, now int64, res []Result) bool {
 		// their untouched state, so their remaining is not understated.
 		for k, rq := range reqs {
 			if res[k].Allowed {
-				_, res[k] = rq.Limiter.Eval(ps[k].before, Args{Now: now, Lease: rq.Lease}, nil)
+				_, res[k] = rq.Limiter.Eval(ps[k].before, Args{Now: now, Lease: rq.Lease, Spent: rq.Spent}, nil)
 			}
 		}
 		return false

@@ -74,6 +74,11 @@ type Args struct {
 	Cost int64
 	// Lease identifies a Concurrency lease; ignored by other algorithms.
 	Lease int64
+	// Spent is what other regions took of a global limit
+	// (policy.ScopeGlobal) in the window, as last replicated: a fixed or
+	// sliding window admits while its own count, Spent and Cost fit the
+	// limit. Other algorithms ignore it.
+	Spent int64
 }
 
 // Limiter is a rule's parameters compiled for evaluation. Build it with

@@ -78,6 +78,26 @@ func firstInstant(y int, m time.Month, d int, loc *time.Location) int64 {
 // dayNumber orders dates.
 func dayNumber(y int, m time.Month, d int) int { return (y*13+int(m))*32 + d }
 
+// Windows returns, for a fixed or a sliding window, the window holding now
+// (µs): its start and end and, for a sliding window, the start of the
+// window before it and the weight the sliding window gives that one; ok is
+// false for the other algorithms. A global rule's counts are replicated
+// per window (package regions).
+func (l *Limiter) Windows(now int64) (start, end, prev int64, weight float64, ok bool) {
+	switch {
+	case l.alg == policy.FixedWindow && l.calendar != policy.CalendarNone:
+		start, end = CalendarWindow(now, l.calendar, l.zone)
+		return start, end, 0, 0, true
+	case l.alg == policy.FixedWindow:
+		start = windowStart(now, l.window)
+		return start, start + l.window, 0, 0, true
+	case l.alg == policy.SlidingWindow:
+		start = windowStart(now, l.window)
+		return start, start + l.window, start - l.window, float64(l.window-(now-start)) / float64(l.window), true
+	}
+	return 0, 0, 0, 0, false
+}
+
 // fixedWindow: X = units admitted in the window holding T.
 func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
 	now := effectiveNow(s.T, a.Now)
@@ -94,14 +114,15 @@ func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
 	}
 	*r = Result{Limit: l.shown}
 	end := time.Duration(we-now) * time.Microsecond
-	if count+float64(a.Cost) <= float64(l.limit) {
+	limit := l.limit - a.Spent
+	if count+float64(a.Cost) <= float64(limit) {
 		r.Allowed = true
 		count += float64(a.Cost)
 		*s = State{T: now, X: count}
 	} else {
 		r.RetryAfter = end
 	}
-	r.Remaining = l.limit - int64(count)
+	r.Remaining = max(limit-int64(count), 0)
 	if count > 0 {
 		r.ResetAfter = end
 	}
@@ -126,7 +147,7 @@ func (l *Limiter) slidingWindow(s *State, a Args, r *Result) {
 	weight := float64(w-(now-ws)) / fw
 	est := float64(prev*weight) + cur
 	cost := float64(a.Cost)
-	limit := float64(l.limit)
+	limit := float64(l.limit - a.Spent)
 	*r = Result{Limit: l.shown}
 	if est+cost <= limit*slack {
 		r.Allowed = true
@@ -139,7 +160,9 @@ func (l *Limiter) slidingWindow(s *State, a Args, r *Result) {
 		// cur becomes the weighted previous window.
 		need := limit - cost
 		var at float64 // µs after ws
-		if cur <= need {
+		if need < 0 || cur == 0 && prev == 0 {
+			at = 2 * fw // other regions' counts: until both windows have passed
+		} else if cur <= need {
 			at = fw - float64((need-cur)*fw)/prev
 		} else {
 			at = fw + max(fw-float64(need*fw)/cur, 0)

@@ -169,9 +169,10 @@ func TestTiersAndRules(t *testing.T) {
 		got.Window != time.Minute || !slices.Equal(got.KeyBy, []string{"client_id"}) || got.Match[0] != (policy.Match{Key: "route", Value: "/login"}) {
 		t.Fatalf("round trip: %+v", got)
 	}
-	// A calendar window round-trips, and turns back into a plain one.
+	// A calendar window round-trips, and turns back into a plain one; its
+	// scope global with it.
 	monthly := rule("monthly", 1000)
-	monthly.Algorithm, monthly.Burst, monthly.Window, monthly.Calendar = policy.FixedWindow, 0, 0, policy.CalendarMonth
+	monthly.Algorithm, monthly.Burst, monthly.Window, monthly.Calendar, monthly.Scope = policy.FixedWindow, 0, 0, policy.CalendarMonth, policy.ScopeGlobal
 	monthly, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, monthly)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +193,9 @@ func TestTiersAndRules(t *testing.T) {
 	}
 	if got := calendarOf(); got.Calendar != policy.CalendarMonth || got.Window != 0 || got.Limit != 1000 {
 		t.Fatalf("calendar round trip: %+v", got)
+	}
+	if rules, err := s.ListRules(ctx, acme.ID, pro.ID); err != nil || rules[len(rules)-1].Scope != policy.ScopeGlobal || rules[0].Scope != policy.ScopeRegion {
+		t.Fatalf("scope round trip: %+v %v", rules, err)
 	}
 	monthly.Calendar, monthly.TimeZone = policy.CalendarDay, "Europe/Berlin" // a day from midnight in Berlin
 	monthly.Message = "Täglich 1.000 Anfragen: https://example.com/preise"

@@ -108,6 +108,46 @@ func ParseFailureMode(s string) (FailureMode, error) {
 	return DefaultFailureMode, Errorf(CodeInvalid, "unknown failure mode %q", s)
 }
 
+// Scope is where a rule's limit holds: in each region on its own, or once
+// across every region of a deployment (docs/operations.md, "Several
+// regions").
+type Scope uint8
+
+// The scopes. The values are the API's (sluice.v1.Scope) and are stored:
+// never renumber them.
+const (
+	// ScopeRegion holds the limit in each region: each region's deciders
+	// count in their own Redis, and a client may take the limit in every
+	// region.
+	ScopeRegion Scope = iota
+	// ScopeGlobal holds one limit across regions: each region counts its
+	// own admissions exactly and adds the other regions' counts, as last
+	// replicated, without waiting on them. Fixed and sliding windows.
+	ScopeGlobal
+)
+
+var scopeNames = [...]string{"region", "global"}
+
+func (s Scope) String() string {
+	if int(s) < len(scopeNames) {
+		return scopeNames[s]
+	}
+	return fmt.Sprintf("scope(%d)", s)
+}
+
+// ParseScope returns the scope named s; "" is ScopeRegion.
+func ParseScope(s string) (Scope, error) {
+	if s == "" {
+		return ScopeRegion, nil
+	}
+	for i, n := range scopeNames {
+		if n == s {
+			return Scope(i), nil
+		}
+	}
+	return ScopeRegion, Errorf(CodeInvalid, "unknown scope %q: region or global", s)
+}
+
 // Calendar aligns a FixedWindow rule's windows on the calendar instead of
 // on the Unix epoch: a quota of so many requests a calendar month, say,
 // that starts afresh on the 1st at midnight, in UTC or in Params.TimeZone.

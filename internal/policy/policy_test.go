@@ -92,6 +92,16 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		{"a long message", func(r *Rule) { r.Message = strings.Repeat("x", MaxMessageLen+1) }, []string{"message"}},
 		{"a message of two lines", func(r *Rule) { r.Message = "slow down\nplease" }, []string{"message"}},
 		{"a message not UTF-8", func(r *Rule) { r.Message = "\xff" }, []string{"message"}},
+		{"a global fixed window", func(r *Rule) { r.Algorithm, r.Burst, r.Scope = FixedWindow, 0, ScopeGlobal }, nil},
+		{"a global sliding window", func(r *Rule) { r.Algorithm, r.Burst, r.Scope = SlidingWindow, 0, ScopeGlobal }, nil},
+		{"a global calendar month", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Scope = FixedWindow, 0, 0, CalendarMonth, ScopeGlobal
+		}, nil},
+		{"a global token bucket", func(r *Rule) { r.Scope = ScopeGlobal }, []string{"scope"}},
+		{"a global window with sync", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Scope, r.Sync = FixedWindow, 0, ScopeGlobal, time.Second
+		}, []string{"scope"}},
+		{"an unknown scope", func(r *Rule) { r.Scope = 7 }, []string{"scope"}},
 		{"sync of a calendar window", func(r *Rule) {
 			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Sync = FixedWindow, 0, 0, CalendarMonth, time.Second
 		}, []string{"sync"}},

@@ -130,6 +130,9 @@ type Rule struct {
 	// while any one of its quotas has room. Elsewhere a quota rule rejects
 	// as any rule does: one request, one quota.
 	Quota bool
+	// Scope is where the limit holds: in each region (the default) or once
+	// across regions (ScopeGlobal), for fixed and sliding windows.
+	Scope Scope
 	// Message is what a client this rule rejects is told (the 429's
 	// problem detail, Envoy's response body, the check answers' message),
 	// such as "Free plans make 100 searches an hour: see
@@ -283,6 +286,17 @@ func (r *Rule) validate(fe fieldErrors) {
 	case r.Calendar != CalendarNone:
 		fe.add("sync", "local counting does not apply to calendar windows")
 	}
+	switch {
+	case r.Scope == ScopeRegion:
+	case r.Scope != ScopeGlobal:
+		fe.add("scope", "must be region or global")
+	case r.Algorithm != FixedWindow && r.Algorithm != SlidingWindow:
+		// A window's count merges across regions as one number per
+		// region; a bucket's or a lease's state does not.
+		fe.add("scope", "global applies to fixed_window and sliding_window: their counts merge across regions, a bucket's state does not")
+	case r.Sync != 0:
+		fe.add("scope", "global does not combine with sync: the region's own count must be exact")
+	}
 }
 
 func validateName(fe fieldErrors, field, s string) {
@@ -404,7 +418,7 @@ func FitValue(v string, max int) string {
 func (r Rule) SameAs(o Rule) bool {
 	return r.ID == o.ID && r.Name == o.Name && sameMatches(r.Match, o.Match) && slices.Equal(r.KeyBy, o.KeyBy) &&
 		r.Params == o.Params && r.Shadow == o.Shadow && r.FailureMode == o.FailureMode && r.Enabled == o.Enabled &&
-		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && r.Quota == o.Quota && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
+		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && r.Quota == o.Quota && r.Scope == o.Scope && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
 }
 
 // sameMatches reports whether a and b hold the same conditions, in any

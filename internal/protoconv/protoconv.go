@@ -64,10 +64,31 @@ var failureModesOut = func() map[policy.FailureMode]sluicev1.FailureMode {
 // name, which validation refuses).
 func failureModeToProto(m policy.FailureMode) sluicev1.FailureMode { return failureModesOut[m] }
 
+// scopeToProto is the proto enum of s; a scope of no name is unspecified
+// (region), as validation refuses it.
+func scopeToProto(s policy.Scope) sluicev1.Scope {
+	if s == policy.ScopeGlobal {
+		return sluicev1.Scope_SCOPE_GLOBAL
+	}
+	return sluicev1.Scope_SCOPE_UNSPECIFIED
+}
+
+// scopeFromProto is the scope of s: unspecified is region; an unknown
+// value is refused by validation.
+func scopeFromProto(s sluicev1.Scope) policy.Scope {
+	switch s {
+	case sluicev1.Scope_SCOPE_UNSPECIFIED, sluicev1.Scope_SCOPE_REGION:
+		return policy.ScopeRegion
+	case sluicev1.Scope_SCOPE_GLOBAL:
+		return policy.ScopeGlobal
+	}
+	return policy.Scope(255)
+}
+
 func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	out := &sluicev1.Rule{Id: r.ID, Name: r.Name, KeyBy: r.KeyBy, Params: ParamsToProto(r.Params), Shadow: r.Shadow,
 		FailureMode: failureModeToProto(r.FailureMode), Enabled: r.Enabled, Sync: durationToProto(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces,
-		Message: r.Message}
+		Message: r.Message, Scope: scopeToProto(r.Scope)}
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
 	}
@@ -84,6 +105,7 @@ func RuleFromProto(p *sluicev1.Rule) policy.Rule {
 		mode = policy.FailureMode(255) // refused by validation, with its field
 	}
 	r.FailureMode = mode
+	r.Scope = scopeFromProto(p.GetScope())
 	for _, m := range p.GetMatch() {
 		r.Match = append(r.Match, policy.Match{Key: m.GetKey(), Value: m.GetValue()})
 	}

@@ -15,6 +15,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	rule := policy.Rule{ID: "r1", Name: "per-client", Match: []policy.Match{{Key: "route", Value: "/login"}, {Key: "client_id", Value: "*"}},
 		KeyBy: []string{"client_id"}, Shadow: true, FailureMode: policy.FailLocal, Enabled: true, Sync: 250 * time.Millisecond, Exact: true, Block: true, Quota: true, Replaces: []string{"other"},
 		Params: policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Minute, Burst: 20, WarmUp: time.Hour, ColdFactor: 3}}
+	global := policy.Rule{ID: "r5", Name: "global", Enabled: true, Scope: policy.ScopeGlobal,
+		Params: policy.Params{Algorithm: policy.SlidingWindow, Limit: 100, Window: time.Minute}}
 	leaky := policy.Rule{ID: "r2", Name: "queue", Enabled: true, FailureMode: policy.FailClosed,
 		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}}
 	lease := policy.Rule{ID: "r3", Name: "lease", Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 3, LeaseTTL: time.Minute}}
@@ -22,7 +24,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	in := &policy.Snapshot{
 		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free", Status: policy.TenantSuspended, Shadow: true},
 		Version: 42,
-		Tiers:   []policy.Tier{{ID: "tier1", Name: "free", Rules: []policy.Rule{rule, leaky, lease, buckets}}},
+		Tiers:   []policy.Tier{{ID: "tier1", Name: "free", Rules: []policy.Rule{rule, leaky, lease, buckets, global}}},
 		Overrides: []policy.Override{
 			{ID: "o1", Key: "user", Identifier: "vip-*", Tier: "free", ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
 			{ID: "o2", Key: "user", Identifier: "partner", RuleID: "r1", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Hour}},

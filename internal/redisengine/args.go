@@ -25,7 +25,7 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 	if now == "" {
 		nowArg = redisTime
 	}
-	if op == "check" && len(reqs) == 1 {
+	if op == "check" && len(reqs) == 1 && reqs[0].Spent == 0 { // the flat scripts know no Spent
 		rq := reqs[0]
 		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter a flat script decides
 			// The most common call: its keys and arguments in one allocation.
@@ -40,7 +40,7 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 		}
 	}
 	keys := make([]string, len(reqs))
-	if op == "check" && len(reqs) > 1 {
+	if op == "check" && len(reqs) > 1 && !spends(reqs) {
 		if args, ok := e.multiArgs(reqs, nowArg); ok {
 			for i, rq := range reqs {
 				keys[i] = e.cfg.Prefix + rq.Key
@@ -48,7 +48,7 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 			return multi, keys, args, nil
 		}
 	}
-	args := make([]any, 0, 4+20*len(reqs))
+	args := make([]any, 0, 4+21*len(reqs))
 	args = append(args, nowArg, e.slack, e.minTTL, op)
 	for i, rq := range reqs {
 		if rq.Lease < 0 || rq.Lease >= maxLease {
@@ -57,9 +57,20 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 		keys[i] = e.cfg.Prefix + rq.Key
 		st := e.statics.get(rq.Limiter)
 		args = append(args, st.algorithm, rq.Cost, rq.Lease, flag(rq.Shadow))
-		args = appendGeneral(args, st, now)
+		args = append(appendGeneral(args, st, now), rq.Spent)
 	}
 	return script, keys, args, nil
+}
+
+// spends reports whether a request of reqs counts what other regions
+// spent (limit.Request.Spent): decide.lua decides it.
+func spends(reqs []limit.Request) bool {
+	for _, rq := range reqs {
+		if rq.Spent != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // singleCall is the keys and arguments of a call of one key.

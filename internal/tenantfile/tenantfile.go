@@ -96,6 +96,7 @@ type Rule struct {
 	Replaces    []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
 	Message     string   `yaml:"message,omitempty" json:"message,omitempty"` // what a client it rejects is told
 	Quota       bool     `yaml:"quota,omitempty" json:"quota,omitempty"`     // envoyproxy/ratelimit's quota_mode
+	Scope       string   `yaml:"scope,omitempty" json:"scope,omitempty"`     // region (the default) or global
 }
 
 // Override is a per-client exception: it moves the client to Tier, or
@@ -410,8 +411,12 @@ func (r Rule) Policy() (policy.Rule, error) {
 	if err != nil {
 		fields = append(fields, policy.FieldError{Field: "failure_mode", Description: "must be open, closed or local"})
 	}
+	scope, err := policy.ParseScope(r.Scope)
+	if err != nil {
+		fields = append(fields, policy.FieldError{Field: "scope", Description: "must be region or global"})
+	}
 	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
-		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message}
+		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message, Scope: scope}
 	for _, k := range sortedKeys(r.Match) {
 		if len(r.Match[k]) == 0 {
 			fields = append(fields, policy.FieldError{Field: "match." + k, Description: "at least one value"})
@@ -505,6 +510,9 @@ func From(t policy.Tenant, tiers []policy.Tier, overrides []policy.Override) *Fi
 func RuleFrom(r policy.Rule) Rule {
 	out := Rule{Name: r.Name, KeyBy: r.KeyBy, Params: paramsFrom(r.Params), Shadow: r.Shadow, Disabled: !r.Enabled,
 		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message}
+	if r.Scope != policy.ScopeRegion {
+		out.Scope = r.Scope.String()
+	}
 	if r.FailureMode != policy.DefaultFailureMode {
 		out.FailureMode = r.FailureMode.String()
 	}

@@ -209,7 +209,7 @@ function limitText(p) {
 
 function ruleRow(tier, rules, r, i) {
   const p = r.params || {};
-  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', r.quota ? 'quota' : '', (r.replaces || []).length ? `replaces ${r.replaces.join(', ')}` : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
+  const flags = [r.enabled ? 'enabled' : 'disabled', r.shadow ? 'shadow' : '', r.exact ? 'exact' : '', r.block ? 'blocked' : '', r.quota ? 'quota' : '', r.scope === 'SCOPE_GLOBAL' ? 'global, across regions' : '', (r.replaces || []).length ? `replaces ${r.replaces.join(', ')}` : '', r.sync ? `local, synced every ${fmtDur(r.sync)}` : ''].filter(Boolean).join(', ');
   const move = async (d) => {
     const ids = rules.map((x) => x.id);
     [ids[i], ids[i + d]] = [ids[i + d], ids[i]];
@@ -284,7 +284,7 @@ function ruleFromForm(f) {
     keyBy: f.keyBy.value.split(',').map((s) => s.trim()).filter(Boolean),
     replaces: f.replaces.value.split(',').map((s) => s.trim()).filter(Boolean),
     message: f.message.value.trim() || undefined,
-    params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, quota: f.quota.checked, enabled: f.enabled.checked, failureMode: f.failureMode.value,
+    params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, quota: f.quota.checked, scope: f.global.checked ? 'SCOPE_GLOBAL' : undefined, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
   };
 }
@@ -319,6 +319,7 @@ function editRule(tier, r) {
   f.exact.checked = !!r.exact;
   f.block.checked = !!r.block;
   f.quota.checked = !!r.quota;
+  f.global.checked = r.scope === 'SCOPE_GLOBAL';
   $('#rule-form-title').textContent = `Edit rule ${r.name}`;
   $('#rule-submit').textContent = 'Save rule';
   $('#rule-cancel').hidden = false;

@@ -26,7 +26,7 @@
 
 local min_ttl = tonumber(ARGV[3])
 local op = ARGV[4]
-local STRIDE = 20
+local STRIDE = 21
 
 -- parse reads n rules whose fields start after ARGV[o]. (Written out:
 -- Redis runs this on every call, and a helper closure per rule cost more
@@ -39,7 +39,7 @@ local function parse(n, o)
       shadow = ARGV[b + 4] == '1', capacity = tonumber(ARGV[b + 5]), shown = tonumber(ARGV[b + 6]),
       limit = tonumber(ARGV[b + 7]), window = tonumber(ARGV[b + 8]), interval = tonumber(ARGV[b + 9]),
       per_us = tonumber(ARGV[b + 10]), bound = tonumber(ARGV[b + 11]), gran = tonumber(ARGV[b + 12]),
-      buckets = tonumber(ARGV[b + 13]), lease_ttl = tonumber(ARGV[b + 14])}
+      buckets = tonumber(ARGV[b + 13]), lease_ttl = tonumber(ARGV[b + 14]), spent = tonumber(ARGV[b + 21])}
     p.queue = p.alg == 3
     if p.window < 0 then p.edges = {p.interval, p.per_us, p.bound, p.gran} end
     if ARGV[b + 15] == '1' then

@@ -27,17 +27,19 @@ local function fixed_window(p, s, now, cost)
   local ws, we = window_of(now, p)
   local count = 0
   if s.t >= ws then count = s.x end
+  -- spent: what other regions took of a global limit (limit.Args.Spent)
+  local limit = p.limit - p.spent
   local r = result(p.shown)
   local finish = we - now
   local ns = nil
-  if count + cost <= p.limit then
+  if count + cost <= limit then
     r.allowed = true
     count = count + cost
     ns = {t = now, x = count, y = 0}
   else
     r.retry = finish
   end
-  r.remaining = p.limit - count
+  r.remaining = math.max(limit - count, 0)
   if count > 0 then r.reset = finish end
   return ns, r
 end
@@ -52,7 +54,7 @@ local function sliding_window(p, s, now, cost)
   local fw = w
   local weight = (w - (now - ws)) / fw
   local est = prev * weight + cur
-  local limit = p.limit
+  local limit = p.limit - p.spent
   local r = result(p.shown)
   local ns = nil
   if est + cost <= limit * SLACK then
@@ -63,7 +65,9 @@ local function sliding_window(p, s, now, cost)
   else
     local need = limit - cost
     local at
-    if cur <= need then
+    if need < 0 or cur == 0 and prev == 0 then
+      at = 2 * fw -- other regions' counts: until both windows have passed
+    elseif cur <= need then
       at = fw - (need - cur) * fw / prev
     else
       at = fw + math.max(fw - need * fw / cur, 0)

@@ -355,6 +355,151 @@ func (x *CounterDelta) GetDroppedRejections() int64 {
 	return 0
 }
 
+// GlobalCounts is one message of a region's global-counts topic: what one
+// decider admitted of global rules (Rule.scope GLOBAL), per counter and
+// window, since the window began. Deciders of the other regions read it
+// and add it to their own region's count; counts only grow, so a message
+// read twice, or late, changes nothing.
+type GlobalCounts struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Region string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	// The decider's run: a restarted decider counts afresh under a new one.
+	Instance string `protobuf:"bytes,2,opt,name=instance,proto3" json:"instance,omitempty"`
+	// When the decider sent it, in µs since the Unix epoch.
+	SentUs        int64          `protobuf:"varint,3,opt,name=sent_us,json=sentUs,proto3" json:"sent_us,omitempty"`
+	Counts        []*GlobalCount `protobuf:"bytes,4,rep,name=counts,proto3" json:"counts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalCounts) Reset() {
+	*x = GlobalCounts{}
+	mi := &file_sluice_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalCounts) ProtoMessage() {}
+
+func (x *GlobalCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalCounts.ProtoReflect.Descriptor instead.
+func (*GlobalCounts) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GlobalCounts) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *GlobalCounts) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *GlobalCounts) GetSentUs() int64 {
+	if x != nil {
+		return x.SentUs
+	}
+	return 0
+}
+
+func (x *GlobalCounts) GetCounts() []*GlobalCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+// GlobalCount is one counter's admissions in one window.
+type GlobalCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The counter's key (the tenant, the rule and the client's values).
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	WindowStartUs int64  `protobuf:"varint,2,opt,name=window_start_us,json=windowStartUs,proto3" json:"window_start_us,omitempty"`
+	WindowEndUs   int64  `protobuf:"varint,3,opt,name=window_end_us,json=windowEndUs,proto3" json:"window_end_us,omitempty"`
+	Count         int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalCount) Reset() {
+	*x = GlobalCount{}
+	mi := &file_sluice_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalCount) ProtoMessage() {}
+
+func (x *GlobalCount) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalCount.ProtoReflect.Descriptor instead.
+func (*GlobalCount) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GlobalCount) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GlobalCount) GetWindowStartUs() int64 {
+	if x != nil {
+		return x.WindowStartUs
+	}
+	return 0
+}
+
+func (x *GlobalCount) GetWindowEndUs() int64 {
+	if x != nil {
+		return x.WindowEndUs
+	}
+	return 0
+}
+
+func (x *GlobalCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 var File_sluice_v1_events_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_events_proto_rawDesc = "" +
@@ -387,7 +532,17 @@ const file_sluice_v1_events_proto_rawDesc = "" +
 	"\x02to\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x18\n" +
 	"\adecider\x18\t \x01(\tR\adecider\x12-\n" +
 	"\x12dropped_rejections\x18\n" +
-	" \x01(\x03R\x11droppedRejectionsB<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	" \x01(\x03R\x11droppedRejections\"\x8b\x01\n" +
+	"\fGlobalCounts\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
+	"\binstance\x18\x02 \x01(\tR\binstance\x12\x17\n" +
+	"\asent_us\x18\x03 \x01(\x03R\x06sentUs\x12.\n" +
+	"\x06counts\x18\x04 \x03(\v2\x16.sluice.v1.GlobalCountR\x06counts\"\x81\x01\n" +
+	"\vGlobalCount\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
+	"\x0fwindow_start_us\x18\x02 \x01(\x03R\rwindowStartUs\x12\"\n" +
+	"\rwindow_end_us\x18\x03 \x01(\x03R\vwindowEndUs\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05countB<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_events_proto_rawDescOnce sync.Once
@@ -401,24 +556,27 @@ func file_sluice_v1_events_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_events_proto_rawDescData
 }
 
-var file_sluice_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_sluice_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_sluice_v1_events_proto_goTypes = []any{
 	(*Event)(nil),                 // 0: sluice.v1.Event
 	(*Rejection)(nil),             // 1: sluice.v1.Rejection
 	(*CounterDelta)(nil),          // 2: sluice.v1.CounterDelta
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*GlobalCounts)(nil),          // 3: sluice.v1.GlobalCounts
+	(*GlobalCount)(nil),           // 4: sluice.v1.GlobalCount
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
 }
 var file_sluice_v1_events_proto_depIdxs = []int32{
 	1, // 0: sluice.v1.Event.rejection:type_name -> sluice.v1.Rejection
 	2, // 1: sluice.v1.Event.delta:type_name -> sluice.v1.CounterDelta
-	3, // 2: sluice.v1.Rejection.at:type_name -> google.protobuf.Timestamp
-	3, // 3: sluice.v1.CounterDelta.from:type_name -> google.protobuf.Timestamp
-	3, // 4: sluice.v1.CounterDelta.to:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 2: sluice.v1.Rejection.at:type_name -> google.protobuf.Timestamp
+	5, // 3: sluice.v1.CounterDelta.from:type_name -> google.protobuf.Timestamp
+	5, // 4: sluice.v1.CounterDelta.to:type_name -> google.protobuf.Timestamp
+	4, // 5: sluice.v1.GlobalCounts.counts:type_name -> sluice.v1.GlobalCount
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_events_proto_init() }
@@ -436,7 +594,7 @@ func file_sluice_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_events_proto_rawDesc), len(file_sluice_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

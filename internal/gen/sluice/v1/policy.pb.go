@@ -151,6 +151,56 @@ func (FailureMode) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
+// Scope is where a rule's limit holds.
+type Scope int32
+
+const (
+	Scope_SCOPE_UNSPECIFIED Scope = 0 // region, the default
+	Scope_SCOPE_REGION      Scope = 1
+	Scope_SCOPE_GLOBAL      Scope = 2
+)
+
+// Enum value maps for Scope.
+var (
+	Scope_name = map[int32]string{
+		0: "SCOPE_UNSPECIFIED",
+		1: "SCOPE_REGION",
+		2: "SCOPE_GLOBAL",
+	}
+	Scope_value = map[string]int32{
+		"SCOPE_UNSPECIFIED": 0,
+		"SCOPE_REGION":      1,
+		"SCOPE_GLOBAL":      2,
+	}
+)
+
+func (x Scope) Enum() *Scope {
+	p := new(Scope)
+	*p = x
+	return p
+}
+
+func (x Scope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Scope) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_v1_policy_proto_enumTypes[2].Descriptor()
+}
+
+func (Scope) Type() protoreflect.EnumType {
+	return &file_sluice_v1_policy_proto_enumTypes[2]
+}
+
+func (x Scope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Scope.Descriptor instead.
+func (Scope) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
 // Calendar makes a fixed window's windows calendar days, weeks (from
 // Monday), months (from the 1st) or years, from midnight in
 // LimitParams.time_zone (UTC unless given), in place of a window length.
@@ -193,11 +243,11 @@ func (x Calendar) String() string {
 }
 
 func (Calendar) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_v1_policy_proto_enumTypes[2].Descriptor()
+	return file_sluice_v1_policy_proto_enumTypes[3].Descriptor()
 }
 
 func (Calendar) Type() protoreflect.EnumType {
-	return &file_sluice_v1_policy_proto_enumTypes[2]
+	return &file_sluice_v1_policy_proto_enumTypes[3]
 }
 
 func (x Calendar) Number() protoreflect.EnumNumber {
@@ -206,7 +256,7 @@ func (x Calendar) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Calendar.Descriptor instead.
 func (Calendar) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 // LimitParams are an algorithm and its parameters.
@@ -447,7 +497,12 @@ type Rule struct {
 	// service: a descriptor this rule rejects is answered OVER_LIMIT, but
 	// the call is rejected only when every quota descriptor of it is over
 	// its limit and no other rule rejects. Elsewhere it rejects as any rule.
-	Quota         bool `protobuf:"varint,15,opt,name=quota,proto3" json:"quota,omitempty"`
+	Quota bool `protobuf:"varint,15,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Where the limit holds: in each region on its own (the default), or
+	// once across every region of the deployment, each region counting its
+	// own admissions and adding the others' as last replicated. Global
+	// applies to fixed_window and sliding_window.
+	Scope         Scope `protobuf:"varint,16,opt,name=scope,proto3,enum=sluice.v1.Scope" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +642,13 @@ func (x *Rule) GetQuota() bool {
 	return false
 }
 
+func (x *Rule) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -661,7 +723,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\ttime_zone\x18\v \x01(\tR\btimeZone\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc1\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xe9\x03\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -678,7 +740,8 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\breplaces\x18\f \x03(\tR\breplaces\x12\x12\n" +
 	"\x04etag\x18\r \x01(\tR\x04etag\x12\x18\n" +
 	"\amessage\x18\x0e \x01(\tR\amessage\x12\x14\n" +
-	"\x05quota\x18\x0f \x01(\bR\x05quota\"4\n" +
+	"\x05quota\x18\x0f \x01(\bR\x05quota\x12&\n" +
+	"\x05scope\x18\x10 \x01(\x0e2\x10.sluice.v1.ScopeR\x05scope\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -697,7 +760,11 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
 	"\x13FAILURE_MODE_CLOSED\x10\x02\x12\x16\n" +
-	"\x12FAILURE_MODE_LOCAL\x10\x03*p\n" +
+	"\x12FAILURE_MODE_LOCAL\x10\x03*B\n" +
+	"\x05Scope\x12\x15\n" +
+	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fSCOPE_REGION\x10\x01\x12\x10\n" +
+	"\fSCOPE_GLOBAL\x10\x02*p\n" +
 	"\bCalendar\x12\x18\n" +
 	"\x14CALENDAR_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rCALENDAR_WEEK\x10\x01\x12\x12\n" +
@@ -717,35 +784,37 @@ func file_sluice_v1_policy_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_policy_proto_rawDescData
 }
 
-var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_sluice_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_sluice_v1_policy_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: sluice.v1.Algorithm
 	(FailureMode)(0),            // 1: sluice.v1.FailureMode
-	(Calendar)(0),               // 2: sluice.v1.Calendar
-	(*LimitParams)(nil),         // 3: sluice.v1.LimitParams
-	(*Match)(nil),               // 4: sluice.v1.Match
-	(*Rule)(nil),                // 5: sluice.v1.Rule
-	(*Descriptor)(nil),          // 6: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
+	(Scope)(0),                  // 2: sluice.v1.Scope
+	(Calendar)(0),               // 3: sluice.v1.Calendar
+	(*LimitParams)(nil),         // 4: sluice.v1.LimitParams
+	(*Match)(nil),               // 5: sluice.v1.Match
+	(*Rule)(nil),                // 6: sluice.v1.Rule
+	(*Descriptor)(nil),          // 7: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
 }
 var file_sluice_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
-	7,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
-	7,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
-	7,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
-	7,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
-	7,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
-	2,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
-	4,  // 7: sluice.v1.Rule.match:type_name -> sluice.v1.Match
-	3,  // 8: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
+	8,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
+	8,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
+	8,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
+	8,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
+	8,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
+	3,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
+	5,  // 7: sluice.v1.Rule.match:type_name -> sluice.v1.Match
+	4,  // 8: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
 	1,  // 9: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
-	7,  // 10: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	8,  // 10: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
+	2,  // 11: sluice.v1.Rule.scope:type_name -> sluice.v1.Scope
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_policy_proto_init() }
@@ -758,7 +827,7 @@ func file_sluice_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_policy_proto_rawDesc), len(file_sluice_v1_policy_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -1,0 +1,187 @@
+package regions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+
+	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+)
+
+// DefaultTopic is the topic each region's deciders publish their global
+// counts to, in their region's Kafka.
+const DefaultTopic = "sluice.global-counts"
+
+// Config is one decider's part in a deployment of several regions.
+type Config struct {
+	// Region is this decider's region.
+	Region string
+	// Brokers are each region's Kafka brokers, this region's included:
+	// the decider publishes to its own and reads the others'.
+	Brokers map[string][]string
+	// Topic is the global-counts topic of every region (DefaultTopic).
+	Topic string
+	// Interval is how often the decider publishes what it admitted, and
+	// says it is alive when it admitted nothing (0: 100ms).
+	Interval time.Duration
+	// Silence is how long a region may go unheard before the Assumption
+	// stands in for its traffic (0: 10 intervals).
+	Silence time.Duration
+	Assume  Assumption
+	// Share is AssumeShare's share of a limit, from 0 to 1.
+	Share float64
+	// Dialer reads the other regions' topics; Transport writes this
+	// region's (nil: kafka-go's defaults).
+	Dialer    *kafka.Dialer
+	Transport kafka.RoundTripper
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// maxCounts bounds the counts of one message.
+const maxCounts = 2000
+
+// Replicator publishes this decider's admissions of global rules and
+// reads the other regions', into its Table.
+type Replicator struct {
+	cfg      Config
+	instance string
+	table    *Table
+	w        *kafka.Writer
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// Start starts replication: a writer to this region's topic and a reader
+// of each other region's.
+func Start(cfg Config) (*Replicator, error) {
+	if cfg.Region == "" {
+		return nil, errors.New("regions: no region")
+	}
+	if len(cfg.Brokers[cfg.Region]) == 0 {
+		return nil, fmt.Errorf("regions: no Kafka brokers for this region, %q", cfg.Region)
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultTopic
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	if cfg.Silence <= 0 {
+		cfg.Silence = 10 * cfg.Interval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Replicator{cfg: cfg, instance: cfg.Region + "-" + hex.EncodeToString(id[:]), cancel: cancel,
+		table: newTable(cfg.Region, slices.Collect(maps.Keys(cfg.Brokers)), cfg.Silence, cfg.Assume, cfg.Share, cfg.Now()),
+		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers[cfg.Region]...), Topic: cfg.Topic, Transport: cfg.Transport,
+			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireOne, AllowAutoTopicCreation: true,
+			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond}}
+	r.wg.Go(func() { r.publish(ctx) })
+	for region, brokers := range cfg.Brokers {
+		if region != cfg.Region {
+			r.wg.Go(func() { r.read(ctx, region, brokers) })
+		}
+	}
+	return r, nil
+}
+
+// Table is the replicator's view of the regions' counts.
+func (r *Replicator) Table() *Table { return r.table }
+
+// Close publishes what is left and stops.
+func (r *Replicator) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	return r.w.Close()
+}
+
+// publish sends the decider's raised counts every interval, and once more
+// as it stops.
+func (r *Replicator) publish(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.send(context.Background())
+			return
+		case <-tick.C:
+			r.send(ctx)
+		}
+	}
+}
+
+// send publishes the counts raised since the last send, or an empty
+// message that says the decider is alive. Counts a failed write leaves
+// out go with the next send.
+func (r *Replicator) send(ctx context.Context) {
+	now := r.cfg.Now().UnixMicro()
+	counts := r.table.takeOwn(now)
+	r.table.expire(now)
+	var msgs []kafka.Message
+	for from := 0; from == 0 || from < len(counts); from += maxCounts {
+		m := &sluicev1.GlobalCounts{Region: r.cfg.Region, Instance: r.instance, SentUs: now}
+		for _, c := range counts[from:min(from+maxCounts, len(counts))] {
+			m.Counts = append(m.Counts, &sluicev1.GlobalCount{Key: c.key, WindowStartUs: c.start, WindowEndUs: c.end, Count: c.n})
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			r.cfg.Logger.Error("global counts: encoding", "err", err)
+			return
+		}
+		msgs = append(msgs, kafka.Message{Key: []byte(r.instance), Value: b})
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Interval+time.Second)
+	defer cancel()
+	if err := r.w.WriteMessages(wctx, msgs...); err != nil {
+		r.table.raise(counts)
+		r.cfg.Logger.Warn("global counts: publishing; they go with the next interval", "region", r.cfg.Region, "err", err)
+	}
+}
+
+// read merges region's topic into the table, from its start: counts only
+// grow, so reading it again is harmless.
+func (r *Replicator) read(ctx context.Context, region string, brokers []string) {
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: r.cfg.Topic, Partition: 0, Dialer: r.cfg.Dialer,
+		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: time.Second, StartOffset: kafka.FirstOffset,
+		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: r.cfg.Interval})
+	defer rd.Close()
+	for {
+		msg, err := rd.ReadMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.cfg.Logger.Warn("global counts: reading a region's topic", "region", region, "err", err)
+			continue
+		}
+		var m sluicev1.GlobalCounts
+		if err := proto.Unmarshal(msg.Value, &m); err != nil || m.GetRegion() != region {
+			r.cfg.Logger.Warn("global counts: a message not of its region's, skipped", "region", region, "offset", msg.Offset)
+			continue
+		}
+		counts := make([]count, len(m.GetCounts()))
+		for i, c := range m.GetCounts() {
+			counts[i] = count{key: c.GetKey(), start: c.GetWindowStartUs(), end: c.GetWindowEndUs(), n: c.GetCount()}
+		}
+		r.table.merge(region, m.GetInstance(), m.GetSentUs(), counts)
+	}
+}

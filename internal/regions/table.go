@@ -1,0 +1,288 @@
+// Package regions holds a limit once across regions (policy.ScopeGlobal).
+// Each region's deciders count a global rule exactly in their own Redis;
+// each decider publishes what it admitted, per counter and window, to its
+// region's Kafka topic, and reads the other regions' topics. A decision
+// adds the other regions' last counts to its own region's
+// (limit.Args.Spent): no decision waits on another region.
+//
+// The counts are a grow-only counter per counter and window: one count per
+// decider run, each only ever raised, merged by taking the larger. A
+// message read twice, late or out of order changes nothing.
+package regions
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Assumption is what a decider takes a silent region (one it has not heard
+// from for Config.Silence) to spend of a global limit.
+type Assumption uint8
+
+const (
+	// AssumeLastRate: the silent region goes on admitting at the rate its
+	// last two messages showed, per counter.
+	AssumeLastRate Assumption = iota
+	// AssumeShare: the silent region takes Config.Share of each limit in
+	// each window, or what it was last heard to take when that is more.
+	AssumeShare
+)
+
+// window names one counter's window: its key and its start, in µs.
+type window struct {
+	key   string
+	start int64
+}
+
+// runCount is one decider run's count of a window.
+type runCount struct {
+	region        string
+	n, at         int64 // the count, and when it was sent (µs)
+	end, duration int64 // the window's end and length (µs), for expiry
+}
+
+// runRate is the rate (units a µs) at which a decider run last raised a
+// counter's count, and when (µs).
+type runRate struct {
+	region   string
+	rate     float64
+	at       int64
+	duration int64 // the counter's window, for expiry
+}
+
+// Table is one decider's view of the other regions' counts of global
+// rules, and of its own admissions yet to publish. It is safe for
+// concurrent use.
+type Table struct {
+	region  string
+	silence int64 // µs
+	assume  Assumption
+	share   float64
+
+	mu     sync.Mutex
+	others map[window]map[string]*runCount // by run
+	rates  map[string]map[string]*runRate  // by counter key, by run
+	heard  map[string]int64                // region → when last heard (µs)
+	got    map[string]bool                 // regions heard from at least once
+	own    map[window]*ownCount
+}
+
+// ownCount is this decider's admissions in one window.
+type ownCount struct {
+	n, end int64
+	dirty  bool
+}
+
+// newTable returns an empty table of region. It takes the regions it
+// expects to hear from as heard at start, so that one silent from the
+// start is silent after silence.
+func newTable(region string, regions []string, silence time.Duration, assume Assumption, share float64, start time.Time) *Table {
+	t := &Table{region: region, silence: silence.Microseconds(), assume: assume, share: share,
+		others: map[window]map[string]*runCount{}, rates: map[string]map[string]*runRate{}, heard: map[string]int64{}, got: map[string]bool{}, own: map[window]*ownCount{}}
+	for _, r := range regions {
+		if r != region {
+			t.heard[r] = start.UnixMicro()
+		}
+	}
+	return t
+}
+
+// Spent is what the other regions spent of a limit of limit units in the
+// window of key starting at start (µs), plus, for a sliding window, weight
+// times what they spent in the window before it, starting at prev: as
+// last heard, and for a silent region as the Assumption has it.
+func (t *Table) Spent(key string, start, prev int64, weight float64, limit int64, now time.Time) int64 {
+	at := now.UnixMicro()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	spent := t.regionCounts(window{key, start}, limit, at)
+	if weight > 0 {
+		spent += weight * t.regionCounts(window{key, prev}, limit, at)
+	}
+	return int64(math.Ceil(spent))
+}
+
+// regionCounts sums the other regions' counts of w, at µs: a silent
+// region's as the Assumption has it. t.mu is held.
+func (t *Table) regionCounts(w window, limit, at int64) float64 {
+	runs := t.others[w]
+	var sum float64
+	for region, heard := range t.heard {
+		var n float64
+		for _, rc := range runs {
+			if rc.region == region {
+				n += float64(rc.n)
+			}
+		}
+		if at-heard > t.silence {
+			switch t.assume {
+			case AssumeShare:
+				n = max(n, t.share*float64(limit))
+			case AssumeLastRate: // since it was last heard, or since the window began
+				var rate float64
+				for _, rr := range t.rates[w.key] {
+					if rr.region == region {
+						rate += rr.rate
+					}
+				}
+				n += rate * float64(at-max(heard, w.start))
+			}
+		}
+		sum += n
+	}
+	return sum
+}
+
+// Admitted notes that this decider admitted cost on key in the window
+// [start, end) (µs), to publish.
+func (t *Table) Admitted(key string, start, end, cost int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := window{key, start}
+	oc := t.own[w]
+	if oc == nil {
+		oc = &ownCount{end: end}
+		t.own[w] = oc
+	}
+	oc.n += cost
+	oc.dirty = true
+}
+
+// merge takes in one run's counts, sent at sentAt (µs) from region; it
+// ignores the decider's own region, whose count is in its Redis.
+func (t *Table) merge(region, run string, sentAt int64, counts []count) {
+	if region == t.region {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.heard[region] = max(t.heard[region], sentAt)
+	t.got[region] = true
+	for _, c := range counts {
+		w := window{c.key, c.start}
+		runs := t.others[w]
+		if runs == nil {
+			runs = map[string]*runCount{}
+			t.others[w] = runs
+		}
+		rc := runs[run]
+		switch {
+		case rc == nil:
+			runs[run] = &runCount{region: region, n: c.n, at: sentAt, end: c.end, duration: c.end - c.start}
+		case c.n > rc.n && sentAt > rc.at:
+			t.noteRate(c.key, run, &runRate{region: region, rate: float64(c.n-rc.n) / float64(sentAt-rc.at), at: sentAt, duration: rc.duration})
+			rc.n, rc.at = c.n, sentAt
+		case c.n > rc.n:
+			rc.n = c.n
+		}
+	}
+}
+
+// noteRate keeps a run's last rate on a counter. t.mu is held.
+func (t *Table) noteRate(key, run string, rr *runRate) {
+	runs := t.rates[key]
+	if runs == nil {
+		runs = map[string]*runRate{}
+		t.rates[key] = runs
+	}
+	runs[run] = rr
+}
+
+// count is one counter's count in one window, as published.
+type count struct {
+	key        string
+	start, end int64
+	n          int64
+}
+
+// takeOwn returns this decider's counts raised since the last take, and
+// forgets those of windows over before at (µs).
+func (t *Table) takeOwn(at int64) []count {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []count
+	for w, oc := range t.own {
+		if oc.dirty {
+			out = append(out, count{key: w.key, start: w.start, end: oc.end, n: oc.n})
+			oc.dirty = false
+		}
+		if oc.end < at {
+			delete(t.own, w)
+		}
+	}
+	return out
+}
+
+// raise marks counts to publish again, after a write that failed.
+func (t *Table) raise(counts []count) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range counts {
+		w := window{c.key, c.start}
+		oc := t.own[w]
+		if oc == nil {
+			oc = &ownCount{n: c.n, end: c.end}
+			t.own[w] = oc
+		}
+		oc.dirty = true
+	}
+}
+
+// expire forgets the other regions' counts of windows that a sliding
+// window no longer reaches at at (µs), one window past their end, and
+// the rates of regions heard from that are two windows old.
+func (t *Table) expire(at int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for w, runs := range t.others {
+		for run, rc := range runs {
+			if rc.end+rc.duration < at {
+				delete(runs, run)
+			}
+		}
+		if len(runs) == 0 {
+			delete(t.others, w)
+		}
+	}
+	for key, runs := range t.rates {
+		for run, rr := range runs {
+			// A silent region's rates stand in for its traffic until it
+			// is heard again.
+			if rr.at+2*rr.duration < at && at-t.heard[rr.region] <= t.silence {
+				delete(runs, run)
+			}
+		}
+		if len(runs) == 0 {
+			delete(t.rates, key)
+		}
+	}
+}
+
+// Unheard returns the regions not yet heard from: a decider starting adds
+// a region's counts once its reader has reached that region's topic.
+func (t *Table) Unheard() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for r := range t.heard {
+		if !t.got[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Silent returns the regions not heard from for the silence, at now.
+func (t *Table) Silent(now time.Time) []string {
+	at := now.UnixMicro()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for r, heard := range t.heard {
+		if at-heard > t.silence {
+			out = append(out, r)
+		}
+	}
+	return out
+}
