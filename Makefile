@@ -72,6 +72,7 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench Reports -benchtime 10x ./internal/reports/
 	$(GO) test -run '^$$' -bench ScriptCPU -benchtime 100000x ./internal/redisengine/
 	$(GO) test -run '^$$' -bench LocalDecision ./internal/redisengine/
+	$(GO) test -run '^$$' -bench Replication -benchtime 100000x ./internal/regions/
 	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'ClusterScaling|DecisionCost' -benchtime 100000x ./internal/decide/

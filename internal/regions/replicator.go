@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -60,7 +61,11 @@ type Replicator struct {
 	w        *kafka.Writer
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	sent     atomic.Int64 // bytes of the messages written
 }
+
+// SentBytes is how many bytes of messages the replicator has written.
+func (r *Replicator) SentBytes() int64 { return r.sent.Load() }
 
 // Start starts replication: a writer to this region's topic and a reader
 // of each other region's.
@@ -94,7 +99,7 @@ func Start(cfg Config) (*Replicator, error) {
 		w: &kafka.Writer{Addr: kafka.TCP(cfg.Brokers[cfg.Region]...), Topic: cfg.Topic, Transport: cfg.Transport,
 			BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireOne, AllowAutoTopicCreation: true,
 			MaxAttempts: 2, WriteBackoffMin: 10 * time.Millisecond, WriteBackoffMax: 100 * time.Millisecond}}
-	r.wg.Go(func() { r.publish(ctx) })
+	r.wg.Go(func() { r.publish(ctx.Done()) })
 	for region, brokers := range cfg.Brokers {
 		if region != cfg.Region {
 			r.wg.Go(func() { r.read(ctx, region, brokers) })
@@ -115,16 +120,16 @@ func (r *Replicator) Close() error {
 
 // publish sends the decider's raised counts every interval, and once more
 // as it stops.
-func (r *Replicator) publish(ctx context.Context) {
+func (r *Replicator) publish(stop <-chan struct{}) {
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-ctx.Done():
-			r.send(context.Background())
+		case <-stop:
+			r.send()
 			return
 		case <-tick.C:
-			r.send(ctx)
+			r.send()
 		}
 	}
 }
@@ -132,7 +137,7 @@ func (r *Replicator) publish(ctx context.Context) {
 // send publishes the counts raised since the last send, or an empty
 // message that says the decider is alive. Counts a failed write leaves
 // out go with the next send.
-func (r *Replicator) send(ctx context.Context) {
+func (r *Replicator) send() {
 	now := r.cfg.Now().UnixMicro()
 	counts := r.table.takeOwn(now)
 	r.table.expire(now)
@@ -149,11 +154,15 @@ func (r *Replicator) send(ctx context.Context) {
 		}
 		msgs = append(msgs, kafka.Message{Key: []byte(r.instance), Value: b})
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*r.cfg.Interval+time.Second)
+	wctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.Interval+time.Second)
 	defer cancel()
 	if err := r.w.WriteMessages(wctx, msgs...); err != nil {
 		r.table.raise(counts)
 		r.cfg.Logger.Warn("global counts: publishing; they go with the next interval", "region", r.cfg.Region, "err", err)
+		return
+	}
+	for _, m := range msgs {
+		r.sent.Add(int64(len(m.Key) + len(m.Value)))
 	}
 }
 

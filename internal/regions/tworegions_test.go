@@ -326,7 +326,7 @@ type delayProxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-func startDelayProxy(t *testing.T, target string, delay time.Duration) *delayProxy {
+func startDelayProxy(t testing.TB, target string, delay time.Duration) *delayProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
