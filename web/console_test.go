@@ -671,8 +671,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The sidecar is two versions behind now, and listed so; the decider
 	// of sluice dev, on the watch, is not (once it has pulled).
 	v := pulled.Msg.Snapshots[0].Version
-	behind := `[...document.querySelectorAll('#deciders-table tbody tr')].filter((r) => r.cells[2].textContent.includes('behind'))
-		.map((r) => r.cells[0].textContent.split(' ')[0] + ' ' + r.cells[2].textContent).join('; ')`
+	behind := `[...document.querySelectorAll('#deciders-table tbody tr')].filter((r) => r.cells[3].textContent.includes('behind'))
+		.map((r) => r.cells[0].textContent.split(' ')[0] + ' ' + r.cells[3].textContent).join('; ')`
 	want := fmt.Sprintf("sidecar-1 demo: v%d (behind: v%d)", v, v+2)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		do("the operator's view again", chromedp.Click(`#nav button[data-view="operator"]`))

@@ -955,7 +955,8 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 	// A named decider's sync shows in the operator's list, with what it
 	// enforces once it applies the answer: b's latest, a's it had.
 	stale := map[string]int64{a: since[a], b: since[b] - 1}
-	health := &sluicev1.DeciderHealth{Breaker: "open", EngineErrors: 7, EventsSpooled: 1200, EventsQueued: 3, EventsDropped: 2}
+	health := &sluicev1.DeciderHealth{Breaker: "open", EngineErrors: 7, EventsSpooled: 1200, EventsQueued: 3, EventsDropped: 2,
+		Region: "eu-west", SilentRegions: []string{"us-east"}}
 	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: stale, Decider: "host-1/42", Health: health})
 	ds := callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders
 	if len(ds) != 1 || ds[0].Name != "host-1/42" || ds[0].ConfigVersions[a] != since[a] || ds[0].ConfigVersions[b] != since[b] ||
@@ -963,11 +964,11 @@ func TestConfigServiceSnapshotsAndWatch(t *testing.T) {
 		t.Fatalf("deciders %v", ds)
 	}
 	// The next sync's report replaces it; a breaker state not among the
-	// three is not shown.
+	// three is not shown, and a region's name is cut to its bound.
 	callOK(t, deciderKey, c.config.GetSnapshots, &sluicev1.GetSnapshotsRequest{Since: since, Decider: "host-1/42",
-		Health: &sluicev1.DeciderHealth{Breaker: "<script>", EventsQueued: 1}})
+		Health: &sluicev1.DeciderHealth{Breaker: "<script>", EventsQueued: 1, Region: strings.Repeat("r", 100)}})
 	ds = callOK(t, operatorKey, c.deciders.ListDeciders, &sluicev1.ListDecidersRequest{}).Deciders
-	if len(ds) != 1 || !proto.Equal(ds[0].Health, &sluicev1.DeciderHealth{EventsQueued: 1}) {
+	if len(ds) != 1 || !proto.Equal(ds[0].Health, &sluicev1.DeciderHealth{EventsQueued: 1, Region: policy.FitValue(strings.Repeat("r", 100), 64)}) {
 		t.Fatalf("deciders after a second sync %v", ds)
 	}
 

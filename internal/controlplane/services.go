@@ -281,11 +281,18 @@ func onlyTenant(m map[string]int64, tenant string) map[string]int64 {
 	return out
 }
 
+// What a decider may report of regions: a name's bytes, and how many
+// silent regions.
+const maxRegionLen, maxSilentRegions = 64, 16
+
 // healthFromProto converts what a decider reports of itself, its breaker
 // named only when it is one of the three states.
 func healthFromProto(m *sluicev1.DeciderHealth) policy.DeciderHealth {
 	h := policy.DeciderHealth{EngineErrors: m.GetEngineErrors(), EventsSpooled: m.GetEventsSpooled(),
-		EventsQueued: m.GetEventsQueued(), EventsDropped: m.GetEventsDropped()}
+		EventsQueued: m.GetEventsQueued(), EventsDropped: m.GetEventsDropped(), Region: policy.FitValue(m.GetRegion(), maxRegionLen)}
+	for _, r := range m.GetSilentRegions()[:min(len(m.GetSilentRegions()), maxSilentRegions)] {
+		h.SilentRegions = append(h.SilentRegions, policy.FitValue(r, maxRegionLen))
+	}
 	switch b := m.GetBreaker(); b {
 	case "closed", "half-open", "open":
 		h.Breaker = b
@@ -329,7 +336,7 @@ func (s deciderServer) ListDeciders(ctx context.Context, _ *connect.Request[slui
 		h := d.Health
 		out.Deciders = append(out.Deciders, &sluicev1.Decider{Name: d.Name, LastSyncedAt: timestamppb.New(d.LastSyncedAt), ConfigVersions: d.Versions,
 			Health: &sluicev1.DeciderHealth{Breaker: h.Breaker, EngineErrors: h.EngineErrors, EventsSpooled: h.EventsSpooled,
-				EventsQueued: h.EventsQueued, EventsDropped: h.EventsDropped}})
+				EventsQueued: h.EventsQueued, EventsDropped: h.EventsDropped, Region: h.Region, SilentRegions: h.SilentRegions}})
 	}
 	return reply(ctx, s.server, out, err)
 }

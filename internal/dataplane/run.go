@@ -99,6 +99,7 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	go local.RunSweeper(stopSweep, 10*time.Second, time.Now)
 	opts := decide.Options{Counters: decide.InProcess{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
+	var silent func() []string // the regions this decider has not heard from
 	if cfg.RedisURL != "" {
 		eng, err := redisengine.Open(cfg.RedisURL, redisengine.ClientOptions{Cluster: cfg.RedisCluster, Sentinel: cfg.RedisSentinel, Spin: cfg.RedisSpin},
 			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout,
@@ -127,6 +128,7 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 			}
 			d.stops = append(d.stops, func() { _ = rep.Close() })
 			opts.Global = rep.Table()
+			silent = func() []string { return rep.Table().Silent(time.Now()) }
 		}
 	}
 	decider := decide.NewDecider(opts)
@@ -146,6 +148,7 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	d.Keys = follower.NewKeys()
 	health := &follower.Health{}
 	health.SetDecider(decider, redisEngine != nil)
+	health.SetRegion(cfg.Region, silent)
 	d.Follower = follower.New(follower.Config{
 		Client: sluicev1connect.NewConfigServiceClient(http.DefaultClient, cfg.ControlPlane), HealthFunc: health.Report,
 		Key: cfg.DeciderKey, KeyFunc: cfg.DeciderKeyFunc, Keys: d.Keys, StateFile: cfg.StateFile, Repull: cfg.ConfigRepull,

@@ -16,6 +16,20 @@ type Health struct {
 	decider atomic.Pointer[decide.Decider]
 	redis   atomic.Bool
 	events  atomic.Pointer[events.Publisher]
+	region  atomic.Pointer[regionHealth]
+}
+
+// regionHealth is the decider's region, and the regions it has not heard
+// from.
+type regionHealth struct {
+	name   string
+	silent func() []string
+}
+
+// SetRegion names the decider's region, and what says which regions it
+// has not heard from (nil: none).
+func (h *Health) SetRegion(name string, silent func() []string) {
+	h.region.Store(&regionHealth{name, silent})
 }
 
 // SetDecider names the decider, and whether it decides on Redis (its
@@ -36,6 +50,12 @@ func (h *Health) Report() *sluicev1.DeciderHealth {
 			out.Breaker = d.BreakerState()
 		}
 		out.EngineErrors = d.EngineErrors()
+	}
+	if r := h.region.Load(); r != nil {
+		out.Region = r.name
+		if r.silent != nil {
+			out.SilentRegions = r.silent()
+		}
 	}
 	if p := h.events.Load(); p != nil {
 		st := p.Stats()

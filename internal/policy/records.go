@@ -34,6 +34,10 @@ type DeciderHealth struct {
 	EventsSpooled int64  `json:"events_spooled,omitempty"`
 	EventsQueued  int64  `json:"events_queued,omitempty"`
 	EventsDropped int64  `json:"events_dropped,omitempty"`
+	// Region is the decider's; SilentRegions those it has not heard from
+	// (global rules' counts) for its silence.
+	Region        string   `json:"region,omitempty"`
+	SilentRegions []string `json:"silent_regions,omitempty"`
 }
 
 // VersionedTenant is a tenant and its config version.

@@ -974,7 +974,7 @@ async function loadOperator(fresh = true) {
   $('#tenant-more').hidden = !state.tenantsToken;
   renderTenants();
   $('#deciders-table tbody').replaceChildren(...(d.deciders || []).map((x) => el('tr', {},
-    el('td', {}, x.name), el('td', {}, `${fmtTime(x.lastSyncedAt)} (${ago(x.lastSyncedAt)})`),
+    el('td', {}, x.name), el('td', {}, deciderRegion(x.health || {})), el('td', {}, `${fmtTime(x.lastSyncedAt)} (${ago(x.lastSyncedAt)})`),
     el('td', {}, Object.entries(x.configVersions || {}).map(([id, v]) => enforced(id, v)).join(', ') || '–'),
     el('td', {}, deciderRedis(x.health || {})),
     el('td', {}, `${Number((x.health || {}).eventsSpooled || 0) + Number((x.health || {}).eventsQueued || 0)} / ${(x.health || {}).eventsDropped || 0}`))));
@@ -999,6 +999,13 @@ function enforced(id, v) {
   const t = state.tenants.find((x) => x.id === id) || {};
   const latest = Number(t.configVersion || 0);
   return `${t.slug || id}: v${v}` + (latest > Number(v) ? ` (behind: v${latest})` : '');
+}
+
+// deciderRegion is a decider's region, and the regions whose global
+// counts it has stopped hearing: a partition, as it sees it.
+function deciderRegion(h) {
+  const silent = h.silentRegions || [];
+  return (h.region || '–') + (silent.length ? ` (not hearing ${silent.join(', ')})` : '');
 }
 
 // deciderRedis says how a decider fares with Redis: its breaker, and the

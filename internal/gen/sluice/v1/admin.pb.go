@@ -3888,6 +3888,10 @@ type DeciderHealth struct {
 	EventsQueued  int64 `protobuf:"varint,4,opt,name=events_queued,json=eventsQueued,proto3" json:"events_queued,omitempty"`
 	// Rejection events dropped since the decider started (every buffer full).
 	EventsDropped int64 `protobuf:"varint,5,opt,name=events_dropped,json=eventsDropped,proto3" json:"events_dropped,omitempty"`
+	// The decider's region (-region), and the regions whose global counts
+	// it has not heard for -global-silence: a partition, as it sees it.
+	Region        string   `protobuf:"bytes,6,opt,name=region,proto3" json:"region,omitempty"`
+	SilentRegions []string `protobuf:"bytes,7,rep,name=silent_regions,json=silentRegions,proto3" json:"silent_regions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3955,6 +3959,20 @@ func (x *DeciderHealth) GetEventsDropped() int64 {
 		return x.EventsDropped
 	}
 	return 0
+}
+
+func (x *DeciderHealth) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *DeciderHealth) GetSilentRegions() []string {
+	if x != nil {
+		return x.SilentRegions
+	}
+	return nil
 }
 
 type ListDecidersRequest struct {
@@ -4296,13 +4314,15 @@ const file_sluice_v1_admin_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x01(\v2\x18.sluice.v1.DeciderHealthR\x06health\x1aA\n" +
 	"\x13ConfigVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc1\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x80\x02\n" +
 	"\rDeciderHealth\x12\x18\n" +
 	"\abreaker\x18\x01 \x01(\tR\abreaker\x12#\n" +
 	"\rengine_errors\x18\x02 \x01(\x03R\fengineErrors\x12%\n" +
 	"\x0eevents_spooled\x18\x03 \x01(\x03R\reventsSpooled\x12#\n" +
 	"\revents_queued\x18\x04 \x01(\x03R\feventsQueued\x12%\n" +
-	"\x0eevents_dropped\x18\x05 \x01(\x03R\reventsDropped\"\x15\n" +
+	"\x0eevents_dropped\x18\x05 \x01(\x03R\reventsDropped\x12\x16\n" +
+	"\x06region\x18\x06 \x01(\tR\x06region\x12%\n" +
+	"\x0esilent_regions\x18\a \x03(\tR\rsilentRegions\"\x15\n" +
 	"\x13ListDecidersRequest\"F\n" +
 	"\x14ListDecidersResponse\x12.\n" +
 	"\bdeciders\x18\x01 \x03(\v2\x12.sluice.v1.DeciderR\bdeciders*d\n" +
