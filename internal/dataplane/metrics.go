@@ -1,10 +1,13 @@
 package dataplane
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/regions"
 )
 
 // The decider's metrics beyond its decisions (decision.NewMetrics): the
@@ -71,6 +74,16 @@ func redisEngineMetrics(e *redisengine.Engine) []prometheus.Collector {
 			func() int64 { s, _ := e.Spins(); return s }),
 		counter("sluice_redis_read_spins_missed_total", "Reads that polled out their -redis-spin and then slept; spinning backs off after each.",
 			func() int64 { _, m := e.Spins(); return m }),
+	}
+}
+
+// replicationMetrics are a decider's part in several regions: the regions
+// it is not hearing, and what it has published.
+func replicationMetrics(r *regions.Replicator) []prometheus.Collector {
+	return []prometheus.Collector{
+		gauge("sluice_global_silent_regions", "Regions whose global counts this decider has not heard for -global-silence: a partition, as it sees it.",
+			func() int64 { return int64(len(r.Table().Silent(time.Now()))) }),
+		counter("sluice_global_published_bytes_total", "Bytes of global counts this decider has written to its region's Kafka.", r.SentBytes),
 	}
 }
 

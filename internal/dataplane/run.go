@@ -100,6 +100,7 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	opts := decide.Options{Counters: decide.InProcess{Engine: local, Now: time.Now}}
 	var redisEngine *redisengine.Engine
 	var silent func() []string // the regions this decider has not heard from
+	var replicator *regions.Replicator
 	if cfg.RedisURL != "" {
 		eng, err := redisengine.Open(cfg.RedisURL, redisengine.ClientOptions{Cluster: cfg.RedisCluster, Sentinel: cfg.RedisSentinel, Spin: cfg.RedisSpin},
 			redisengine.Config{Prefix: cfg.RedisPrefix, Batch: cfg.RedisBatch, MaxLocalKeys: cfg.SyncMaxKeys, Timeout: cfg.RedisTimeout,
@@ -129,6 +130,7 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 			d.stops = append(d.stops, func() { _ = rep.Close() })
 			opts.Global = rep.Table()
 			silent = func() []string { return rep.Table().Silent(time.Now()) }
+			replicator = rep
 		}
 	}
 	decider := decide.NewDecider(opts)
@@ -168,6 +170,9 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	reg.MustRegister(append(configMetrics(d.Follower), telemetry.NewEngineCollector(local))...)
 	if redisEngine != nil {
 		reg.MustRegister(redisEngineMetrics(redisEngine)...)
+	}
+	if replicator != nil {
+		reg.MustRegister(replicationMetrics(replicator)...)
 	}
 
 	// The decision service, tracing and publishing its decisions.
