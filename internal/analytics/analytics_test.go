@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,13 +82,13 @@ func checkHours(t *testing.T, pool *pgxpool.Pool) {
 	var wrong, hours int64
 	err := pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE
 			(m.a, m.r, m.s, m.re, m.se, m.d) IS DISTINCT FROM (h.a, h.r, h.s, h.re, h.se, h.d)), count(*)
-		FROM (SELECT tenant_id, date_bin('1 hour', minute, 'epoch') AS hour, tier, rule_id, sum(allowed) a,
+		FROM (SELECT tenant_id, date_bin('1 hour', minute, 'epoch') AS hour, tier, rule_id, region, sum(allowed) a,
 				sum(rejected) r, sum(shadow_rejected) s, sum(rejection_events) re, sum(shadow_events) se,
 				sum(dropped_rejections) d
-			FROM analytics_minute GROUP BY 1, 2, 3, 4) m
-		FULL JOIN (SELECT tenant_id, hour, tier, rule_id, allowed a, rejected r, shadow_rejected s,
+			FROM analytics_minute GROUP BY 1, 2, 3, 4, 5) m
+		FULL JOIN (SELECT tenant_id, hour, tier, rule_id, region, allowed a, rejected r, shadow_rejected s,
 				rejection_events re, shadow_events se, dropped_rejections d FROM analytics_hour) h
-			USING (tenant_id, hour, tier, rule_id)`).Scan(&wrong, &hours)
+			USING (tenant_id, hour, tier, rule_id, region)`).Scan(&wrong, &hours)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func TestBatchCountsAResentEventOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := b.minutes[minuteKey{"t", "free", "r", t0.Add(-time.Minute).Unix()}].allowed; got != 3+10+200 {
+	if got := b.minutes[minuteKey{tenant: "t", tier: "free", rule: "r", minute: t0.Add(-time.Minute).Unix()}].allowed; got != 3+10+200 {
 		t.Errorf("allowed %d, want 213 (3 of p1, 10 of p2, 200 without a producer)", got)
 	}
 	if b.Events != 6 || b.Duplicates != 5 {
@@ -289,6 +290,65 @@ func TestCommitAddsAndFences(t *testing.T) {
 	}
 	if got, want := hourRow(t, pool, "t1", "r1", t0), (minuteCounts{allowed: 20, rejected: 4, shadow: 2, rejectionEvents: 4, shadowEvents: 2}); got != want {
 		t.Errorf("hour 0: %+v, want %+v (its two minutes, twice)", got, want)
+	}
+	checkHours(t, pool)
+}
+
+// Events from deciders of several regions roll up into rows of their own
+// region, minutes and hours alike; summed, they are every region's counts.
+func TestRollupsPerRegion(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	s := NewStore(pool, 10)
+	ctx := context.Background()
+	inRegion := func(v []byte, region string) []byte {
+		var ev sluicev1.Event
+		if err := proto.Unmarshal(v, &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch k := ev.Kind.(type) {
+		case *sluicev1.Event_Delta:
+			k.Delta.Region = region
+		case *sluicev1.Event_Rejection:
+			k.Rejection.Region = region
+		}
+		b, _ := proto.Marshal(&ev)
+		return b
+	}
+	b := NewBatch()
+	for _, v := range [][]byte{
+		inRegion(delta("t1", "r1", t0.Add(30*time.Second), 10, 1, 0, 0), "east"),
+		inRegion(delta("t1", "r1", t0.Add(40*time.Second), 20, 2, 0, 0), "west"),
+		inRegion(rejection("t1", "r1", "alice", t0.Add(5*time.Second), false), "west"),
+		delta("t1", "r1", t0.Add(50*time.Second), 100, 0, 0, 0), // a decider of no region
+	} {
+		if err := b.Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Commit(ctx, "g", "topic", 0, -1, 4, b); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"analytics_minute", "analytics_hour"} {
+		rows, err := pool.Query(ctx, `SELECT region, allowed, rejected, rejection_events FROM `+table+` WHERE tenant_id = 't1' ORDER BY region`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for rows.Next() {
+			var region string
+			var a, r, re int64
+			if err := rows.Scan(&region, &a, &r, &re); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprintf("%q:%d/%d/%d", region, a, r, re))
+		}
+		if want := []string{`"":100/0/0`, `"east":10/1/0`, `"west":20/2/1`}; !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", table, got, want)
+		}
+	}
+	if got := minuteRow(t, pool, "t1", "r1", t0); got.allowed != 130 || got.rejected != 3 {
+		t.Errorf("summed over regions: %+v, want 130 allowed, 3 rejected", got)
 	}
 	checkHours(t, pool)
 }

@@ -29,10 +29,11 @@ const (
 	maxClientBytes = 1024
 )
 
-// minuteKey identifies one per-minute rollup row.
+// minuteKey identifies one per-minute rollup row: a region's
+// (Event's region, "" when its decider named none).
 type minuteKey struct {
-	tenant, tier, rule string
-	minute             int64 // unix seconds, a multiple of 60
+	tenant, tier, rule, region string
+	minute                     int64 // unix seconds, a multiple of 60
 }
 
 // minuteCounts are the additions to one rollup row.
@@ -127,7 +128,7 @@ func (b *Batch) Add(value []byte) error {
 	case *sluicev1.Event_Rejection:
 		r := k.Rejection
 		at := r.GetAt().AsTime()
-		c := b.minute(minuteKey{r.TenantId, r.Tier, r.RuleId, at.Unix() - mod(at.Unix(), 60)})
+		c := b.minute(minuteKey{r.TenantId, r.Tier, r.RuleId, r.Region, at.Unix() - mod(at.Unix(), 60)})
 		if r.Shadow {
 			c.shadowEvents++
 			return nil
@@ -144,7 +145,7 @@ func (b *Batch) Add(value []byte) error {
 		d := k.Delta
 		// A delta counts at the minute its period ended.
 		to := d.GetTo().AsTime().Add(-time.Microsecond).Unix()
-		c := b.minute(minuteKey{d.TenantId, d.Tier, d.RuleId, to - mod(to, 60)})
+		c := b.minute(minuteKey{d.TenantId, d.Tier, d.RuleId, d.Region, to - mod(to, 60)})
 		c.allowed += d.Allowed
 		c.rejected += d.Rejected
 		c.shadow += d.ShadowRejected
@@ -163,11 +164,11 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 	if err := proto.Unmarshal(value, ev); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	var tenant, tier, rule string
+	var tenant, tier, rule, region string
 	switch k := ev.Kind.(type) {
 	case *sluicev1.Event_Rejection:
 		r := k.Rejection
-		tenant, tier, rule = r.TenantId, r.Tier, r.RuleId
+		tenant, tier, rule, region = r.TenantId, r.Tier, r.RuleId, r.Region
 		// PostgreSQL's text holds no NUL, and a commit that tried would
 		// fail, and every one after it: a client's NUL is shown as U+FFFD,
 		// and a key longer than a client's row takes is cut (and ended with
@@ -183,7 +184,7 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 		}
 	case *sluicev1.Event_Delta:
 		d := k.Delta
-		tenant, tier, rule = d.TenantId, d.Tier, d.RuleId
+		tenant, tier, rule, region = d.TenantId, d.Tier, d.RuleId, d.Region
 		switch {
 		case !validTime(d.To) || (d.From != nil && !validTime(d.From)):
 			return nil, fmt.Errorf("%w: delta period missing or out of range", ErrMalformed)
@@ -196,10 +197,10 @@ func Decode(value []byte) (*sluicev1.Event, error) {
 	if (ev.Producer == "") != (ev.Seq == 0) || len(ev.Producer) > maxIDBytes || ev.Seq > math.MaxInt64 {
 		return nil, fmt.Errorf("%w: a producer without a seq, a seq without a producer, or either out of range", ErrMalformed)
 	}
-	if tenant == "" || len(tenant) > maxIDBytes || len(tier) > maxIDBytes || len(rule) > maxIDBytes {
+	if tenant == "" || len(tenant) > maxIDBytes || len(tier) > maxIDBytes || len(rule) > maxIDBytes || len(region) > maxIDBytes {
 		return nil, fmt.Errorf("%w: tenant missing or an id over %d bytes", ErrMalformed, maxIDBytes)
 	}
-	if strings.ContainsRune(tenant+tier+rule+ev.Producer, 0) {
+	if strings.ContainsRune(tenant+tier+rule+region+ev.Producer, 0) {
 		return nil, fmt.Errorf("%w: NUL in an id", ErrMalformed)
 	}
 	return ev, nil

@@ -132,7 +132,7 @@ func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
 		return nil
 	}
 	n := len(b.minutes)
-	tenants, tiers, rules := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	tenants, tiers, rules, regions := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	minutes := make([]time.Time, 0, n)
 	var cols [6][]int64
 	// In one order, so that the transactions of two partitions that hold
@@ -140,28 +140,30 @@ func writeMinutes(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	// topic) lock the rows they share, and their hours' through the
 	// trigger, in the same order: no deadlock.
 	keys := slices.SortedFunc(maps.Keys(b.minutes), func(a, b minuteKey) int {
-		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.minute, b.minute), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule))
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.minute, b.minute), cmp.Compare(a.tier, b.tier), cmp.Compare(a.rule, b.rule),
+			cmp.Compare(a.region, b.region))
 	})
 	for _, k := range keys {
 		c := b.minutes[k]
-		tenants, tiers, rules = append(tenants, k.tenant), append(tiers, k.tier), append(rules, k.rule)
+		tenants, tiers, rules, regions = append(tenants, k.tenant), append(tiers, k.tier), append(rules, k.rule), append(regions, k.region)
 		minutes = append(minutes, time.Unix(k.minute, 0).UTC())
 		for i, v := range [6]int64{c.allowed, c.rejected, c.shadow, c.rejectionEvents, c.shadowEvents, c.dropped} {
 			cols[i] = append(cols[i], v)
 		}
 	}
-	// A trigger adds each minute's gain to its hour's row (migration 25).
+	// A trigger adds each minute's gain to its hour's row (migrations 25
+	// and 36). A row is one region's.
 	_, err := tx.Exec(ctx, `INSERT INTO analytics_minute AS m (tenant_id, minute, tier, rule_id, allowed, rejected,
-			shadow_rejected, rejection_events, shadow_events, dropped_rejections)
+			shadow_rejected, rejection_events, shadow_events, dropped_rejections, region)
 		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
-			$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
-		ON CONFLICT (tenant_id, minute, tier, rule_id) DO UPDATE SET
+			$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[])
+		ON CONFLICT (tenant_id, minute, tier, rule_id, region) DO UPDATE SET
 			allowed = m.allowed + excluded.allowed, rejected = m.rejected + excluded.rejected,
 			shadow_rejected = m.shadow_rejected + excluded.shadow_rejected,
 			rejection_events = m.rejection_events + excluded.rejection_events,
 			shadow_events = m.shadow_events + excluded.shadow_events,
 			dropped_rejections = m.dropped_rejections + excluded.dropped_rejections`,
-		tenants, minutes, tiers, rules, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5])
+		tenants, minutes, tiers, rules, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], regions)
 	if err != nil {
 		return fmt.Errorf("analytics: write minute rollups: %w", err)
 	}

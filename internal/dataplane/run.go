@@ -292,7 +292,7 @@ func publish(ctx context.Context, cfg Settings, reg *prometheus.Registry, health
 		return nil, err
 	}
 	pcfg := events.Config{Brokers: strings.Split(cfg.KafkaBrokers, ","), Topic: cfg.EventsTopic, Transport: transport,
-		Decider: cfg.Name, DeltaInterval: cfg.EventsDeltaInterval, Logger: cfg.Logger}
+		Decider: cfg.Name, Region: cfg.Region, DeltaInterval: cfg.EventsDeltaInterval, Logger: cfg.Logger}
 	if pcfg.Spool, err = openSpool(ctx, cfg.Logger, cfg.EventsSpool, cfg.StateFile, cfg.EventsSpoolMB); err != nil {
 		return nil, err
 	}

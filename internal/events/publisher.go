@@ -32,8 +32,8 @@ type Config struct {
 	// Transport connects to the brokers (TLS, SASL: internal/kafkasec);
 	// nil is kafka-go's default, plaintext.
 	Transport kafka.RoundTripper
-	// Decider names this decider in its events.
-	Decider string
+	// Decider names this decider in its events, Region its region.
+	Decider, Region string
 	// Buffer is how many rejection events wait for Kafka (slow or down)
 	// before new ones are dropped, counted and reported; 0 means 65,536.
 	Buffer int
@@ -542,14 +542,14 @@ var deltaHeader = []kafka.Header{{Key: "type", Value: []byte("delta")}}
 func (p *Publisher) rejectionMessage(r rejection) kafka.Message {
 	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Rejection{Rejection: &sluicev1.Rejection{
 		TenantId: r.tenant, Tier: r.tier, RuleId: r.rule, ClientKey: r.client, Cost: r.cost,
-		At: timestamppb.New(time.UnixMicro(r.at)), Decider: p.cfg.Decider, Shadow: r.shadow}}})
+		At: timestamppb.New(time.UnixMicro(r.at)), Decider: p.cfg.Decider, Region: p.cfg.Region, Shadow: r.shadow}}})
 	return kafka.Message{Key: []byte(r.tenant), Value: b, WriterData: newPin(unpinned)}
 }
 
 // deltaMessage stamps d, tenant's counts from from to to, as this
 // publisher's next event.
 func (p *Publisher) deltaMessage(tenant string, d *sluicev1.CounterDelta, from, to *timestamppb.Timestamp) kafka.Message {
-	d.TenantId, d.From, d.To, d.Decider = tenant, from, to, p.cfg.Decider
+	d.TenantId, d.From, d.To, d.Decider, d.Region = tenant, from, to, p.cfg.Decider, p.cfg.Region
 	b := p.stamp(&sluicev1.Event{Kind: &sluicev1.Event_Delta{Delta: d}})
 	return kafka.Message{Key: []byte(tenant), Value: b, Headers: deltaHeader, WriterData: newPin(unpinned)}
 }

@@ -144,7 +144,9 @@ type Rejection struct {
 	At        *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
 	Decider   string                 `protobuf:"bytes,7,opt,name=decider,proto3" json:"decider,omitempty"`
 	// A shadow rule that would have rejected; the request went through.
-	Shadow        bool `protobuf:"varint,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,8,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// The decider's region (-region); empty: none named.
+	Region        string `protobuf:"bytes,9,opt,name=region,proto3" json:"region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +237,13 @@ func (x *Rejection) GetShadow() bool {
 	return false
 }
 
+func (x *Rejection) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
 // CounterDelta counts a decider's decisions of one rule since its previous
 // delta.
 type CounterDelta struct {
@@ -251,8 +260,10 @@ type CounterDelta struct {
 	// Rejection events this decider dropped (buffer full) in the same
 	// period, over all rules: the size of the gap in the rejection stream.
 	DroppedRejections int64 `protobuf:"varint,10,opt,name=dropped_rejections,json=droppedRejections,proto3" json:"dropped_rejections,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The decider's region (-region); empty: none named.
+	Region        string `protobuf:"bytes,11,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CounterDelta) Reset() {
@@ -353,6 +364,13 @@ func (x *CounterDelta) GetDroppedRejections() int64 {
 		return x.DroppedRejections
 	}
 	return 0
+}
+
+func (x *CounterDelta) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
 }
 
 // GlobalCounts is one message of a region's global-counts topic: what one
@@ -510,7 +528,7 @@ const file_sluice_v1_events_proto_rawDesc = "" +
 	"\x05delta\x18\x02 \x01(\v2\x17.sluice.v1.CounterDeltaH\x00R\x05delta\x12\x1a\n" +
 	"\bproducer\x18\x03 \x01(\tR\bproducer\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seqB\x06\n" +
-	"\x04kind\"\xe6\x01\n" +
+	"\x04kind\"\xfe\x01\n" +
 	"\tRejection\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x17\n" +
@@ -520,7 +538,8 @@ const file_sluice_v1_events_proto_rawDesc = "" +
 	"\x04cost\x18\x05 \x01(\x03R\x04cost\x12*\n" +
 	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x18\n" +
 	"\adecider\x18\a \x01(\tR\adecider\x12\x16\n" +
-	"\x06shadow\x18\b \x01(\bR\x06shadow\"\xdc\x02\n" +
+	"\x06shadow\x18\b \x01(\bR\x06shadow\x12\x16\n" +
+	"\x06region\x18\t \x01(\tR\x06region\"\xf4\x02\n" +
 	"\fCounterDelta\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x17\n" +
@@ -532,7 +551,8 @@ const file_sluice_v1_events_proto_rawDesc = "" +
 	"\x02to\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x18\n" +
 	"\adecider\x18\t \x01(\tR\adecider\x12-\n" +
 	"\x12dropped_rejections\x18\n" +
-	" \x01(\x03R\x11droppedRejections\"\x8b\x01\n" +
+	" \x01(\x03R\x11droppedRejections\x12\x16\n" +
+	"\x06region\x18\v \x01(\tR\x06region\"\x8b\x01\n" +
 	"\fGlobalCounts\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x17\n" +
