@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/regions"
 	"gopkg.in/yaml.v3"
 )
 
@@ -32,9 +33,13 @@ func root(t *testing.T) string {
 	return dir
 }
 
-func loadCompose(t *testing.T) map[string]service {
+func loadCompose(t *testing.T) map[string]service { return loadComposeFile(t, "docker-compose.yml") }
+
+// loadComposeFile reads the services of a compose file, its path from
+// the repository's root.
+func loadComposeFile(t *testing.T, path string) map[string]service {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root(t), "docker-compose.yml"))
+	b, err := os.ReadFile(filepath.Join(root(t), path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +47,7 @@ func loadCompose(t *testing.T) map[string]service {
 		Services map[string]service `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &f); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+		t.Fatalf("%s: %v", path, err)
 	}
 	return f.Services
 }
@@ -114,6 +119,26 @@ func TestImageHasEveryBinary(t *testing.T) {
 func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
 	t.Parallel()
 	services := loadCompose(t)
+	counts := checkServices(t, services)
+	if counts["controlplane"] != 1 || counts["dataplane"] != 2 || counts["analytics"] != 1 {
+		t.Errorf("services per binary %v, want a control plane, two deciders and analytics", counts)
+	}
+	for _, dep := range []string{"postgres", "redis", "kafka"} {
+		if _, ok := services[dep]; !ok {
+			t.Errorf("no %s service", dep)
+		}
+	}
+	if env := services["kafka"].Environment; !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") {
+		t.Errorf("Kafka is not in KRaft mode: %v", env)
+	}
+}
+
+// checkServices holds each service of a compose file built from this
+// repository to its binary's configuration: documented variables, those
+// a deployment needs, listening where other containers reach it, and
+// pointing at services it depends on. It returns the services per binary.
+func checkServices(t *testing.T, services map[string]service) map[string]int {
+	t.Helper()
 	dockerfile, err := os.ReadFile(filepath.Join(root(t), "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -166,17 +191,7 @@ func TestComposeMatchesTheBinariesConfiguration(t *testing.T) {
 			}
 		}
 	}
-	if counts["controlplane"] != 1 || counts["dataplane"] != 2 || counts["analytics"] != 1 {
-		t.Errorf("services per binary %v, want a control plane, two deciders and analytics", counts)
-	}
-	for _, dep := range []string{"postgres", "redis", "kafka"} {
-		if _, ok := services[dep]; !ok {
-			t.Errorf("no %s service", dep)
-		}
-	}
-	if env := services["kafka"].Environment; !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") {
-		t.Errorf("Kafka is not in KRaft mode: %v", env)
-	}
+	return counts
 }
 
 // hostsIn returns the hosts a variable's value points at (URLs and
@@ -189,6 +204,20 @@ func hostsIn(k, v string) []string {
 			return []string{"unparseable " + v}
 		}
 		return []string{u.Hostname()}
+	case k == "SLUICE_GLOBAL_KAFKA":
+		brokers, err := regions.ParseBrokers(v)
+		if err != nil {
+			return []string{"unparseable " + v}
+		}
+		var hosts []string
+		for _, bs := range brokers {
+			for _, b := range bs {
+				h, _, _ := net.SplitHostPort(b)
+				hosts = append(hosts, h)
+			}
+		}
+		slices.Sort(hosts)
+		return slices.Compact(hosts)
 	case k == "KAFKA_BROKERS":
 		var hosts []string
 		for _, b := range strings.Split(v, ",") {
@@ -259,6 +288,38 @@ func TestEveryFlagIsDocumented(t *testing.T) {
 // `docker compose up` runs as the README writes it, with no variable
 // set: every variable docker-compose.yml reads has a default
 // (${NAME:-value}), none is mandatory (${NAME:?...}) or left empty.
+// The two-region example holds to the binaries' configuration as the main
+// file does: a decider per region, each naming its region and every
+// region's Kafka, and an analytics consumer per region, each in a group
+// of its own.
+func TestRegionsComposeMatchesTheBinariesConfiguration(t *testing.T) {
+	t.Parallel()
+	services := loadComposeFile(t, "deploy/regions/docker-compose.yml")
+	counts := checkServices(t, services)
+	if counts["controlplane"] != 1 || counts["dataplane"] != 2 || counts["analytics"] != 2 {
+		t.Errorf("services per binary %v, want a control plane, and a decider and analytics per region", counts)
+	}
+	seen, groups := map[string]bool{}, map[string]bool{}
+	for name, s := range services {
+		switch {
+		case len(s.Command) == 0:
+		case s.Command[0] == "dataplane":
+			region := s.Environment["SLUICE_REGION"]
+			brokers, err := regions.ParseBrokers(s.Environment["SLUICE_GLOBAL_KAFKA"])
+			if err != nil || region == "" || len(brokers) != 2 || len(brokers[region]) == 0 || seen[region] {
+				t.Errorf("%s: region %q, global Kafka %v (%v)", name, region, brokers, err)
+			}
+			seen[region] = true
+		case s.Command[0] == "analytics":
+			if g := s.Environment["SLUICE_ANALYTICS_GROUP"]; g == "" || groups[g] {
+				t.Errorf("%s: consumer group %q: one of its own per region", name, g)
+			} else {
+				groups[g] = true
+			}
+		}
+	}
+}
+
 func TestComposeNeedsNoVariables(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join(root(t), "docker-compose.yml"))
@@ -281,22 +342,25 @@ func TestComposeNeedsNoVariables(t *testing.T) {
 // runs as the README writes it.
 func TestComposeConfigValidates(t *testing.T) {
 	t.Parallel()
-	var cmd *exec.Cmd
+	var compose []string
 	switch {
 	case exec.Command("docker", "compose", "version").Run() == nil:
-		cmd = exec.Command("docker", "compose", "config", "-q")
+		compose = []string{"docker", "compose"}
 	case func() bool { _, err := exec.LookPath("docker-compose"); return err == nil }():
-		cmd = exec.Command("docker-compose", "config", "-q")
+		compose = []string{"docker-compose"}
 	default:
 		t.Skip("no docker compose here")
 	}
-	cmd.Dir = root(t)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLUICE_") {
-			cmd.Env = append(cmd.Env, kv)
+	for _, file := range []string{"docker-compose.yml", "deploy/regions/docker-compose.yml"} {
+		cmd := exec.Command(compose[0], append(compose[1:], "-f", file, "config", "-q")...)
+		cmd.Dir = root(t)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "SLUICE_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
 		}
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v with no SLUICE_ variable set: %v\n%s", cmd.Args, err, out)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v with no SLUICE_ variable set: %v\n%s", cmd.Args, err, out)
+		}
 	}
 }
