@@ -21,8 +21,9 @@ import (
 type Assumption uint8
 
 const (
-	// AssumeLastRate: the silent region goes on admitting at the rate its
-	// last two messages showed, per counter.
+	// AssumeLastRate: the silent region goes on admitting, per counter and
+	// window, as much as in the last windows heard of it (the larger of the
+	// latest and the one before).
 	AssumeLastRate Assumption = iota
 	// AssumeShare: the silent region takes Config.Share of each limit in
 	// each window, or what it was last heard to take when that is more.
@@ -42,12 +43,13 @@ type runCount struct {
 	end, duration int64 // the window's end and length (µs), for expiry
 }
 
-// runRate is the rate (units a µs) at which a decider run last raised a
-// counter's count, and when (µs).
-type runRate struct {
+// runLast is what a decider run last admitted of a counter: the count of
+// the latest window heard of, and of the window before it.
+type runLast struct {
 	region   string
-	rate     float64
-	at       int64
+	start, n int64 // the latest window heard of, and its count
+	prevN    int64 // the count of the window before it
+	at       int64 // when last heard (µs)
 	duration int64 // the counter's window, for expiry
 }
 
@@ -62,7 +64,7 @@ type Table struct {
 
 	mu     sync.Mutex
 	others map[window]map[string]*runCount // by run
-	rates  map[string]map[string]*runRate  // by counter key, by run
+	last   map[string]map[string]*runLast  // by counter key, by run
 	heard  map[string]int64                // region → when last heard (µs)
 	got    map[string]bool                 // regions heard from at least once
 	own    map[window]*ownCount
@@ -79,7 +81,7 @@ type ownCount struct {
 // start is silent after silence.
 func newTable(region string, regions []string, silence time.Duration, assume Assumption, share float64, start time.Time) *Table {
 	t := &Table{region: region, silence: silence.Microseconds(), assume: assume, share: share,
-		others: map[window]map[string]*runCount{}, rates: map[string]map[string]*runRate{}, heard: map[string]int64{}, got: map[string]bool{}, own: map[window]*ownCount{}}
+		others: map[window]map[string]*runCount{}, last: map[string]map[string]*runLast{}, heard: map[string]int64{}, got: map[string]bool{}, own: map[window]*ownCount{}}
 	for _, r := range regions {
 		if r != region {
 			t.heard[r] = start.UnixMicro()
@@ -119,14 +121,14 @@ func (t *Table) regionCounts(w window, limit, at int64) float64 {
 			switch t.assume {
 			case AssumeShare:
 				n = max(n, t.share*float64(limit))
-			case AssumeLastRate: // since it was last heard, or since the window began
-				var rate float64
-				for _, rr := range t.rates[w.key] {
-					if rr.region == region {
-						rate += rr.rate
+			case AssumeLastRate: // as much as in the last windows heard of
+				var last float64
+				for _, rl := range t.last[w.key] {
+					if rl.region == region {
+						last += float64(max(rl.n, rl.prevN))
 					}
 				}
-				n += rate * float64(at-max(heard, w.start))
+				n = max(n, last)
 			}
 		}
 		sum += n
@@ -170,23 +172,33 @@ func (t *Table) merge(region, run string, sentAt int64, counts []count) {
 		switch {
 		case rc == nil:
 			runs[run] = &runCount{region: region, n: c.n, at: sentAt, end: c.end, duration: c.end - c.start}
-		case c.n > rc.n && sentAt > rc.at:
-			t.noteRate(c.key, run, &runRate{region: region, rate: float64(c.n-rc.n) / float64(sentAt-rc.at), at: sentAt, duration: rc.duration})
-			rc.n, rc.at = c.n, sentAt
 		case c.n > rc.n:
-			rc.n = c.n
+			rc.n, rc.at = c.n, max(rc.at, sentAt)
 		}
+		t.noteLast(region, run, sentAt, c)
 	}
 }
 
-// noteRate keeps a run's last rate on a counter. t.mu is held.
-func (t *Table) noteRate(key, run string, rr *runRate) {
-	runs := t.rates[key]
+// noteLast keeps what a run last admitted of a counter. t.mu is held.
+func (t *Table) noteLast(region, run string, sentAt int64, c count) {
+	runs := t.last[c.key]
 	if runs == nil {
-		runs = map[string]*runRate{}
-		t.rates[key] = runs
+		runs = map[string]*runLast{}
+		t.last[c.key] = runs
 	}
-	runs[run] = rr
+	rl := runs[run]
+	switch {
+	case rl == nil:
+		runs[run] = &runLast{region: region, start: c.start, n: c.n, at: sentAt, duration: c.end - c.start}
+	case c.start > rl.start:
+		rl.prevN = 0
+		if c.start == rl.start+rl.duration { // the next window: the one before is rl's
+			rl.prevN = rl.n
+		}
+		rl.start, rl.n, rl.at = c.start, c.n, max(rl.at, sentAt)
+	case c.start == rl.start:
+		rl.n, rl.at = max(rl.n, c.n), max(rl.at, sentAt)
+	}
 }
 
 // count is one counter's count in one window, as published.
@@ -231,7 +243,7 @@ func (t *Table) raise(counts []count) {
 
 // expire forgets the other regions' counts of windows that a sliding
 // window no longer reaches at at (µs), one window past their end, and
-// the rates of regions heard from that are two windows old.
+// the last counts of regions heard from that are three windows old.
 func (t *Table) expire(at int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -245,16 +257,16 @@ func (t *Table) expire(at int64) {
 			delete(t.others, w)
 		}
 	}
-	for key, runs := range t.rates {
-		for run, rr := range runs {
-			// A silent region's rates stand in for its traffic until it
-			// is heard again.
-			if rr.at+2*rr.duration < at && at-t.heard[rr.region] <= t.silence {
+	for key, runs := range t.last {
+		for run, rl := range runs {
+			// A silent region's last counts stand in for its traffic
+			// until it is heard again.
+			if rl.start+3*rl.duration < at && at-t.heard[rl.region] <= t.silence {
 				delete(runs, run)
 			}
 		}
 		if len(runs) == 0 {
-			delete(t.rates, key)
+			delete(t.last, key)
 		}
 	}
 }

@@ -34,39 +34,46 @@ func TestTableMergesGrowOnly(t *testing.T) {
 	}
 }
 
-// A region silent past the silence is taken at its last rate, or at a
-// share of the limit.
+// A region silent past the silence is taken to admit, in each window, as
+// much as in the last windows heard of it, or a share of the limit.
 func TestTableSilentRegions(t *testing.T) {
 	t.Parallel()
-	start, end := at(0), at(time.Hour)
+	w := func(i int) (start, end int64) { return at(time.Duration(i) * time.Second), at(time.Duration(i+1) * time.Second) }
+	s0, e0 := w(0)
+	s1, e1 := w(1)
+	s3, _ := w(3)
 	for _, tc := range []struct {
-		assume Assumption
-		share  float64
-		want   int64 // spent 3 s after the last message
+		assume      Assumption
+		share       float64
+		in1, inNext int64 // spent, silent, in window 1 and in window 3
 	}{
-		{AssumeLastRate, 0, 40 + 3_000*0.2}, // 20 in 100 ms: 0.2 a ms
-		{AssumeShare, 0.5, 50},
+		{AssumeLastRate, 0, 30, 30}, // window 0 took 30, window 1 so far 10
+		{AssumeShare, 0.5, 50, 50},
 	} {
 		tb := newTable("east", []string{"east", "west"}, time.Second, tc.assume, tc.share, t0)
-		tb.merge("west", "w1", at(100*time.Millisecond), []count{{key: "k", start: start, end: end, n: 20}})
-		tb.merge("west", "w1", at(200*time.Millisecond), []count{{key: "k", start: start, end: end, n: 40}})
-		if got := tb.Spent("k", start, 0, 0, 100, t0.Add(900*time.Millisecond)); got != 40 {
-			t.Fatalf("%v: heard 700 ms ago: spent %d, want 40", tc.assume, got)
+		tb.merge("west", "w1", at(900*time.Millisecond), []count{{key: "k", start: s0, end: e0, n: 30}})
+		tb.merge("west", "w1", at(1200*time.Millisecond), []count{{key: "k", start: s1, end: e1, n: 10}})
+		if got := tb.Spent("k", s1, 0, 0, 100, t0.Add(1500*time.Millisecond)); got != 10 {
+			t.Fatalf("%v: heard 300 ms ago: spent %d, want 10", tc.assume, got)
 		}
-		if s := tb.Silent(t0.Add(900 * time.Millisecond)); len(s) != 0 {
+		if s := tb.Silent(t0.Add(1500 * time.Millisecond)); len(s) != 0 {
 			t.Fatalf("%v: silent %v within the silence", tc.assume, s)
 		}
-		now := t0.Add(3200 * time.Millisecond)
-		if got := tb.Spent("k", start, 0, 0, 100, now); got != tc.want {
-			t.Fatalf("%v: silent 3 s: spent %d, want %d", tc.assume, got, tc.want)
+		now := t0.Add(2500 * time.Millisecond)
+		if got := tb.Spent("k", s1, 0, 0, 100, now); got != tc.in1 {
+			t.Fatalf("%v: silent, window 1: spent %d, want %d", tc.assume, got, tc.in1)
 		}
 		if s := tb.Silent(now); len(s) != 1 || s[0] != "west" {
 			t.Fatalf("%v: silent %v, want west", tc.assume, s)
 		}
+		tb.expire(at(3500 * time.Millisecond)) // a silent region's last counts stay
+		if got := tb.Spent("k", s3, 0, 0, 100, t0.Add(3500*time.Millisecond)); got != tc.inNext {
+			t.Fatalf("%v: silent, window 3: spent %d, want %d", tc.assume, got, tc.inNext)
+		}
 	}
 	// A region never heard from is silent from the start.
 	tb := newTable("east", []string{"east", "west"}, time.Second, AssumeShare, 0.25, t0)
-	if got := tb.Spent("k", start, 0, 0, 100, t0.Add(2*time.Second)); got != 25 {
+	if got := tb.Spent("k", s0, 0, 0, 100, t0.Add(2*time.Second)); got != 25 {
 		t.Fatalf("never heard: spent %d, want a quarter of 100", got)
 	}
 }
@@ -75,7 +82,7 @@ func TestTableSilentRegions(t *testing.T) {
 // windows long over are forgotten on both sides.
 func TestTableOwnCountsAndExpiry(t *testing.T) {
 	t.Parallel()
-	tb := newTable("east", []string{"east", "west"}, time.Second, AssumeLastRate, 0, t0)
+	tb := newTable("east", []string{"east", "west"}, 10*time.Second, AssumeLastRate, 0, t0) // no silence here
 	start, end := at(0), at(time.Second)
 	tb.Admitted("k", start, end, 2)
 	tb.Admitted("k", start, end, 3)

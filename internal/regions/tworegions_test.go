@@ -222,7 +222,7 @@ func TestGlobalLimitAcrossTwoRegions(t *testing.T) {
 // TestPartitionUnderLoad: replication cut for 30 s under load. Each
 // region goes on answering, without errors; every window of the cut
 // admits within the partition bound, each region taking the other to go
-// on at the rate it last saw; once the link is back, each region's view
+// on as in the last windows it heard of; once the link is back, each region's view
 // of the other's count converges.
 func TestPartitionUnderLoad(t *testing.T) {
 	if testing.Short() {
