@@ -38,7 +38,9 @@ func TestTableMergesGrowOnly(t *testing.T) {
 // much as in the last windows heard of it, or a share of the limit.
 func TestTableSilentRegions(t *testing.T) {
 	t.Parallel()
-	w := func(i int) (start, end int64) { return at(time.Duration(i) * time.Second), at(time.Duration(i+1) * time.Second) }
+	w := func(i int) (start, end int64) {
+		return at(time.Duration(i) * time.Second), at(time.Duration(i+1) * time.Second)
+	}
 	s0, e0 := w(0)
 	s1, e1 := w(1)
 	s3, _ := w(3)
