@@ -36,7 +36,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		shadow:   fs.Bool("shadow", false, "report, never reject"),
 		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
 		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
-		scope:    fs.String("scope", "region", "where the limit holds: region (in each region on its own) or global (once across regions; fixed_window and sliding_window)"),
+		scope:    fs.String("scope", "region", "where the limit holds: region (in each region on its own) or global (once across regions; fixed_window, sliding_window, gcra, token_bucket without warm-up)"),
 		quota:    fs.Bool("quota", false, "envoyproxy/ratelimit's quota_mode: on Envoy's rate limit service, a call is rejected only when all its quota descriptors are over"),
 		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
 		sync:     days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),

@@ -123,6 +123,13 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 		if p.global != nil { // global rules: the other regions' counts
 			gc := *p.global
 			gc.Logger = logger
+			gc.Apply = func(ctx context.Context, charges []regions.Charge) error { // meters: the other regions' admissions
+				rcs := make([]redisengine.RemoteCharge, len(charges))
+				for i, c := range charges {
+					rcs[i] = redisengine.RemoteCharge{Key: c.Key, Run: c.Run, Count: c.Count, Interval: c.Interval}
+				}
+				return eng.ChargeRemote(ctx, rcs)
+			}
 			rep, err := regions.Start(gc)
 			if err != nil {
 				return nil, fmt.Errorf("-global-kafka: %w", err)

@@ -59,6 +59,9 @@ type Global interface {
 	// Admitted notes what this decider admitted on key in the window
 	// [start, end), for the other regions.
 	Admitted(key string, start, end, cost int64)
+	// AdmittedMeter notes what this decider admitted at µs on key, a meter
+	// of interval µs a unit, for the other regions to charge.
+	AdmittedMeter(key string, interval float64, cost, at int64)
 }
 
 // Decider decides requests against compiled configs. It is safe for
@@ -360,6 +363,8 @@ func (d *Decider) admittedGlobal(picked []*policy.Rule, reqs []limit.Request, re
 		}
 		if start, end, _, _, ok := reqs[i].Limiter.Windows(now); ok {
 			d.opts.Global.Admitted(reqs[i].Key, start, end, reqs[i].Cost)
+		} else if interval, ok := reqs[i].Limiter.Meter(); ok {
+			d.opts.Global.AdmittedMeter(reqs[i].Key, interval, reqs[i].Cost, now)
 		}
 	}
 }

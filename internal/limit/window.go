@@ -98,6 +98,17 @@ func (l *Limiter) Windows(now int64) (start, end, prev int64, weight float64, ok
 	return 0, 0, 0, 0, false
 }
 
+// Meter returns, for a token bucket or GCRA without warm-up (a meter: its
+// state is a debt that drains with time), its µs per unit; ok is false for
+// the other algorithms. A global rule's meter is charged with the other
+// regions' admissions (package regions).
+func (l *Limiter) Meter() (interval float64, ok bool) {
+	if (l.alg == policy.TokenBucket || l.alg == policy.GCRA) && !l.Constants().Warm {
+		return l.interval, true
+	}
+	return 0, false
+}
+
 // fixedWindow: X = units admitted in the window holding T.
 func (l *Limiter) fixedWindow(s *State, a Args, r *Result) {
 	now := effectiveNow(s.T, a.Now)

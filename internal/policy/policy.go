@@ -122,7 +122,8 @@ const (
 	ScopeRegion Scope = iota
 	// ScopeGlobal holds one limit across regions: each region counts its
 	// own admissions exactly and adds the other regions' counts, as last
-	// replicated, without waiting on them. Fixed and sliding windows.
+	// replicated, without waiting on them. Fixed and sliding windows, GCRA
+	// and token buckets without warm-up.
 	ScopeGlobal
 )
 

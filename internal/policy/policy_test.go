@@ -97,7 +97,9 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		{"a global calendar month", func(r *Rule) {
 			r.Algorithm, r.Burst, r.Window, r.Calendar, r.Scope = FixedWindow, 0, 0, CalendarMonth, ScopeGlobal
 		}, nil},
-		{"a global token bucket", func(r *Rule) { r.Scope = ScopeGlobal }, []string{"scope"}},
+		{"a global token bucket", func(r *Rule) { r.Scope = ScopeGlobal }, nil},
+		{"a global warming bucket", func(r *Rule) { r.Scope, r.WarmUp = ScopeGlobal, time.Second }, []string{"scope"}},
+		{"a global sliding log", func(r *Rule) { r.Algorithm, r.Burst, r.Scope = SlidingLog, 0, ScopeGlobal }, []string{"scope"}},
 		{"a global window with sync", func(r *Rule) {
 			r.Algorithm, r.Burst, r.Scope, r.Sync = FixedWindow, 0, ScopeGlobal, time.Second
 		}, []string{"scope"}},

@@ -131,7 +131,8 @@ type Rule struct {
 	// as any rule does: one request, one quota.
 	Quota bool
 	// Scope is where the limit holds: in each region (the default) or once
-	// across regions (ScopeGlobal), for fixed and sliding windows.
+	// across regions (ScopeGlobal), for fixed and sliding windows, GCRA
+	// and token buckets without warm-up.
 	Scope Scope
 	// Message is what a client this rule rejects is told (the 429's
 	// problem detail, Envoy's response body, the check answers' message),
@@ -290,10 +291,11 @@ func (r *Rule) validate(fe fieldErrors) {
 	case r.Scope == ScopeRegion:
 	case r.Scope != ScopeGlobal:
 		fe.add("scope", "must be region or global")
-	case r.Algorithm != FixedWindow && r.Algorithm != SlidingWindow:
-		// A window's count merges across regions as one number per
-		// region; a bucket's or a lease's state does not.
-		fe.add("scope", "global applies to fixed_window and sliding_window: their counts merge across regions, a bucket's state does not")
+	case !(r.Algorithm == FixedWindow || r.Algorithm == SlidingWindow || r.Algorithm == GCRA || r.Algorithm == TokenBucket && r.WarmUp == 0):
+		// A window's count merges across regions as one number per region,
+		// and a meter's debt takes the other regions' admissions; a
+		// queue's, a log's, a warming bucket's or a lease's state does not.
+		fe.add("scope", "global applies to fixed_window, sliding_window, gcra and token_bucket without warm_up: their counts merge across regions")
 	case r.Sync != 0:
 		fe.add("scope", "global does not combine with sync: the region's own count must be exact")
 	}

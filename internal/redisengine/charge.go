@@ -49,3 +49,25 @@ func (e *Engine) Charge(ctx context.Context, charges []limit.Charge) error {
 	}
 	return nil
 }
+
+// RemoteCharge is what a decider run of another region admitted on a
+// meter of scope global (regions.Applier): Count, only ever raised, of
+// Interval µs a unit.
+type RemoteCharge struct {
+	Key, Run string
+	Count    int64
+	Interval float64
+}
+
+// ChargeRemote charges each meter with what the run of another region
+// admitted on it beyond what was charged of that run before (remote.lua):
+// whichever decider of the region sends a rise, it is charged once.
+func (e *Engine) ChargeRemote(ctx context.Context, charges []RemoteCharge) error {
+	for _, c := range charges {
+		if _, err := e.eval(ctx, time.Time{}, remoteScript, []string{e.cfg.Prefix + c.Key},
+			[]any{e.nowArg(), e.minTTL, c.Run, c.Count, c.Interval}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -58,8 +58,12 @@ func multiScript() string {
 // syncScript reconciles locally counted rules with the shared state.
 var syncScript = redis.NewScript(loadScript("clock", "sync"))
 
+// remoteScript charges meters with other regions' admissions (remote.lua,
+// reading a state as the flat scripts do).
+var remoteScript = redis.NewScript(insert(loadScript("clock", "remote"), "-- load", "load"))
+
 // allScripts lists every script, for Preload.
-var allScripts = []*redis.Script{script, single, window1, multi, syncScript}
+var allScripts = []*redis.Script{script, single, window1, multi, syncScript, remoteScript}
 
 func loadScript(names ...string) string {
 	var b strings.Builder

@@ -52,3 +52,41 @@ func TestSpentCountsAsInProcess(t *testing.T) {
 		}
 	}
 }
+
+// Another region's admissions charge a meter once per rise of each run's
+// count, however many deciders send them: a GCRA of 10 a minute charged 4
+// twice, then 6, admits 4 of 10 checks.
+func TestChargeRemoteOncePerRise(t *testing.T) {
+	t.Parallel()
+	rc, prefix := redistest.Client(t)
+	ctx := context.Background()
+	lim, err := limit.Compile(policy.Params{Algorithm: policy.GCRA, Limit: 10, Window: time.Minute, Burst: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	interval, ok := lim.Meter()
+	if !ok {
+		t.Fatal("a GCRA is not a meter")
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	eng := redisengine.New(rc, redisengine.Config{Prefix: prefix, Now: func() time.Time { return now }})
+	for _, n := range []int64{4, 4, 6} {
+		if err := eng.ChargeRemote(ctx, []redisengine.RemoteCharge{{Key: "k", Run: "west-1@0", Count: n, Interval: interval}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitted := 0
+	for range 10 {
+		res := make([]limit.Result, 1)
+		ok, err := eng.AllowAllAt(ctx, []limit.Request{{Key: "k", Limiter: lim, Cost: 1}}, now.UnixMicro(), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			admitted++
+		}
+	}
+	if admitted != 4 {
+		t.Fatalf("admitted %d of 10 after another region's 6, want 4", admitted)
+	}
+}

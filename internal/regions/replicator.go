@@ -41,6 +41,11 @@ type Config struct {
 	Assume  Assumption
 	// Share is AssumeShare's share of a limit, from 0 to 1.
 	Share float64
+	// Apply charges the other regions' admissions on meters (token buckets
+	// and GCRA of scope global) into this region's Redis, each rise once
+	// whichever decider sends it (redisengine's ChargeRemote); nil charges
+	// nothing.
+	Apply func(context.Context, []Charge) error
 	// Dialer reads the other regions' topics; Transport writes this
 	// region's (nil: kafka-go's defaults).
 	Dialer    *kafka.Dialer
@@ -138,6 +143,7 @@ func (r *Replicator) publish(stop <-chan struct{}) {
 // message that says the decider is alive. Counts a failed write leaves
 // out go with the next send.
 func (r *Replicator) send() {
+	r.charge()
 	now := r.cfg.Now().UnixMicro()
 	counts := r.table.takeOwn(now)
 	r.table.expire(now)
@@ -145,7 +151,7 @@ func (r *Replicator) send() {
 	for from := 0; from == 0 || from < len(counts); from += maxCounts {
 		m := &sluicev1.GlobalCounts{Region: r.cfg.Region, Instance: r.instance, SentUs: now}
 		for _, c := range counts[from:min(from+maxCounts, len(counts))] {
-			m.Counts = append(m.Counts, &sluicev1.GlobalCount{Key: c.key, WindowStartUs: c.start, WindowEndUs: c.end, Count: c.n})
+			m.Counts = append(m.Counts, &sluicev1.GlobalCount{Key: c.key, WindowStartUs: c.start, WindowEndUs: c.end, Count: c.n, MeterIntervalUs: c.interval})
 		}
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -163,6 +169,23 @@ func (r *Replicator) send() {
 	}
 	for _, m := range msgs {
 		r.sent.Add(int64(len(m.Key) + len(m.Value)))
+	}
+}
+
+// charge applies the other regions' risen meter counts (Config.Apply).
+func (r *Replicator) charge() {
+	if r.cfg.Apply == nil {
+		return
+	}
+	charges := r.table.takeCharges()
+	if len(charges) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.cfg.Interval+time.Second)
+	defer cancel()
+	if err := r.cfg.Apply(ctx, charges); err != nil {
+		r.table.owe(charges)
+		r.cfg.Logger.Warn("global counts: charging the other regions' admissions; tried again next interval", "err", err)
 	}
 }
 
@@ -189,7 +212,7 @@ func (r *Replicator) read(ctx context.Context, region string, brokers []string) 
 		}
 		counts := make([]count, len(m.GetCounts()))
 		for i, c := range m.GetCounts() {
-			counts[i] = count{key: c.GetKey(), start: c.GetWindowStartUs(), end: c.GetWindowEndUs(), n: c.GetCount()}
+			counts[i] = count{key: c.GetKey(), start: c.GetWindowStartUs(), end: c.GetWindowEndUs(), n: c.GetCount(), interval: c.GetMeterIntervalUs()}
 		}
 		r.table.merge(region, m.GetInstance(), m.GetSentUs(), counts)
 	}

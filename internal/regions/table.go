@@ -12,6 +12,7 @@ package regions
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -68,7 +69,46 @@ type Table struct {
 	heard  map[string]int64                // region → when last heard (µs)
 	got    map[string]bool                 // regions heard from at least once
 	own    map[window]*ownCount
+
+	// Meters (token buckets and GCRA): this decider's admissions since it
+	// began counting each, and the other regions' runs' counts to charge
+	// into this region's Redis.
+	ownMeters map[string]*ownMeter
+	meters    map[meterRun]*remoteMeter
 }
+
+// ownMeter is this decider's admissions on a meter since start (µs).
+type ownMeter struct {
+	start, n, lastAt int64
+	interval         float64
+	dirty            bool
+}
+
+// meterRun names one run's count of one meter: a run counts a meter
+// afresh (a new start) after leaving it idle.
+type meterRun struct {
+	key, run string
+	start    int64
+}
+
+// remoteMeter is a run's count of a meter, and what of it was charged.
+type remoteMeter struct {
+	n, charged int64
+	interval   float64
+	at         int64 // when last heard (µs)
+}
+
+// Charge is what another region's decider run admitted on a meter, to
+// charge into this region's Redis once (Config.Apply): Count, only ever
+// raised, of Interval µs a unit.
+type Charge struct {
+	Key, Run string
+	Count    int64
+	Interval float64
+}
+
+// meterIdle is how long a meter's counts are kept without a rise.
+const meterIdle = time.Hour
 
 // ownCount is this decider's admissions in one window.
 type ownCount struct {
@@ -81,7 +121,8 @@ type ownCount struct {
 // start is silent after silence.
 func newTable(region string, regions []string, silence time.Duration, assume Assumption, share float64, start time.Time) *Table {
 	t := &Table{region: region, silence: silence.Microseconds(), assume: assume, share: share,
-		others: map[window]map[string]*runCount{}, last: map[string]map[string]*runLast{}, heard: map[string]int64{}, got: map[string]bool{}, own: map[window]*ownCount{}}
+		others: map[window]map[string]*runCount{}, last: map[string]map[string]*runLast{}, heard: map[string]int64{}, got: map[string]bool{}, own: map[window]*ownCount{},
+		ownMeters: map[string]*ownMeter{}, meters: map[meterRun]*remoteMeter{}}
 	for _, r := range regions {
 		if r != region {
 			t.heard[r] = start.UnixMicro()
@@ -151,6 +192,48 @@ func (t *Table) Admitted(key string, start, end, cost int64) {
 	oc.dirty = true
 }
 
+// AdmittedMeter notes that this decider admitted cost on the meter key of
+// interval µs a unit, at µs, to publish.
+func (t *Table) AdmittedMeter(key string, interval float64, cost, at int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.ownMeters[key]
+	if m == nil {
+		m = &ownMeter{start: at, interval: interval}
+		t.ownMeters[key] = m
+	}
+	m.n += cost
+	m.lastAt, m.dirty = at, true
+}
+
+// takeCharges returns the other regions' meter counts that rose since the
+// last take, for Config.Apply; a failed charge is given back (owe).
+func (t *Table) takeCharges() []Charge {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Charge
+	for mr, m := range t.meters {
+		if m.n > m.charged {
+			out = append(out, Charge{Key: mr.key, Run: mr.run + "@" + strconv.FormatInt(mr.start, 10), Count: m.n, Interval: m.interval})
+			m.charged = m.n
+		}
+	}
+	return out
+}
+
+// owe marks charges as not made, to try again.
+func (t *Table) owe(charges []Charge) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for mr, m := range t.meters {
+		for _, c := range charges {
+			if c.Key == mr.key && c.Run == mr.run+"@"+strconv.FormatInt(mr.start, 10) {
+				m.charged = min(m.charged, c.Count-1)
+			}
+		}
+	}
+}
+
 // merge takes in one run's counts, sent at sentAt (µs) from region; it
 // ignores the decider's own region, whose count is in its Redis.
 func (t *Table) merge(region, run string, sentAt int64, counts []count) {
@@ -162,6 +245,16 @@ func (t *Table) merge(region, run string, sentAt int64, counts []count) {
 	t.heard[region] = max(t.heard[region], sentAt)
 	t.got[region] = true
 	for _, c := range counts {
+		if c.interval > 0 { // a meter: charged into this region's Redis
+			mr := meterRun{c.key, run, c.start}
+			m := t.meters[mr]
+			if m == nil {
+				m = &remoteMeter{interval: c.interval}
+				t.meters[mr] = m
+			}
+			m.n, m.at = max(m.n, c.n), max(m.at, sentAt)
+			continue
+		}
 		w := window{c.key, c.start}
 		runs := t.others[w]
 		if runs == nil {
@@ -201,11 +294,13 @@ func (t *Table) noteLast(region, run string, sentAt int64, c count) {
 	}
 }
 
-// count is one counter's count in one window, as published.
+// count is one counter's count in one window, as published; a meter's
+// (interval > 0) since start.
 type count struct {
 	key        string
 	start, end int64
 	n          int64
+	interval   float64
 }
 
 // takeOwn returns this decider's counts raised since the last take, and
@@ -223,6 +318,14 @@ func (t *Table) takeOwn(at int64) []count {
 			delete(t.own, w)
 		}
 	}
+	for key, m := range t.ownMeters {
+		if m.dirty {
+			out = append(out, count{key: key, start: m.start, n: m.n, interval: m.interval})
+			m.dirty = false
+		} else if at-m.lastAt > meterIdle.Microseconds() {
+			delete(t.ownMeters, key)
+		}
+	}
 	return out
 }
 
@@ -231,6 +334,12 @@ func (t *Table) raise(counts []count) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, c := range counts {
+		if c.interval > 0 {
+			if m := t.ownMeters[c.key]; m != nil && m.start == c.start {
+				m.dirty = true
+			}
+			continue
+		}
 		w := window{c.key, c.start}
 		oc := t.own[w]
 		if oc == nil {
@@ -255,6 +364,11 @@ func (t *Table) expire(at int64) {
 		}
 		if len(runs) == 0 {
 			delete(t.others, w)
+		}
+	}
+	for mr, m := range t.meters {
+		if at-m.at > meterIdle.Microseconds() && m.charged >= m.n {
+			delete(t.meters, mr)
 		}
 	}
 	for key, runs := range t.last {

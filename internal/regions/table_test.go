@@ -111,3 +111,32 @@ func TestTableOwnCountsAndExpiry(t *testing.T) {
 		t.Fatalf("counts of a window no sliding window reaches are kept: %v", tb.others)
 	}
 }
+
+// A meter's counts go out with its µs per unit; another region's rise on
+// a meter is handed to be charged once, and again only after a failure.
+func TestTableMeters(t *testing.T) {
+	t.Parallel()
+	tb := newTable("east", []string{"east", "west"}, 10*time.Second, AssumeLastRate, 0, t0)
+	tb.AdmittedMeter("k", 6000, 2, at(0))
+	tb.AdmittedMeter("k", 6000, 1, at(time.Millisecond))
+	if got := tb.takeOwn(at(0)); len(got) != 1 || got[0].n != 3 || got[0].interval != 6000 || got[0].start != at(0) {
+		t.Fatalf("own meter counts %+v, want k at 3 of 6000 µs a unit since 0", got)
+	}
+	tb.merge("west", "w1", at(100*time.Millisecond), []count{{key: "m", start: 5, n: 3, interval: 6000}})
+	tb.merge("west", "w1", at(200*time.Millisecond), []count{{key: "m", start: 5, n: 7, interval: 6000}})
+	tb.merge("west", "w1", at(150*time.Millisecond), []count{{key: "m", start: 5, n: 3, interval: 6000}}) // late
+	got := tb.takeCharges()
+	if len(got) != 1 || got[0] != (Charge{Key: "m", Run: "w1@5", Count: 7, Interval: 6000}) {
+		t.Fatalf("charges %+v, want m of w1 at 7", got)
+	}
+	if again := tb.takeCharges(); len(again) != 0 {
+		t.Fatalf("charged again: %+v", again)
+	}
+	tb.owe(got)
+	if retry := tb.takeCharges(); len(retry) != 1 || retry[0].Count != 7 {
+		t.Fatalf("after a failed charge: %+v, want m at 7 again", retry)
+	}
+	if s := tb.Spent("m", 5, 0, 0, 100, t0.Add(300*time.Millisecond)); s != 0 {
+		t.Fatalf("a meter's counts are spent as a window's: %d", s)
+	}
+}

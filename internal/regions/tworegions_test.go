@@ -45,6 +45,9 @@ func twoRegions(t *testing.T, limit int64, window time.Duration, assume regions.
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: window}, FailureMode: policy.FailClosed, Scope: policy.ScopeGlobal},
 		{ID: "r", Name: "regional", KeyBy: []string{"user"}, Match: []policy.Match{{Key: "scope", Value: "region"}}, Enabled: true,
 			Params: policy.Params{Algorithm: policy.FixedWindow, Limit: limit, Window: window}, FailureMode: policy.FailClosed},
+		{ID: "b", Name: "bucket", KeyBy: []string{"user"}, Match: []policy.Match{{Key: "scope", Value: "bucket"}}, Enabled: true,
+			Params: policy.Params{Algorithm: policy.TokenBucket, Limit: limit, Window: window, Burst: limit}, FailureMode: policy.FailClosed,
+			Scope: policy.ScopeGlobal},
 	}
 	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "default"},
 		Version: 1, Tiers: []policy.Tier{{Name: "default", Rules: rules}}})
@@ -74,7 +77,14 @@ func twoRegions(t *testing.T, limit int64, window time.Duration, assume regions.
 			t.Cleanup(func() { rc.Close() })
 			eng := redisengine.New(rc, redisengine.Config{Batch: true, Timeout: 200 * time.Millisecond})
 			t.Cleanup(eng.Close)
-			rep, err := regions.Start(regions.Config{Region: r.name, Brokers: brokers, Dialer: dialer,
+			apply := func(ctx context.Context, charges []regions.Charge) error {
+				rcs := make([]redisengine.RemoteCharge, len(charges))
+				for i, c := range charges {
+					rcs[i] = redisengine.RemoteCharge{Key: c.Key, Run: c.Run, Count: c.Count, Interval: c.Interval}
+				}
+				return eng.ChargeRemote(ctx, rcs)
+			}
+			rep, err := regions.Start(regions.Config{Region: r.name, Brokers: brokers, Dialer: dialer, Apply: apply,
 				Interval: 100 * time.Millisecond, Silence: time.Second, Assume: assume, Share: share})
 			if err != nil {
 				t.Fatal(err)
@@ -216,6 +226,39 @@ func TestGlobalLimitAcrossTwoRegions(t *testing.T) {
 	t.Logf("latency, global: p50 %v p99 %v; regional: p50 %v p99 %v", global.quantile(0.5), global.quantile(0.99), regional.quantile(0.5), regional.quantile(0.99))
 	if g, r := global.quantile(0.99), regional.quantile(0.99); g > 2*r+10*time.Millisecond {
 		t.Fatalf("a global decision's p99 %v against a regional one's %v: it waits on something", g, r)
+	}
+}
+
+// TestGlobalTokenBucketAcrossTwoRegions: a token bucket of scope global
+// (burst B, a rate r) loaded from both regions at once admits, over T, at
+// most B + r × T plus what each region admits before the other's
+// admissions are charged into its Redis; each region alone would admit
+// B + r × T.
+func TestGlobalTokenBucketAcrossTwoRegions(t *testing.T) {
+	const limit, window, rate = 400, 2 * time.Second, 250
+	c, rs := twoRegions(t, limit, window, regions.AssumeLastRate, 0)
+	ctx := context.Background()
+	tl := &tally{window: window, admitted: map[int64]int64{}}
+	stop := make(chan struct{})
+	start := time.Now()
+	wg := load(ctx, t, c, rs, "bucket", rate, tl, stop)
+	time.Sleep(6 * time.Second)
+	close(stop)
+	wg.Wait()
+	elapsed := time.Since(start)
+	var total int64
+	for _, n := range tl.admitted {
+		total += n
+	}
+	one := limit + int64(float64(limit)/window.Seconds()*elapsed.Seconds())             // B + r × T
+	lag := 100*time.Millisecond + latency + 100*time.Millisecond + 100*time.Millisecond // and the charge's interval
+	bound := one + int64(float64(2*2*rate)*lag.Seconds())
+	t.Logf("token bucket over %v: %d admitted across regions (one region's bucket %d, bound %d)", elapsed.Round(time.Millisecond), total, one, bound)
+	if tl.errs > 0 {
+		t.Fatalf("%d errors or degraded decisions", tl.errs)
+	}
+	if total > bound || total < one*9/10 {
+		t.Fatalf("%d admitted, want from %d to the bound %d", total, one*9/10, bound)
 	}
 }
 

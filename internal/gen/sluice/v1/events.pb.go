@@ -448,16 +448,19 @@ func (x *GlobalCounts) GetCounts() []*GlobalCount {
 	return nil
 }
 
-// GlobalCount is one counter's admissions in one window.
+// GlobalCount is one counter's admissions in one window, or, for a meter
+// (a token bucket or GCRA), since the decider began counting it
+// (window_start_us) with its µs per unit.
 type GlobalCount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The counter's key (the tenant, the rule and the client's values).
-	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	WindowStartUs int64  `protobuf:"varint,2,opt,name=window_start_us,json=windowStartUs,proto3" json:"window_start_us,omitempty"`
-	WindowEndUs   int64  `protobuf:"varint,3,opt,name=window_end_us,json=windowEndUs,proto3" json:"window_end_us,omitempty"`
-	Count         int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Key             string  `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	WindowStartUs   int64   `protobuf:"varint,2,opt,name=window_start_us,json=windowStartUs,proto3" json:"window_start_us,omitempty"`
+	WindowEndUs     int64   `protobuf:"varint,3,opt,name=window_end_us,json=windowEndUs,proto3" json:"window_end_us,omitempty"`
+	Count           int64   `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	MeterIntervalUs float64 `protobuf:"fixed64,5,opt,name=meter_interval_us,json=meterIntervalUs,proto3" json:"meter_interval_us,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GlobalCount) Reset() {
@@ -518,6 +521,13 @@ func (x *GlobalCount) GetCount() int64 {
 	return 0
 }
 
+func (x *GlobalCount) GetMeterIntervalUs() float64 {
+	if x != nil {
+		return x.MeterIntervalUs
+	}
+	return 0
+}
+
 var File_sluice_v1_events_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_events_proto_rawDesc = "" +
@@ -557,12 +567,13 @@ const file_sluice_v1_events_proto_rawDesc = "" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x17\n" +
 	"\asent_us\x18\x03 \x01(\x03R\x06sentUs\x12.\n" +
-	"\x06counts\x18\x04 \x03(\v2\x16.sluice.v1.GlobalCountR\x06counts\"\x81\x01\n" +
+	"\x06counts\x18\x04 \x03(\v2\x16.sluice.v1.GlobalCountR\x06counts\"\xad\x01\n" +
 	"\vGlobalCount\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x0fwindow_start_us\x18\x02 \x01(\x03R\rwindowStartUs\x12\"\n" +
 	"\rwindow_end_us\x18\x03 \x01(\x03R\vwindowEndUs\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x03R\x05countB<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12*\n" +
+	"\x11meter_interval_us\x18\x05 \x01(\x01R\x0fmeterIntervalUsB<Z:github.com/sluicehq/sluice/internal/gen/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_events_proto_rawDescOnce sync.Once

@@ -501,7 +501,8 @@ type Rule struct {
 	// Where the limit holds: in each region on its own (the default), or
 	// once across every region of the deployment, each region counting its
 	// own admissions and adding the others' as last replicated. Global
-	// applies to fixed_window and sliding_window.
+	// applies to fixed_window, sliding_window, gcra and token_bucket without
+	// warm_up.
 	Scope         Scope `protobuf:"varint,16,opt,name=scope,proto3,enum=sluice.v1.Scope" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
