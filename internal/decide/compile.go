@@ -296,22 +296,29 @@ func blockRule(o *compiledOverride, enabled map[string]*policy.Rule) *policy.Rul
 	return &r
 }
 
-// overrides returns the overrides applying to a request at now: exact
+// overrides returns the overrides applying to a request at clock's now: exact
 // matches first, then patterns from the most literal bytes.
-func (c *Compiled) overrides(d policy.Descriptors, now time.Time, dst []*compiledOverride) []*compiledOverride {
+func (c *Compiled) overrides(d policy.Descriptors, clock func() time.Time, dst []*compiledOverride) []*compiledOverride {
+	var now time.Time // read once, and only when an override may apply
+	applies := func(o *compiledOverride, id string) bool {
+		if now.IsZero() {
+			now = clock()
+		}
+		return o.Applies(id, now)
+	}
 	for _, k := range c.idKeys {
 		id, ok := d.Get(k)
 		if !ok {
 			continue
 		}
 		for _, o := range c.exact[overrideKey{k, id}] {
-			if o.Applies(id, now) {
+			if applies(o, id) {
 				dst = append(dst, o)
 			}
 		}
 		var cbuf [patternsFrom]int32
 		for _, i := range c.patternIdx.candidates(len(c.patterns), k, id, cbuf[:0]) {
-			if o := c.patterns[i]; o.IdentifierKey() == k && o.Applies(id, now) {
+			if o := c.patterns[i]; o.IdentifierKey() == k && applies(o, id) {
 				dst = append(dst, o)
 			}
 		}

@@ -57,7 +57,7 @@ func TestPatternIndexFindsWhatAScanFinds(t *testing.T) {
 		}
 		for range 50 {
 			d := policy.Descriptors{{Key: "client_id", Value: word() + word()}, {Key: "ip", Value: word() + "z"}}
-			got := c.overrides(d, now, nil)
+			got := c.overrides(d, func() time.Time { return now }, nil)
 			want := scanOverrides(c, d, now)
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d, %v: the index finds %v, a scan %v", round, d, identifiers(got), identifiers(want))

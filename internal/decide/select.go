@@ -20,7 +20,7 @@ func (d *Decider) Validate(c *Compiled, req Request) error {
 		return err
 	}
 	var ovBuf [4]*compiledOverride
-	_, _, err := c.tierOf(req.Tier, c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0]))
+	_, _, err := c.tierOf(req.Tier, c.overrides(req.Descriptors, d.opts.Now, ovBuf[:0]))
 	return err
 }
 
@@ -126,7 +126,7 @@ type oneRule struct {
 // applied.
 func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, error) {
 	var ovBuf [4]*compiledOverride
-	ovs := c.overrides(req.Descriptors, d.opts.Now(), ovBuf[:0])
+	ovs := c.overrides(req.Descriptors, d.opts.Now, ovBuf[:0])
 	tier, rules, err := c.tierOf(req.Tier, ovs)
 	if err != nil {
 		return selection{}, err
