@@ -26,6 +26,7 @@ type Metrics struct {
 	panics    *prometheus.CounterVec
 	latency   prometheus.Histogram
 	perRule   bool
+	kept      series // of decisions, rules and nearLimit, by what names them
 }
 
 // NewMetrics registers the decision metrics on reg, and the breaker state
@@ -84,21 +85,22 @@ func (m *Metrics) refusedAtDoor(tenant string) {
 	m.overload.WithLabelValues(tenant, decide.Shed.Cause()).Inc()
 }
 
-// observe records one decision of tenant.
-func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err error, took time.Duration) {
+// observe records one decision of configuration c.
+func (m *Metrics) observe(c *decide.Compiled, peek bool, dec decide.Decision, err error, took time.Duration) {
 	if m == nil {
 		return
 	}
-	outcome := "allowed"
+	outcome := decisionsAllowed
 	switch {
 	case err != nil:
-		outcome = "error"
+		outcome = decisionsError
 	case peek: // asked, not admitted or rejected: kept out of the rejected share
-		outcome = "peek"
+		outcome = decisionsPeek
 	case !dec.Allowed:
-		outcome = "rejected"
+		outcome = decisionsRejected
 	}
-	m.decisions.WithLabelValues(tenant, outcome).Inc()
+	m.kept.counter(m, seriesKey{c: c, kind: outcome}).Inc()
+	tenant := c.Tenant.Slug
 	switch {
 	case dec.Degradation == decide.StoreUnavailable:
 		m.degraded.WithLabelValues(tenant).Inc()
@@ -111,20 +113,21 @@ func (m *Metrics) observe(tenant string, peek bool, dec decide.Decision, err err
 	m.latency.Observe(took.Seconds())
 	if m.perRule && err == nil && !peek {
 		for _, r := range dec.Rules {
-			name := r.Rule.Name
-			if decide.IsRequestLimit(r.Rule) { // one series for all callers' own limits, however they vary
-				name = "(request limit)"
+			k := seriesKey{c: c, rule: r.Rule, tier: dec.Tier, kind: ruleAllowed}
+			if decide.IsRequestLimit(r.Rule) {
+				k.rule = nil
 			}
-			outcome := "allowed"
 			switch {
 			case !r.Allowed && r.Rule.Shadow:
-				outcome = "shadow_rejected"
+				k.kind = ruleShadowRejected
 			case !r.Allowed:
-				outcome = "rejected"
+				k.kind = ruleRejected
 			case r.Limit > 0 && r.Remaining*5 < r.Limit:
-				m.nearLimit.WithLabelValues(tenant, dec.Tier, name).Inc()
+				near := k
+				near.kind = ruleNearLimit
+				m.kept.counter(m, near).Inc()
 			}
-			m.rules.WithLabelValues(tenant, dec.Tier, name, outcome).Inc()
+			m.kept.counter(m, k).Inc()
 		}
 	}
 }
@@ -139,6 +142,7 @@ func (m *Metrics) Forget(old, next *decide.Compiled) {
 	if m == nil || old == nil {
 		return
 	}
+	defer m.kept.forget()
 	slug := old.Tenant.Slug
 	if next == nil || next.Tenant.Slug != slug {
 		tenant := prometheus.Labels{"tenant": slug}

@@ -24,9 +24,10 @@ func BenchmarkObserve(b *testing.B) {
 		b.Run(map[bool]string{false: "decisions", true: "per-rule"}[perRule], func(b *testing.B) {
 			m := NewMetrics(prometheus.NewRegistry(), nil) // the decider is read only when scraped
 			m.PerRule(perRule)
+			c := &decide.Compiled{Tenant: policy.Tenant{Slug: "acme"}}
 			b.ReportAllocs()
 			for b.Loop() {
-				m.observe("acme", false, dec, nil, time.Millisecond)
+				m.observe(c, false, dec, nil, time.Millisecond)
 			}
 		})
 	}
@@ -57,18 +58,17 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 		}
 		return c
 	}
-	acmeConfig := compile(acme)
-	compile(shop)
-	observe := func(tenant, tier string, rules ...string) {
+	acmeConfig, shopConfig := compile(acme), compile(shop)
+	observe := func(c *decide.Compiled, tier string, rules ...string) {
 		dec := decide.Decision{Allowed: true, Tier: tier}
 		for _, name := range rules {
 			dec.Rules = append(dec.Rules, decide.RuleResult{Rule: &policy.Rule{Name: name}, Result: limit.Result{Allowed: true, Limit: 10, Remaining: 1}})
 		}
-		m.observe(tenant, false, dec, nil, time.Millisecond)
+		m.observe(c, false, dec, nil, time.Millisecond)
 	}
-	observe("acme", "free", "per-client", "login")
-	observe("acme", "pro", "per-client")
-	observe("shop", "free", "per-client")
+	observe(acmeConfig, "free", "per-client", "login")
+	observe(acmeConfig, "pro", "per-client")
+	observe(shopConfig, "free", "per-client")
 	series := func() []string {
 		t.Helper()
 		families, err := reg.Gather()
@@ -108,5 +108,15 @@ func TestMetricsForgetWhatTheConfigurationDropped(t *testing.T) {
 	want = []string{"shop", "shop/free/per-client"}
 	if got := series(); !slices.Equal(got, want) {
 		t.Fatalf("after the tenant went: %q, want %q", got, want)
+	}
+
+	// A new tenant takes the slug: it is counted afresh, not into the
+	// series dropped.
+	again := *acme
+	again.Tenant.ID, again.Version = "t3", 1
+	observe(compile(&again), "free", "per-client")
+	want = []string{"acme", "acme/free/per-client", "shop", "shop/free/per-client"}
+	if got := series(); !slices.Equal(got, want) {
+		t.Fatalf("after a new tenant took the slug: %q, want %q", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -143,13 +144,25 @@ func (cfg *Service) DecideAll(ctx context.Context, c *decide.Compiled, reqs []de
 	return decs, errs
 }
 
+// DecideAllInto is DecideAll answering a single request in decs[:1] and
+// errs[:1], when they have room: a caller with storage of its own (a
+// pooled Envoy call) saves the answer an allocation.
+func (cfg *Service) DecideAllInto(ctx context.Context, c *decide.Compiled, reqs []decide.Request, decs []decide.Decision, errs []error) ([]decide.Decision, []error) {
+	if len(reqs) != 1 || cap(decs) == 0 || cap(errs) == 0 {
+		return cfg.DecideAll(ctx, c, reqs)
+	}
+	decs, errs = decs[:1], errs[:1]
+	decs[0], errs[0] = cfg.Decide(ctx, c, reqs[0])
+	return decs, errs
+}
+
 // record records a decision of req begun at start: it ends its span (nil:
 // untraced), observes it in the metrics and publishes its events.
 func (cfg *Service) record(span trace.Span, start time.Time, c *decide.Compiled, req decide.Request, dec decide.Decision, err error) {
 	if span != nil {
 		endSpan(span, c, req, dec, err)
 	}
-	cfg.Metrics.observe(c.Tenant.Slug, req.Peek, dec, err, time.Since(start))
+	cfg.Metrics.observe(c, req.Peek, dec, err, time.Since(start))
 	if cfg.Events != nil && err == nil && !req.Peek { // a peek is no request: nothing to count
 		cost := max(req.Cost, 1)
 		for _, r := range dec.Rules {
@@ -193,11 +206,26 @@ func (cfg *Service) TracedGetter(ctx context.Context, get tracing.Getter) contex
 // Metadata reads the first value of a key of ctx's incoming gRPC metadata.
 func Metadata(ctx context.Context) tracing.Getter {
 	return func(key string) string {
+		if md, ok := ctx.Value(metadataKey{}).(metadata.MD); ok {
+			if v := md[strings.ToLower(key)]; len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
 		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
 			return v[0]
 		}
 		return ""
 	}
+}
+
+type metadataKey struct{}
+
+// WithMetadata returns ctx with md, the incoming gRPC metadata it already
+// carries (metadata.NewIncomingContext), for Metadata to read in place:
+// grpc's own reads copy the values on every call.
+func WithMetadata(ctx context.Context, md metadata.MD) context.Context {
+	return context.WithValue(ctx, metadataKey{}, md)
 }
 
 // endSpan describes a decision on its span and ends it: the tenant, tier,
