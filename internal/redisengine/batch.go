@@ -210,7 +210,7 @@ func (e *Engine) flush(batch []*call) {
 		pipe := e.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(ws))
 		for i, w := range ws {
-			cmds[i] = evalShaOnce(ctx, pipe, w.script, w.keys, w.args)
+			cmds[i] = evalShaOnce(ctx, pipe, w.script, w.keys, w.args, e.cluster != nil)
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		e.failing.Store(pipelineFailed(cmds))
@@ -269,12 +269,20 @@ type onceCmd struct{ *redis.Cmd }
 // NoRetry tells go-redis not to send the command again.
 func (onceCmd) NoRetry() bool { return true }
 
-// evalShaOnce queues EVALSHA of sc on pipe as an onceCmd.
-func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args []any) *redis.Cmd {
+// evalShaOnce queues EVALSHA of sc on pipe as an onceCmd. Off a cluster
+// the keys go as pointers, which go-redis writes as their strings: a
+// string made an interface is a copy of it on the heap, one per decision.
+// A cluster client reads the first key's slot from the command, and needs
+// it a string.
+func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args []any, cluster bool) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", sc.Hash(), len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+	for i := range keys {
+		if cluster {
+			cmdArgs = append(cmdArgs, keys[i])
+		} else {
+			cmdArgs = append(cmdArgs, &keys[i])
+		}
 	}
 	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
 	_ = pipe.Process(ctx, onceCmd{cmd})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sony/gobreaker/v2"
 
@@ -26,28 +27,65 @@ var errElsewhere = errors.New("redisengine: failed on another master")
 // breakers are the engine's circuit breakers: one for one Redis, one per
 // master of a cluster, made as their masters are first met.
 type breakers struct {
-	byName sync.Map // master address ("": one Redis) → *gobreaker.TwoStepCircuitBreaker[struct{}]
+	byName sync.Map // master address ("": one Redis) → *breaker
+}
+
+// breaker is a master's circuit breaker. While it is closed and was last
+// told of a success (clean), a call passes it quietly: it is told of the
+// outcome only when that is a failure. A gobreaker pass costs a call an
+// allocation, a clock read and two locks, for an answer known in advance.
+// The cost: a success that passed quietly does not reset the count of
+// consecutive failures of calls that end before it, so a breaker may trip
+// a call or two sooner than its count when failures and successes mix.
+type breaker struct {
+	cb    *gobreaker.TwoStepCircuitBreaker[struct{}]
+	clean atomic.Bool
+}
+
+// allow passes a call: done reports its outcome, nil when it passed
+// quietly (report with quiet).
+func (b *breaker) allow() (done func(error), err error) {
+	if b.clean.Load() {
+		return nil, nil
+	}
+	return b.cb.Allow()
+}
+
+// report tells b of the outcome err of a call that done passed.
+func (b *breaker) report(done func(error), err error) {
+	if done == nil { // passed quietly
+		if !breakerFailure(err) {
+			return
+		}
+		b.clean.Store(false)
+		if done, refused := b.cb.Allow(); refused == nil {
+			done(err)
+		}
+		return
+	}
+	done(err)
+	if err == nil && b.cb.State() == gobreaker.StateClosed && b.cb.Counts().ConsecutiveFailures == 0 {
+		b.clean.Store(true)
+	}
 }
 
 // breaker returns the breaker of the master name ("": one Redis's).
-func (e *Engine) breaker(name string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+func (e *Engine) breaker(name string) *breaker {
 	if b, ok := e.breakers.byName.Load(name); ok {
-		return b.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+		return b.(*breaker)
 	}
 	label := "redis"
 	if name != "" {
 		label = "redis " + name
 	}
-	b, _ := e.breakers.byName.LoadOrStore(name, gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+	b := &breaker{}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        label,
 		Timeout:     e.cfg.BreakerCooldown,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= e.cfg.BreakerFailures },
-		// A caller hanging up says nothing about Redis, nor another
-		// master's failure about this one, nor the decider's own backlog.
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, errElsewhere) || errors.Is(err, limit.ErrOverloaded) || errors.Is(err, ErrStalled)
-		},
+		IsExcluded:  func(err error) bool { return err != nil && !breakerFailure(err) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
+			b.clean.Store(to == gobreaker.StateClosed) // counts start again
 			level := slog.LevelWarn
 			if to == gobreaker.StateClosed {
 				level = slog.LevelInfo
@@ -55,14 +93,25 @@ func (e *Engine) breaker(name string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 			e.cfg.Logger.LogAttrs(context.Background(), level, "breaker "+to.String(),
 				slog.String("breaker", name), slog.String("from", from.String()))
 		},
-	}))
-	return b.(*gobreaker.TwoStepCircuitBreaker[struct{}])
+	})
+	b.clean.Store(true)
+	got, _ := e.breakers.byName.LoadOrStore(name, b)
+	return got.(*breaker)
+}
+
+// breakerFailure reports whether err, a call's outcome, is a failure of
+// the master's. A caller hanging up says nothing about Redis, nor another
+// master's failure about this one, nor the decider's own backlog.
+func breakerFailure(err error) bool {
+	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, errElsewhere) && !errors.Is(err, limit.ErrOverloaded) && !errors.Is(err, ErrStalled)
 }
 
 // pass is a call's way through the breakers of the masters its keys are
-// on (see enter): each one's name and report of the outcome; first the
-// master of the call's first key ("" on one Redis), then the others.
+// on (see enter): each one's name and report of the outcome (nil: passed
+// quietly); first the master of the call's first key ("" on one Redis),
+// then the others.
 type pass struct {
+	on     bool // the engine has breakers
 	first  string
 	done   func(error)
 	others []string
@@ -76,19 +125,19 @@ func (e *Engine) enter(ctx context.Context, reqs []limit.Request) (pass, error) 
 	if e.cfg.BreakerFailures == 0 {
 		return pass{}, nil
 	}
-	var p pass
+	p := pass{on: true}
 	p.first, p.others = e.Shards(ctx, reqs)
-	done, err := e.breaker(p.first).Allow()
+	done, err := e.breaker(p.first).allow()
 	if err != nil {
 		return pass{}, e.refusal(p.first, err)
 	}
 	p.done = done
 	for _, name := range p.others {
-		done, err := e.breaker(name).Allow()
+		done, err := e.breaker(name).allow()
 		if err != nil {
-			p.done(errElsewhere)
-			for _, d := range p.dones {
-				d(errElsewhere)
+			e.breaker(p.first).report(p.done, errElsewhere)
+			for j, d := range p.dones {
+				e.breaker(p.others[j]).report(d, errElsewhere)
 			}
 			return pass{}, e.refusal(name, err)
 		}
@@ -99,7 +148,7 @@ func (e *Engine) enter(ctx context.Context, reqs []limit.Request) (pass, error) 
 
 // refusal is the error of a call the breaker of master name refused.
 func (e *Engine) refusal(name string, err error) error {
-	return fmt.Errorf("%w (%s): %w", ErrBreakerOpen, e.breaker(name).Name(), err)
+	return fmt.Errorf("%w (%s): %w", ErrBreakerOpen, e.breaker(name).cb.Name(), err)
 }
 
 // leave reports the outcome err of a call that passed p, and counts it
@@ -108,7 +157,7 @@ func (e *Engine) refusal(name string, err error) error {
 // master the call went to.
 func (e *Engine) leave(p pass, err error) {
 	e.failed(err)
-	if p.done == nil {
+	if !p.on {
 		return
 	}
 	blamed := ""
@@ -119,9 +168,9 @@ func (e *Engine) leave(p pass, err error) {
 	}
 	report := func(name string, done func(error)) {
 		if err == nil || blamed == "" || blamed == name {
-			done(err)
+			e.breaker(name).report(done, err)
 		} else {
-			done(errElsewhere)
+			e.breaker(name).report(done, errElsewhere)
 		}
 	}
 	report(p.first, p.done)
@@ -147,7 +196,7 @@ func (e *Engine) breakerOpen(ctx context.Context, reqs []limit.Request) error {
 	}
 	first, others := e.Shards(ctx, reqs)
 	for _, name := range append([]string{first}, others...) {
-		if b := e.breaker(name); b.State() == gobreaker.StateOpen {
+		if b := e.breaker(name); b.cb.State() == gobreaker.StateOpen {
 			return e.refusal(name, gobreaker.ErrOpenState)
 		}
 	}
@@ -160,7 +209,7 @@ func (e *Engine) breakerOpen(ctx context.Context, reqs []limit.Request) error {
 func (e *Engine) Breaker() string {
 	worst := gobreaker.StateClosed
 	e.breakers.byName.Range(func(_, b any) bool {
-		st := b.(*gobreaker.TwoStepCircuitBreaker[struct{}]).State()
+		st := b.(*breaker).cb.State()
 		if st == gobreaker.StateOpen || (st == gobreaker.StateHalfOpen && worst == gobreaker.StateClosed) {
 			worst = st
 		}
