@@ -32,12 +32,15 @@ type call struct {
 	statuses   []status // one per descriptor
 	rawBody    string
 	keys, vals []string // the headers to add
+	hdr        []byte   // the values' bytes: vals may be views of it (kept by Recycle)
 
 	descArr        [4]descriptor
 	entryArr       [8]policy.Descriptor
 	reqArr         [4]decide.Request
 	stArr          [4]status
 	keyArr, valArr [10]string
+	decArr         [1]decide.Decision // a single descriptor's decision
+	errArr         [1]error
 }
 
 // descriptor is one Envoy descriptor: its entries are call.entries[from:to].
@@ -83,7 +86,8 @@ func newCall() *call {
 // Recycle gives c back to the pool once its answer is written
 // (grpcserve.Recycler).
 func (c *call) Recycle() {
-	*c = call{}
+	hdr := c.hdr[:0]
+	*c = call{hdr: hdr}
 	callPool.Put(c)
 }
 
@@ -152,7 +156,7 @@ func (s *RLS) answer(ctx context.Context, c *call) error {
 	var decs []decide.Decision
 	if err == nil {
 		var errs []error
-		decs, errs = s.cfg.DecideAll(ctx, t, reqs)
+		decs, errs = s.cfg.DecideAllInto(ctx, t, reqs, c.decArr[:0], c.errArr[:0])
 		err = decision.First(errs)
 	}
 	if err != nil {
@@ -220,7 +224,7 @@ func (s *RLS) fill(c *call, decs []decide.Decision) {
 	}
 	if headersOf != nil {
 		var rules [8]rlheaders.Rule
-		c.keys, c.vals = rlheaders.AppendValues(c.keys, c.vals, s.cfg.Headers, decision.AppendHeaderRules(rules[:0], *headersOf), headersOf.Deciding, headersOf.Allowed)
+		c.hdr, c.keys, c.vals = rlheaders.AppendValuesTo(c.hdr[:0], c.keys, c.vals, s.cfg.Headers, decision.AppendHeaderRules(rules[:0], *headersOf), headersOf.Deciding, headersOf.Allowed)
 	}
 	if degraded != "" {
 		c.keys, c.vals = append(c.keys, decision.DegradedHeader), append(c.vals, degraded)

@@ -5,6 +5,7 @@ package envoyrls
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -116,7 +117,7 @@ func (c *call) toProto() *rlsv3.RateLimitResponse {
 		hs := make([]corev3.HeaderValue, len(c.keys))
 		out.ResponseHeadersToAdd = make([]*corev3.HeaderValue, len(c.keys))
 		for i := range c.keys {
-			hs[i].Key, hs[i].Value = c.keys[i], c.vals[i]
+			hs[i].Key, hs[i].Value = c.keys[i], strings.Clone(c.vals[i]) // a view of c.hdr, which outlives c's recycling
 			out.ResponseHeadersToAdd[i] = &hs[i]
 		}
 	}

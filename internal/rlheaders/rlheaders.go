@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // Style is a set of headers to answer with.
@@ -110,14 +111,34 @@ func AppendValues(keys, vals []string, style Style, rules []Rule, deciding int, 
 	if n == 0 {
 		return keys, vals
 	}
-	all := string(b)
+	return appendSplit(keys, vals, string(b), 0, &ks, ends, n, style)
+}
+
+// AppendValuesTo is AppendValues building the values in buf, which it
+// returns grown: the values are views of it, valid until buf is written
+// again. A caller that keeps its buffer (a pooled call) allocates nothing
+// for them; one that keeps the values longer must copy them.
+func AppendValuesTo(buf []byte, keys, vals []string, style Style, rules []Rule, deciding int, allowed bool) ([]byte, []string, []string) {
+	var ks [MaxHeaders][]byte
+	start := len(buf)
+	buf, ends, n := build(buf, &ks, style, rules, deciding, allowed)
+	if n == 0 || len(buf) == start {
+		return buf, keys, vals
+	}
+	keys, vals = appendSplit(keys, vals, unsafe.String(&buf[start], len(buf)-start), start, &ks, ends, n, style)
+	return buf, keys, vals
+}
+
+// appendSplit appends the n values of all, which build wrote from offset
+// start (each ends[i]-start long), and their keys.
+func appendSplit(keys, vals []string, all string, start int, ks *[MaxHeaders][]byte, ends [MaxHeaders]int, n int, style Style) ([]string, []string) {
 	if vals == nil {
 		vals = make([]string, 0, n)
 	}
 	from := 0
 	for i := range n {
-		vals = append(vals, all[from:ends[i]])
-		from = ends[i]
+		vals = append(vals, all[from:ends[i]-start])
+		from = ends[i] - start
 	}
 	if known(style) != Kong { // the style's own names, in order
 		if keys == nil {
