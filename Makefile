@@ -99,6 +99,7 @@ FUZZ_TARGETS = \
 	internal/checkapi:FuzzParseCheckBody \
 	internal/checkapi:FuzzCheckJSON \
 	internal/grpcserve:FuzzServerFrames \
+	internal/grpcserve:FuzzStateless \
 	internal/protoconv:FuzzFieldJSON \
 	internal/h2sniff:FuzzSplit \
 	internal/controlplane:FuzzReadToken \

@@ -25,8 +25,9 @@ type stream struct {
 	method   string
 	m        *method
 	md       metadata.MD
-	deadline time.Time // of grpc-timeout; zero: none
-	gzip     bool      // the request is gzip-compressed, and so is the answer
+	mdCtx    context.Context // the connection's context with md (see metadataOf)
+	deadline time.Time       // of grpc-timeout; zero: none
+	gzip     bool            // the request is gzip-compressed, and so is the answer
 	dec      func(any) error
 
 	// Guarded by c.mu.
@@ -112,14 +113,14 @@ func (c *conn) open(sid uint32, end bool) {
 		c.kick()
 		return
 	}
-	md := c.metadataOf(n)
+	md, mdCtx := c.metadataOf(n)
 	var st *stream
 	if m.stream == nil {
 		st = streamPool.Get().(*stream)
 	} else {
 		st = &stream{}
 	}
-	st.c, st.id, st.method, st.m, st.md, st.deadline, st.gzip = c, sid, path, m, md, deadline, enc == "gzip"
+	st.c, st.id, st.method, st.m, st.md, st.mdCtx, st.deadline, st.gzip = c, sid, path, m, md, mdCtx, deadline, enc == "gzip"
 	st.sendWin = c.peerWin
 	c.streams[sid] = st
 	if m.stream != nil {
@@ -135,9 +136,9 @@ func (c *conn) open(sid uint32, end bool) {
 // (Envoy's, the check key's): a call whose metadata fields are the last
 // call's shares its metadata, read-only as every call's is
 // (metadata.FromIncomingContext copies it).
-func (c *conn) metadataOf(n int) metadata.MD {
+func (c *conn) metadataOf(n int) (metadata.MD, context.Context) {
 	if n == 0 {
-		return nil
+		return nil, c.ctx
 	}
 	if c.lastMD != nil && n == len(c.lastFields) {
 		i := 0
@@ -150,7 +151,7 @@ func (c *conn) metadataOf(n int) metadata.MD {
 			}
 		}
 		if i == n {
-			return c.lastMD
+			return c.lastMD, c.lastCtx
 		}
 	}
 	md := make(metadata.MD, n)
@@ -175,7 +176,8 @@ func (c *conn) metadataOf(n int) metadata.MD {
 		i++
 	}
 	c.lastMD = md
-	return md
+	c.lastCtx = decision.WithMetadata(metadata.NewIncomingContext(c.ctx, md), md)
+	return md, c.lastCtx
 }
 
 // inMetadata reports whether a request header field reaches the call's
@@ -246,9 +248,9 @@ func (c *conn) callContext(st *stream) context.Context {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if st.deadline.IsZero() {
-		ctx, cancel = context.WithCancel(c.ctx)
+		ctx, cancel = context.WithCancel(st.mdCtx)
 	} else {
-		ctx, cancel = context.WithDeadline(c.ctx, st.deadline)
+		ctx, cancel = context.WithDeadline(st.mdCtx, st.deadline)
 	}
 	c.mu.Lock()
 	st.cancel = cancel
@@ -256,9 +258,6 @@ func (c *conn) callContext(st *stream) context.Context {
 	c.mu.Unlock()
 	if done { // reset before it ran
 		cancel()
-	}
-	if st.md != nil {
-		ctx = metadata.NewIncomingContext(ctx, st.md)
 	}
 	return ctx
 }

@@ -49,9 +49,14 @@ type conn struct {
 	rbuf   [frameHeaderLen + maxFrameSize]byte
 	dec    *hpack.Decoder
 	fields []hpack.HeaderField // the header block being decoded
+	// The last header block, when it left the decoder as it found it
+	// (decodeBlock). The reader's own.
+	lastBlock []byte
+	blockKept bool
 	// The last call's metadata and the fields it came from, for the next
 	// call of the same metadata to share (metadataOf). The reader's own.
 	lastMD     metadata.MD
+	lastCtx    context.Context // ctx with lastMD, incoming
 	lastFields []hpack.HeaderField
 	hblock     []byte // a header block awaiting its CONTINUATIONs
 	hsid       uint32 // its stream
@@ -246,12 +251,8 @@ func (c *conn) onHeaders(flags http2.Flags, sid uint32, p []byte) error {
 // onHeaderBlock decodes a whole header block: a new call, or a call's
 // trailers.
 func (c *conn) onHeaderBlock(sid uint32, block []byte, end bool) error {
-	c.fields = c.fields[:0]
-	if _, err := c.dec.Write(block); err != nil {
-		return errProtocol
-	}
-	if err := c.dec.Close(); err != nil {
-		return errProtocol
+	if err := c.decodeBlock(block); err != nil {
+		return err
 	}
 	if sid <= c.lastID { // trailers of a call, or of one already answered
 		c.mu.Lock()

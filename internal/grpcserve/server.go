@@ -37,13 +37,6 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 )
 
-// streamWorkers is the server's pool of kept goroutines for unary calls;
-// idle ones cost only their stacks. A call waits for Redis most of its
-// time, so the pool is sized for the calls in flight, not for the cores: a
-// call that finds every worker busy gets a fresh goroutine, and growing a
-// fresh goroutine's stack to a decision's depth costs CPU on every call.
-const streamWorkers = 256
-
 // MaxStreams bounds the calls in flight on one connection. A client with
 // more to send, Envoy's connection pool for one, opens another connection.
 const MaxStreams = 1000
@@ -71,8 +64,7 @@ type Server struct {
 	methods  map[string]*method // by full method name, "/package.Service/Method"
 	services map[string]grpc.ServiceInfo
 
-	work chan *stream // unary calls, for the kept workers
-	quit chan struct{}
+	workers workers // run unary calls
 
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
@@ -115,12 +107,9 @@ func WithMaxConnectionAge(age, grace time.Duration) Option {
 // call's message is answered InvalidArgument.
 func NewServer(svc decision.Service, opts ...Option) *Server {
 	s := &Server{svc: &svc, pingMinTime: keepaliveMinTime, methods: map[string]*method{}, services: map[string]grpc.ServiceInfo{},
-		work: make(chan *stream), quit: make(chan struct{}), lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
+		lns: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}}
 	for _, o := range opts {
 		o(s)
-	}
-	for range streamWorkers {
-		go s.worker()
 	}
 	reflection.Register(s) // grpcurl and similar tools need no .proto files
 	return s
@@ -243,7 +232,7 @@ func (s *Server) GracefulStop() {
 		c.goAway()
 	}
 	s.conndone.Wait()
-	s.stopOnce.Do(func() { close(s.quit) })
+	s.stopOnce.Do(s.workers.stop)
 }
 
 // Stop closes every listener and connection at once; calls in flight are
@@ -253,7 +242,7 @@ func (s *Server) Stop() {
 		c.shutdown()
 	}
 	s.conndone.Wait()
-	s.stopOnce.Do(func() { close(s.quit) })
+	s.stopOnce.Do(s.workers.stop)
 }
 
 // Stop stops s gracefully, letting calls in flight finish, but for at
@@ -273,27 +262,8 @@ func Stop(s *Server, grace time.Duration) {
 	}
 }
 
-// worker runs unary calls until the server stops.
-func (s *Server) worker() {
-	for {
-		select {
-		case st := <-s.work:
-			st.c.runUnary(st)
-		case <-s.quit:
-			return
-		}
-	}
-}
-
-// dispatch runs a unary call on a kept worker, or on a goroutine of its
-// own when every worker is busy.
-func (s *Server) dispatch(st *stream) {
-	select {
-	case s.work <- st:
-	default:
-		go st.c.runUnary(st)
-	}
-}
+// dispatch runs a unary call whose request is whole.
+func (s *Server) dispatch(st *stream) { s.workers.dispatch(st) }
 
 // ServeHealth registers the standard grpc.health.v1.Health service on s,
 // for Envoy's and Kubernetes' gRPC health checks: NOT_SERVING until ready
