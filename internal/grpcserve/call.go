@@ -41,11 +41,12 @@ type stream struct {
 	header     metadata.MD // a streaming call's own headers and trailers
 	trailer    metadata.MD
 
-	cancel context.CancelFunc // guarded by c.mu
+	ctx  *callCtx // kept with a pooled stream
+	live bool     // ctx is the running call's; guarded by c.mu
 }
 
 var streamPool = sync.Pool{New: func() any {
-	st := &stream{}
+	st := &stream{ctx: &callCtx{}}
 	st.dec = st.decodeUnary
 	return st
 }}
@@ -245,21 +246,26 @@ func parseTimeout(v string) (time.Duration, bool) {
 // callContext is a call's context: its metadata, its deadline, and
 // cancelled when the client resets the call or the connection ends.
 func (c *conn) callContext(st *stream) context.Context {
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if st.deadline.IsZero() {
-		ctx, cancel = context.WithCancel(st.mdCtx)
-	} else {
-		ctx, cancel = context.WithDeadline(st.mdCtx, st.deadline)
+	if st.ctx == nil {
+		st.ctx = &callCtx{}
 	}
+	st.ctx.start(st.mdCtx, st.deadline)
 	c.mu.Lock()
-	st.cancel = cancel
+	st.live = true
 	done := st.done
 	c.mu.Unlock()
 	if done { // reset before it ran
-		cancel()
+		st.ctx.cancel()
 	}
-	return ctx
+	return st.ctx
+}
+
+// endContext ends a call's use of its context.
+func (c *conn) endContext(st *stream) {
+	c.mu.Lock()
+	st.live = false
+	c.mu.Unlock()
+	st.ctx.finish()
 }
 
 // runUnary runs a unary call whose request is whole, answers it and
@@ -268,7 +274,7 @@ func (c *conn) runUnary(st *stream) {
 	ctx := c.callContext(st)
 	res, err := c.callUnary(ctx, st)
 	c.answer(st, res, err)
-	st.cancel()
+	c.endContext(st)
 	c.release(st)
 }
 
@@ -464,8 +470,8 @@ func (st *stream) reset() {
 	if cap(buf) > 64<<10 {
 		buf = nil
 	}
-	dec := st.dec
-	*st = stream{buf: buf, dec: dec}
+	dec, ctx := st.dec, st.ctx
+	*st = stream{buf: buf, dec: dec, ctx: ctx}
 }
 
 // endStream ends a call the client reset, or one of a connection that
@@ -477,8 +483,8 @@ func (c *conn) endStream(st *stream) {
 	}
 	st.done = true
 	delete(c.streams, st.id)
-	if st.cancel != nil {
-		st.cancel()
+	if st.live {
+		st.ctx.cancel()
 	}
 	c.cond.Broadcast()
 	if st.m.stream == nil && !st.ended { // never dispatched: no worker holds it

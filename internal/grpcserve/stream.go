@@ -22,7 +22,7 @@ func (c *conn) runStream(st *stream) {
 	c.mu.Lock()
 	c.writeTrailers(st, err)
 	c.mu.Unlock()
-	st.cancel()
+	c.endContext(st)
 	c.release(st)
 }
 

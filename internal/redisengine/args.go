@@ -20,7 +20,11 @@ import (
 
 // A rule's arguments that depend only on its limiter are formatted once
 // per limiter (see statics): a decision allocates little beyond its slices.
-func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Script, []string, []any, error) {
+//
+// The most common call, one request a flat script decides, has its keys
+// and arguments in into when given (the call that will carry them: one
+// allocation for both), else in one allocation of their own.
+func (e *Engine) prepare(op string, reqs []limit.Request, now string, into *call) (*redis.Script, []string, []any, error) {
 	nowArg := any(now)
 	if now == "" {
 		nowArg = redisTime
@@ -28,15 +32,17 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string) (*redis.Sc
 	if op == "check" && len(reqs) == 1 && reqs[0].Spent == 0 { // the flat scripts know no Spent
 		rq := reqs[0]
 		if st := e.statics.get(rq.Limiter); st.single != nil { // a limiter a flat script decides
-			// The most common call: its keys and arguments in one allocation.
-			sc := &singleCall{}
-			args := sc.args[:0]
-			if flatArgs+len(st.single) > len(sc.args) {
+			sc := into
+			if sc == nil {
+				sc = &call{}
+			}
+			args := sc.argArr[:0]
+			if flatArgs+len(st.single) > len(sc.argArr) {
 				args = make([]any, 0, flatArgs+len(st.single))
 			}
-			sc.keys[0] = e.cfg.Prefix + rq.Key
+			sc.keyArr[0] = e.cfg.Prefix + rq.Key
 			args = append(args, nowArg, e.minTTL, rq.Cost, firstGroup)
-			return st.singleScript, sc.keys[:], append(args, st.single...), nil
+			return st.singleScript, sc.keyArr[:], append(args, st.single...), nil
 		}
 	}
 	keys := make([]string, len(reqs))
@@ -71,12 +77,6 @@ func spends(reqs []limit.Request) bool {
 		}
 	}
 	return false
-}
-
-// singleCall is the keys and arguments of a call of one key.
-type singleCall struct {
-	keys [1]string
-	args [flatArgs + 12]any
 }
 
 // redisTime is the "now" argument that makes a script read Redis TIME.

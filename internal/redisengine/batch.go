@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,22 @@ type call struct {
 	rest []*call
 	// flow is the queue's flow of the unit c heads, until it is answered.
 	flow *flow
+
+	// Room for keys and args of one key (see prepare).
+	keyArr [1]string
+	argArr [flatArgs + 12]any
 }
+
+// A call's done channel carries its one answer (end): buffered, so that
+// the one who answers never waits, and pooled, since a waiter that took
+// the answer leaves it empty for another call. One a waiter gave up on
+// is not pooled again.
+var doneChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+func newDone() chan struct{} { return doneChans.Get().(chan struct{}) }
+
+// end tells c's waiter that c is answered (c.reply, c.err).
+func (c *call) end() { c.done <- struct{}{} }
 
 // flushTimeout bounds a pipeline none of whose calls has a deadline.
 const flushTimeout = 5 * time.Second
@@ -66,8 +82,11 @@ func (e *Engine) expired(err error) error {
 // moment it is written. The deadline need not be ctx's (a decision's
 // budget costs no timer of its own): the queue fails the calls it holds
 // at their deadlines (fairQueue.expire).
-func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
-	c := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline}
+func (e *Engine) batched(ctx context.Context, deadline time.Time, c *call, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	if c == nil {
+		c = &call{}
+	}
+	c.script, c.keys, c.args, c.done, c.deadline = sc, keys, args, newDone(), deadline
 	if err := e.push(keys[0], c); err != nil {
 		return nil, err
 	}
@@ -78,6 +97,7 @@ func (e *Engine) batched(ctx context.Context, deadline time.Time, sc *redis.Scri
 func (e *Engine) wait(ctx context.Context, c *call) ([]int64, error) {
 	select {
 	case <-c.done:
+		doneChans.Put(c.done) // taken: its one answer came
 		return c.reply, c.err
 	case <-ctx.Done():
 		return nil, e.queuedErr(ctx.Err(), !c.sent.Load()) // the flusher or the queue finishes it; nobody reads it
@@ -183,7 +203,7 @@ func (e *Engine) flush(batch []*call) {
 					e.waiting.answered([]*call{c})
 				}
 				c.err = e.expired(context.DeadlineExceeded)
-				close(c.done)
+				c.end()
 				continue
 			}
 			if earliest.IsZero() || c.deadline.Before(earliest) {
@@ -451,7 +471,7 @@ func replyLen(c *call) int {
 func (w wire) answer(reply []int64, err error) {
 	if len(w.calls) == 1 {
 		w.calls[0].reply, w.calls[0].err = reply, err
-		close(w.calls[0].done)
+		w.calls[0].end()
 		return
 	}
 	total := 0
@@ -468,6 +488,6 @@ func (w wire) answer(reply []int64, err error) {
 			c.reply = reply[from:to:to]
 		}
 		from = to
-		close(c.done)
+		c.end()
 	}
 }

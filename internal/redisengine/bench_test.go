@@ -80,7 +80,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 					for k, l := range limiters {
 						reqs[k] = limit.Request{Key: fmt.Sprintf("{t|c%d}r%d", i%10000, k), Limiter: l, Cost: 1}
 					}
-					sc, keys, args, err := e.prepare("check", reqs, "")
+					sc, keys, args, err := e.prepare("check", reqs, "", nil)
 					if err != nil {
 						b.Fatal(err)
 					}

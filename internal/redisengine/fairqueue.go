@@ -328,6 +328,6 @@ func (q *fairQueue) close() {
 func (c *call) finish(err error) {
 	for _, u := range append([]*call{c}, c.rest...) {
 		u.err = err
-		close(u.done)
+		u.end()
 	}
 }

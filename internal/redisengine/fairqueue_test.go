@@ -12,7 +12,7 @@ import (
 // A and B turns of equal size while both wait.
 func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 	q := newFairQueue(128)
-	newCall := func() *call { return &call{done: make(chan struct{})} }
+	newCall := func() *call { return &call{done: newDone()} }
 	for range 5 {
 		unit := []*call{newCall()}
 		for range 99 {
@@ -76,7 +76,7 @@ func TestFairQueueServesEachTenantInTurn(t *testing.T) {
 // and no heavy flow's.
 func TestFairQueueLightFlowsGoAtOnceBesideAHeavyOne(t *testing.T) {
 	q := newFairQueue(2 * quantum)
-	newCall := func() *call { return &call{done: make(chan struct{})} }
+	newCall := func() *call { return &call{done: newDone()} }
 	for range 3 * quantum {
 		if light, err := q.push("flood", newCall()); err != nil || light {
 			t.Fatalf("the flood's call: light %v, %v", light, err)
@@ -104,9 +104,9 @@ func TestFairQueueLightFlowsGoAtOnceBesideAHeavyOne(t *testing.T) {
 func TestFairQueueFailsCallsAtTheirDeadline(t *testing.T) {
 	q := newFairQueue(128)
 	now := time.Now()
-	late := &call{done: make(chan struct{}), deadline: now.Add(-time.Millisecond)}
-	live := &call{done: make(chan struct{}), deadline: now.Add(time.Hour)}
-	none := &call{done: make(chan struct{})}
+	late := &call{done: newDone(), deadline: now.Add(-time.Millisecond)}
+	live := &call{done: newDone(), deadline: now.Add(time.Hour)}
+	none := &call{done: newDone()}
 	for _, c := range []*call{late, live, none} {
 		if _, err := q.push("a", c); err != nil {
 			t.Fatal(err)
@@ -129,7 +129,7 @@ func TestFairQueueFailsCallsAtTheirDeadline(t *testing.T) {
 		t.Fatalf("taken %v, want the live call and the one without a deadline", got)
 	}
 	q.close()
-	if _, err := q.push("a", &call{done: make(chan struct{})}); !errors.Is(err, ErrClosed) {
+	if _, err := q.push("a", &call{done: newDone()}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("a push after close: %v", err)
 	}
 }

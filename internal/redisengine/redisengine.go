@@ -244,11 +244,13 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 			sc   *redis.Script
 			keys []string
 			args []any
+			u    *call
 		)
 		alone := e.waiting == nil || e.localIndexes(c.Reqs) != nil
 		if !alone {
 			var err error
-			if sc, keys, args, err = e.prepare("check", c.Reqs, e.nowArg()); err != nil {
+			u = &call{}
+			if sc, keys, args, err = e.prepare("check", c.Reqs, e.nowArg(), u); err != nil {
 				c.Err = err
 				continue
 			}
@@ -264,7 +266,8 @@ func (e *Engine) AllowBatch(ctx context.Context, budget time.Duration, batch []l
 			c.Err = err
 			continue
 		}
-		unit = append(unit, &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: deadline})
+		u.script, u.keys, u.args, u.done, u.deadline = sc, keys, args, newDone(), deadline
+		unit = append(unit, u)
 		owners, passes = append(owners, c), append(passes, p)
 	}
 	if len(unit) > 0 {
@@ -369,14 +372,15 @@ func (e *Engine) run(ctx context.Context, deadline time.Time, op string, reqs []
 	if len(reqs) == 0 {
 		return true, nil
 	}
-	sc, keys, args, err := e.prepare(op, reqs, now)
+	into := &call{} // the call that carries the keys and args, when batched
+	sc, keys, args, err := e.prepare(op, reqs, now, into)
 	if err != nil {
 		return false, err
 	}
 	if e.cluster != nil && op == "check" && !sameSlot(keys) {
 		return e.acrossSlots(ctx, deadline, reqs, now, res)
 	}
-	reply, err := e.eval(ctx, deadline, sc, keys, args)
+	reply, err := e.evalIn(ctx, deadline, into, sc, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redisengine: decide: %w", err)
 	}
@@ -389,13 +393,18 @@ func (e *Engine) run(ctx context.Context, deadline time.Time, op string, reqs []
 // eval runs one script call by deadline as well as ctx (zero: ctx alone),
 // through the flushers' pipelines when batching.
 func (e *Engine) eval(ctx context.Context, deadline time.Time, sc *redis.Script, keys []string, args []any) ([]int64, error) {
+	return e.evalIn(ctx, deadline, nil, sc, keys, args)
+}
+
+// evalIn is eval through call c when batching (nil: a new one).
+func (e *Engine) evalIn(ctx context.Context, deadline time.Time, c *call, sc *redis.Script, keys []string, args []any) ([]int64, error) {
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
 	e.inRedis.Add(1)
 	defer e.inRedis.Add(-1)
 	if e.waiting != nil {
-		return e.batched(ctx, deadline, sc, keys, args)
+		return e.batched(ctx, deadline, c, sc, keys, args)
 	}
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc

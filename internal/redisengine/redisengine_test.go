@@ -537,12 +537,12 @@ func TestExpiredCallDoesNotCutItsPipeline(t *testing.T) {
 	e := New(c, Config{Prefix: prefix, Batch: true})
 	t.Cleanup(e.Close)
 	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 10, Window: time.Second})
-	sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k", Limiter: l, Cost: 1}}, "")
+	sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k", Limiter: l, Cost: 1}}, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: time.Now().Add(-time.Millisecond)}
-	live := &call{script: sc, keys: keys, args: args, done: make(chan struct{}), deadline: time.Now().Add(time.Minute)}
+	expired := &call{script: sc, keys: keys, args: args, done: newDone(), deadline: time.Now().Add(-time.Millisecond)}
+	live := &call{script: sc, keys: keys, args: args, done: newDone(), deadline: time.Now().Add(time.Minute)}
 	e.flush([]*call{expired, live})
 	<-expired.done
 	<-live.done
@@ -602,11 +602,11 @@ func TestPipelinedDecisionsShareOneCallPerScript(t *testing.T) {
 	const now = 1_000_000_000
 	calls := make([]*call, len(decisions))
 	for i, reqs := range decisions {
-		sc, keys, args, err := merged.prepare("check", reqs, strconv.Itoa(now))
+		sc, keys, args, err := merged.prepare("check", reqs, strconv.Itoa(now), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
+		calls[i] = &call{script: sc, keys: keys, args: args, done: newDone()}
 	}
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -657,11 +657,11 @@ func TestMergedCallsRecoverFromNOSCRIPT(t *testing.T) {
 	l := limit.MustCompile(policy.Params{Algorithm: policy.TokenBucket, Limit: 1, Window: time.Minute})
 	calls := make([]*call, 4)
 	for i := range calls {
-		sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k" + strconv.Itoa(i%3), Limiter: l, Cost: 1}}, "")
+		sc, keys, args, err := e.prepare("check", []limit.Request{{Key: "k" + strconv.Itoa(i%3), Limiter: l, Cost: 1}}, "", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls[i] = &call{script: sc, keys: keys, args: args, done: make(chan struct{})}
+		calls[i] = &call{script: sc, keys: keys, args: args, done: newDone()}
 	}
 	e.flush(calls)
 	for i, cl := range calls {
@@ -800,7 +800,7 @@ func TestCalendarWindowClocksStraddle(t *testing.T) {
 			key := fmt.Sprintf("{straddle}%d-%d", i, at)
 			reqs := []limit.Request{{Key: key, Limiter: l, Cost: 1}}
 			for range 3 {
-				_, keys, args, err := e.prepare("check", reqs, strconv.FormatInt(at+skew.Microseconds(), 10))
+				_, keys, args, err := e.prepare("check", reqs, strconv.FormatInt(at+skew.Microseconds(), 10), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
