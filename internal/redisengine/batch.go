@@ -37,7 +37,7 @@ type call struct {
 
 	// Room for keys and args of one key (see prepare).
 	keyArr [1]string
-	argArr [flatArgs + 12]any
+	argArr [flatArgs + 6]any // a flat script's arguments: 6 group fields
 }
 
 // A call's done channel carries its one answer (end): buffered, so that
@@ -228,7 +228,7 @@ func (e *Engine) flush(batch []*call) {
 	ws := e.wires(pending)
 	for attempt := 0; attempt < 2 && len(ws) > 0; attempt++ {
 		pipe := e.client.Pipeline()
-		cmds := make([]*redis.Cmd, len(ws))
+		cmds := make([]*redis.IntSliceCmd, len(ws))
 		for i, w := range ws {
 			cmds[i] = evalShaOnce(ctx, pipe, w.script, w.keys, w.args, e.cluster != nil)
 		}
@@ -236,7 +236,7 @@ func (e *Engine) flush(batch []*call) {
 		e.failing.Store(pipelineFailed(cmds))
 		var retry []wire
 		for i, w := range ws {
-			reply, err := cmds[i].Int64Slice()
+			reply, err := cmds[i].Result()
 			e.followTopology(err)
 			if err != nil && ctx.Err() != nil {
 				err = ctx.Err() // a network timeout at the deadline, as the caller's own deadline would say
@@ -267,7 +267,7 @@ func (e *Engine) flush(batch []*call) {
 // pipelineFailed reports whether Redis failed to answer cmds: one of them
 // ended in a network error or a timeout rather than a reply (a script's
 // error, NOSCRIPT, a moved slot are answers).
-func pipelineFailed(cmds []*redis.Cmd) bool {
+func pipelineFailed(cmds []*redis.IntSliceCmd) bool {
 	for _, c := range cmds {
 		var reply redis.Error
 		if err := c.Err(); err != nil && err != redis.Nil && !errors.As(err, &reply) {
@@ -284,17 +284,19 @@ func pipelineFailed(cmds []*redis.Cmd) bool {
 // resends its batch after a connection fails mid-read, when some may have
 // run. A call refused is answered by its failure mode, or sent again by
 // runAlone when nothing ran (slotMoving); never run twice.
-type onceCmd struct{ *redis.Cmd }
+type onceCmd struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to send the command again.
 func (onceCmd) NoRetry() bool { return true }
 
-// evalShaOnce queues EVALSHA of sc on pipe as an onceCmd. Off a cluster
+// evalShaOnce queues EVALSHA of sc on pipe as an onceCmd, read as the
+// array of integers every script answers (go-redis's generic Cmd boxes
+// each one, most of them an allocation). Off a cluster
 // the keys go as pointers, which go-redis writes as their strings: a
 // string made an interface is a copy of it on the heap, one per decision.
 // A cluster client reads the first key's slot from the command, and needs
 // it a string.
-func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args []any, cluster bool) *redis.Cmd {
+func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, keys []string, args []any, cluster bool) *redis.IntSliceCmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", sc.Hash(), len(keys))
 	for i := range keys {
@@ -304,7 +306,7 @@ func evalShaOnce(ctx context.Context, pipe redis.Pipeliner, sc *redis.Script, ke
 			cmdArgs = append(cmdArgs, &keys[i])
 		}
 	}
-	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+	cmd := redis.NewIntSliceCmd(ctx, append(cmdArgs, args...)...)
 	_ = pipe.Process(ctx, onceCmd{cmd})
 	return cmd
 }
@@ -350,8 +352,8 @@ const decideArgs = 4
 // pipeline. On a cluster each call stays alone, its keys' slot being its
 // own.
 func (e *Engine) wires(calls []*call) []wire {
-	ws := make([]wire, 0, len(calls))
-	merged := [4]int{-1, -1, -1, -1} // the index in ws of single.lua's, window1.lua's, multi.lua's and decide.lua's merged calls
+	ws := make([]wire, 0, min(len(calls), 4)) // merged, the calls are mostly a wire or two
+	merged := [4]int{-1, -1, -1, -1}          // the index in ws of single.lua's, window1.lua's, multi.lua's and decide.lua's merged calls
 	cluster := e.cluster != nil
 	for _, c := range calls {
 		var m *int
@@ -380,6 +382,7 @@ func (e *Engine) wires(calls []*call) []wire {
 		w := &ws[*m]
 		if len(w.calls) == 1 { // the first call's slices stay its own
 			// Sized as if every call of the pipeline were like the first.
+			w.calls = append(make([]*call, 0, len(calls)), w.calls...)
 			w.keys = append(make([]string, 0, len(calls)*len(w.keys)), w.keys...)
 			first := w.args
 			switch c.script {
@@ -393,7 +396,8 @@ func (e *Engine) wires(calls []*call) []wire {
 				w.decisions = make([]any, 0, len(calls)*(len(first)-3))
 				w.addMulti(first)
 			default:
-				w.args = append(make([]any, 0, flatArgs+2*len(calls)), first[:flatArgs]...)
+				// The costs and groups, then the groups' fields: one group, mostly.
+				w.args = append(make([]any, 0, flatArgs+2*len(calls)+len(first)-flatArgs), first[:flatArgs]...)
 				w.groups = [][]any{first[flatArgs:]}
 			}
 		}
