@@ -21,7 +21,11 @@
 #   go mod download -json github.com/gubernator-io/gubernator/v2@v2.13.0   # copy its Dir, chmod -R u+w
 #   (cd COPY && GOFLAGS=-mod=mod go build -o /tmp/gubernator ./cmd/gubernator)
 #
+# Each server first answers WARMUP checks unmeasured, as a server in service
+# has: connections open, goroutines made, heaps grown.
+#
 # Settings: CALLERS ("64 256"), ROUNDS (3), N (checks a round, 200000),
+# WARMUP (checks, 20000),
 # BIN (bin), DATABASE_URL (a PostgreSQL database for Sluice's control
 # plane, emptied first; default postgres://postgres@127.0.0.1:5432/sluice_sidebyside).
 set -euo pipefail
@@ -31,6 +35,7 @@ set -euo pipefail
 CALLERS=${CALLERS:-"64 256"}
 ROUNDS=${ROUNDS:-3}
 N=${N:-200000}
+WARMUP=${WARMUP:-20000}
 BIN=${BIN:-bin}
 DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/sluice_sidebyside?sslmode=disable}
 WORK=$(mktemp -d)
@@ -109,6 +114,13 @@ wait_port 127.0.0.1:28081
 wait_port 127.0.0.1:29051
 wait_port 127.0.0.1:28189
 sleep 2 # the decider's first configuration
+
+first=${CALLERS%% *}
+if [ "$WARMUP" -gt 0 ]; then
+	"$BIN/sluice-bench" -rls 127.0.0.1:28081 -domain bench -raw -c "$first" -n "$WARMUP" >/dev/null
+	"$BIN/sluice-bench" -gubernator 127.0.0.1:29051 -raw -c "$first" -n "$WARMUP" >/dev/null
+	"$BIN/sluice-bench" -rls 127.0.0.1:28189 -domain bench -raw -c "$first" -n "$WARMUP" >/dev/null
+fi
 
 for c in $CALLERS; do
 	echo "== $c callers, $N checks a round"
