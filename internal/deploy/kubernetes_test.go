@@ -140,6 +140,27 @@ func TestKubernetesSidecar(t *testing.T) {
 	}
 }
 
+// The example of a further region runs a decider that knows its region
+// and every region's Kafka, its own included, and an analytics consumer
+// of a group of its own, reaching the home region's control plane by a
+// Service of this cluster.
+func TestKubernetesRegion(t *testing.T) {
+	t.Parallel()
+	objects := loadKubernetes(t, "regions.yaml")
+	binaries, env := checkDeployments(t, objects, objects)
+	if binaries["dataplane"] != 1 || binaries["analytics"] != 1 || len(binaries) != 2 {
+		t.Fatalf("deployments per binary %v, want a decider and an analytics consumer", binaries)
+	}
+	d, a := env["dataplane"], env["analytics"]
+	region := d["SLUICE_REGION"]
+	if region == "" || !strings.Contains(";"+d["SLUICE_GLOBAL_KAFKA"], ";"+region+"=") || strings.Count(d["SLUICE_GLOBAL_KAFKA"], "=") < 2 {
+		t.Errorf("SLUICE_REGION=%q, SLUICE_GLOBAL_KAFKA=%q: want the region among two or more", region, d["SLUICE_GLOBAL_KAFKA"])
+	}
+	if g := a["SLUICE_ANALYTICS_GROUP"]; !strings.Contains(g, region) {
+		t.Errorf("SLUICE_ANALYTICS_GROUP=%q: want a group of region %s's own", g, region)
+	}
+}
+
 // checkDeployments checks the Deployments of objects (their containers
 // that run a Sluice binary) against the ConfigMaps and Services of all,
 // and returns how many Deployments run each binary and the variables each
