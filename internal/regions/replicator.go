@@ -177,7 +177,7 @@ func (r *Replicator) charge() {
 	if r.cfg.Apply == nil {
 		return
 	}
-	charges := r.table.takeCharges()
+	charges := r.table.takeCharges(r.cfg.Now().UnixMicro())
 	if len(charges) == 0 {
 		return
 	}

@@ -91,12 +91,24 @@ type meterRun struct {
 	start    int64
 }
 
-// remoteMeter is a run's count of a meter, and what of it was charged.
+// remoteMeter is a run's count of a meter, and what of it was charged:
+// its count, or more while its region is silent (takeCharges).
 type remoteMeter struct {
+	region     string
 	n, charged int64
 	interval   float64
-	at         int64 // when last heard (µs)
+	at         int64   // when last heard (µs)
+	rate       float64 // its rise per µs over the last rateSpan, for a silent region's
+	samples    []meterSample
 }
+
+// meterSample is a run's count of a meter when sent (µs).
+type meterSample struct{ at, n int64 }
+
+// rateSpan is the span a meter's rate is measured over, the latest: a
+// shorter one follows the noise of single intervals, a longer one the
+// burst a bucket began with.
+const rateSpan = time.Second
 
 // Charge is what another region's decider run admitted on a meter, to
 // charge into this region's Redis once (Config.Apply): Count, only ever
@@ -207,15 +219,30 @@ func (t *Table) AdmittedMeter(key string, interval float64, cost, at int64) {
 }
 
 // takeCharges returns the other regions' meter counts that rose since the
-// last take, for Config.Apply; a failed charge is given back (owe).
-func (t *Table) takeCharges() []Charge {
+// last take, at µs, for Config.Apply; a failed charge is given back (owe).
+// A silent region's runs are taken to go on as the Assumption has it: at
+// their last rate, or at Share of the meter's own. What was charged is
+// never taken back: when the region is heard again, its runs are charged
+// once their counts pass what was assumed.
+func (t *Table) takeCharges(at int64) []Charge {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Charge
 	for mr, m := range t.meters {
-		if m.n > m.charged {
-			out = append(out, Charge{Key: mr.key, Run: mr.run + "@" + strconv.FormatInt(mr.start, 10), Count: m.n, Interval: m.interval})
-			m.charged = m.n
+		target := m.n
+		// A run that had stopped rising before its region fell silent (a
+		// decider gone, a meter idle) is not taken to go on.
+		if heard, ok := t.heard[m.region]; ok && at-heard > t.silence && heard-m.at <= t.silence && at > m.at {
+			since := float64(at - m.at)
+			assumed := m.rate * since
+			if t.assume == AssumeShare {
+				assumed = max(assumed, t.share*since/m.interval)
+			}
+			target += int64(assumed)
+		}
+		if target > m.charged {
+			out = append(out, Charge{Key: mr.key, Run: mr.run + "@" + strconv.FormatInt(mr.start, 10), Count: target, Interval: m.interval})
+			m.charged = target
 		}
 	}
 	return out
@@ -249,8 +276,11 @@ func (t *Table) merge(region, run string, sentAt int64, counts []count) {
 			mr := meterRun{c.key, run, c.start}
 			m := t.meters[mr]
 			if m == nil {
-				m = &remoteMeter{interval: c.interval}
+				m = &remoteMeter{region: region, interval: c.interval, n: c.n, at: sentAt, samples: []meterSample{{sentAt, c.n}}}
 				t.meters[mr] = m
+			}
+			if sentAt > m.at {
+				m.noteRate(sentAt, max(c.n, m.n))
 			}
 			m.n, m.at = max(m.n, c.n), max(m.at, sentAt)
 			continue
@@ -269,6 +299,22 @@ func (t *Table) merge(region, run string, sentAt int64, counts []count) {
 			rc.n, rc.at = c.n, max(rc.at, sentAt)
 		}
 		t.noteLast(region, run, sentAt, c)
+	}
+}
+
+// noteRate takes in a run's count n sent at µs, later than any before,
+// and measures its rate over the latest rateSpan, once it has one.
+func (m *remoteMeter) noteRate(at, n int64) {
+	m.samples = append(m.samples, meterSample{at, n})
+	from := 0 // the latest sample a span or more before at
+	for i, s := range m.samples {
+		if s.at <= at-rateSpan.Microseconds() {
+			from = i
+		}
+	}
+	m.samples = append(m.samples[:0], m.samples[from:]...)
+	if first := m.samples[0]; at-first.at >= rateSpan.Microseconds() {
+		m.rate = float64(n-first.n) / float64(at-first.at)
 	}
 }
 

@@ -125,18 +125,69 @@ func TestTableMeters(t *testing.T) {
 	tb.merge("west", "w1", at(100*time.Millisecond), []count{{key: "m", start: 5, n: 3, interval: 6000}})
 	tb.merge("west", "w1", at(200*time.Millisecond), []count{{key: "m", start: 5, n: 7, interval: 6000}})
 	tb.merge("west", "w1", at(150*time.Millisecond), []count{{key: "m", start: 5, n: 3, interval: 6000}}) // late
-	got := tb.takeCharges()
+	got := tb.takeCharges(at(300 * time.Millisecond))
 	if len(got) != 1 || got[0] != (Charge{Key: "m", Run: "w1@5", Count: 7, Interval: 6000}) {
 		t.Fatalf("charges %+v, want m of w1 at 7", got)
 	}
-	if again := tb.takeCharges(); len(again) != 0 {
+	if again := tb.takeCharges(at(300 * time.Millisecond)); len(again) != 0 {
 		t.Fatalf("charged again: %+v", again)
 	}
 	tb.owe(got)
-	if retry := tb.takeCharges(); len(retry) != 1 || retry[0].Count != 7 {
+	if retry := tb.takeCharges(at(300 * time.Millisecond)); len(retry) != 1 || retry[0].Count != 7 {
 		t.Fatalf("after a failed charge: %+v, want m at 7 again", retry)
 	}
 	if s := tb.Spent("m", 5, 0, 0, 100, t0.Add(300*time.Millisecond)); s != 0 {
 		t.Fatalf("a meter's counts are spent as a window's: %d", s)
+	}
+}
+
+// A silent region's meters are charged as it last went on, or at the
+// assumed share of the meter's rate; when it is heard again its real
+// counts are charged once they pass what was assumed, never less.
+func TestTableChargesASilentRegionsMeters(t *testing.T) {
+	t.Parallel()
+	const silence = time.Second
+	for _, tc := range []struct {
+		name   string
+		assume Assumption
+		share  float64
+		rise   int64 // a 100 ms
+		want   int64 // charged 2 s into the silence, 3 s after last heard
+	}{
+		{"last rate", AssumeLastRate, 0, 10, 650 + 3*100},
+		{"share", AssumeShare, 0.5, 1, 65 + 3*1_000_000/6000/2}, // 6000 µs a unit, half of it: more than its rate
+		{"share below the rate", AssumeShare, 0.5, 10, 650 + 3*100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := newTable("east", []string{"east", "west"}, silence, tc.assume, tc.share, t0)
+			// A burst, then rising at 100 ms steps for a second and more:
+			// the rate is the last second's, not the burst's.
+			tb.merge("west", "w1", at(-100*time.Millisecond), []count{{key: "m", start: 5, n: 0, interval: 6000}})
+			tb.merge("west", "w1", at(0), []count{{key: "m", start: 5, n: 50 * tc.rise, interval: 6000}})
+			for i := range 16 {
+				tb.merge("west", "w1", at(time.Duration(i)*100*time.Millisecond), []count{{key: "m", start: 5, n: tc.rise * (50 + int64(i)), interval: 6000}})
+			}
+			n := tc.rise * 65
+			if got := tb.takeCharges(at(1500 * time.Millisecond)); len(got) != 1 || got[0].Count != n {
+				t.Fatalf("heard: charges %+v, want m at %d", got, n)
+			}
+			if got := tb.takeCharges(at(2400 * time.Millisecond)); len(got) != 0 {
+				t.Fatalf("not yet silent: charges %+v", got)
+			}
+			got := tb.takeCharges(at(4500 * time.Millisecond))
+			if len(got) != 1 || got[0].Count < tc.want*99/100 || got[0].Count > tc.want*101/100 {
+				t.Fatalf("silent: charges %+v, want m at about %d", got, tc.want)
+			}
+			assumed := got[0].Count
+			// Heard again, below what was assumed: nothing more, nothing back.
+			tb.merge("west", "w1", at(4600*time.Millisecond), []count{{key: "m", start: 5, n: n + 1, interval: 6000}})
+			if got := tb.takeCharges(at(4600 * time.Millisecond)); len(got) != 0 {
+				t.Fatalf("heard again below the assumption: charges %+v", got)
+			}
+			tb.merge("west", "w1", at(4700*time.Millisecond), []count{{key: "m", start: 5, n: assumed + 5, interval: 6000}})
+			if got := tb.takeCharges(at(4700 * time.Millisecond)); len(got) != 1 || got[0].Count != assumed+5 {
+				t.Fatalf("heard again past the assumption: charges %+v, want m at %d", got, assumed+5)
+			}
+		})
 	}
 }
