@@ -188,32 +188,3 @@ func (r *Replicator) charge() {
 		r.cfg.Logger.Warn("global counts: charging the other regions' admissions; tried again next interval", "err", err)
 	}
 }
-
-// read merges region's topic into the table, from its start: counts only
-// grow, so reading it again is harmless.
-func (r *Replicator) read(ctx context.Context, region string, brokers []string) {
-	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: r.cfg.Topic, Partition: 0, Dialer: r.cfg.Dialer,
-		MinBytes: 1, MaxBytes: 8 << 20, MaxWait: time.Second, StartOffset: kafka.FirstOffset,
-		ReadBackoffMin: 10 * time.Millisecond, ReadBackoffMax: r.cfg.Interval})
-	defer rd.Close()
-	for {
-		msg, err := rd.ReadMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			r.cfg.Logger.Warn("global counts: reading a region's topic", "region", region, "err", err)
-			continue
-		}
-		var m sluicev1.GlobalCounts
-		if err := proto.Unmarshal(msg.Value, &m); err != nil || m.GetRegion() != region {
-			r.cfg.Logger.Warn("global counts: a message not of its region's, skipped", "region", region, "offset", msg.Offset)
-			continue
-		}
-		counts := make([]count, len(m.GetCounts()))
-		for i, c := range m.GetCounts() {
-			counts[i] = count{key: c.GetKey(), start: c.GetWindowStartUs(), end: c.GetWindowEndUs(), n: c.GetCount(), interval: c.GetMeterIntervalUs()}
-		}
-		r.table.merge(region, m.GetInstance(), m.GetSentUs(), counts)
-	}
-}

@@ -265,7 +265,8 @@ func TestGlobalTokenBucketAcrossTwoRegions(t *testing.T) {
 // TestPartitionUnderLoad: replication cut for 30 s under load. Each
 // region goes on answering, without errors; every window of the cut
 // admits within the partition bound, each region taking the other to go
-// on as in the last windows it heard of; a token bucket's two regions,
+// on as in the last windows it heard of once it is silent, and the one
+// in which it falls silent within the bound of the silence; a token bucket's two regions,
 // each charging the other's last rate into its own Redis, admit about
 // the bucket's rate between them, not twice it; once the link is back,
 // each region's view of the other's count converges.
@@ -303,15 +304,24 @@ func TestPartitionUnderLoad(t *testing.T) {
 	if east.errs+west.errs+bucket.errs > 0 {
 		t.Fatalf("%d, %d and %d errors or degraded decisions during the partition", east.errs, west.errs, bucket.errs)
 	}
+	// Once a region is silent, its last windows stand in for it; until
+	// then (the silence, 1 s) a window may count nothing of it.
+	const silence = time.Second
 	bound := int64(limit + 2*(2*rate)*(interval+latency+interval).Seconds())
+	onset := int64(limit + 2*(2*rate)*(silence+interval+latency).Seconds())
 	w := window.Milliseconds()
+	silent := cutFrom.Add(silence).UnixMilli()
 	inCut := 0
 	for end := (cutFrom.UnixMilli()/w + 2) * w; end <= cutTo.UnixMilli()/w*w; end += w {
 		inCut++
 		n := east.admitted[end] + west.admitted[end]
-		t.Logf("window ending %s, in the partition: %d + %d admitted (limit %d, bound %d)", time.UnixMilli(end).Format("15:04:05"), east.admitted[end], west.admitted[end], limit, bound)
-		if n > bound {
-			t.Errorf("window ending %d: %d admitted during the partition, over the bound %d", end, n, bound)
+		b := bound
+		if end-w < silent {
+			b = onset
+		}
+		t.Logf("window ending %s, in the partition: %d + %d admitted (limit %d, bound %d)", time.UnixMilli(end).Format("15:04:05"), east.admitted[end], west.admitted[end], limit, b)
+		if n > b {
+			t.Errorf("window ending %d: %d admitted during the partition, over the bound %d", end, n, b)
 		}
 	}
 	if inCut < 10 {
@@ -338,8 +348,12 @@ func TestPartitionUnderLoad(t *testing.T) {
 			t.Logf("converged %v after the link returned: east sees %d, west %d", time.Since(restored), eastSees, westSees)
 			break
 		}
-		if time.Since(restored) > 5*time.Second {
-			t.Fatalf("no convergence: east sees %d of west's %d, west %d of east's %d", eastSees, west.admitted[last], westSees, east.admitted[last])
+		// A reconnection's two round trips, an interval, and room for a
+		// busy machine: a reader that looked the leader up and checked its
+		// offsets again took about 1.4 s.
+		if time.Since(restored) > 2*(2*latency)+interval+500*time.Millisecond {
+			t.Fatalf("no convergence %v after the link returned: east sees %d of west's %d, west %d of east's %d",
+				time.Since(restored), eastSees, west.admitted[last], westSees, east.admitted[last])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
