@@ -68,7 +68,7 @@ var reportVerbs = map[string]verb{
 	}},
 	"reports breakdown": {"", func(fs *flag.FlagSet) func(*session, *http.Client, string) error {
 		span := defineSpan(fs)
-		by := fs.String("by", "rule", "rule or tier")
+		by := fs.String("by", "rule", "rule, tier or region")
 		return func(s *session, c *http.Client, _ string) error {
 			from, to, err := span.times()
 			if err != nil {
@@ -80,19 +80,27 @@ var reportVerbs = map[string]verb{
 				req.By = sluicev1.BreakdownBy_BREAKDOWN_BY_RULE
 			case "tier":
 				req.By = sluicev1.BreakdownBy_BREAKDOWN_BY_TIER
+			case "region":
+				req.By = sluicev1.BreakdownBy_BREAKDOWN_BY_REGION
 			default:
-				return usageErrorf("-by: rule or tier, not %q", *by)
+				return usageErrorf("-by: rule, tier or region, not %q", *by)
 			}
 			return call(s, sluicev1connect.NewReportServiceClient(c, s.server).GetBreakdown, req, func(w *tabwriter.Writer, r *sluicev1.GetBreakdownResponse) {
-				if req.By == sluicev1.BreakdownBy_BREAKDOWN_BY_TIER {
+				switch req.By {
+				case sluicev1.BreakdownBy_BREAKDOWN_BY_TIER:
 					fmt.Fprintln(w, "TIER\tALLOWED\tREJECTED\tREJECTED %\tSHADOW WOULD-REJECT\tDROPPED EVENTS")
-				} else {
+				case sluicev1.BreakdownBy_BREAKDOWN_BY_REGION:
+					fmt.Fprintln(w, "REGION\tALLOWED\tREJECTED\tREJECTED %\tSHADOW WOULD-REJECT\tDROPPED EVENTS")
+				default:
 					fmt.Fprintln(w, "TIER\tRULE\tALLOWED\tREJECTED\tREJECTED %\tSHADOW WOULD-REJECT\tDROPPED EVENTS")
 				}
 				for _, row := range r.Rows {
-					if req.By == sluicev1.BreakdownBy_BREAKDOWN_BY_TIER {
+					switch req.By {
+					case sluicev1.BreakdownBy_BREAKDOWN_BY_TIER:
 						fmt.Fprintf(w, "%s\t%s\n", row.Tier, countsText(row.Counts))
-					} else {
+					case sluicev1.BreakdownBy_BREAKDOWN_BY_REGION:
+						fmt.Fprintf(w, "%s\t%s\n", cmp.Or(row.Region, "-"), countsText(row.Counts))
+					default:
 						fmt.Fprintf(w, "%s\t%s\t%s\n", cmp.Or(row.Tier, "-"), cmp.Or(row.RuleName, row.RuleId), countsText(row.Counts))
 					}
 				}
@@ -110,7 +118,7 @@ var reportVerbs = map[string]verb{
 			}
 			kind, ok := csvReports[report]
 			if !ok {
-				return usageErrorf("REPORT: rejections, top, rules or tiers, not %q", report)
+				return usageErrorf("REPORT: rejections, top, rules, tiers or regions, not %q", report)
 			}
 			req := &sluicev1.ExportCSVRequest{TenantId: s.tenant, From: from, To: to, Report: kind, Step: durationpb.New(*step), Limit: int32(min(max(*limit, 1), 1000))}
 			return call(s, sluicev1connect.NewReportServiceClient(c, s.server).ExportCSV, req, func(_ *tabwriter.Writer, r *sluicev1.ExportCSVResponse) {
@@ -124,6 +132,7 @@ var reportVerbs = map[string]verb{
 var csvReports = map[string]sluicev1.Report{
 	"rejections": sluicev1.Report_REPORT_TIMESERIES, "top": sluicev1.Report_REPORT_TOP_CLIENTS,
 	"rules": sluicev1.Report_REPORT_BREAKDOWN_BY_RULE, "tiers": sluicev1.Report_REPORT_BREAKDOWN_BY_TIER,
+	"regions": sluicev1.Report_REPORT_BREAKDOWN_BY_REGION,
 }
 
 // span is a report's time range: -since before -until (now unless given).

@@ -95,7 +95,7 @@ var verbNotes = map[string]string{
 	"overrides update": "It changes what the flags given say and keeps the rest, as it finds them when it writes,\nin one config version: the client is never without its override meanwhile. Parameters without\n-algorithm change the override's own (a burst following -limit unless -burst is given); with it,\nthe flags given are the parameters, whole.",
 	"keys rotate":      "It makes a new key of the key's kind, name and expiry and prints its secret; the old key\nworks on through -grace (never past its own expiry), so its users can move to the new one.",
 	"overrides create": "With -rule, parameters without -algorithm change the rule's (a burst following -limit\nunless -burst is given); with it, the flags given are the parameters, whole.",
-	"reports csv":      "REPORT is rejections (over time), top (rejected clients), rules or tiers (totals by rule or\ntier), written to standard output as CSV with a header row.",
+	"reports csv":      "REPORT is rejections (over time), top (rejected clients), rules, tiers or regions (totals by\nrule, tier or region), written to standard output as CSV with a header row.",
 }
 
 // updated says what an update did to a resource read as before, written as

@@ -73,10 +73,17 @@ func (s reportServer) GetBreakdown(ctx context.Context, req *connect.Request[slu
 		return nil, err
 	}
 	m := req.Msg
-	rows, err := s.reports.Breakdown(ctx, tenant, rangeOf(m.From, m.To), m.By == sluicev1.BreakdownBy_BREAKDOWN_BY_TIER)
+	by := reports.ByRule
+	switch m.By {
+	case sluicev1.BreakdownBy_BREAKDOWN_BY_TIER:
+		by = reports.ByTier
+	case sluicev1.BreakdownBy_BREAKDOWN_BY_REGION:
+		by = reports.ByRegion
+	}
+	rows, err := s.reports.Breakdown(ctx, tenant, rangeOf(m.From, m.To), by)
 	out := &sluicev1.GetBreakdownResponse{}
 	for _, r := range rows {
-		out.Rows = append(out.Rows, &sluicev1.BreakdownRow{RuleId: r.RuleID, RuleName: r.RuleName, Tier: r.Tier, Counts: countsToProto(r.Counts)})
+		out.Rows = append(out.Rows, &sluicev1.BreakdownRow{RuleId: r.RuleID, RuleName: r.RuleName, Tier: r.Tier, Region: r.Region, Counts: countsToProto(r.Counts)})
 	}
 	return reply(ctx, s.server, out, err)
 }
@@ -98,14 +105,17 @@ func (s reportServer) ExportCSV(ctx context.Context, req *connect.Request[sluice
 		var clients []reports.TopClient
 		clients, err = s.reports.TopClients(ctx, tenant, r, "", limit)
 		name, body = "top-clients", reports.TopClientsCSV(clients)
-	case sluicev1.Report_REPORT_BREAKDOWN_BY_RULE, sluicev1.Report_REPORT_BREAKDOWN_BY_TIER:
-		byTier := m.Report == sluicev1.Report_REPORT_BREAKDOWN_BY_TIER
-		var rows []reports.Row
-		rows, err = s.reports.Breakdown(ctx, tenant, r, byTier)
-		name, body = "by-rule", reports.BreakdownCSV(rows, byTier)
-		if byTier {
-			name = "by-tier"
+	case sluicev1.Report_REPORT_BREAKDOWN_BY_RULE, sluicev1.Report_REPORT_BREAKDOWN_BY_TIER, sluicev1.Report_REPORT_BREAKDOWN_BY_REGION:
+		by, n := reports.ByRule, "by-rule"
+		switch m.Report {
+		case sluicev1.Report_REPORT_BREAKDOWN_BY_TIER:
+			by, n = reports.ByTier, "by-tier"
+		case sluicev1.Report_REPORT_BREAKDOWN_BY_REGION:
+			by, n = reports.ByRegion, "by-region"
 		}
+		var rows []reports.Row
+		rows, err = s.reports.Breakdown(ctx, tenant, r, by)
+		name, body = n, reports.BreakdownCSV(rows, by)
 	default:
 		var points []reports.Point
 		points, err = s.reports.Timeseries(ctx, tenant, r, stepOf(m.Step, time.Minute), "", "")

@@ -110,5 +110,5 @@ type TenantFiles interface {
 type Reports interface {
 	Timeseries(ctx context.Context, tenant string, r reports.Range, step time.Duration, rule, tier string) ([]reports.Point, error)
 	TopClients(ctx context.Context, tenant string, r reports.Range, rule string, limit int) ([]reports.TopClient, error)
-	Breakdown(ctx context.Context, tenant string, r reports.Range, byTier bool) ([]reports.Row, error)
+	Breakdown(ctx context.Context, tenant string, r reports.Range, by reports.By) ([]reports.Row, error)
 }

@@ -120,7 +120,7 @@ func BenchmarkReports(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("breakdown/%s", span.name), func(b *testing.B) {
 			for b.Loop() {
-				if rows, err := s.Breakdown(ctx, "a", r, false); err != nil || len(rows) != benchTiers*benchRules {
+				if rows, err := s.Breakdown(ctx, "a", r, ByRule); err != nil || len(rows) != benchTiers*benchRules {
 					b.Fatalf("%d rows, %v", len(rows), err)
 				}
 			}

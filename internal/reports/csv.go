@@ -23,16 +23,23 @@ func TopClientsCSV(clients []TopClient) string {
 	})
 }
 
-// BreakdownCSV renders rows as CSV with a header row.
-func BreakdownCSV(rows []Row, byTier bool) string {
-	header := []string{"rule_id", "rule_name", "tier", "allowed", "rejected", "shadow_rejected", "dropped_rejections"}
-	if byTier {
-		header = []string{"tier", "allowed", "rejected", "shadow_rejected", "dropped_rejections"}
+// BreakdownCSV renders rows, a breakdown by, as CSV with a header row.
+func BreakdownCSV(rows []Row, by By) string {
+	counts := []string{"allowed", "rejected", "shadow_rejected", "dropped_rejections"}
+	header := append([]string{"rule_id", "rule_name", "tier"}, counts...)
+	switch by {
+	case ByTier:
+		header = append([]string{"tier"}, counts...)
+	case ByRegion:
+		header = append([]string{"region"}, counts...)
 	}
 	return render(header, len(rows), func(i int) []string {
 		r := rows[i]
-		if byTier {
+		switch by {
+		case ByTier:
 			return append([]string{r.Tier}, r.Counts.strings()...)
+		case ByRegion:
+			return append([]string{safe(r.Region)}, r.Counts.strings()...)
 		}
 		return append([]string{r.RuleID, safe(r.RuleName), r.Tier}, r.Counts.strings()...)
 	})

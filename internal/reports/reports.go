@@ -51,9 +51,18 @@ type TopClient struct {
 // Row is one line of a breakdown: per rule (RuleID, RuleName, Tier) or per
 // tier (Tier only).
 type Row struct {
-	RuleID, RuleName, Tier string
+	RuleID, RuleName, Tier, Region string
 	Counts
 }
+
+// By is what a breakdown's rows are of.
+type By uint8
+
+const (
+	ByRule   By = iota // a rule and its tier
+	ByTier             // a tier
+	ByRegion           // the region of the deciders that counted them ('' for those that name none)
+)
 
 // validate checks a range and returns it with From truncated to its
 // minute and To rounded up to one.
@@ -179,9 +188,9 @@ func (s *Store) TopClients(ctx context.Context, tenant string, r Range, rule str
 	return out, nil
 }
 
-// Breakdown answers the totals of r per rule (byTier false) or per tier,
-// most rejected first.
-func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bool) ([]Row, error) {
+// Breakdown answers the totals of r per rule, per tier or per region,
+// the most rejected first.
+func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, by By) ([]Row, error) {
 	var fields []policy.FieldError
 	r = r.validate(&fields)
 	if err := invalid(fields); err != nil {
@@ -190,16 +199,22 @@ func (s *Store) Breakdown(ctx context.Context, tenant string, r Range, byTier bo
 	// The rules' names are looked up once per row of the answer.
 	group, outer, name := "x.rule_id, x.tier", "g.rule_id, g.tier", ruleName("g")
 	join := "LEFT JOIN rules r ON r.id::text = g.rule_id AND r.tenant_id::text = $1"
-	if byTier {
+	switch by {
+	case ByTier:
 		group, outer, name, join = "x.tier", "g.tier", "''", ""
+	case ByRegion:
+		group, outer, name, join = "x.region", "g.region", "''", ""
 	}
 	hours, minutes, _ := split(r, r.To.Sub(r.From))
 	var out []Row
 	err := s.read(ctx, func(rows pgx.Rows) (err error) {
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (x Row, err error) {
 			dest := []any{&x.RuleID, &x.Tier}
-			if byTier {
+			switch by {
+			case ByTier:
 				dest = []any{&x.Tier}
+			case ByRegion:
+				dest = []any{&x.Region}
 			}
 			err = row.Scan(append(dest, &x.RuleName, &x.Allowed, &x.Rejected, &x.ShadowRejected, &x.DroppedRejections)...)
 			return x, err
@@ -260,15 +275,15 @@ func (s *Store) read(ctx context.Context, scan func(pgx.Rows) error, sql string,
 // count whole, at their start.
 func rollups(first int) string {
 	return fmt.Sprintf(`(
-	SELECT h.hour AS at, h.tier, h.rule_id, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
+	SELECT h.hour AS at, h.tier, h.rule_id, h.region, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
 	FROM unnest($%[1]d::timestamptz[], $%[2]d::timestamptz[]) AS s (f, t)
 	JOIN analytics_hour h ON h.tenant_id = $1 AND h.hour >= s.f AND h.hour < s.t
 	UNION ALL
-	SELECT m.minute, m.tier, m.rule_id, m.allowed, m.rejected, m.shadow_rejected, m.dropped_rejections
+	SELECT m.minute, m.tier, m.rule_id, m.region, m.allowed, m.rejected, m.shadow_rejected, m.dropped_rejections
 	FROM unnest($%[3]d::timestamptz[], $%[4]d::timestamptz[]) AS s (f, t)
 	JOIN analytics_minute m ON m.tenant_id = $1 AND m.minute >= s.f AND m.minute < s.t
 	UNION ALL
-	SELECT h.hour, h.tier, h.rule_id, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
+	SELECT h.hour, h.tier, h.rule_id, h.region, h.allowed, h.rejected, h.shadow_rejected, h.dropped_rejections
 	FROM (SELECT f FROM unnest($%[5]d::timestamptz[]) AS f WHERE NOT EXISTS (SELECT FROM analytics_minute m
 		WHERE m.tenant_id = $1 AND m.minute >= f AND m.minute < f + interval '1 hour')) AS s
 	JOIN analytics_hour h ON h.tenant_id = $1 AND h.hour = s.f)`,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func TestInvalidRequestsNameTheirFields(t *testing.T) {
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
 		"from": func() error { _, err := s.Timeseries(ctx, "a", Range{To: t0}, time.Minute, "", ""); return err },
-		"to":   func() error { _, err := s.Breakdown(ctx, "a", Range{t0, t0.Add(-time.Minute)}, false); return err },
+		"to":   func() error { _, err := s.Breakdown(ctx, "a", Range{t0, t0.Add(-time.Minute)}, ByRule); return err },
 		"step": func() error {
 			_, err := s.Timeseries(ctx, "a", Range{t0, t0.Add(time.Hour)}, 90*time.Second, "", "")
 			return err
@@ -96,6 +97,36 @@ func TestInvalidRequestsNameTheirFields(t *testing.T) {
 	}
 }
 
+// Rows of several regions add up in every report, and a breakdown by
+// region splits them: each region's deciders counted their own.
+func TestBreakdownByRegion(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(context.Background(), `
+		INSERT INTO analytics_minute (tenant_id, minute, tier, rule_id, region, allowed, rejected, shadow_rejected, dropped_rejections) VALUES
+			('a', $1, 'free', 'r1', 'us-east', 10, 2, 0, 0),
+			('a', $1, 'free', 'r1', 'eu-west', 4, 6, 0, 0),
+			('a', $1 + interval '2 hours', 'free', 'r1', 'eu-west', 1, 1, 0, 0),
+			('a', $1 + interval '5 minutes', 'pro', 'r3', '', 7, 0, 0, 0)`, t0); err != nil {
+		t.Fatal(err)
+	}
+	s := New(pool)
+	r := Range{t0, t0.Add(3 * time.Hour)}
+	regions, err := s.Breakdown(context.Background(), "a", r, ByRegion)
+	want := []Row{{Region: "eu-west", Counts: Counts{Allowed: 5, Rejected: 7}}, {Region: "us-east", Counts: Counts{Allowed: 10, Rejected: 2}},
+		{Region: "", Counts: Counts{Allowed: 7}}}
+	if err != nil || !slices.Equal(regions, want) {
+		t.Fatalf("by region %+v, %v; want %+v", regions, err, want)
+	}
+	rules, err := s.Breakdown(context.Background(), "a", r, ByRule)
+	if err != nil || len(rules) != 2 || rules[0].RuleID != "r1" || rules[0].Allowed != 15 || rules[0].Rejected != 9 {
+		t.Fatalf("by rule %+v, %v: want r1's regions summed", rules, err)
+	}
+	if got := BreakdownCSV(regions, ByRegion); !strings.HasPrefix(got, "region,allowed,rejected,shadow_rejected,dropped_rejections\neu-west,5,7,0,0\nus-east,10,2,0,0\n,7,0,0,0\n") {
+		t.Fatalf("by region CSV:\n%s", got)
+	}
+}
+
 func TestTopClientsAndBreakdownAndCSV(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -106,11 +137,11 @@ func TestTopClientsAndBreakdownAndCSV(t *testing.T) {
 	if err != nil || len(top) != 2 || top[0].ClientKey != "alice" || top[0].Rejected != 2 {
 		t.Fatalf("top clients %v, %v", top, err)
 	}
-	rows, err := s.Breakdown(context.Background(), "a", r, false)
+	rows, err := s.Breakdown(context.Background(), "a", r, ByRule)
 	if err != nil || len(rows) != 3 || rows[0].RuleID != "r2" || rows[0].ShadowRejected != 3 {
 		t.Fatalf("by rule %+v, %v", rows, err)
 	}
-	tiers, err := s.Breakdown(context.Background(), "a", r, true)
+	tiers, err := s.Breakdown(context.Background(), "a", r, ByTier)
 	if err != nil || len(tiers) != 2 || tiers[0].Tier != "free" || tiers[0].Allowed != 15 {
 		t.Fatalf("by tier %+v, %v", tiers, err)
 	}
@@ -118,7 +149,7 @@ func TestTopClientsAndBreakdownAndCSV(t *testing.T) {
 	if !strings.Contains(csv, "\n'=cmd(),r2,,1,0\n") {
 		t.Fatalf("a formula-like client key was not defused:\n%s", csv)
 	}
-	if got := BreakdownCSV(tiers, true); !strings.HasPrefix(got, "tier,allowed,rejected,shadow_rejected,dropped_rejections\nfree,15,3,3,0\n") {
+	if got := BreakdownCSV(tiers, ByTier); !strings.HasPrefix(got, "tier,allowed,rejected,shadow_rejected,dropped_rejections\nfree,15,3,3,0\n") {
 		t.Fatalf("by tier CSV:\n%s", got)
 	}
 }
@@ -237,7 +268,7 @@ func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 			}
 		}
 
-		rows, err := s.Breakdown(ctx, "a", r, false)
+		rows, err := s.Breakdown(ctx, "a", r, ByRule)
 		if err != nil || len(rows) != len(byRule) {
 			t.Fatalf("%s: by rule %+v, %v; want %+v", name, rows, err, byRule)
 		}
@@ -246,7 +277,7 @@ func TestReportsOfHoursAndMinutesMatchTheMinutes(t *testing.T) {
 				t.Fatalf("%s: %s/%s %+v, want %+v", name, x.Tier, x.RuleID, x.Counts, byRule[[2]string{x.RuleID, x.Tier}])
 			}
 		}
-		tiers, err := s.Breakdown(ctx, "a", r, true)
+		tiers, err := s.Breakdown(ctx, "a", r, ByTier)
 		if err != nil || len(tiers) != len(byTier) {
 			t.Fatalf("%s: by tier %+v, %v; want %+v", name, tiers, err, byTier)
 		}
@@ -437,7 +468,7 @@ func TestABlocksRejectionsAreNamed(t *testing.T) {
 	if err != nil || len(top) != 1 || top[0].RuleName != "blocked (client_id=mallory)" {
 		t.Fatalf("top clients %+v, %v", top, err)
 	}
-	rows, err := s.Breakdown(ctx, "a", r, false)
+	rows, err := s.Breakdown(ctx, "a", r, ByRule)
 	if err != nil || len(rows) != 2 || rows[0].RuleName != "blocked (client_id=mallory)" || rows[1].RuleID != "gone" || rows[1].RuleName != "" {
 		t.Fatalf("by rule %+v, %v", rows, err)
 	}

@@ -29,6 +29,9 @@ const (
 	BreakdownBy_BREAKDOWN_BY_UNSPECIFIED BreakdownBy = 0 // by rule
 	BreakdownBy_BREAKDOWN_BY_RULE        BreakdownBy = 1
 	BreakdownBy_BREAKDOWN_BY_TIER        BreakdownBy = 2
+	// By the region of the deciders that counted them (-region; ” for
+	// deciders that name none).
+	BreakdownBy_BREAKDOWN_BY_REGION BreakdownBy = 3
 )
 
 // Enum value maps for BreakdownBy.
@@ -37,11 +40,13 @@ var (
 		0: "BREAKDOWN_BY_UNSPECIFIED",
 		1: "BREAKDOWN_BY_RULE",
 		2: "BREAKDOWN_BY_TIER",
+		3: "BREAKDOWN_BY_REGION",
 	}
 	BreakdownBy_value = map[string]int32{
 		"BREAKDOWN_BY_UNSPECIFIED": 0,
 		"BREAKDOWN_BY_RULE":        1,
 		"BREAKDOWN_BY_TIER":        2,
+		"BREAKDOWN_BY_REGION":      3,
 	}
 )
 
@@ -75,11 +80,12 @@ func (BreakdownBy) EnumDescriptor() ([]byte, []int) {
 type Report int32
 
 const (
-	Report_REPORT_UNSPECIFIED       Report = 0 // timeseries
-	Report_REPORT_TIMESERIES        Report = 1
-	Report_REPORT_TOP_CLIENTS       Report = 2
-	Report_REPORT_BREAKDOWN_BY_RULE Report = 3
-	Report_REPORT_BREAKDOWN_BY_TIER Report = 4
+	Report_REPORT_UNSPECIFIED         Report = 0 // timeseries
+	Report_REPORT_TIMESERIES          Report = 1
+	Report_REPORT_TOP_CLIENTS         Report = 2
+	Report_REPORT_BREAKDOWN_BY_RULE   Report = 3
+	Report_REPORT_BREAKDOWN_BY_TIER   Report = 4
+	Report_REPORT_BREAKDOWN_BY_REGION Report = 5
 )
 
 // Enum value maps for Report.
@@ -90,13 +96,15 @@ var (
 		2: "REPORT_TOP_CLIENTS",
 		3: "REPORT_BREAKDOWN_BY_RULE",
 		4: "REPORT_BREAKDOWN_BY_TIER",
+		5: "REPORT_BREAKDOWN_BY_REGION",
 	}
 	Report_value = map[string]int32{
-		"REPORT_UNSPECIFIED":       0,
-		"REPORT_TIMESERIES":        1,
-		"REPORT_TOP_CLIENTS":       2,
-		"REPORT_BREAKDOWN_BY_RULE": 3,
-		"REPORT_BREAKDOWN_BY_TIER": 4,
+		"REPORT_UNSPECIFIED":         0,
+		"REPORT_TIMESERIES":          1,
+		"REPORT_TOP_CLIENTS":         2,
+		"REPORT_BREAKDOWN_BY_RULE":   3,
+		"REPORT_BREAKDOWN_BY_TIER":   4,
+		"REPORT_BREAKDOWN_BY_REGION": 5,
 	}
 )
 
@@ -650,11 +658,12 @@ func (x *GetBreakdownRequest) GetBy() BreakdownBy {
 type BreakdownRow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// By rule: the rule (its name when it still exists) and its tier; by
-	// tier: the tier only.
+	// tier: the tier only; by region: the region only.
 	RuleId        string  `protobuf:"bytes,1,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
 	RuleName      string  `protobuf:"bytes,2,opt,name=rule_name,json=ruleName,proto3" json:"rule_name,omitempty"`
 	Tier          string  `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
 	Counts        *Counts `protobuf:"bytes,4,opt,name=counts,proto3" json:"counts,omitempty"`
+	Region        string  `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +724,13 @@ func (x *BreakdownRow) GetCounts() *Counts {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *BreakdownRow) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
 }
 
 type GetBreakdownResponse struct {
@@ -941,12 +957,13 @@ const file_sluice_v1_reports_proto_rawDesc = "" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12&\n" +
-	"\x02by\x18\x04 \x01(\x0e2\x16.sluice.v1.BreakdownByR\x02by\"\x83\x01\n" +
+	"\x02by\x18\x04 \x01(\x0e2\x16.sluice.v1.BreakdownByR\x02by\"\x9b\x01\n" +
 	"\fBreakdownRow\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
 	"\trule_name\x18\x02 \x01(\tR\bruleName\x12\x12\n" +
 	"\x04tier\x18\x03 \x01(\tR\x04tier\x12)\n" +
-	"\x06counts\x18\x04 \x01(\v2\x11.sluice.v1.CountsR\x06counts\"C\n" +
+	"\x06counts\x18\x04 \x01(\v2\x11.sluice.v1.CountsR\x06counts\x12\x16\n" +
+	"\x06region\x18\x05 \x01(\tR\x06region\"C\n" +
 	"\x14GetBreakdownResponse\x12+\n" +
 	"\x04rows\x18\x01 \x03(\v2\x17.sluice.v1.BreakdownRowR\x04rows\"\xfb\x01\n" +
 	"\x10ExportCSVRequest\x12\x1b\n" +
@@ -958,17 +975,19 @@ const file_sluice_v1_reports_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\"A\n" +
 	"\x11ExportCSVResponse\x12\x1a\n" +
 	"\bfilename\x18\x01 \x01(\tR\bfilename\x12\x10\n" +
-	"\x03csv\x18\x02 \x01(\tR\x03csv*Y\n" +
+	"\x03csv\x18\x02 \x01(\tR\x03csv*r\n" +
 	"\vBreakdownBy\x12\x1c\n" +
 	"\x18BREAKDOWN_BY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11BREAKDOWN_BY_RULE\x10\x01\x12\x15\n" +
-	"\x11BREAKDOWN_BY_TIER\x10\x02*\x8b\x01\n" +
+	"\x11BREAKDOWN_BY_TIER\x10\x02\x12\x17\n" +
+	"\x13BREAKDOWN_BY_REGION\x10\x03*\xab\x01\n" +
 	"\x06Report\x12\x16\n" +
 	"\x12REPORT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11REPORT_TIMESERIES\x10\x01\x12\x16\n" +
 	"\x12REPORT_TOP_CLIENTS\x10\x02\x12\x1c\n" +
 	"\x18REPORT_BREAKDOWN_BY_RULE\x10\x03\x12\x1c\n" +
-	"\x18REPORT_BREAKDOWN_BY_TIER\x10\x042\xd8\x02\n" +
+	"\x18REPORT_BREAKDOWN_BY_TIER\x10\x04\x12\x1e\n" +
+	"\x1aREPORT_BREAKDOWN_BY_REGION\x10\x052\xd8\x02\n" +
 	"\rReportService\x12T\n" +
 	"\rGetTimeseries\x12\x1f.sluice.v1.GetTimeseriesRequest\x1a .sluice.v1.GetTimeseriesResponse\"\x00\x12T\n" +
 	"\rGetTopClients\x12\x1f.sluice.v1.GetTopClientsRequest\x1a .sluice.v1.GetTopClientsResponse\"\x00\x12Q\n" +
