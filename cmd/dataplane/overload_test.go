@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,7 +178,8 @@ func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
 	lines := bufio.NewReader(out)
 	var a deciderAddrs
-	for a.base == "" || a.grpc == "" || a.admin == "" {
+	proxying := slices.Contains(args, "-upstream")
+	for a.base == "" || a.grpc == "" || a.admin == "" || proxying && a.proxy == "" {
 		line, err := lines.ReadString('\n')
 		if err != nil {
 			_ = cmd.Process.Kill()
@@ -192,6 +194,8 @@ func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 			a.grpc = fields[len(fields)-1]
 		case strings.HasPrefix(line, "admin"):
 			a.admin = fields[len(fields)-1]
+		case strings.HasPrefix(line, "proxying"):
+			a.proxy = fields[1]
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, out); _ = cmd.Wait(); close(done) }()

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/flagenv"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // ruleOpts are the flags that make or change a rule: rules create and
@@ -116,15 +117,15 @@ func isSet(fs *flag.FlagSet, name string) bool {
 // paramOpts are the flags of an algorithm and its parameters, for rules
 // and for overrides that replace a rule's limit.
 type paramOpts struct {
-	algorithm, calendar, timeZone                   *string
-	limit, burst                                    *int64
+	algorithm, calendar, timeZone, adaptation       *string
+	limit, burst, floor                             *int64
 	window, warmUp, maxDelay, granularity, leaseTTL *time.Duration
 	coldFactor                                      *float64
 }
 
 func defineParamOpts(fs *flag.FlagSet) paramOpts {
 	return paramOpts{
-		algorithm:   fs.String("algorithm", "token_bucket", "token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets or concurrency"),
+		algorithm:   fs.String("algorithm", "token_bucket", policy.AlgorithmNames),
 		limit:       fs.Int64("limit", 0, "requests per window"),
 		burst:       fs.Int64("burst", 0, "token bucket and GCRA: capacity (0: the limit)"),
 		window:      days.Flag(fs, "window", 0, "window, e.g. 1m"),
@@ -134,7 +135,9 @@ func defineParamOpts(fs *flag.FlagSet) paramOpts {
 		coldFactor:  fs.Float64("cold-factor", 0, "token bucket with -warm-up: how many times slower the cold rate is (default 3)"),
 		maxDelay:    days.Flag(fs, "max-delay", 0, "leaky bucket: the longest a request may wait in the queue"),
 		granularity: days.Flag(fs, "granularity", 0, "sliding buckets: the width of a bucket"),
-		leaseTTL:    days.Flag(fs, "lease-ttl", 0, "concurrency: how long a lease lasts unless released"),
+		leaseTTL:    days.Flag(fs, "lease-ttl", 0, "concurrency, adaptive_concurrency: how long a lease lasts unless released"),
+		floor:       fs.Int64("floor", 0, "adaptive_concurrency: the least the limit falls to (0: 1); -limit is the most"),
+		adaptation:  fs.String("adaptation", "gradient", "adaptive_concurrency: how the limit is computed, gradient or aimd"),
 	}
 }
 
@@ -185,6 +188,12 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 			p.Granularity = dur(*f.granularity)
 		case "lease-ttl":
 			p.LeaseTtl = dur(*f.leaseTTL)
+		case "floor":
+			p.Floor = *f.floor
+		case "adaptation":
+			v, e := enumFlag(sluicev1.Adaptation_value, "ADAPTATION_", fl)
+			err = cmp.Or(err, e)
+			p.Adaptation = sluicev1.Adaptation(v)
 		}
 	})
 	return err

@@ -7,6 +7,7 @@ package adaptive
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -128,6 +129,11 @@ func (g *Gradient) Next(limit float64, w Window) float64 {
 // NoLoad is the latency without load Gradient estimates.
 func (g *Gradient) NoLoad() time.Duration { return g.noLoad }
 
+// SetNoLoad starts g from the latency without load another measured: an
+// updater taking over from another goes on from its estimate, rather
+// than taking the queued latency of its first window for it.
+func (g *Gradient) SetNoLoad(d time.Duration) { g.noLoad = d }
+
 // AIMD raises the limit by Increase a window while the load reaches it
 // and nothing is dropped, and multiplies it by Backoff when a window has
 // drops, or latency past Threshold.
@@ -169,4 +175,43 @@ func cmpBounds(b Bounds) Bounds {
 		b.Ceiling = math.Inf(1)
 	}
 	return b
+}
+
+// Outcome is how a request guarded by an adaptive limit ended, as its
+// lease's release tells.
+type Outcome uint8
+
+// Outcomes.
+const (
+	// Succeeded: the backend answered; its latency is a sample.
+	Succeeded Outcome = iota
+	// Dropped: it timed out or was refused for overload (a 503, a 429
+	// from the backend), or its lease expired unreleased: a sign of
+	// overload.
+	Dropped
+	// Ignored: it ended early for reasons of its own (the client left, a
+	// 4xx): no sample.
+	Ignored
+)
+
+var outcomeNames = [...]string{"success", "dropped", "ignored"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ParseOutcome returns the outcome named s; "" is Succeeded.
+func ParseOutcome(s string) (Outcome, bool) {
+	if s == "" {
+		return Succeeded, true
+	}
+	for i, n := range outcomeNames {
+		if n == s {
+			return Outcome(i), true
+		}
+	}
+	return Succeeded, false
 }

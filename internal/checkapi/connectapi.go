@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
@@ -175,7 +176,34 @@ func checkRequest(m *sluicev1.CheckRequest) decide.Request {
 	if l := m.GetLimit(); l != nil {
 		req.Limit = &decide.RequestLimit{Requests: l.GetRequests(), Window: l.GetWindow().AsDuration(), Algorithm: policy.Algorithm(l.GetAlgorithm())}
 	}
+	if m.GetRelease() {
+		req.Latency, req.Outcome, _ = releaseSample(true, m.GetLatency().AsDuration(), m.GetOutcome(), "latency") // refuseRelease checked it
+	}
 	return req
+}
+
+// maxLatency bounds the latency a release reports.
+const maxLatency = 24 * time.Hour
+
+// releaseSample checks the latency and outcome a check gives: only with
+// release, the latency from 0 to a day (field names it), the outcome
+// success, dropped or ignored.
+func releaseSample(release bool, latency time.Duration, outcome, field string) (time.Duration, adaptive.Outcome, error) {
+	o, ok := adaptive.ParseOutcome(outcome)
+	var fields []policy.FieldError
+	switch {
+	case !release && (latency != 0 || outcome != ""):
+		fields = append(fields, policy.FieldError{Field: field, Description: "only with release: how the request a lease guarded went"})
+	case latency < 0 || latency > maxLatency:
+		fields = append(fields, policy.FieldError{Field: field, Description: "must be from 0 to 24h"})
+	}
+	if !ok {
+		fields = append(fields, policy.FieldError{Field: "outcome", Description: "must be success, dropped or ignored"})
+	}
+	if fields != nil {
+		return 0, 0, &policy.Error{Code: policy.CodeInvalid, Message: "invalid check", Fields: fields}
+	}
+	return latency, o, nil
 }
 
 // descriptorsFromProto converts a request's descriptors.
@@ -207,6 +235,9 @@ func refuseDuplicateKeys(d policy.Descriptors) error {
 func refuseRelease(m *sluicev1.CheckRequest) error {
 	if m.GetRelease() && m.GetLease() == "" {
 		return errReleaseWithoutLease
+	}
+	if _, _, err := releaseSample(m.GetRelease(), m.GetLatency().AsDuration(), m.GetOutcome(), "latency"); err != nil {
+		return err
 	}
 	return nil
 }

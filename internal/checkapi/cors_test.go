@@ -1,10 +1,11 @@
 package checkapi
 
 import (
-	"github.com/sluicehq/sluice/internal/httpport"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/httpport"
 )
 
 func TestCORSLetsOnlyListedOriginsCallChecks(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -45,6 +46,10 @@ type checkBody struct {
 	// with release set.
 	Lease   string `json:"lease"`
 	Release bool   `json:"release"`
+	// LatencyMS and Outcome, with release, are how the request went
+	// (decide.Request.Latency and Outcome).
+	LatencyMS float64 `json:"latency_ms"`
+	Outcome   string  `json:"outcome"`
 	// Peek asks without consuming (decide.Request.Peek).
 	Peek bool `json:"peek"`
 	// Limit decides the request by this limit alone (decide.Request.Limit).
@@ -112,6 +117,10 @@ func (h *httpAPI) check(ex httpport.Exchange) {
 	req := decide.Request{Tier: body.Tier, Cost: body.Cost, Descriptors: body.descriptors(), Lease: decision.LeaseID(body.Lease), Peek: body.Peek}
 	var err error
 	if req.Limit, err = body.Limit.requestLimit(); err != nil {
+		h.Fail(ex, err)
+		return
+	}
+	if req.Latency, req.Outcome, err = releaseSample(body.Release, time.Duration(body.LatencyMS*float64(time.Millisecond)), body.Outcome, "latency_ms"); err != nil {
 		h.Fail(ex, err)
 		return
 	}

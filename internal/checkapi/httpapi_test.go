@@ -230,6 +230,9 @@ func testCheckRefusesBadRequests(t *testing.T, srv served, key string) {
 		{"limit of two years", key, `{"limit":{"requests":5,"window":"17520h"}}`, 400, "limit.window"},
 		{"limit of no algorithm", key, `{"limit":{"requests":5,"window":"1m","algorithm":"fastest"}}`, 400, "limit.algorithm"},
 		{"limit of concurrency", key, `{"limit":{"requests":5,"window":"1m","algorithm":"concurrency"}}`, 400, "limit.algorithm"},
+		{"a latency without release", key, `{"latency_ms":12}`, 400, "latency_ms"},
+		{"a negative latency", key, `{"lease":"x","release":true,"latency_ms":-1}`, 400, "latency_ms"},
+		{"an unknown outcome", key, `{"lease":"x","release":true,"latency_ms":5,"outcome":"fine"}`, 400, "outcome"},
 	}
 	for _, tt := range tests {
 		resp, m := post(t, srv, "/v1/check", tt.key, tt.body)
@@ -325,8 +328,8 @@ func testLeases(t *testing.T, srv served, key string) {
 	if s := status(`{"descriptors":{"client_id":"b"}}`); s != 429 {
 		t.Fatalf("a second check naming no lease while the first holds it: %d", s)
 	}
-	if s := status(`{"descriptors":{"client_id":"b"},"lease":"` + lease + `","release":true}`); s != 200 {
-		t.Fatalf("release of %s: %d", lease, s)
+	if s := status(`{"descriptors":{"client_id":"b"},"lease":"` + lease + `","release":true,"latency_ms":12.5,"outcome":"dropped"}`); s != 200 {
+		t.Fatalf("release of %s, with how its request went: %d", lease, s)
 	}
 	if resp, m := post(t, srv, "/v1/check", key, `{"descriptors":{"client_id":"b"}}`); resp.StatusCode != 200 || m["lease"] == lease {
 		t.Fatalf("after the release: %d, lease %v (the first %s)", resp.StatusCode, m["lease"], lease)

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/decision"
 	"github.com/sluicehq/sluice/internal/events"
 	"github.com/sluicehq/sluice/internal/flagenv"
+	"github.com/sluicehq/sluice/internal/fleet"
 	"github.com/sluicehq/sluice/internal/follower"
 	"github.com/sluicehq/sluice/internal/gen/sluice/v1/sluicev1connect"
 	"github.com/sluicehq/sluice/internal/grpcserve"
@@ -139,6 +140,13 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 			silent = func() []string { return rep.Table().Silent(time.Now()) }
 			replicator = rep
 		}
+	}
+	var adaptive *fleet.Fleet
+	if redisEngine != nil { // adaptive concurrency rules: one limit for the fleet
+		adaptive = fleet.New(fleet.Config{Client: redisEngine.Client(), Prefix: cfg.RedisPrefix, Adapter: redisEngine,
+			Name: cfg.Name + "/" + strconv.FormatInt(decide.NewLease(), 36), Logger: logger})
+		opts.Adaptive = adaptive
+		go adaptive.Run(bctx)
 	}
 	decider := decide.NewDecider(opts)
 	if redisEngine != nil { // resets made by other deciders

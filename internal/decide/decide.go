@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -47,6 +48,21 @@ type Options struct {
 	// global rules (policy.ScopeGlobal); nil holds each rule in this
 	// region alone.
 	Global Global
+	// Adaptive keeps the fleet's limits of adaptive concurrency rules
+	// (package fleet); nil holds each at its ceiling.
+	Adaptive Adaptive
+}
+
+// Adaptive is a decider's part in the fleet's adaptive concurrency limits
+// (package fleet's Fleet).
+type Adaptive interface {
+	// Params is p, an adaptive rule's parameters, with the fleet's limit
+	// of key as its limit, and their limiter.
+	Params(key string, p policy.Params) (policy.Params, *limit.Limiter)
+	// Decided notes what the counters answered a decision on key.
+	Decided(key string, r limit.Result)
+	// Released takes the sample of a lease released on key.
+	Released(key string, latency time.Duration, o adaptive.Outcome)
 }
 
 // Global is a decider's view of the other regions' counts of global rules
@@ -335,6 +351,13 @@ func (d *Decider) finish(ctx context.Context, c *Compiled, p *prepared) (Decisio
 	}
 	if allowed && sel.leases && !req.Peek {
 		dec.Lease = p.lease
+	}
+	if sel.adaptive && d.opts.Adaptive != nil && !dec.Degraded && !req.Peek {
+		for i := range reqs {
+			if params[i].Algorithm == policy.AdaptiveConcurrency {
+				d.opts.Adaptive.Decided(reqs[i].Key, res[i])
+			}
+		}
 	}
 	if p.cache && !allowed && !dec.Degraded && !req.Peek {
 		now := d.opts.Now().UnixMicro()

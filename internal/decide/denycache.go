@@ -35,7 +35,7 @@ func newDenyCache(size int) *denyCache {
 
 // cacheable reports whether a rejection under p is exact until its RetryAfter.
 func cacheable(p policy.Params) bool {
-	return p.Algorithm != policy.Concurrency && p.WarmUp == 0
+	return !p.Algorithm.Leases() && p.WarmUp == 0
 }
 
 // lookup returns the remembered rejection of key for cost at now, with its

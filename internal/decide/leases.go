@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 
+	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -47,7 +48,7 @@ func (d *Decider) Renew(ctx context.Context, c *Compiled, req Request, dec Decis
 		return true, nil
 	}
 	req.Lease = dec.Lease
-	leases, err := d.leasesOf(c, req)
+	leases, err := d.leasesOf(c, req, false)
 	if err != nil || len(leases) == 0 {
 		return err == nil, err
 	}
@@ -62,8 +63,10 @@ func (d *Decider) Renew(ctx context.Context, c *Compiled, req Request, dec Decis
 // errNotRenewed answers a renewal the counters did not make.
 var errNotRenewed = &policy.Error{Code: policy.CodeUnavailable, Message: "the lease could not be renewed now; it ends at its TTL"}
 
-// leasesOf returns the counter requests of req's concurrency rules.
-func (d *Decider) leasesOf(c *Compiled, req Request) ([]limit.Request, error) {
+// leasesOf returns the counter requests of req's concurrency rules, and
+// gives the samples of its adaptive ones, when req is a release that
+// tells how its request went.
+func (d *Decider) leasesOf(c *Compiled, req Request, release bool) ([]limit.Request, error) {
 	if err := req.Descriptors.Validate(); err != nil {
 		return nil, err
 	}
@@ -73,8 +76,12 @@ func (d *Decider) leasesOf(c *Compiled, req Request) ([]limit.Request, error) {
 	}
 	var leases []limit.Request
 	for i, r := range sel.reqs {
-		if sel.params[i].Algorithm == policy.Concurrency {
+		if sel.params[i].Algorithm.Leases() {
 			leases = append(leases, r)
+		}
+		if release && sel.params[i].Algorithm == policy.AdaptiveConcurrency && d.opts.Adaptive != nil &&
+			(req.Latency > 0 || req.Outcome != adaptive.Succeeded) {
+			d.opts.Adaptive.Released(r.Key, req.Latency, req.Outcome)
 		}
 	}
 	return leases, nil
@@ -82,7 +89,7 @@ func (d *Decider) leasesOf(c *Compiled, req Request) ([]limit.Request, error) {
 
 // release is Release, asking the counters unless localOnly.
 func (d *Decider) release(ctx context.Context, c *Compiled, req Request, localOnly bool) error {
-	leases, err := d.leasesOf(c, req)
+	leases, err := d.leasesOf(c, req, true)
 	if err != nil || len(leases) == 0 {
 		return err
 	}

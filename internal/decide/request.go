@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -35,6 +36,11 @@ type Request struct {
 	// other requests of the same call replace (Rule.Replaces), as
 	// Decider.Replacing tells.
 	Replaced map[string]bool
+	// Latency and Outcome, on a release, are how the request the lease
+	// guarded went: the samples adaptive concurrency rules learn from.
+	// A release giving no latency and succeeded is no sample.
+	Latency time.Duration
+	Outcome adaptive.Outcome
 }
 
 // RequestLimit is a limit a request brings with it: Requests per Window.

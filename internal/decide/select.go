@@ -97,8 +97,9 @@ type selection struct {
 	// blocks is set when a rule picked blocks (Rule.Block): only then
 	// does a decision look for them.
 	blocks bool
-	// leases is set when a rule picked is a concurrency rule.
-	leases bool
+	// leases is set when a rule picked is a concurrency rule; adaptive
+	// when one is an adaptive one.
+	leases, adaptive bool
 	// global is set when a rule picked holds across regions
 	// (policy.ScopeGlobal).
 	global bool
@@ -183,11 +184,16 @@ func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, 
 			}
 		}
 		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
-		sel.reqs = append(sel.reqs, limit.Request{Key: string(key), Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
+		ks := string(key)
+		if p.Algorithm == policy.AdaptiveConcurrency && d.opts.Adaptive != nil {
+			p, lim = d.opts.Adaptive.Params(ks, p)
+			sel.adaptive = true
+		}
+		sel.reqs = append(sel.reqs, limit.Request{Key: ks, Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
 		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, p)
 		sel.blocks = sel.blocks || rule.Block
-		sel.leases = sel.leases || p.Algorithm == policy.Concurrency
+		sel.leases = sel.leases || p.Algorithm.Leases()
 		sel.global = sel.global || rule.Scope == policy.ScopeGlobal
 		if r.Exact {
 			exact++

@@ -1,9 +1,16 @@
 package limit
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
 
 // Concurrency state: T = last time seen; Ext holds (lease, expiry µs, cost)
-// triples in the order they were taken or renewed.
+// triples in the order they were taken or renewed. An adaptive limiter's X
+// is the fleet's limit its updater last set (0: none, the limiter's own
+// stands), and Y counts the leases that expired unreleased since the
+// updater last took them (Taken): requests dropped.
 
 // acquire takes a lease of a.Cost units for a.Lease, or renews it when the
 // lease is already held (its cost unchanged): retries are idempotent.
@@ -15,29 +22,39 @@ func (l *Limiter) acquire(s *State, a Args, buf []int64, r *Result) {
 	for i := 2; i < len(leases); i += 3 {
 		inflight += leases[i]
 	}
+	limit, x, y := l.limit, 0.0, 0.0
+	if l.alg == policy.AdaptiveConcurrency {
+		x, y = s.X, s.Y+float64(expired(s.Ext, now))
+		if x > 0 {
+			limit = int64(x)
+		}
+	}
 	*r = Result{Limit: l.shown}
+	if l.alg == policy.AdaptiveConcurrency {
+		r.Limit = limit
+	}
 	switch {
-	case held || inflight+a.Cost <= l.limit:
+	case held || inflight+a.Cost <= limit:
 		r.Allowed = true
 		if !held {
 			cost = a.Cost
 		}
 		inflight += cost
 		leases = append(leases, a.Lease, now+l.leaseTTL, cost)
-		*s = State{T: now, Ext: leases}
+		*s = State{T: now, X: x, Y: y, Ext: leases}
 	default:
 		// Leases end by their expiry at the latest; earlier on release.
 		freed, at := int64(0), int64(0)
 		for i := 0; i < len(leases); i += 3 {
 			freed += leases[i+2]
 			at = max(at, leases[i+1])
-			if inflight-freed+a.Cost <= l.limit {
+			if inflight-freed+a.Cost <= limit {
 				r.RetryAfter = time.Duration(at-now) * time.Microsecond
 				break
 			}
 		}
 	}
-	r.Remaining = l.limit - inflight
+	r.Remaining = limit - inflight
 	for i := 1; i < len(leases); i += 3 {
 		r.ResetAfter = max(r.ResetAfter, time.Duration(leases[i]-now)*time.Microsecond)
 	}
@@ -47,7 +64,21 @@ func (l *Limiter) acquire(s *State, a Args, buf []int64, r *Result) {
 // releasing an unknown or expired lease changes nothing else.
 func (l *Limiter) Release(s State, now int64, lease int64, buf []int64) State {
 	now = effectiveNow(s.T, now)
+	if l.alg == policy.AdaptiveConcurrency {
+		return State{T: now, X: s.X, Y: s.Y + float64(expired(s.Ext, now)), Ext: liveLeases(buf[:0], s.Ext, now, lease)}
+	}
 	return State{T: now, Ext: liveLeases(buf[:0], s.Ext, now, lease)}
+}
+
+// expired counts the leases of ext that expired by now.
+func expired(ext []int64, now int64) int {
+	n := 0
+	for i := 1; i < len(ext); i += 3 {
+		if ext[i] <= now {
+			n++
+		}
+	}
+	return n
 }
 
 // liveLeases appends to dst the leases of ext that have not expired at now,

@@ -126,7 +126,7 @@ func Compile(p policy.Params) (*Limiter, error) {
 		l.perUS = 1 / l.interval
 	}
 	l.tau = float64(l.capacity) * l.interval
-	l.ext = p.Algorithm == policy.SlidingLog || p.Algorithm == policy.SlidingBuckets || p.Algorithm == policy.Concurrency
+	l.ext = p.Algorithm == policy.SlidingLog || p.Algorithm == policy.SlidingBuckets || p.Algorithm.Leases()
 	l.shown = l.capacity
 	switch p.Algorithm {
 	case policy.LeakyBucket:
@@ -226,7 +226,7 @@ func (l *Limiter) step(s *State, a Args, buf []int64, r *Result) {
 		l.slidingBuckets(s, a, buf, r)
 	case policy.SlidingLog:
 		l.slidingLog(s, a, buf, r)
-	case policy.Concurrency:
+	case policy.Concurrency, policy.AdaptiveConcurrency:
 		l.acquire(s, a, buf, r)
 	default:
 		panic("limit: unknown algorithm " + l.alg.String()) // Compile admits only known ones

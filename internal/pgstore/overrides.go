@@ -25,6 +25,8 @@ type paramsJSON struct {
 	LeaseTTLUS int64   `json:"lease_ttl_us,omitempty"`
 	Calendar   string  `json:"calendar,omitempty"`
 	TimeZone   string  `json:"time_zone,omitempty"`
+	Floor      int64   `json:"floor,omitempty"`
+	Adaptation string  `json:"adaptation,omitempty"`
 }
 
 func paramsToJSON(p *policy.Params) *paramsJSON {
@@ -34,7 +36,7 @@ func paramsToJSON(p *policy.Params) *paramsJSON {
 	return &paramsJSON{Algorithm: p.Algorithm.String(), Limit: p.Limit, WindowUS: p.Window.Microseconds(), Burst: p.Burst,
 		WarmUpUS: p.WarmUp.Microseconds(), ColdFactor: p.ColdFactor, MaxDelayUS: p.MaxDelay.Microseconds(),
 		GranularUS: p.Granularity.Microseconds(), LeaseTTLUS: p.LeaseTTL.Microseconds(), Calendar: p.Calendar.String(),
-		TimeZone: p.TimeZone}
+		TimeZone: p.TimeZone, Floor: p.Floor, Adaptation: p.Adaptation.String()}
 }
 
 func (j *paramsJSON) params() *policy.Params {
@@ -43,10 +45,11 @@ func (j *paramsJSON) params() *policy.Params {
 	}
 	alg, _ := policy.ParseAlgorithm(j.Algorithm)
 	cal, _ := policy.ParseCalendar(j.Calendar) // written by paramsToJSON: a known name
+	adapt, _ := policy.ParseAdaptation(j.Adaptation)
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	return &policy.Params{Algorithm: alg, Limit: j.Limit, Window: us(j.WindowUS), Burst: j.Burst, WarmUp: us(j.WarmUpUS),
 		ColdFactor: j.ColdFactor, MaxDelay: us(j.MaxDelayUS), Granularity: us(j.GranularUS), LeaseTTL: us(j.LeaseTTLUS), Calendar: cal,
-		TimeZone: j.TimeZone}
+		TimeZone: j.TimeZone, Floor: j.Floor, Adaptation: adapt}
 }
 
 func scanOverride(row pgx.Row) (policy.Override, error) {

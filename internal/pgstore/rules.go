@@ -156,7 +156,7 @@ type matchJSON struct {
 }
 
 const ruleColumns = `id::text, tier_id::text, name, match, key_by, algorithm, lim, window_us, burst, warm_up_us,
-	cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope`
+	cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation`
 
 // storedRule is a rule with the tier holding it.
 type storedRule struct {
@@ -167,10 +167,10 @@ type storedRule struct {
 func scanRule(row pgx.Row) (storedRule, error) {
 	var r storedRule
 	var match []matchJSON
-	var alg, mode, cal, scope string
+	var alg, mode, cal, scope, adapt string
 	var window, warm, delay, gran, ttl, sync int64
 	err := row.Scan(&r.ID, &r.tierID, &r.Name, &match, &r.KeyBy, &alg, &r.Limit, &window, &r.Burst, &warm,
-		&r.ColdFactor, &delay, &gran, &ttl, &r.Shadow, &mode, &r.Enabled, &sync, &r.Exact, &r.Block, &r.Replaces, &cal, &r.TimeZone, &r.Message, &r.Quota, &scope)
+		&r.ColdFactor, &delay, &gran, &ttl, &r.Shadow, &mode, &r.Enabled, &sync, &r.Exact, &r.Block, &r.Replaces, &cal, &r.TimeZone, &r.Message, &r.Quota, &scope, &r.Floor, &adapt)
 	if err != nil {
 		return r, err
 	}
@@ -184,6 +184,7 @@ func scanRule(row pgx.Row) (storedRule, error) {
 	r.FailureMode, _ = policy.ParseFailureMode(mode)
 	r.Calendar, _ = policy.ParseCalendar(cal)
 	r.Scope, _ = policy.ParseScope(scope)
+	r.Adaptation, _ = policy.ParseAdaptation(adapt)
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	r.Window, r.WarmUp, r.MaxDelay, r.Granularity, r.LeaseTTL = us(window), us(warm), us(delay), us(gran), us(ttl)
 	r.Sync = us(sync)
@@ -210,7 +211,7 @@ func ruleArgs(r policy.Rule) ([]any, error) {
 	}
 	return []any{r.Name, mj, keyBy, r.Algorithm.String(), r.Limit, r.Window.Microseconds(), r.Burst, r.WarmUp.Microseconds(),
 		r.ColdFactor, r.MaxDelay.Microseconds(), r.Granularity.Microseconds(), r.LeaseTTL.Microseconds(), r.Shadow,
-		r.FailureMode.String(), r.Enabled, r.Sync.Microseconds(), r.Exact, r.Block, replaces, r.Calendar.String(), r.TimeZone, r.Message, r.Quota, r.Scope.String()}, nil
+		r.FailureMode.String(), r.Enabled, r.Sync.Microseconds(), r.Exact, r.Block, replaces, r.Calendar.String(), r.TimeZone, r.Message, r.Quota, r.Scope.String(), r.Floor, r.Adaptation.String()}, nil
 }
 
 // listRules returns the tenant's rules (of one tier, unless tierID is ""),
@@ -278,8 +279,8 @@ func (s *Store) CreateRule(ctx context.Context, actor policy.Actor, tenantID, ti
 			return change{}, policy.Errorf(policy.CodeResourceExhausted, "a tier holds at most %d rules", policy.MaxRulesPerTier)
 		}
 		err = tx.QueryRow(ctx, `INSERT INTO rules (tenant_id, tier_id, position, name, match, key_by, algorithm, lim, window_us,
-			burst, warm_up_us, cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27) RETURNING id::text`,
+			burst, warm_up_us, cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) RETURNING id::text`,
 			append([]any{tenantID, tierID, n}, args...)...).Scan(&r.ID)
 		if err != nil {
 			return change{}, translate(err, "rule")
@@ -313,7 +314,7 @@ func (s *Store) UpdateRule(ctx context.Context, actor policy.Actor, tenantID str
 		}
 		_, err = tx.Exec(ctx, `UPDATE rules SET name = $3, match = $4, key_by = $5, algorithm = $6, lim = $7, window_us = $8,
 			burst = $9, warm_up_us = $10, cold_factor = $11, max_delay_us = $12, granularity_us = $13, lease_ttl_us = $14,
-			shadow = $15, failure_mode = $16, enabled = $17, sync_us = $18, exact = $19, block = $20, replaces = $21, calendar = $22, time_zone = $23, message = $24, quota = $25, scope = $26,
+			shadow = $15, failure_mode = $16, enabled = $17, sync_us = $18, exact = $19, block = $20, replaces = $21, calendar = $22, time_zone = $23, message = $24, quota = $25, scope = $26, floor = $27, adaptation = $28,
 			updated_at = now() WHERE id = $1 AND tenant_id = $2`,
 			append([]any{r.ID, tenantID}, args...)...)
 		if err != nil {

@@ -197,6 +197,18 @@ func TestTiersAndRules(t *testing.T) {
 	if rules, err := s.ListRules(ctx, acme.ID, pro.ID); err != nil || rules[len(rules)-1].Scope != policy.ScopeGlobal || rules[0].Scope != policy.ScopeRegion {
 		t.Fatalf("scope round trip: %+v %v", rules, err)
 	}
+	// An adaptive concurrency rule's floor and adaptation round-trip.
+	backend := rule("backend", 500)
+	backend.Algorithm, backend.Burst, backend.Window, backend.LeaseTTL, backend.Floor, backend.Adaptation = policy.AdaptiveConcurrency, 0, time.Second, time.Minute, 4, policy.AdaptAIMD
+	if backend, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, backend); err != nil {
+		t.Fatal(err)
+	}
+	if rules, err := s.ListRules(ctx, acme.ID, pro.ID); err != nil || rules[len(rules)-1].Params != backend.Params {
+		t.Fatalf("adaptive round trip: %+v %v, want %+v", rules[len(rules)-1].Params, err, backend.Params)
+	}
+	if _, err := s.DeleteRule(ctx, op, acme.ID, backend.ID); err != nil {
+		t.Fatal(err)
+	}
 	monthly.Calendar, monthly.TimeZone = policy.CalendarDay, "Europe/Berlin" // a day from midnight in Berlin
 	monthly.Message = "Täglich 1.000 Anfragen: https://example.com/preise"
 	if _, err := s.UpdateRule(ctx, op, acme.ID, monthly, ""); err != nil {

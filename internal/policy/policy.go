@@ -6,6 +6,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 	_ "time/tzdata" // the zones of Params.TimeZone, on hosts without a database
@@ -42,10 +43,57 @@ const (
 	// Concurrency limits leases in flight; each lease expires after LeaseTTL
 	// unless released.
 	Concurrency
+	// AdaptiveConcurrency limits leases in flight as Concurrency does, to a
+	// limit computed every Window from the latency and outcomes the
+	// requests show (Adaptation), between Floor and Limit: a limit that
+	// finds a backend's capacity, one for the whole fleet.
+	AdaptiveConcurrency
 	algorithmCount
 )
 
-var algorithmNames = [...]string{"unspecified", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window", "sliding_buckets", "concurrency"}
+var algorithmNames = [...]string{"unspecified", "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log", "sliding_window", "sliding_buckets", "concurrency", "adaptive_concurrency"}
+
+// Leases reports whether a holds leases, released by the caller.
+func (a Algorithm) Leases() bool { return a == Concurrency || a == AdaptiveConcurrency }
+
+// Adaptation is how an AdaptiveConcurrency rule computes its limit.
+type Adaptation uint8
+
+// Adaptations. Their values are stored: never renumber them.
+const (
+	// AdaptGradient compares the latency without load with the current
+	// one, and shrinks the limit as requests queue.
+	AdaptGradient Adaptation = iota
+	// AdaptAIMD adds one a window while nothing is dropped and cuts the
+	// limit by a tenth when requests are.
+	AdaptAIMD
+	adaptationCount
+)
+
+var adaptationNames = [...]string{"gradient", "aimd"}
+
+func (a Adaptation) String() string {
+	if int(a) < len(adaptationNames) {
+		return adaptationNames[a]
+	}
+	return fmt.Sprintf("adaptation(%d)", a)
+}
+
+// ParseAdaptation returns the adaptation named s; "" is AdaptGradient.
+func ParseAdaptation(s string) (Adaptation, error) {
+	if s == "" {
+		return AdaptGradient, nil
+	}
+	for i, n := range adaptationNames {
+		if n == s {
+			return Adaptation(i), nil
+		}
+	}
+	return AdaptGradient, Errorf(CodeInvalid, "unknown adaptation %q: gradient or aimd", s)
+}
+
+// AlgorithmNames lists the algorithms' names, for messages.
+var AlgorithmNames = strings.Join(algorithmNames[1:], ", ")
 
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
@@ -238,9 +286,11 @@ var locations sync.Map // name → *time.Location
 type Params struct {
 	Algorithm Algorithm
 	// Limit is the number of cost units per Window (the rate Limit/Window
-	// for bucket algorithms), or the units in flight for Concurrency.
+	// for bucket algorithms), or the units in flight for Concurrency, or
+	// the most AdaptiveConcurrency's limit may reach (its ceiling).
 	Limit int64
-	// Window is the period of Limit. Resolution is one microsecond.
+	// Window is the period of Limit; AdaptiveConcurrency computes its
+	// limit again every Window. Resolution is one microsecond.
 	Window time.Duration
 	// Calendar (FixedWindow only) makes the windows calendar days,
 	// weeks, months or years in place of Window, which is then 0.
@@ -263,9 +313,26 @@ type Params struct {
 	// Granularity (SlidingBuckets only) is the sub-bucket width; Window
 	// must be a multiple of it.
 	Granularity time.Duration
-	// LeaseTTL (Concurrency only) is how long a lease lives unless released.
+	// LeaseTTL (Concurrency, AdaptiveConcurrency) is how long a lease
+	// lives unless released. An adaptive rule's lease that expires counts
+	// as a request dropped.
 	LeaseTTL time.Duration
+	// Floor (AdaptiveConcurrency only) is the least its limit falls to; 0
+	// means 1, so that a backend that takes one request at a time is
+	// protected.
+	Floor int64
+	// Adaptation (AdaptiveConcurrency only) is how the limit is computed.
+	Adaptation Adaptation
 }
+
+// AdaptiveWindow bounds an AdaptiveConcurrency rule's Window.
+const (
+	MinAdaptiveWindow = 100 * time.Millisecond
+	MaxAdaptiveWindow = time.Minute
+)
+
+// LeastLimit is an AdaptiveConcurrency rule's floor (Floor, else 1).
+func (p Params) LeastLimit() int64 { return max(p.Floor, 1) }
 
 // WithLimit is p with its limit set to limit and its burst, when it has
 // one, grown or shrunk in proportion, so that a client given ten times a
@@ -312,6 +379,8 @@ func (p Params) Inherit(base Params) Params {
 	given(&out.MaxDelay, p.MaxDelay)
 	given(&out.Granularity, p.Granularity)
 	given(&out.LeaseTTL, p.LeaseTTL)
+	given(&out.Floor, p.Floor)
+	given(&out.Adaptation, p.Adaptation)
 	return out
 }
 
@@ -383,11 +452,11 @@ func (p Params) Validate() error {
 
 func (p Params) validate(fe fieldErrors) {
 	if p.Algorithm == AlgorithmUnspecified || p.Algorithm >= algorithmCount {
-		fe.add("algorithm", "must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency")
+		fe.add("algorithm", "must be one of %s", AlgorithmNames)
 		return
 	}
 	maxLimit := int64(MaxLimit)
-	if p.Algorithm == SlidingLog || p.Algorithm == Concurrency {
+	if p.Algorithm == SlidingLog || p.Algorithm.Leases() {
 		maxLimit = MaxLogLimit
 	}
 	if p.Limit < 1 || p.Limit > maxLimit {
@@ -403,6 +472,8 @@ func (p Params) validate(fe fieldErrors) {
 		if p.Window != 0 {
 			fe.add("window", "must be empty with a calendar window (the window is the calendar %s)", p.Calendar)
 		}
+	case p.Algorithm == AdaptiveConcurrency:
+		checkDuration(fe, "window", p.Window, MinAdaptiveWindow, MaxAdaptiveWindow)
 	case p.Algorithm != Concurrency:
 		checkDuration(fe, "window", p.Window, MinWindow, MaxWindow)
 	case p.Window != 0:
@@ -469,10 +540,25 @@ func (p Params) validate(fe fieldErrors) {
 	} else if p.Granularity != 0 {
 		fe.add("granularity", "applies only to sliding_buckets")
 	}
-	if p.Algorithm == Concurrency {
+	if p.Algorithm.Leases() {
 		checkDuration(fe, "lease_ttl", p.LeaseTTL, time.Millisecond, MaxLeaseTTL)
 	} else if p.LeaseTTL != 0 {
-		fe.add("lease_ttl", "applies only to concurrency")
+		fe.add("lease_ttl", "applies only to concurrency and adaptive_concurrency")
+	}
+	if p.Algorithm == AdaptiveConcurrency {
+		if p.Floor < 0 || p.Floor > p.Limit {
+			fe.add("floor", "must be between 0 (1) and the limit, the ceiling (%d)", p.Limit)
+		}
+		if p.Adaptation >= adaptationCount {
+			fe.add("adaptation", "must be gradient or aimd")
+		}
+	} else {
+		if p.Floor != 0 {
+			fe.add("floor", "applies only to adaptive_concurrency")
+		}
+		if p.Adaptation != AdaptGradient {
+			fe.add("adaptation", "applies only to adaptive_concurrency")
+		}
 	}
 }
 

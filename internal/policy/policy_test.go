@@ -74,6 +74,16 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 		}, []string{"granularity"}},
 		{"concurrency with a window", func(r *Rule) { r.Algorithm, r.LeaseTTL = Concurrency, time.Second }, []string{"window"}},
 		{"concurrency without ttl", func(r *Rule) { r.Algorithm, r.Window = Concurrency, 0 }, []string{"lease_ttl"}},
+		{"adaptive concurrency", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.LeaseTTL, r.Floor, r.Adaptation = AdaptiveConcurrency, 0, 100*time.Millisecond, time.Minute, 2, AdaptAIMD
+		}, nil},
+		{"adaptive concurrency, its window too short", func(r *Rule) {
+			r.Algorithm, r.Burst, r.Window, r.LeaseTTL = AdaptiveConcurrency, 0, 10*time.Millisecond, time.Minute
+		}, []string{"window"}},
+		{"adaptive concurrency, its floor over its ceiling", func(r *Rule) {
+			r.Algorithm, r.Burst, r.LeaseTTL, r.Floor, r.Adaptation = AdaptiveConcurrency, 0, time.Minute, r.Limit+1, 7
+		}, []string{"floor", "adaptation"}},
+		{"a floor elsewhere", func(r *Rule) { r.Floor, r.Adaptation = 1, AdaptAIMD }, []string{"floor", "adaptation"}},
 		{"a calendar month", func(r *Rule) { r.Algorithm, r.Burst, r.Window, r.Calendar = FixedWindow, 0, 0, CalendarMonth }, nil},
 		{"a calendar window and a window", func(r *Rule) { r.Algorithm, r.Burst, r.Calendar = FixedWindow, 0, CalendarYear }, []string{"window"}},
 		{"a calendar token bucket", func(r *Rule) { r.Window, r.Calendar = 0, CalendarWeek }, []string{"calendar"}},

@@ -132,7 +132,26 @@ func ParamsToProto(p policy.Params) *sluicev1.LimitParams {
 	d := durationToProto
 	return &sluicev1.LimitParams{Algorithm: sluicev1.Algorithm(p.Algorithm), Limit: p.Limit, Window: d(p.Window), Burst: p.Burst,
 		WarmUp: d(p.WarmUp), ColdFactor: p.ColdFactor, MaxDelay: d(p.MaxDelay), Granularity: d(p.Granularity), LeaseTtl: d(p.LeaseTTL),
-		Calendar: sluicev1.Calendar(p.Calendar), TimeZone: p.TimeZone}
+		Calendar: sluicev1.Calendar(p.Calendar), TimeZone: p.TimeZone, Floor: p.Floor, Adaptation: adaptationToProto(p.Adaptation)}
+}
+
+func adaptationToProto(a policy.Adaptation) sluicev1.Adaptation {
+	if a == policy.AdaptGradient {
+		return sluicev1.Adaptation_ADAPTATION_UNSPECIFIED
+	}
+	return sluicev1.Adaptation(a + 1)
+}
+
+// adaptationFromProto reads ADAPTATION_UNSPECIFIED as gradient, and an
+// unknown value as one validation refuses.
+func adaptationFromProto(a sluicev1.Adaptation) policy.Adaptation {
+	switch {
+	case a == sluicev1.Adaptation_ADAPTATION_UNSPECIFIED:
+		return policy.AdaptGradient
+	case a < 0 || a > 255:
+		return 255
+	}
+	return policy.Adaptation(a - 1)
 }
 
 func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
@@ -148,7 +167,7 @@ func ParamsFromProto(p *sluicev1.LimitParams) policy.Params {
 	return policy.Params{Algorithm: alg, Limit: p.GetLimit(), Window: d(p.GetWindow()), Burst: p.GetBurst(),
 		WarmUp: d(p.GetWarmUp()), ColdFactor: p.GetColdFactor(), MaxDelay: d(p.GetMaxDelay()),
 		Granularity: d(p.GetGranularity()), LeaseTTL: d(p.GetLeaseTtl()), Calendar: cal,
-		TimeZone: p.GetTimeZone()}
+		TimeZone: p.GetTimeZone(), Floor: p.GetFloor(), Adaptation: adaptationFromProto(p.GetAdaptation())}
 }
 
 // ts is t as a timestamp, nil for the zero time.

@@ -20,11 +20,13 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	leaky := policy.Rule{ID: "r2", Name: "queue", Enabled: true, FailureMode: policy.FailClosed,
 		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}}
 	lease := policy.Rule{ID: "r3", Name: "lease", Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 3, LeaseTTL: time.Minute}}
+	adaptive := policy.Rule{ID: "r6", Name: "adaptive", Enabled: true, Params: policy.Params{Algorithm: policy.AdaptiveConcurrency, Limit: 500,
+		Window: time.Second, LeaseTTL: time.Minute, Floor: 3, Adaptation: policy.AdaptAIMD}}
 	buckets := policy.Rule{ID: "r4", Name: "buckets", Params: policy.Params{Algorithm: policy.SlidingBuckets, Limit: 7, Window: time.Minute, Granularity: time.Second}}
 	in := &policy.Snapshot{
 		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free", Status: policy.TenantSuspended, Shadow: true},
 		Version: 42,
-		Tiers:   []policy.Tier{{ID: "tier1", Name: "free", Rules: []policy.Rule{rule, leaky, lease, buckets, global}}},
+		Tiers:   []policy.Tier{{ID: "tier1", Name: "free", Rules: []policy.Rule{rule, leaky, lease, buckets, global, adaptive}}},
 		Overrides: []policy.Override{
 			{ID: "o1", Key: "user", Identifier: "vip-*", Tier: "free", ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)},
 			{ID: "o2", Key: "user", Identifier: "partner", RuleID: "r1", Params: &policy.Params{Algorithm: policy.FixedWindow, Limit: 5, Window: time.Hour}},

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/time/rate"
 
+	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/clientip"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
@@ -221,7 +222,14 @@ func New(cfg Config) http.Handler {
 			// is forwarded: until its response (or upgraded connection)
 			// ends. A gateway asking for forward auth tells nothing of the
 			// end: its leases end at their TTL.
-			defer cfg.release(r.Context(), c, req, dec)
+			// How the upstream answered is the release's sample, for
+			// adaptive concurrency rules.
+			smp := &sample{start: time.Now()}
+			r = r.WithContext(context.WithValue(r.Context(), sampleKey{}, smp))
+			defer func() {
+				req.Latency, req.Outcome = smp.latency, smp.outcome
+				cfg.release(r.Context(), c, req, dec)
+			}()
 			defer cfg.keepLeases(r.Context(), c, req, dec)() // renewed while it lasts: a websocket may outlive a TTL
 		}
 		if delay := maxDelay(dec); delay > 0 {
@@ -265,7 +273,7 @@ func (cfg *Config) release(ctx context.Context, c *decide.Compiled, req decide.R
 func (cfg *Config) keepLeases(ctx context.Context, c *decide.Compiled, req decide.Request, dec decide.Decision) (stop func()) {
 	var ttl time.Duration
 	for i := range dec.Rules {
-		if p := dec.Rules[i].InForce(); p.Algorithm == policy.Concurrency && p.LeaseTTL > 0 && (ttl == 0 || p.LeaseTTL < ttl) {
+		if p := dec.Rules[i].InForce(); p.Algorithm.Leases() && p.LeaseTTL > 0 && (ttl == 0 || p.LeaseTTL < ttl) {
 			ttl = p.LeaseTTL
 		}
 	}
@@ -352,7 +360,13 @@ func newReverseProxy(cfg Config) *httputil.ReverseProxy {
 		Transport:     cfg.Transport,
 		FlushInterval: -1, // stream responses as they come
 		BufferPool:    &copyBuffers{},
-		ErrorHandler:  upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
+		ModifyResponse: func(resp *http.Response) error {
+			if smp, ok := resp.Request.Context().Value(sampleKey{}).(*sample); ok {
+				smp.answered(resp.StatusCode)
+			}
+			return nil
+		},
+		ErrorHandler: upstreamFailed(cfg.API.Logger, cfg.API.Metrics, cfg.Upstream.String()),
 		// What ErrorHandler does not see (an answer broken off while its
 		// body streams) httputil logs here.
 		ErrorLog: slog.NewLogLogger(cfg.API.Logger.Handler(), slog.LevelWarn),
@@ -394,6 +408,14 @@ func upstreamFailed(log *slog.Logger, m *decision.Metrics, upstream string) func
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		ex := httpport.Std(w, r)
 		var ne net.Error
+		smp, _ := r.Context().Value(sampleKey{}).(*sample)
+		switch {
+		case smp == nil:
+		case r.Context().Err() != nil:
+			smp.outcome = adaptive.Ignored // the client left
+		default:
+			smp.latency, smp.outcome = time.Since(smp.start), adaptive.Dropped
+		}
 		switch {
 		case r.Context().Err() != nil:
 			m.UpstreamError("canceled")
@@ -526,4 +548,25 @@ func CertName(c *x509.Certificate) string {
 		return c.EmailAddresses[0]
 	}
 	return c.Subject.CommonName
+}
+
+// sample is how the upstream answered a request holding a lease: what
+// its release tells adaptive concurrency rules.
+type sample struct {
+	start   time.Time
+	latency time.Duration
+	outcome adaptive.Outcome
+}
+
+type sampleKey struct{}
+
+// answered takes the upstream's answer of status, its headers in: the
+// latency to them; a 429, 503 or 504 is the upstream refusing for
+// overload, or timing out behind it, a request dropped.
+func (s *sample) answered(status int) {
+	s.latency = time.Since(s.start)
+	switch status {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		s.outcome = adaptive.Dropped
+	}
 }

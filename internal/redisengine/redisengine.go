@@ -363,6 +363,30 @@ func (e *Engine) Release(ctx context.Context, reqs []limit.Request) error {
 	return nil
 }
 
+// Client is the engine's Redis client, for the work beside decisions that
+// shares its Redis (package fleet).
+func (e *Engine) Client() Client { return e.client }
+
+// Adapt sets the fleet's limit of the adaptive concurrency rule l on key
+// to the limit to (0 leaves it) and takes the count of its leases that expired
+// unreleased since the last Adapt: requests dropped. It returns the limit
+// before (0: none set) and that count. One updater of the fleet calls it
+// once a window (see package fleet).
+func (e *Engine) Adapt(ctx context.Context, key string, l *limit.Limiter, to int64) (before, expired int64, err error) {
+	sc, keys, args, err := e.prepare("adapt", []limit.Request{{Key: key, Limiter: l, Cost: to}}, "", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	reply, err := e.runScript(ctx, sc, keys, args)
+	if err != nil {
+		return 0, 0, fmt.Errorf("redisengine: adapt: %w", err)
+	}
+	if len(reply) != 2 {
+		return 0, 0, fmt.Errorf("redisengine: adapt: a reply of %d values", len(reply))
+	}
+	return reply[0], reply[1], nil
+}
+
 // maxLease bounds lease ids: Lua numbers are doubles, exact below 2^53.
 const maxLease = 1 << 53
 

@@ -325,6 +325,52 @@ func TestReleaseEndsALease(t *testing.T) {
 	}
 }
 
+// An adaptive concurrency rule's limit is the one its updater set (Adapt)
+// once there is one, its own until then; the leases that expire unreleased
+// are counted once, for the updater, as requests dropped.
+func TestAdaptSetsTheFleetLimit(t *testing.T) {
+	t.Parallel()
+	c, prefix := redistest.Client(t)
+	e := New(c, Config{Prefix: prefix})
+	t.Cleanup(e.Close)
+	l := limit.MustCompile(policy.Params{Algorithm: policy.AdaptiveConcurrency, Limit: 100, Window: time.Second, LeaseTTL: time.Second})
+	ctx := context.Background()
+	t0 := time.Now().UnixMicro()
+	take := func(lease, now int64) limit.Result {
+		res := make([]limit.Result, 1)
+		if _, err := e.AllowAllAt(ctx, []limit.Request{{Key: "{backend}", Limiter: l, Cost: 1, Lease: lease}}, now, res); err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	if r := take(1, t0); !r.Allowed || r.Limit != 100 || r.Remaining != 99 {
+		t.Fatalf("before any limit is set: %+v, want the rule's own 100", r)
+	}
+	if before, expired, err := e.Adapt(ctx, "{backend}", l, 2); err != nil || before != 0 || expired != 0 {
+		t.Fatalf("adapt: %d, %d, %v", before, expired, err)
+	}
+	if r := take(2, t0+1); !r.Allowed || r.Limit != 2 || r.Remaining != 0 {
+		t.Fatalf("second lease under a fleet limit of 2: %+v", r)
+	}
+	if r := take(3, t0+2); r.Allowed {
+		t.Fatalf("a third lease under a fleet limit of 2 was admitted: %+v", r)
+	}
+	// Both leases expire unreleased; the next lease counts them.
+	if r := take(4, t0+2_000_000); !r.Allowed {
+		t.Fatalf("after the leases expired: %+v", r)
+	}
+	if err := e.ReleaseAt(ctx, "{backend}", l, t0+2_000_001, 4); err != nil {
+		t.Fatal(err)
+	}
+	before, expired, err := e.Adapt(ctx, "{backend}", l, 0)
+	if err != nil || before != 2 || expired != 2 {
+		t.Fatalf("adapt: limit %d and %d expired leases (%v), want 2 and 2", before, expired, err)
+	}
+	if _, expired, _ := e.Adapt(ctx, "{backend}", l, 0); expired != 0 {
+		t.Fatalf("the expired leases were counted again: %d", expired)
+	}
+}
+
 // The per-limiter argument cache forgets a limiter once it is collected,
 // so a decider that replaces its config every few seconds holds nothing
 // of the configs it dropped.
@@ -692,6 +738,7 @@ func FuzzConformance(f *testing.F) {
 	f.Add(uint8(policy.SlidingWindow), int64(7), int64(1000), int64(0), int64(0), int64(0), uint64(7))
 	f.Add(uint8(policy.SlidingBuckets), int64(9), int64(3000), int64(0), int64(1500), int64(0), uint64(8))
 	f.Add(uint8(policy.Concurrency), int64(3), int64(0), int64(0), int64(2000), int64(0), uint64(9))
+	f.Add(uint8(policy.AdaptiveConcurrency), int64(3), int64(1000), int64(0), int64(2000), int64(0), uint64(11))
 	c, _ := redistest.Client(f)
 	f.Fuzz(func(t *testing.T, alg uint8, lim, windowMs, burst, extraMs, cold int64, seed uint64) {
 		ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
@@ -714,6 +761,8 @@ func FuzzConformance(f *testing.F) {
 			p.Granularity = ms(extraMs)
 		case policy.Concurrency:
 			p.Window, p.LeaseTTL = 0, ms(extraMs)
+		case policy.AdaptiveConcurrency:
+			p.LeaseTTL = ms(extraMs)
 		}
 		if p.Validate() != nil {
 			return

@@ -26,7 +26,6 @@ package tenantfile
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -39,7 +38,6 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice/internal/days"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -73,8 +71,10 @@ type Params struct {
 	MaxDelay    Duration `yaml:"max_delay,omitempty" json:"max_delay,omitempty"`
 	Granularity Duration `yaml:"granularity,omitempty" json:"granularity,omitempty"`
 	LeaseTTL    Duration `yaml:"lease_ttl,omitempty" json:"lease_ttl,omitempty"`
-	Calendar    string   `yaml:"calendar,omitempty" json:"calendar,omitempty"`   // day, week, month or year: fixed_window only, without window
-	TimeZone    string   `yaml:"time_zone,omitempty" json:"time_zone,omitempty"` // with calendar: the IANA zone of its midnights (UTC unless given)
+	Calendar    string   `yaml:"calendar,omitempty" json:"calendar,omitempty"`     // day, week, month or year: fixed_window only, without window
+	TimeZone    string   `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`   // with calendar: the IANA zone of its midnights (UTC unless given)
+	Floor       int64    `yaml:"floor,omitempty" json:"floor,omitempty"`           // adaptive_concurrency: the least its limit falls to
+	Adaptation  string   `yaml:"adaptation,omitempty" json:"adaptation,omitempty"` // adaptive_concurrency: gradient (the default) or aimd
 }
 
 // Rule is a rule. Match is a map: its conditions all hold or the rule
@@ -111,80 +111,6 @@ type Override struct {
 	Block     bool   `yaml:"block,omitempty" json:"block,omitempty"`
 	Params    `yaml:",inline"`
 	ExpiresAt time.Time `yaml:"expires_at,omitempty" json:"expires_at,omitzero"`
-}
-
-// Values are a match key's values: written as one value when there is one
-// (route: /login), else as a list.
-type Values []string
-
-// MarshalYAML writes one value as a scalar.
-func (v Values) MarshalYAML() (any, error) {
-	if len(v) == 1 {
-		return v[0], nil
-	}
-	return []string(v), nil
-}
-
-// MarshalJSON writes v as MarshalYAML does.
-func (v Values) MarshalJSON() ([]byte, error) {
-	if len(v) == 1 {
-		return json.Marshal(v[0])
-	}
-	return json.Marshal([]string(v))
-}
-
-// UnmarshalYAML reads a value or a list of values.
-func (v *Values) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode {
-		var s string
-		if err := n.Decode(&s); err != nil {
-			return err
-		}
-		*v = Values{s}
-		return nil
-	}
-	var l []string
-	if err := n.Decode(&l); err != nil {
-		return err
-	}
-	*v = l
-	return nil
-}
-
-// UnmarshalJSON reads a string or an array of strings.
-func (v *Values) UnmarshalJSON(b []byte) error {
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		*v = Values{s}
-		return nil
-	}
-	var l []string
-	if err := json.Unmarshal(b, &l); err != nil {
-		return err
-	}
-	*v = l
-	return nil
-}
-
-// Duration is a time.Duration written as Go writes durations ("1m",
-// "250ms"), whole days as days ("30d").
-type Duration time.Duration
-
-// MarshalYAML writes d as days.Format does: "1m", not "1m0s"; "7d", not
-// "168h".
-func (d Duration) MarshalYAML() (any, error) { return days.Format(time.Duration(d)), nil }
-
-// MarshalJSON writes d as MarshalYAML does, a JSON string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(days.Format(time.Duration(d))) }
-
-// UnmarshalYAML reads a duration such as "90s", "1h30m" or "30d".
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := days.ParseDuration(n.Value)
-	if err != nil || n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: %q is not a duration (such as 1m, 250ms or 1d)", n.Line, n.Value)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 // MaxBytes bounds a file: a tenant's configuration at the control plane's
@@ -438,11 +364,16 @@ func sortedKeys(m map[string]Values) []string { return slices.Sorted(maps.Keys(m
 func (p Params) policy() (policy.Params, []policy.FieldError) {
 	out := policy.Params{Limit: p.Limit, Window: time.Duration(p.Window), Burst: p.Burst, WarmUp: time.Duration(p.WarmUp),
 		ColdFactor: p.ColdFactor, MaxDelay: time.Duration(p.MaxDelay), Granularity: time.Duration(p.Granularity), LeaseTTL: time.Duration(p.LeaseTTL),
-		TimeZone: p.TimeZone}
+		TimeZone: p.TimeZone, Floor: p.Floor}
 	var fields []policy.FieldError
+	if a, err := policy.ParseAdaptation(p.Adaptation); err != nil {
+		fields = append(fields, policy.FieldError{Field: "adaptation", Description: "must be gradient or aimd"})
+	} else {
+		out.Adaptation = a
+	}
 	alg, err := policy.ParseAlgorithm(p.Algorithm)
 	if err != nil {
-		fields = append(fields, policy.FieldError{Field: "algorithm", Description: "must be one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_window, sliding_buckets, concurrency"})
+		fields = append(fields, policy.FieldError{Field: "algorithm", Description: "must be one of " + policy.AlgorithmNames})
 	}
 	cal, err := policy.ParseCalendar(p.Calendar)
 	if err != nil {
@@ -526,9 +457,13 @@ func RuleFrom(r policy.Rule) Rule {
 }
 
 func paramsFrom(p policy.Params) Params {
-	return Params{Algorithm: p.Algorithm.String(), Limit: p.Limit, Window: Duration(p.Window), Burst: p.Burst, WarmUp: Duration(p.WarmUp),
+	out := Params{Algorithm: p.Algorithm.String(), Limit: p.Limit, Window: Duration(p.Window), Burst: p.Burst, WarmUp: Duration(p.WarmUp),
 		ColdFactor: p.ColdFactor, MaxDelay: Duration(p.MaxDelay), Granularity: Duration(p.Granularity), LeaseTTL: Duration(p.LeaseTTL),
-		Calendar: p.Calendar.String(), TimeZone: p.TimeZone}
+		Calendar: p.Calendar.String(), TimeZone: p.TimeZone, Floor: p.Floor}
+	if p.Algorithm == policy.AdaptiveConcurrency {
+		out.Adaptation = p.Adaptation.String()
+	}
+	return out
 }
 
 // Marshal writes f as YAML, which Parse reads back to an equal File.

@@ -52,6 +52,14 @@ tiers:
         calendar: day
         time_zone: America/Chicago
         message: "5,000 a day, from midnight in Chicago"
+      - name: search-backend
+        key_by: [upstream]
+        algorithm: adaptive_concurrency
+        limit: 200
+        floor: 2
+        window: 500ms
+        lease_ttl: 30s
+        adaptation: aimd
 overrides:
   - identifier: alice
     rule: free/per-client
@@ -130,7 +138,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: open\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n"} {
+	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: open\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n", "floor: 2\n", "adaptation: aimd\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}
@@ -373,7 +381,7 @@ func TestImport(t *testing.T) {
 		t.Fatalf("free after an import: %+v", f.Tiers[0].Rules)
 	}
 	f.Import("free", []policy.Rule{rule("new", 2)}, true)
-	if len(f.Tiers[0].Rules) != 1 || f.Tiers[0].Rules[0].Limit != 2 || len(f.Tiers[1].Rules) != 3 {
+	if len(f.Tiers[0].Rules) != 1 || f.Tiers[0].Rules[0].Limit != 2 || len(f.Tiers[1].Rules) != 4 {
 		t.Fatalf("after a pruning import: %+v", f.Tiers)
 	}
 	if slices.ContainsFunc(f.Overrides, func(o Override) bool { return o.Rule == "free/per-client" }) || len(f.Overrides) != 2 {

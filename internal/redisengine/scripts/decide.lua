@@ -4,6 +4,7 @@
 -- ARGV[1]: now in µs, or "" to use Redis TIME.
 -- ARGV[2]: SLACK (see common.lua). ARGV[3]: minimum TTL in ms.
 -- ARGV[4]: "check"; "release" (one key: end the lease of rule 1);
+--   "adapt" (one key: set an adaptive rule's limit, below);
 --   "refund": undo an admitted check of these rules at the same now (a
 --   decision spanning cluster slots was rejected in another slot); or
 --   "checks": several independent checks, decided one after another (the
@@ -159,12 +160,30 @@ end
 
 local rules = parse(#KEYS, 4)
 
+-- "adapt" (one key, an adaptive concurrency rule's): its updater sets
+-- the fleet's limit to the request's cost (0: leaves it) and takes the
+-- count of leases that expired unreleased. The state lives at least ten
+-- of the rule's windows, so that an idle backend keeps its limit.
+-- Reply: {the limit before, the expired leases taken}.
+if op == 'adapt' then
+  local key, p = KEYS[1], rules[1]
+  local s = load(key)
+  local t = effective_now(s.t, now)
+  local x, y = s.x, s.y + expired_leases(s.ext, t)
+  local ns = {t = t, x = x, y = 0, ext = live_leases(s.ext, t, -1)}
+  if p.cost > 0 then ns.x = p.cost end
+  local _, r = evaluate(p, ns, 0)
+  store(key, ns, math.max(r.reset, 10 * p.window))
+  return {x, y}
+end
+
 if op == 'release' then
   local key, p = KEYS[1], rules[1]
   if redis.call('EXISTS', key) == 1 then
     local s = load(key)
     local t = effective_now(s.t, now)
     local ns = {t = t, x = 0, y = 0, ext = live_leases(s.ext, t, p.lease)}
+    if p.alg == 9 then ns.x, ns.y = s.x, s.y + expired_leases(s.ext, t) end
     local _, r = evaluate(p, ns, 0)
     store(key, ns, r.reset)
   end
@@ -201,6 +220,7 @@ local function refund(p, key)
       end
     end
   else
+    if alg == 9 then s.y = s.y + expired_leases(s.ext, t) end
     s.ext = live_leases(s.ext, t, p.lease)
   end
   local arr = {s.t, s.x, s.y}

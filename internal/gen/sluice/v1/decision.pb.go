@@ -195,7 +195,13 @@ type CheckRequest struct {
 	// its tier's rules and overrides, as Envoy's per-descriptor limit:
 	// counted per the values of all the request's descriptors (a fixed
 	// window unless it names another algorithm), failing open.
-	Limit         *RequestLimit `protobuf:"bytes,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit *RequestLimit `protobuf:"bytes,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	// With release, how the request the lease guarded went, for adaptive
+	// concurrency rules to learn from: its latency, and its outcome,
+	// "success" (the default), "dropped" (it timed out, or the backend
+	// refused it for overload) or "ignored" (no sample).
+	Latency       *durationpb.Duration `protobuf:"bytes,8,opt,name=latency,proto3" json:"latency,omitempty"`
+	Outcome       string               `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +283,20 @@ func (x *CheckRequest) GetLimit() *RequestLimit {
 		return x.Limit
 	}
 	return nil
+}
+
+func (x *CheckRequest) GetLatency() *durationpb.Duration {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+func (x *CheckRequest) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
 }
 
 // RequestLimit is a limit a request brings with it.
@@ -691,7 +711,7 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05rules\x18\x01 \x03(\v2\x14.sluice.v1.ResetRuleR\x05rules\"A\n" +
 	"\tResetRule\x12\x17\n" +
 	"\arule_id\x18\x01 \x01(\tR\x06ruleId\x12\x1b\n" +
-	"\trule_name\x18\x02 \x01(\tR\bruleName\"\xe2\x01\n" +
+	"\trule_name\x18\x02 \x01(\tR\bruleName\"\xb1\x02\n" +
 	"\fCheckRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x127\n" +
 	"\vdescriptors\x18\x02 \x03(\v2\x15.sluice.v1.DescriptorR\vdescriptors\x12\x12\n" +
@@ -699,7 +719,9 @@ const file_sluice_v1_decision_proto_rawDesc = "" +
 	"\x05lease\x18\x04 \x01(\tR\x05lease\x12\x18\n" +
 	"\arelease\x18\x05 \x01(\bR\arelease\x12\x12\n" +
 	"\x04peek\x18\x06 \x01(\bR\x04peek\x12-\n" +
-	"\x05limit\x18\a \x01(\v2\x17.sluice.v1.RequestLimitR\x05limit\"\x91\x01\n" +
+	"\x05limit\x18\a \x01(\v2\x17.sluice.v1.RequestLimitR\x05limit\x123\n" +
+	"\alatency\x18\b \x01(\v2\x19.google.protobuf.DurationR\alatency\x12\x18\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\"\x91\x01\n" +
 	"\fRequestLimit\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x03R\brequests\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x122\n" +
@@ -773,26 +795,27 @@ var file_sluice_v1_decision_proto_depIdxs = []int32{
 	2,  // 1: sluice.v1.ResetResponse.rules:type_name -> sluice.v1.ResetRule
 	9,  // 2: sluice.v1.CheckRequest.descriptors:type_name -> sluice.v1.Descriptor
 	4,  // 3: sluice.v1.CheckRequest.limit:type_name -> sluice.v1.RequestLimit
-	10, // 4: sluice.v1.RequestLimit.window:type_name -> google.protobuf.Duration
-	11, // 5: sluice.v1.RequestLimit.algorithm:type_name -> sluice.v1.Algorithm
-	10, // 6: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
-	10, // 7: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
-	10, // 8: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
-	10, // 9: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
-	5,  // 10: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
-	3,  // 11: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
-	6,  // 12: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
-	3,  // 13: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
-	7,  // 14: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
-	0,  // 15: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
-	6,  // 16: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
-	8,  // 17: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
-	1,  // 18: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
-	16, // [16:19] is the sub-list for method output_type
-	13, // [13:16] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 4: sluice.v1.CheckRequest.latency:type_name -> google.protobuf.Duration
+	10, // 5: sluice.v1.RequestLimit.window:type_name -> google.protobuf.Duration
+	11, // 6: sluice.v1.RequestLimit.algorithm:type_name -> sluice.v1.Algorithm
+	10, // 7: sluice.v1.RuleStatus.reset_after:type_name -> google.protobuf.Duration
+	10, // 8: sluice.v1.RuleStatus.retry_after:type_name -> google.protobuf.Duration
+	10, // 9: sluice.v1.RuleStatus.delay:type_name -> google.protobuf.Duration
+	10, // 10: sluice.v1.RuleStatus.window:type_name -> google.protobuf.Duration
+	5,  // 11: sluice.v1.CheckResponse.rules:type_name -> sluice.v1.RuleStatus
+	3,  // 12: sluice.v1.CheckBatchRequest.requests:type_name -> sluice.v1.CheckRequest
+	6,  // 13: sluice.v1.CheckBatchResponse.responses:type_name -> sluice.v1.CheckResponse
+	3,  // 14: sluice.v1.DecisionService.Check:input_type -> sluice.v1.CheckRequest
+	7,  // 15: sluice.v1.DecisionService.CheckBatch:input_type -> sluice.v1.CheckBatchRequest
+	0,  // 16: sluice.v1.DecisionService.Reset:input_type -> sluice.v1.ResetRequest
+	6,  // 17: sluice.v1.DecisionService.Check:output_type -> sluice.v1.CheckResponse
+	8,  // 18: sluice.v1.DecisionService.CheckBatch:output_type -> sluice.v1.CheckBatchResponse
+	1,  // 19: sluice.v1.DecisionService.Reset:output_type -> sluice.v1.ResetResponse
+	17, // [17:20] is the sub-list for method output_type
+	14, // [14:17] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_decision_proto_init() }

@@ -43,6 +43,9 @@ const (
 	Algorithm_ALGORITHM_SLIDING_BUCKETS Algorithm = 7
 	// Leases in flight, each with a TTL, released by the caller.
 	Algorithm_ALGORITHM_CONCURRENCY Algorithm = 8
+	// Leases in flight, to a limit the fleet computes every window from the
+	// latency and outcomes their releases report, between floor and limit.
+	Algorithm_ALGORITHM_ADAPTIVE_CONCURRENCY Algorithm = 9
 )
 
 // Enum value maps for Algorithm.
@@ -57,17 +60,19 @@ var (
 		6: "ALGORITHM_SLIDING_WINDOW",
 		7: "ALGORITHM_SLIDING_BUCKETS",
 		8: "ALGORITHM_CONCURRENCY",
+		9: "ALGORITHM_ADAPTIVE_CONCURRENCY",
 	}
 	Algorithm_value = map[string]int32{
-		"ALGORITHM_UNSPECIFIED":     0,
-		"ALGORITHM_TOKEN_BUCKET":    1,
-		"ALGORITHM_GCRA":            2,
-		"ALGORITHM_LEAKY_BUCKET":    3,
-		"ALGORITHM_FIXED_WINDOW":    4,
-		"ALGORITHM_SLIDING_LOG":     5,
-		"ALGORITHM_SLIDING_WINDOW":  6,
-		"ALGORITHM_SLIDING_BUCKETS": 7,
-		"ALGORITHM_CONCURRENCY":     8,
+		"ALGORITHM_UNSPECIFIED":          0,
+		"ALGORITHM_TOKEN_BUCKET":         1,
+		"ALGORITHM_GCRA":                 2,
+		"ALGORITHM_LEAKY_BUCKET":         3,
+		"ALGORITHM_FIXED_WINDOW":         4,
+		"ALGORITHM_SLIDING_LOG":          5,
+		"ALGORITHM_SLIDING_WINDOW":       6,
+		"ALGORITHM_SLIDING_BUCKETS":      7,
+		"ALGORITHM_CONCURRENCY":          8,
+		"ALGORITHM_ADAPTIVE_CONCURRENCY": 9,
 	}
 )
 
@@ -96,6 +101,60 @@ func (x Algorithm) Number() protoreflect.EnumNumber {
 // Deprecated: Use Algorithm.Descriptor instead.
 func (Algorithm) EnumDescriptor() ([]byte, []int) {
 	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{0}
+}
+
+// Adaptation is how an adaptive concurrency rule computes its limit.
+type Adaptation int32
+
+const (
+	Adaptation_ADAPTATION_UNSPECIFIED Adaptation = 0 // gradient, the default
+	// No-load latency against the current one: the limit shrinks as
+	// requests queue.
+	Adaptation_ADAPTATION_GRADIENT Adaptation = 1
+	// One more a window while nothing is dropped; a tenth less when
+	// requests are.
+	Adaptation_ADAPTATION_AIMD Adaptation = 2
+)
+
+// Enum value maps for Adaptation.
+var (
+	Adaptation_name = map[int32]string{
+		0: "ADAPTATION_UNSPECIFIED",
+		1: "ADAPTATION_GRADIENT",
+		2: "ADAPTATION_AIMD",
+	}
+	Adaptation_value = map[string]int32{
+		"ADAPTATION_UNSPECIFIED": 0,
+		"ADAPTATION_GRADIENT":    1,
+		"ADAPTATION_AIMD":        2,
+	}
+)
+
+func (x Adaptation) Enum() *Adaptation {
+	p := new(Adaptation)
+	*p = x
+	return p
+}
+
+func (x Adaptation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Adaptation) Descriptor() protoreflect.EnumDescriptor {
+	return file_sluice_v1_policy_proto_enumTypes[1].Descriptor()
+}
+
+func (Adaptation) Type() protoreflect.EnumType {
+	return &file_sluice_v1_policy_proto_enumTypes[1]
+}
+
+func (x Adaptation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Adaptation.Descriptor instead.
+func (Adaptation) EnumDescriptor() ([]byte, []int) {
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
 // FailureMode is what a rule answers when Redis cannot be reached in time.
@@ -135,11 +194,11 @@ func (x FailureMode) String() string {
 }
 
 func (FailureMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_v1_policy_proto_enumTypes[1].Descriptor()
+	return file_sluice_v1_policy_proto_enumTypes[2].Descriptor()
 }
 
 func (FailureMode) Type() protoreflect.EnumType {
-	return &file_sluice_v1_policy_proto_enumTypes[1]
+	return &file_sluice_v1_policy_proto_enumTypes[2]
 }
 
 func (x FailureMode) Number() protoreflect.EnumNumber {
@@ -148,7 +207,7 @@ func (x FailureMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FailureMode.Descriptor instead.
 func (FailureMode) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
 // Scope is where a rule's limit holds.
@@ -185,11 +244,11 @@ func (x Scope) String() string {
 }
 
 func (Scope) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_v1_policy_proto_enumTypes[2].Descriptor()
+	return file_sluice_v1_policy_proto_enumTypes[3].Descriptor()
 }
 
 func (Scope) Type() protoreflect.EnumType {
-	return &file_sluice_v1_policy_proto_enumTypes[2]
+	return &file_sluice_v1_policy_proto_enumTypes[3]
 }
 
 func (x Scope) Number() protoreflect.EnumNumber {
@@ -198,7 +257,7 @@ func (x Scope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Scope.Descriptor instead.
 func (Scope) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 // Calendar makes a fixed window's windows calendar days, weeks (from
@@ -243,11 +302,11 @@ func (x Calendar) String() string {
 }
 
 func (Calendar) Descriptor() protoreflect.EnumDescriptor {
-	return file_sluice_v1_policy_proto_enumTypes[3].Descriptor()
+	return file_sluice_v1_policy_proto_enumTypes[4].Descriptor()
 }
 
 func (Calendar) Type() protoreflect.EnumType {
-	return &file_sluice_v1_policy_proto_enumTypes[3]
+	return &file_sluice_v1_policy_proto_enumTypes[4]
 }
 
 func (x Calendar) Number() protoreflect.EnumNumber {
@@ -256,7 +315,7 @@ func (x Calendar) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Calendar.Descriptor instead.
 func (Calendar) EnumDescriptor() ([]byte, []int) {
-	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 // LimitParams are an algorithm and its parameters.
@@ -278,7 +337,11 @@ type LimitParams struct {
 	// With calendar only: the IANA time zone (e.g. "America/Los_Angeles")
 	// whose midnights start the windows; empty is UTC. A day when clocks
 	// change lasts 23 or 25 hours.
-	TimeZone      string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	TimeZone string `protobuf:"bytes,11,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// Adaptive concurrency only: the least its limit falls to (0: 1); limit
+	// is then the most, and window how often the limit is computed.
+	Floor         int64      `protobuf:"varint,12,opt,name=floor,proto3" json:"floor,omitempty"`
+	Adaptation    Adaptation `protobuf:"varint,13,opt,name=adaptation,proto3,enum=sluice.v1.Adaptation" json:"adaptation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +451,20 @@ func (x *LimitParams) GetTimeZone() string {
 		return x.TimeZone
 	}
 	return ""
+}
+
+func (x *LimitParams) GetFloor() int64 {
+	if x != nil {
+		return x.Floor
+	}
+	return 0
+}
+
+func (x *LimitParams) GetAdaptation() Adaptation {
+	if x != nil {
+		return x.Adaptation
+	}
+	return Adaptation_ADAPTATION_UNSPECIFIED
 }
 
 // Match is one condition on a request descriptor: its value, any value
@@ -707,7 +784,7 @@ var File_sluice_v1_policy_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf0\x03\n" +
+	"\x16sluice/v1/policy.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbd\x04\n" +
 	"\vLimitParams\x122\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x14.sluice.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x121\n" +
@@ -721,7 +798,11 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12/\n" +
 	"\bcalendar\x18\n" +
 	" \x01(\x0e2\x13.sluice.v1.CalendarR\bcalendar\x12\x1b\n" +
-	"\ttime_zone\x18\v \x01(\tR\btimeZone\"/\n" +
+	"\ttime_zone\x18\v \x01(\tR\btimeZone\x12\x14\n" +
+	"\x05floor\x18\f \x01(\x03R\x05floor\x125\n" +
+	"\n" +
+	"adaptation\x18\r \x01(\x0e2\x15.sluice.v1.AdaptationR\n" +
+	"adaptation\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xe9\x03\n" +
@@ -746,7 +827,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value*\x81\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value*\xa5\x02\n" +
 	"\tAlgorithm\x12\x19\n" +
 	"\x15ALGORITHM_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x01\x12\x12\n" +
@@ -756,7 +837,13 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x05\x12\x1c\n" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x06\x12\x1d\n" +
 	"\x19ALGORITHM_SLIDING_BUCKETS\x10\a\x12\x19\n" +
-	"\x15ALGORITHM_CONCURRENCY\x10\b*s\n" +
+	"\x15ALGORITHM_CONCURRENCY\x10\b\x12\"\n" +
+	"\x1eALGORITHM_ADAPTIVE_CONCURRENCY\x10\t*V\n" +
+	"\n" +
+	"Adaptation\x12\x1a\n" +
+	"\x16ADAPTATION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13ADAPTATION_GRADIENT\x10\x01\x12\x13\n" +
+	"\x0fADAPTATION_AIMD\x10\x02*s\n" +
 	"\vFailureMode\x12\x1c\n" +
 	"\x18FAILURE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11FAILURE_MODE_OPEN\x10\x01\x12\x17\n" +
@@ -785,37 +872,39 @@ func file_sluice_v1_policy_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_policy_proto_rawDescData
 }
 
-var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_sluice_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_sluice_v1_policy_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: sluice.v1.Algorithm
-	(FailureMode)(0),            // 1: sluice.v1.FailureMode
-	(Scope)(0),                  // 2: sluice.v1.Scope
-	(Calendar)(0),               // 3: sluice.v1.Calendar
-	(*LimitParams)(nil),         // 4: sluice.v1.LimitParams
-	(*Match)(nil),               // 5: sluice.v1.Match
-	(*Rule)(nil),                // 6: sluice.v1.Rule
-	(*Descriptor)(nil),          // 7: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 8: google.protobuf.Duration
+	(Adaptation)(0),             // 1: sluice.v1.Adaptation
+	(FailureMode)(0),            // 2: sluice.v1.FailureMode
+	(Scope)(0),                  // 3: sluice.v1.Scope
+	(Calendar)(0),               // 4: sluice.v1.Calendar
+	(*LimitParams)(nil),         // 5: sluice.v1.LimitParams
+	(*Match)(nil),               // 6: sluice.v1.Match
+	(*Rule)(nil),                // 7: sluice.v1.Rule
+	(*Descriptor)(nil),          // 8: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
 }
 var file_sluice_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
-	8,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
-	8,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
-	8,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
-	8,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
-	8,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
-	3,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
-	5,  // 7: sluice.v1.Rule.match:type_name -> sluice.v1.Match
-	4,  // 8: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
-	1,  // 9: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
-	8,  // 10: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
-	2,  // 11: sluice.v1.Rule.scope:type_name -> sluice.v1.Scope
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
+	9,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
+	9,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
+	9,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
+	9,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
+	4,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
+	1,  // 7: sluice.v1.LimitParams.adaptation:type_name -> sluice.v1.Adaptation
+	6,  // 8: sluice.v1.Rule.match:type_name -> sluice.v1.Match
+	5,  // 9: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
+	2,  // 10: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
+	9,  // 11: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
+	3,  // 12: sluice.v1.Rule.scope:type_name -> sluice.v1.Scope
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_policy_proto_init() }
@@ -828,7 +917,7 @@ func file_sluice_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_policy_proto_rawDesc), len(file_sluice_v1_policy_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,

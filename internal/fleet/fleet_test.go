@@ -1,0 +1,223 @@
+package fleet_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/adaptive"
+	"github.com/sluicehq/sluice/internal/decide"
+	"github.com/sluicehq/sluice/internal/fleet"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/testkit/redistest"
+)
+
+// backend serves one request per worker at a time for service each,
+// the others waiting their turn: its capacity is workers in flight.
+type backend struct {
+	workers chan struct{}
+	service time.Duration
+}
+
+func newBackend(workers int, service time.Duration) *backend {
+	return &backend{workers: make(chan struct{}, workers), service: service}
+}
+
+// serve serves one request and returns its latency, or dropped after
+// patience waiting for a worker.
+func (b *backend) serve(patience time.Duration) (time.Duration, adaptive.Outcome) {
+	start := time.Now()
+	t := time.NewTimer(patience)
+	defer t.Stop()
+	select {
+	case b.workers <- struct{}{}:
+	case <-t.C:
+		return time.Since(start), adaptive.Dropped
+	}
+	time.Sleep(b.service)
+	<-b.workers
+	return time.Since(start), adaptive.Succeeded
+}
+
+// member is one decider of the fleet.
+type member struct {
+	fleet   *fleet.Fleet
+	decider *decide.Decider
+	stop    context.CancelFunc
+}
+
+const window = 100 * time.Millisecond
+
+func rule() policy.Rule {
+	return policy.Rule{ID: "backend", Name: "backend", KeyBy: []string{"route"}, Enabled: true, FailureMode: policy.FailLocal,
+		Params: policy.Params{Algorithm: policy.AdaptiveConcurrency, Limit: 1000, Window: window, LeaseTTL: 5 * time.Second}}
+}
+
+// TestFleetHoldsOneLimit: deciders on one Redis, clients three times the
+// backend's capacity behind them. The fleet's leases in flight never pass
+// the fleet's limit by more than 5%, the limit finds the backend's
+// capacity, and it holds while deciders join and leave.
+func TestFleetHoldsOneLimit(t *testing.T) {
+	for _, n := range []int{1, 3, 8} {
+		t.Run(string(rune('0'+n))+"-deciders", func(t *testing.T) { fleetRun(t, n) })
+	}
+}
+
+func fleetRun(t *testing.T, n int) {
+	const workers, service = 20, 20 * time.Millisecond
+	client, prefix := redistest.Client(t)
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join := func(i int) *member {
+		eng := redisengine.New(client, redisengine.Config{Prefix: prefix})
+		t.Cleanup(eng.Close)
+		f := fleet.New(fleet.Config{Client: client, Prefix: prefix, Adapter: eng, Name: "decider-" + string(rune('a'+i))})
+		ctx, stop := context.WithCancel(context.Background())
+		go f.Run(ctx)
+		t.Cleanup(stop)
+		return &member{fleet: f, decider: decide.NewDecider(decide.Options{Counters: eng, Budget: time.Second, Adaptive: f}), stop: stop}
+	}
+	var mu sync.Mutex
+	members := make([]*member, n)
+	for i := range members {
+		members[i] = join(i)
+	}
+	be := newBackend(workers, service)
+	var inFlight, admitted, over, samples atomic.Int64
+	var worst atomic.Int64 // the most in flight over the limit, in thousandths of it
+	key := func() string {
+		ds := policy.Descriptors{{Key: "route", Value: "/search"}}
+		r := rule()
+		r.ID = "backend"
+		return string(policy.AppendCounterKey(nil, "t", &r, ds))
+	}()
+	limitNow := func() int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var l int64
+		for _, m := range members {
+			l = max(l, m.fleet.Limit(key))
+		}
+		return l
+	}
+	// The fleet's limit in force over the last window: a lease taken
+	// under a limit since lowered is held until its request ends.
+	var limits sync.Map // window index → limit
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	client0 := func(id int) {
+		defer wg.Done()
+		req := decide.Request{Descriptors: policy.Descriptors{{Key: "route", Value: "/search"}}}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			m := members[id%len(members)]
+			mu.Unlock()
+			dec, err := m.decider.Decide(context.Background(), c, req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !dec.Allowed {
+				time.Sleep(service / 4)
+				continue
+			}
+			now := inFlight.Add(1)
+			admitted.Add(1)
+			if l := limitNow(); l > 0 {
+				w := time.Now().UnixMicro() / window.Microseconds()
+				hi := l
+				for _, k := range []int64{w, w - 1, w - 2} {
+					if v, ok := limits.Load(k); ok {
+						hi = max(hi, v.(int64))
+					}
+				}
+				if now*1000 > 1050*hi {
+					over.Add(1)
+				}
+				for {
+					cur := worst.Load()
+					if now*1000/hi <= cur || worst.CompareAndSwap(cur, now*1000/hi) {
+						break
+					}
+				}
+			}
+			lat, o := be.serve(10 * service)
+			inFlight.Add(-1)
+			samples.Add(1)
+			rel := req
+			rel.Latency, rel.Outcome = lat, o
+			if err := m.decider.ReleaseHeld(context.Background(), c, rel, dec); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}
+	record := func() {
+		defer wg.Done()
+		tk := time.NewTicker(5 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				w := time.Now().UnixMicro() / window.Microseconds()
+				l := limitNow()
+				if v, ok := limits.Load(w); !ok || v.(int64) < l {
+					limits.Store(w, l)
+				}
+			}
+		}
+	}
+	wg.Add(1)
+	go record()
+	clients := 3 * workers
+	for i := range clients {
+		wg.Add(1)
+		go client0(i)
+	}
+	settle := func(d time.Duration) (lo, hi int64) {
+		time.Sleep(d)
+		lo, hi = 1<<62, 0
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			l := limitNow()
+			lo, hi = min(lo, l), max(hi, l)
+			time.Sleep(window / 2)
+		}
+		return lo, hi
+	}
+	lo, hi := settle(4 * time.Second)
+	t.Logf("%d deciders: the limit over a second, settled: %d to %d (the backend takes %d)", n, lo, hi, workers)
+	if lo < workers*7/10 || hi > workers*3/2 {
+		t.Errorf("the limit went from %d to %d, want it near the backend's %d", lo, hi, workers)
+	}
+	// A decider joins, and the first one leaves (the updater, likely).
+	mu.Lock()
+	members = append(members, join(n))
+	members[0].stop()
+	members = members[1:]
+	mu.Unlock()
+	lo, hi = settle(time.Second)
+	t.Logf("after one joined and one left: %d to %d", lo, hi)
+	if lo < workers*7/10 || hi > workers*3/2 {
+		t.Errorf("after one joined and one left, the limit went from %d to %d, want it near the backend's %d", lo, hi, workers)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d admitted; %d times in flight over 1.05× the limit; worst %.3f× the limit", admitted.Load(), over.Load(), float64(worst.Load())/1000)
+	if over.Load() > 0 {
+		t.Errorf("in flight passed 1.05× the fleet's limit %d times", over.Load())
+	}
+}
