@@ -78,7 +78,7 @@ func stack(t *testing.T) string {
 	_, prefix := redistest.Client(t)
 	banner, _ := devtest.Start(t, func(ctx context.Context, out io.Writer) error {
 		return devstack.Run(ctx, devstack.Config{Addr: "127.0.0.1:0", DatabaseURL: pgtest.Schema(t), RedisURL: "redis://" + redistest.Addr(t),
-			RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 100 * time.Millisecond, Out: out})
+			RedisPrefix: prefix, Dir: t.TempDir(), DeltaInterval: 100 * time.Millisecond, Region: "eu-west", Out: out})
 	})
 	return banner
 }
@@ -274,6 +274,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	waitText("#top-table", "eve", func() { do("refresh", chromedp.Click("#refresh")) })
 	waitText("#top-table", "(no identifier given)", func() { do("refresh", chromedp.Click("#refresh")) })
 	waitText("#rule-table", "tiny", nil)
+	waitText("#region-table", "eu-west", nil) // the decider's -region
 	shot("04-dashboard")
 	// A rule of a 40-character name (the README's gubernator example makes
 	// one) wraps in the "By rule" card: its numbers stay in view.

@@ -82,6 +82,9 @@ type Config struct {
 	Budget time.Duration
 	// Headers is the style of the rate limit headers answered.
 	Headers rlheaders.Style
+	// Region is the decider's region, which its reports are tagged with;
+	// "" names none.
+	Region string
 	// Dir keeps the dev keys and the decider's snapshot; "" means
 	// <user cache dir>/sluice/dev.
 	Dir string
@@ -196,6 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := telemetry.NewRegistry()
 	dcfg := dataplane.DefaultSettings()
 	dcfg.ControlPlane, dcfg.DeciderKey, dcfg.Name, dcfg.ConfigRepull = base, keys.Decider, "dev", 10*time.Second
+	dcfg.Region = cfg.Region
 	dcfg.StateFile = filepath.Join(cfg.Dir, "decider-snapshot.pb")
 	dcfg.RedisURL, dcfg.RedisCluster, dcfg.RedisSentinel, dcfg.RedisPrefix = redisURL(ctx, cfg)
 	dcfg.KafkaBrokers, dcfg.Kafka, dcfg.EventsTopic, dcfg.EventsDeltaInterval = strings.Join(brokers, ","), cfg.KafkaSec, cfg.EventsTopic, cfg.DeltaInterval

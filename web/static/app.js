@@ -17,6 +17,7 @@ const ALGORITHM_HELP = {
   ALGORITHM_SLIDING_WINDOW: 'Approximately limit requests in any window-long period: the previous window\'s count weighted by its overlap. Cheap and close.',
   ALGORITHM_SLIDING_BUCKETS: 'Limit requests in any window-long period, counted in sub-windows of the bucket width (which must divide the window): the finer, the more exact.',
   ALGORITHM_CONCURRENCY: 'At most limit requests in flight at once; each holds a lease until released or until its lease lifetime ends (the proxy and the Go middleware release it when the request ends). No window.',
+  ALGORITHM_ADAPTIVE_CONCURRENCY: 'Requests in flight, to a limit the fleet finds by itself: every window it compares the latency the backend shows with its latency without load, and lowers the limit as requests queue or are dropped, between the floor and the limit. The proxy measures each request; check callers report the latency and outcome on release.',
 };
 
 // el builds an element: el('td', {class: 'x'}, 'text', child, ...).
@@ -202,6 +203,8 @@ async function loadRules() {
 // limitText says what parameters p allow: "100 per 1m, burst 20", "1000
 // per calendar month", "50 per calendar day (America/New_York)".
 function limitText(p) {
+  // An adaptive limit moves between its floor and its ceiling: one in the fleet, recomputed every window.
+  if (p.algorithm === 'ALGORITHM_ADAPTIVE_CONCURRENCY') return `${p.floor || 1} to ${p.limit || 0} in flight, adapted every ${fmtDur(p.window)}`;
   const zone = p.timeZone ? ` (${p.timeZone})` : '';
   const per = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? ' per calendar ' + p.calendar.replace('CALENDAR_', '').toLowerCase() + zone : p.window ? ' per ' + fmtDur(p.window) : '';
   return `${p.limit || 0}${per}${p.burst && p.burst !== '0' ? ', burst ' + p.burst : ''}`;
@@ -273,6 +276,10 @@ function ruleFromForm(f) {
     if (applies(k) && (k === 'window' || k === 'maxDelay' || seconds(dur(f[k].value)))) params[k] = dur(f[k].value);
   }
   if (applies('burst')) params.burst = f.burst.value || '0';
+  if (applies('floor')) {
+    if (Number(f.floor.value)) params.floor = f.floor.value;
+    params.adaptation = f.adaptation.value;
+  }
   if (applies('coldFactor') && Number(f.coldFactor.value)) params.coldFactor = Number(f.coldFactor.value);
   if (applies('calendar') && f.calendar.value) {
     params.calendar = f.calendar.value;
@@ -306,6 +313,8 @@ function editRule(tier, r) {
   f.coldFactor.value = p.coldFactor || 0;
   f.granularity.value = p.granularity || '0s';
   f.leaseTtl.value = p.leaseTtl || '0s';
+  f.floor.value = p.floor || 0;
+  f.adaptation.value = p.adaptation && p.adaptation !== 'ADAPTATION_UNSPECIFIED' ? p.adaptation : 'ADAPTATION_GRADIENT';
   f.calendar.value = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? p.calendar : '';
   f.timeZone.value = p.timeZone || '';
   f.keyBy.value = (r.keyBy || []).join(', ');
@@ -752,18 +761,19 @@ function showDashboard() {
     state.chart = null;
     $('#chart').replaceChildren();
     $('#totals').textContent = '';
-    $$('#top-table tbody, #rule-table tbody, #tier-table tbody').forEach((b) => b.replaceChildren());
+    $$('#top-table tbody, #rule-table tbody, #tier-table tbody, #region-table tbody').forEach((b) => b.replaceChildren());
     showErrors($('#range-form'), e, $('#status'));
   });
 }
 
 async function loadDashboard() {
   const r = range();
-  const [ts, top, byRule, byTier, tiers] = await Promise.all([
+  const [ts, top, byRule, byTier, byRegion, tiers] = await Promise.all([
     api('ReportService', 'GetTimeseries', { from: r.from, to: r.to, step: r.step }),
     api('ReportService', 'GetTopClients', { from: r.from, to: r.to, limit: 10 }),
     api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_RULE' }),
     api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_TIER' }),
+    api('ReportService', 'GetBreakdown', { from: r.from, to: r.to, by: 'BREAKDOWN_BY_REGION' }),
     state.role === 'viewer' ? {} : api('TierService', 'ListTiers'),
   ]);
   // An override matches one descriptor: a rejected client of a rule that
@@ -791,6 +801,9 @@ async function loadDashboard() {
     el('td', {}, x.ruleName || x.ruleId), el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
   $('#tier-table tbody').replaceChildren(...(byTier.rows || []).map((x) => el('tr', {},
     el('td', {}, x.tier), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
+  // Deciders started without -region count as one region of no name.
+  $('#region-table tbody').replaceChildren(...(byRegion.rows || []).map((x) => el('tr', {},
+    el('td', {}, x.region || '(no region)'), el('td', {}, n(x.counts.allowed)), el('td', {}, n(x.counts.rejected)), el('td', {}, n(x.counts.shadowRejected)))));
   say(`Updated ${new Date().toLocaleTimeString()}`);
 }
 
