@@ -307,6 +307,16 @@ func TestCLIAgainstDev(t *testing.T) {
 	if out, err := sluice("check", "-tier", "pro", "client_id=blocked-1", "route=/cli"); !errors.Is(err, errRejected) || !strings.Contains(out, "blocklist") {
 		t.Fatalf("check of a blocked client: %v\n%s", err, out)
 	}
+	// An adaptive concurrency rule, shared between plans; shares adding up
+	// to more than the limit are refused.
+	if out, err := sluice("rules", "create", "-tier", "pro", "-name", "backend", "-algorithm", "adaptive_concurrency", "-limit", "200", "-floor", "2",
+		"-window", "500ms", "-lease-ttl", "30s", "-adaptation", "aimd", "-partition-by", "plan", "-partitions", "gold=0.6,free=0.3", "-match", "route=/backend"); err != nil {
+		t.Fatalf("rules create -algorithm adaptive_concurrency: %v\n%s", err, out)
+	}
+	if out, err := sluice("rules", "create", "-tier", "pro", "-name", "backend2", "-algorithm", "adaptive_concurrency", "-limit", "200",
+		"-window", "500ms", "-lease-ttl", "30s", "-partition-by", "plan", "-partitions", "gold=0.9,free=0.3"); err == nil || !strings.Contains(err.Error(), "invalid rule") {
+		t.Fatalf("shares adding up to 1.2: %v\n%s", err, out)
+	}
 	// A concurrency rule: a check takes a lease, which its answer names;
 	// the next finds the one slot taken until -release -lease ends it.
 	if out, err := sluice("rules", "create", "-tier", "pro", "-name", "jobs", "-algorithm", "concurrency", "-limit", "1", "-lease-ttl", "1h", "-match", "route=/jobs"); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"flag"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,26 +23,29 @@ type ruleOpts struct {
 	params                                         paramOpts
 	name, keyBy, match, replaces, failure, message *string
 	scope                                          *string // region or global
+	partitionBy, partitions                        *string
 	shadow, enabled, exact, block, quota           *bool
 	sync                                           *time.Duration
 }
 
 func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 	return ruleOpts{
-		params:   defineParamOpts(fs),
-		name:     fs.String("name", "", "the rule's name, unique in its tier"),
-		keyBy:    fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
-		match:    fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any; * within a value any run of characters: /api/*, *@example.com; a key given twice: either value)"),
-		replaces: fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
-		failure:  fs.String("failure-mode", "local", "when Redis is unreachable: local (count on each decider), open (allow) or closed (reject)"),
-		shadow:   fs.Bool("shadow", false, "report, never reject"),
-		enabled:  fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
-		exact:    fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
-		scope:    fs.String("scope", "region", "where the limit holds: region (in each region on its own) or global (once across regions; fixed_window, sliding_window, gcra, token_bucket without warm-up)"),
-		quota:    fs.Bool("quota", false, "envoyproxy/ratelimit's quota_mode: on Envoy's rate limit service, a call is rejected only when all its quota descriptors are over"),
-		block:    fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
-		sync:     days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
-		message:  fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
+		params:      defineParamOpts(fs),
+		name:        fs.String("name", "", "the rule's name, unique in its tier"),
+		keyBy:       fs.String("key-by", "client_id", "comma-separated descriptors keying the counter (empty: one counter for the tenant)"),
+		match:       fs.String("match", "", "comma-separated key=value descriptors a request must carry (value * for any; * within a value any run of characters: /api/*, *@example.com; a key given twice: either value)"),
+		replaces:    fs.String("replaces", "", "comma-separated names of rules this one replaces where it applies"),
+		failure:     fs.String("failure-mode", "local", "when Redis is unreachable: local (count on each decider), open (allow) or closed (reject)"),
+		shadow:      fs.Bool("shadow", false, "report, never reject"),
+		enabled:     fs.Bool("enabled", true, "enforce the rule (-enabled=false: keep it, enforce nothing)"),
+		exact:       fs.Bool("exact", false, "envoyproxy/ratelimit's lookup: only requests with exactly the -match keys; the most specific exact rule wins"),
+		scope:       fs.String("scope", "region", "where the limit holds: region (in each region on its own) or global (once across regions; fixed_window, sliding_window, gcra, token_bucket without warm-up)"),
+		quota:       fs.Bool("quota", false, "envoyproxy/ratelimit's quota_mode: on Envoy's rate limit service, a call is rejected only when all its quota descriptors are over"),
+		block:       fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
+		sync:        days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
+		message:     fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
+		partitionBy: fs.String("partition-by", "", "adaptive_concurrency: the descriptor whose values share the limit, e.g. tier"),
+		partitions:  fs.String("partitions", "", "adaptive_concurrency: value=share pairs, comma-separated, e.g. gold=0.6,free=0.3 (other values share the rest)"),
 	}
 }
 
@@ -82,6 +86,12 @@ func (f ruleOpts) apply(fs *flag.FlagSet, r *sluicev1.Rule) error {
 			r.Block = *f.block
 		case "quota":
 			r.Quota = *f.quota
+		case "partition-by":
+			r.PartitionBy = *f.partitionBy
+		case "partitions":
+			p, e := parseShares(*f.partitions)
+			err = cmp.Or(err, e)
+			r.Partitions = p
 		case "scope":
 			v, e := enumFlag(sluicev1.Scope_value, "SCOPE_", fl)
 			err = cmp.Or(err, e)
@@ -197,4 +207,18 @@ func (f paramOpts) apply(fs *flag.FlagSet, p *sluicev1.LimitParams) error {
 		}
 	})
 	return err
+}
+
+// parseShares reads -partitions: value=share pairs.
+func parseShares(s string) ([]*sluicev1.Partition, error) {
+	var out []*sluicev1.Partition
+	for _, p := range flagenv.List(s) {
+		v, share, ok := strings.Cut(p, "=")
+		f, err := strconv.ParseFloat(share, 64)
+		if !ok || err != nil {
+			return nil, usageErrorf("-partitions %q: want VALUE=SHARE, such as gold=0.6", p)
+		}
+		out = append(out, &sluicev1.Partition{Value: v, Share: f})
+	}
+	return out, nil
 }

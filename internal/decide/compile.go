@@ -179,6 +179,25 @@ func (c *Compiled) requestRule(l RequestLimit, d policy.Descriptors) (*policy.Ru
 type compiledRule struct {
 	policy.Rule
 	limiter *limit.Limiter
+	// parts are an adaptive rule's partitions as the counters take them:
+	// the rest's (0), then each of Partitions'.
+	parts []limit.Partition
+}
+
+// partitionArgs returns the partitions of r as the counters take them.
+func partitionArgs(r *policy.Rule) []limit.Partition {
+	if len(r.Partitions) == 0 {
+		return nil
+	}
+	var shares []byte
+	for _, p := range r.Partitions {
+		shares = strconv.AppendFloat(append(shares, ':'), p.Share, 'g', -1, 64)
+	}
+	out := make([]limit.Partition, len(r.Partitions)+1)
+	for i := range out {
+		out[i] = limit.Partition{Arg: strconv.Itoa(i) + string(shares)}
+	}
+	return out
 }
 
 type compiledOverride struct {
@@ -227,7 +246,7 @@ func Compile(s *policy.Snapshot) (*Compiled, error) {
 			if err != nil {
 				return nil, fmt.Errorf("decide: rule %s: %w", r.Name, err)
 			}
-			rules = append(rules, compiledRule{Rule: r, limiter: l})
+			rules = append(rules, compiledRule{Rule: r, limiter: l, parts: partitionArgs(&r)})
 			c.replaces = c.replaces || len(r.Replaces) > 0
 		}
 		c.tiers[t.Name] = rules

@@ -190,6 +190,9 @@ func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, 
 			sel.adaptive = true
 		}
 		sel.reqs = append(sel.reqs, limit.Request{Key: ks, Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})
+		if r.parts != nil && p.Algorithm == policy.AdaptiveConcurrency {
+			sel.reqs[len(sel.reqs)-1].Partition = &r.parts[r.PartitionOf(req.Descriptors)]
+		}
 		sel.picked = append(sel.picked, rule)
 		sel.params = append(sel.params, p)
 		sel.blocks = sel.blocks || rule.Block

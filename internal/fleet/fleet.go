@@ -83,8 +83,8 @@ type backend struct {
 	used  atomic.Int64   // the last window it was decided in
 
 	mu   sync.Mutex
-	cur  gathered // the window being gathered
-	done gathered // the window before it, until Run gives it
+	cur  gathered           // the window being gathered
+	done gathered           // the window before it, until Run gives it
 	alg  adaptive.Algorithm // this decider's, while it updates
 
 }

@@ -221,3 +221,52 @@ func fleetRun(t *testing.T, n int) {
 		t.Errorf("in flight passed 1.05× the fleet's limit %d times", over.Load())
 	}
 }
+
+// A partitioned rule through the decider: the partition is the value of
+// its partition_by descriptor. Free requests alone borrow the whole
+// limit; once gold asks, a slot free lets go goes to gold, not to free.
+func TestPartitionsThroughTheDecider(t *testing.T) {
+	client, prefix := redistest.Client(t)
+	r := rule()
+	r.Limit, r.PartitionBy, r.Partitions = 10, "plan", []policy.Partition{{Value: "gold", Share: 0.5}}
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{r}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := redisengine.New(client, redisengine.Config{Prefix: prefix})
+	t.Cleanup(eng.Close)
+	f := fleet.New(fleet.Config{Client: client, Prefix: prefix, Adapter: eng, Name: "a"})
+	d := decide.NewDecider(decide.Options{Counters: eng, Budget: time.Second, Adaptive: f})
+	ctx := context.Background()
+	ask := func(plan string) (decide.Request, decide.Decision) {
+		req := decide.Request{Descriptors: policy.Descriptors{{Key: "plan", Value: plan}, {Key: "route", Value: "/search"}}}
+		dec, err := d.Decide(ctx, c, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req, dec
+	}
+	// The limit until the first update is 10 (fleet.InitialLimit).
+	var free []decide.Decision
+	var freeReq decide.Request
+	for range 10 {
+		req, dec := ask("free")
+		if !dec.Allowed {
+			t.Fatalf("free alone was refused with %d held, of 10", len(free))
+		}
+		freeReq, free = req, append(free, dec)
+	}
+	if _, dec := ask("gold"); dec.Allowed {
+		t.Fatal("gold was admitted over the limit")
+	}
+	if err := d.ReleaseHeld(ctx, c, freeReq, free[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, dec := ask("free"); dec.Allowed {
+		t.Fatal("free took back the slot it let go, over its share, while gold asks")
+	}
+	if _, dec := ask("gold"); !dec.Allowed {
+		t.Fatal("gold, under its share, did not get the slot free let go")
+	}
+}

@@ -169,7 +169,17 @@ type Request struct {
 	// the request on this decider and reconcile with the shared state every
 	// Sync (see policy.Rule.Sync). The in-process engine, all local, ignores it.
 	Sync time.Duration
+	// Partition, of an adaptive concurrency rule with partitions
+	// (policy.Rule.Partitions), is the request's share of the limit. The
+	// shared counters enforce it; the in-process engine, a fallback, holds
+	// the whole limit alone.
+	Partition *Partition
 }
+
+// Partition is the share of an adaptive concurrency limit a request
+// holds: Arg, "of:share1:share2…", of the 1-based partition of the
+// rule's Partitions (0: the rest of the limit) and the shares of all.
+type Partition struct{ Arg string }
 
 // Charge is cost a decider admitted on Key under Limiter at At (µs) without
 // the shared counters, to be added to them (decide.Counters.Charge).

@@ -155,8 +155,14 @@ type matchJSON struct {
 	Value string `json:"value"`
 }
 
+// partitionJSON is a policy.Partition as the partitions column keeps it.
+type partitionJSON struct {
+	Value string  `json:"value"`
+	Share float64 `json:"share"`
+}
+
 const ruleColumns = `id::text, tier_id::text, name, match, key_by, algorithm, lim, window_us, burst, warm_up_us,
-	cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation`
+	cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation, partition_by, partitions`
 
 // storedRule is a rule with the tier holding it.
 type storedRule struct {
@@ -167,10 +173,11 @@ type storedRule struct {
 func scanRule(row pgx.Row) (storedRule, error) {
 	var r storedRule
 	var match []matchJSON
+	var parts []partitionJSON
 	var alg, mode, cal, scope, adapt string
 	var window, warm, delay, gran, ttl, sync int64
 	err := row.Scan(&r.ID, &r.tierID, &r.Name, &match, &r.KeyBy, &alg, &r.Limit, &window, &r.Burst, &warm,
-		&r.ColdFactor, &delay, &gran, &ttl, &r.Shadow, &mode, &r.Enabled, &sync, &r.Exact, &r.Block, &r.Replaces, &cal, &r.TimeZone, &r.Message, &r.Quota, &scope, &r.Floor, &adapt)
+		&r.ColdFactor, &delay, &gran, &ttl, &r.Shadow, &mode, &r.Enabled, &sync, &r.Exact, &r.Block, &r.Replaces, &cal, &r.TimeZone, &r.Message, &r.Quota, &scope, &r.Floor, &adapt, &r.PartitionBy, &parts)
 	if err != nil {
 		return r, err
 	}
@@ -185,6 +192,9 @@ func scanRule(row pgx.Row) (storedRule, error) {
 	r.Calendar, _ = policy.ParseCalendar(cal)
 	r.Scope, _ = policy.ParseScope(scope)
 	r.Adaptation, _ = policy.ParseAdaptation(adapt)
+	for _, p := range parts {
+		r.Partitions = append(r.Partitions, policy.Partition(p))
+	}
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
 	r.Window, r.WarmUp, r.MaxDelay, r.Granularity, r.LeaseTTL = us(window), us(warm), us(delay), us(gran), us(ttl)
 	r.Sync = us(sync)
@@ -202,6 +212,14 @@ func ruleArgs(r policy.Rule) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: rule match: %w", err)
 	}
+	parts := make([]partitionJSON, len(r.Partitions))
+	for i, p := range r.Partitions {
+		parts[i] = partitionJSON(p)
+	}
+	pj, err := json.Marshal(parts)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: rule partitions: %w", err)
+	}
 	keyBy, replaces := r.KeyBy, r.Replaces
 	if keyBy == nil {
 		keyBy = []string{}
@@ -211,7 +229,7 @@ func ruleArgs(r policy.Rule) ([]any, error) {
 	}
 	return []any{r.Name, mj, keyBy, r.Algorithm.String(), r.Limit, r.Window.Microseconds(), r.Burst, r.WarmUp.Microseconds(),
 		r.ColdFactor, r.MaxDelay.Microseconds(), r.Granularity.Microseconds(), r.LeaseTTL.Microseconds(), r.Shadow,
-		r.FailureMode.String(), r.Enabled, r.Sync.Microseconds(), r.Exact, r.Block, replaces, r.Calendar.String(), r.TimeZone, r.Message, r.Quota, r.Scope.String(), r.Floor, r.Adaptation.String()}, nil
+		r.FailureMode.String(), r.Enabled, r.Sync.Microseconds(), r.Exact, r.Block, replaces, r.Calendar.String(), r.TimeZone, r.Message, r.Quota, r.Scope.String(), r.Floor, r.Adaptation.String(), r.PartitionBy, pj}, nil
 }
 
 // listRules returns the tenant's rules (of one tier, unless tierID is ""),
@@ -279,8 +297,8 @@ func (s *Store) CreateRule(ctx context.Context, actor policy.Actor, tenantID, ti
 			return change{}, policy.Errorf(policy.CodeResourceExhausted, "a tier holds at most %d rules", policy.MaxRulesPerTier)
 		}
 		err = tx.QueryRow(ctx, `INSERT INTO rules (tenant_id, tier_id, position, name, match, key_by, algorithm, lim, window_us,
-			burst, warm_up_us, cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29) RETURNING id::text`,
+			burst, warm_up_us, cold_factor, max_delay_us, granularity_us, lease_ttl_us, shadow, failure_mode, enabled, sync_us, exact, block, replaces, calendar, time_zone, message, quota, scope, floor, adaptation, partition_by, partitions)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31) RETURNING id::text`,
 			append([]any{tenantID, tierID, n}, args...)...).Scan(&r.ID)
 		if err != nil {
 			return change{}, translate(err, "rule")
@@ -314,7 +332,7 @@ func (s *Store) UpdateRule(ctx context.Context, actor policy.Actor, tenantID str
 		}
 		_, err = tx.Exec(ctx, `UPDATE rules SET name = $3, match = $4, key_by = $5, algorithm = $6, lim = $7, window_us = $8,
 			burst = $9, warm_up_us = $10, cold_factor = $11, max_delay_us = $12, granularity_us = $13, lease_ttl_us = $14,
-			shadow = $15, failure_mode = $16, enabled = $17, sync_us = $18, exact = $19, block = $20, replaces = $21, calendar = $22, time_zone = $23, message = $24, quota = $25, scope = $26, floor = $27, adaptation = $28,
+			shadow = $15, failure_mode = $16, enabled = $17, sync_us = $18, exact = $19, block = $20, replaces = $21, calendar = $22, time_zone = $23, message = $24, quota = $25, scope = $26, floor = $27, adaptation = $28, partition_by = $29, partitions = $30,
 			updated_at = now() WHERE id = $1 AND tenant_id = $2`,
 			append([]any{r.ID, tenantID}, args...)...)
 		if err != nil {

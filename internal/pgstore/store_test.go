@@ -200,10 +200,11 @@ func TestTiersAndRules(t *testing.T) {
 	// An adaptive concurrency rule's floor and adaptation round-trip.
 	backend := rule("backend", 500)
 	backend.Algorithm, backend.Burst, backend.Window, backend.LeaseTTL, backend.Floor, backend.Adaptation = policy.AdaptiveConcurrency, 0, time.Second, time.Minute, 4, policy.AdaptAIMD
+	backend.PartitionBy, backend.Partitions = "tier", []policy.Partition{{Value: "gold", Share: 0.7}, {Value: "free", Share: 0.2}}
 	if backend, _, err = s.CreateRule(ctx, op, acme.ID, pro.ID, backend); err != nil {
 		t.Fatal(err)
 	}
-	if rules, err := s.ListRules(ctx, acme.ID, pro.ID); err != nil || rules[len(rules)-1].Params != backend.Params {
+	if rules, err := s.ListRules(ctx, acme.ID, pro.ID); err != nil || !rules[len(rules)-1].SameAs(backend) {
 		t.Fatalf("adaptive round trip: %+v %v, want %+v", rules[len(rules)-1].Params, err, backend.Params)
 	}
 	if _, err := s.DeleteRule(ctx, op, acme.ID, backend.ID); err != nil {

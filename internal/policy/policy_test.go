@@ -84,6 +84,16 @@ func TestRuleValidateReportsEachField(t *testing.T) {
 			r.Algorithm, r.Burst, r.LeaseTTL, r.Floor, r.Adaptation = AdaptiveConcurrency, 0, time.Minute, r.Limit+1, 7
 		}, []string{"floor", "adaptation"}},
 		{"a floor elsewhere", func(r *Rule) { r.Floor, r.Adaptation = 1, AdaptAIMD }, []string{"floor", "adaptation"}},
+		{"adaptive partitions", func(r *Rule) {
+			r.Algorithm, r.Burst, r.LeaseTTL, r.PartitionBy, r.Partitions = AdaptiveConcurrency, 0, time.Minute, "plan", []Partition{{"gold", 0.6}, {"free", 0.4}}
+		}, nil},
+		{"partitions over the limit", func(r *Rule) {
+			r.Algorithm, r.Burst, r.LeaseTTL, r.PartitionBy, r.Partitions = AdaptiveConcurrency, 0, time.Minute, "plan", []Partition{{"gold", 0.8}, {"gold", 0.4}, {"x", 0}}
+		}, []string{"partitions[1].value", "partitions[2].share", "partitions"}},
+		{"partitions without partition_by", func(r *Rule) {
+			r.Algorithm, r.Burst, r.LeaseTTL, r.Partitions = AdaptiveConcurrency, 0, time.Minute, []Partition{{"gold", 0.5}}
+		}, []string{"partition_by"}},
+		{"partitions of a token bucket", func(r *Rule) { r.PartitionBy, r.Partitions = "plan", []Partition{{"gold", 0.5}} }, []string{"partitions"}},
 		{"a calendar month", func(r *Rule) { r.Algorithm, r.Burst, r.Window, r.Calendar = FixedWindow, 0, 0, CalendarMonth }, nil},
 		{"a calendar window and a window", func(r *Rule) { r.Algorithm, r.Burst, r.Calendar = FixedWindow, 0, CalendarYear }, []string{"window"}},
 		{"a calendar token bucket", func(r *Rule) { r.Window, r.Calendar = 0, CalendarWeek }, []string{"calendar"}},

@@ -134,11 +134,44 @@ type Rule struct {
 	// across regions (ScopeGlobal), for fixed and sliding windows, GCRA
 	// and token buckets without warm-up.
 	Scope Scope
+	// PartitionBy and Partitions (adaptive concurrency only) share the
+	// rule's limit between the values of one descriptor, such as a tier
+	// or a tenant's customer: the requests of each value hold at least its
+	// share while they want it and may borrow what the others leave idle;
+	// requests of other values share the rest. The limit itself is never
+	// exceeded.
+	PartitionBy string
+	Partitions  []Partition
 	// Message is what a client this rule rejects is told (the 429's
 	// problem detail, Envoy's response body, the check answers' message),
 	// such as "Free plans make 100 searches an hour: see
 	// https://example.com/pricing". Empty: a generic one.
 	Message string
+}
+
+// Partition is the share of an adaptive concurrency rule's limit that
+// the requests whose PartitionBy descriptor is Value hold.
+type Partition struct {
+	Value string
+	Share float64
+}
+
+// MaxPartitions bounds Rule.Partitions.
+const MaxPartitions = 8
+
+// PartitionOf returns the 1-based index in r.Partitions of the partition
+// of requests with descriptors d, 0 for the rest.
+func (r *Rule) PartitionOf(d Descriptors) int {
+	v, ok := d.Get(r.PartitionBy)
+	if !ok {
+		return 0
+	}
+	for i := range r.Partitions {
+		if r.Partitions[i].Value == v {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // MaxReplaces bounds Rule.Replaces.
@@ -269,6 +302,7 @@ func (r *Rule) validate(fe fieldErrors) {
 		}
 	}
 	r.Params.validate(fe)
+	r.validatePartitions(fe)
 	switch {
 	case len(r.Message) > MaxMessageLen:
 		fe.add("message", "at most %d bytes", MaxMessageLen)
@@ -298,6 +332,38 @@ func (r *Rule) validate(fe fieldErrors) {
 		fe.add("scope", "global applies to fixed_window, sliding_window, gcra and token_bucket without warm_up: their counts merge across regions")
 	case r.Sync != 0:
 		fe.add("scope", "global does not combine with sync: the region's own count must be exact")
+	}
+}
+
+func (r *Rule) validatePartitions(fe fieldErrors) {
+	switch {
+	case r.PartitionBy == "" && len(r.Partitions) == 0:
+		return
+	case r.Algorithm != AdaptiveConcurrency:
+		fe.add("partitions", "apply only to adaptive_concurrency")
+		return
+	case len(r.Partitions) == 0 || len(r.Partitions) > MaxPartitions:
+		fe.add("partitions", "1 to %d partitions, with partition_by", MaxPartitions)
+	}
+	validateDescriptorKey(fe, "partition_by", r.PartitionBy)
+	seen := make(map[string]bool, len(r.Partitions))
+	total := 0.0
+	for i, p := range r.Partitions {
+		pf := fe.index("partitions", i)
+		switch {
+		case p.Value == "" || len(p.Value) > MaxDescriptorVal || !utf8.ValidString(p.Value):
+			pf.add("value", "must be valid UTF-8 of 1 to %d bytes", MaxDescriptorVal)
+		case seen[p.Value]:
+			pf.add("value", "%q appears twice", p.Value)
+		}
+		seen[p.Value] = true
+		if !(p.Share > 0 && p.Share <= 1) {
+			pf.add("share", "must be above 0 and at most 1")
+		}
+		total += p.Share
+	}
+	if total > 1+1e-9 {
+		fe.add("partitions", "the shares add up to %.3g, over 1", total)
 	}
 }
 
@@ -420,7 +486,8 @@ func FitValue(v string, max int) string {
 func (r Rule) SameAs(o Rule) bool {
 	return r.ID == o.ID && r.Name == o.Name && sameMatches(r.Match, o.Match) && slices.Equal(r.KeyBy, o.KeyBy) &&
 		r.Params == o.Params && r.Shadow == o.Shadow && r.FailureMode == o.FailureMode && r.Enabled == o.Enabled &&
-		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && r.Quota == o.Quota && r.Scope == o.Scope && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message
+		r.Sync == o.Sync && r.Exact == o.Exact && r.Block == o.Block && r.Quota == o.Quota && r.Scope == o.Scope && slices.Equal(r.Replaces, o.Replaces) && r.Message == o.Message &&
+		r.PartitionBy == o.PartitionBy && slices.Equal(r.Partitions, o.Partitions)
 }
 
 // sameMatches reports whether a and b hold the same conditions, in any

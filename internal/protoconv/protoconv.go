@@ -92,6 +92,10 @@ func RuleToProto(r policy.Rule) *sluicev1.Rule {
 	for _, m := range r.Match {
 		out.Match = append(out.Match, &sluicev1.Match{Key: m.Key, Value: m.Value})
 	}
+	out.PartitionBy = r.PartitionBy
+	for _, p := range r.Partitions {
+		out.Partitions = append(out.Partitions, &sluicev1.Partition{Value: p.Value, Share: p.Share})
+	}
 	return out
 }
 
@@ -108,6 +112,10 @@ func RuleFromProto(p *sluicev1.Rule) policy.Rule {
 	r.Scope = scopeFromProto(p.GetScope())
 	for _, m := range p.GetMatch() {
 		r.Match = append(r.Match, policy.Match{Key: m.GetKey(), Value: m.GetValue()})
+	}
+	r.PartitionBy = p.GetPartitionBy()
+	for _, pt := range p.GetPartitions() {
+		r.Partitions = append(r.Partitions, policy.Partition{Value: pt.GetValue(), Share: pt.GetShare()})
 	}
 	return r
 }

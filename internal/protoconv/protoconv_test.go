@@ -21,7 +21,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		Params: policy.Params{Algorithm: policy.LeakyBucket, Limit: 5, Window: time.Second, MaxDelay: 2 * time.Second}}
 	lease := policy.Rule{ID: "r3", Name: "lease", Enabled: true, Params: policy.Params{Algorithm: policy.Concurrency, Limit: 3, LeaseTTL: time.Minute}}
 	adaptive := policy.Rule{ID: "r6", Name: "adaptive", Enabled: true, Params: policy.Params{Algorithm: policy.AdaptiveConcurrency, Limit: 500,
-		Window: time.Second, LeaseTTL: time.Minute, Floor: 3, Adaptation: policy.AdaptAIMD}}
+		Window: time.Second, LeaseTTL: time.Minute, Floor: 3, Adaptation: policy.AdaptAIMD},
+		PartitionBy: "tier", Partitions: []policy.Partition{{Value: "gold", Share: 0.6}, {Value: "free", Share: 0.3}}}
 	buckets := policy.Rule{ID: "r4", Name: "buckets", Params: policy.Params{Algorithm: policy.SlidingBuckets, Limit: 7, Window: time.Minute, Granularity: time.Second}}
 	in := &policy.Snapshot{
 		Tenant:  policy.Tenant{ID: "t1", Slug: "acme", Name: "Acme", DefaultTier: "free", Status: policy.TenantSuspended, Shadow: true},

@@ -63,7 +63,11 @@ func (e *Engine) prepare(op string, reqs []limit.Request, now string, into *call
 		keys[i] = e.cfg.Prefix + rq.Key
 		st := e.statics.get(rq.Limiter)
 		args = append(args, st.algorithm, rq.Cost, rq.Lease, flag(rq.Shadow))
+		g := len(args)
 		args = append(appendGeneral(args, st, now), rq.Spent)
+		if rq.Partition != nil {
+			args[g+partitionAt] = rq.Partition.Arg
+		}
 	}
 	return script, keys, args, nil
 }
@@ -247,6 +251,10 @@ func newLimiterArgs(l *limit.Limiter) *limiterArgs {
 	}
 	return a
 }
+
+// partitionAt is where an adaptive rule's partition (limit.Partition)
+// stands in a rule's fields of decide.lua: in place of gran.
+const partitionAt = 7
 
 // edgesAt is where a calendar window's edges stand in a rule's
 // fields of decide.lua: in place of interval, per_us, bound and gran.

@@ -97,6 +97,10 @@ type Rule struct {
 	Message     string   `yaml:"message,omitempty" json:"message,omitempty"` // what a client it rejects is told
 	Quota       bool     `yaml:"quota,omitempty" json:"quota,omitempty"`     // envoyproxy/ratelimit's quota_mode
 	Scope       string   `yaml:"scope,omitempty" json:"scope,omitempty"`     // region (the default) or global
+	// PartitionBy and Partitions share an adaptive_concurrency limit
+	// between the values of a descriptor: value: share.
+	PartitionBy string             `yaml:"partition_by,omitempty" json:"partition_by,omitempty"`
+	Partitions  map[string]float64 `yaml:"partitions,omitempty" json:"partitions,omitempty"`
 }
 
 // Override is a per-client exception: it moves the client to Tier, or
@@ -342,7 +346,11 @@ func (r Rule) Policy() (policy.Rule, error) {
 		fields = append(fields, policy.FieldError{Field: "scope", Description: "must be region or global"})
 	}
 	out := policy.Rule{Name: r.Name, KeyBy: r.KeyBy, Params: params, Shadow: r.Shadow, FailureMode: mode, Enabled: !r.Disabled,
-		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message, Scope: scope}
+		Sync: time.Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message, Scope: scope,
+		PartitionBy: r.PartitionBy}
+	for _, v := range slices.Sorted(maps.Keys(r.Partitions)) { // in the order of their values: the same on every apply
+		out.Partitions = append(out.Partitions, policy.Partition{Value: v, Share: r.Partitions[v]})
+	}
 	for _, k := range sortedKeys(r.Match) {
 		if len(r.Match[k]) == 0 {
 			fields = append(fields, policy.FieldError{Field: "match." + k, Description: "at least one value"})
@@ -443,6 +451,13 @@ func RuleFrom(r policy.Rule) Rule {
 		Sync: Duration(r.Sync), Exact: r.Exact, Block: r.Block, Quota: r.Quota, Replaces: r.Replaces, Message: r.Message}
 	if r.Scope != policy.ScopeRegion {
 		out.Scope = r.Scope.String()
+	}
+	out.PartitionBy = r.PartitionBy
+	for _, p := range r.Partitions {
+		if out.Partitions == nil {
+			out.Partitions = map[string]float64{}
+		}
+		out.Partitions[p.Value] = p.Share
 	}
 	if r.FailureMode != policy.DefaultFailureMode {
 		out.FailureMode = r.FailureMode.String()

@@ -60,6 +60,8 @@ tiers:
         window: 500ms
         lease_ttl: 30s
         adaptation: aimd
+        partition_by: customer
+        partitions: {big: 0.5, small: 0.25}
 overrides:
   - identifier: alice
     rule: free/per-client
@@ -138,7 +140,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: open\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n", "floor: 2\n", "adaptation: aimd\n"} {
+	for _, want := range []string{"method: GET\n", "- /find\n", "sync: 100ms\n", "rule: free/per-client\n", "failure_mode: open\n", "calendar: month\n", "time_zone: America/Chicago\n", "message: 5,000 a day, from midnight in Chicago\n", "floor: 2\n", "adaptation: aimd\n", "partition_by: customer\n", "big: 0.5\n"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("export lacks %q:\n%s", want, out)
 		}

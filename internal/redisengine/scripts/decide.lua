@@ -42,6 +42,12 @@ local function parse(n, o)
       per_us = tonumber(ARGV[b + 10]), bound = tonumber(ARGV[b + 11]), gran = tonumber(ARGV[b + 12]),
       buckets = tonumber(ARGV[b + 13]), lease_ttl = tonumber(ARGV[b + 14]), spent = tonumber(ARGV[b + 21])}
     p.queue = p.alg == 3
+    if p.alg == 9 and ARGV[b + 12] ~= '0' then -- partitions: "of:share1:share2…"
+      local v = {}
+      for f in string.gmatch(ARGV[b + 12], '[^:]+') do v[#v + 1] = tonumber(f) end
+      p.part, p.shares = v[1], {}
+      for q = 2, #v do p.shares[q - 1] = v[q] end
+    end
     if p.window < 0 then p.edges = {p.interval, p.per_us, p.bound, p.gran} end
     if ARGV[b + 15] == '1' then
       p.warm = {stable = tonumber(ARGV[b + 16]), threshold = tonumber(ARGV[b + 17]), max = tonumber(ARGV[b + 18]),
@@ -61,9 +67,10 @@ local function load(key)
   elseif raw then
     local arr = cmsgpack.unpack(raw)
     s.t, s.x, s.y = arr[1], arr[2], arr[3]
-    -- A negative fourth value is a record of the key's expiry the flat
-    -- scripts once wrote (flat.lua), no part of a state.
-    if not (arr[4] and arr[4] < 0) then
+    -- A lone negative fourth value is a record of the key's expiry the
+    -- flat scripts once wrote (flat.lua), no part of a state (leases come
+    -- in threes, and a partition's marker is a negative lease).
+    if not (#arr == 4 and arr[4] < 0) then
       for i = 4, #arr do s.ext[i - 3] = arr[i] end
     end
   end
@@ -123,11 +130,14 @@ local function check(keys, rules, reply)
     end
   else
     -- Nothing was consumed: rules that would have admitted answer from
-    -- their untouched state.
+    -- their untouched state. A partition rejected keeps its mark of
+    -- activity (lease.lua).
     for i, p in ipairs(rules) do
       if res[i].allowed then
         local _, r = evaluate(p, before[i], 0)
         res[i] = r
+      elseif res[i].touch then
+        store(keys[i], res[i].touch, math.max(res[i].reset, p.window))
       end
     end
   end

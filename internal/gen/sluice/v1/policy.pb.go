@@ -580,7 +580,13 @@ type Rule struct {
 	// own admissions and adding the others' as last replicated. Global
 	// applies to fixed_window, sliding_window, gcra and token_bucket without
 	// warm_up.
-	Scope         Scope `protobuf:"varint,16,opt,name=scope,proto3,enum=sluice.v1.Scope" json:"scope,omitempty"`
+	Scope Scope `protobuf:"varint,16,opt,name=scope,proto3,enum=sluice.v1.Scope" json:"scope,omitempty"`
+	// Adaptive concurrency only: the limit shared between the values of
+	// descriptor partition_by, each holding at least its share while it
+	// wants it and borrowing what the others leave idle; other values
+	// share the rest. The limit is never exceeded.
+	PartitionBy   string       `protobuf:"bytes,17,opt,name=partition_by,json=partitionBy,proto3" json:"partition_by,omitempty"`
+	Partitions    []*Partition `protobuf:"bytes,18,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +733,75 @@ func (x *Rule) GetScope() Scope {
 	return Scope_SCOPE_UNSPECIFIED
 }
 
+func (x *Rule) GetPartitionBy() string {
+	if x != nil {
+		return x.PartitionBy
+	}
+	return ""
+}
+
+func (x *Rule) GetPartitions() []*Partition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// Partition is the share of an adaptive concurrency limit that requests
+// whose partition_by descriptor is value hold: above 0, at most 1, the
+// shares adding up to at most 1.
+type Partition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	Share         float64                `protobuf:"fixed64,2,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Partition) Reset() {
+	*x = Partition{}
+	mi := &file_sluice_v1_policy_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Partition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Partition) ProtoMessage() {}
+
+func (x *Partition) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_policy_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Partition.ProtoReflect.Descriptor instead.
+func (*Partition) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Partition) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *Partition) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 // Descriptor is one key/value pair describing a request.
 type Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -738,7 +813,7 @@ type Descriptor struct {
 
 func (x *Descriptor) Reset() {
 	*x = Descriptor{}
-	mi := &file_sluice_v1_policy_proto_msgTypes[3]
+	mi := &file_sluice_v1_policy_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +825,7 @@ func (x *Descriptor) String() string {
 func (*Descriptor) ProtoMessage() {}
 
 func (x *Descriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_policy_proto_msgTypes[3]
+	mi := &file_sluice_v1_policy_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +838,7 @@ func (x *Descriptor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Descriptor.ProtoReflect.Descriptor instead.
 func (*Descriptor) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Descriptor) GetKey() string {
@@ -805,7 +880,7 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"adaptation\"/\n" +
 	"\x05Match\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xe9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc2\x04\n" +
 	"\x04Rule\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12&\n" +
@@ -823,7 +898,14 @@ const file_sluice_v1_policy_proto_rawDesc = "" +
 	"\x04etag\x18\r \x01(\tR\x04etag\x12\x18\n" +
 	"\amessage\x18\x0e \x01(\tR\amessage\x12\x14\n" +
 	"\x05quota\x18\x0f \x01(\bR\x05quota\x12&\n" +
-	"\x05scope\x18\x10 \x01(\x0e2\x10.sluice.v1.ScopeR\x05scope\"4\n" +
+	"\x05scope\x18\x10 \x01(\x0e2\x10.sluice.v1.ScopeR\x05scope\x12!\n" +
+	"\fpartition_by\x18\x11 \x01(\tR\vpartitionBy\x124\n" +
+	"\n" +
+	"partitions\x18\x12 \x03(\v2\x14.sluice.v1.PartitionR\n" +
+	"partitions\"7\n" +
+	"\tPartition\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\x12\x14\n" +
+	"\x05share\x18\x02 \x01(\x01R\x05share\"4\n" +
 	"\n" +
 	"Descriptor\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -873,7 +955,7 @@ func file_sluice_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_sluice_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sluice_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_sluice_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_sluice_v1_policy_proto_goTypes = []any{
 	(Algorithm)(0),              // 0: sluice.v1.Algorithm
 	(Adaptation)(0),             // 1: sluice.v1.Adaptation
@@ -883,28 +965,30 @@ var file_sluice_v1_policy_proto_goTypes = []any{
 	(*LimitParams)(nil),         // 5: sluice.v1.LimitParams
 	(*Match)(nil),               // 6: sluice.v1.Match
 	(*Rule)(nil),                // 7: sluice.v1.Rule
-	(*Descriptor)(nil),          // 8: sluice.v1.Descriptor
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*Partition)(nil),           // 8: sluice.v1.Partition
+	(*Descriptor)(nil),          // 9: sluice.v1.Descriptor
+	(*durationpb.Duration)(nil), // 10: google.protobuf.Duration
 }
 var file_sluice_v1_policy_proto_depIdxs = []int32{
 	0,  // 0: sluice.v1.LimitParams.algorithm:type_name -> sluice.v1.Algorithm
-	9,  // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
-	9,  // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
-	9,  // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
-	9,  // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
-	9,  // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
+	10, // 1: sluice.v1.LimitParams.window:type_name -> google.protobuf.Duration
+	10, // 2: sluice.v1.LimitParams.warm_up:type_name -> google.protobuf.Duration
+	10, // 3: sluice.v1.LimitParams.max_delay:type_name -> google.protobuf.Duration
+	10, // 4: sluice.v1.LimitParams.granularity:type_name -> google.protobuf.Duration
+	10, // 5: sluice.v1.LimitParams.lease_ttl:type_name -> google.protobuf.Duration
 	4,  // 6: sluice.v1.LimitParams.calendar:type_name -> sluice.v1.Calendar
 	1,  // 7: sluice.v1.LimitParams.adaptation:type_name -> sluice.v1.Adaptation
 	6,  // 8: sluice.v1.Rule.match:type_name -> sluice.v1.Match
 	5,  // 9: sluice.v1.Rule.params:type_name -> sluice.v1.LimitParams
 	2,  // 10: sluice.v1.Rule.failure_mode:type_name -> sluice.v1.FailureMode
-	9,  // 11: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
+	10, // 11: sluice.v1.Rule.sync:type_name -> google.protobuf.Duration
 	3,  // 12: sluice.v1.Rule.scope:type_name -> sluice.v1.Scope
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 13: sluice.v1.Rule.partitions:type_name -> sluice.v1.Partition
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_policy_proto_init() }
@@ -918,7 +1002,7 @@ func file_sluice_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_policy_proto_rawDesc), len(file_sluice_v1_policy_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
