@@ -46,7 +46,8 @@ func (b *slowBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // An adaptive concurrency rule in front of a backend that takes 16
 // requests at a time, with 1, 3 and 8 decider processes proxying to it on
-// one Redis and clients three times its capacity. The backend never sees
+// one Redis and clients three times its capacity, shed with 503s
+// (-shed-status). The backend never sees
 // more in flight than 1.05 times the fleet's limit in force, the limit
 // (as the answers' X-RateLimit-Limit tell) settles near the backend's
 // capacity, and a decider joining and another leaving change neither.
@@ -90,7 +91,7 @@ func adaptiveFleet(t *testing.T, cp, key string, n int) {
 	t.Cleanup(backend.Close)
 	srv := redistest.StartServer(t)
 	args := []string{"-control-plane", cp, "-redis-url", "redis://" + srv.Addr, "-redis-prefix", redistest.Prefix(t),
-		"-upstream", backend.URL, "-proxy-addr", "127.0.0.1:0"}
+		"-upstream", backend.URL, "-proxy-addr", "127.0.0.1:0", "-shed-status", "503"}
 	env := []string{"SLUICE_DECIDER_KEY=dk", "SLUICE_PROXY_KEY=" + key}
 	var mu sync.Mutex
 	var fleet []deciderAddrs
@@ -138,7 +139,13 @@ func adaptiveFleet(t *testing.T, cp, key string, n int) {
 				case http.StatusOK:
 					admitted.Add(1)
 					note(resp)
-				case http.StatusTooManyRequests:
+				case http.StatusServiceUnavailable:
+					// Shed (-shed-status 503), with when to come back; the
+					// backend's own 503s tell nothing of the kind.
+					if resp.Header.Get("Retry-After") == "" || resp.Header.Get("Content-Type") != "application/problem+json" {
+						failed.Add(1)
+						continue
+					}
 					shed.Add(1)
 					time.Sleep(service / 4)
 				default:
@@ -168,6 +175,18 @@ func adaptiveFleet(t *testing.T, cp, key string, n int) {
 	t.Logf("%d deciders: the limit the answers told over a second, settled: %d to %d (the backend takes %d)", n, lo, hi, workers)
 	if !near(lo, hi) {
 		t.Errorf("the limit went from %d to %d, want it near the backend's %d", lo, hi, workers)
+	}
+	// One decider of the fleet updates the limit, and each tells it.
+	var updaters float64
+	for _, d := range fleet {
+		m := metrics(t, d.admin)
+		updaters += sumOf(m, "sluice_adaptive_updater", `tenant="adaptive"`)
+		if l := sumOf(m, "sluice_adaptive_limit", `tenant="adaptive"`, `rule="backend"`); l < float64(lo)-2 || l > float64(hi)+2 {
+			t.Errorf("%s: sluice_adaptive_limit %v, the answers told %d to %d", d.admin, l, lo, hi)
+		}
+	}
+	if updaters != 1 {
+		t.Errorf("%v deciders say they update the limit, want 1", updaters)
 	}
 	// One decider joins; the first is sent no more requests.
 	joined := deciderProcess(t, args, env...)

@@ -112,6 +112,7 @@ type Proxy struct {
 	Upstream          string
 	ForwardAuth       bool
 	DenyStatus        int
+	ShedStatus        int
 	Addr              string
 	TLS               TLSFiles
 	Key               string // the check key of the tenant it enforces
@@ -151,7 +152,7 @@ func DefaultSettings() Settings {
 		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local",
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
 		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,
-		Proxy: Proxy{DenyStatus: http.StatusTooManyRequests, Addr: "127.0.0.1:8000", IPv6Prefix: clientip.IPv6Network,
+		Proxy: Proxy{DenyStatus: http.StatusTooManyRequests, ShedStatus: http.StatusTooManyRequests, Addr: "127.0.0.1:8000", IPv6Prefix: clientip.IPv6Network,
 			MaxDelay: 5 * time.Second, UpstreamTimeout: proxy.DefaultUpstreamTimeout},
 	}
 }
@@ -203,9 +204,13 @@ func (c *Settings) parsed() (parsedConfig, error) {
 	}
 	p.proxy = proxy.Config{IdentityHeader: x.IdentityHeader, IdentityCookie: x.IdentityCookie, TierHeader: x.TierHeader,
 		MaxDelay: x.MaxDelay, ClientCertIdentity: x.ClientCert, IPv6Prefix: x.IPv6Prefix, UpstreamTimeout: x.UpstreamTimeout,
-		PreserveHost: x.PreserveHost, ForwardAuth: x.ForwardAuth, DenyStatus: x.DenyStatus, FoldRoutes: x.FoldRoutes}
+		PreserveHost: x.PreserveHost, ForwardAuth: x.ForwardAuth, DenyStatus: x.DenyStatus, FoldRoutes: x.FoldRoutes,
+		ShedStatus: x.ShedStatus}
 	if x.DenyStatus != http.StatusTooManyRequests && x.DenyStatus != http.StatusForbidden {
 		return p, fmt.Errorf("-forward-auth-deny-status %d: want 429, or 403 for nginx", x.DenyStatus)
+	}
+	if x.ShedStatus != http.StatusTooManyRequests && x.ShedStatus != http.StatusServiceUnavailable {
+		return p, fmt.Errorf("-shed-status %d: want 429 or 503", x.ShedStatus)
 	}
 	switch {
 	case x.UpstreamTimeout < 0:

@@ -34,6 +34,7 @@ func TestValidateNamesTheSetting(t *testing.T) {
 		{"jwt half", func(c *Settings) { proxy(c); c.Proxy.JWTClaim = "sub" }, "-identity-jwks-url"},
 		{"no key", func(c *Settings) { proxy(c); c.Proxy.Key = "" }, "SLUICE_PROXY_KEY"},
 		{"bad upstream", func(c *Settings) { proxy(c); c.Proxy.Upstream = "ftp://x" }, "upstream"},
+		{"shed status 500", func(c *Settings) { proxy(c); c.Proxy.ShedStatus = 500 }, "-shed-status"},
 		{"tier header alone", func(c *Settings) { proxy(c); c.Proxy.TierHeader = "X-Tier" }, "-trusted-proxies"},
 	} {
 		c := DefaultSettings()

@@ -61,6 +61,7 @@ import (
 //	-cors-origins   SLUICE_CORS_ORIGINS       origins whose browsers may call /v1/check, e.g. the console's (default none)
 //	-upstream       SLUICE_UPSTREAM           reverse-proxy mode: the URL requests are forwarded to when allowed (default none: off)
 //	-forward-auth   SLUICE_FORWARD_AUTH       the proxy port answers as a gateway's forward-auth service (Traefik forwardAuth, Caddy forward_auth): 200 or 429 with the headers, the request's path and method from X-Forwarded-Uri and X-Forwarded-Method; instead of -upstream (default false)
+//	-shed-status    SLUICE_SHED_STATUS        proxy: the status of a request an adaptive_concurrency rule sheds: 429 or 503 (default 429)
 //	-forward-auth-deny-status SLUICE_FORWARD_AUTH_DENY_STATUS the status of a forward-auth rejection: 429, or 403 for nginx's auth_request (default 429)
 //	-proxy-addr     SLUICE_PROXY_ADDR         listen address of the reverse proxy (default 127.0.0.1:8000)
 //	-proxy-tls-cert SLUICE_PROXY_TLS_CERT     proxy: PEM certificate; with -proxy-tls-key the proxy serves HTTPS, the pair reread when the files change (default none: plaintext)
@@ -124,6 +125,7 @@ func (c *Settings) Flags(fs *flag.FlagSet, e *flagenv.Env) {
 	fs.StringVar(&c.CORSOrigins, "cors-origins", e.String("SLUICE_CORS_ORIGINS", c.CORSOrigins), "comma-separated origins whose browsers may call /v1/check (the console's)")
 	p := &c.Proxy
 	fs.StringVar(&p.Upstream, "upstream", e.String("SLUICE_UPSTREAM", p.Upstream), "reverse-proxy mode: forward allowed requests to this URL")
+	fs.IntVar(&p.ShedStatus, "shed-status", e.Int("SLUICE_SHED_STATUS", p.ShedStatus), "proxy: the status of a request an adaptive_concurrency rule sheds: 429 or 503")
 	fs.IntVar(&p.DenyStatus, "forward-auth-deny-status", e.Int("SLUICE_FORWARD_AUTH_DENY_STATUS", p.DenyStatus), "the status of a forward-auth rejection: 429, or 403 for nginx's auth_request")
 	fs.BoolVar(&p.ForwardAuth, "forward-auth", e.Bool("SLUICE_FORWARD_AUTH", p.ForwardAuth), "the proxy port answers a gateway's forward-auth calls (200 or 429) instead of forwarding to -upstream")
 	fs.StringVar(&p.Addr, "proxy-addr", e.String("SLUICE_PROXY_ADDR", p.Addr), "listen address of the reverse proxy")

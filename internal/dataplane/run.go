@@ -189,6 +189,9 @@ func New(ctx context.Context, cfg Settings) (_ *Server, err error) {
 	if replicator != nil {
 		reg.MustRegister(replicationMetrics(replicator)...)
 	}
+	if adaptive != nil {
+		reg.MustRegister(adaptive) // sluice_adaptive_*
+	}
 
 	// The decision service, tracing and publishing its decisions.
 	d.Service = decision.Service{Decider: decider, Authenticate: d.Keys.Authenticate, Logger: logger,

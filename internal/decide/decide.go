@@ -53,12 +53,22 @@ type Options struct {
 	Adaptive Adaptive
 }
 
+// Backend names the backend an adaptive rule guards: the tenant's slug,
+// the rule, and the descriptors of a request to it (the rule's key-by
+// values name the backend).
+type Backend struct {
+	Tenant      string
+	Rule        *policy.Rule
+	Descriptors policy.Descriptors
+}
+
 // Adaptive is a decider's part in the fleet's adaptive concurrency limits
 // (package fleet's Fleet).
 type Adaptive interface {
 	// Params is p, an adaptive rule's parameters, with the fleet's limit
-	// of key as its limit, and their limiter.
-	Params(key string, p policy.Params) (policy.Params, *limit.Limiter)
+	// of key as its limit, and their limiter; of names the backend, for
+	// its metrics.
+	Params(key string, of Backend, p policy.Params) (policy.Params, *limit.Limiter)
 	// Decided notes what the counters answered a decision on key.
 	Decided(key string, r limit.Result)
 	// Released takes the sample of a lease released on key.

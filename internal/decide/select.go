@@ -186,7 +186,7 @@ func (d *Decider) selectRules(c *Compiled, req Request, cost int64) (selection, 
 		key = policy.AppendCounterKey(key[:0], c.Tenant.ID, &r.Rule, req.Descriptors)
 		ks := string(key)
 		if p.Algorithm == policy.AdaptiveConcurrency && d.opts.Adaptive != nil {
-			p, lim = d.opts.Adaptive.Params(ks, p)
+			p, lim = d.opts.Adaptive.Params(ks, Backend{Tenant: c.Tenant.Slug, Rule: &r.Rule, Descriptors: req.Descriptors}, p)
 			sel.adaptive = true
 		}
 		sel.reqs = append(sel.reqs, limit.Request{Key: ks, Limiter: lim, Cost: cost, Lease: req.Lease, Shadow: r.Shadow, Sync: r.Sync})

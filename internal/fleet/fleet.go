@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/adaptive"
+	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -82,6 +83,12 @@ type backend struct {
 	limit atomic.Int64   // the fleet's, as last answered
 	used  atomic.Int64   // the last window it was decided in
 
+	// What the metrics tell: whose it is, and what this decider saw.
+	tenant, ruleName, name               string
+	succeeded, dropped, ignored, latency atomic.Int64 // latency: µs, of those succeeded
+	inFlight, updates                    atomic.Int64 // inFlight: the most in the last window
+	updater                              atomic.Bool
+
 	mu   sync.Mutex
 	cur  gathered           // the window being gathered
 	done gathered           // the window before it, until Run gives it
@@ -89,11 +96,11 @@ type backend struct {
 
 }
 
-func (f *Fleet) backendOf(key string, p policy.Params) *backend {
+func (f *Fleet) backendOf(key string, o decide.Backend, p policy.Params) *backend {
 	if b, ok := f.backends.Load(key); ok {
 		return b.(*backend)
 	}
-	b := &backend{p: p, rule: limit.MustCompile(p)}
+	b := &backend{p: p, rule: limit.MustCompile(p), tenant: o.Tenant, ruleName: o.Rule.Name, name: policy.ClientKey(o.Rule, o.Descriptors)}
 	b.limit.Store(InitialLimit(p))
 	v, _ := f.backends.LoadOrStore(key, b)
 	return v.(*backend)
@@ -103,8 +110,8 @@ func (f *Fleet) backendOf(key string, p policy.Params) *backend {
 // key in force as its limit, and their limiter: the lease script admits
 // to the limit its updater set and to this one until there is one, and
 // the local fallback enforces a share of it while Redis fails.
-func (f *Fleet) Params(key string, p policy.Params) (policy.Params, *limit.Limiter) {
-	b := f.backendOf(key, p)
+func (f *Fleet) Params(key string, o decide.Backend, p policy.Params) (policy.Params, *limit.Limiter) {
+	b := f.backendOf(key, o, p)
 	b.used.Store(f.windowOf(b.p))
 	p.Limit = b.limit.Load()
 	if l, ok := f.limiters.Load(p); ok {
@@ -143,11 +150,22 @@ func (f *Fleet) Decided(key string, r limit.Result) {
 // latency and outcome.
 func (f *Fleet) Released(key string, latency time.Duration, o adaptive.Outcome) {
 	v, ok := f.backends.Load(key)
-	if !ok || o == adaptive.Ignored {
+	if !ok {
+		return
+	}
+	if o == adaptive.Ignored {
+		v.(*backend).ignored.Add(1)
 		return
 	}
 	b := v.(*backend)
 	us := max(latency.Microseconds(), 1)
+	switch o {
+	case adaptive.Dropped:
+		b.dropped.Add(1)
+	default:
+		b.succeeded.Add(1)
+		b.latency.Add(us)
+	}
 	b.mu.Lock()
 	f.roll(b)
 	g := &b.cur
@@ -219,6 +237,7 @@ func (f *Fleet) Run(ctx context.Context) {
 				return true
 			}
 			if g, ok := f.take(b); ok {
+				b.inFlight.Store(g.maxInFl)
 				if err := f.give(ctx, key, b, g); err != nil && ctx.Err() == nil {
 					f.cfg.Logger.Warn("adaptive limits: giving a window's samples", "err", err)
 				}
@@ -263,6 +282,7 @@ func (f *Fleet) give(ctx context.Context, key string, b *backend, g gathered) er
 	if err != nil {
 		return err
 	}
+	b.updater.Store(len(reply) == 7 && reply[0] == 1)
 	if len(reply) != 7 || reply[0] != 1 {
 		b.mu.Lock()
 		b.alg = nil // another decider updates: its state is its own
@@ -300,6 +320,7 @@ func (f *Fleet) update(ctx context.Context, key string, b *backend, w gathered, 
 		return err
 	}
 	b.limit.Store(next)
+	b.updates.Add(1)
 	f.updates.Add(1)
 	return nil
 }

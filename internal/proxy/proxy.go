@@ -102,6 +102,10 @@ type Config struct {
 	// nginx's auth_request passes only 401 and 403 on (any other is its
 	// 500), so behind nginx it is 403, mapped back to 429 there.
 	DenyStatus int
+	// ShedStatus is the status of a request an adaptive concurrency rule
+	// sheds (it decided the rejection): 429, or 503 for clients and
+	// balancers that retry a 503 elsewhere; 0 means 429.
+	ShedStatus int
 
 	// renewals, for tests, replaces the ticker renewing a long request's
 	// leases every d (keepLeases): its ticks and its stop.
@@ -214,7 +218,12 @@ func New(cfg Config) http.Handler {
 		}
 		ex.RateHeaders(dec, cfg.API.Headers)
 		if !dec.Allowed {
-			ex.Reply(deny, "application/problem+json", httpport.RejectedProblem(dec))
+			status, prob := deny, httpport.RejectedProblem(dec)
+			if cfg.ShedStatus == http.StatusServiceUnavailable && !cfg.ForwardAuth && dec.Deciding >= 0 &&
+				dec.Rules[dec.Deciding].InForce().Algorithm == policy.AdaptiveConcurrency {
+				status, prob.Status, prob.Title = cfg.ShedStatus, cfg.ShedStatus, "Service Unavailable"
+			}
+			ex.Reply(status, "application/problem+json", prob)
 			return
 		}
 		if dec.Lease != 0 && !cfg.ForwardAuth {
