@@ -76,6 +76,7 @@ bench: ## run the benchmarks (figures go to docs/benchmarks.md)
 	$(GO) test -run '^$$' -bench 'Decisions|ProxyOverhead|ProxyWrk|EnvoyRLSH2load|EnvoyRLSLean' -benchtime 40000x ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'InProcess' -benchmem ./internal/dataplane/
 	$(GO) test -run '^$$' -bench 'ClusterScaling|DecisionCost' -benchtime 100000x ./internal/decide/
+	$(GO) test -run '^$$' -bench AdaptiveDecision -benchtime 20000x ./internal/fleet/
 
 .PHONY: bench-check
 bench-check: ## run every benchmark once, briefly: a benchmark that no longer runs fails (CI runs it)
