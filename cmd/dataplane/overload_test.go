@@ -163,7 +163,14 @@ func burn() {
 // ready.
 func deciderProcess(t *testing.T, args []string, env ...string) deciderAddrs {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
+	return deciderProcessOf(t, os.Args[0], args, env...)
+}
+
+// deciderProcessOf is deciderProcess of the binary exe: the test binary,
+// or a decider built as users build it (builtDecider).
+func deciderProcessOf(t *testing.T, exe string, args []string, env ...string) deciderAddrs {
+	t.Helper()
+	cmd := exec.Command(exe, append([]string{"-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0",
 		"-state-file", filepath.Join(t.TempDir(), "snapshot.pb"), "-events-spool", "off"}, args...)...)
 	cmd.Env = append(os.Environ(), append(env, "SLUICE_DATAPLANE_CHILD=decider")...)
 	out, err := cmd.StdoutPipe()
