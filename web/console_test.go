@@ -233,6 +233,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Click("#rule-submit"))
 	waitText("#status", "Created rule inflight", nil)
 	waitText(`[data-rule="inflight"]`, "concurrency", nil)
+	// An adaptive limit shared between plans: shares over 1 are refused
+	// next to their field, then the rule shows its range.
+	gold()
+	do("an adaptive limit", chromedp.SetValue("#rule-name", "backend"), chromedp.SetValue("#rule-algorithm", "ALGORITHM_ADAPTIVE_CONCURRENCY"))
+	eval(`(document.querySelector('#rule-algorithm').dispatchEvent(new Event('change')), '')`)
+	do("its parameters", chromedp.SetValue("#rule-limit", "200"), chromedp.SetValue("#rule-window", "1s"), chromedp.SetValue("#rule-lease-ttl", "30s"),
+		chromedp.SetValue("#rule-match", "route=/backend"), chromedp.SetValue("#rule-partition-by", "plan"), chromedp.SetValue("#rule-partitions", "big=0.8, small=0.4"),
+		chromedp.Click("#rule-submit"))
+	waitText(`[data-error-for="partitions"]`, "over 1", nil)
+	do("shares that fit", chromedp.SetValue("#rule-partitions", "big=0.6, small=0.3"), chromedp.Click("#rule-submit"))
+	waitText(`[data-rule="backend"]`, "1 to 200 in flight, adapted every 1s", nil)
 
 	// The try panel, until a check is rejected (the new rule reaches the
 	// decider through the config watch within moments).

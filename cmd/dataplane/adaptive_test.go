@@ -202,8 +202,8 @@ func adaptiveFleet(t *testing.T, exe, cp, key string, n int) {
 	mu.Lock()
 	fleet = append(fleet[1:], joined)
 	mu.Unlock()
-	lo, hi = settled(time.Second)
-	t.Logf("after one joined and one left: %d to %d", lo, hi)
+	lo, hi = settled(2 * 250 * time.Millisecond) // two windows
+	t.Logf("two windows after one joined and one left, over a second: %d to %d", lo, hi)
 	if !near(lo, hi) {
 		t.Errorf("after one joined and one left, the limit went from %d to %d, want it near the backend's %d", lo, hi, workers)
 	}

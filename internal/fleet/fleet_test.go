@@ -2,14 +2,17 @@ package fleet_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/adaptive"
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/fleet"
+	"github.com/sluicehq/sluice/internal/limit"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/testkit/cputest"
@@ -264,5 +267,51 @@ func TestPartitionsThroughTheDecider(t *testing.T) {
 	}
 	if _, dec := ask("gold"); !dec.Allowed {
 		t.Fatal("gold, under its share, did not get the slot free let go")
+	}
+}
+
+// While Redis fails, each decider enforces its share of the last limit
+// it heard: two deciders at half each admit 5 of a limit of 10 between
+// them, not 10 each.
+func TestEachDeciderHoldsItsShareWhileRedisFails(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	c, err := decide.Compile(&policy.Snapshot{Tenant: policy.Tenant{ID: "t", Slug: "t", Name: "T", DefaultTier: "free"}, Version: 1,
+		Tiers: []policy.Tier{{Name: "free", Rules: []policy.Rule{rule()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := decide.Request{Descriptors: policy.Descriptors{{Key: "route", Value: "/search"}}}
+	var deciders []*decide.Decider
+	for i := range 2 {
+		eng := redisengine.New(client, redisengine.Config{Prefix: "share:"})
+		t.Cleanup(eng.Close)
+		f := fleet.New(fleet.Config{Client: client, Prefix: "share:", Adapter: eng, Name: strconv.Itoa(i)})
+		d := decide.NewDecider(decide.Options{Counters: eng, Local: limit.NewEngine(limit.EngineConfig{}), LocalShare: 0.5,
+			Budget: 100 * time.Millisecond, Adaptive: f})
+		if _, err := d.Decide(context.Background(), c, req); err != nil { // the limit heard: 10, the first
+			t.Fatal(err)
+		}
+		deciders = append(deciders, d)
+	}
+	srv.Pause(t)
+	admitted := 0
+	for _, d := range deciders {
+		for range 10 {
+			dec, err := d.Decide(context.Background(), c, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !dec.Degraded {
+				t.Fatalf("a decision with Redis frozen was not degraded: %+v", dec)
+			}
+			if dec.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("two deciders at half a limit of 10 admitted %d with Redis frozen, want 10", admitted)
 	}
 }

@@ -276,9 +276,12 @@ function ruleFromForm(f) {
     if (applies(k) && (k === 'window' || k === 'maxDelay' || seconds(dur(f[k].value)))) params[k] = dur(f[k].value);
   }
   if (applies('burst')) params.burst = f.burst.value || '0';
+  let partitionBy, partitions;
   if (applies('floor')) {
     if (Number(f.floor.value)) params.floor = f.floor.value;
     params.adaptation = f.adaptation.value;
+    partitionBy = f.partitionBy.value.trim() || undefined;
+    partitions = pairs(f.partitions.value).map((p) => ({ value: p.key, share: Number(p.value) }));
   }
   if (applies('coldFactor') && Number(f.coldFactor.value)) params.coldFactor = Number(f.coldFactor.value);
   if (applies('calendar') && f.calendar.value) {
@@ -293,6 +296,7 @@ function ruleFromForm(f) {
     message: f.message.value.trim() || undefined,
     params, shadow: f.shadow.checked, exact: f.exact.checked, block: f.block.checked, quota: f.quota.checked, scope: f.global.checked ? 'SCOPE_GLOBAL' : undefined, enabled: f.enabled.checked, failureMode: f.failureMode.value,
     sync: seconds(dur(f.sync.value)) ? dur(f.sync.value) : undefined,
+    partitionBy, partitions,
   };
 }
 
@@ -315,6 +319,8 @@ function editRule(tier, r) {
   f.leaseTtl.value = p.leaseTtl || '0s';
   f.floor.value = p.floor || 0;
   f.adaptation.value = p.adaptation && p.adaptation !== 'ADAPTATION_UNSPECIFIED' ? p.adaptation : 'ADAPTATION_GRADIENT';
+  f.partitionBy.value = r.partitionBy || '';
+  f.partitions.value = (r.partitions || []).map((x) => `${x.value}=${x.share}`).join(', ');
   f.calendar.value = p.calendar && p.calendar !== 'CALENDAR_UNSPECIFIED' ? p.calendar : '';
   f.timeZone.value = p.timeZone || '';
   f.keyBy.value = (r.keyBy || []).join(', ');
