@@ -249,10 +249,10 @@ var errReleaseWithoutLease = &policy.Error{Code: policy.CodeInvalid, Message: "i
 
 // check answers m, which asks for req.
 func (s decisionServer) check(ctx context.Context, c *decide.Compiled, m *sluicev1.CheckRequest, req decide.Request) (*sluicev1.CheckResponse, error) {
+	if err := refuseRelease(m); err != nil {
+		return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
+	}
 	if m.GetRelease() {
-		if err := refuseRelease(m); err != nil {
-			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
-		}
 		if err := s.cfg.Release(ctx, c, req); err != nil {
 			return nil, protoconv.ToConnectError(ctx, s.cfg.Logger, err)
 		}

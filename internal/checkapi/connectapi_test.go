@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/decision"
@@ -89,6 +90,17 @@ func TestDecisionServiceOverConnectAndGRPC(t *testing.T) {
 			}
 			if _, err := check(secret, &sluicev1.CheckRequest{Cost: -1}); connect.CodeOf(err) != connect.CodeInvalidArgument {
 				t.Fatalf("negative cost: %v", err)
+			}
+			// How a leased request went comes with its release alone, and
+			// must be an outcome Sluice knows.
+			if _, err := check(secret, &sluicev1.CheckRequest{Descriptors: carol, Latency: durationpb.New(time.Millisecond)}); !slices.Equal(fieldsOf(t, err), []string{"latency"}) {
+				t.Fatalf("a latency without release: %v", err)
+			}
+			if _, err := check(secret, &sluicev1.CheckRequest{Descriptors: carol, Lease: "x", Release: true, Outcome: "fine"}); !slices.Equal(fieldsOf(t, err), []string{"outcome"}) {
+				t.Fatalf("an unknown outcome: %v", err)
+			}
+			if res, err := check(secret, &sluicev1.CheckRequest{Descriptors: carol, Lease: "x", Release: true, Latency: durationpb.New(12 * time.Millisecond), Outcome: "dropped"}); err != nil || !res.Allowed {
+				t.Fatalf("a release with its latency and outcome: %v %v", res, err)
 			}
 			// A key given twice is the caller's mistake, refused as POST
 			// /v1/check refuses a member twice: not a value picked for it.
