@@ -44,7 +44,7 @@ func defineRuleOpts(fs *flag.FlagSet) ruleOpts {
 		block:       fs.Bool("block", false, "reject every request the rule applies to, counting nothing (a blocklist entry)"),
 		sync:        days.Flag(fs, "sync", 0, "count the rule on each decider, reconciling with Redis this often (e.g. 100ms; 0: strict)"),
 		message:     fs.String("message", "", "what a client the rule rejects is told (one line, at most 512 bytes; empty: a generic one)"),
-		partitionBy: fs.String("partition-by", "", "adaptive_concurrency: the descriptor whose values share the limit, e.g. tier"),
+		partitionBy: fs.String("partition-by", "", "adaptive_concurrency: the descriptor whose values share the limit, e.g. plan or customer"),
 		partitions:  fs.String("partitions", "", "adaptive_concurrency: value=share pairs, comma-separated, e.g. gold=0.6,free=0.3 (other values share the rest)"),
 	}
 }

@@ -135,7 +135,7 @@ type Rule struct {
 	// and token buckets without warm-up.
 	Scope Scope
 	// PartitionBy and Partitions (adaptive concurrency only) share the
-	// rule's limit between the values of one descriptor, such as a tier
+	// rule's limit between the values of one descriptor, such as a plan
 	// or a tenant's customer: the requests of each value hold at least its
 	// share while they want it and may borrow what the others leave idle;
 	// requests of other values share the rest. The limit itself is never
