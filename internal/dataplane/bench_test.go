@@ -35,6 +35,7 @@ import (
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/redisengine"
 	"github.com/sluicehq/sluice/internal/rlheaders"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/kafkatest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 	"github.com/sluicehq/sluice/sluiceclient"
@@ -156,7 +157,7 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	var wg sync.WaitGroup
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, p0 := serverCPU(b, rc), processCPU()
+	r0, p0 := serverCPU(b, rc), cputest.ProcessCPU()
 	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	start := time.Now()
@@ -179,7 +180,7 @@ func drive(b *testing.B, check func(client int, id string) error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	r1, p1 := serverCPU(b, rc), processCPU()
+	r1, p1 := serverCPU(b, rc), cputest.ProcessCPU()
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	if len(all) == 0 {

@@ -18,6 +18,7 @@ import (
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
 	"github.com/sluicehq/sluice/internal/grpcload"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
@@ -120,7 +121,7 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, g0, a0 := serverCPU(b, rc), processCPU(), heapAllocs()
+	r0, g0, a0 := serverCPU(b, rc), cputest.ProcessCPU(), heapAllocs()
 	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	cmd := exec.Command(self)
@@ -134,7 +135,7 @@ func leanGRPC(b *testing.B, method string, msgs []proto.Message) {
 	if err != nil {
 		b.Fatalf("grpcload: %v\n%s", err, out)
 	}
-	r1, g1, a1 := serverCPU(b, rc), processCPU(), heapAllocs()
+	r1, g1, a1 := serverCPU(b, rc), cputest.ProcessCPU(), heapAllocs()
 	var res leanResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		b.Fatalf("grpcload's answer %q: %v", out, err)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sluicev1 "github.com/sluicehq/sluice/internal/gen/sluice/v1"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
@@ -75,7 +76,7 @@ func h2loadGRPC(b *testing.B, method string, req proto.Message, decisions int) {
 	secs := wrkSeconds(b, d)
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, g0 := serverCPU(b, rc), processCPU()
+	r0, g0 := serverCPU(b, rc), cputest.ProcessCPU()
 	pipes0, calls0 := benchEngine.Pipelines()
 	b.ResetTimer()
 	// benchClients decisions in flight, on two connections.
@@ -86,7 +87,7 @@ func h2loadGRPC(b *testing.B, method string, req proto.Message, decisions int) {
 	if err != nil {
 		b.Fatalf("h2load: %v\n%s", err, out)
 	}
-	r1, g1 := serverCPU(b, rc), processCPU()
+	r1, g1 := serverCPU(b, rc), cputest.ProcessCPU()
 	lats := h2loadLatencies(b, logFile)
 	// gRPC answers every call with HTTP 200, its error in the trailers: a
 	// refused call has no message, so the data received must be a message

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/decide"
 	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
@@ -87,7 +88,7 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
 	defer rc.Close()
-	r0, g0, w0, a0 := serverCPU(b, rc), processCPU(), childrenCPU(), heapAllocs()
+	r0, g0, w0, a0 := serverCPU(b, rc), cputest.ProcessCPU(), childrenCPU(), heapAllocs()
 	b.ResetTimer()
 	// One wrk thread drives 50 connections at 10 µs of CPU a request, far
 	// from its ceiling here; a second only adds a runnable thread on the
@@ -104,7 +105,7 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	if bytes.Contains(out, []byte("Non-2xx")) || bytes.Contains(out, []byte("Socket errors")) {
 		b.Fatalf("wrk saw refused or failed requests:\n%s", out)
 	}
-	r1, g1, w1, a1 := serverCPU(b, rc), processCPU(), childrenCPU(), heapAllocs()
+	r1, g1, w1, a1 := serverCPU(b, rc), cputest.ProcessCPU(), childrenCPU(), heapAllocs()
 	rate, p50, p99 := parseWrk(b, out)
 	n := rate * wrkSeconds(b, d)
 	b.ReportMetric(float64(g1-g0)/float64(time.Microsecond)/n, cpuMetric)
@@ -114,13 +115,6 @@ func runWrk(b *testing.B, wrk, script, target, cpuMetric string) {
 	b.ReportMetric(rate, "decisions/s")
 	b.ReportMetric(p50, "p50-ms")
 	b.ReportMetric(p99, "p99-ms")
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // heapAllocs is how many heap objects this process has allocated: over

@@ -7,13 +7,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
@@ -141,7 +141,7 @@ func benchClusterOf(b *testing.B, cl *redistest.Cluster, deciders int, cs []*Com
 		ids[i] = "client-" + strconv.Itoa(i)
 	}
 	redis0 := redisCPU(b, cl.Addrs)
-	cpu0 := processCPU()
+	cpu0 := cputest.ProcessCPU()
 	b.ResetTimer()
 	start := time.Now()
 	var next atomic.Int64
@@ -165,7 +165,7 @@ func benchClusterOf(b *testing.B, cl *redistest.Cluster, deciders int, cs []*Com
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	cpu := processCPU() - cpu0
+	cpu := cputest.ProcessCPU() - cpu0
 	redis1 := redisCPU(b, cl.Addrs)
 	var all, busiest time.Duration
 	for i := range redis1 {
@@ -178,13 +178,6 @@ func benchClusterOf(b *testing.B, cl *redistest.Cluster, deciders int, cs []*Com
 	b.ReportMetric(float64(cpu.Microseconds())/n, "decider-µs/op")
 	b.ReportMetric(float64(all.Microseconds())/n, "redis-µs/op")
 	b.ReportMetric(float64(busiest.Microseconds())/n, "busiest-master-µs/op")
-}
-
-// processCPU is the CPU this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU is the CPU each of addrs has used (INFO cpu).

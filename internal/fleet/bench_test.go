@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fleet"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/redisengine"
+	"github.com/sluicehq/sluice/internal/testkit/cputest"
 	"github.com/sluicehq/sluice/internal/testkit/redistest"
 )
 
@@ -77,7 +77,7 @@ func BenchmarkAdaptiveDecision(b *testing.B) {
 			}
 			decideOne(0) // scripts loaded, connections open
 			calls0, redisUS0 := commandStats(b, client)
-			cpu0 := processCPU()
+			cpu0 := cputest.ProcessCPU()
 			b.ResetTimer()
 			var next atomic.Int64
 			var wg sync.WaitGroup
@@ -90,7 +90,7 @@ func BenchmarkAdaptiveDecision(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			cpu := processCPU() - cpu0
+			cpu := cputest.ProcessCPU() - cpu0
 			calls1, redisUS1 := commandStats(b, client)
 			n := float64(b.N)
 			b.ReportMetric(float64(cpu.Microseconds())/n, "decider-µs/op")
@@ -126,11 +126,4 @@ func commandStats(b *testing.B, c *redis.Client) (calls, us float64) {
 		}
 	}
 	return calls, us
-}
-
-// processCPU is the CPU this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -57,7 +57,6 @@ type Fleet struct {
 	cfg      Config
 	backends sync.Map // counter key → *backend
 	limiters sync.Map // policy.Params → *limit.Limiter
-	updates  atomic.Int64
 }
 
 // New returns a Fleet; Run gives its samples and updates the limits.
@@ -71,9 +70,9 @@ func New(cfg Config) *Fleet {
 	return &Fleet{cfg: cfg}
 }
 
-// InitialLimit is an adaptive rule's limit until its first update: 10,
+// initialLimit is an adaptive rule's limit until its first update: 10,
 // within its floor and ceiling.
-func InitialLimit(p policy.Params) int64 { return min(max(10, p.LeastLimit()), p.Limit) }
+func initialLimit(p policy.Params) int64 { return min(max(10, p.LeastLimit()), p.Limit) }
 
 // backend is what a decider knows of one counter key of an adaptive rule:
 // a backend, as the rule's key-by values name it.
@@ -81,7 +80,8 @@ type backend struct {
 	p     policy.Params  // the rule's, its ceiling as Limit
 	rule  *limit.Limiter // p's, for Adapt
 	limit atomic.Int64   // the fleet's, as last answered
-	used  atomic.Int64   // the last window it was decided in
+	used  atomic.Int64   // the last window a lease was taken or released in
+	last  atomic.Pointer[lastLimiter]
 
 	// What the metrics tell: whose it is, and what this decider saw.
 	tenant, ruleName, name               string
@@ -101,7 +101,8 @@ func (f *Fleet) backendOf(key string, o decide.Backend, p policy.Params) *backen
 		return b.(*backend)
 	}
 	b := &backend{p: p, rule: limit.MustCompile(p), tenant: o.Tenant, ruleName: o.Rule.Name, name: policy.ClientKey(o.Rule, o.Descriptors)}
-	b.limit.Store(InitialLimit(p))
+	b.limit.Store(initialLimit(p))
+	b.used.Store(f.windowOf(p))
 	v, _ := f.backends.LoadOrStore(key, b)
 	return v.(*backend)
 }
@@ -112,17 +113,31 @@ func (f *Fleet) backendOf(key string, o decide.Backend, p policy.Params) *backen
 // the local fallback enforces a share of it while Redis fails.
 func (f *Fleet) Params(key string, o decide.Backend, p policy.Params) (policy.Params, *limit.Limiter) {
 	b := f.backendOf(key, o, p)
-	b.used.Store(f.windowOf(b.p))
-	p.Limit = b.limit.Load()
-	if l, ok := f.limiters.Load(p); ok {
-		return p, l.(*limit.Limiter)
+	at := b.limit.Load()
+	if c := b.last.Load(); c != nil && c.of == p && c.p.Limit == at { // the limit moves once a window at most
+		return c.p, c.l
 	}
-	l, err := limit.Compile(p)
-	if err != nil { // not reached: a limit within the rule's floor and ceiling
-		l = limit.MustCompile(b.p)
+	of := p
+	p.Limit = at
+	var l *limit.Limiter
+	if v, ok := f.limiters.Load(p); ok {
+		l = v.(*limit.Limiter)
+	} else {
+		var err error
+		if l, err = limit.Compile(p); err != nil { // not reached: a limit within the rule's floor and ceiling
+			l = limit.MustCompile(b.p)
+		}
+		f.limiters.Store(p, l)
 	}
-	f.limiters.Store(p, l)
+	b.last.Store(&lastLimiter{of: of, p: p, l: l})
 	return p, l
+}
+
+// lastLimiter is the parameters and limiter a backend's decisions last
+// took: its rule's parameters of, at the fleet's limit.
+type lastLimiter struct {
+	of, p policy.Params
+	l     *limit.Limiter
 }
 
 // Decided notes the answer Redis gave a decision on key: the fleet's
@@ -192,6 +207,7 @@ func (f *Fleet) roll(b *backend) {
 	if w == b.cur.window {
 		return
 	}
+	b.used.Store(w)
 	b.done = gathered{}
 	if b.cur.window == w-1 {
 		b.done = b.cur
@@ -259,9 +275,6 @@ func (f *Fleet) Limit(key string) int64 {
 	return 0
 }
 
-// Updates returns how many limits this decider set.
-func (f *Fleet) Updates() int64 { return f.updates.Load() }
-
 // give adds g, a window of b's samples, to the fleet's, and, when this
 // decider is (or becomes) the updater, computes and sets the limit from
 // the window before it, whose samples every decider gave a window ago.
@@ -321,7 +334,6 @@ func (f *Fleet) update(ctx context.Context, key string, b *backend, w gathered, 
 	}
 	b.limit.Store(next)
 	b.updates.Add(1)
-	f.updates.Add(1)
 	return nil
 }
 

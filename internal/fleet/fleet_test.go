@@ -249,7 +249,7 @@ func TestPartitionsThroughTheDecider(t *testing.T) {
 		}
 		return req, dec
 	}
-	// The limit until the first update is 10 (fleet.InitialLimit).
+	// The limit until the first update is 10 (the fleet's initial limit).
 	var free []decide.Decision
 	var freeReq decide.Request
 	for range 10 {

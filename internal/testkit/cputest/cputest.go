@@ -8,7 +8,9 @@ package cputest
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testkit/filelock"
 )
@@ -23,4 +25,12 @@ func Alone(t testing.TB) {
 		t.Fatalf("cputest: %v", err)
 	}
 	t.Cleanup(release)
+}
+
+// ProcessCPU is the CPU this process has used, user and system: what a
+// benchmark divides by its operations for its CPU per operation.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
