@@ -292,6 +292,12 @@ func (p *Publisher) Run(ctx context.Context) error {
 			last, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
 			defer cancel()
 			p.nextDrain = time.Time{}
+			// What Rejected queued before the end goes too: select
+			// picks among ready cases at random, so ctx.Done can win
+			// over a queue that still holds events.
+			for n := len(p.queue); n > 0; n-- {
+				batch = append(batch, p.rejectionMessage(<-p.queue))
+			}
 			batch = append(batch, p.deltas()...)
 			p.checkpoint(batch)
 			p.checkpoint(p.send(last, batch)) // what is left: none, unless the spool refused it

@@ -156,6 +156,30 @@ func TestPublishesOverTLSWithSASL(t *testing.T) {
 	}
 }
 
+// Rejections queued when Run's context ends go out in its last attempt:
+// Run starts here on a context already done, with every event still in
+// the queue, so a select that let ctx.Done win would lose them.
+func TestQueuedRejectionsAreSentAtTheEnd(t *testing.T) {
+	t.Parallel()
+	topic := kafkatest.Topic(t)
+	b := kafkatest.Start(t, 1, []string{topic})
+	p := NewPublisher(Config{Brokers: b.Addrs(), Topic: topic, Decider: "d1", FlushInterval: time.Hour, DeltaInterval: time.Hour})
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	const n = 20
+	for range n {
+		p.Rejected("t1", "free", "r1", "alice", 1, at, false)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if st := p.Stats(); st.Sent != n || st.Queued != 0 {
+		t.Fatalf("sent %d, %d still queued; want all %d sent", st.Sent, st.Queued, n)
+	}
+	eventstest.Read(t, b.Addrs(), topic, func(ta *eventstest.Tally) bool { return len(ta.Rejections) == n })
+}
+
 // runUntilStopped runs p and returns what stops it and waits for Run's end.
 func runUntilStopped(t *testing.T, p *Publisher) (stop func()) {
 	t.Helper()
