@@ -30,7 +30,7 @@ dev: build ## build, then run Sluice on this machine, with embedded defaults whe
 # budget or burn the CPU (cputest.Alone): they run after the others, one
 # package at a time, so that no other test binary shares the CPU with
 # them (internal/deploy's test checks that none is missing).
-ALONE = cmd/analytics cmd/dataplane internal/decide internal/deploy internal/fleet web
+ALONE = cmd/analytics cmd/dataplane internal/decide internal/deploy internal/fleet internal/regions web
 
 test: ## run every test (race detector on) against local PostgreSQL, Redis and in-process Kafka
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$SLUICE_CHROMIUM" ] || \

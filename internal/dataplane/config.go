@@ -148,7 +148,7 @@ func DefaultSettings() Settings {
 		StateFile: filepath.Join(cache, "sluice", "decider-snapshot.pb"),
 		HTTPFast:  true, RedisBatch: true, RedisTimeout: redisengine.DefaultTimeout,
 		Kafka: &kafkasec.Config{}, EventsTopic: "sluice.decisions", EventsSpoolMB: 256,
-		GlobalInterval: 100 * time.Millisecond, GlobalSilence: time.Second, GlobalAssume: "rate",
+		GlobalInterval: regions.DefaultInterval, GlobalSilence: time.Second, GlobalAssume: "rate",
 		Budget: 50 * time.Millisecond, MaxInFlight: decide.DefaultMaxInFlight, OverloadPolicy: "local",
 		SyncMaxKeys: redisengine.DefaultMaxLocalKeys, AuthFailures: 30, RuleMetrics: true, RateLimitHeaders: "ietf",
 		GRPCAddr: "127.0.0.1:8089", GRPCMaxConnectionAgeGrace: 30 * time.Second,

@@ -53,7 +53,7 @@ import (
 //	-shadow-mode    SLUICE_SHADOW_MODE        every rule of every tenant in shadow: decisions reported as ever, none rejected (default false)
 //	-region         SLUICE_REGION             this decider's region (default none)
 //	-global-kafka   SLUICE_GLOBAL_KAFKA       each region's Kafka brokers, this one's included, for rules of scope global: region=host:port,host:port;region=host:port (default none: a global rule holds in this region alone)
-//	-global-interval SLUICE_GLOBAL_INTERVAL   how often a decider publishes what it admitted of global rules (default 100ms)
+//	-global-interval SLUICE_GLOBAL_INTERVAL   how often a decider publishes what it admitted of global rules (default 200ms)
 //	-global-silence SLUICE_GLOBAL_SILENCE     how long a region may go unheard before -global-assume stands in for its traffic (default 1s)
 //	-global-assume  SLUICE_GLOBAL_ASSUME      what a silent region is taken to spend: rate (as much per window as in the last windows heard of it) or a share of each limit, 0 to 1 (default rate)
 //	-quota-mode     SLUICE_QUOTA_MODE         Envoy's rate limit service: every descriptor a quota, a call rejected only when all its limited descriptors are over (envoyproxy/ratelimit's QUOTA_MODE; default false)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,13 @@ import (
 // counts to, in their region's Kafka.
 const DefaultTopic = "sluice.global-counts"
 
+// DefaultInterval is how often a decider publishes its global counts. It
+// is about a round trip between distant regions: a reader that lost its
+// link reads again one round trip after the link returns, so the regions'
+// counts agree again within two intervals. A shorter interval narrows the
+// overshoot (see docs/scaling.md) and costs more messages.
+const DefaultInterval = 200 * time.Millisecond
+
 // Config is one decider's part in a deployment of several regions.
 type Config struct {
 	// Region is this decider's region.
@@ -33,7 +41,7 @@ type Config struct {
 	// Topic is the global-counts topic of every region (DefaultTopic).
 	Topic string
 	// Interval is how often the decider publishes what it admitted, and
-	// says it is alive when it admitted nothing (0: 100ms).
+	// says it is alive when it admitted nothing (0: DefaultInterval).
 	Interval time.Duration
 	// Silence is how long a region may go unheard before the Assumption
 	// stands in for its traffic (0: 10 intervals).
@@ -46,9 +54,9 @@ type Config struct {
 	// whichever decider sends it (redisengine's ChargeRemote); nil charges
 	// nothing.
 	Apply func(context.Context, []Charge) error
-	// Dialer reads the other regions' topics; Transport writes this
-	// region's (nil: kafka-go's defaults).
-	Dialer    *kafka.Dialer
+	// Dial connects to the other regions' brokers (nil: a net.Dialer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Transport writes this region's topic (nil: kafka-go's default).
 	Transport kafka.RoundTripper
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -85,7 +93,7 @@ func Start(cfg Config) (*Replicator, error) {
 		cfg.Topic = DefaultTopic
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = 100 * time.Millisecond
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.Silence <= 0 {
 		cfg.Silence = 10 * cfg.Interval
