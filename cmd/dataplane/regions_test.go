@@ -66,11 +66,21 @@ func TestGlobalRuleAcrossTwoDeciderProcesses(t *testing.T) {
 	if admitted != 5 {
 		t.Fatalf("west admitted %d, want the 5 the global limit has left", admitted)
 	}
-	// Both hear each other: no region silent, and each has published.
+	// Both hear each other: no region silent, and each has published (a
+	// decider publishes once an interval, so its metrics may lag the
+	// checks by one).
+	deadline = time.Now().Add(10 * time.Second)
 	for _, d := range []deciderAddrs{e, w} {
-		m := metrics(t, d.admin)
-		if sumOf(m, "sluice_global_silent_regions") != 0 || sumOf(m, "sluice_global_published_bytes_total") == 0 {
-			t.Fatalf("%s: silent %v, published %v bytes", d.base, sumOf(m, "sluice_global_silent_regions"), sumOf(m, "sluice_global_published_bytes_total"))
+		for {
+			m := metrics(t, d.admin)
+			silent, published := sumOf(m, "sluice_global_silent_regions"), sumOf(m, "sluice_global_published_bytes_total")
+			if silent == 0 && published > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: silent %v, published %v bytes", d.base, silent, published)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
